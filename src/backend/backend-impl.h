@@ -1,0 +1,124 @@
+/*
+ * Backend implementation interface: the vtables a backend fills in, and the
+ * layouts of the objects that wrap them ({iface, device, context}).
+ *
+ * Optional slots say "(optional)"; the public wrapper in backend.c applies
+ * the default when a slot is NULL. Use C11 designated initialisers and name
+ * every slot.
+ */
+#ifndef CLLM_BACKEND_IMPL_H
+#define CLLM_BACKEND_IMPL_H
+
+#include "backend/backend.h"
+
+#include <stdatomic.h>
+
+/* ---- buffer type ------------------------------------------------------- */
+
+struct cllm_buffer_type_i {
+    const char *(*get_name)(const cllm_buffer_type *buft);
+    /* Allocates `size` bytes; on failure returns an error and leaves *out. */
+    cllm_status (*alloc_buffer)(cllm_buffer_type *buft, size_t size, cllm_buffer **out);
+    size_t (*get_alignment)(const cllm_buffer_type *buft);
+    /* (optional) default: SIZE_MAX */
+    size_t (*get_max_size)(const cllm_buffer_type *buft);
+    /* (optional) default: cllm_nbytes(t) */
+    size_t (*get_alloc_size)(const cllm_buffer_type *buft, const cllm_tensor *t);
+    /* (optional) default: false */
+    bool (*is_host)(const cllm_buffer_type *buft);
+};
+
+struct cllm_buffer_type {
+    struct cllm_buffer_type_i iface;
+    cllm_device *device;
+    void *context;
+};
+
+/* ---- buffer ------------------------------------------------------------ */
+
+struct cllm_buffer_i {
+    /* (optional) releases the memory and the context; default: nothing */
+    void (*free_buffer)(cllm_buffer *buf);
+    void *(*get_base)(const cllm_buffer *buf);
+    /* (optional) called when a tensor is placed; default: nothing */
+    void (*init_tensor)(cllm_buffer *buf, cllm_tensor *t);
+    void (*set_tensor)(cllm_buffer *buf, cllm_tensor *t, const void *data, size_t offset,
+                       size_t size);
+    void (*get_tensor)(cllm_buffer *buf, const cllm_tensor *t, void *data, size_t offset,
+                       size_t size);
+    void (*clear)(cllm_buffer *buf, uint8_t value);
+};
+
+struct cllm_buffer {
+    struct cllm_buffer_i iface;
+    cllm_buffer_type *buft;
+    void *context;
+    size_t size;
+    cllm_mem_kind kind;
+    bool is_measure; /* measure mode: no memory behind it, not counted */
+};
+
+/* Wraps an allocation made by a buffer type. NULL on host OOM (the caller
+ * then frees its memory). The generic layer counts it on the device. */
+cllm_buffer *cllm_buffer_init(cllm_buffer_type *buft, struct cllm_buffer_i iface, void *context,
+                              size_t size);
+
+/* ---- device ------------------------------------------------------------ */
+
+struct cllm_device_i {
+    const char *(*get_name)(const cllm_device *dev);
+    const char *(*get_description)(const cllm_device *dev);
+    void (*get_memory)(cllm_device *dev, size_t *free_bytes, size_t *total_bytes);
+    cllm_device_kind (*get_kind)(const cllm_device *dev);
+    cllm_buffer_type *(*get_buffer_type)(cllm_device *dev);
+    bool (*supports_op)(cllm_device *dev, const cllm_tensor *node);
+    /* (optional) default: only the device's own buffer type */
+    bool (*supports_buft)(cllm_device *dev, const cllm_buffer_type *buft);
+    cllm_status (*init_backend)(cllm_device *dev, const char *params, cllm_backend **out);
+};
+
+struct cllm_device {
+    struct cllm_device_i iface;
+    cllm_backend_reg *reg;
+    void *context;
+    _Atomic size_t allocated[CLLM_MEM_COUNT]; /* bytes, per memory kind */
+};
+
+/* ---- backend ----------------------------------------------------------- */
+
+struct cllm_backend_i {
+    const char *(*get_name)(const cllm_backend *be);
+    /* frees the context and the backend struct */
+    void (*free)(cllm_backend *be);
+    /* (optional) workspace bytes needed to compute g; default: 0 */
+    size_t (*get_workspace_size)(cllm_backend *be, const cllm_graph *g);
+    /* Computes the graph. be->workspace holds at least get_workspace_size bytes. */
+    cllm_status (*graph_compute)(cllm_backend *be, cllm_graph *g);
+    /* (optional) default: nothing (synchronous) */
+    void (*synchronize)(cllm_backend *be);
+};
+
+struct cllm_backend {
+    struct cllm_backend_i iface;
+    cllm_device *device;
+    void *context;
+    cllm_buffer *workspace; /* CLLM_MEM_WORKSPACE, owned; NULL until reserved */
+};
+
+/* ---- registry ---------------------------------------------------------- */
+
+struct cllm_backend_reg_i {
+    const char *(*get_name)(const cllm_backend_reg *reg);
+    int (*get_device_count)(const cllm_backend_reg *reg);
+    cllm_device *(*get_device)(cllm_backend_reg *reg, int i);
+};
+
+struct cllm_backend_reg {
+    struct cllm_backend_reg_i iface;
+    void *context;
+};
+
+/* The CPU backend's registry entry (always present). */
+cllm_backend_reg *cllm_cpu_reg(void);
+
+#endif /* CLLM_BACKEND_IMPL_H */

@@ -1,0 +1,311 @@
+/* The generic backend layer: wrappers that apply defaults, memory accounting
+ * per device and kind, measure-mode buffers, tensor I/O, the registry. */
+#include "backend/backend-impl.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static const char *const k_device_kind_names[] = {
+    [CLLM_DEVICE_CPU] = "cpu",
+    [CLLM_DEVICE_GPU] = "gpu",
+    [CLLM_DEVICE_ACCEL] = "accel",
+};
+_Static_assert(CLLM_ARRAY_SIZE(k_device_kind_names) == CLLM_DEVICE_KIND_COUNT, "device kinds");
+
+const char *cllm_device_kind_str(cllm_device_kind kind) {
+    if ((unsigned)kind >= CLLM_DEVICE_KIND_COUNT) return "unknown";
+    return k_device_kind_names[kind];
+}
+
+/* ---- buffer types ------------------------------------------------------ */
+
+const char *cllm_buffer_type_name(const cllm_buffer_type *buft) {
+    return buft->iface.get_name(buft);
+}
+
+size_t cllm_buffer_type_alignment(const cllm_buffer_type *buft) {
+    return buft->iface.get_alignment(buft);
+}
+
+size_t cllm_buffer_type_max_size(const cllm_buffer_type *buft) {
+    return buft->iface.get_max_size ? buft->iface.get_max_size(buft) : SIZE_MAX;
+}
+
+size_t cllm_buffer_type_alloc_size(const cllm_buffer_type *buft, const cllm_tensor *t) {
+    return buft->iface.get_alloc_size ? buft->iface.get_alloc_size(buft, t) : cllm_nbytes(t);
+}
+
+bool cllm_buffer_type_is_host(const cllm_buffer_type *buft) {
+    return buft->iface.is_host ? buft->iface.is_host(buft) : false;
+}
+
+cllm_device *cllm_buffer_type_device(const cllm_buffer_type *buft) { return buft->device; }
+
+cllm_status cllm_buffer_type_alloc(cllm_buffer_type *buft, size_t size, cllm_mem_kind kind,
+                                   cllm_buffer **out) {
+    CLLM_ASSERT((unsigned)kind < CLLM_MEM_COUNT);
+    const size_t max = cllm_buffer_type_max_size(buft);
+    if (size > max) {
+        return cllm_error(CLLM_ERR_TOO_LARGE, "%s: a %zu-byte %s buffer exceeds the %zu-byte limit",
+                          cllm_buffer_type_name(buft), size, cllm_mem_kind_str(kind), max);
+    }
+    cllm_buffer *buf = NULL;
+    cllm_status st = buft->iface.alloc_buffer(buft, size, &buf);
+    if (st != CLLM_OK) return st;
+    buf->kind = kind;
+    atomic_fetch_add(&buft->device->allocated[kind], buf->size);
+    *out = buf;
+    return CLLM_OK;
+}
+
+/* ---- buffers ----------------------------------------------------------- */
+
+cllm_buffer *cllm_buffer_init(cllm_buffer_type *buft, struct cllm_buffer_i iface, void *context,
+                              size_t size) {
+    cllm_buffer *buf = calloc(1, sizeof(*buf));
+    if (!buf) return NULL;
+    buf->iface = iface;
+    buf->buft = buft;
+    buf->context = context;
+    buf->size = size;
+    buf->kind = CLLM_MEM_COMPUTE;
+    return buf;
+}
+
+/* Measure mode: a region that does not exist. The base is a fixed address in
+ * the first page, which is never mapped; nothing may dereference it. */
+#define MEASURE_BASE ((uintptr_t)0x1000)
+
+static void *measure_get_base(const cllm_buffer *buf) {
+    CLLM_UNUSED(buf);
+    return (void *)MEASURE_BASE;
+}
+
+static void measure_set_tensor(cllm_buffer *buf, cllm_tensor *t, const void *data, size_t offset,
+                               size_t size) {
+    CLLM_UNUSED(buf), CLLM_UNUSED(t), CLLM_UNUSED(data), CLLM_UNUSED(offset), CLLM_UNUSED(size);
+}
+
+static void measure_get_tensor(cllm_buffer *buf, const cllm_tensor *t, void *data, size_t offset,
+                               size_t size) {
+    CLLM_UNUSED(buf), CLLM_UNUSED(t), CLLM_UNUSED(offset);
+    memset(data, 0, size);
+}
+
+static void measure_clear(cllm_buffer *buf, uint8_t value) {
+    CLLM_UNUSED(buf), CLLM_UNUSED(value);
+}
+
+cllm_buffer *cllm_buffer_new_measure(cllm_buffer_type *buft, size_t size) {
+    static const struct cllm_buffer_i measure_iface = {
+        .free_buffer = NULL, /* nothing behind it */
+        .get_base = measure_get_base,
+        .init_tensor = NULL, /* no device-side state to set up */
+        .set_tensor = measure_set_tensor,
+        .get_tensor = measure_get_tensor,
+        .clear = measure_clear,
+    };
+    cllm_buffer *buf = cllm_buffer_init(buft, measure_iface, NULL, size);
+    if (buf) buf->is_measure = true;
+    return buf;
+}
+
+void cllm_buffer_free(cllm_buffer *buf) {
+    if (!buf) return;
+    if (!buf->is_measure) atomic_fetch_sub(&buf->buft->device->allocated[buf->kind], buf->size);
+    if (buf->iface.free_buffer) buf->iface.free_buffer(buf);
+    free(buf);
+}
+
+size_t cllm_buffer_size(const cllm_buffer *buf) { return buf->size; }
+void *cllm_buffer_base(const cllm_buffer *buf) { return buf->iface.get_base(buf); }
+cllm_mem_kind cllm_buffer_kind(const cllm_buffer *buf) { return buf->kind; }
+bool cllm_buffer_is_measure(const cllm_buffer *buf) { return buf->is_measure; }
+cllm_buffer_type *cllm_buffer_buft(const cllm_buffer *buf) { return buf->buft; }
+void cllm_buffer_clear(cllm_buffer *buf, uint8_t value) { buf->iface.clear(buf, value); }
+
+void cllm_buffer_place_tensor(cllm_buffer *buf, cllm_tensor *t, size_t offset) {
+    CLLM_ASSERTF(t->view_src == NULL, "place_tensor: %s is a view", t->name);
+    const size_t need = cllm_buffer_type_alloc_size(buf->buft, t);
+    CLLM_ASSERTF(offset <= buf->size && need <= buf->size - offset,
+                 "place_tensor: %s (%zu bytes) at offset %zu overflows a %zu-byte buffer", t->name,
+                 need, offset, buf->size);
+    CLLM_ASSERTF(offset % cllm_buffer_type_alignment(buf->buft) == 0,
+                 "place_tensor: %s at unaligned offset %zu", t->name, offset);
+    t->buffer = buf;
+    t->data = (char *)cllm_buffer_base(buf) + offset;
+    if (buf->iface.init_tensor) buf->iface.init_tensor(buf, t);
+}
+
+void cllm_tensor_init_view(cllm_tensor *t) {
+    CLLM_ASSERTF(t->view_src != NULL && t->view_src->data != NULL,
+                 "init_view: %s has no placed source", t->name);
+    t->buffer = t->view_src->buffer;
+    t->data = (char *)t->view_src->data + t->view_offs;
+    if (t->buffer->iface.init_tensor) t->buffer->iface.init_tensor(t->buffer, t);
+}
+
+static void check_io(const cllm_tensor *t, size_t offset, size_t size, const char *what) {
+    CLLM_ASSERTF(t->buffer != NULL && t->data != NULL, "%s: tensor %s is not placed", what,
+                 t->name);
+    const size_t n = cllm_nbytes(t);
+    CLLM_ASSERTF(offset <= n && size <= n - offset,
+                 "%s: %zu bytes at offset %zu outside the %zu bytes of %s", what, size, offset, n,
+                 t->name);
+}
+
+void cllm_tensor_set(cllm_tensor *t, const void *data, size_t offset, size_t size) {
+    check_io(t, offset, size, "tensor_set");
+    if (size) t->buffer->iface.set_tensor(t->buffer, t, data, offset, size);
+}
+
+void cllm_tensor_get(const cllm_tensor *t, void *data, size_t offset, size_t size) {
+    check_io(t, offset, size, "tensor_get");
+    if (size) t->buffer->iface.get_tensor(t->buffer, t, data, offset, size);
+}
+
+void cllm_tensor_set_all(cllm_tensor *t, const void *data) {
+    CLLM_ASSERTF(cllm_is_contiguous(t), "tensor_set_all: %s is not contiguous", t->name);
+    cllm_tensor_set(t, data, 0, cllm_nbytes(t));
+}
+
+void cllm_tensor_get_all(const cllm_tensor *t, void *data) {
+    CLLM_ASSERTF(cllm_is_contiguous(t), "tensor_get_all: %s is not contiguous", t->name);
+    cllm_tensor_get(t, data, 0, cllm_nbytes(t));
+}
+
+/* ---- devices ----------------------------------------------------------- */
+
+const char *cllm_device_name(const cllm_device *dev) { return dev->iface.get_name(dev); }
+
+const char *cllm_device_description(const cllm_device *dev) {
+    return dev->iface.get_description(dev);
+}
+
+cllm_device_kind cllm_device_kind_of(const cllm_device *dev) { return dev->iface.get_kind(dev); }
+
+void cllm_device_memory(cllm_device *dev, size_t *free_bytes, size_t *total_bytes) {
+    dev->iface.get_memory(dev, free_bytes, total_bytes);
+}
+
+cllm_buffer_type *cllm_device_buffer_type(cllm_device *dev) {
+    return dev->iface.get_buffer_type(dev);
+}
+
+bool cllm_device_supports_op(cllm_device *dev, const cllm_tensor *node) {
+    return dev->iface.supports_op(dev, node);
+}
+
+bool cllm_device_supports_buft(cllm_device *dev, const cllm_buffer_type *buft) {
+    if (dev->iface.supports_buft) return dev->iface.supports_buft(dev, buft);
+    return buft == cllm_device_buffer_type(dev);
+}
+
+size_t cllm_device_allocated(const cllm_device *dev, cllm_mem_kind kind) {
+    CLLM_ASSERT((unsigned)kind < CLLM_MEM_COUNT);
+    return atomic_load(&((cllm_device *)dev)->allocated[kind]);
+}
+
+cllm_status cllm_device_init_backend(cllm_device *dev, const char *params, cllm_backend **out) {
+    return dev->iface.init_backend(dev, params, out);
+}
+
+/* ---- backends ---------------------------------------------------------- */
+
+void cllm_backend_free(cllm_backend *be) {
+    if (!be) return;
+    cllm_buffer_free(be->workspace);
+    be->workspace = NULL;
+    be->iface.free(be);
+}
+
+const char *cllm_backend_name(const cllm_backend *be) { return be->iface.get_name(be); }
+cllm_device *cllm_backend_device(const cllm_backend *be) { return be->device; }
+
+size_t cllm_backend_workspace_size(cllm_backend *be, const cllm_graph *g) {
+    return be->iface.get_workspace_size ? be->iface.get_workspace_size(be, g) : 0;
+}
+
+size_t cllm_backend_workspace_allocated(const cllm_backend *be) {
+    return be->workspace ? cllm_buffer_size(be->workspace) : 0;
+}
+
+cllm_status cllm_backend_reserve_workspace(cllm_backend *be, const cllm_graph *g) {
+    const size_t need = cllm_backend_workspace_size(be, g);
+    if (need <= cllm_backend_workspace_allocated(be)) return CLLM_OK;
+    cllm_buffer *buf = NULL;
+    cllm_status st =
+        cllm_buffer_type_alloc(cllm_device_buffer_type(be->device), need, CLLM_MEM_WORKSPACE, &buf);
+    if (st != CLLM_OK) return st;
+    cllm_buffer_free(be->workspace);
+    be->workspace = buf;
+    return CLLM_OK;
+}
+
+cllm_status cllm_backend_graph_compute(cllm_backend *be, cllm_graph *g) {
+    for (int i = 0; i < g->n_nodes; i++) {
+        const cllm_tensor *t = g->nodes[i];
+        if (!t->data || !t->buffer || t->buffer->is_measure) {
+            return cllm_error(CLLM_ERR_INVALID_ARG,
+                              "%s: node %d (%s, %s) is not placed in a real buffer",
+                              cllm_backend_name(be), i, t->name, cllm_op_name(t->op));
+        }
+        for (int j = 0; j < CLLM_MAX_SRC; j++) {
+            const cllm_tensor *s = t->src[j];
+            if (s && (!s->data || !s->buffer || s->buffer->is_measure)) {
+                return cllm_error(CLLM_ERR_INVALID_ARG,
+                                  "%s: input %s of node %s is not placed in a real buffer",
+                                  cllm_backend_name(be), s->name, t->name);
+            }
+        }
+    }
+    cllm_status st = cllm_backend_reserve_workspace(be, g);
+    if (st != CLLM_OK) return st;
+    return be->iface.graph_compute(be, g);
+}
+
+void cllm_backend_synchronize(cllm_backend *be) {
+    if (be->iface.synchronize) be->iface.synchronize(be);
+}
+
+/* ---- registry ---------------------------------------------------------- */
+
+/* Registries compiled in. Loadable backends join here in a later issue. */
+static cllm_backend_reg *registries(int i) {
+    switch (i) {
+    case 0: return cllm_cpu_reg();
+    default: return NULL;
+    }
+}
+
+int cllm_registry_device_count(void) {
+    int n = 0;
+    for (int r = 0; registries(r); r++) n += registries(r)->iface.get_device_count(registries(r));
+    return n;
+}
+
+cllm_device *cllm_registry_device(int i) {
+    for (int r = 0; registries(r); r++) {
+        cllm_backend_reg *reg = registries(r);
+        const int n = reg->iface.get_device_count(reg);
+        if (i < n) return reg->iface.get_device(reg, i);
+        i -= n;
+    }
+    return NULL;
+}
+
+cllm_device *cllm_registry_device_by_name(const char *name) {
+    for (int i = 0; i < cllm_registry_device_count(); i++) {
+        cllm_device *dev = cllm_registry_device(i);
+        if (strcmp(cllm_device_name(dev), name) == 0) return dev;
+    }
+    return NULL;
+}
+
+cllm_device *cllm_registry_device_by_kind(cllm_device_kind kind) {
+    for (int i = 0; i < cllm_registry_device_count(); i++) {
+        cllm_device *dev = cllm_registry_device(i);
+        if (cllm_device_kind_of(dev) == kind) return dev;
+    }
+    return NULL;
+}

@@ -1,0 +1,165 @@
+/*
+ * Backends: buffer types, buffers, devices, backends and the registry.
+ *
+ * A device (one GPU, the CPU) owns buffer types; a buffer type allocates
+ * buffers of device memory; a backend is a stream of computation on a device.
+ * Each buffer is tagged with the memory kind it holds (weights, state,
+ * compute, workspace), and every device counts the bytes it has allocated per
+ * kind, so "planned == allocated" can be checked to the byte.
+ *
+ *     cllm_device *cpu = cllm_registry_device_by_kind(CLLM_DEVICE_CPU);
+ *     cllm_backend *be;
+ *     if (cllm_device_init_backend(cpu, NULL, &be) != CLLM_OK) ...;
+ *     cllm_buffer *buf;
+ *     st = cllm_buffer_type_alloc(cllm_device_buffer_type(cpu), bytes,
+ *                                 CLLM_MEM_COMPUTE, &buf);
+ *     ... place tensors (alloc/galloc.h), cllm_tensor_set(), ...
+ *     st = cllm_backend_graph_compute(be, graph);
+ *     cllm_buffer_free(buf);
+ *     cllm_backend_free(be);
+ *
+ * Layouts and vtables are in backend-impl.h, for backend implementations.
+ */
+#ifndef CLLM_BACKEND_BACKEND_H
+#define CLLM_BACKEND_BACKEND_H
+
+#include "core/tensor.h"
+
+typedef struct cllm_buffer_type cllm_buffer_type;
+typedef struct cllm_device cllm_device;
+typedef struct cllm_backend cllm_backend;
+typedef struct cllm_backend_reg cllm_backend_reg;
+
+typedef enum cllm_device_kind {
+    CLLM_DEVICE_CPU = 0,
+    CLLM_DEVICE_GPU,
+    CLLM_DEVICE_ACCEL, /* other memory, e.g. the test device */
+    CLLM_DEVICE_KIND_COUNT
+} cllm_device_kind;
+
+const char *cllm_device_kind_str(cllm_device_kind kind);
+
+/* ---- buffer types ------------------------------------------------------ */
+
+const char *cllm_buffer_type_name(const cllm_buffer_type *buft);
+/* Alignment, in bytes, of every tensor placed in buffers of this type. */
+size_t cllm_buffer_type_alignment(const cllm_buffer_type *buft);
+/* Largest single buffer (SIZE_MAX if no limit). */
+size_t cllm_buffer_type_max_size(const cllm_buffer_type *buft);
+/* Bytes a tensor needs in this buffer type (default: cllm_nbytes). */
+size_t cllm_buffer_type_alloc_size(const cllm_buffer_type *buft, const cllm_tensor *t);
+/* True when the CPU can read and write the memory directly. */
+bool cllm_buffer_type_is_host(const cllm_buffer_type *buft);
+cllm_device *cllm_buffer_type_device(const cllm_buffer_type *buft);
+
+/*
+ * Allocates a buffer of exactly `size` bytes (0 is allowed) holding memory of
+ * `kind`, and counts it on the device. On failure returns
+ * CLLM_ERR_DEVICE_MEMORY (or CLLM_ERR_TOO_LARGE above max_size) and leaves
+ * *out untouched.
+ */
+cllm_status cllm_buffer_type_alloc(cllm_buffer_type *buft, size_t size, cllm_mem_kind kind,
+                                   cllm_buffer **out);
+
+/* ---- buffers ----------------------------------------------------------- */
+
+/*
+ * A measure-mode buffer: `size` bytes of a region that does not exist. Tensors
+ * placed in it get data pointers that must never be dereferenced; writes
+ * through cllm_tensor_set do nothing and reads give zeros. It allocates no
+ * device memory and is not counted. NULL on host OOM.
+ */
+cllm_buffer *cllm_buffer_new_measure(cllm_buffer_type *buft, size_t size);
+
+/* Frees the buffer and uncounts it on its device; NULL does nothing. */
+void cllm_buffer_free(cllm_buffer *buf);
+size_t cllm_buffer_size(const cllm_buffer *buf);
+void *cllm_buffer_base(const cllm_buffer *buf);
+cllm_mem_kind cllm_buffer_kind(const cllm_buffer *buf);
+bool cllm_buffer_is_measure(const cllm_buffer *buf);
+cllm_buffer_type *cllm_buffer_buft(const cllm_buffer *buf);
+/* Sets every byte of the buffer to `value`. */
+void cllm_buffer_clear(cllm_buffer *buf, uint8_t value);
+
+/*
+ * Places tensor `t` at byte `offset` of `buf` (sets t->buffer and t->data).
+ * Asserts that the tensor fits and that the offset is aligned. For views,
+ * use cllm_tensor_init_view once the source is placed.
+ */
+void cllm_buffer_place_tensor(cllm_buffer *buf, cllm_tensor *t, size_t offset);
+
+/* Points a view (t->view_src != NULL) at its placed source's data. */
+void cllm_tensor_init_view(cllm_tensor *t);
+
+/* Copies bytes into / out of a placed tensor's data through its buffer (the
+ * memory may be on a device). offset + size must lie within cllm_nbytes(t). */
+void cllm_tensor_set(cllm_tensor *t, const void *data, size_t offset, size_t size);
+void cllm_tensor_get(const cllm_tensor *t, void *data, size_t offset, size_t size);
+/* Convenience: the whole tensor from/to a contiguous host array. */
+void cllm_tensor_set_all(cllm_tensor *t, const void *data);
+void cllm_tensor_get_all(const cllm_tensor *t, void *data);
+
+/* ---- devices ----------------------------------------------------------- */
+
+const char *cllm_device_name(const cllm_device *dev);        /* "cpu", "cuda0", ... */
+const char *cllm_device_description(const cllm_device *dev); /* e.g. the CPU model */
+cllm_device_kind cllm_device_kind_of(const cllm_device *dev);
+/* Free and total memory in bytes, as the device reports it now. */
+void cllm_device_memory(cllm_device *dev, size_t *free_bytes, size_t *total_bytes);
+/* The default buffer type for this device's memory. */
+cllm_buffer_type *cllm_device_buffer_type(cllm_device *dev);
+/* Whether a backend of this device can compute `node` (op, types, shapes). */
+bool cllm_device_supports_op(cllm_device *dev, const cllm_tensor *node);
+/* Whether a backend of this device can use memory of `buft` directly. */
+bool cllm_device_supports_buft(cllm_device *dev, const cllm_buffer_type *buft);
+/* Bytes this device has allocated now, per memory kind (counted by
+ * cllm_buffer_type_alloc / cllm_buffer_free). Thread-safe. */
+size_t cllm_device_allocated(const cllm_device *dev, cllm_mem_kind kind);
+
+/*
+ * Creates a backend (a compute stream) on the device. `params` is a
+ * backend-specific option string or NULL for defaults (CPU: "threads=N").
+ * On failure *out is untouched.
+ */
+cllm_status cllm_device_init_backend(cllm_device *dev, const char *params, cllm_backend **out);
+
+/* ---- backends ---------------------------------------------------------- */
+
+void cllm_backend_free(cllm_backend *be);
+const char *cllm_backend_name(const cllm_backend *be);
+cllm_device *cllm_backend_device(const cllm_backend *be);
+
+/*
+ * Workspace: scratch memory the backend needs to compute a graph (declared by
+ * the backend, allocated as CLLM_MEM_WORKSPACE, never unaccounted).
+ * cllm_backend_workspace_size: bytes needed for `g` (0 if none).
+ * cllm_backend_reserve_workspace: allocates exactly the bytes `g` needs if the
+ * current workspace is smaller (call it with the worst-case graph).
+ */
+size_t cllm_backend_workspace_size(cllm_backend *be, const cllm_graph *g);
+cllm_status cllm_backend_reserve_workspace(cllm_backend *be, const cllm_graph *g);
+/* Bytes of workspace allocated now. */
+size_t cllm_backend_workspace_allocated(const cllm_backend *be);
+
+/*
+ * Computes every node of `g` in order. All tensors must be placed in real
+ * (not measure) buffers this backend can use. Reserves the workspace first if
+ * it is too small. Returns CLLM_ERR_INVALID_ARG for unplaced tensors,
+ * CLLM_ERR_UNSUPPORTED for ops the device cannot compute.
+ */
+cllm_status cllm_backend_graph_compute(cllm_backend *be, cllm_graph *g);
+
+/* Waits for queued work (no-op for synchronous backends). */
+void cllm_backend_synchronize(cllm_backend *be);
+
+/* ---- registry ---------------------------------------------------------- */
+
+/* Number of devices found (the CPU is always device 0). */
+int cllm_registry_device_count(void);
+cllm_device *cllm_registry_device(int i);
+/* The device named `name` ("cpu", ...) or NULL. */
+cllm_device *cllm_registry_device_by_name(const char *name);
+/* The first device of `kind` or NULL. */
+cllm_device *cllm_registry_device_by_kind(cllm_device_kind kind);
+
+#endif /* CLLM_BACKEND_BACKEND_H */

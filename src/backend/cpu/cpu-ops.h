@@ -1,0 +1,39 @@
+/*
+ * CPU kernels: the interface between the CPU backend (cpu.c, which walks the
+ * graph on the thread pool) and the kernels (one op family per ops-*.c file).
+ *
+ * Every kernel computes `dst` from dst->src[] for the share of the work of
+ * thread `ith` out of `nth`: all threads call it with the same dst, and a
+ * barrier separates consecutive nodes. Kernels read their inputs through
+ * nb[] strides (inputs may be non-contiguous views), and write dst through
+ * its own strides (cpy writes into views).
+ */
+#ifndef CLLM_BACKEND_CPU_OPS_H
+#define CLLM_BACKEND_CPU_OPS_H
+
+#include "core/tensor.h"
+
+typedef struct cllm_cpu_params {
+    int ith;      /* this thread, 0 <= ith < nth */
+    int nth;      /* threads working on the node */
+    void *wdata;  /* the backend workspace (shared by all threads) */
+    size_t wsize; /* its size in bytes, >= cllm_cpu_op_workspace(dst, nth) */
+} cllm_cpu_params;
+
+/* Whether the CPU kernels can compute `node` (op and types). */
+bool cllm_cpu_supports_op(const cllm_tensor *node);
+
+/* Workspace bytes `node` needs when computed by `n_threads` threads. */
+size_t cllm_cpu_op_workspace(const cllm_tensor *node, int n_threads);
+
+/* Computes this thread's share of `node`. Must be supported. */
+void cllm_cpu_compute_forward(const cllm_cpu_params *params, cllm_tensor *node);
+
+/* Rows [*start, *end) of `n` for thread ith of nth, split evenly. */
+static inline void cllm_cpu_split(int64_t n, int ith, int nth, int64_t *start, int64_t *end) {
+    const int64_t per = (n + nth - 1) / nth;
+    *start = CLLM_MIN(per * ith, n);
+    *end = CLLM_MIN(*start + per, n);
+}
+
+#endif /* CLLM_BACKEND_CPU_OPS_H */

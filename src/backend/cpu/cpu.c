@@ -1,0 +1,372 @@
+/* The CPU backend: host buffers, the device, and graph compute on the thread
+ * pool. The kernels live in ops-*.c (see cpu-ops.h). */
+#include "backend/cpu/cpu.h"
+#include "backend/backend-impl.h"
+#include "backend/cpu/cpu-ops.h"
+#include "backend/cpu/threadpool.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* ---- buffers ----------------------------------------------------------- */
+
+typedef struct cpu_buffer_ctx {
+    void *data;
+    bool owned;
+} cpu_buffer_ctx;
+
+static void cpu_buffer_free(cllm_buffer *buf) {
+    cpu_buffer_ctx *ctx = buf->context;
+    if (ctx->owned) free(ctx->data);
+    free(ctx);
+}
+
+static void *cpu_buffer_get_base(const cllm_buffer *buf) {
+    const cpu_buffer_ctx *ctx = buf->context;
+    /* a zero-sized buffer still has a valid, aligned, never-dereferenced base */
+    return ctx->data ? ctx->data : (void *)(uintptr_t)CLLM_CPU_ALIGNMENT;
+}
+
+static void cpu_buffer_set_tensor(cllm_buffer *buf, cllm_tensor *t, const void *data,
+                                  size_t offset, size_t size) {
+    CLLM_UNUSED(buf);
+    memcpy((char *)t->data + offset, data, size);
+}
+
+static void cpu_buffer_get_tensor(cllm_buffer *buf, const cllm_tensor *t, void *data,
+                                  size_t offset, size_t size) {
+    CLLM_UNUSED(buf);
+    memcpy(data, (const char *)t->data + offset, size);
+}
+
+static void cpu_buffer_clear(cllm_buffer *buf, uint8_t value) {
+    cpu_buffer_ctx *ctx = buf->context;
+    if (ctx->data) memset(ctx->data, value, buf->size);
+}
+
+static const struct cllm_buffer_i k_cpu_buffer_iface = {
+    .free_buffer = cpu_buffer_free,
+    .get_base = cpu_buffer_get_base,
+    .init_tensor = NULL, /* host memory needs no per-tensor set-up */
+    .set_tensor = cpu_buffer_set_tensor,
+    .get_tensor = cpu_buffer_get_tensor,
+    .clear = cpu_buffer_clear,
+};
+
+static cllm_status wrap_buffer(cllm_buffer_type *buft, void *data, size_t size, bool owned,
+                               cllm_buffer **out) {
+    cpu_buffer_ctx *ctx = malloc(sizeof(*ctx));
+    cllm_buffer *buf = ctx ? cllm_buffer_init(buft, k_cpu_buffer_iface, ctx, size) : NULL;
+    if (!buf) {
+        free(ctx);
+        return cllm_error(CLLM_ERR_NOMEM, "cpu: out of host memory for a buffer descriptor");
+    }
+    ctx->data = data;
+    ctx->owned = owned;
+    *out = buf;
+    return CLLM_OK;
+}
+
+static const char *cpu_buft_get_name(const cllm_buffer_type *buft) {
+    CLLM_UNUSED(buft);
+    return "cpu";
+}
+
+static cllm_status cpu_buft_alloc(cllm_buffer_type *buft, size_t size, cllm_buffer **out) {
+    void *data = NULL;
+    if (size > 0) {
+        /* posix_memalign, not aligned_alloc: size need not be a multiple */
+        if (posix_memalign(&data, CLLM_CPU_ALIGNMENT, size) != 0) {
+            return cllm_error(CLLM_ERR_DEVICE_MEMORY, "cpu: cannot allocate a %zu-byte buffer",
+                              size);
+        }
+    }
+    cllm_status st = wrap_buffer(buft, data, size, true, out);
+    if (st != CLLM_OK) free(data);
+    return st;
+}
+
+static size_t cpu_buft_get_alignment(const cllm_buffer_type *buft) {
+    CLLM_UNUSED(buft);
+    return CLLM_CPU_ALIGNMENT;
+}
+
+static bool cpu_buft_is_host(const cllm_buffer_type *buft) {
+    CLLM_UNUSED(buft);
+    return true;
+}
+
+static cllm_device g_cpu_device;
+
+static cllm_buffer_type g_cpu_buft = {
+    .iface =
+        {
+            .get_name = cpu_buft_get_name,
+            .alloc_buffer = cpu_buft_alloc,
+            .get_alignment = cpu_buft_get_alignment,
+            .get_max_size = NULL,   /* no limit but the host's memory */
+            .get_alloc_size = NULL, /* tensors take exactly their bytes */
+            .is_host = cpu_buft_is_host,
+        },
+    .device = &g_cpu_device,
+    .context = NULL,
+};
+
+cllm_buffer_type *cllm_cpu_buffer_type(void) { return &g_cpu_buft; }
+
+cllm_status cllm_cpu_buffer_from_ptr(void *ptr, size_t size, cllm_mem_kind kind,
+                                     cllm_buffer **out) {
+    CLLM_ASSERT((unsigned)kind < CLLM_MEM_COUNT);
+    cllm_buffer *buf = NULL;
+    cllm_status st = wrap_buffer(&g_cpu_buft, ptr, size, false, &buf);
+    if (st != CLLM_OK) return st;
+    buf->kind = kind;
+    atomic_fetch_add(&g_cpu_device.allocated[kind], size);
+    *out = buf;
+    return CLLM_OK;
+}
+
+/* ---- backend ----------------------------------------------------------- */
+
+typedef struct cpu_backend_ctx {
+    int n_threads;
+    cllm_threadpool *pool;
+    /* the graph being computed, shared with the pool's threads */
+    cllm_graph *graph;
+    void *wdata;
+    size_t wsize;
+} cpu_backend_ctx;
+
+static const char *cpu_backend_get_name(const cllm_backend *be) {
+    CLLM_UNUSED(be);
+    return "cpu";
+}
+
+static void cpu_backend_free(cllm_backend *be) {
+    cpu_backend_ctx *ctx = be->context;
+    cllm_threadpool_free(ctx->pool);
+    free(ctx);
+    free(be);
+}
+
+static size_t cpu_backend_workspace_size(cllm_backend *be, const cllm_graph *g) {
+    const cpu_backend_ctx *ctx = be->context;
+    size_t size = 0;
+    for (int i = 0; i < g->n_nodes; i++) {
+        size = CLLM_MAX(size, cllm_cpu_op_workspace(g->nodes[i], ctx->n_threads));
+    }
+    return size;
+}
+
+static bool node_has_work(const cllm_tensor *t) {
+    return t->op != CLLM_OP_NONE && !cllm_op_is_view(t->op) && cllm_nelements(t) > 0;
+}
+
+/* Every thread walks the whole graph; a barrier separates nodes with work. */
+static void compute_job(int ith, int nth, void *arg) {
+    cpu_backend_ctx *ctx = arg;
+    const cllm_cpu_params params = {
+        .ith = ith, .nth = nth, .wdata = ctx->wdata, .wsize = ctx->wsize};
+    cllm_graph *g = ctx->graph;
+    for (int i = 0; i < g->n_nodes; i++) {
+        cllm_tensor *node = g->nodes[i];
+        if (!node_has_work(node)) continue;
+        cllm_cpu_compute_forward(&params, node);
+        cllm_threadpool_barrier(ctx->pool);
+    }
+}
+
+static cllm_status cpu_backend_graph_compute(cllm_backend *be, cllm_graph *g) {
+    cpu_backend_ctx *ctx = be->context;
+    for (int i = 0; i < g->n_nodes; i++) {
+        const cllm_tensor *node = g->nodes[i];
+        if (node_has_work(node) && !cllm_cpu_supports_op(node)) {
+            return cllm_error(CLLM_ERR_UNSUPPORTED, "cpu: cannot compute %s (%s) of type %s",
+                              node->name, cllm_op_name(node->op), cllm_type_name(node->type));
+        }
+        for (int j = 0; j < CLLM_MAX_SRC; j++) {
+            if (node->src[j] && !cllm_buffer_type_is_host(cllm_buffer_buft(node->src[j]->buffer))) {
+                return cllm_error(CLLM_ERR_INVALID_ARG, "cpu: input %s of %s is not in host memory",
+                                  node->src[j]->name, node->name);
+            }
+        }
+    }
+    ctx->graph = g;
+    ctx->wdata = be->workspace ? cllm_buffer_base(be->workspace) : NULL;
+    ctx->wsize = cllm_backend_workspace_allocated(be);
+    cllm_threadpool_run(ctx->pool, compute_job, ctx);
+    ctx->graph = NULL;
+    return CLLM_OK;
+}
+
+static const struct cllm_backend_i k_cpu_backend_iface = {
+    .get_name = cpu_backend_get_name,
+    .free = cpu_backend_free,
+    .get_workspace_size = cpu_backend_workspace_size,
+    .graph_compute = cpu_backend_graph_compute,
+    .synchronize = NULL, /* compute is synchronous */
+};
+
+cllm_status cllm_backend_cpu_new(int n_threads, cllm_backend **out) {
+    if (n_threads < 0 || n_threads > 1024) {
+        return cllm_error(CLLM_ERR_INVALID_ARG, "cpu: %d threads", n_threads);
+    }
+    if (n_threads == 0) n_threads = cllm_physical_cores();
+    cllm_backend *be = calloc(1, sizeof(*be));
+    cpu_backend_ctx *ctx = calloc(1, sizeof(*ctx));
+    if (!be || !ctx) goto fail;
+    ctx->n_threads = n_threads;
+    ctx->pool = cllm_threadpool_new(n_threads);
+    if (!ctx->pool) goto fail;
+    be->iface = k_cpu_backend_iface;
+    be->device = &g_cpu_device;
+    be->context = ctx;
+    *out = be;
+    return CLLM_OK;
+fail:
+    free(ctx);
+    free(be);
+    return cllm_error(CLLM_ERR_NOMEM, "cpu: cannot create a backend with %d threads", n_threads);
+}
+
+int cllm_backend_cpu_n_threads(const cllm_backend *be) {
+    return ((const cpu_backend_ctx *)be->context)->n_threads;
+}
+
+/* ---- device ------------------------------------------------------------ */
+
+static const char *cpu_dev_get_name(const cllm_device *dev) {
+    CLLM_UNUSED(dev);
+    return "cpu";
+}
+
+static const char *cpu_dev_get_description(const cllm_device *dev) {
+    CLLM_UNUSED(dev);
+    static char desc[128];
+    if (desc[0]) return desc;
+    snprintf(desc, sizeof(desc), "CPU");
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    if (!f) return desc;
+    char line[256];
+    while (fgets(line, sizeof(line), f)) {
+        if (strncmp(line, "model name", 10) == 0) {
+            const char *colon = strchr(line, ':');
+            if (colon) {
+                snprintf(desc, sizeof(desc), "%s", colon + 2);
+                desc[strcspn(desc, "\n")] = 0;
+            }
+            break;
+        }
+    }
+    fclose(f);
+    return desc;
+}
+
+static void cpu_dev_get_memory(cllm_device *dev, size_t *free_bytes, size_t *total_bytes) {
+    CLLM_UNUSED(dev);
+    const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    size_t total = pages > 0 && page > 0 ? (size_t)pages * (size_t)page : 0;
+    size_t avail = 0;
+    FILE *f = fopen("/proc/meminfo", "r");
+    if (f) {
+        char line[256];
+        while (fgets(line, sizeof(line), f)) {
+            unsigned long long kb;
+            if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1) {
+                avail = (size_t)kb * 1024;
+                break;
+            }
+        }
+        fclose(f);
+    }
+    if (!avail) {
+        const long av = sysconf(_SC_AVPHYS_PAGES);
+        avail = av > 0 && page > 0 ? (size_t)av * (size_t)page : total;
+    }
+    *free_bytes = avail;
+    *total_bytes = total;
+}
+
+static cllm_device_kind cpu_dev_get_kind(const cllm_device *dev) {
+    CLLM_UNUSED(dev);
+    return CLLM_DEVICE_CPU;
+}
+
+static cllm_buffer_type *cpu_dev_get_buffer_type(cllm_device *dev) {
+    CLLM_UNUSED(dev);
+    return &g_cpu_buft;
+}
+
+static bool cpu_dev_supports_op(cllm_device *dev, const cllm_tensor *node) {
+    CLLM_UNUSED(dev);
+    return cllm_cpu_supports_op(node);
+}
+
+static bool cpu_dev_supports_buft(cllm_device *dev, const cllm_buffer_type *buft) {
+    CLLM_UNUSED(dev);
+    return cllm_buffer_type_is_host(buft);
+}
+
+static cllm_status cpu_dev_init_backend(cllm_device *dev, const char *params, cllm_backend **out) {
+    CLLM_UNUSED(dev);
+    int n_threads = 0;
+    if (params && *params) {
+        char extra;
+        if (sscanf(params, "threads=%d%c", &n_threads, &extra) != 1) {
+            return cllm_error(CLLM_ERR_INVALID_ARG, "cpu: bad backend parameters \"%s\"", params);
+        }
+    }
+    return cllm_backend_cpu_new(n_threads, out);
+}
+
+static cllm_device g_cpu_device = {
+    .iface =
+        {
+            .get_name = cpu_dev_get_name,
+            .get_description = cpu_dev_get_description,
+            .get_memory = cpu_dev_get_memory,
+            .get_kind = cpu_dev_get_kind,
+            .get_buffer_type = cpu_dev_get_buffer_type,
+            .supports_op = cpu_dev_supports_op,
+            .supports_buft = cpu_dev_supports_buft,
+            .init_backend = cpu_dev_init_backend,
+        },
+    .reg = NULL,
+    .context = NULL,
+};
+
+cllm_device *cllm_cpu_device(void) { return &g_cpu_device; }
+
+/* ---- registry ---------------------------------------------------------- */
+
+static const char *cpu_reg_get_name(const cllm_backend_reg *reg) {
+    CLLM_UNUSED(reg);
+    return "cpu";
+}
+
+static int cpu_reg_get_device_count(const cllm_backend_reg *reg) {
+    CLLM_UNUSED(reg);
+    return 1;
+}
+
+static cllm_device *cpu_reg_get_device(cllm_backend_reg *reg, int i) {
+    CLLM_UNUSED(reg);
+    return i == 0 ? &g_cpu_device : NULL;
+}
+
+static cllm_backend_reg g_cpu_reg = {
+    .iface =
+        {
+            .get_name = cpu_reg_get_name,
+            .get_device_count = cpu_reg_get_device_count,
+            .get_device = cpu_reg_get_device,
+        },
+    .context = NULL,
+};
+
+cllm_backend_reg *cllm_cpu_reg(void) {
+    g_cpu_device.reg = &g_cpu_reg;
+    return &g_cpu_reg;
+}

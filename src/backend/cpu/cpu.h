@@ -1,0 +1,34 @@
+/*
+ * The CPU backend: always present, device name "cpu".
+ *
+ *     cllm_backend *be;
+ *     cllm_status st = cllm_backend_cpu_new(4, &be);      // 4 threads (0: physical cores)
+ *     st = cllm_backend_graph_compute(be, graph);
+ *     cllm_backend_free(be);
+ */
+#ifndef CLLM_BACKEND_CPU_H
+#define CLLM_BACKEND_CPU_H
+
+#include "backend/backend.h"
+
+/* A CPU backend computing with n_threads threads (0: one per physical core). */
+cllm_status cllm_backend_cpu_new(int n_threads, cllm_backend **out);
+int cllm_backend_cpu_n_threads(const cllm_backend *be);
+
+/* The CPU device (also device 0 of the registry). */
+cllm_device *cllm_cpu_device(void);
+
+/* The CPU's buffer type: host memory aligned to CLLM_CPU_ALIGNMENT. */
+cllm_buffer_type *cllm_cpu_buffer_type(void);
+#define CLLM_CPU_ALIGNMENT 64
+
+/*
+ * Wraps `size` bytes at `ptr` (e.g. a mapped file) as a CPU buffer of `kind`
+ * that does not own them: freeing the buffer leaves the memory alone. The
+ * bytes are counted on the CPU device like an allocation. ptr must be aligned
+ * to CLLM_CPU_ALIGNMENT for tensors placed at aligned offsets.
+ */
+cllm_status cllm_cpu_buffer_from_ptr(void *ptr, size_t size, cllm_mem_kind kind,
+                                     cllm_buffer **out);
+
+#endif /* CLLM_BACKEND_CPU_H */

@@ -38,14 +38,14 @@ extern "C" {
 /* Status codes. CLLM_OK is zero; everything else is an error. */
 typedef enum cllm_status {
     CLLM_OK = 0,
-    CLLM_ERR_NOMEM,          /* a host allocation failed */
-    CLLM_ERR_DEVICE_MEMORY,  /* a device buffer allocation failed */
-    CLLM_ERR_IO,             /* reading or writing a file failed */
-    CLLM_ERR_FORMAT,         /* malformed input (file contents, text) */
-    CLLM_ERR_UNSUPPORTED,    /* valid input the library cannot handle */
-    CLLM_ERR_INVALID_ARG,    /* an argument out of its documented range */
-    CLLM_ERR_TOO_LARGE,      /* a size exceeds a budget, limit or buffer */
-    CLLM_ERR_BACKEND,        /* a backend failed to compute */
+    CLLM_ERR_NOMEM,         /* a host allocation failed */
+    CLLM_ERR_DEVICE_MEMORY, /* a device buffer allocation failed */
+    CLLM_ERR_IO,            /* reading or writing a file failed */
+    CLLM_ERR_FORMAT,        /* malformed input (file contents, text) */
+    CLLM_ERR_UNSUPPORTED,   /* valid input the library cannot handle */
+    CLLM_ERR_INVALID_ARG,   /* an argument out of its documented range */
+    CLLM_ERR_TOO_LARGE,     /* a size exceeds a budget, limit or buffer */
+    CLLM_ERR_BACKEND,       /* a backend failed to compute */
     CLLM_STATUS_COUNT
 } cllm_status;
 

@@ -32,7 +32,6 @@ cllm_status cllm_layout_alloc(cllm_context *ctx, cllm_buffer_type *buft, cllm_me
 
 /* As cllm_layout_alloc, into a measure-mode buffer: tensors get pointers into
  * a region that does not exist; no device memory is allocated. */
-cllm_status cllm_layout_measure_place(cllm_context *ctx, cllm_buffer_type *buft,
-                                      cllm_buffer **out);
+cllm_status cllm_layout_measure_place(cllm_context *ctx, cllm_buffer_type *buft, cllm_buffer **out);
 
 #endif /* CLLM_ALLOC_LAYOUT_H */

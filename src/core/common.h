@@ -20,8 +20,7 @@
 #endif
 
 /* Prints "file:line: message" to stderr and aborts. For broken invariants only. */
-CLLM_NORETURN void cllm_abort(const char *file, int line, const char *fmt, ...)
-    CLLM_PRINTF(3, 4);
+CLLM_NORETURN void cllm_abort(const char *file, int line, const char *fmt, ...) CLLM_PRINTF(3, 4);
 
 /* Always on, also in release builds. */
 #define CLLM_ASSERT(cond)                                                                          \
@@ -35,9 +34,9 @@ CLLM_NORETURN void cllm_abort(const char *file, int line, const char *fmt, ...)
         if (!(cond)) cllm_abort(__FILE__, __LINE__, __VA_ARGS__);                                  \
     } while (0)
 
-#define CLLM_UNUSED(x) (void)(x)
-#define CLLM_MIN(a, b) ((a) < (b) ? (a) : (b))
-#define CLLM_MAX(a, b) ((a) > (b) ? (a) : (b))
+#define CLLM_UNUSED(x)     (void)(x)
+#define CLLM_MIN(a, b)     ((a) < (b) ? (a) : (b))
+#define CLLM_MAX(a, b)     ((a) > (b) ? (a) : (b))
 #define CLLM_ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
 
 /* Logs one line at `level` through the log callback. */

@@ -13,15 +13,24 @@ struct cllm_context {
 };
 
 static const char *const k_op_names[] = {
-    [CLLM_OP_NONE] = "none",         [CLLM_OP_ADD] = "add",
-    [CLLM_OP_MUL] = "mul",           [CLLM_OP_SCALE] = "scale",
-    [CLLM_OP_SILU] = "silu",         [CLLM_OP_GELU] = "gelu",
-    [CLLM_OP_CPY] = "cpy",           [CLLM_OP_CONT] = "cont",
-    [CLLM_OP_GET_ROWS] = "get_rows", [CLLM_OP_RMS_NORM] = "rms_norm",
-    [CLLM_OP_NORM] = "norm",         [CLLM_OP_SOFT_MAX] = "soft_max",
-    [CLLM_OP_ROPE] = "rope",         [CLLM_OP_MUL_MAT] = "mul_mat",
-    [CLLM_OP_ATTN] = "attn",         [CLLM_OP_VIEW] = "view",
-    [CLLM_OP_RESHAPE] = "reshape",   [CLLM_OP_PERMUTE] = "permute",
+    [CLLM_OP_NONE] = "none",
+    [CLLM_OP_ADD] = "add",
+    [CLLM_OP_MUL] = "mul",
+    [CLLM_OP_SCALE] = "scale",
+    [CLLM_OP_SILU] = "silu",
+    [CLLM_OP_GELU] = "gelu",
+    [CLLM_OP_CPY] = "cpy",
+    [CLLM_OP_CONT] = "cont",
+    [CLLM_OP_GET_ROWS] = "get_rows",
+    [CLLM_OP_RMS_NORM] = "rms_norm",
+    [CLLM_OP_NORM] = "norm",
+    [CLLM_OP_SOFT_MAX] = "soft_max",
+    [CLLM_OP_ROPE] = "rope",
+    [CLLM_OP_MUL_MAT] = "mul_mat",
+    [CLLM_OP_ATTN] = "attn",
+    [CLLM_OP_VIEW] = "view",
+    [CLLM_OP_RESHAPE] = "reshape",
+    [CLLM_OP_PERMUTE] = "permute",
     [CLLM_OP_TRANSPOSE] = "transpose",
 };
 _Static_assert(CLLM_ARRAY_SIZE(k_op_names) == CLLM_OP_COUNT, "one name per op");
@@ -50,9 +59,13 @@ cllm_context *cllm_context_new(int max_tensors) {
     return ctx;
 }
 
-void cllm_context_free(cllm_context *ctx) { free(ctx); }
+void cllm_context_free(cllm_context *ctx) {
+    free(ctx);
+}
 
-int cllm_context_n_tensors(const cllm_context *ctx) { return ctx->n_tensors; }
+int cllm_context_n_tensors(const cllm_context *ctx) {
+    return ctx->n_tensors;
+}
 
 cllm_tensor *cllm_context_tensor(cllm_context *ctx, int i) {
     CLLM_ASSERT(i >= 0 && i < ctx->n_tensors);
@@ -93,8 +106,9 @@ cllm_tensor *cllm_tensor_new(cllm_context *ctx, cllm_type type, int n_dims, cons
         t->ne[i] = i < n_dims ? ne[i] : 1;
         CLLM_ASSERTF(t->ne[i] >= 0, "negative dimension %d: %lld", i, (long long)t->ne[i]);
     }
-    CLLM_ASSERTF(t->ne[0] % tt->blck_size == 0, "%s row of %lld elements is not whole blocks of %lld",
-                 tt->name, (long long)t->ne[0], (long long)tt->blck_size);
+    CLLM_ASSERTF(t->ne[0] % tt->blck_size == 0,
+                 "%s row of %lld elements is not whole blocks of %lld", tt->name,
+                 (long long)t->ne[0], (long long)tt->blck_size);
     set_contiguous_strides(t);
     return t;
 }
@@ -122,11 +136,19 @@ cllm_tensor *cllm_tensor_set_name(cllm_tensor *t, const char *fmt, ...) {
     return t;
 }
 
-void cllm_tensor_set_input(cllm_tensor *t) { t->flags |= CLLM_TENSOR_FLAG_INPUT; }
-void cllm_tensor_set_output(cllm_tensor *t) { t->flags |= CLLM_TENSOR_FLAG_OUTPUT; }
+void cllm_tensor_set_input(cllm_tensor *t) {
+    t->flags |= CLLM_TENSOR_FLAG_INPUT;
+}
+void cllm_tensor_set_output(cllm_tensor *t) {
+    t->flags |= CLLM_TENSOR_FLAG_OUTPUT;
+}
 
-int64_t cllm_nelements(const cllm_tensor *t) { return t->ne[0] * t->ne[1] * t->ne[2] * t->ne[3]; }
-int64_t cllm_nrows(const cllm_tensor *t) { return t->ne[1] * t->ne[2] * t->ne[3]; }
+int64_t cllm_nelements(const cllm_tensor *t) {
+    return t->ne[0] * t->ne[1] * t->ne[2] * t->ne[3];
+}
+int64_t cllm_nrows(const cllm_tensor *t) {
+    return t->ne[1] * t->ne[2] * t->ne[3];
+}
 
 size_t cllm_nbytes(const cllm_tensor *t) {
     for (int i = 0; i < CLLM_MAX_DIMS; i++) {
@@ -192,7 +214,9 @@ const char *cllm_shape_str(const cllm_tensor *t, char *buf, size_t size) {
 typedef char shape_buf[96];
 #define SHAPE(t, b) cllm_shape_str((t), (b), sizeof(b))
 
-static void set_param_f32(cllm_tensor *t, int i, float v) { memcpy(&t->op_params[i], &v, sizeof(v)); }
+static void set_param_f32(cllm_tensor *t, int i, float v) {
+    memcpy(&t->op_params[i], &v, sizeof(v));
+}
 
 /* A new contiguous tensor of `type` and shape `ne`, computed by `op` from a. */
 static cllm_tensor *new_result(cllm_context *ctx, cllm_op op, cllm_type type, const int64_t *ne,
@@ -267,7 +291,8 @@ cllm_tensor *cllm_reshape_4d(cllm_context *ctx, cllm_tensor *a, int64_t ne0, int
                  "reshape of %s to [%lld, %lld, %lld, %lld]: element counts differ", SHAPE(a, sa),
                  (long long)ne0, (long long)ne1, (long long)ne2, (long long)ne3);
     const cllm_type_traits *tt = cllm_type_traits_of(a->type);
-    CLLM_ASSERTF(ne0 % tt->blck_size == 0, "reshape row of %lld is not whole blocks", (long long)ne0);
+    CLLM_ASSERTF(ne0 % tt->blck_size == 0, "reshape row of %lld is not whole blocks",
+                 (long long)ne0);
     size_t nb[4];
     nb[0] = tt->type_size;
     nb[1] = nb[0] * (size_t)(ne0 / tt->blck_size);
@@ -309,7 +334,10 @@ cllm_tensor *cllm_permute(cllm_context *ctx, cllm_tensor *a, int axis0, int axis
 }
 
 cllm_tensor *cllm_transpose(cllm_context *ctx, cllm_tensor *a) {
-    return cllm_permute(ctx, a, 1, 0, 2, 3);
+    cllm_tensor *t = cllm_permute(ctx, a, 1, 0, 2, 3);
+    t->op = CLLM_OP_TRANSPOSE;
+    cllm_tensor_set_name(t, "%s (%s)", a->name, cllm_op_name(t->op));
+    return t;
 }
 
 /* ---- ops --------------------------------------------------------------- */
@@ -344,9 +372,13 @@ cllm_tensor *cllm_scale(cllm_context *ctx, cllm_tensor *a, float s) {
     return t;
 }
 
-cllm_tensor *cllm_silu(cllm_context *ctx, cllm_tensor *a) { return unary_op(ctx, CLLM_OP_SILU, a); }
+cllm_tensor *cllm_silu(cllm_context *ctx, cllm_tensor *a) {
+    return unary_op(ctx, CLLM_OP_SILU, a);
+}
 
-cllm_tensor *cllm_gelu(cllm_context *ctx, cllm_tensor *a) { return unary_op(ctx, CLLM_OP_GELU, a); }
+cllm_tensor *cllm_gelu(cllm_context *ctx, cllm_tensor *a) {
+    return unary_op(ctx, CLLM_OP_GELU, a);
+}
 
 cllm_tensor *cllm_cpy(cllm_context *ctx, cllm_tensor *a, cllm_tensor *b) {
     shape_buf sa, sb;

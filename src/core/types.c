@@ -56,12 +56,21 @@ cllm_fp16 cllm_fp32_to_fp16(float f) {
     return (cllm_fp16)(sign | r);
 }
 
-float cllm_bf16_to_fp32(cllm_bf16 h) { return bits_f32((uint32_t)h << 16); }
+float cllm_bf16_to_fp32(cllm_bf16 h) {
+    return bits_f32((uint32_t)h << 16);
+}
 
 cllm_bf16 cllm_fp32_to_bf16(float f) {
     const uint32_t x = f32_bits(f);
     if ((x & 0x7fffffffu) > 0x7f800000u) return (cllm_bf16)((x >> 16) | 0x40u); /* quiet nan */
     return (cllm_bf16)((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
+}
+
+static void f32_vec_dot(int64_t n, float *out, const void *x, const void *y) {
+    const float *a = x, *b = y;
+    double sum = 0.0;
+    for (int64_t i = 0; i < n; i++) sum += (double)a[i] * (double)b[i];
+    *out = (float)sum;
 }
 
 static void f32_to_float(const void *src, float *dst, int64_t n) {
@@ -92,7 +101,8 @@ static void bf16_from_float(const float *src, void *dst, int64_t n) {
 /* Block layouts follow the GGUF/ggml file format. Quantized arithmetic is
  * joins this table as each type's kernels are written. */
 static const cllm_type_traits g_traits[CLLM_TYPE_COUNT] = {
-    [CLLM_TYPE_F32] = {"f32", 1, 4, false, f32_to_float, f32_from_float},
+    [CLLM_TYPE_F32] = {"f32", 1, 4, false, f32_to_float, f32_from_float, f32_vec_dot,
+                       CLLM_TYPE_F32},
     [CLLM_TYPE_F16] = {"f16", 1, 2, false, f16_to_float, f16_from_float},
     [CLLM_TYPE_Q4_0] = {"q4_0", 32, 2 + 16, true, NULL, NULL},
     [CLLM_TYPE_Q4_1] = {"q4_1", 32, 2 + 2 + 16, true, NULL, NULL},
@@ -111,8 +121,8 @@ static const cllm_type_traits g_traits[CLLM_TYPE_COUNT] = {
     [CLLM_TYPE_IQ3_XXS] = {"iq3_xxs", QK_K, 2 + 3 * QK_K / 8, true, NULL, NULL},
     [CLLM_TYPE_IQ1_S] = {"iq1_s", QK_K, 2 + QK_K / 8 + QK_K / 16, true, NULL, NULL},
     [CLLM_TYPE_IQ4_NL] = {"iq4_nl", 32, 2 + 16, true, NULL, NULL},
-    [CLLM_TYPE_IQ3_S] = {"iq3_s", QK_K, 2 + QK_K / 4 + QK_K / 32 + QK_K / 8 + QK_K / 64, true,
-                         NULL, NULL},
+    [CLLM_TYPE_IQ3_S] = {"iq3_s", QK_K, 2 + QK_K / 4 + QK_K / 32 + QK_K / 8 + QK_K / 64, true, NULL,
+                         NULL},
     [CLLM_TYPE_IQ2_S] = {"iq2_s", QK_K, 2 + QK_K / 4 + QK_K / 32 + QK_K / 32, true, NULL, NULL},
     [CLLM_TYPE_IQ4_XS] = {"iq4_xs", QK_K, 2 + 2 + QK_K / 64 + QK_K / 2, true, NULL, NULL},
     [CLLM_TYPE_I8] = {"i8", 1, 1, false, NULL, NULL},
@@ -122,7 +132,8 @@ static const cllm_type_traits g_traits[CLLM_TYPE_COUNT] = {
     [CLLM_TYPE_F64] = {"f64", 1, 8, false, NULL, NULL},
     [CLLM_TYPE_IQ1_M] = {"iq1_m", QK_K, QK_K / 8 + QK_K / 16 + QK_K / 32, true, NULL, NULL},
     [CLLM_TYPE_BF16] = {"bf16", 1, 2, false, bf16_to_float, bf16_from_float},
-    [CLLM_TYPE_TQ1_0] = {"tq1_0", QK_K, (QK_K - 4 * QK_K / 64) / 5 + QK_K / 64 + 2, true, NULL, NULL},
+    [CLLM_TYPE_TQ1_0] = {"tq1_0", QK_K, (QK_K - 4 * QK_K / 64) / 5 + QK_K / 64 + 2, true, NULL,
+                         NULL},
     [CLLM_TYPE_TQ2_0] = {"tq2_0", QK_K, 2 + QK_K / 4, true, NULL, NULL},
     [CLLM_TYPE_MXFP4] = {"mxfp4", 32, 1 + 16, true, NULL, NULL},
 };
@@ -145,7 +156,7 @@ const char *cllm_type_name(cllm_type type) {
 size_t cllm_row_size(cllm_type type, int64_t ne0) {
     const cllm_type_traits *tt = cllm_type_traits_of(type);
     CLLM_ASSERTF(tt != NULL, "row size of invalid type %d", (int)type);
-    CLLM_ASSERTF(ne0 >= 0 && ne0 % tt->blck_size == 0, "row of %lld %s elements is not whole blocks",
-                 (long long)ne0, tt->name);
+    CLLM_ASSERTF(ne0 >= 0 && ne0 % tt->blck_size == 0,
+                 "row of %lld %s elements is not whole blocks", (long long)ne0, tt->name);
     return (size_t)(ne0 / tt->blck_size) * tt->type_size;
 }

@@ -62,13 +62,19 @@ typedef void (*cllm_to_float_fn)(const void *src, float *dst, int64_t n);
 /* Converts n floats (n a multiple of blck_size) to a row of the type. */
 typedef void (*cllm_from_float_fn)(const float *src, void *dst, int64_t n);
 
+/* *out = dot(x, y) over n elements: x a row of this type, y a row of its
+ * vec_dot_type (activations converted to it with that type's from_float). */
+typedef void (*cllm_vec_dot_fn)(int64_t n, float *out, const void *x, const void *y);
+
 typedef struct cllm_type_traits {
-    const char *name;             /* "f32", "q4_0", ... ; NULL: not a valid type id */
-    int64_t blck_size;            /* elements per block (1 for plain types) */
-    size_t type_size;             /* bytes per block */
+    const char *name;  /* "f32", "q4_0", ... ; NULL: not a valid type id */
+    int64_t blck_size; /* elements per block (1 for plain types) */
+    size_t type_size;  /* bytes per block */
     bool is_quantized;
-    cllm_to_float_fn to_float;    /* NULL: arithmetic not implemented */
+    cllm_to_float_fn to_float;     /* NULL: arithmetic not implemented */
     cllm_from_float_fn from_float; /* NULL: cannot be written from float */
+    cllm_vec_dot_fn vec_dot;       /* NULL: no direct dot product (dequantize instead) */
+    cllm_type vec_dot_type;        /* the type of the other operand of vec_dot */
 } cllm_type_traits;
 
 /* Traits of `type`; NULL when `type` is not a valid type id (e.g. from a file). */

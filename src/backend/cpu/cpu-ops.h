@@ -11,6 +11,7 @@
 #ifndef CLLM_BACKEND_CPU_OPS_H
 #define CLLM_BACKEND_CPU_OPS_H
 
+#include "backend/cpu/threadpool.h"
 #include "core/tensor.h"
 
 typedef struct cllm_cpu_params {
@@ -18,6 +19,9 @@ typedef struct cllm_cpu_params {
     int nth;      /* threads working on the node */
     void *wdata;  /* the backend workspace (shared by all threads) */
     size_t wsize; /* its size in bytes, >= cllm_cpu_op_workspace(dst, nth) */
+    /* for kernels that work in phases (e.g. convert the activations, then
+     * multiply): cllm_threadpool_barrier(pool) waits for all nth threads */
+    cllm_threadpool *pool;
 } cllm_cpu_params;
 
 /* Whether the CPU kernels can compute `node` (op and types). */

@@ -29,14 +29,14 @@ static void *cpu_buffer_get_base(const cllm_buffer *buf) {
     return ctx->data ? ctx->data : (void *)(uintptr_t)CLLM_CPU_ALIGNMENT;
 }
 
-static void cpu_buffer_set_tensor(cllm_buffer *buf, cllm_tensor *t, const void *data,
-                                  size_t offset, size_t size) {
+static void cpu_buffer_set_tensor(cllm_buffer *buf, cllm_tensor *t, const void *data, size_t offset,
+                                  size_t size) {
     CLLM_UNUSED(buf);
     memcpy((char *)t->data + offset, data, size);
 }
 
-static void cpu_buffer_get_tensor(cllm_buffer *buf, const cllm_tensor *t, void *data,
-                                  size_t offset, size_t size) {
+static void cpu_buffer_get_tensor(cllm_buffer *buf, const cllm_tensor *t, void *data, size_t offset,
+                                  size_t size) {
     CLLM_UNUSED(buf);
     memcpy(data, (const char *)t->data + offset, size);
 }
@@ -114,7 +114,9 @@ static cllm_buffer_type g_cpu_buft = {
     .context = NULL,
 };
 
-cllm_buffer_type *cllm_cpu_buffer_type(void) { return &g_cpu_buft; }
+cllm_buffer_type *cllm_cpu_buffer_type(void) {
+    return &g_cpu_buft;
+}
 
 cllm_status cllm_cpu_buffer_from_ptr(void *ptr, size_t size, cllm_mem_kind kind,
                                      cllm_buffer **out) {
@@ -168,7 +170,7 @@ static bool node_has_work(const cllm_tensor *t) {
 static void compute_job(int ith, int nth, void *arg) {
     cpu_backend_ctx *ctx = arg;
     const cllm_cpu_params params = {
-        .ith = ith, .nth = nth, .wdata = ctx->wdata, .wsize = ctx->wsize};
+        .ith = ith, .nth = nth, .wdata = ctx->wdata, .wsize = ctx->wsize, .pool = ctx->pool};
     cllm_graph *g = ctx->graph;
     for (int i = 0; i < g->n_nodes; i++) {
         cllm_tensor *node = g->nodes[i];
@@ -337,7 +339,9 @@ static cllm_device g_cpu_device = {
     .context = NULL,
 };
 
-cllm_device *cllm_cpu_device(void) { return &g_cpu_device; }
+cllm_device *cllm_cpu_device(void) {
+    return &g_cpu_device;
+}
 
 /* ---- registry ---------------------------------------------------------- */
 

@@ -28,7 +28,6 @@ cllm_buffer_type *cllm_cpu_buffer_type(void);
  * bytes are counted on the CPU device like an allocation. ptr must be aligned
  * to CLLM_CPU_ALIGNMENT for tensors placed at aligned offsets.
  */
-cllm_status cllm_cpu_buffer_from_ptr(void *ptr, size_t size, cllm_mem_kind kind,
-                                     cllm_buffer **out);
+cllm_status cllm_cpu_buffer_from_ptr(void *ptr, size_t size, cllm_mem_kind kind, cllm_buffer **out);
 
 #endif /* CLLM_BACKEND_CPU_H */

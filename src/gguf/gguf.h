@@ -1,0 +1,174 @@
+/*
+ * GGUF files: a hostile-input reader (versions 1, 2 and 3) and a writer.
+ *
+ * The reader parses the header, the key/value metadata and the tensor infos;
+ * it never reads tensor data (the model loader maps or reads that itself,
+ * from cllm_gguf_data_offset()). Every count, string length, array length,
+ * dimension, type, offset and size is checked against the file size and the
+ * limits below before it is used; a bad file gives CLLM_ERR_FORMAT and a
+ * message naming the file, the field and the problem, never a crash.
+ *
+ *     cllm_gguf *g;
+ *     if (cllm_gguf_open("model.gguf", &g) != CLLM_OK) { puts(cllm_last_error()); ... }
+ *     int64_t k = cllm_gguf_find_key(g, "llama.block_count");
+ *     uint32_t n_layer;
+ *     st = cllm_gguf_get_u32(g, "llama.block_count", &n_layer);  // type-checked
+ *     const cllm_gguf_tensor_info *ti = cllm_gguf_tensor(g, 0);
+ *     cllm_gguf_free(g);
+ *
+ *     cllm_gguf_writer *w = cllm_gguf_writer_new();
+ *     cllm_gguf_writer_set_str(w, "general.architecture", "llama");
+ *     cllm_gguf_writer_add_tensor(w, "tok_embd.weight", CLLM_TYPE_F32, 2, ne, data);
+ *     st = cllm_gguf_writer_write(w, "out.gguf");
+ *     cllm_gguf_writer_free(w);
+ *
+ * Thread safety: a parsed cllm_gguf is immutable; concurrent readers are fine.
+ */
+#ifndef CLLM_GGUF_H
+#define CLLM_GGUF_H
+
+#include "core/common.h"
+#include "core/types.h"
+
+/* Limits for untrusted input (to prevent denial of service). */
+#define CLLM_GGUF_MAX_STRING        (1u << 24) /* bytes in one string */
+#define CLLM_GGUF_MAX_ARRAY         (1u << 26) /* elements in one array */
+#define CLLM_GGUF_MAX_KV            (1u << 20) /* key/value pairs */
+#define CLLM_GGUF_MAX_TENSORS       (1u << 20) /* tensor infos */
+#define CLLM_GGUF_MAX_NAME          256        /* bytes in a tensor name (GGUF limit is 64) */
+#define CLLM_GGUF_DEFAULT_ALIGNMENT 32
+
+/* Metadata value types: on-disk values. */
+typedef enum cllm_gguf_type {
+    CLLM_GGUF_UINT8 = 0,
+    CLLM_GGUF_INT8 = 1,
+    CLLM_GGUF_UINT16 = 2,
+    CLLM_GGUF_INT16 = 3,
+    CLLM_GGUF_UINT32 = 4,
+    CLLM_GGUF_INT32 = 5,
+    CLLM_GGUF_FLOAT32 = 6,
+    CLLM_GGUF_BOOL = 7,
+    CLLM_GGUF_STRING = 8,
+    CLLM_GGUF_ARRAY = 9,
+    CLLM_GGUF_UINT64 = 10,
+    CLLM_GGUF_INT64 = 11,
+    CLLM_GGUF_FLOAT64 = 12,
+    CLLM_GGUF_TYPE_COUNT
+} cllm_gguf_type;
+
+const char *cllm_gguf_type_name(cllm_gguf_type type);
+
+typedef struct cllm_gguf cllm_gguf;
+
+typedef struct cllm_gguf_tensor_info {
+    const char *name;
+    cllm_type type;
+    int n_dims;      /* 1..4 */
+    int64_t ne[4];   /* unused dims are 1 */
+    uint64_t offset; /* from cllm_gguf_data_offset(), aligned */
+    size_t size;     /* bytes of data */
+} cllm_gguf_tensor_info;
+
+/*
+ * Reads the metadata and tensor infos of the file at `path`. Checks that
+ * every tensor's data lies within the file. On failure *out is untouched.
+ */
+cllm_status cllm_gguf_open(const char *path, cllm_gguf **out);
+
+/*
+ * Parses a GGUF image held in memory (`size` bytes at `data`); `name` is used
+ * in error messages. The image is not referenced after the call returns.
+ */
+cllm_status cllm_gguf_parse(const void *data, size_t size, const char *name, cllm_gguf **out);
+
+void cllm_gguf_free(cllm_gguf *g);
+
+uint32_t cllm_gguf_version(const cllm_gguf *g);
+const char *cllm_gguf_name(const cllm_gguf *g); /* the path or name given */
+uint64_t cllm_gguf_file_size(const cllm_gguf *g);
+size_t cllm_gguf_alignment(const cllm_gguf *g);
+uint64_t cllm_gguf_data_offset(const cllm_gguf *g); /* start of tensor data */
+
+/* ---- key/value metadata ---- */
+
+int64_t cllm_gguf_n_kv(const cllm_gguf *g);
+const char *cllm_gguf_key(const cllm_gguf *g, int64_t i);
+cllm_gguf_type cllm_gguf_kv_type(const cllm_gguf *g, int64_t i);
+/* Index of `key`, or -1. */
+int64_t cllm_gguf_find_key(const cllm_gguf *g, const char *key);
+
+/* Scalar values by index; the type must match (asserted: check kv_type first). */
+uint8_t cllm_gguf_val_u8(const cllm_gguf *g, int64_t i);
+int8_t cllm_gguf_val_i8(const cllm_gguf *g, int64_t i);
+uint16_t cllm_gguf_val_u16(const cllm_gguf *g, int64_t i);
+int16_t cllm_gguf_val_i16(const cllm_gguf *g, int64_t i);
+uint32_t cllm_gguf_val_u32(const cllm_gguf *g, int64_t i);
+int32_t cllm_gguf_val_i32(const cllm_gguf *g, int64_t i);
+uint64_t cllm_gguf_val_u64(const cllm_gguf *g, int64_t i);
+int64_t cllm_gguf_val_i64(const cllm_gguf *g, int64_t i);
+float cllm_gguf_val_f32(const cllm_gguf *g, int64_t i);
+double cllm_gguf_val_f64(const cllm_gguf *g, int64_t i);
+bool cllm_gguf_val_bool(const cllm_gguf *g, int64_t i);
+const char *cllm_gguf_val_str(const cllm_gguf *g, int64_t i); /* NUL-terminated */
+
+/* Arrays by index (kv_type == CLLM_GGUF_ARRAY). */
+cllm_gguf_type cllm_gguf_arr_type(const cllm_gguf *g, int64_t i);
+uint64_t cllm_gguf_arr_n(const cllm_gguf *g, int64_t i);
+/* Elements of a numeric or bool array, packed little-endian as on disk. */
+const void *cllm_gguf_arr_data(const cllm_gguf *g, int64_t i);
+/* Element j of a string array (NUL-terminated; *len, if not NULL, gets its
+ * length, since strings may hold NUL bytes). */
+const char *cllm_gguf_arr_str(const cllm_gguf *g, int64_t i, uint64_t j, size_t *len);
+
+/*
+ * Typed look-ups by key for the model loader. Integer getters accept any
+ * integer type whose value fits; float getters accept f32 and f64. Return
+ * CLLM_ERR_FORMAT (message names the file and key) if the key is missing or
+ * has an incompatible type or value; *out is then untouched.
+ */
+cllm_status cllm_gguf_get_u32(const cllm_gguf *g, const char *key, uint32_t *out);
+cllm_status cllm_gguf_get_i64(const cllm_gguf *g, const char *key, int64_t *out);
+cllm_status cllm_gguf_get_f32(const cllm_gguf *g, const char *key, float *out);
+cllm_status cllm_gguf_get_bool(const cllm_gguf *g, const char *key, bool *out);
+cllm_status cllm_gguf_get_str(const cllm_gguf *g, const char *key, const char **out);
+
+/* ---- tensor infos ---- */
+
+int64_t cllm_gguf_n_tensors(const cllm_gguf *g);
+const cllm_gguf_tensor_info *cllm_gguf_tensor(const cllm_gguf *g, int64_t i);
+/* Index of the tensor named `name`, or -1. */
+int64_t cllm_gguf_find_tensor(const cllm_gguf *g, const char *name);
+
+/* ---- writer ---- */
+
+typedef struct cllm_gguf_writer cllm_gguf_writer;
+
+/* A writer for GGUF v3 (NULL on OOM). Keys keep the order they are set in;
+ * setting a key again replaces its value. */
+cllm_gguf_writer *cllm_gguf_writer_new(void);
+void cllm_gguf_writer_free(cllm_gguf_writer *w);
+
+cllm_status cllm_gguf_writer_set_u32(cllm_gguf_writer *w, const char *key, uint32_t v);
+cllm_status cllm_gguf_writer_set_i32(cllm_gguf_writer *w, const char *key, int32_t v);
+cllm_status cllm_gguf_writer_set_u64(cllm_gguf_writer *w, const char *key, uint64_t v);
+cllm_status cllm_gguf_writer_set_f32(cllm_gguf_writer *w, const char *key, float v);
+cllm_status cllm_gguf_writer_set_bool(cllm_gguf_writer *w, const char *key, bool v);
+cllm_status cllm_gguf_writer_set_str(cllm_gguf_writer *w, const char *key, const char *v);
+/* A numeric/bool array of n elements of `type`, copied. */
+cllm_status cllm_gguf_writer_set_arr(cllm_gguf_writer *w, const char *key, cllm_gguf_type type,
+                                     const void *data, uint64_t n);
+/* A string array, copied (strings NUL-terminated). */
+cllm_status cllm_gguf_writer_set_arr_str(cllm_gguf_writer *w, const char *key,
+                                         const char *const *strs, uint64_t n);
+/* Copies every key/value of `src` (e.g. a tokenizer from another file). */
+cllm_status cllm_gguf_writer_copy_kv(cllm_gguf_writer *w, const cllm_gguf *src);
+
+/* Adds a tensor; `data` (cllm_row_size(type, ne[0]) * rows bytes) must stay
+ * valid until cllm_gguf_writer_write returns; NULL writes zeros. */
+cllm_status cllm_gguf_writer_add_tensor(cllm_gguf_writer *w, const char *name, cllm_type type,
+                                        int n_dims, const int64_t *ne, const void *data);
+
+/* Writes the file (alignment: general.alignment if set, else 32). */
+cllm_status cllm_gguf_writer_write(cllm_gguf_writer *w, const char *path);
+
+#endif /* CLLM_GGUF_H */

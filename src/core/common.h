@@ -48,11 +48,18 @@ void cllm_log(cllm_log_level level, const char *fmt, ...) CLLM_PRINTF(2, 3);
  */
 cllm_status cllm_error(cllm_status status, const char *fmt, ...) CLLM_PRINTF(2, 3);
 
+/* Returns the status of `expr` from the calling function if it is not CLLM_OK. */
+#define CLLM_TRY(expr)                                                                             \
+    do {                                                                                           \
+        const cllm_status try_status_ = (expr);                                                    \
+        if (try_status_ != CLLM_OK) return try_status_;                                            \
+    } while (0)
+
 #define CLLM_LOG_DEBUG(...) cllm_log(CLLM_LOG_DEBUG, __VA_ARGS__)
 #define CLLM_LOG_INFO(...)  cllm_log(CLLM_LOG_INFO, __VA_ARGS__)
 #define CLLM_LOG_WARN(...)  cllm_log(CLLM_LOG_WARN, __VA_ARGS__)
 
-/* a * b into *out; false (and *out untouched) on overflow. */
+/* a * b into *out; returns true on overflow (and leaves *out untouched). */
 static inline bool cllm_mul_overflow(size_t a, size_t b, size_t *out) {
     size_t r;
     if (__builtin_mul_overflow(a, b, &r)) return true;
@@ -60,7 +67,7 @@ static inline bool cllm_mul_overflow(size_t a, size_t b, size_t *out) {
     return false;
 }
 
-/* a + b into *out; false (and *out untouched) on overflow. */
+/* a + b into *out; returns true on overflow (and leaves *out untouched). */
 static inline bool cllm_add_overflow(size_t a, size_t b, size_t *out) {
     size_t r;
     if (__builtin_add_overflow(a, b, &r)) return true;

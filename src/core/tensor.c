@@ -63,6 +63,8 @@ void cllm_context_free(cllm_context *ctx) {
     free(ctx);
 }
 
+void cllm_context_reset(cllm_context *ctx) { ctx->n_tensors = 0; }
+
 int cllm_context_n_tensors(const cllm_context *ctx) {
     return ctx->n_tensors;
 }

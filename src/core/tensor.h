@@ -121,6 +121,8 @@ typedef struct cllm_context cllm_context;
  */
 cllm_context *cllm_context_new(int max_tensors);
 void cllm_context_free(cllm_context *ctx);
+/* Forgets every tensor of the context (keeps its capacity). */
+void cllm_context_reset(cllm_context *ctx);
 int cllm_context_n_tensors(const cllm_context *ctx);
 /* The i-th tensor created in ctx, in creation order. */
 cllm_tensor *cllm_context_tensor(cllm_context *ctx, int i);

@@ -118,11 +118,37 @@ cllm_buffer_type *cllm_cpu_buffer_type(void) {
     return &g_cpu_buft;
 }
 
+static const char *cpu_mapped_buft_get_name(const cllm_buffer_type *buft) {
+    CLLM_UNUSED(buft);
+    return "cpu_mapped";
+}
+
+static size_t cpu_mapped_buft_get_alignment(const cllm_buffer_type *buft) {
+    CLLM_UNUSED(buft);
+    return 1;
+}
+
+/* Memory the CPU did not allocate itself (a mapped file): tensors sit where
+ * the file puts them, so no alignment is imposed. */
+static cllm_buffer_type g_cpu_mapped_buft = {
+    .iface =
+        {
+            .get_name = cpu_mapped_buft_get_name,
+            .alloc_buffer = cpu_buft_alloc,
+            .get_alignment = cpu_mapped_buft_get_alignment,
+            .get_max_size = NULL,   /* no limit but the host's memory */
+            .get_alloc_size = NULL, /* tensors take exactly their bytes */
+            .is_host = cpu_buft_is_host,
+        },
+    .device = &g_cpu_device,
+    .context = NULL,
+};
+
 cllm_status cllm_cpu_buffer_from_ptr(void *ptr, size_t size, cllm_mem_kind kind,
                                      cllm_buffer **out) {
     CLLM_ASSERT((unsigned)kind < CLLM_MEM_COUNT);
     cllm_buffer *buf = NULL;
-    cllm_status st = wrap_buffer(&g_cpu_buft, ptr, size, false, &buf);
+    cllm_status st = wrap_buffer(&g_cpu_mapped_buft, ptr, size, false, &buf);
     if (st != CLLM_OK) return st;
     buf->kind = kind;
     atomic_fetch_add(&g_cpu_device.allocated[kind], size);

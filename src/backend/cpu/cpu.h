@@ -25,8 +25,8 @@ cllm_buffer_type *cllm_cpu_buffer_type(void);
 /*
  * Wraps `size` bytes at `ptr` (e.g. a mapped file) as a CPU buffer of `kind`
  * that does not own them: freeing the buffer leaves the memory alone. The
- * bytes are counted on the CPU device like an allocation. ptr must be aligned
- * to CLLM_CPU_ALIGNMENT for tensors placed at aligned offsets.
+ * bytes are counted on the CPU device like an allocation. Its buffer type
+ * ("cpu_mapped") imposes no alignment: tensors sit where the file puts them.
  */
 cllm_status cllm_cpu_buffer_from_ptr(void *ptr, size_t size, cllm_mem_kind kind, cllm_buffer **out);
 

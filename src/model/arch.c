@@ -1,0 +1,233 @@
+/* The table of architectures and the helpers they share: typed
+ * hyper-parameter look-ups, weight tensors checked against the file, masks. */
+#include "model/model.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+extern const cllm_arch cllm_arch_llama;
+extern const cllm_arch cllm_arch_gpt2;
+
+static const cllm_arch *const k_archs[] = {
+    &cllm_arch_llama,
+    &cllm_arch_gpt2,
+};
+
+const cllm_arch *cllm_arch_find(const char *name) {
+    for (size_t i = 0; i < CLLM_ARRAY_SIZE(k_archs); i++) {
+        if (strcmp(k_archs[i]->name, name) == 0) return k_archs[i];
+    }
+    return NULL;
+}
+
+/* ---- hyper-parameters -------------------------------------------------- */
+
+static void key_of(char *key, size_t size, const char *arch, const char *suffix) {
+    snprintf(key, size, "%s.%s", arch, suffix);
+}
+
+cllm_status cllm_hp_get_int_opt(const cllm_gguf *g, const char *arch, const char *suffix,
+                                int64_t min, int64_t max, int64_t *out) {
+    char key[128];
+    key_of(key, sizeof(key), arch, suffix);
+    if (cllm_gguf_find_key(g, key) < 0) return CLLM_OK;
+    int64_t v;
+    cllm_status st = cllm_gguf_get_i64(g, key, &v);
+    if (st != CLLM_OK) return st;
+    if (v < min || v > max) {
+        return cllm_error(CLLM_ERR_FORMAT, "%s: %s = %lld is outside [%lld, %lld]",
+                          cllm_gguf_name(g), key, (long long)v, (long long)min, (long long)max);
+    }
+    *out = v;
+    return CLLM_OK;
+}
+
+cllm_status cllm_hp_get_int(const cllm_gguf *g, const char *arch, const char *suffix, int64_t min,
+                            int64_t max, int64_t *out) {
+    char key[128];
+    key_of(key, sizeof(key), arch, suffix);
+    if (cllm_gguf_find_key(g, key) < 0) {
+        return cllm_error(CLLM_ERR_FORMAT, "%s: missing key %s", cllm_gguf_name(g), key);
+    }
+    return cllm_hp_get_int_opt(g, arch, suffix, min, max, out);
+}
+
+cllm_status cllm_hp_get_f32_opt(const cllm_gguf *g, const char *arch, const char *suffix,
+                                float *out) {
+    char key[128];
+    key_of(key, sizeof(key), arch, suffix);
+    if (cllm_gguf_find_key(g, key) < 0) return CLLM_OK;
+    float v;
+    cllm_status st = cllm_gguf_get_f32(g, key, &v);
+    if (st != CLLM_OK) return st;
+    if (!isfinite(v)) {
+        return cllm_error(CLLM_ERR_FORMAT, "%s: %s is not finite", cllm_gguf_name(g), key);
+    }
+    *out = v;
+    return CLLM_OK;
+}
+
+cllm_status cllm_hp_get_f32(const cllm_gguf *g, const char *arch, const char *suffix, float *out) {
+    char key[128];
+    key_of(key, sizeof(key), arch, suffix);
+    if (cllm_gguf_find_key(g, key) < 0) {
+        return cllm_error(CLLM_ERR_FORMAT, "%s: missing key %s", cllm_gguf_name(g), key);
+    }
+    return cllm_hp_get_f32_opt(g, arch, suffix, out);
+}
+
+cllm_status cllm_hp_get_vocab(const cllm_gguf *g, const char *arch, int64_t *out) {
+    const int64_t k = cllm_gguf_find_key(g, "tokenizer.ggml.tokens");
+    if (k >= 0 && cllm_gguf_kv_type(g, k) == CLLM_GGUF_ARRAY &&
+        cllm_gguf_arr_type(g, k) == CLLM_GGUF_STRING && cllm_gguf_arr_n(g, k) > 0) {
+        *out = (int64_t)cllm_gguf_arr_n(g, k);
+        return CLLM_OK;
+    }
+    return cllm_hp_get_int(g, arch, "vocab_size", 1, INT32_MAX, out);
+}
+
+/* ---- weights ----------------------------------------------------------- */
+
+static const char *dims_str(char *buf, size_t size, int n_dims, const int64_t *ne) {
+    size_t n = (size_t)snprintf(buf, size, "[");
+    for (int i = 0; i < n_dims && n < size; i++) {
+        n += (size_t)snprintf(buf + n, size - n, i ? ", %lld" : "%lld", (long long)ne[i]);
+    }
+    if (n < size) snprintf(buf + n, size - n, "]");
+    return buf;
+}
+
+cllm_status cllm_weights_tensor(cllm_weights *w, const cllm_gguf *g, int flags, cllm_tensor **out,
+                                int n_dims, const int64_t *ne, const char *fmt, ...) {
+    char name[CLLM_MAX_NAME];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(name, sizeof(name), fmt, ap);
+    va_end(ap);
+
+    const int64_t i = cllm_gguf_find_tensor(g, name);
+    if (i < 0) {
+        if (flags & CLLM_W_OPTIONAL) {
+            *out = NULL;
+            return CLLM_OK;
+        }
+        return cllm_error(CLLM_ERR_FORMAT, "%s: missing tensor %s", cllm_gguf_name(g), name);
+    }
+    const cllm_gguf_tensor_info *ti = cllm_gguf_tensor(g, i);
+    bool same = true;
+    for (int d = 0; d < 4; d++) same = same && ti->ne[d] == (d < n_dims ? ne[d] : 1);
+    if (!same) {
+        char want[96], have[96];
+        return cllm_error(CLLM_ERR_FORMAT, "%s: tensor %s has shape %s, expected %s",
+                          cllm_gguf_name(g), name, dims_str(have, sizeof(have), ti->n_dims, ti->ne),
+                          dims_str(want, sizeof(want), n_dims, ne));
+    }
+    const cllm_type_traits *tt = cllm_type_traits_of(ti->type);
+    if (!tt->to_float) {
+        return cllm_error(CLLM_ERR_UNSUPPORTED, "%s: tensor %s has type %s, which is not supported",
+                          cllm_gguf_name(g), name, tt->name);
+    }
+    if (cllm_context_n_tensors(w->ctx) >= (int)cllm_gguf_n_tensors(g)) {
+        return cllm_error(CLLM_ERR_FORMAT, "%s: tensor %s requested twice", cllm_gguf_name(g), name);
+    }
+    cllm_tensor *t = cllm_tensor_new(w->ctx, ti->type, 4, ti->ne);
+    cllm_tensor_set_name(t, "%s", name);
+    *out = t;
+    return CLLM_OK;
+}
+
+cllm_status cllm_weights_new(const cllm_gguf *g, const cllm_arch *arch, const cllm_hparams *hp,
+                             cllm_weights **out) {
+    cllm_weights *w = calloc(1, sizeof(*w));
+    if (!w) return cllm_error(CLLM_ERR_NOMEM, "out of host memory for weights");
+    cllm_status st = CLLM_ERR_NOMEM;
+    w->n_layer = (int)hp->n_layer;
+    w->layers = calloc((size_t)hp->n_layer, sizeof(*w->layers));
+    w->ctx = cllm_context_new((int)cllm_gguf_n_tensors(g));
+    if (!w->layers || !w->ctx) {
+        cllm_error(st, "out of host memory for weights");
+        goto fail;
+    }
+    st = arch->create_weights(w, g, hp);
+    if (st != CLLM_OK) goto fail;
+    *out = w;
+    return CLLM_OK;
+fail:
+    cllm_weights_free(w);
+    return st;
+}
+
+void cllm_weights_free(cllm_weights *w) {
+    if (!w) return;
+    cllm_context_free(w->ctx);
+    free(w->layers);
+    free(w);
+}
+
+void cllm_fill_causal_mask(float *dst, const cllm_batch_shape *shape) {
+    for (int64_t t = 0; t < shape->n_tokens; t++) {
+        for (int64_t j = 0; j < shape->n_kv; j++) {
+            dst[t * shape->n_kv + j] = j <= shape->n_past + t ? 0.0f : -INFINITY;
+        }
+    }
+}
+
+/* ---- shared graph pieces ----------------------------------------------- */
+
+void cllm_build_inputs(const cllm_build_args *args, cllm_graph_io *io) {
+    cllm_context *ctx = args->ctx;
+    const cllm_batch_shape *sh = &args->shape;
+    io->tokens = cllm_tensor_set_name(cllm_tensor_new_1d(ctx, CLLM_TYPE_I32, sh->n_tokens), "tokens");
+    io->pos = cllm_tensor_set_name(cllm_tensor_new_1d(ctx, CLLM_TYPE_I32, sh->n_tokens), "pos");
+    io->mask =
+        cllm_tensor_set_name(cllm_tensor_new_2d(ctx, CLLM_TYPE_F32, sh->n_kv, sh->n_tokens), "mask");
+    io->out_ids =
+        cllm_tensor_set_name(cllm_tensor_new_1d(ctx, CLLM_TYPE_I32, sh->n_outputs), "out_ids");
+    cllm_tensor_set_input(io->tokens);
+    cllm_tensor_set_input(io->pos);
+    cllm_tensor_set_input(io->mask);
+    cllm_tensor_set_input(io->out_ids);
+}
+
+cllm_tensor *cllm_build_attention(const cllm_build_args *args, cllm_graph_io *io, int layer,
+                                  cllm_tensor *q, cllm_tensor *k, cllm_tensor *v, float scale) {
+    cllm_context *ctx = args->ctx;
+    const cllm_hparams *hp = args->hp;
+    const cllm_batch_shape *sh = &args->shape;
+    cllm_tensor *kc = args->kv->k[layer], *vc = args->kv->v[layer];
+    const int64_t hd_k = hp->head_dim_k, hd_v = hp->head_dim_v, n_kv = sh->n_kv;
+    CLLM_ASSERTF(sh->n_past + sh->n_tokens <= kc->ne[1] && n_kv <= kc->ne[1],
+                 "attention: %lld + %lld tokens, %lld attended, in a cache of %lld",
+                 (long long)sh->n_past, (long long)sh->n_tokens, (long long)n_kv,
+                 (long long)kc->ne[1]);
+
+    /* write this batch's keys and values at n_past; these copies go into the
+     * graph first, so every later read of the cache comes after them */
+    cllm_tensor *k_dst = cllm_view_2d(ctx, kc, kc->ne[0], sh->n_tokens, kc->nb[1],
+                                      (size_t)sh->n_past * kc->nb[1]);
+    cllm_tensor *v_dst = cllm_view_2d(ctx, vc, vc->ne[0], sh->n_tokens, vc->nb[1],
+                                      (size_t)sh->n_past * vc->nb[1]);
+    cllm_graph_build(args->graph, cllm_cpy(ctx, k, k_dst));
+    cllm_graph_build(args->graph, cllm_cpy(ctx, v, v_dst));
+
+    /* [head_dim, n_kv, n_head_kv] views of the cache */
+    const size_t kes = cllm_element_size(kc), ves = cllm_element_size(vc);
+    cllm_tensor *K = cllm_view_3d(ctx, kc, hd_k, n_kv, hp->n_head_kv, kc->nb[1], hd_k * kes, 0);
+    cllm_tensor *V = cllm_view_3d(ctx, vc, hd_v, n_kv, hp->n_head_kv, vc->nb[1], hd_v * ves, 0);
+    cllm_tensor *qp = cllm_permute(ctx, q, 0, 2, 1, 3); /* [hd, n_tokens, n_head] */
+
+    cllm_tensor *out;
+    if (!args->unfused_attn) {
+        out = cllm_attn(ctx, qp, K, V, io->mask, scale); /* [hd_v, n_head, n_tokens] */
+    } else {
+        cllm_tensor *kq = cllm_mul_mat(ctx, K, qp); /* [n_kv, n_tokens, n_head] */
+        kq = cllm_soft_max(ctx, kq, io->mask, scale);
+        cllm_tensor *kqv = cllm_mul_mat(ctx, cllm_transpose(ctx, V), kq); /* [hd_v, n_tokens, n_head] */
+        out = cllm_cont(ctx, cllm_permute(ctx, kqv, 0, 2, 1, 3));
+    }
+    cllm_tensor_set_name(out, "attn-%d", layer);
+    return cllm_reshape_2d(ctx, out, hd_v * hp->n_head, sh->n_tokens);
+}

@@ -1,0 +1,180 @@
+/*
+ * Model architectures: hyper-parameters from GGUF metadata, the weight
+ * tensors each architecture needs (with their shapes), and a graph builder.
+ * One file per architecture (llama.c, gpt2.c); adding one touches only its
+ * own file and the table in arch.c.
+ *
+ *     const cllm_arch *arch = cllm_arch_find("llama");
+ *     cllm_hparams hp;
+ *     st = arch->load_hparams(gguf, &hp);
+ *     cllm_weights *w;
+ *     st = cllm_weights_new(gguf, arch, &hp, &w);    // metadata only: no data read
+ *     ... place w->ctx's tensors (mmap or a buffer) ...
+ *     cllm_graph_io io;
+ *     cllm_tensor *logits = arch->build(&(cllm_build_args){...}, &io);
+ *
+ * A weights object ("weights tree") exists without any model or session
+ * around it; sessions reference it and own only their state and compute.
+ */
+#ifndef CLLM_MODEL_MODEL_H
+#define CLLM_MODEL_MODEL_H
+
+#include "core/tensor.h"
+#include "gguf/gguf.h"
+
+#define CLLM_MAX_LAYERS 512
+
+typedef struct cllm_hparams {
+    char arch[32];
+    int64_t n_vocab;
+    int64_t n_ctx_train;
+    int64_t n_embd;
+    int64_t n_layer;
+    int64_t n_head;
+    int64_t n_head_kv;
+    int64_t head_dim_k; /* per-head size of q and k */
+    int64_t head_dim_v; /* per-head size of v */
+    int64_t n_ff;
+    float norm_eps;     /* rms_norm (llama) or layer norm (gpt2) epsilon */
+    /* rotary embedding (n_rot == 0: none) */
+    int n_rot;
+    int rope_mode; /* CLLM_ROPE_NORMAL or CLLM_ROPE_NEOX */
+    float rope_freq_base;
+    float rope_freq_scale; /* 1 / linear scaling factor */
+    bool learned_pos;      /* absolute position embeddings (gpt2): n_ctx <= n_ctx_train */
+} cllm_hparams;
+
+/* K and V rows per token for all KV heads of one layer. */
+static inline int64_t cllm_hparams_n_embd_k_gqa(const cllm_hparams *hp) {
+    return hp->head_dim_k * hp->n_head_kv;
+}
+static inline int64_t cllm_hparams_n_embd_v_gqa(const cllm_hparams *hp) {
+    return hp->head_dim_v * hp->n_head_kv;
+}
+
+/* Weight slots of one block; an architecture uses the ones it needs. */
+typedef struct cllm_layer_weights {
+    cllm_tensor *attn_norm, *attn_norm_b;
+    cllm_tensor *wq, *wk, *wv, *wqkv, *wo;
+    cllm_tensor *bq, *bk, *bv, *bqkv, *bo;
+    cllm_tensor *ffn_norm, *ffn_norm_b;
+    cllm_tensor *ffn_gate, *ffn_up, *ffn_down;
+    cllm_tensor *ffn_up_b, *ffn_down_b;
+} cllm_layer_weights;
+
+typedef struct cllm_weights {
+    cllm_context *ctx; /* weight tensors (metadata only) */
+    cllm_tensor *tok_embd, *pos_embd;
+    cllm_tensor *output_norm, *output_norm_b;
+    cllm_tensor *output; /* == tok_embd when the output is tied */
+    cllm_tensor *rope_freqs; /* optional frequency factors (llama-3 rope scaling) */
+    int n_layer;
+    cllm_layer_weights *layers; /* n_layer */
+} cllm_weights;
+
+/* The KV cache of one session: per layer K and V rows, [n_embd_gqa, n_ctx]. */
+typedef struct cllm_kv_cache {
+    cllm_context *ctx;
+    cllm_type type; /* F16 by default, or F32 */
+    int64_t n_ctx;
+    int n_layer;
+    cllm_tensor **k; /* n_layer */
+    cllm_tensor **v; /* n_layer */
+} cllm_kv_cache;
+
+/* What a forward pass needs to know about the batch. */
+typedef struct cllm_batch_shape {
+    int64_t n_tokens;  /* new tokens in this batch */
+    int64_t n_past;    /* tokens already in the cache (write position) */
+    int64_t n_kv;      /* cache entries attended to: >= n_past + n_tokens */
+    int64_t n_outputs; /* rows that need logits (1..n_tokens) */
+} cllm_batch_shape;
+
+/* The graph's inputs (set by the caller before compute) and its output. */
+typedef struct cllm_graph_io {
+    cllm_tensor *tokens;  /* i32 [n_tokens] */
+    cllm_tensor *pos;     /* i32 [n_tokens] */
+    cllm_tensor *mask;    /* f32 [n_kv, n_tokens]: 0 or -INFINITY */
+    cllm_tensor *out_ids; /* i32 [n_outputs]: batch rows that get logits */
+    cllm_tensor *logits;  /* f32 [n_vocab, n_outputs] */
+} cllm_graph_io;
+
+typedef struct cllm_build_args {
+    const cllm_hparams *hp;
+    const cllm_weights *w;
+    const cllm_kv_cache *kv;
+    cllm_batch_shape shape;
+    bool unfused_attn; /* reference path: mul_mat + soft_max + mul_mat */
+    cllm_context *ctx; /* for the graph's tensors (metadata) */
+    cllm_graph *graph; /* nodes are added to it (KV writes first) */
+} cllm_build_args;
+
+typedef struct cllm_arch {
+    const char *name; /* general.architecture */
+    /* Reads the hyper-parameters; a missing key is CLLM_ERR_FORMAT naming it. */
+    cllm_status (*load_hparams)(const cllm_gguf *g, cllm_hparams *hp);
+    /* Creates the weight tensors in w->ctx and fills the slots of w. */
+    cllm_status (*create_weights)(cllm_weights *w, const cllm_gguf *g, const cllm_hparams *hp);
+    /* Builds the forward graph of one batch into args->graph; returns logits. */
+    cllm_tensor *(*build)(const cllm_build_args *args, cllm_graph_io *io);
+    /* Upper bound on the tensors (and graph nodes) one forward pass creates. */
+    int (*graph_size)(const cllm_hparams *hp);
+} cllm_arch;
+
+/* The architecture named `name`, or NULL. */
+const cllm_arch *cllm_arch_find(const char *name);
+
+/* ---- helpers shared by the architectures (arch.c) ---------------------- */
+
+/* Reads "<arch>.<suffix>" as an integer in [min, max] (CLLM_ERR_FORMAT names
+ * the key when it is missing, has a wrong type or is out of range). */
+cllm_status cllm_hp_get_int(const cllm_gguf *g, const char *arch, const char *suffix, int64_t min,
+                            int64_t max, int64_t *out);
+/* As cllm_hp_get_int, but keeps *out (the default) when the key is absent. */
+cllm_status cllm_hp_get_int_opt(const cllm_gguf *g, const char *arch, const char *suffix,
+                                int64_t min, int64_t max, int64_t *out);
+cllm_status cllm_hp_get_f32(const cllm_gguf *g, const char *arch, const char *suffix, float *out);
+cllm_status cllm_hp_get_f32_opt(const cllm_gguf *g, const char *arch, const char *suffix,
+                                float *out);
+/* n_vocab from tokenizer.ggml.tokens (or <arch>.vocab_size). */
+cllm_status cllm_hp_get_vocab(const cllm_gguf *g, const char *arch, int64_t *out);
+
+enum { CLLM_W_REQUIRED = 0, CLLM_W_OPTIONAL = 1 };
+
+/*
+ * Creates the weight tensor `name` (printf-style) in w->ctx with the file's
+ * type, checking that the file has it with exactly the shape ne[0..n_dims)
+ * and a type the engine can compute with. *out = NULL for a missing optional
+ * tensor. Errors name the file, the tensor and the problem.
+ */
+cllm_status cllm_weights_tensor(cllm_weights *w, const cllm_gguf *g, int flags, cllm_tensor **out,
+                                int n_dims, const int64_t *ne, const char *fmt, ...)
+    CLLM_PRINTF(7, 8);
+
+/*
+ * Reads the hyper-parameters and creates the weights tree of the file (no
+ * tensor data is read). On failure *out is untouched.
+ */
+cllm_status cllm_weights_new(const cllm_gguf *g, const cllm_arch *arch, const cllm_hparams *hp,
+                             cllm_weights **out);
+void cllm_weights_free(cllm_weights *w);
+
+/* A causal mask for `shape`: mask[j, t] = 0 if cache entry j may be seen by
+ * batch token t (j <= n_past + t), else -INFINITY. dst holds n_kv * n_tokens. */
+void cllm_fill_causal_mask(float *dst, const cllm_batch_shape *shape);
+
+
+/*
+ * Shared attention block: writes k and v of this batch into the layer's KV
+ * cache (at n_past), then attends over the first n_kv cache entries.
+ *   q: [head_dim_k, n_head, n_tokens]; k: [head_dim_k, n_head_kv, n_tokens];
+ *   v: [head_dim_v, n_head_kv, n_tokens] (any strides).
+ * Returns [head_dim_v * n_head, n_tokens].
+ */
+cllm_tensor *cllm_build_attention(const cllm_build_args *args, cllm_graph_io *io, int layer,
+                                  cllm_tensor *q, cllm_tensor *k, cllm_tensor *v, float scale);
+
+/* Creates the graph inputs of io (tokens, pos, mask, out_ids) in args->ctx. */
+void cllm_build_inputs(const cllm_build_args *args, cllm_graph_io *io);
+
+#endif /* CLLM_MODEL_MODEL_H */

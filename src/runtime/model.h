@@ -1,0 +1,53 @@
+/*
+ * A loaded model: the GGUF metadata, the architecture and its
+ * hyper-parameters, and the weights — one object, loaded once, shared by any
+ * number of sessions (runtime/session.h), which reference it read-only.
+ *
+ *     cllm_model_params mp = cllm_model_default_params();
+ *     cllm_model *m;
+ *     if (cllm_model_load("model.gguf", &mp, &m) != CLLM_OK) ... cllm_last_error() ...
+ *     ... sessions ...
+ *     cllm_model_free(m);   // after every session that uses it
+ *
+ * Weights are mapped from the file (zero copy, read-only) by default, or read
+ * into an allocated CPU buffer with use_mmap = false. Either way their bytes
+ * are counted as CLLM_MEM_WEIGHTS on the CPU device.
+ */
+#ifndef CLLM_RUNTIME_MODEL_H
+#define CLLM_RUNTIME_MODEL_H
+
+#include "backend/backend.h"
+#include "model/model.h"
+
+typedef struct cllm_model_params {
+    bool use_mmap; /* map the file (default) instead of reading it */
+    bool progress; /* show a progress bar on stderr while reading big files */
+} cllm_model_params;
+
+typedef struct cllm_model {
+    char *path;
+    cllm_gguf *gguf; /* metadata, kept for the tokenizer and `info` */
+    const cllm_arch *arch;
+    cllm_hparams hp;
+    cllm_weights *weights;
+    cllm_buffer *weights_buf; /* mapped or allocated; CLLM_MEM_WEIGHTS */
+    void *map;                /* the file mapping (NULL when read) */
+    size_t map_size;
+    size_t weights_planned; /* bytes the plan predicted for weights_buf */
+} cllm_model;
+
+cllm_model_params cllm_model_default_params(void);
+
+/*
+ * Loads the model at `path`: parses the metadata (hostile input), finds the
+ * architecture, checks every weight's shape and type, then maps or reads the
+ * weights. On failure nothing stays allocated and *out is untouched; the
+ * error names the file and the problem.
+ */
+cllm_status cllm_model_load(const char *path, const cllm_model_params *params, cllm_model **out);
+void cllm_model_free(cllm_model *m);
+
+/* Bytes of the weights as planned from the metadata alone (no I/O). */
+size_t cllm_model_weights_bytes(const cllm_gguf *g, const cllm_weights *w, bool use_mmap);
+
+#endif /* CLLM_RUNTIME_MODEL_H */

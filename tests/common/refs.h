@@ -1,0 +1,29 @@
+/*
+ * Test data helpers: paths of the shared models and a small reader for the
+ * arrays of ../shared/models/reference_outputs.json.
+ */
+#ifndef CLLM_TESTS_REFS_H
+#define CLLM_TESTS_REFS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* "<repo>/../shared/models/<name>" into buf (repo from $CLLM_SOURCE_DIR,
+ * else "."); returns buf. */
+const char *refs_model_path(char *buf, size_t size, const char *name);
+
+/* The whole file at `path`, NUL-terminated (free() it); NULL if unreadable. */
+char *refs_read_file(const char *path, size_t *size);
+
+/*
+ * In reference_outputs.json (already read into `json`): the integer array
+ * `field` of the entry for `model`. Returns the count (<= max) or -1.
+ * For first_step_top5 ([[id, "piece", logit], ...]) use refs_top5.
+ */
+int refs_int_array(const char *json, const char *model, const char *field, int32_t *out, int max);
+
+/* The first_step_top5 entries of `model`: ids and logits. Returns the count or -1. */
+int refs_top5(const char *json, const char *model, int32_t *ids, float *logits, int max);
+
+#endif /* CLLM_TESTS_REFS_H */

@@ -114,9 +114,7 @@ static cllm_buffer_type g_cpu_buft = {
     .context = NULL,
 };
 
-cllm_buffer_type *cllm_cpu_buffer_type(void) {
-    return &g_cpu_buft;
-}
+cllm_buffer_type *cllm_cpu_buffer_type(void) { return &g_cpu_buft; }
 
 static const char *cpu_mapped_buft_get_name(const cllm_buffer_type *buft) {
     CLLM_UNUSED(buft);
@@ -365,9 +363,7 @@ static cllm_device g_cpu_device = {
     .context = NULL,
 };
 
-cllm_device *cllm_cpu_device(void) {
-    return &g_cpu_device;
-}
+cllm_device *cllm_cpu_device(void) { return &g_cpu_device; }
 
 /* ---- registry ---------------------------------------------------------- */
 

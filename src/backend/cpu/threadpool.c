@@ -115,9 +115,7 @@ void cllm_threadpool_free(cllm_threadpool *tp) {
     free(tp);
 }
 
-int cllm_threadpool_n_threads(const cllm_threadpool *tp) {
-    return tp->n_threads;
-}
+int cllm_threadpool_n_threads(const cllm_threadpool *tp) { return tp->n_threads; }
 
 void cllm_threadpool_run(cllm_threadpool *tp, cllm_threadpool_job job, void *arg) {
     if (tp->n_threads == 1) {

@@ -1,0 +1,47 @@
+/*
+ * Row normalisations. a: [n, ...] F32, F16 or BF16, any strides; dst: F32,
+ * contiguous, possibly a's own memory (in place). eps is op param 0.
+ *   rms_norm: y = x / sqrt(mean(x^2) + eps)
+ *   norm:     y = (x - mean(x)) / sqrt(mean((x - mean(x))^2) + eps)
+ * Sums are accumulated in double; each thread takes whole rows, reads a row
+ * completely before writing it.
+ */
+#include "backend/cpu/ops-impl.h"
+
+#include <math.h>
+
+void cllm_cpu_rms_norm(const cllm_cpu_params *params, cllm_tensor *dst) {
+    const cllm_tensor *a = dst->src[0];
+    const int64_t n = dst->ne[0];
+    const float eps = cllm_get_op_param_f32(dst, 0);
+    int64_t r0, r1;
+    cllm_cpu_split(cllm_nrows(dst), params->ith, params->nth, &r0, &r1);
+    for (int64_t r = r0; r < r1; r++) {
+        float *y = (float *)cllm_cpu_row(dst, r);
+        const float *x = cllm_cpu_row_f32(a, cllm_cpu_row(a, r), n, y);
+        double sum = 0.0;
+        for (int64_t i = 0; i < n; i++) sum += (double)x[i] * (double)x[i];
+        const float s = (float)(1.0 / sqrt(sum / (double)n + (double)eps));
+        for (int64_t i = 0; i < n; i++) y[i] = x[i] * s;
+    }
+}
+
+void cllm_cpu_norm(const cllm_cpu_params *params, cllm_tensor *dst) {
+    const cllm_tensor *a = dst->src[0];
+    const int64_t n = dst->ne[0];
+    const float eps = cllm_get_op_param_f32(dst, 0);
+    int64_t r0, r1;
+    cllm_cpu_split(cllm_nrows(dst), params->ith, params->nth, &r0, &r1);
+    for (int64_t r = r0; r < r1; r++) {
+        float *y = (float *)cllm_cpu_row(dst, r);
+        const float *x = cllm_cpu_row_f32(a, cllm_cpu_row(a, r), n, y);
+        double sum = 0.0;
+        for (int64_t i = 0; i < n; i++) sum += (double)x[i];
+        const double mean = sum / (double)n;
+        double var = 0.0;
+        for (int64_t i = 0; i < n; i++) var += ((double)x[i] - mean) * ((double)x[i] - mean);
+        const float s = (float)(1.0 / sqrt(var / (double)n + (double)eps));
+        const float m = (float)mean;
+        for (int64_t i = 0; i < n; i++) y[i] = (x[i] - m) * s;
+    }
+}

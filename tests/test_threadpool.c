@@ -1,0 +1,167 @@
+/*
+ * The CPU thread pool: every thread runs every job, with the right ith and
+ * nth; barriers order the phases of a job (no thread starts phase p + 1
+ * before every thread finished phase p); pools of 1..4 threads are created,
+ * used and freed repeatedly, also after the workers have gone to sleep.
+ *
+ * Threads record what they see in atomics; the checks run on the main
+ * thread afterwards (the CHECK counters are not thread-safe).
+ */
+#define _POSIX_C_SOURCE 200809L /* nanosleep */
+
+#include "backend/cpu/threadpool.h"
+#include "common/check.h"
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <string.h>
+#include <time.h>
+
+#define MAX_THREADS 4
+#define N_PHASES    24
+
+typedef struct phase_job {
+    cllm_threadpool *tp;
+    int n_threads;
+    _Atomic int done[N_PHASES];           /* threads that finished each phase */
+    _Atomic int ran[MAX_THREADS];         /* jobs each thread ran */
+    _Atomic int phases_seen[MAX_THREADS]; /* phases each thread went through */
+    _Atomic int errors;                   /* ordering or argument violations */
+    int slot[N_PHASES][MAX_THREADS];      /* written by one thread per phase, read after */
+} phase_job;
+
+/* Each phase: check that the previous phase is complete everywhere, mark
+ * this one, meet at the barrier, then check that nobody is missing. */
+static void phase_run(int ith, int nth, void *arg) {
+    phase_job *job = arg;
+    if (nth != job->n_threads || ith < 0 || ith >= nth) {
+        atomic_fetch_add(&job->errors, 1);
+        return; /* a wrong nth would deadlock the barriers: give up */
+    }
+    atomic_fetch_add(&job->ran[ith], 1);
+    for (int p = 0; p < N_PHASES; p++) {
+        if (p > 0 && atomic_load(&job->done[p - 1]) != nth) atomic_fetch_add(&job->errors, 1);
+        if (atomic_load(&job->done[p]) >= nth) atomic_fetch_add(&job->errors, 1);
+        job->slot[p][ith] = p * 100 + ith; /* plain writes, published by the barrier */
+        atomic_fetch_add(&job->done[p], 1);
+        cllm_threadpool_barrier(job->tp);
+        if (atomic_load(&job->done[p]) != nth) atomic_fetch_add(&job->errors, 1);
+        /* after the barrier every thread's plain write of this phase is visible */
+        for (int t = 0; t < nth; t++) {
+            if (job->slot[p][t] != p * 100 + t) atomic_fetch_add(&job->errors, 1);
+        }
+        atomic_fetch_add(&job->phases_seen[ith], 1);
+        /* barriers back to back: the phase counter must keep them apart */
+        cllm_threadpool_barrier(job->tp);
+    }
+}
+
+static void reset_job(phase_job *job, cllm_threadpool *tp, int n) {
+    job->tp = tp;
+    job->n_threads = n;
+    for (int p = 0; p < N_PHASES; p++) atomic_store(&job->done[p], 0);
+    atomic_store(&job->errors, 0);
+    memset(job->slot, 0xff, sizeof(job->slot));
+}
+
+static void sleep_ms(int ms) {
+    const struct timespec ts = {.tv_sec = 0, .tv_nsec = (long)ms * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+/* Many runs of a phased job on one pool. */
+static void test_phases(int n, int runs) {
+    cllm_threadpool *tp = cllm_threadpool_new(n);
+    CHECK(tp != NULL);
+    if (!tp) return;
+    CHECK_EQ_INT(cllm_threadpool_n_threads(tp), n);
+    static phase_job job;
+    for (int t = 0; t < MAX_THREADS; t++) {
+        atomic_store(&job.ran[t], 0);
+        atomic_store(&job.phases_seen[t], 0);
+    }
+    int errors = 0, incomplete = 0;
+    for (int r = 0; r < runs; r++) {
+        reset_job(&job, tp, n);
+        /* now and then let the workers fall asleep between jobs */
+        if (r % 40 == 20) sleep_ms(30);
+        cllm_threadpool_run(tp, phase_run, &job);
+        errors += atomic_load(&job.errors);
+        /* run returned: every thread finished every phase of this run */
+        for (int p = 0; p < N_PHASES; p++) incomplete += atomic_load(&job.done[p]) != n;
+    }
+    CHECKF(errors == 0, "%d threads: %d ordering violations", n, errors);
+    CHECKF(incomplete == 0, "%d threads: %d phases incomplete when run returned", n, incomplete);
+    for (int t = 0; t < n; t++) {
+        CHECKF(atomic_load(&job.ran[t]) == runs, "%d threads: thread %d ran %d of %d jobs", n, t,
+               atomic_load(&job.ran[t]), runs);
+        CHECKF(atomic_load(&job.phases_seen[t]) == runs * N_PHASES,
+               "%d threads: thread %d saw %d of %d phases", n, t, atomic_load(&job.phases_seen[t]),
+               runs * N_PHASES);
+    }
+    cllm_threadpool_free(tp);
+}
+
+typedef struct count_job {
+    _Atomic int hits[MAX_THREADS];
+    _Atomic int bad;
+    int n;
+} count_job;
+
+static void count_run(int ith, int nth, void *arg) {
+    count_job *job = arg;
+    if (nth != job->n || ith < 0 || ith >= nth) {
+        atomic_fetch_add(&job->bad, 1);
+        return;
+    }
+    atomic_fetch_add(&job->hits[ith], 1);
+}
+
+static void empty_run(int ith, int nth, void *arg) {
+    (void)ith;
+    (void)nth;
+    (void)arg;
+}
+
+/* Pools created, used a little, and freed, over and over. */
+static void test_create_free(int n, int rounds) {
+    int failed = 0, wrong = 0;
+    for (int i = 0; i < rounds; i++) {
+        cllm_threadpool *tp = cllm_threadpool_new(n);
+        if (!tp) {
+            failed++;
+            continue;
+        }
+        count_job job;
+        memset(&job, 0, sizeof(job));
+        job.n = n;
+        const int runs = i % 3; /* also freed without ever running a job */
+        for (int r = 0; r < runs; r++) cllm_threadpool_run(tp, count_run, &job);
+        wrong += atomic_load(&job.bad);
+        for (int t = 0; t < n; t++) wrong += atomic_load(&job.hits[t]) != runs;
+        cllm_threadpool_free(tp);
+    }
+    CHECKF(failed == 0, "%d threads: %d of %d pools not created", n, failed, rounds);
+    CHECKF(wrong == 0, "%d threads: %d wrong job counts", n, wrong);
+}
+
+int main(void) {
+    cllm_threadpool_free(NULL); /* does nothing */
+    CHECK(cllm_physical_cores() >= 1);
+    for (int n = 1; n <= MAX_THREADS; n++) {
+        /* more threads than cores make every run cost a scheduler time slice:
+         * fewer runs there keep the test at a few seconds */
+        const bool oversubscribed = n > 2;
+        test_phases(n, oversubscribed ? 30 : 120);
+        test_create_free(n, 30);
+        cllm_threadpool *tp = cllm_threadpool_new(n);
+        CHECK(tp != NULL);
+        if (tp) {
+            const int runs = oversubscribed ? 100 : 500;
+            for (int r = 0; r < runs; r++) cllm_threadpool_run(tp, empty_run, NULL);
+            cllm_threadpool_free(tp);
+        }
+    }
+    return check_summary("test_threadpool");
+}

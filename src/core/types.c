@@ -1,6 +1,7 @@
 /* Element types: the traits table and the float conversions of plain types. */
 #include "core/types.h"
 #include "core/common.h"
+#include "core/quants.h"
 
 #include <string.h>
 
@@ -56,9 +57,7 @@ cllm_fp16 cllm_fp32_to_fp16(float f) {
     return (cllm_fp16)(sign | r);
 }
 
-float cllm_bf16_to_fp32(cllm_bf16 h) {
-    return bits_f32((uint32_t)h << 16);
-}
+float cllm_bf16_to_fp32(cllm_bf16 h) { return bits_f32((uint32_t)h << 16); }
 
 cllm_bf16 cllm_fp32_to_bf16(float f) {
     const uint32_t x = f32_bits(f);
@@ -103,19 +102,34 @@ static void bf16_from_float(const float *src, void *dst, int64_t n) {
 static const cllm_type_traits g_traits[CLLM_TYPE_COUNT] = {
     [CLLM_TYPE_F32] = {"f32", 1, 4, false, f32_to_float, f32_from_float, f32_vec_dot,
                        CLLM_TYPE_F32},
-    [CLLM_TYPE_F16] = {"f16", 1, 2, false, f16_to_float, f16_from_float},
-    [CLLM_TYPE_Q4_0] = {"q4_0", 32, 2 + 16, true, NULL, NULL},
-    [CLLM_TYPE_Q4_1] = {"q4_1", 32, 2 + 2 + 16, true, NULL, NULL},
-    [CLLM_TYPE_Q5_0] = {"q5_0", 32, 2 + 4 + 16, true, NULL, NULL},
-    [CLLM_TYPE_Q5_1] = {"q5_1", 32, 2 + 2 + 4 + 16, true, NULL, NULL},
-    [CLLM_TYPE_Q8_0] = {"q8_0", 32, 2 + 32, true, NULL, NULL},
-    [CLLM_TYPE_Q8_1] = {"q8_1", 32, 2 + 2 + 32, true, NULL, NULL},
-    [CLLM_TYPE_Q2_K] = {"q2_k", QK_K, QK_K / 16 + QK_K / 4 + 2 + 2, true, NULL, NULL},
-    [CLLM_TYPE_Q3_K] = {"q3_k", QK_K, QK_K / 8 + QK_K / 4 + 12 + 2, true, NULL, NULL},
-    [CLLM_TYPE_Q4_K] = {"q4_k", QK_K, 2 + 2 + 12 + QK_K / 2, true, NULL, NULL},
-    [CLLM_TYPE_Q5_K] = {"q5_k", QK_K, 2 + 2 + 12 + QK_K / 8 + QK_K / 2, true, NULL, NULL},
-    [CLLM_TYPE_Q6_K] = {"q6_k", QK_K, QK_K / 2 + QK_K / 4 + QK_K / 16 + 2, true, NULL, NULL},
-    [CLLM_TYPE_Q8_K] = {"q8_k", QK_K, 4 + QK_K + QK_K / 16 * 2, true, NULL, NULL},
+    [CLLM_TYPE_F16] = {"f16", 1, 2, false, f16_to_float, f16_from_float, cllm_vec_dot_f16_f32,
+                       CLLM_TYPE_F32},
+    [CLLM_TYPE_Q4_0] = {"q4_0", 32, 2 + 16, true, cllm_dequantize_row_q4_0, cllm_quantize_row_q4_0,
+                        cllm_vec_dot_q4_0_q8_0, CLLM_TYPE_Q8_0},
+    [CLLM_TYPE_Q4_1] = {"q4_1", 32, 2 + 2 + 16, true, cllm_dequantize_row_q4_1,
+                        cllm_quantize_row_q4_1, cllm_vec_dot_q4_1_q8_0, CLLM_TYPE_Q8_0},
+    [CLLM_TYPE_Q5_0] = {"q5_0", 32, 2 + 4 + 16, true, cllm_dequantize_row_q5_0,
+                        cllm_quantize_row_q5_0, cllm_vec_dot_q5_0_q8_0, CLLM_TYPE_Q8_0},
+    [CLLM_TYPE_Q5_1] = {"q5_1", 32, 2 + 2 + 4 + 16, true, cllm_dequantize_row_q5_1,
+                        cllm_quantize_row_q5_1, cllm_vec_dot_q5_1_q8_0, CLLM_TYPE_Q8_0},
+    [CLLM_TYPE_Q8_0] = {"q8_0", 32, 2 + 32, true, cllm_dequantize_row_q8_0, cllm_quantize_row_q8_0,
+                        cllm_vec_dot_q8_0_q8_0, CLLM_TYPE_Q8_0},
+    [CLLM_TYPE_Q8_1] = {"q8_1", 32, 2 + 2 + 32, true, cllm_dequantize_row_q8_1,
+                        cllm_quantize_row_q8_1, cllm_vec_dot_q8_1_q8_0, CLLM_TYPE_Q8_0},
+    [CLLM_TYPE_Q2_K] = {"q2_k", QK_K, QK_K / 16 + QK_K / 4 + 2 + 2, true, cllm_dequantize_row_q2_K,
+                        cllm_quantize_row_q2_K, cllm_vec_dot_q2_K_q8_K, CLLM_TYPE_Q8_K},
+    [CLLM_TYPE_Q3_K] = {"q3_k", QK_K, QK_K / 8 + QK_K / 4 + 12 + 2, true, cllm_dequantize_row_q3_K,
+                        cllm_quantize_row_q3_K, cllm_vec_dot_q3_K_q8_K, CLLM_TYPE_Q8_K},
+    [CLLM_TYPE_Q4_K] = {"q4_k", QK_K, 2 + 2 + 12 + QK_K / 2, true, cllm_dequantize_row_q4_K,
+                        cllm_quantize_row_q4_K, cllm_vec_dot_q4_K_q8_K, CLLM_TYPE_Q8_K},
+    [CLLM_TYPE_Q5_K] = {"q5_k", QK_K, 2 + 2 + 12 + QK_K / 8 + QK_K / 2, true,
+                        cllm_dequantize_row_q5_K, cllm_quantize_row_q5_K, cllm_vec_dot_q5_K_q8_K,
+                        CLLM_TYPE_Q8_K},
+    [CLLM_TYPE_Q6_K] = {"q6_k", QK_K, QK_K / 2 + QK_K / 4 + QK_K / 16 + 2, true,
+                        cllm_dequantize_row_q6_K, cllm_quantize_row_q6_K, cllm_vec_dot_q6_K_q8_K,
+                        CLLM_TYPE_Q8_K},
+    [CLLM_TYPE_Q8_K] = {"q8_k", QK_K, 4 + QK_K + QK_K / 16 * 2, true, cllm_dequantize_row_q8_K,
+                        cllm_quantize_row_q8_K, cllm_vec_dot_q8_K_q8_K, CLLM_TYPE_Q8_K},
     [CLLM_TYPE_IQ2_XXS] = {"iq2_xxs", QK_K, 2 + QK_K / 4, true, NULL, NULL},
     [CLLM_TYPE_IQ2_XS] = {"iq2_xs", QK_K, 2 + QK_K / 4 + QK_K / 32, true, NULL, NULL},
     [CLLM_TYPE_IQ3_XXS] = {"iq3_xxs", QK_K, 2 + 3 * QK_K / 8, true, NULL, NULL},
@@ -131,7 +145,8 @@ static const cllm_type_traits g_traits[CLLM_TYPE_COUNT] = {
     [CLLM_TYPE_I64] = {"i64", 1, 8, false, NULL, NULL},
     [CLLM_TYPE_F64] = {"f64", 1, 8, false, NULL, NULL},
     [CLLM_TYPE_IQ1_M] = {"iq1_m", QK_K, QK_K / 8 + QK_K / 16 + QK_K / 32, true, NULL, NULL},
-    [CLLM_TYPE_BF16] = {"bf16", 1, 2, false, bf16_to_float, bf16_from_float},
+    [CLLM_TYPE_BF16] = {"bf16", 1, 2, false, bf16_to_float, bf16_from_float, cllm_vec_dot_bf16_f32,
+                        CLLM_TYPE_F32},
     [CLLM_TYPE_TQ1_0] = {"tq1_0", QK_K, (QK_K - 4 * QK_K / 64) / 5 + QK_K / 64 + 2, true, NULL,
                          NULL},
     [CLLM_TYPE_TQ2_0] = {"tq2_0", QK_K, 2 + QK_K / 4, true, NULL, NULL},

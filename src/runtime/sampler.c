@@ -1,0 +1,452 @@
+/* Token sampling: penalties, greedy, top-k, temperature, top-p, min-p. */
+#include "runtime/sampler.h"
+
+#include <float.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct cllm_sampler {
+    cllm_sampler_params params;
+    int32_t n_vocab;
+    /* (n_vocab) scratch. Holds, in turn: the logits indexed by id; the finite
+     * candidates; their softmax weights exp((l - max) / T); the final
+     * probabilities. The field `p` carries whichever of these is current. */
+    cllm_sampler_cand *cand;
+    uint8_t *seen;       /* ((n_vocab + 7) / 8) bits: token already penalised in this call */
+    int32_t *window;     /* (repeat_last_n) ring of accepted tokens; NULL when 0 */
+    int32_t window_len;  /* valid slots are [0, window_len) */
+    int32_t window_head; /* next slot to write */
+    uint64_t rng[4];     /* xoshiro256** state */
+};
+
+/* ---- PRNG: xoshiro256** (Blackman & Vigna), seeded through splitmix64 ---- */
+
+static uint64_t splitmix64(uint64_t *x) {
+    uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static void rng_seed(uint64_t st[4], uint64_t seed) {
+    uint64_t x = seed;
+    for (int i = 0; i < 4; i++) st[i] = splitmix64(&x);
+}
+
+static uint64_t rotl64(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+
+static uint64_t rng_next(uint64_t st[4]) {
+    const uint64_t result = rotl64(st[1] * 5, 7) * 9;
+    const uint64_t t = st[1] << 17;
+    st[2] ^= st[0];
+    st[3] ^= st[1];
+    st[1] ^= st[2];
+    st[0] ^= st[3];
+    st[2] ^= t;
+    st[3] = rotl64(st[3], 45);
+    return result;
+}
+
+/* Uniform in [0, 1) with 53 random bits. */
+static double rng_uniform(uint64_t st[4]) { return (double)(rng_next(st) >> 11) * 0x1.0p-53; }
+
+/* ---- parameters ---- */
+
+cllm_sampler_params cllm_sampler_default_params(void) {
+    return (cllm_sampler_params){
+        .temperature = 0.8f,
+        .top_k = 40,
+        .top_p = 0.95f,
+        .min_p = 0.05f,
+        .repeat_penalty = 1.0f,
+        .repeat_last_n = 64,
+        .seed = 0,
+    };
+}
+
+static cllm_status validate_params(const cllm_sampler_params *p, int32_t n_vocab) {
+    if (n_vocab <= 0) return cllm_error(CLLM_ERR_INVALID_ARG, "sampler: n_vocab %d <= 0", n_vocab);
+    if (!(p->temperature >= 0.0f) || isinf(p->temperature)) {
+        return cllm_error(CLLM_ERR_INVALID_ARG,
+                          "sampler: temperature must be finite and >= 0 (0 = greedy), got %g",
+                          (double)p->temperature);
+    }
+    if (p->top_k < 0) {
+        return cllm_error(CLLM_ERR_INVALID_ARG, "sampler: top_k must be >= 0 (0 = off), got %d",
+                          p->top_k);
+    }
+    if (!(p->top_p > 0.0f && p->top_p <= 1.0f)) {
+        return cllm_error(CLLM_ERR_INVALID_ARG,
+                          "sampler: top_p must be in (0, 1] (1 = off), got %g", (double)p->top_p);
+    }
+    if (!(p->min_p >= 0.0f && p->min_p <= 1.0f)) {
+        return cllm_error(CLLM_ERR_INVALID_ARG,
+                          "sampler: min_p must be in [0, 1] (0 = off), got %g", (double)p->min_p);
+    }
+    if (!(p->repeat_penalty > 0.0f) || isinf(p->repeat_penalty)) {
+        return cllm_error(CLLM_ERR_INVALID_ARG,
+                          "sampler: repeat_penalty must be finite and > 0 (1 = off), got %g",
+                          (double)p->repeat_penalty);
+    }
+    if (p->repeat_last_n < 0 || p->repeat_last_n > CLLM_SAMPLER_MAX_WINDOW) {
+        return cllm_error(CLLM_ERR_INVALID_ARG, "sampler: repeat_last_n must be in [0, %d], got %d",
+                          CLLM_SAMPLER_MAX_WINDOW, p->repeat_last_n);
+    }
+    return CLLM_OK;
+}
+
+/* ---- lifecycle ---- */
+
+cllm_status cllm_sampler_new(const cllm_sampler_params *params, int32_t n_vocab,
+                             cllm_sampler **out) {
+    CLLM_ASSERT(params != NULL && out != NULL);
+    cllm_status st = validate_params(params, n_vocab);
+    if (st != CLLM_OK) return st;
+
+    size_t cand_bytes;
+    if (cllm_mul_overflow((size_t)n_vocab, sizeof(cllm_sampler_cand), &cand_bytes)) {
+        return cllm_error(CLLM_ERR_TOO_LARGE, "sampler: n_vocab %d too large", n_vocab);
+    }
+    cllm_sampler *s = calloc(1, sizeof(*s));
+    if (!s) goto nomem;
+    s->params = *params;
+    s->n_vocab = n_vocab;
+    s->cand = malloc(cand_bytes);
+    s->seen = calloc(((size_t)n_vocab + 7) / 8, 1);
+    if (!s->cand || !s->seen) goto nomem;
+    if (params->repeat_last_n > 0) {
+        s->window = malloc((size_t)params->repeat_last_n * sizeof(int32_t));
+        if (!s->window) goto nomem;
+    }
+    cllm_sampler_reset(s);
+    *out = s;
+    return CLLM_OK;
+
+nomem:
+    cllm_sampler_free(s);
+    return cllm_error(CLLM_ERR_NOMEM, "sampler: out of memory for n_vocab %d", n_vocab);
+}
+
+void cllm_sampler_free(cllm_sampler *s) {
+    if (!s) return;
+    free(s->cand);
+    free(s->seen);
+    free(s->window);
+    free(s);
+}
+
+void cllm_sampler_reset(cllm_sampler *s) {
+    CLLM_ASSERT(s != NULL);
+    s->window_len = 0;
+    s->window_head = 0;
+    rng_seed(s->rng, s->params.seed);
+}
+
+cllm_status cllm_sampler_accept(cllm_sampler *s, int32_t token) {
+    CLLM_ASSERT(s != NULL);
+    if (token < 0 || token >= s->n_vocab) {
+        return cllm_error(CLLM_ERR_INVALID_ARG, "sampler: token %d out of range [0, %d)", token,
+                          s->n_vocab);
+    }
+    const int32_t cap = s->params.repeat_last_n;
+    if (cap == 0) return CLLM_OK;
+    s->window[s->window_head] = token;
+    s->window_head = s->window_head + 1 == cap ? 0 : s->window_head + 1;
+    if (s->window_len < cap) s->window_len++;
+    return CLLM_OK;
+}
+
+/* ---- pipeline stages ---- */
+
+/* Total order used everywhere: larger value first, then lower id. */
+static bool cand_better(const cllm_sampler_cand *a, const cllm_sampler_cand *b) {
+    return a->p > b->p || (a->p == b->p && a->id < b->id);
+}
+
+static int cand_cmp_desc(const void *pa, const void *pb) {
+    const cllm_sampler_cand *a = pa, *b = pb;
+    if (cand_better(a, b)) return -1;
+    if (cand_better(b, a)) return 1;
+    return 0;
+}
+
+static void cand_swap(cllm_sampler_cand *a, cllm_sampler_cand *b) {
+    cllm_sampler_cand t = *a;
+    *a = *b;
+    *b = t;
+}
+
+/* Stage 1. Penalises each distinct token of the window once; `cand` is still
+ * indexed by token id. */
+static void apply_repeat_penalty(cllm_sampler *s) {
+    const float pen = s->params.repeat_penalty;
+    for (int32_t i = 0; i < s->window_len; i++) {
+        const int32_t t = s->window[i];
+        const uint8_t bit = (uint8_t)(1u << (t & 7));
+        if (s->seen[t >> 3] & bit) continue;
+        s->seen[t >> 3] |= bit;
+        float *l = &s->cand[t].p;
+        *l = *l > 0.0f ? *l / pen : *l * pen;
+        if (*l > FLT_MAX) *l = FLT_MAX; /* a penalty < 1 must not create +inf */
+    }
+    for (int32_t i = 0; i < s->window_len; i++) s->seen[s->window[i] >> 3] = 0;
+}
+
+/* Min-heap on cand_better: the root is the worst of h[0, n). */
+static void heap_sift_down(cllm_sampler_cand *h, int32_t n, int32_t i) {
+    for (;;) {
+        int32_t worst = i;
+        const int32_t l = 2 * i + 1, r = 2 * i + 2;
+        if (l < n && cand_better(&h[worst], &h[l])) worst = l;
+        if (r < n && cand_better(&h[worst], &h[r])) worst = r;
+        if (worst == i) return;
+        cand_swap(&h[i], &h[worst]);
+        i = worst;
+    }
+}
+
+/* Stage 3. Leaves the k best of c[0, n) in c[0, k), sorted best first.
+ * O(n log k) with a k-element heap; no sort of the whole row. */
+static void select_top_k(cllm_sampler_cand *c, int32_t n, int32_t k) {
+    for (int32_t i = k / 2 - 1; i >= 0; i--) heap_sift_down(c, k, i);
+    for (int32_t i = k; i < n; i++) {
+        if (cand_better(&c[i], &c[0])) {
+            c[0] = c[i];
+            heap_sift_down(c, k, 0);
+        }
+    }
+    /* Heap sort: moving the worst to the end each time leaves c[0, k) best first. */
+    for (int32_t end = k - 1; end > 0; end--) {
+        cand_swap(&c[0], &c[end]);
+        heap_sift_down(c, end, 0);
+    }
+}
+
+/*
+ * Stage 6 helper, for an unsorted c[0, n) of weights summing to `sum`. Moves
+ * a set of candidates that contains the nucleus to the front and returns its
+ * size; only that set then needs sorting.
+ *
+ * The set is {i : w[i] >= t} for a threshold t. The tokens below t weigh less
+ * than n * t in total, so t_safe = (1 - top_p) * sum / n always works. LLM
+ * distributions are peaked, so first try t = 2^-5, 2^-10, ... (the largest
+ * weight is exactly 1) and take the first whose set reaches top_p * sum;
+ * each try is one counting pass.
+ */
+static int32_t gather_nucleus(cllm_sampler_cand *c, int32_t n, double sum, double top_p) {
+    const double target = top_p * sum;
+    const double t_safe = (1.0 - top_p) * sum / (double)n;
+    double t = 1.0;
+    for (;;) {
+        t *= 1.0 / 32.0;
+        if (t <= t_safe) {
+            t = t_safe;
+            break;
+        }
+        double mass = 0.0;
+        for (int32_t i = 0; i < n; i++) {
+            if (c[i].p >= t) mass += c[i].p;
+        }
+        if (mass >= target) break;
+    }
+    int32_t m = 0;
+    for (int32_t i = 0; i < n; i++) {
+        if (c[i].p >= t) cand_swap(&c[m++], &c[i]);
+    }
+    return m;
+}
+
+static cllm_status bad_logit(int32_t i, float l) {
+    return cllm_error(CLLM_ERR_INVALID_ARG, "sampler: logit of token %d is %s", i,
+                      isnan(l) ? "NaN" : "+inf");
+}
+
+/* Greedy without penalties: one read-only pass, no copy. */
+static cllm_status argmax_plain(const float *logits, int32_t n_vocab, int32_t *out) {
+    int32_t best = -1;
+    float lmax = -INFINITY;
+    for (int32_t i = 0; i < n_vocab; i++) {
+        const float l = logits[i];
+        if (!(l < INFINITY)) return bad_logit(i, l); /* NaN or +inf; -inf is a mask */
+        if (l > lmax) {
+            lmax = l;
+            best = i;
+        }
+    }
+    if (best < 0) return cllm_error(CLLM_ERR_INVALID_ARG, "sampler: every logit is -inf");
+    *out = best;
+    return CLLM_OK;
+}
+
+/*
+ * Stages 1-7. On success c[0, *n_out) hold the surviving candidates with
+ * positive weights (unnormalised) and *sum_out their sum, accumulated in
+ * index order. Touches only the scratch array.
+ */
+static cllm_status build_dist(cllm_sampler *s, const float *logits, int32_t *n_out,
+                              double *sum_out) {
+    const cllm_sampler_params *prm = &s->params;
+    cllm_sampler_cand *c = s->cand;
+    const int32_t n_vocab = s->n_vocab;
+    const bool penalise = prm->repeat_penalty != 1.0f && s->window_len > 0;
+
+    if (prm->temperature == 0.0f && !penalise) {
+        int32_t best = 0;
+        cllm_status st = argmax_plain(logits, n_vocab, &best);
+        if (st != CLLM_OK) return st;
+        c[0] = (cllm_sampler_cand){.id = best, .p = 1.0f};
+        *n_out = 1;
+        *sum_out = 1.0;
+        return CLLM_OK;
+    }
+
+    /* Copy the finite logits, penalised, into c[0, n); find the largest
+     * (the first in id order). Without penalties this is a single pass. */
+    int32_t n = 0, imax = 0;
+    float lmax = -INFINITY;
+    if (penalise) {
+        for (int32_t i = 0; i < n_vocab; i++) {
+            const float l = logits[i];
+            if (!(l < INFINITY)) return bad_logit(i, l);
+            c[i] = (cllm_sampler_cand){.id = i, .p = l};
+        }
+        apply_repeat_penalty(s); /* needs c indexed by id */
+        for (int32_t i = 0; i < n_vocab; i++) {
+            if (c[i].p == -INFINITY) continue;
+            if (c[i].p > lmax) {
+                lmax = c[i].p;
+                imax = n;
+            }
+            c[n++] = c[i];
+        }
+    } else {
+        for (int32_t i = 0; i < n_vocab; i++) {
+            const float l = logits[i];
+            if (!(l < INFINITY)) return bad_logit(i, l);
+            if (l == -INFINITY) continue;
+            if (l > lmax) {
+                lmax = l;
+                imax = n;
+            }
+            c[n++] = (cllm_sampler_cand){.id = i, .p = l};
+        }
+    }
+    if (n == 0) return cllm_error(CLLM_ERR_INVALID_ARG, "sampler: every logit is -inf");
+
+    if (prm->temperature == 0.0f) { /* greedy */
+        c[0] = (cllm_sampler_cand){.id = c[imax].id, .p = 1.0f};
+        *n_out = 1;
+        *sum_out = 1.0;
+        return CLLM_OK;
+    }
+
+    bool sorted = false;
+    if (prm->top_k > 0 && prm->top_k < n) {
+        select_top_k(c, n, prm->top_k);
+        n = prm->top_k;
+        sorted = true;
+    }
+
+    const float temp = prm->temperature;
+    const bool top_p_on = prm->top_p < 1.0f && n > 1;
+
+    /* Without top-p no total mass is needed, so tokens that min-p will drop
+     * (w = exp((l - max) / T) < min_p) can go before the costly exp. The
+     * margin leaves the exact test, w >= min_p, to the last stage. */
+    if (!top_p_on && prm->min_p > 0.0f) {
+        const float lim = logf(prm->min_p) - 1e-3f;
+        int32_t m = 0;
+        for (int32_t i = 0; i < n; i++) {
+            if ((c[i].p - lmax) / temp >= lim) c[m++] = c[i];
+        }
+        n = m;
+    }
+
+    /* Temperature and softmax weights; the best token gets exactly 1. Dividing
+     * (not multiplying by 1/T) keeps 0/T = 0 for tiny T. */
+    double sum = 0.0;
+    for (int32_t i = 0; i < n; i++) {
+        const float w = expf((c[i].p - lmax) / temp);
+        c[i].p = w;
+        sum += w;
+    }
+
+    if (top_p_on) {
+        int32_t n_sort = n;
+        if (!sorted) {
+            n_sort = gather_nucleus(c, n, sum, prm->top_p);
+            qsort(c, (size_t)n_sort, sizeof(*c), cand_cmp_desc);
+        }
+        const double target = (double)prm->top_p * sum;
+        double cum = 0.0;
+        int32_t keep = n_sort;
+        for (int32_t i = 0; i < n_sort; i++) {
+            cum += c[i].p;
+            if (cum >= target) {
+                keep = i + 1;
+                break;
+            }
+        }
+        n = keep;
+    }
+
+    /* min-p (p >= min_p * p_max, i.e. w >= min_p since w_max = 1), and drop
+     * weights that underflowed to zero. */
+    const float w_min = prm->min_p;
+    int32_t m = 0;
+    sum = 0.0;
+    for (int32_t i = 0; i < n; i++) {
+        if (c[i].p > 0.0f && c[i].p >= w_min) {
+            c[m] = c[i];
+            sum += c[m].p;
+            m++;
+        }
+    }
+    CLLM_ASSERT(m > 0); /* the best token, weight 1, always survives */
+    *n_out = m;
+    *sum_out = sum;
+    return CLLM_OK;
+}
+
+/* ---- public entry points ---- */
+
+cllm_status cllm_sampler_probs(cllm_sampler *s, const float *logits, const cllm_sampler_cand **out,
+                               int32_t *n_out) {
+    CLLM_ASSERT(s != NULL && logits != NULL && out != NULL && n_out != NULL);
+    int32_t n;
+    double sum;
+    cllm_status st = build_dist(s, logits, &n, &sum);
+    if (st != CLLM_OK) return st;
+    for (int32_t i = 0; i < n; i++) s->cand[i].p = (float)(s->cand[i].p / sum);
+    *out = s->cand;
+    *n_out = n;
+    return CLLM_OK;
+}
+
+cllm_status cllm_sampler_sample(cllm_sampler *s, const float *logits, int32_t *out_token) {
+    CLLM_ASSERT(s != NULL && logits != NULL && out_token != NULL);
+    int32_t n;
+    double sum;
+    cllm_status st = build_dist(s, logits, &n, &sum);
+    if (st != CLLM_OK) return st;
+    const cllm_sampler_cand *c = s->cand;
+    if (s->params.temperature == 0.0f) {
+        *out_token = c[0].id;
+        return CLLM_OK;
+    }
+    /* Inverse CDF, summing in the order build_dist summed, so the walk reaches
+     * `sum` exactly; the fallback covers r rounding up to `sum`. */
+    const double r = rng_uniform(s->rng) * sum;
+    double cum = 0.0;
+    int32_t pick = c[n - 1].id;
+    for (int32_t i = 0; i < n; i++) {
+        cum += c[i].p;
+        if (r < cum) {
+            pick = c[i].id;
+            break;
+        }
+    }
+    *out_token = pick;
+    return CLLM_OK;
+}

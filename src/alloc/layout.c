@@ -1,9 +1,7 @@
 /* Static layout: tensors placed back to back, aligned, in one buffer. */
 #include "alloc/layout.h"
 
-static bool is_laid_out(const cllm_tensor *t) {
-    return t->data == NULL && t->view_src == NULL;
-}
+static bool is_laid_out(const cllm_tensor *t) { return t->data == NULL && t->view_src == NULL; }
 
 size_t cllm_layout_measure(cllm_context *ctx, cllm_buffer_type *buft) {
     const size_t align = cllm_buffer_type_alignment(buft);

@@ -39,9 +39,7 @@ bool cllm_buffer_type_is_host(const cllm_buffer_type *buft) {
     return buft->iface.is_host ? buft->iface.is_host(buft) : false;
 }
 
-cllm_device *cllm_buffer_type_device(const cllm_buffer_type *buft) {
-    return buft->device;
-}
+cllm_device *cllm_buffer_type_device(const cllm_buffer_type *buft) { return buft->device; }
 
 cllm_status cllm_buffer_type_alloc(cllm_buffer_type *buft, size_t size, cllm_mem_kind kind,
                                    cllm_buffer **out) {
@@ -94,9 +92,7 @@ static void measure_get_tensor(cllm_buffer *buf, const cllm_tensor *t, void *dat
     memset(data, 0, size);
 }
 
-static void measure_clear(cllm_buffer *buf, uint8_t value) {
-    CLLM_UNUSED(buf), CLLM_UNUSED(value);
-}
+static void measure_clear(cllm_buffer *buf, uint8_t value) { CLLM_UNUSED(buf), CLLM_UNUSED(value); }
 
 cllm_buffer *cllm_buffer_new_measure(cllm_buffer_type *buft, size_t size) {
     static const struct cllm_buffer_i measure_iface = {
@@ -119,24 +115,12 @@ void cllm_buffer_free(cllm_buffer *buf) {
     free(buf);
 }
 
-size_t cllm_buffer_size(const cllm_buffer *buf) {
-    return buf->size;
-}
-void *cllm_buffer_base(const cllm_buffer *buf) {
-    return buf->iface.get_base(buf);
-}
-cllm_mem_kind cllm_buffer_kind(const cllm_buffer *buf) {
-    return buf->kind;
-}
-bool cllm_buffer_is_measure(const cllm_buffer *buf) {
-    return buf->is_measure;
-}
-cllm_buffer_type *cllm_buffer_buft(const cllm_buffer *buf) {
-    return buf->buft;
-}
-void cllm_buffer_clear(cllm_buffer *buf, uint8_t value) {
-    buf->iface.clear(buf, value);
-}
+size_t cllm_buffer_size(const cllm_buffer *buf) { return buf->size; }
+void *cllm_buffer_base(const cllm_buffer *buf) { return buf->iface.get_base(buf); }
+cllm_mem_kind cllm_buffer_kind(const cllm_buffer *buf) { return buf->kind; }
+bool cllm_buffer_is_measure(const cllm_buffer *buf) { return buf->is_measure; }
+cllm_buffer_type *cllm_buffer_buft(const cllm_buffer *buf) { return buf->buft; }
+void cllm_buffer_clear(cllm_buffer *buf, uint8_t value) { buf->iface.clear(buf, value); }
 
 void cllm_buffer_place_tensor(cllm_buffer *buf, cllm_tensor *t, size_t offset) {
     CLLM_ASSERTF(t->view_src == NULL, "place_tensor: %s is a view", t->name);
@@ -190,17 +174,13 @@ void cllm_tensor_get_all(const cllm_tensor *t, void *data) {
 
 /* ---- devices ----------------------------------------------------------- */
 
-const char *cllm_device_name(const cllm_device *dev) {
-    return dev->iface.get_name(dev);
-}
+const char *cllm_device_name(const cllm_device *dev) { return dev->iface.get_name(dev); }
 
 const char *cllm_device_description(const cllm_device *dev) {
     return dev->iface.get_description(dev);
 }
 
-cllm_device_kind cllm_device_kind_of(const cllm_device *dev) {
-    return dev->iface.get_kind(dev);
-}
+cllm_device_kind cllm_device_kind_of(const cllm_device *dev) { return dev->iface.get_kind(dev); }
 
 void cllm_device_memory(cllm_device *dev, size_t *free_bytes, size_t *total_bytes) {
     dev->iface.get_memory(dev, free_bytes, total_bytes);
@@ -237,12 +217,8 @@ void cllm_backend_free(cllm_backend *be) {
     be->iface.free(be);
 }
 
-const char *cllm_backend_name(const cllm_backend *be) {
-    return be->iface.get_name(be);
-}
-cllm_device *cllm_backend_device(const cllm_backend *be) {
-    return be->device;
-}
+const char *cllm_backend_name(const cllm_backend *be) { return be->iface.get_name(be); }
+cllm_device *cllm_backend_device(const cllm_backend *be) { return be->device; }
 
 size_t cllm_backend_workspace_size(cllm_backend *be, const cllm_graph *g) {
     return be->iface.get_workspace_size ? be->iface.get_workspace_size(be, g) : 0;

@@ -73,9 +73,7 @@ static void visit(cllm_graph *g, cllm_tensor *t) {
     }
 }
 
-void cllm_graph_build(cllm_graph *g, cllm_tensor *t) {
-    visit(g, t);
-}
+void cllm_graph_build(cllm_graph *g, cllm_tensor *t) { visit(g, t); }
 
 int cllm_graph_node_index(const cllm_graph *g, const cllm_tensor *t) {
     for (int i = 0; i < g->n_nodes; i++) {

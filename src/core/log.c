@@ -52,22 +52,16 @@ const char *cllm_mem_kind_str(cllm_mem_kind kind) {
     return k_mem_kind_names[kind];
 }
 
-const char *cllm_version(void) {
-    return "0.1.0";
-}
+const char *cllm_version(void) { return "0.1.0"; }
 
-const char *cllm_last_error(void) {
-    return g_last_error;
-}
+const char *cllm_last_error(void) { return g_last_error; }
 
 void cllm_log_set(cllm_log_fn fn, void *user_data) {
     g_log_fn = fn;
     g_log_user_data = user_data;
 }
 
-void cllm_log_set_level(cllm_log_level level) {
-    g_log_level = (int)level;
-}
+void cllm_log_set_level(cllm_log_level level) { g_log_level = (int)level; }
 
 static int default_level(void) {
     if (g_log_level >= 0) return g_log_level;

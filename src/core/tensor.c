@@ -59,15 +59,11 @@ cllm_context *cllm_context_new(int max_tensors) {
     return ctx;
 }
 
-void cllm_context_free(cllm_context *ctx) {
-    free(ctx);
-}
+void cllm_context_free(cllm_context *ctx) { free(ctx); }
 
 void cllm_context_reset(cllm_context *ctx) { ctx->n_tensors = 0; }
 
-int cllm_context_n_tensors(const cllm_context *ctx) {
-    return ctx->n_tensors;
-}
+int cllm_context_n_tensors(const cllm_context *ctx) { return ctx->n_tensors; }
 
 cllm_tensor *cllm_context_tensor(cllm_context *ctx, int i) {
     CLLM_ASSERT(i >= 0 && i < ctx->n_tensors);
@@ -138,19 +134,11 @@ cllm_tensor *cllm_tensor_set_name(cllm_tensor *t, const char *fmt, ...) {
     return t;
 }
 
-void cllm_tensor_set_input(cllm_tensor *t) {
-    t->flags |= CLLM_TENSOR_FLAG_INPUT;
-}
-void cllm_tensor_set_output(cllm_tensor *t) {
-    t->flags |= CLLM_TENSOR_FLAG_OUTPUT;
-}
+void cllm_tensor_set_input(cllm_tensor *t) { t->flags |= CLLM_TENSOR_FLAG_INPUT; }
+void cllm_tensor_set_output(cllm_tensor *t) { t->flags |= CLLM_TENSOR_FLAG_OUTPUT; }
 
-int64_t cllm_nelements(const cllm_tensor *t) {
-    return t->ne[0] * t->ne[1] * t->ne[2] * t->ne[3];
-}
-int64_t cllm_nrows(const cllm_tensor *t) {
-    return t->ne[1] * t->ne[2] * t->ne[3];
-}
+int64_t cllm_nelements(const cllm_tensor *t) { return t->ne[0] * t->ne[1] * t->ne[2] * t->ne[3]; }
+int64_t cllm_nrows(const cllm_tensor *t) { return t->ne[1] * t->ne[2] * t->ne[3]; }
 
 size_t cllm_nbytes(const cllm_tensor *t) {
     for (int i = 0; i < CLLM_MAX_DIMS; i++) {
@@ -374,13 +362,9 @@ cllm_tensor *cllm_scale(cllm_context *ctx, cllm_tensor *a, float s) {
     return t;
 }
 
-cllm_tensor *cllm_silu(cllm_context *ctx, cllm_tensor *a) {
-    return unary_op(ctx, CLLM_OP_SILU, a);
-}
+cllm_tensor *cllm_silu(cllm_context *ctx, cllm_tensor *a) { return unary_op(ctx, CLLM_OP_SILU, a); }
 
-cllm_tensor *cllm_gelu(cllm_context *ctx, cllm_tensor *a) {
-    return unary_op(ctx, CLLM_OP_GELU, a);
-}
+cllm_tensor *cllm_gelu(cllm_context *ctx, cllm_tensor *a) { return unary_op(ctx, CLLM_OP_GELU, a); }
 
 cllm_tensor *cllm_cpy(cllm_context *ctx, cllm_tensor *a, cllm_tensor *b) {
     shape_buf sa, sb;
@@ -476,6 +460,14 @@ cllm_tensor *cllm_mul_mat(cllm_context *ctx, cllm_tensor *a, cllm_tensor *b) {
     t->src[1] = b;
     return t;
 }
+
+void cllm_mul_mat_set_prec(cllm_tensor *t, int prec) {
+    CLLM_ASSERTF(t->op == CLLM_OP_MUL_MAT, "set_prec on %s (%s)", t->name, cllm_op_name(t->op));
+    CLLM_ASSERTF(prec == CLLM_PREC_DEFAULT || prec == CLLM_PREC_F32, "mul_mat precision %d", prec);
+    t->op_params[0] = prec;
+}
+
+int cllm_mul_mat_prec(const cllm_tensor *t) { return t->op_params[0]; }
 
 cllm_tensor *cllm_attn(cllm_context *ctx, cllm_tensor *q, cllm_tensor *k, cllm_tensor *v,
                        cllm_tensor *mask, float scale) {

@@ -161,9 +161,7 @@ bool cllm_can_repeat(const cllm_tensor *b, const cllm_tensor *a);
 const char *cllm_shape_str(const cllm_tensor *t, char *buf, size_t size);
 
 /* Op parameters, stored as int32 slots. */
-static inline int32_t cllm_get_op_param_i32(const cllm_tensor *t, int i) {
-    return t->op_params[i];
-}
+static inline int32_t cllm_get_op_param_i32(const cllm_tensor *t, int i) { return t->op_params[i]; }
 static inline float cllm_get_op_param_f32(const cllm_tensor *t, int i) {
     float f;
     __builtin_memcpy(&f, &t->op_params[i], sizeof(f));
@@ -248,6 +246,13 @@ cllm_tensor *cllm_rope(cllm_context *ctx, cllm_tensor *a, cllm_tensor *pos,
  * to one batch of a (grouped-query attention).
  */
 cllm_tensor *cllm_mul_mat(cllm_context *ctx, cllm_tensor *a, cllm_tensor *b);
+
+/* Precision of a mul_mat node (op param 0). By default a backend may
+ * quantize b to the dot-product type of a (e.g. Q8_0 activations for Q4_0
+ * weights); CLLM_PREC_F32 keeps b in F32 and dequantizes rows of a instead. */
+enum { CLLM_PREC_DEFAULT = 0, CLLM_PREC_F32 = 1 };
+void cllm_mul_mat_set_prec(cllm_tensor *t, int prec);
+int cllm_mul_mat_prec(const cllm_tensor *t);
 
 /*
  * Fused attention, never storing the n_tokens x n_kv score matrix:

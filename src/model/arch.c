@@ -126,12 +126,20 @@ cllm_status cllm_weights_tensor(cllm_weights *w, const cllm_gguf *g, int flags, 
                           dims_str(want, sizeof(want), n_dims, ne));
     }
     const cllm_type_traits *tt = cllm_type_traits_of(ti->type);
+    if (ti->ne[0] % tt->blck_size != 0) {
+        /* old writers only required whole blocks per tensor, not per row */
+        return cllm_error(CLLM_ERR_UNSUPPORTED,
+                          "%s: tensor %s has rows of %lld elements, not whole %s blocks of %lld",
+                          cllm_gguf_name(g), name, (long long)ti->ne[0], tt->name,
+                          (long long)tt->blck_size);
+    }
     if (!tt->to_float) {
         return cllm_error(CLLM_ERR_UNSUPPORTED, "%s: tensor %s has type %s, which is not supported",
                           cllm_gguf_name(g), name, tt->name);
     }
     if (cllm_context_n_tensors(w->ctx) >= (int)cllm_gguf_n_tensors(g)) {
-        return cllm_error(CLLM_ERR_FORMAT, "%s: tensor %s requested twice", cllm_gguf_name(g), name);
+        return cllm_error(CLLM_ERR_FORMAT, "%s: more weights requested than the file has",
+                          cllm_gguf_name(g));
     }
     cllm_tensor *t = cllm_tensor_new(w->ctx, ti->type, 4, ti->ne);
     cllm_tensor_set_name(t, "%s", name);
@@ -180,10 +188,11 @@ void cllm_fill_causal_mask(float *dst, const cllm_batch_shape *shape) {
 void cllm_build_inputs(const cllm_build_args *args, cllm_graph_io *io) {
     cllm_context *ctx = args->ctx;
     const cllm_batch_shape *sh = &args->shape;
-    io->tokens = cllm_tensor_set_name(cllm_tensor_new_1d(ctx, CLLM_TYPE_I32, sh->n_tokens), "tokens");
+    io->tokens =
+        cllm_tensor_set_name(cllm_tensor_new_1d(ctx, CLLM_TYPE_I32, sh->n_tokens), "tokens");
     io->pos = cllm_tensor_set_name(cllm_tensor_new_1d(ctx, CLLM_TYPE_I32, sh->n_tokens), "pos");
-    io->mask =
-        cllm_tensor_set_name(cllm_tensor_new_2d(ctx, CLLM_TYPE_F32, sh->n_kv, sh->n_tokens), "mask");
+    io->mask = cllm_tensor_set_name(cllm_tensor_new_2d(ctx, CLLM_TYPE_F32, sh->n_kv, sh->n_tokens),
+                                    "mask");
     io->out_ids =
         cllm_tensor_set_name(cllm_tensor_new_1d(ctx, CLLM_TYPE_I32, sh->n_outputs), "out_ids");
     cllm_tensor_set_input(io->tokens);
@@ -206,10 +215,10 @@ cllm_tensor *cllm_build_attention(const cllm_build_args *args, cllm_graph_io *io
 
     /* write this batch's keys and values at n_past; these copies go into the
      * graph first, so every later read of the cache comes after them */
-    cllm_tensor *k_dst = cllm_view_2d(ctx, kc, kc->ne[0], sh->n_tokens, kc->nb[1],
-                                      (size_t)sh->n_past * kc->nb[1]);
-    cllm_tensor *v_dst = cllm_view_2d(ctx, vc, vc->ne[0], sh->n_tokens, vc->nb[1],
-                                      (size_t)sh->n_past * vc->nb[1]);
+    cllm_tensor *k_dst =
+        cllm_view_2d(ctx, kc, kc->ne[0], sh->n_tokens, kc->nb[1], (size_t)sh->n_past * kc->nb[1]);
+    cllm_tensor *v_dst =
+        cllm_view_2d(ctx, vc, vc->ne[0], sh->n_tokens, vc->nb[1], (size_t)sh->n_past * vc->nb[1]);
     cllm_graph_build(args->graph, cllm_cpy(ctx, k, k_dst));
     cllm_graph_build(args->graph, cllm_cpy(ctx, v, v_dst));
 
@@ -225,7 +234,8 @@ cllm_tensor *cllm_build_attention(const cllm_build_args *args, cllm_graph_io *io
     } else {
         cllm_tensor *kq = cllm_mul_mat(ctx, K, qp); /* [n_kv, n_tokens, n_head] */
         kq = cllm_soft_max(ctx, kq, io->mask, scale);
-        cllm_tensor *kqv = cllm_mul_mat(ctx, cllm_transpose(ctx, V), kq); /* [hd_v, n_tokens, n_head] */
+        cllm_tensor *kqv =
+            cllm_mul_mat(ctx, cllm_transpose(ctx, V), kq); /* [hd_v, n_tokens, n_head] */
         out = cllm_cont(ctx, cllm_permute(ctx, kqv, 0, 2, 1, 3));
     }
     cllm_tensor_set_name(out, "attn-%d", layer);

@@ -55,18 +55,28 @@ static cllm_status gpt2_weights(cllm_weights *w, const cllm_gguf *g, const cllm_
     if (!w->output) w->output = w->tok_embd; /* tied */
     for (int l = 0; l < w->n_layer; l++) {
         cllm_layer_weights *L = &w->layers[l];
-        CLLM_TRY(cllm_weights_tensor(w, g, R, &L->attn_norm, 1, SHAPE(E), "blk.%d.attn_norm.weight", l));
-        CLLM_TRY(cllm_weights_tensor(w, g, R, &L->attn_norm_b, 1, SHAPE(E), "blk.%d.attn_norm.bias", l));
-        CLLM_TRY(cllm_weights_tensor(w, g, R, &L->wqkv, 2, SHAPE(E, 3 * E), "blk.%d.attn_qkv.weight", l));
-        CLLM_TRY(cllm_weights_tensor(w, g, R, &L->bqkv, 1, SHAPE(3 * E), "blk.%d.attn_qkv.bias", l));
-        CLLM_TRY(cllm_weights_tensor(w, g, R, &L->wo, 2, SHAPE(E, E), "blk.%d.attn_output.weight", l));
+        CLLM_TRY(
+            cllm_weights_tensor(w, g, R, &L->attn_norm, 1, SHAPE(E), "blk.%d.attn_norm.weight", l));
+        CLLM_TRY(
+            cllm_weights_tensor(w, g, R, &L->attn_norm_b, 1, SHAPE(E), "blk.%d.attn_norm.bias", l));
+        CLLM_TRY(cllm_weights_tensor(w, g, R, &L->wqkv, 2, SHAPE(E, 3 * E),
+                                     "blk.%d.attn_qkv.weight", l));
+        CLLM_TRY(
+            cllm_weights_tensor(w, g, R, &L->bqkv, 1, SHAPE(3 * E), "blk.%d.attn_qkv.bias", l));
+        CLLM_TRY(
+            cllm_weights_tensor(w, g, R, &L->wo, 2, SHAPE(E, E), "blk.%d.attn_output.weight", l));
         CLLM_TRY(cllm_weights_tensor(w, g, R, &L->bo, 1, SHAPE(E), "blk.%d.attn_output.bias", l));
-        CLLM_TRY(cllm_weights_tensor(w, g, R, &L->ffn_norm, 1, SHAPE(E), "blk.%d.ffn_norm.weight", l));
-        CLLM_TRY(cllm_weights_tensor(w, g, R, &L->ffn_norm_b, 1, SHAPE(E), "blk.%d.ffn_norm.bias", l));
-        CLLM_TRY(cllm_weights_tensor(w, g, R, &L->ffn_up, 2, SHAPE(E, F), "blk.%d.ffn_up.weight", l));
+        CLLM_TRY(
+            cllm_weights_tensor(w, g, R, &L->ffn_norm, 1, SHAPE(E), "blk.%d.ffn_norm.weight", l));
+        CLLM_TRY(
+            cllm_weights_tensor(w, g, R, &L->ffn_norm_b, 1, SHAPE(E), "blk.%d.ffn_norm.bias", l));
+        CLLM_TRY(
+            cllm_weights_tensor(w, g, R, &L->ffn_up, 2, SHAPE(E, F), "blk.%d.ffn_up.weight", l));
         CLLM_TRY(cllm_weights_tensor(w, g, R, &L->ffn_up_b, 1, SHAPE(F), "blk.%d.ffn_up.bias", l));
-        CLLM_TRY(cllm_weights_tensor(w, g, R, &L->ffn_down, 2, SHAPE(F, E), "blk.%d.ffn_down.weight", l));
-        CLLM_TRY(cllm_weights_tensor(w, g, R, &L->ffn_down_b, 1, SHAPE(E), "blk.%d.ffn_down.bias", l));
+        CLLM_TRY(cllm_weights_tensor(w, g, R, &L->ffn_down, 2, SHAPE(F, E),
+                                     "blk.%d.ffn_down.weight", l));
+        CLLM_TRY(
+            cllm_weights_tensor(w, g, R, &L->ffn_down_b, 1, SHAPE(E), "blk.%d.ffn_down.bias", l));
     }
 #undef SHAPE
     return CLLM_OK;

@@ -90,19 +90,25 @@ static cllm_status llama_weights(cllm_weights *w, const cllm_gguf *g, const cllm
                                  "rope_freqs.weight"));
     for (int l = 0; l < w->n_layer; l++) {
         cllm_layer_weights *L = &w->layers[l];
-        CLLM_TRY(cllm_weights_tensor(w, g, R, &L->attn_norm, 1, SHAPE(E), "blk.%d.attn_norm.weight", l));
+        CLLM_TRY(
+            cllm_weights_tensor(w, g, R, &L->attn_norm, 1, SHAPE(E), "blk.%d.attn_norm.weight", l));
         CLLM_TRY(cllm_weights_tensor(w, g, R, &L->wq, 2, SHAPE(E, Q), "blk.%d.attn_q.weight", l));
         CLLM_TRY(cllm_weights_tensor(w, g, R, &L->wk, 2, SHAPE(E, K), "blk.%d.attn_k.weight", l));
         CLLM_TRY(cllm_weights_tensor(w, g, R, &L->wv, 2, SHAPE(E, KV), "blk.%d.attn_v.weight", l));
-        CLLM_TRY(cllm_weights_tensor(w, g, R, &L->wo, 2, SHAPE(O, E), "blk.%d.attn_output.weight", l));
+        CLLM_TRY(
+            cllm_weights_tensor(w, g, R, &L->wo, 2, SHAPE(O, E), "blk.%d.attn_output.weight", l));
         CLLM_TRY(cllm_weights_tensor(w, g, OPT, &L->bq, 1, SHAPE(Q), "blk.%d.attn_q.bias", l));
         CLLM_TRY(cllm_weights_tensor(w, g, OPT, &L->bk, 1, SHAPE(K), "blk.%d.attn_k.bias", l));
         CLLM_TRY(cllm_weights_tensor(w, g, OPT, &L->bv, 1, SHAPE(KV), "blk.%d.attn_v.bias", l));
         CLLM_TRY(cllm_weights_tensor(w, g, OPT, &L->bo, 1, SHAPE(E), "blk.%d.attn_output.bias", l));
-        CLLM_TRY(cllm_weights_tensor(w, g, R, &L->ffn_norm, 1, SHAPE(E), "blk.%d.ffn_norm.weight", l));
-        CLLM_TRY(cllm_weights_tensor(w, g, R, &L->ffn_gate, 2, SHAPE(E, F), "blk.%d.ffn_gate.weight", l));
-        CLLM_TRY(cllm_weights_tensor(w, g, R, &L->ffn_up, 2, SHAPE(E, F), "blk.%d.ffn_up.weight", l));
-        CLLM_TRY(cllm_weights_tensor(w, g, R, &L->ffn_down, 2, SHAPE(F, E), "blk.%d.ffn_down.weight", l));
+        CLLM_TRY(
+            cllm_weights_tensor(w, g, R, &L->ffn_norm, 1, SHAPE(E), "blk.%d.ffn_norm.weight", l));
+        CLLM_TRY(cllm_weights_tensor(w, g, R, &L->ffn_gate, 2, SHAPE(E, F),
+                                     "blk.%d.ffn_gate.weight", l));
+        CLLM_TRY(
+            cllm_weights_tensor(w, g, R, &L->ffn_up, 2, SHAPE(E, F), "blk.%d.ffn_up.weight", l));
+        CLLM_TRY(cllm_weights_tensor(w, g, R, &L->ffn_down, 2, SHAPE(F, E),
+                                     "blk.%d.ffn_down.weight", l));
     }
 #undef SHAPE
     return CLLM_OK;

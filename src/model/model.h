@@ -35,7 +35,7 @@ typedef struct cllm_hparams {
     int64_t head_dim_k; /* per-head size of q and k */
     int64_t head_dim_v; /* per-head size of v */
     int64_t n_ff;
-    float norm_eps;     /* rms_norm (llama) or layer norm (gpt2) epsilon */
+    float norm_eps; /* rms_norm (llama) or layer norm (gpt2) epsilon */
     /* rotary embedding (n_rot == 0: none) */
     int n_rot;
     int rope_mode; /* CLLM_ROPE_NORMAL or CLLM_ROPE_NEOX */
@@ -66,7 +66,7 @@ typedef struct cllm_weights {
     cllm_context *ctx; /* weight tensors (metadata only) */
     cllm_tensor *tok_embd, *pos_embd;
     cllm_tensor *output_norm, *output_norm_b;
-    cllm_tensor *output; /* == tok_embd when the output is tied */
+    cllm_tensor *output;     /* == tok_embd when the output is tied */
     cllm_tensor *rope_freqs; /* optional frequency factors (llama-3 rope scaling) */
     int n_layer;
     cllm_layer_weights *layers; /* n_layer */
@@ -162,7 +162,6 @@ void cllm_weights_free(cllm_weights *w);
 /* A causal mask for `shape`: mask[j, t] = 0 if cache entry j may be seen by
  * batch token t (j <= n_past + t), else -INFINITY. dst holds n_kv * n_tokens. */
 void cllm_fill_causal_mask(float *dst, const cllm_batch_shape *shape);
-
 
 /*
  * Shared attention block: writes k and v of this batch into the layer's KV

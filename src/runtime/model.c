@@ -20,15 +20,19 @@ cllm_model_params cllm_model_default_params(void) {
 
 /* With mmap the weights buffer is the file's data section. */
 size_t cllm_model_weights_bytes(const cllm_gguf *g, const cllm_weights *w, bool use_mmap) {
-    if (use_mmap) return (size_t)(cllm_gguf_file_size(g) - cllm_gguf_data_offset(g));
+    if (use_mmap) {
+        const uint64_t size = cllm_gguf_file_size(g), data = cllm_gguf_data_offset(g);
+        return data < size ? (size_t)(size - data) : 0; /* no tensors: data may lie past the end */
+    }
     return cllm_layout_measure(w->ctx, cllm_cpu_buffer_type());
 }
 
 static void progress(size_t done, size_t total, bool show) {
     if (!show) return;
     const int width = 40, filled = total ? (int)((double)done / (double)total * width) : width;
-    fprintf(stderr, "\rloading [%.*s%*s] %3d%%", filled, "========================================",
-            width - filled, "", total ? (int)(100.0 * (double)done / (double)total) : 100);
+    fprintf(stderr, "\rloading [%.*s%*s] %3d%%", filled,
+            "========================================", width - filled, "",
+            total ? (int)(100.0 * (double)done / (double)total) : 100);
     if (done == total) fputc('\n', stderr);
 }
 
@@ -41,7 +45,7 @@ static cllm_status place_mapped(cllm_model *m, int fd) {
         return cllm_error(CLLM_ERR_IO, "%s: cannot map %zu bytes: %s", m->path, size,
                           strerror(errno));
     }
-    const uint64_t data = cllm_gguf_data_offset(g);
+    const uint64_t data = CLLM_MIN(cllm_gguf_data_offset(g), (uint64_t)size);
     cllm_buffer *buf = NULL;
     cllm_status st =
         cllm_cpu_buffer_from_ptr((char *)map + data, size - data, CLLM_MEM_WEIGHTS, &buf);

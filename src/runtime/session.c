@@ -21,17 +21,19 @@ struct cllm_session {
     cllm_graph *graph;
 
     int64_t n_past;
-    float *logits;    /* [n_vocab] of the last token */
+    float *logits; /* [n_vocab] of the last token */
     bool have_logits;
-    float *mask_row;  /* [n_ctx]: one row of the mask, staged */
+    float *mask_row; /* [n_ctx]: one row of the mask, staged */
 
     size_t planned[CLLM_MEM_COUNT];
 };
 
 cllm_session_params cllm_session_default_params(void) {
-    return (cllm_session_params){
-        .n_ctx = 0, .n_batch = 512, .kv_type = CLLM_TYPE_F16, .n_threads = 0,
-        .unfused_attn = false};
+    return (cllm_session_params){.n_ctx = 0,
+                                 .n_batch = 512,
+                                 .kv_type = CLLM_TYPE_F16,
+                                 .n_threads = 0,
+                                 .unfused_attn = false};
 }
 
 static cllm_status kv_cache_init(cllm_session *s) {
@@ -69,7 +71,15 @@ static cllm_tensor *build_graph(cllm_session *s, const cllm_batch_shape *shape, 
         .ctx = s->gctx,
         .graph = s->graph,
     };
-    return s->model->arch->build(&args, io);
+    cllm_tensor *out = s->model->arch->build(&args, io);
+    if (s->params.f32_activations) {
+        for (int i = 0; i < s->graph->n_nodes; i++) {
+            if (s->graph->nodes[i]->op == CLLM_OP_MUL_MAT) {
+                cllm_mul_mat_set_prec(s->graph->nodes[i], CLLM_PREC_F32);
+            }
+        }
+    }
+    return out;
 }
 
 /* Measures the worst-case graphs, then allocates exactly what they need. */

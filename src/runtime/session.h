@@ -29,11 +29,12 @@
 typedef struct cllm_session cllm_session;
 
 typedef struct cllm_session_params {
-    int64_t n_ctx;     /* 0: min(model context, 4096) */
-    int64_t n_batch;   /* prompt tokens per forward pass (default 512) */
-    cllm_type kv_type; /* CLLM_TYPE_F16 (default) or CLLM_TYPE_F32 */
-    int n_threads;     /* 0: one per physical core */
-    bool unfused_attn; /* reference attention (mul_mat + soft_max + mul_mat) */
+    int64_t n_ctx;        /* 0: min(model context, 4096) */
+    int64_t n_batch;      /* prompt tokens per forward pass (default 512) */
+    cllm_type kv_type;    /* CLLM_TYPE_F16 (default) or CLLM_TYPE_F32 */
+    int n_threads;        /* 0: one per physical core */
+    bool unfused_attn;    /* reference attention (mul_mat + soft_max + mul_mat) */
+    bool f32_activations; /* keep matmul activations in F32 (no Q8 quantization) */
 } cllm_session_params;
 
 cllm_session_params cllm_session_default_params(void);

@@ -11,6 +11,4 @@ int check_summary(const char *name) {
 /* Under AddressSanitizer, let failed huge allocations return NULL like the
  * real allocator does, so the tests can exercise the error paths. */
 const char *__asan_default_options(void);
-const char *__asan_default_options(void) {
-    return "allocator_may_return_null=1";
-}
+const char *__asan_default_options(void) { return "allocator_may_return_null=1"; }

@@ -1,0 +1,148 @@
+#!/usr/bin/env python3
+"""Makes the llama.cpp reference outputs that tests/test_reference.c checks.
+
+For each case it runs llama.cpp (through llama-cpp-python) on the same GGUF
+file: the tokenization of each prompt, the logits after the prompt (the 40
+largest and a fixed sample of the rest), and 24 greedy tokens. Random-weight
+models are written first by cllm-gen-model with fixed seeds, so the test can
+write byte-identical files itself and needs only this JSON.
+
+    python3 -m venv .venv && .venv/bin/pip install llama-cpp-python numpy
+    .venv/bin/python scripts/make-references.py --gen-model build/cllm-gen-model \\
+        --out tests/data/references.json
+
+The SmolLM2 cases need scripts/fetch-model smollm2 (its path is taken from it).
+"smollm2" is llama.cpp on the Q4_1 file as it is (activations quantized to
+Q8_1); "smollm2-exact" is llama.cpp on its own F32 dequantization of that file
+(float activations), which the test compares with cllm's F32-activation path.
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+from llama_cpp import Llama, __version__ as llama_cpp_version
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+VOCAB = os.path.join(ROOT, "..", "shared", "models", "vocab")
+
+PROMPTS = [
+    "Once upon a time",
+    "The capital of France is",
+    "def fibonacci(n):\n    if n < 2:\n        return n\n",
+]
+
+# Random-weight models: (name, cllm-gen-model arguments). Keep them small:
+# the test writes them again at run time.
+GENERATED = [
+    ("gpt2-f32", ["--arch", "gpt2", "--vocab", "ggml-vocab-gpt-2.gguf", "--n-embd", "64",
+                  "--n-layer", "2", "--n-head", "4", "--n-ff", "256", "--n-ctx", "256",
+                  "--type", "f32", "--tied", "--seed", "11"]),
+    ("gpt2-q8_0", ["--arch", "gpt2", "--vocab", "ggml-vocab-gpt-2.gguf", "--n-embd", "64",
+                   "--n-layer", "2", "--n-head", "4", "--n-ff", "256", "--n-ctx", "256",
+                   "--type", "q8_0", "--tied", "--seed", "12"]),
+]
+for qtype in ["q2_k", "q3_k", "q4_k", "q5_k", "q6_k", "q4_0", "q4_1", "q5_0", "q5_1", "f16"]:
+    GENERATED.append((f"llama-{qtype}", [
+        "--arch", "llama", "--vocab", "ggml-vocab-llama-spm.gguf", "--n-embd", "256",
+        "--n-layer", "2", "--n-head", "4", "--n-head-kv", "2", "--n-ff", "512",
+        "--n-ctx", "256", "--type", qtype, "--seed", "21"]))
+
+N_TOP = 40
+N_SAMPLE = 64
+N_GREEDY = 24
+
+
+def fetch_smollm2():
+    out = subprocess.run([os.path.join(HERE, "fetch-model"), "smollm2"], check=True,
+                         capture_output=True, text=True)
+    return out.stdout.strip()
+
+
+def dequantize(src, dst):
+    """llama.cpp's quantizer, asked for F32: every weight dequantized exactly."""
+    import llama_cpp
+    params = llama_cpp.llama_model_quantize_default_params()
+    params.ftype = 0  # LLAMA_FTYPE_ALL_F32
+    params.allow_requantize = True
+    params.nthread = 2
+    if llama_cpp.llama_model_quantize(src.encode(), dst.encode(), params) != 0:
+        raise RuntimeError(f"llama.cpp could not dequantize {src}")
+
+
+def run_case(path, prompts, add_bos):
+    llm = Llama(model_path=path, n_ctx=256, n_batch=256, n_threads=2, logits_all=True,
+                verbose=False, seed=0)
+    n_vocab = llm.n_vocab()
+    rng = np.random.default_rng(1234)
+    sample_ids = sorted(int(i) for i in rng.choice(n_vocab, size=N_SAMPLE, replace=False))
+    results = []
+    for text in prompts:
+        ids = llm.tokenize(text.encode("utf-8"), add_bos=add_bos, special=False)
+        llm.reset()
+        llm.eval(ids)
+        logits = np.array(llm.scores[llm.n_tokens - 1], dtype=np.float64)
+        top = np.argsort(-logits, kind="stable")[:N_TOP]
+        greedy = []
+        for _ in range(N_GREEDY):
+            tok = int(np.argmax(np.array(llm.scores[llm.n_tokens - 1])))
+            greedy.append(tok)
+            llm.eval([tok])
+        results.append({
+            "prompt": text,
+            "prompt_ids": [int(t) for t in ids],
+            "top_ids": [int(t) for t in top],
+            "top_logits": [round(float(logits[t]), 5) for t in top],
+            "sample_ids": sample_ids,
+            "sample_logits": [round(float(logits[t]), 5) for t in sample_ids],
+            "greedy_ids": greedy,
+        })
+    return {"n_vocab": n_vocab, "prompts": results}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--gen-model", required=True, help="path of the cllm-gen-model executable")
+    ap.add_argument("--out", default=os.path.join(ROOT, "tests", "data", "references.json"))
+    args = ap.parse_args()
+
+    cases = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, gen_args in GENERATED:
+            gen_args = [os.path.join(VOCAB, a) if a.endswith(".gguf") else a for a in gen_args]
+            path = os.path.join(tmp, name + ".gguf")
+            subprocess.run([args.gen_model, *gen_args, "--out", path], check=True)
+            add_bos = name.startswith("llama")
+            print(f"{name}: llama.cpp", file=sys.stderr)
+            cases[name] = {"generate": [a if not a.endswith(".gguf") else os.path.basename(a)
+                                        for a in gen_args], "add_bos": add_bos,
+                           **run_case(path, PROMPTS, add_bos)}
+        smollm2 = fetch_smollm2()
+        print("smollm2: llama.cpp", file=sys.stderr)
+        cases["smollm2"] = {"model": "smollm2", "add_bos": False,
+                            **run_case(smollm2, PROMPTS, False)}
+        exact = os.path.join(tmp, "smollm2-f32.gguf")
+        dequantize(smollm2, exact)
+        print("smollm2-exact: llama.cpp on F32", file=sys.stderr)
+        cases["smollm2-exact"] = {"model": "smollm2", "add_bos": False, "f32_activations": True,
+                                  **run_case(exact, PROMPTS, False)}
+
+    doc = {
+        "about": "llama.cpp outputs on the same GGUF files, made by scripts/make-references.py",
+        "llama_cpp_python": llama_cpp_version,
+        "kv_cache": "f16",
+        "cases": cases,
+    }
+    os.makedirs(os.path.dirname(args.out), exist_ok=True)
+    with open(args.out, "w") as f:
+        json.dump(doc, f, indent=1)
+        f.write("\n")
+    print(f"wrote {args.out}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,344 @@
+/*
+ * cllm-gen-model — writes a llama or gpt2 GGUF with random weights, of any
+ * shape and weight type, with the project's own GGUF writer. Tests use small
+ * ones (references from llama.cpp on the same file); benchmarks use the
+ * shapes of real models, since speed does not depend on the values.
+ *
+ *   cllm-gen-model --arch llama --vocab VOCAB.gguf --out FILE [options]
+ *
+ *   --preset NAME      tinyllama-1.1b | llama-7b | tiny (sets the shape)
+ *   --n-embd N --n-layer N --n-head N --n-head-kv N --n-ff N --n-ctx N
+ *   --type T           f32, f16, bf16, q4_0, q4_1, q5_0, q5_1, q8_0,
+ *                      q2_k, q3_k, q4_k, q5_k, q6_k (matrices; norms and
+ *                      biases stay f32)
+ *   --seed S           weights are a function of the seed alone
+ *   --tied             no output.weight (tied to token_embd)
+ *
+ * The vocabulary (tokenizer.* keys) is copied from VOCAB.gguf, e.g. the
+ * fixtures in shared/models/vocab; n_vocab is its token count.
+ */
+#include "core/types.h"
+#include "gguf/gguf.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct opts {
+    const char *arch, *vocab, *out;
+    int64_t n_embd, n_layer, n_head, n_head_kv, n_ff, n_ctx;
+    cllm_type type;
+    uint64_t seed;
+    bool tied;
+} opts;
+
+/* splitmix64 -> uniform -> Box-Muller normals */
+static uint64_t g_rng;
+static uint64_t next_u64(void) {
+    uint64_t z = (g_rng += 0x9e3779b97f4a7c15ULL);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+static double uniform(void) { return ((double)(next_u64() >> 11) + 0.5) * 0x1.0p-53; }
+static float normal(void) {
+    return (float)(sqrt(-2.0 * log(uniform())) * cos(6.283185307179586 * uniform()));
+}
+
+/* Tensor data kept until the file is written. */
+typedef struct blob {
+    void *data;
+    struct blob *next;
+} blob;
+static blob *g_blobs;
+
+static void *keep(void *p) {
+    blob *b = malloc(sizeof(*b));
+    if (!b || !p) {
+        fprintf(stderr, "cllm-gen-model: out of memory\n");
+        exit(1);
+    }
+    b->data = p;
+    b->next = g_blobs;
+    g_blobs = b;
+    return p;
+}
+
+static void add(cllm_gguf_writer *w, const char *name, cllm_type type, int64_t ne0, int64_t ne1,
+                float scale, float offset) {
+    const int64_t n = ne0 * ne1;
+    float *f = malloc((size_t)n * sizeof(float));
+    if (!f) keep(NULL);
+    for (int64_t i = 0; i < n; i++) f[i] = offset + scale * normal();
+    const void *data = f;
+    if (type != CLLM_TYPE_F32) {
+        const cllm_type_traits *tt = cllm_type_traits_of(type);
+        char *q = malloc(cllm_row_size(type, ne0) * (size_t)ne1);
+        if (!q) keep(NULL);
+        for (int64_t r = 0; r < ne1; r++) {
+            tt->from_float(f + r * ne0, q + (size_t)r * cllm_row_size(type, ne0), ne0);
+        }
+        free(f);
+        data = q;
+    }
+    keep((void *)data);
+    const int64_t ne[2] = {ne0, ne1};
+    if (cllm_gguf_writer_add_tensor(w, name, type, ne1 > 1 ? 2 : 1, ne, data) != CLLM_OK) {
+        fprintf(stderr, "cllm-gen-model: %s\n", cllm_last_error());
+        exit(1);
+    }
+}
+
+static cllm_type parse_type(const char *s) {
+    for (int t = 0; t < CLLM_TYPE_COUNT; t++) {
+        const cllm_type_traits *tt = cllm_type_traits_of((cllm_type)t);
+        if (tt && tt->from_float && strcmp(tt->name, s) == 0 && t != CLLM_TYPE_Q8_K &&
+            t != CLLM_TYPE_Q8_1) {
+            return (cllm_type)t;
+        }
+    }
+    fprintf(stderr, "cllm-gen-model: unknown weight type '%s'\n", s);
+    exit(2);
+}
+
+static void preset(opts *o, const char *name) {
+    if (!strcmp(name, "tinyllama-1.1b")) {
+        *o = (opts){.arch = o->arch,
+                    .vocab = o->vocab,
+                    .out = o->out,
+                    .type = o->type,
+                    .seed = o->seed,
+                    .n_embd = 2048,
+                    .n_layer = 22,
+                    .n_head = 32,
+                    .n_head_kv = 4,
+                    .n_ff = 5632,
+                    .n_ctx = 2048};
+    } else if (!strcmp(name, "llama-7b")) {
+        *o = (opts){.arch = o->arch,
+                    .vocab = o->vocab,
+                    .out = o->out,
+                    .type = o->type,
+                    .seed = o->seed,
+                    .n_embd = 4096,
+                    .n_layer = 32,
+                    .n_head = 32,
+                    .n_head_kv = 32,
+                    .n_ff = 11008,
+                    .n_ctx = 4096};
+    } else if (!strcmp(name, "tiny")) {
+        *o = (opts){.arch = o->arch,
+                    .vocab = o->vocab,
+                    .out = o->out,
+                    .type = o->type,
+                    .seed = o->seed,
+                    .n_embd = 256,
+                    .n_layer = 2,
+                    .n_head = 4,
+                    .n_head_kv = 2,
+                    .n_ff = 512,
+                    .n_ctx = 512};
+    } else {
+        fprintf(stderr, "cllm-gen-model: unknown preset '%s'\n", name);
+        exit(2);
+    }
+}
+
+static int64_t arg_int(const char *s) {
+    char *end;
+    const long long v = strtoll(s, &end, 10);
+    if (*end || v <= 0) {
+        fprintf(stderr, "cllm-gen-model: bad number '%s'\n", s);
+        exit(2);
+    }
+    return v;
+}
+
+/* Copies the tokenizer.* keys of the vocabulary file; returns n_vocab. */
+static int64_t copy_vocab(cllm_gguf_writer *w, const char *path) {
+    cllm_gguf *g = NULL;
+    if (cllm_gguf_open(path, &g) != CLLM_OK) {
+        fprintf(stderr, "cllm-gen-model: %s\n", cllm_last_error());
+        exit(1);
+    }
+    int64_t n_vocab = 0;
+    const int64_t k = cllm_gguf_find_key(g, "tokenizer.ggml.tokens");
+    if (k >= 0 && cllm_gguf_kv_type(g, k) == CLLM_GGUF_ARRAY)
+        n_vocab = (int64_t)cllm_gguf_arr_n(g, k);
+    for (int64_t i = 0; i < cllm_gguf_n_kv(g); i++) {
+        const char *key = cllm_gguf_key(g, i);
+        if (strncmp(key, "tokenizer.", 10) != 0) continue;
+        cllm_status st = CLLM_OK;
+        switch (cllm_gguf_kv_type(g, i)) {
+        case CLLM_GGUF_STRING:
+            st = cllm_gguf_writer_set_str(w, key, cllm_gguf_val_str(g, i));
+            break;
+        case CLLM_GGUF_UINT32:
+            st = cllm_gguf_writer_set_u32(w, key, cllm_gguf_val_u32(g, i));
+            break;
+        case CLLM_GGUF_INT32: st = cllm_gguf_writer_set_i32(w, key, cllm_gguf_val_i32(g, i)); break;
+        case CLLM_GGUF_BOOL:
+            st = cllm_gguf_writer_set_bool(w, key, cllm_gguf_val_bool(g, i));
+            break;
+        case CLLM_GGUF_ARRAY:
+            if (cllm_gguf_arr_type(g, i) == CLLM_GGUF_STRING) {
+                const uint64_t n = cllm_gguf_arr_n(g, i);
+                const char **strs = malloc((size_t)n * sizeof(*strs));
+                if (!strs) keep(NULL);
+                for (uint64_t j = 0; j < n; j++) strs[j] = cllm_gguf_arr_str(g, i, j, NULL);
+                st = cllm_gguf_writer_set_arr_str(w, key, strs, n);
+                free(strs);
+            } else {
+                st = cllm_gguf_writer_set_arr(w, key, cllm_gguf_arr_type(g, i),
+                                              cllm_gguf_arr_data(g, i), cllm_gguf_arr_n(g, i));
+            }
+            break;
+        default: break; /* other scalar types do not occur in tokenizer keys */
+        }
+        if (st != CLLM_OK) {
+            fprintf(stderr, "cllm-gen-model: %s\n", cllm_last_error());
+            exit(1);
+        }
+    }
+    cllm_gguf_free(g);
+    if (n_vocab <= 0) {
+        fprintf(stderr, "cllm-gen-model: %s has no tokenizer.ggml.tokens\n", path);
+        exit(1);
+    }
+    return n_vocab;
+}
+
+int main(int argc, char **argv) {
+    opts o = {.arch = "llama", .type = CLLM_TYPE_F32, .seed = 1};
+    preset(&o, "tiny");
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--tied")) {
+            o.tied = true;
+            continue;
+        }
+        if (!v) {
+            fprintf(stderr, "cllm-gen-model: '%s' needs a value (see the header of main.c)\n", a);
+            return 2;
+        }
+        i++;
+        if (!strcmp(a, "--arch"))
+            o.arch = v;
+        else if (!strcmp(a, "--vocab"))
+            o.vocab = v;
+        else if (!strcmp(a, "--out"))
+            o.out = v;
+        else if (!strcmp(a, "--preset"))
+            preset(&o, v);
+        else if (!strcmp(a, "--n-embd"))
+            o.n_embd = arg_int(v);
+        else if (!strcmp(a, "--n-layer"))
+            o.n_layer = arg_int(v);
+        else if (!strcmp(a, "--n-head"))
+            o.n_head = arg_int(v);
+        else if (!strcmp(a, "--n-head-kv"))
+            o.n_head_kv = arg_int(v);
+        else if (!strcmp(a, "--n-ff"))
+            o.n_ff = arg_int(v);
+        else if (!strcmp(a, "--n-ctx"))
+            o.n_ctx = arg_int(v);
+        else if (!strcmp(a, "--type"))
+            o.type = parse_type(v);
+        else if (!strcmp(a, "--seed"))
+            o.seed = (uint64_t)arg_int(v);
+        else {
+            fprintf(stderr, "cllm-gen-model: unknown option '%s'\n", a);
+            return 2;
+        }
+    }
+    const bool gpt2 = !strcmp(o.arch, "gpt2");
+    if (!o.out || !o.vocab || (!gpt2 && strcmp(o.arch, "llama"))) {
+        fprintf(stderr, "usage: cllm-gen-model --arch llama|gpt2 --vocab VOCAB.gguf --out FILE "
+                        "[--preset NAME] [--type T] [--seed S] [shape options]\n");
+        return 2;
+    }
+    const int64_t blck = cllm_type_traits_of(o.type)->blck_size;
+    if (o.n_embd % blck || o.n_ff % blck || o.n_embd % o.n_head || o.n_head % o.n_head_kv) {
+        fprintf(stderr,
+                "cllm-gen-model: n_embd %lld and n_ff %lld must be multiples of %lld (%s), "
+                "n_embd of n_head, n_head of n_head_kv\n",
+                (long long)o.n_embd, (long long)o.n_ff, (long long)blck, cllm_type_name(o.type));
+        return 2;
+    }
+    g_rng = o.seed;
+
+    cllm_gguf_writer *w = cllm_gguf_writer_new();
+    if (!w) keep(NULL);
+    const int64_t n_vocab = copy_vocab(w, o.vocab);
+    const char *A = o.arch;
+    char key[128];
+#define KEY(suffix) (snprintf(key, sizeof(key), "%s.%s", A, suffix), key)
+    cllm_gguf_writer_set_str(w, "general.architecture", A);
+    cllm_gguf_writer_set_str(w, "general.name", "cllm random weights");
+    cllm_gguf_writer_set_u32(w, KEY("context_length"), (uint32_t)o.n_ctx);
+    cllm_gguf_writer_set_u32(w, KEY("embedding_length"), (uint32_t)o.n_embd);
+    cllm_gguf_writer_set_u32(w, KEY("block_count"), (uint32_t)o.n_layer);
+    cllm_gguf_writer_set_u32(w, KEY("feed_forward_length"), (uint32_t)o.n_ff);
+    cllm_gguf_writer_set_u32(w, KEY("attention.head_count"), (uint32_t)o.n_head);
+    if (gpt2) {
+        cllm_gguf_writer_set_f32(w, KEY("attention.layer_norm_epsilon"), 1e-5f);
+    } else {
+        cllm_gguf_writer_set_u32(w, KEY("attention.head_count_kv"), (uint32_t)o.n_head_kv);
+        cllm_gguf_writer_set_f32(w, KEY("attention.layer_norm_rms_epsilon"), 1e-5f);
+        cllm_gguf_writer_set_f32(w, KEY("rope.freq_base"), 10000.0f);
+        cllm_gguf_writer_set_u32(w, KEY("rope.dimension_count"), (uint32_t)(o.n_embd / o.n_head));
+    }
+#undef KEY
+
+    const int64_t E = o.n_embd, F = o.n_ff, hd = o.n_embd / o.n_head, KV = hd * o.n_head_kv;
+    const cllm_type T = o.type, F32 = CLLM_TYPE_F32;
+    const float ws = 0.02f, ns = 0.1f; /* matrix std, norm noise */
+    add(w, "token_embd.weight", T, E, n_vocab, 1.0f, 0.0f);
+    if (gpt2) add(w, "position_embd.weight", F32, E, o.n_ctx, 0.1f, 0.0f);
+    char name[96];
+    for (int64_t l = 0; l < o.n_layer; l++) {
+#define N(s) (snprintf(name, sizeof(name), "blk.%lld.%s", (long long)l, s), name)
+        add(w, N("attn_norm.weight"), F32, E, 1, ns, 1.0f);
+        if (gpt2) {
+            add(w, N("attn_norm.bias"), F32, E, 1, ns, 0.0f);
+            add(w, N("attn_qkv.weight"), T, E, 3 * E, ws, 0.0f);
+            add(w, N("attn_qkv.bias"), F32, 3 * E, 1, ns, 0.0f);
+            add(w, N("attn_output.weight"), T, E, E, ws, 0.0f);
+            add(w, N("attn_output.bias"), F32, E, 1, ns, 0.0f);
+            add(w, N("ffn_norm.weight"), F32, E, 1, ns, 1.0f);
+            add(w, N("ffn_norm.bias"), F32, E, 1, ns, 0.0f);
+            add(w, N("ffn_up.weight"), T, E, F, ws, 0.0f);
+            add(w, N("ffn_up.bias"), F32, F, 1, ns, 0.0f);
+            add(w, N("ffn_down.weight"), T, F, E, ws, 0.0f);
+            add(w, N("ffn_down.bias"), F32, E, 1, ns, 0.0f);
+        } else {
+            add(w, N("attn_q.weight"), T, E, E, ws, 0.0f);
+            add(w, N("attn_k.weight"), T, E, KV, ws, 0.0f);
+            add(w, N("attn_v.weight"), T, E, KV, ws, 0.0f);
+            add(w, N("attn_output.weight"), T, E, E, ws, 0.0f);
+            add(w, N("ffn_norm.weight"), F32, E, 1, ns, 1.0f);
+            add(w, N("ffn_gate.weight"), T, E, F, ws, 0.0f);
+            add(w, N("ffn_up.weight"), T, E, F, ws, 0.0f);
+            add(w, N("ffn_down.weight"), T, F, E, ws, 0.0f);
+        }
+#undef N
+    }
+    add(w, "output_norm.weight", F32, E, 1, ns, 1.0f);
+    if (gpt2) add(w, "output_norm.bias", F32, E, 1, ns, 0.0f);
+    if (!o.tied) add(w, "output.weight", T, E, n_vocab, ws, 0.0f);
+
+    const cllm_status st = cllm_gguf_writer_write(w, o.out);
+    cllm_gguf_writer_free(w);
+    while (g_blobs) {
+        blob *next = g_blobs->next;
+        free(g_blobs->data);
+        free(g_blobs);
+        g_blobs = next;
+    }
+    if (st != CLLM_OK) {
+        fprintf(stderr, "cllm-gen-model: %s\n", cllm_last_error());
+        return 1;
+    }
+    return 0;
+}

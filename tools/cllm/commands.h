@@ -1,0 +1,13 @@
+/*
+ * The commands of the cllm tool, one file each (cmd-<name>.c). Each returns
+ * the process exit status: 0 on success, 1 on an error (after printing one
+ * line naming the file and the problem), 2 on bad usage.
+ */
+#ifndef CLLM_TOOLS_COMMANDS_H
+#define CLLM_TOOLS_COMMANDS_H
+
+int cllm_cmd_run(int argc, char **argv);
+int cllm_cmd_info(int argc, char **argv);
+int cllm_cmd_demo(int argc, char **argv);
+
+#endif /* CLLM_TOOLS_COMMANDS_H */

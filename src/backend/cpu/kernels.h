@@ -1,0 +1,56 @@
+/*
+ * Dispatch of the CPU's row kernels: for each weight type, the fastest dot
+ * product the machine supports (AVX-512 VNNI, AVX2 + FMA, or the portable C
+ * reference of types.h / quants.h), chosen once at run time from CPUID.
+ * Every fast kernel has its reference and is tested against it.
+ *
+ *     const cllm_cpu_type_kernels *k = cllm_cpu_kernels(CLLM_TYPE_Q4_0);
+ *     k->from_float(b_row_f32, b_row_q8, K);          // activations -> Q8_0
+ *     k->vec_dot(K, &out, a_row_q4, b_row_q8);        // one dot
+ *     k->vec_dot_n(K, out, a_row_q4, b_rows_q8, stride, 4);  // 1 row x 4 columns
+ *
+ * Thread safety: the tables are filled once (on first use, guarded) and read
+ * only afterwards.
+ */
+#ifndef CLLM_BACKEND_CPU_KERNELS_H
+#define CLLM_BACKEND_CPU_KERNELS_H
+
+#include "core/types.h"
+
+#include <stddef.h>
+
+/* out[j] = dot(x, y + j * by) for j in [0, ncols): one row of weights
+ * against ncols rows of activations (ncols <= CLLM_CPU_MAX_COLS). */
+typedef void (*cllm_vec_dot_n_fn)(int64_t n, float *out, const void *x, const void *y, size_t by,
+                                  int ncols);
+#define CLLM_CPU_MAX_COLS 8
+
+typedef struct cllm_cpu_type_kernels {
+    cllm_type vec_dot_type;        /* the activations' type for vec_dot */
+    cllm_from_float_fn from_float; /* F32 activations -> vec_dot_type (NULL if F32) */
+    cllm_vec_dot_fn vec_dot;       /* row of this type . row of vec_dot_type */
+    cllm_vec_dot_n_fn vec_dot_n;   /* one row . ncols rows */
+    cllm_to_float_fn to_float;     /* dequantize a row */
+} cllm_cpu_type_kernels;
+
+/* Instruction-set levels, in increasing order. */
+typedef enum cllm_cpu_isa {
+    CLLM_CPU_ISA_PORTABLE = 0,
+    CLLM_CPU_ISA_AVX2,   /* AVX2 + FMA + F16C */
+    CLLM_CPU_ISA_AVX512, /* AVX-512 F/BW/VL (+ VNNI, BF16 where present) */
+    CLLM_CPU_ISA_COUNT
+} cllm_cpu_isa;
+
+/* Kernels for `type` at the best level the CPU has (capped by
+ * cllm_cpu_set_isa_limit); NULL if the type has no dot product at all. */
+const cllm_cpu_type_kernels *cllm_cpu_kernels(cllm_type type);
+
+/* The level in use, and a description of the features used ("avx512 vnni bf16"). */
+cllm_cpu_isa cllm_cpu_isa_level(void);
+const char *cllm_cpu_features_str(void);
+
+/* Caps the level (for tests and benchmarks that compare levels); returns the
+ * level actually in use afterwards. Not thread-safe with running compute. */
+cllm_cpu_isa cllm_cpu_set_isa_limit(cllm_cpu_isa max);
+
+#endif /* CLLM_BACKEND_CPU_KERNELS_H */

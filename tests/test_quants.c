@@ -717,30 +717,6 @@ static void test_vec_dot_f16_bf16(void) {
 
 /* ---- programmer errors --------------------------------------------------------------- */
 
-/* Runs fn in a child process; true if it aborted with `needle` on stderr. */
-static bool aborts_with(void (*fn)(void), const char *needle) {
-    int fds[2];
-    if (pipe(fds) != 0) return false;
-    fflush(stdout); /* the child's abort flushes its copy of the buffer */
-    const pid_t pid = fork();
-    if (pid == 0) {
-        dup2(fds[1], 2);
-        close(fds[0]);
-        fn();
-        _exit(0);
-    }
-    close(fds[1]);
-    char buf[1024] = {0};
-    size_t n = 0;
-    ssize_t r;
-    while (n < sizeof(buf) - 1 && (r = read(fds[0], buf + n, sizeof(buf) - 1 - n)) > 0)
-        n += (size_t)r;
-    close(fds[0]);
-    int status = 0;
-    waitpid(pid, &status, 0);
-    return WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT && strstr(buf, needle) != NULL;
-}
-
 static void partial_block(void) {
     float x[48] = {0};
     cllm_block_q4_0 q[2];
@@ -755,8 +731,8 @@ static void partial_superblock(void) {
 }
 
 static void test_bad_n(void) {
-    CHECK(aborts_with(partial_block, "n % CLLM_QK4_0 == 0"));
-    CHECK(aborts_with(partial_superblock, "n % CLLM_QK_K == 0"));
+    CHECK(check_aborts_with(partial_block, "n % CLLM_QK4_0 == 0"));
+    CHECK(check_aborts_with(partial_superblock, "n % CLLM_QK_K == 0"));
 }
 
 int main(void) {

@@ -2,11 +2,8 @@
 #include "common/check.h"
 #include "core/tensor.h"
 
-#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 static void test_shapes(void) {
     cllm_context *ctx = cllm_context_new(64);
@@ -119,29 +116,6 @@ static void test_graph_order(void) {
     cllm_context_free(NULL);
 }
 
-/* Runs fn in a child process; true if it aborted with `needle` on stderr. */
-static bool aborts_with(void (*fn)(void), const char *needle) {
-    int fds[2];
-    if (pipe(fds) != 0) return false;
-    const pid_t pid = fork();
-    if (pid == 0) {
-        dup2(fds[1], 2);
-        close(fds[0]);
-        fn();
-        _exit(0);
-    }
-    close(fds[1]);
-    char buf[1024] = {0};
-    size_t n = 0;
-    ssize_t r;
-    while (n < sizeof(buf) - 1 && (r = read(fds[0], buf + n, sizeof(buf) - 1 - n)) > 0)
-        n += (size_t)r;
-    close(fds[0]);
-    int status = 0;
-    waitpid(pid, &status, 0);
-    return WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT && strstr(buf, needle) != NULL;
-}
-
 static void bad_mul_mat(void) {
     cllm_context *ctx = cllm_context_new(8);
     cllm_tensor *a = cllm_tensor_new_2d(ctx, CLLM_TYPE_F32, 5, 7);
@@ -163,9 +137,9 @@ static void bad_view(void) {
 }
 
 static void test_programmer_errors(void) {
-    CHECK(aborts_with(bad_mul_mat, "mul_mat: [5, 7, 1, 1]"));
-    CHECK(aborts_with(bad_add, "add: [4, 7, 1, 1] cannot be broadcast over [6, 7, 1, 1]"));
-    CHECK(aborts_with(bad_view, "beyond the 40 bytes"));
+    CHECK(check_aborts_with(bad_mul_mat, "mul_mat: [5, 7, 1, 1]"));
+    CHECK(check_aborts_with(bad_add, "add: [4, 7, 1, 1] cannot be broadcast over [6, 7, 1, 1]"));
+    CHECK(check_aborts_with(bad_view, "beyond the 40 bytes"));
 }
 
 int main(void) {

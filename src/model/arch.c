@@ -201,6 +201,13 @@ void cllm_build_inputs(const cllm_build_args *args, cllm_graph_io *io) {
     cllm_tensor_set_input(io->out_ids);
 }
 
+cllm_tensor *cllm_build_logits(const cllm_build_args *args, cllm_graph_io *io, cllm_tensor *x) {
+    io->logits = cllm_tensor_set_name(cllm_mul_mat(args->ctx, args->w->output, x), "logits");
+    cllm_tensor_set_output(io->logits);
+    cllm_graph_build(args->graph, io->logits);
+    return io->logits;
+}
+
 cllm_tensor *cllm_build_attention(const cllm_build_args *args, cllm_graph_io *io, int layer,
                                   cllm_tensor *q, cllm_tensor *k, cllm_tensor *v, float scale) {
     cllm_context *ctx = args->ctx;

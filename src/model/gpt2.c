@@ -119,10 +119,7 @@ static cllm_tensor *gpt2_build(const cllm_build_args *args, cllm_graph_io *io) {
 
     x = cllm_get_rows(ctx, x, io->out_ids);
     x = layer_norm(ctx, x, w->output_norm, w->output_norm_b, hp->norm_eps);
-    io->logits = cllm_tensor_set_name(cllm_mul_mat(ctx, w->output, x), "logits");
-    cllm_tensor_set_output(io->logits);
-    cllm_graph_build(args->graph, io->logits);
-    return io->logits;
+    return cllm_build_logits(args, io, x);
 }
 
 static int gpt2_graph_size(const cllm_hparams *hp) { return 64 * (int)hp->n_layer + 64; }

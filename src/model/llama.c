@@ -157,10 +157,7 @@ static cllm_tensor *llama_build(const cllm_build_args *args, cllm_graph_io *io) 
 
     x = cllm_get_rows(ctx, x, io->out_ids); /* only the rows that need logits */
     x = cllm_mul(ctx, cllm_rms_norm(ctx, x, hp->norm_eps), w->output_norm);
-    io->logits = cllm_tensor_set_name(cllm_mul_mat(ctx, w->output, x), "logits");
-    cllm_tensor_set_output(io->logits);
-    cllm_graph_build(args->graph, io->logits);
-    return io->logits;
+    return cllm_build_logits(args, io, x);
 }
 
 static int llama_graph_size(const cllm_hparams *hp) { return 64 * (int)hp->n_layer + 64; }

@@ -173,6 +173,10 @@ void cllm_fill_causal_mask(float *dst, const cllm_batch_shape *shape);
 cllm_tensor *cllm_build_attention(const cllm_build_args *args, cllm_graph_io *io, int layer,
                                   cllm_tensor *q, cllm_tensor *k, cllm_tensor *v, float scale);
 
+/* The output head: logits = output · x_normed ([n_vocab, n_outputs]),
+ * flagged as the graph's output and added to args->graph. */
+cllm_tensor *cllm_build_logits(const cllm_build_args *args, cllm_graph_io *io, cllm_tensor *x);
+
 /* Creates the graph inputs of io (tokens, pos, mask, out_ids) in args->ctx. */
 void cllm_build_inputs(const cllm_build_args *args, cllm_graph_io *io);
 

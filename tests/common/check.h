@@ -41,6 +41,11 @@ extern int g_checks_failed;
     CHECKF(fabs((double)(a) - (double)(b)) <= (tol), "%.9g vs %.9g (tol %.3g)", (double)(a),       \
            (double)(b), (double)(tol))
 
+/* Runs fn in a child process; true if it aborted (SIGABRT) with `needle`
+ * in what it wrote to stderr. For the always-on asserts. */
+#include <stdbool.h>
+bool check_aborts_with(void (*fn)(void), const char *needle);
+
 /* Prints "<name>: N passed, M failed" and returns the exit status. */
 int check_summary(const char *name);
 

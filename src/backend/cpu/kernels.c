@@ -1,9 +1,19 @@
 /* Kernel dispatch. Portable level: the reference functions of the type
- * traits. Faster levels are filled in by the SIMD files. */
+ * traits. Faster levels are filled in by the SIMD files (kernels-avx2.c,
+ * kernels-avx512.c) once CPUID says the CPU and the OS support them. */
 #include "backend/cpu/kernels.h"
+#include "backend/cpu/kernels-impl.h"
 #include "core/common.h"
 
 #include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#if CLLM_CPU_X86
+#include <cpuid.h>
+#endif
 
 static cllm_cpu_type_kernels g_kernels[CLLM_TYPE_COUNT];
 static cllm_cpu_isa g_level = CLLM_CPU_ISA_PORTABLE;
@@ -18,17 +28,33 @@ static void portable_dot_n(cllm_type t, int64_t n, float *out, const void *x, co
         g_portable_dot[t](n, &out[j], x, (const char *)y + (size_t)j * by);
 }
 
-/* One trampoline per type id, so the table holds plain function pointers. */
+/* One trampoline per type id, so the table holds plain function pointers
+ * (each ends in a declaration, so that a use of T ends in a semicolon). */
 #define T(id)                                                                                      \
     static void dot_n_##id(int64_t n, float *out, const void *x, const void *y, size_t by,         \
                            int ncols) {                                                            \
         portable_dot_n((cllm_type)id, n, out, x, y, by, ncols);                                    \
-    }
-T(0)
-T(1) T(2) T(3) T(6) T(7) T(8) T(9) T(10) T(11) T(12) T(13) T(14) T(15) T(30)
+    }                                                                                              \
+    static void dot_n_##id(int64_t n, float *out, const void *x, const void *y, size_t by,         \
+                           int ncols)
+T(0);
+T(1);
+T(2);
+T(3);
+T(6);
+T(7);
+T(8);
+T(9);
+T(10);
+T(11);
+T(12);
+T(13);
+T(14);
+T(15);
+T(30);
 #undef T
 
-    static cllm_vec_dot_n_fn portable_dot_n_for(cllm_type t) {
+static cllm_vec_dot_n_fn portable_dot_n_for(cllm_type t) {
     switch ((int)t) {
     case 0: return dot_n_0;
     case 1: return dot_n_1;
@@ -66,9 +92,103 @@ static void fill_portable(void) {
     }
 }
 
-static void init_once(void) {
+/* ---- CPU features ------------------------------------------------------------ */
+
+typedef struct cpu_features {
+    bool avx2, fma, f16c;                       /* the AVX2 level */
+    bool avx512f, avx512bw, avx512vl, avx512dq; /* the AVX-512 level ... */
+    bool avx512vnni;                            /* ... needs VNNI too */
+    bool avx512bf16, avxvnni;                   /* detected; no kernel uses them yet */
+} cpu_features;
+
+static cpu_features g_cpu;
+static cllm_cpu_isa g_best = CLLM_CPU_ISA_PORTABLE; /* best level the CPU supports */
+static const char *g_features = "portable";
+
+#if CLLM_CPU_X86
+/* XCR0: which register states the OS saves on a context switch. */
+static uint64_t read_xcr0(void) {
+    uint32_t lo, hi;
+    __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+    return (uint64_t)hi << 32 | lo;
+}
+
+static void detect_cpu(cpu_features *f) {
+    *f = (cpu_features){0};
+    unsigned a, b, c, d;
+    if (!__get_cpuid(1, &a, &b, &c, &d)) return;
+    const bool osxsave = c & (1u << 27), avx = c & (1u << 28);
+    if (!osxsave || !avx) return;
+    const uint64_t xcr0 = read_xcr0();
+    const bool os_ymm = (xcr0 & 0x6) == 0x6;   /* XMM, YMM */
+    const bool os_zmm = (xcr0 & 0xe6) == 0xe6; /* + opmask, ZMM_Hi256, Hi16_ZMM */
+    if (!os_ymm) return;
+    f->fma = c & (1u << 12);
+    f->f16c = c & (1u << 29);
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return;
+    f->avx2 = b & (1u << 5);
+    if (os_zmm) {
+        f->avx512f = b & (1u << 16);
+        f->avx512dq = b & (1u << 17);
+        f->avx512bw = b & (1u << 30);
+        f->avx512vl = b & (1u << 31);
+        f->avx512vnni = c & (1u << 11);
+    }
+    const unsigned max_sub = a;
+    if (max_sub >= 1 && __get_cpuid_count(7, 1, &a, &b, &c, &d)) {
+        f->avxvnni = a & (1u << 4);
+        f->avx512bf16 = os_zmm && (a & (1u << 5));
+    }
+}
+#endif
+
+static cllm_cpu_isa best_level(const cpu_features *f) {
+    if (!(f->avx2 && f->fma && f->f16c)) return CLLM_CPU_ISA_PORTABLE;
+    if (f->avx512f && f->avx512bw && f->avx512vl && f->avx512dq && f->avx512vnni)
+        return CLLM_CPU_ISA_AVX512;
+    return CLLM_CPU_ISA_AVX2;
+}
+
+/* Fills the table for `level` (<= g_best) and names what it uses. */
+static void fill_level(cllm_cpu_isa level) {
     fill_portable();
     g_level = CLLM_CPU_ISA_PORTABLE;
+    g_features = "portable";
+#if CLLM_CPU_X86
+    if (level >= CLLM_CPU_ISA_AVX2) {
+        cllm_cpu_kernels_fill_avx2(g_kernels);
+        g_level = CLLM_CPU_ISA_AVX2;
+        g_features = "avx2 fma f16c";
+    }
+    if (level >= CLLM_CPU_ISA_AVX512) {
+        cllm_cpu_kernels_fill_avx512(g_kernels);
+        g_level = CLLM_CPU_ISA_AVX512;
+        g_features = "avx512 vnni";
+    }
+#else
+    CLLM_UNUSED(level);
+#endif
+}
+
+/* CLLM_CPU_ISA=portable|avx2|avx512 caps the level for the whole process
+ * (benchmarks, bisecting a numerical difference); unknown values are ignored. */
+static cllm_cpu_isa env_limit(void) {
+    const char *v = getenv("CLLM_CPU_ISA");
+    if (!v) return CLLM_CPU_ISA_COUNT;
+    if (strcmp(v, "portable") == 0) return CLLM_CPU_ISA_PORTABLE;
+    if (strcmp(v, "avx2") == 0) return CLLM_CPU_ISA_AVX2;
+    if (strcmp(v, "avx512") == 0) return CLLM_CPU_ISA_AVX512;
+    return CLLM_CPU_ISA_COUNT;
+}
+
+static void init_once(void) {
+#if CLLM_CPU_X86
+    detect_cpu(&g_cpu);
+#endif
+    g_best = best_level(&g_cpu);
+    const cllm_cpu_isa cap = env_limit();
+    if (cap < g_best) g_best = cap;
+    fill_level(g_best);
 }
 
 static void init(void) { pthread_once(&g_once, init_once); }
@@ -86,11 +206,12 @@ cllm_cpu_isa cllm_cpu_isa_level(void) {
 
 const char *cllm_cpu_features_str(void) {
     init();
-    return "portable";
+    return g_features;
 }
 
 cllm_cpu_isa cllm_cpu_set_isa_limit(cllm_cpu_isa max) {
-    CLLM_UNUSED(max);
     init();
+    const cllm_cpu_isa level = max < g_best ? max : g_best;
+    if (level != g_level) fill_level(level < CLLM_CPU_ISA_PORTABLE ? CLLM_CPU_ISA_PORTABLE : level);
     return g_level;
 }

@@ -1,0 +1,403 @@
+/*
+ * The CPU row kernels of every instruction-set level against the portable
+ * references of core/quants.c and quants-k.c.
+ *
+ * For each level the CPU supports (cllm_cpu_set_isa_limit) and each type:
+ *  - from_float (F32 -> Q8_0, F32 -> Q8_K with bsums) must write the same
+ *    bytes as the reference quantizer: ordinary, tiny (subnormal fp16 scale),
+ *    huge (saturated scale), zero and tie-rounding inputs;
+ *  - vec_dot and vec_dot_n (1..8 columns, strided) must equal the reference
+ *    dot, on rows of 1, 2, 3 and 17 blocks of quantized Gaussian data, random
+ *    bytes (every quant pattern, negative scales), all-ones quants (largest
+ *    magnitudes), 0x80 bytes (Q8 weights of -128, the one value whose
+ *    magnitude does not fit int8) and zeros, against Gaussian, wide-range and
+ *    +-127 activations.
+ *
+ * Tolerance. The integer sums of a block are exact at every level; only the
+ * order of the float additions differs (per-lane and per-block partial sums).
+ * With S = sum_i (|x_i| + |z_i|) |y_i|, x the dequantized weights, z the
+ * weights' offset part (the block decoded with its quants zeroed: the min of
+ * Q4_1 / Q5_1 / Q2_K / Q4_K / Q5_K, which the kernels add separately) and y
+ * the dequantized activations, every partial sum and product is bounded by S,
+ * and a sum of m terms in float is off by at most about m * eps * S. Both
+ * sides add at most n / 32 + a few terms in a row, so
+ *     |fast - reference| <= (32 + n / 32) * FLT_EPSILON * S
+ * (about 4e-6 S for 17 blocks of 32), far below any quantization error.
+ */
+#include "backend/cpu/kernels.h"
+#include "common/check.h"
+#include "core/common.h"
+#include "core/quants.h"
+#include "core/types.h"
+
+#include <float.h>
+#include <math.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- data ------------------------------------------------------------------ */
+
+static uint64_t g_rng = 0x243f6a8885a308d3ull;
+
+static uint64_t rng_next(void) { /* splitmix64 */
+    uint64_t z = (g_rng += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static double rng_uniform(void) { /* (0, 1) */
+    return ((double)(rng_next() >> 11) + 0.5) / 9007199254740992.0;
+}
+
+static float rng_gauss(void) {
+    return (float)(sqrt(-2.0 * log(rng_uniform())) * cos(6.283185307179586 * rng_uniform()));
+}
+
+/* A scale of random sign and magnitude in [1e-3, 2), as fp16. */
+static cllm_fp16 rng_scale16(void) {
+    const float v = (float)(1e-3 + 2.0 * rng_uniform());
+    return cllm_fp32_to_fp16((rng_next() & 1) ? -v : v);
+}
+
+static void *xmalloc(size_t n) {
+    void *p = malloc(n ? n : 1);
+    CLLM_ASSERT(p);
+    return p;
+}
+
+/* ---- the types under test ---------------------------------------------------- */
+
+static const cllm_type k_types[] = {
+    CLLM_TYPE_Q4_0, CLLM_TYPE_Q8_0, CLLM_TYPE_Q4_K, CLLM_TYPE_F16,  CLLM_TYPE_Q4_1,
+    CLLM_TYPE_Q5_0, CLLM_TYPE_Q5_1, CLLM_TYPE_Q6_K, CLLM_TYPE_Q5_K, CLLM_TYPE_Q3_K,
+    CLLM_TYPE_Q2_K, CLLM_TYPE_BF16, CLLM_TYPE_Q8_1, CLLM_TYPE_Q8_K, CLLM_TYPE_F32,
+};
+
+static const char *level_name(cllm_cpu_isa l) {
+    static const char *names[] = {"portable", "avx2", "avx512"};
+    _Static_assert(CLLM_ARRAY_SIZE(names) == CLLM_CPU_ISA_COUNT, "level names");
+    return names[l];
+}
+
+/* Scale fields of a block get sane finite values (random sign): random bytes
+ * elsewhere are valid quants of every format. */
+static void fix_scales(cllm_type t, void *row, int64_t nblocks) {
+    for (int64_t i = 0; i < nblocks; i++) {
+        switch (t) {
+        case CLLM_TYPE_Q4_0: ((cllm_block_q4_0 *)row)[i].d = rng_scale16(); break;
+        case CLLM_TYPE_Q4_1:
+            ((cllm_block_q4_1 *)row)[i].d = rng_scale16();
+            ((cllm_block_q4_1 *)row)[i].m = rng_scale16();
+            break;
+        case CLLM_TYPE_Q5_0: ((cllm_block_q5_0 *)row)[i].d = rng_scale16(); break;
+        case CLLM_TYPE_Q5_1:
+            ((cllm_block_q5_1 *)row)[i].d = rng_scale16();
+            ((cllm_block_q5_1 *)row)[i].m = rng_scale16();
+            break;
+        case CLLM_TYPE_Q8_0: ((cllm_block_q8_0 *)row)[i].d = rng_scale16(); break;
+        case CLLM_TYPE_Q8_1:
+            ((cllm_block_q8_1 *)row)[i].d = rng_scale16();
+            ((cllm_block_q8_1 *)row)[i].s = rng_scale16();
+            break;
+        case CLLM_TYPE_Q2_K:
+            ((cllm_block_q2_K *)row)[i].d = rng_scale16();
+            ((cllm_block_q2_K *)row)[i].dmin = rng_scale16();
+            break;
+        case CLLM_TYPE_Q3_K: ((cllm_block_q3_K *)row)[i].d = rng_scale16(); break;
+        case CLLM_TYPE_Q4_K:
+            ((cllm_block_q4_K *)row)[i].d = rng_scale16();
+            ((cllm_block_q4_K *)row)[i].dmin = rng_scale16();
+            break;
+        case CLLM_TYPE_Q5_K:
+            ((cllm_block_q5_K *)row)[i].d = rng_scale16();
+            ((cllm_block_q5_K *)row)[i].dmin = rng_scale16();
+            break;
+        case CLLM_TYPE_Q6_K: ((cllm_block_q6_K *)row)[i].d = rng_scale16(); break;
+        case CLLM_TYPE_Q8_K:
+            ((cllm_block_q8_K *)row)[i].d = cllm_fp16_to_fp32(rng_scale16());
+            break;
+        case CLLM_TYPE_F16: {
+            cllm_fp16 *h = (cllm_fp16 *)row + i;
+            if ((*h & 0x7c00u) == 0x7c00u) *h &= (cllm_fp16)~0x4000u; /* no inf / nan */
+            break;
+        }
+        case CLLM_TYPE_F32: {
+            uint32_t *h = (uint32_t *)row + i; /* exponent within 2^-20 .. 2^20 */
+            const uint32_t e = 107u + (uint32_t)(rng_next() % 40);
+            *h = (*h & 0x807fffffu) | e << 23;
+            break;
+        }
+        case CLLM_TYPE_BF16: {
+            cllm_bf16 *h = (cllm_bf16 *)row + i; /* exponent within 2^-20 .. 2^20 */
+            const unsigned e = 107u + (unsigned)(rng_next() % 40);
+            *h = (cllm_bf16)((*h & 0x807fu) | e << 7);
+            break;
+        }
+        default: CLLM_ASSERT(!"type");
+        }
+    }
+}
+
+/* The weight row with every quant zeroed (scales and mins kept). */
+static void zero_quants(cllm_type t, void *row, int64_t nblocks) {
+    for (int64_t i = 0; i < nblocks; i++) {
+        switch (t) {
+        case CLLM_TYPE_Q4_0: memset(((cllm_block_q4_0 *)row)[i].qs, 0, 16); break;
+        case CLLM_TYPE_Q4_1: memset(((cllm_block_q4_1 *)row)[i].qs, 0, 16); break;
+        case CLLM_TYPE_Q5_0:
+            memset(((cllm_block_q5_0 *)row)[i].qs, 0, 16);
+            memset(((cllm_block_q5_0 *)row)[i].qh, 0, 4);
+            break;
+        case CLLM_TYPE_Q5_1:
+            memset(((cllm_block_q5_1 *)row)[i].qs, 0, 16);
+            memset(((cllm_block_q5_1 *)row)[i].qh, 0, 4);
+            break;
+        case CLLM_TYPE_Q8_0: memset(((cllm_block_q8_0 *)row)[i].qs, 0, 32); break;
+        case CLLM_TYPE_Q8_1: memset(((cllm_block_q8_1 *)row)[i].qs, 0, 32); break;
+        case CLLM_TYPE_Q2_K: memset(((cllm_block_q2_K *)row)[i].qs, 0, 64); break;
+        case CLLM_TYPE_Q3_K:
+            memset(((cllm_block_q3_K *)row)[i].qs, 0, 64);
+            memset(((cllm_block_q3_K *)row)[i].hmask, 0, 32);
+            break;
+        case CLLM_TYPE_Q4_K: memset(((cllm_block_q4_K *)row)[i].qs, 0, 128); break;
+        case CLLM_TYPE_Q5_K:
+            memset(((cllm_block_q5_K *)row)[i].qs, 0, 128);
+            memset(((cllm_block_q5_K *)row)[i].qh, 0, 32);
+            break;
+        case CLLM_TYPE_Q6_K:
+            memset(((cllm_block_q6_K *)row)[i].ql, 0, 128);
+            memset(((cllm_block_q6_K *)row)[i].qh, 0, 64);
+            break;
+        case CLLM_TYPE_Q8_K: memset(((cllm_block_q8_K *)row)[i].qs, 0, 256); break;
+        case CLLM_TYPE_F16:
+        case CLLM_TYPE_BF16: ((uint16_t *)row)[i] = 0; break;
+        case CLLM_TYPE_F32: ((float *)row)[i] = 0.0f; break;
+        default: CLLM_ASSERT(!"type");
+        }
+    }
+}
+
+enum { W_GAUSS, W_RANDOM, W_MAX, W_MIN8, W_ZERO, W_KINDS };
+
+/* A weight row of n elements of type t of the given kind. */
+static void make_weights(cllm_type t, int kind, void *row, int64_t n) {
+    const cllm_type_traits *tt = cllm_type_traits_of(t);
+    const int64_t nb = n / tt->blck_size;
+    const size_t bytes = cllm_row_size(t, n);
+    switch (kind) {
+    case W_GAUSS: {
+        float *f = xmalloc((size_t)n * sizeof(float));
+        for (int64_t i = 0; i < n; i++) f[i] = rng_gauss() * 0.5f + 0.1f;
+        tt->from_float(f, row, n);
+        free(f);
+        break;
+    }
+    case W_RANDOM:
+        for (size_t i = 0; i < bytes; i++) ((uint8_t *)row)[i] = (uint8_t)rng_next();
+        fix_scales(t, row, nb);
+        break;
+    case W_MAX:
+        memset(row, 0xff, bytes);
+        fix_scales(t, row, nb);
+        if (t == CLLM_TYPE_F16) {
+            for (int64_t i = 0; i < n; i++) ((cllm_fp16 *)row)[i] = 0xfbffu; /* -65504 */
+        }
+        break;
+    case W_MIN8: /* 0x80 bytes: Q8 weights of -128 (not written by cllm, valid in a file) */
+        memset(row, 0x80, bytes);
+        fix_scales(t, row, nb);
+        break;
+    default: memset(row, 0, bytes); break;
+    }
+}
+
+enum { A_GAUSS, A_WIDE, A_MAX, A_KINDS };
+
+/* Activations (F32) of the given kind. */
+static void make_acts(int kind, float *f, int64_t n) {
+    for (int64_t i = 0; i < n; i++) {
+        switch (kind) {
+        case A_GAUSS: f[i] = rng_gauss(); break;
+        case A_WIDE: f[i] = rng_gauss() * powf(10.0f, (float)((i / 32) % 9) - 4.0f); break;
+        default: f[i] = (rng_next() & 1) ? -3.0f : 3.0f; break;
+        }
+    }
+}
+
+/* S of the file comment: sum_i (|x_i| + |z_i|) |y_i|. */
+static double dot_scale(cllm_type t, const void *w, const void *act, cllm_type at, int64_t n) {
+    const cllm_type_traits *tt = cllm_type_traits_of(t);
+    const size_t bytes = cllm_row_size(t, n);
+    float *x = xmalloc((size_t)n * sizeof(float)), *z = xmalloc((size_t)n * sizeof(float));
+    float *y = xmalloc((size_t)n * sizeof(float));
+    void *wz = xmalloc(bytes);
+    memcpy(wz, w, bytes);
+    zero_quants(t, wz, n / tt->blck_size);
+    tt->to_float(w, x, n);
+    tt->to_float(wz, z, n);
+    if (at == CLLM_TYPE_F32) {
+        memcpy(y, act, (size_t)n * sizeof(float));
+    } else {
+        cllm_type_traits_of(at)->to_float(act, y, n);
+    }
+    double s = 0.0;
+    for (int64_t i = 0; i < n; i++) s += (fabs((double)x[i]) + fabs((double)z[i])) * fabs(y[i]);
+    free(x), free(z), free(y), free(wz);
+    return s;
+}
+
+static double dot_tol(int64_t n, double s) { return (32.0 + (double)n / 32.0) * FLT_EPSILON * s; }
+
+/* ---- from_float --------------------------------------------------------------- */
+
+static void test_from_float(cllm_cpu_isa level, cllm_type at) {
+    const cllm_cpu_type_kernels *k =
+        cllm_cpu_kernels(at == CLLM_TYPE_Q8_0 ? CLLM_TYPE_Q4_0 : CLLM_TYPE_Q4_K);
+    CLLM_ASSERT(k && k->vec_dot_type == at);
+    const cllm_from_float_fn ref = cllm_type_traits_of(at)->from_float;
+    const int64_t n = 17 * 256;
+    const size_t bytes = cllm_row_size(at, n);
+    float *f = xmalloc((size_t)n * sizeof(float));
+    uint8_t *a = xmalloc(bytes), *b = xmalloc(bytes);
+    for (int kind = 0; kind < 8; kind++) {
+        for (int64_t i = 0; i < n; i++) {
+            switch (kind) {
+            case 0: f[i] = rng_gauss(); break;
+            case 1: f[i] = rng_gauss() * 1e-7f; break; /* subnormal fp16 scales */
+            case 2: f[i] = rng_gauss() * 1e8f; break;  /* saturated fp16 scales */
+            case 3: f[i] = 0.0f; break;
+            case 4: f[i] = (float)((int)(rng_next() % 255) - 127) + 0.5f; break; /* ties */
+            case 5: f[i] = (i % 32 == 0) ? 127.0f : (float)(rng_next() % 255) - 127.0f; break;
+            case 6: f[i] = rng_gauss() * powf(10.0f, (float)((i / 32) % 13) - 6.0f); break;
+            default: f[i] = (i % 7 == 0) ? -1e-38f : 0.0f; break; /* denormal-ish */
+            }
+        }
+        for (int nblk = 1; nblk <= 17; nblk += 16) {
+            const int64_t m = at == CLLM_TYPE_Q8_0 ? nblk * 32 * 8 : nblk * 256;
+            memset(a, 0x5a, bytes);
+            memset(b, 0x5a, bytes);
+            ref(f, a, m);
+            k->from_float(f, b, m);
+            CHECKF(memcmp(a, b, bytes) == 0, "%s from_float to %s: kind %d, n %lld differs",
+                   level_name(level), cllm_type_name(at), kind, (long long)m);
+        }
+    }
+    free(f), free(a), free(b);
+}
+
+/* ---- vec_dot / vec_dot_n -------------------------------------------------------- */
+
+static void test_dot(cllm_cpu_isa level, cllm_type t) {
+    const cllm_type_traits *tt = cllm_type_traits_of(t);
+    const cllm_cpu_type_kernels *k = cllm_cpu_kernels(t);
+    CHECKF(k != NULL, "%s: no kernels", cllm_type_name(t));
+    if (!k) return;
+    const cllm_type at = tt->vec_dot_type;
+    CHECK(k->vec_dot_type == at);
+    CHECK(k->to_float != NULL);
+    const cllm_type_traits *ta = cllm_type_traits_of(at);
+    const int64_t bs = tt->blck_size;
+    /* lengths: 1, 2, 3, 17 blocks; plain types also odd lengths */
+    const int64_t lens_q[] = {1, 2, 3, 17};
+    const int64_t lens_f[] = {1, 2, 3, 7, 8, 17, 31, 33, 64, 100, 544};
+    const int64_t *lens = bs > 1 ? lens_q : lens_f;
+    const int nlens = bs > 1 ? 4 : (int)CLLM_ARRAY_SIZE(lens_f);
+    int fails = 0;
+    for (int li = 0; li < nlens; li++) {
+        const int64_t n = bs > 1 ? lens[li] * bs : lens[li];
+        const size_t wbytes = cllm_row_size(t, n), abytes = cllm_row_size(at, n);
+        const size_t by = (abytes + 63) / 64 * 64 + 64; /* strided columns */
+        void *w = xmalloc(wbytes);
+        char *act = xmalloc(by * CLLM_CPU_MAX_COLS);
+        float *f = xmalloc((size_t)n * sizeof(float));
+        float *ref = xmalloc(CLLM_CPU_MAX_COLS * sizeof(float));
+        double *scale = xmalloc(CLLM_CPU_MAX_COLS * sizeof(double));
+        for (int wk = 0; wk < W_KINDS; wk++) {
+            for (int ak = 0; ak < A_KINDS; ak++) {
+                make_weights(t, wk, w, n);
+                for (int c = 0; c < CLLM_CPU_MAX_COLS; c++) {
+                    make_acts((ak + c) % A_KINDS, f, n);
+                    if (at == CLLM_TYPE_F32) {
+                        memcpy(act + (size_t)c * by, f, abytes);
+                    } else {
+                        ta->from_float(f, act + (size_t)c * by, n);
+                    }
+                    tt->vec_dot(n, &ref[c], w, act + (size_t)c * by);
+                    scale[c] = dot_scale(t, w, act + (size_t)c * by, at, n);
+                }
+                float got = NAN;
+                k->vec_dot(n, &got, w, act);
+                const double tol0 = dot_tol(n, scale[0]);
+                const bool ok0 = fabs((double)got - ref[0]) <= tol0;
+                CHECKF(ok0, "%s %s vec_dot n=%lld w%d a%d: %.9g vs %.9g (tol %.3g)",
+                       level_name(level), cllm_type_name(t), (long long)n, wk, ak, got, ref[0],
+                       tol0);
+                fails += !ok0;
+                for (int nc = 1; nc <= CLLM_CPU_MAX_COLS; nc++) {
+                    float out[CLLM_CPU_MAX_COLS + 1];
+                    for (int c = 0; c <= CLLM_CPU_MAX_COLS; c++) out[c] = NAN;
+                    k->vec_dot_n(n, out, w, act, by, nc);
+                    for (int c = 0; c < nc; c++) {
+                        const double tol = dot_tol(n, scale[c]);
+                        const bool ok = fabs((double)out[c] - ref[c]) <= tol;
+                        CHECKF(ok, "%s %s vec_dot_n n=%lld w%d a%d nc=%d col %d: %.9g vs %.9g",
+                               level_name(level), cllm_type_name(t), (long long)n, wk, ak, nc, c,
+                               out[c], ref[c]);
+                        fails += !ok;
+                    }
+                    CHECK(isnan(out[nc])); /* writes nothing past ncols */
+                }
+                if (fails > 20) break; /* one broken kernel: enough said */
+            }
+        }
+        /* to_float: the reference at every level */
+        float *g = xmalloc((size_t)n * sizeof(float));
+        make_weights(t, W_RANDOM, w, n);
+        tt->to_float(w, f, n);
+        k->to_float(w, g, n);
+        CHECK(memcmp(f, g, (size_t)n * sizeof(float)) == 0);
+        free(g);
+        free(w), free(act), free(f), free(ref), free(scale);
+    }
+}
+
+/* ---- dispatch ------------------------------------------------------------------ */
+
+static void test_dispatch(cllm_cpu_isa best) {
+    CHECK(cllm_cpu_kernels((cllm_type)CLLM_TYPE_COUNT) == NULL);
+    CHECK(cllm_cpu_kernels((cllm_type)-1) == NULL);
+    CHECK(cllm_cpu_kernels(CLLM_TYPE_IQ2_XXS) == NULL);
+    CHECK(cllm_cpu_set_isa_limit(CLLM_CPU_ISA_PORTABLE) == CLLM_CPU_ISA_PORTABLE);
+    CHECK(strcmp(cllm_cpu_features_str(), "portable") == 0);
+    CHECK(cllm_cpu_kernels(CLLM_TYPE_Q4_0)->vec_dot == cllm_vec_dot_q4_0_q8_0);
+    CHECK(cllm_cpu_kernels(CLLM_TYPE_Q4_K)->from_float == cllm_quantize_row_q8_K);
+    CHECK(cllm_cpu_kernels(CLLM_TYPE_F16)->from_float == NULL);
+    CHECK(cllm_cpu_set_isa_limit(CLLM_CPU_ISA_COUNT) == best);
+    CHECK(cllm_cpu_isa_level() == best);
+    if (best >= CLLM_CPU_ISA_AVX2) {
+        CHECK(cllm_cpu_set_isa_limit(CLLM_CPU_ISA_AVX2) == CLLM_CPU_ISA_AVX2);
+        CHECK(strstr(cllm_cpu_features_str(), "avx2") != NULL);
+        CHECK(cllm_cpu_kernels(CLLM_TYPE_Q4_0)->vec_dot != cllm_vec_dot_q4_0_q8_0);
+    }
+    cllm_cpu_set_isa_limit(CLLM_CPU_ISA_COUNT);
+}
+
+int main(void) {
+    const cllm_cpu_isa best = cllm_cpu_set_isa_limit(CLLM_CPU_ISA_COUNT);
+    printf("test_kernels: best level %s (%s)\n", level_name(best), cllm_cpu_features_str());
+    test_dispatch(best);
+    for (int l = CLLM_CPU_ISA_PORTABLE; l <= (int)best; l++) {
+        const cllm_cpu_isa level = (cllm_cpu_isa)l;
+        CHECK(cllm_cpu_set_isa_limit(level) == level);
+        test_from_float(level, CLLM_TYPE_Q8_0);
+        test_from_float(level, CLLM_TYPE_Q8_K);
+        for (size_t i = 0; i < CLLM_ARRAY_SIZE(k_types); i++) test_dot(level, k_types[i]);
+    }
+    cllm_cpu_set_isa_limit(CLLM_CPU_ISA_COUNT);
+    return check_summary("test_kernels");
+}

@@ -76,9 +76,11 @@ static bool case_model(const char *gen_exe, const char *name, const json *c, cha
  *    weights) or Q8_1 (Q4_1, Q5_1) where cllm keeps F32 or uses Q8_0, so the
  *    two engines each sit a little off the exact result: 1e-2 on the random
  *    models, 5e-2 on SmolLM2 (measured: both 0.2 from exact, 0.6 apart).
- * Greedy continuations must agree fully on float paths; with quantized
- * activations near-ties flip tokens (SmolLM2: after 5 tokens on one prompt),
- * so only the first 4 must agree there.
+ * Greedy continuations are compared teacher-forced (llama.cpp's token is fed
+ * back at every step): on float paths llama.cpp's token must be our argmax;
+ * with quantized activations it may also be a near-tie, within the logit
+ * tolerance of our largest logit (SmolLM2 has some: its top two tokens are
+ * 0.04 apart at one step).
  */
 static bool is_float_path(const char *name, const json *c) {
     return strstr(name, "f32") || json_num(json_get(c, "f32_activations")) != 0;
@@ -114,7 +116,7 @@ static void check_case(const char *gen_exe, const char *name, const json *c) {
     const bool add_bos = json_num(json_get(c, "add_bos")) != 0;
     const json *prompts = json_get(c, "prompts");
     double worst = 0;
-    int greedy_same = 0, greedy_total = 0;
+    int greedy_same = 0, greedy_ties = 0, greedy_total = 0;
     for (size_t p = 0; p < json_len(prompts); p++) {
         const json *pr = json_at(prompts, p);
         const char *text = json_str(json_get(pr, "prompt"));
@@ -155,24 +157,34 @@ static void check_case(const char *gen_exe, const char *name, const json *c) {
         CHECKF(max_diff <= tol, "%s: \"%s\": logits differ by %.4g (tolerance %.3g)", name, text,
                max_diff, tol);
 
-        /* greedy continuation: counts agreeing tokens up to the first difference */
+        /* greedy continuation, teacher-forced with llama.cpp's tokens: at every
+         * step its token is our argmax, or (quantized activations) within the
+         * tolerance of our largest logit, a near-tie either engine may flip */
         const json *greedy = json_get(pr, "greedy_ids");
-        int agree = 0;
+        int agree = 0, ties = 0, bad = 0;
         for (size_t i = 0; i < json_len(greedy); i++) {
-            const int32_t t = argmax(cllm_session_logits(s), m->hp.n_vocab);
-            if (t != (int32_t)json_num(json_at(greedy, i))) break;
-            agree++;
-            if (cllm_session_decode(s, &t, 1) != CLLM_OK) break;
+            const float *l = cllm_session_logits(s);
+            const int32_t ours = argmax(l, m->hp.n_vocab);
+            const int32_t ref = (int32_t)json_num(json_at(greedy, i));
+            if (ours == ref) {
+                agree++;
+            } else if (!is_float_path(name, c) && l[ours] - l[ref] <= tol) {
+                ties++;
+            } else {
+                bad++;
+                CHECKF(false, "%s: \"%s\": greedy step %zu: ours %d (%.4f), llama.cpp %d (%.4f)",
+                       name, text, i, ours, (double)l[ours], ref, (double)l[ref]);
+            }
+            if (cllm_session_decode(s, &ref, 1) != CLLM_OK) break;
         }
+        CHECK_EQ_INT(bad, 0);
         greedy_same += agree;
+        greedy_ties += ties;
         greedy_total += (int)json_len(greedy);
-        /* near-ties may flip a token of a quantized model; the first ones must agree */
-        CHECKF(agree >= (is_float_path(name, c) ? (int)json_len(greedy) : 4),
-               "%s: \"%s\": greedy agrees for %d of %zu tokens", name, text, agree,
-               json_len(greedy));
     }
-    printf("%-14s max logit difference %.2e of the logit scale, greedy agreeing %d/%d\n", name,
-           worst, greedy_same, greedy_total);
+    printf(
+        "%-14s max logit difference %.2e of the logit scale; greedy: %d/%d agree, %d near-ties\n",
+        name, worst, greedy_same, greedy_total, greedy_ties);
 done:
     cllm_session_free(s);
     cllm_tokenizer_free(tok);

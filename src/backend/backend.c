@@ -1,9 +1,15 @@
 /* The generic backend layer: wrappers that apply defaults, memory accounting
  * per device and kind, measure-mode buffers, tensor I/O, the registry. */
 #include "backend/backend-impl.h"
+#include "backend/test/test-backend.h"
 
+#include <dirent.h>
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static const char *const k_device_kind_names[] = {
     [CLLM_DEVICE_CPU] = "cpu",
@@ -229,7 +235,10 @@ size_t cllm_backend_workspace_allocated(const cllm_backend *be) {
 }
 
 cllm_status cllm_backend_reserve_workspace(cllm_backend *be, const cllm_graph *g) {
-    const size_t need = cllm_backend_workspace_size(be, g);
+    return cllm_backend_reserve_workspace_bytes(be, cllm_backend_workspace_size(be, g));
+}
+
+cllm_status cllm_backend_reserve_workspace_bytes(cllm_backend *be, size_t need) {
     if (need <= cllm_backend_workspace_allocated(be)) return CLLM_OK;
     cllm_buffer *buf = NULL;
     cllm_status st =
@@ -266,15 +275,193 @@ void cllm_backend_synchronize(cllm_backend *be) {
     if (be->iface.synchronize) be->iface.synchronize(be);
 }
 
+/* ---- copies between buffers ------------------------------------------ */
+
+cllm_status cllm_tensor_copy(const cllm_tensor *src, cllm_tensor *dst) {
+    const size_t n = cllm_nbytes(src);
+    CLLM_ASSERTF(src->buffer && dst->buffer && src->data && dst->data,
+                 "tensor_copy: %s or %s is not placed", src->name, dst->name);
+    CLLM_ASSERTF(cllm_nbytes(dst) == n, "tensor_copy: %s has %zu bytes, %s has %zu", src->name, n,
+                 dst->name, cllm_nbytes(dst));
+    if (n == 0 || src->data == dst->data) return CLLM_OK;
+    if (cllm_buffer_type_is_host(src->buffer->buft) && !src->buffer->is_measure) {
+        cllm_tensor_set(dst, src->data, 0, n);
+    } else if (cllm_buffer_type_is_host(dst->buffer->buft) && !dst->buffer->is_measure) {
+        cllm_tensor_get(src, dst->data, 0, n);
+    } else {
+        /* device to device: through host memory */
+        void *tmp = malloc(n);
+        if (!tmp) {
+            return cllm_error(CLLM_ERR_NOMEM,
+                              "tensor_copy: no host memory to stage %zu bytes of %s", n, src->name);
+        }
+        cllm_tensor_get(src, tmp, 0, n);
+        cllm_tensor_set(dst, tmp, 0, n);
+        free(tmp);
+    }
+    return CLLM_OK;
+}
+
 /* ---- registry ---------------------------------------------------------- */
 
-/* Registries compiled in. Loadable backends join here in a later issue. */
-static cllm_backend_reg *registries(int i) {
-    switch (i) {
-    case 0: return cllm_cpu_reg();
-    default: return NULL;
+/* Registries: the CPU first (device 0), then the built-in test device (no
+ * devices unless enabled), then loadable modules, in the order found. */
+#define MAX_REGS 32
+
+static struct {
+    pthread_mutex_t lock;
+    pthread_once_t once;
+    _Atomic int n_regs;
+    cllm_backend_reg *regs[MAX_REGS];
+    void *handles[MAX_REGS]; /* dlopen handles of modules (never closed:
+                                their devices may be in use until exit) */
+} g_reg = {.lock = PTHREAD_MUTEX_INITIALIZER, .once = PTHREAD_ONCE_INIT};
+
+static cllm_status add_reg(cllm_backend_reg *reg, void *handle) {
+    const int n = atomic_load(&g_reg.n_regs);
+    for (int i = 0; i < n; i++) {
+        if (g_reg.regs[i] == reg ||
+            strcmp(g_reg.regs[i]->iface.get_name(g_reg.regs[i]), reg->iface.get_name(reg)) == 0) {
+            return cllm_error(CLLM_ERR_INVALID_ARG, "registry: backend \"%s\" is already loaded",
+                              reg->iface.get_name(reg));
+        }
     }
+    if (n >= MAX_REGS) {
+        return cllm_error(CLLM_ERR_TOO_LARGE, "registry: more than %d backends", MAX_REGS);
+    }
+    g_reg.regs[n] = reg;
+    g_reg.handles[n] = handle;
+    atomic_store(&g_reg.n_regs, n + 1); /* published after the slot is written */
+    return CLLM_OK;
 }
+
+/* Modules call back into the library: only an executable (or shared
+ * library) that exports its symbols can host them. */
+static bool can_host_modules(void) {
+    return dlsym(RTLD_DEFAULT, "cllm_registry_load_module") != NULL;
+}
+
+static cllm_status load_module_locked(const char *path) {
+    if (!can_host_modules()) {
+        return cllm_error(CLLM_ERR_UNSUPPORTED,
+                          "cannot load backend module %s: this program does not export the "
+                          "library's symbols (link it with -rdynamic)",
+                          path);
+    }
+    void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (!h) {
+        const char *why = dlerror();
+        return cllm_error(CLLM_ERR_IO, "cannot load backend module %s: %s", path,
+                          why ? why : "unknown error");
+    }
+    cllm_backend_reg *(*init)(void) = NULL;
+    /* POSIX guarantees that a data pointer from dlsym converts to a function pointer */
+    void *sym = dlsym(h, CLLM_BACKEND_MODULE_SYMBOL);
+    memcpy(&init, &sym, sizeof(init));
+    if (!init) {
+        dlclose(h);
+        return cllm_error(CLLM_ERR_FORMAT, "backend module %s has no %s()", path,
+                          CLLM_BACKEND_MODULE_SYMBOL);
+    }
+    cllm_backend_reg *reg = init();
+    if (!reg || !reg->iface.get_name || !reg->iface.get_device_count || !reg->iface.get_device) {
+        dlclose(h);
+        return cllm_error(CLLM_ERR_BACKEND, "backend module %s did not initialise", path);
+    }
+    cllm_status st = add_reg(reg, h);
+    if (st != CLLM_OK) dlclose(h);
+    return st;
+}
+
+static bool is_module_name(const char *name) {
+    const size_t n = strlen(name), np = strlen(CLLM_BACKEND_MODULE_PREFIX);
+    return n > np + 3 && strncmp(name, CLLM_BACKEND_MODULE_PREFIX, np) == 0 &&
+           strcmp(name + n - 3, ".so") == 0;
+}
+
+static int load_modules_locked(const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d) return 0;
+    char *names[MAX_REGS];
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL && n < MAX_REGS) {
+        if (is_module_name(e->d_name) && (names[n] = strdup(e->d_name)) != NULL) n++;
+    }
+    closedir(d);
+    /* sorted, so that device order does not depend on the file system */
+    for (int i = 1; i < n; i++) {
+        for (int j = i; j > 0 && strcmp(names[j - 1], names[j]) > 0; j--) {
+            char *t = names[j];
+            names[j] = names[j - 1];
+            names[j - 1] = t;
+        }
+    }
+    int loaded = 0;
+    for (int i = 0; i < n; i++) {
+        char path[4096];
+        if ((size_t)snprintf(path, sizeof(path), "%s/%s", dir, names[i]) < sizeof(path)) {
+            if (load_module_locked(path) == CLLM_OK) loaded++; /* else skipped, logged */
+        }
+        free(names[i]);
+    }
+    return loaded;
+}
+
+static void registry_init(void) {
+    pthread_mutex_lock(&g_reg.lock);
+    add_reg(cllm_cpu_reg(), NULL);
+    add_reg(cllm_test_reg(), NULL);
+    const char *env = getenv("CLLM_BACKEND_PATH");
+    if (!can_host_modules()) {
+        CLLM_LOG_DEBUG("backend modules: not loaded (symbols not exported)");
+    } else if (env && *env) {
+        load_modules_locked(env);
+    } else {
+        char exe[4096];
+        const ssize_t len = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+        if (len > 0) {
+            exe[len] = '\0';
+            char *slash = strrchr(exe, '/');
+            if (slash) {
+                *slash = '\0';
+                load_modules_locked(exe[0] ? exe : "/");
+            }
+        }
+    }
+    pthread_mutex_unlock(&g_reg.lock);
+}
+
+static int n_registries(void) {
+    pthread_once(&g_reg.once, registry_init);
+    return atomic_load(&g_reg.n_regs);
+}
+
+int cllm_registry_count(void) { return n_registries(); }
+
+cllm_backend_reg *cllm_registry_get(int i) {
+    return i >= 0 && i < n_registries() ? g_reg.regs[i] : NULL;
+}
+
+const char *cllm_backend_reg_name(const cllm_backend_reg *reg) { return reg->iface.get_name(reg); }
+
+cllm_status cllm_registry_load_module(const char *path) {
+    n_registries();
+    pthread_mutex_lock(&g_reg.lock);
+    const cllm_status st = load_module_locked(path);
+    pthread_mutex_unlock(&g_reg.lock);
+    return st;
+}
+
+int cllm_registry_load_modules(const char *dir) {
+    n_registries();
+    pthread_mutex_lock(&g_reg.lock);
+    const int n = load_modules_locked(dir);
+    pthread_mutex_unlock(&g_reg.lock);
+    return n;
+}
+
+static cllm_backend_reg *registries(int i) { return i < n_registries() ? g_reg.regs[i] : NULL; }
 
 int cllm_registry_device_count(void) {
     int n = 0;
@@ -283,6 +470,7 @@ int cllm_registry_device_count(void) {
 }
 
 cllm_device *cllm_registry_device(int i) {
+    if (i < 0) return NULL;
     for (int r = 0; registries(r); r++) {
         cllm_backend_reg *reg = registries(r);
         const int n = reg->iface.get_device_count(reg);
@@ -295,7 +483,7 @@ cllm_device *cllm_registry_device(int i) {
 cllm_device *cllm_registry_device_by_name(const char *name) {
     for (int i = 0; i < cllm_registry_device_count(); i++) {
         cllm_device *dev = cllm_registry_device(i);
-        if (strcmp(cllm_device_name(dev), name) == 0) return dev;
+        if (dev && strcmp(cllm_device_name(dev), name) == 0) return dev;
     }
     return NULL;
 }
@@ -303,7 +491,7 @@ cllm_device *cllm_registry_device_by_name(const char *name) {
 cllm_device *cllm_registry_device_by_kind(cllm_device_kind kind) {
     for (int i = 0; i < cllm_registry_device_count(); i++) {
         cllm_device *dev = cllm_registry_device(i);
-        if (cllm_device_kind_of(dev) == kind) return dev;
+        if (dev && cllm_device_kind_of(dev) == kind) return dev;
     }
     return NULL;
 }

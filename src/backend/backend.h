@@ -138,6 +138,10 @@ cllm_device *cllm_backend_device(const cllm_backend *be);
  */
 size_t cllm_backend_workspace_size(cllm_backend *be, const cllm_graph *g);
 cllm_status cllm_backend_reserve_workspace(cllm_backend *be, const cllm_graph *g);
+/* As cllm_backend_reserve_workspace, for a size measured before (e.g. the
+ * largest of several graphs): allocates exactly `bytes` if the current
+ * workspace is smaller; on failure the current workspace is kept. */
+cllm_status cllm_backend_reserve_workspace_bytes(cllm_backend *be, size_t bytes);
 /* Bytes of workspace allocated now. */
 size_t cllm_backend_workspace_allocated(const cllm_backend *be);
 
@@ -152,7 +156,43 @@ cllm_status cllm_backend_graph_compute(cllm_backend *be, cllm_graph *g);
 /* Waits for queued work (no-op for synchronous backends). */
 void cllm_backend_synchronize(cllm_backend *be);
 
+/*
+ * Copies the bytes of src (cllm_nbytes, from its data pointer) into dst,
+ * which must span as many bytes (same layout), across buffers of any
+ * devices: directly when either side is host memory, else through a host
+ * staging copy. CLLM_ERR_NOMEM if the staging memory cannot be had.
+ */
+cllm_status cllm_tensor_copy(const cllm_tensor *src, cllm_tensor *dst);
+
 /* ---- registry ---------------------------------------------------------- */
+
+/*
+ * Devices are found at run time, the first time the registry is used:
+ *  - the CPU (always; device 0);
+ *  - the built-in test device, when enabled (backend/test/test-backend.h);
+ *  - loadable backend modules: every file named cllm-backend-*.so in
+ *    $CLLM_BACKEND_PATH if set, else in the executable's directory, each
+ *    exporting `cllm_backend_reg *cllm_backend_module_init(void)`. A module
+ *    that fails to load is skipped (the error is logged). Modules run in the
+ *    process and call back into the library, so the executable must export
+ *    its symbols (-rdynamic); programs that do not load none.
+ * Registry functions are thread-safe; devices appear in registry order.
+ */
+#define CLLM_BACKEND_MODULE_SYMBOL "cllm_backend_module_init"
+#define CLLM_BACKEND_MODULE_PREFIX "cllm-backend-"
+
+/* Registries (one per backend: "cpu", "test", modules...). */
+int cllm_registry_count(void);
+cllm_backend_reg *cllm_registry_get(int i);
+const char *cllm_backend_reg_name(const cllm_backend_reg *reg);
+
+/* Loads the backend module at `path` and adds its devices. CLLM_ERR_IO if it
+ * cannot be loaded, CLLM_ERR_FORMAT without the entry point,
+ * CLLM_ERR_UNSUPPORTED if this program does not export the library's symbols,
+ * CLLM_ERR_INVALID_ARG if a backend of that name is already there. */
+cllm_status cllm_registry_load_module(const char *path);
+/* Loads every cllm-backend-*.so of `dir`; returns how many loaded. */
+int cllm_registry_load_modules(const char *dir);
 
 /* Number of devices found (the CPU is always device 0). */
 int cllm_registry_device_count(void);

@@ -2,6 +2,7 @@
 #include "runtime/model.h"
 #include "alloc/layout.h"
 #include "backend/cpu/cpu.h"
+#include "runtime/fit.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -15,7 +16,91 @@
 #define PROGRESS_MIN_BYTES ((size_t)100 << 20)
 
 cllm_model_params cllm_model_default_params(void) {
-    return (cllm_model_params){.use_mmap = true, .progress = true};
+    return (cllm_model_params){.use_mmap = true, .progress = true, .plan = NULL};
+}
+
+/* The device index of weight tensor t (the CPU for the input group). */
+static int weight_device(const cllm_model *m, const cllm_tensor *t) {
+    const int g = cllm_fit_weight_group(t->name, m->hp.n_layer);
+    if (g >= 0) return m->layer_device[g];
+    return g == CLLM_FIT_GROUP_OUTPUT ? m->output_device : m->n_devices - 1;
+}
+
+/* The placement: the plan's, or every layer on the CPU. */
+static cllm_status init_placement(cllm_model *m, const cllm_fit_plan *plan) {
+    const int n_layer = (int)m->hp.n_layer;
+    m->layer_device = calloc((size_t)n_layer, sizeof(int));
+    if (!m->layer_device) return cllm_error(CLLM_ERR_NOMEM, "%s: out of host memory", m->path);
+    if (!plan) {
+        m->n_devices = 1;
+        m->devices[0] = cllm_cpu_device();
+        return CLLM_OK;
+    }
+    if (plan->hp.n_layer != m->hp.n_layer || plan->n_devices > CLLM_MODEL_MAX_DEVICES ||
+        plan->n_devices < 1 ||
+        cllm_device_kind_of(plan->devices[plan->n_devices - 1].dev) != CLLM_DEVICE_CPU) {
+        return cllm_error(CLLM_ERR_INVALID_ARG, "%s: the plan is not one for this model", m->path);
+    }
+    m->n_devices = plan->n_devices;
+    for (int d = 0; d < plan->n_devices; d++) m->devices[d] = plan->devices[d].dev;
+    memcpy(m->layer_device, plan->layer_device, (size_t)n_layer * sizeof(int));
+    m->output_device = plan->output_device;
+    return CLLM_OK;
+}
+
+/* Allocates each non-CPU device's weights buffer (tensors laid out in
+ * creation order, as the planner does) and places its tensors there, data
+ * not yet copied. All or nothing. */
+static size_t device_weights_bytes(const cllm_model *m, int d) {
+    cllm_context *ctx = m->weights->ctx;
+    cllm_buffer_type *buft =
+        d == m->n_devices - 1 ? cllm_cpu_buffer_type() : cllm_device_buffer_type(m->devices[d]);
+    const size_t align = cllm_buffer_type_alignment(buft);
+    size_t size = 0;
+    for (int i = 0; i < cllm_context_n_tensors(ctx); i++) {
+        const cllm_tensor *t = cllm_context_tensor(ctx, i);
+        if (weight_device(m, t) != d) continue;
+        size = cllm_align_up(size, align) + cllm_buffer_type_alloc_size(buft, t);
+    }
+    return size;
+}
+
+static cllm_status alloc_device_weights(cllm_model *m) {
+    const int cpu = m->n_devices - 1;
+    for (int d = 0; d < cpu; d++) {
+        cllm_buffer_type *buft = cllm_device_buffer_type(m->devices[d]);
+        const size_t size = device_weights_bytes(m, d);
+        if (!size) continue;
+        cllm_status st =
+            cllm_buffer_type_alloc(buft, size, CLLM_MEM_WEIGHTS, &m->device_weights[d]);
+        if (st != CLLM_OK) {
+            for (int e = 0; e < d; e++) {
+                cllm_buffer_free(m->device_weights[e]);
+                m->device_weights[e] = NULL;
+            }
+            return st;
+        }
+    }
+    return CLLM_OK;
+}
+
+/* Places (and with `src`, fills) the tensors of the non-CPU devices: src(t)
+ * is t's data on the host before the move. */
+static void place_device_weights(cllm_model *m, bool copy) {
+    cllm_context *ctx = m->weights->ctx;
+    size_t off[CLLM_MODEL_MAX_DEVICES] = {0};
+    for (int i = 0; i < cllm_context_n_tensors(ctx); i++) {
+        cllm_tensor *t = cllm_context_tensor(ctx, i);
+        const int d = weight_device(m, t);
+        if (d == m->n_devices - 1) continue;
+        cllm_buffer *buf = m->device_weights[d];
+        cllm_buffer_type *buft = cllm_buffer_buft(buf);
+        off[d] = cllm_align_up(off[d], cllm_buffer_type_alignment(buft));
+        const void *host = t->data;
+        cllm_buffer_place_tensor(buf, t, off[d]);
+        if (copy) cllm_tensor_set(t, host, 0, cllm_nbytes(t));
+        off[d] += cllm_buffer_type_alloc_size(buft, t);
+    }
 }
 
 /* With mmap the weights buffer is the file's data section. */
@@ -62,6 +147,7 @@ static cllm_status place_mapped(cllm_model *m, int fd) {
     m->map = map;
     m->map_size = size;
     m->weights_buf = buf;
+    place_device_weights(m, true); /* copies from the mapping */
     return CLLM_OK;
 }
 
@@ -69,28 +155,48 @@ static cllm_status place_mapped(cllm_model *m, int fd) {
 static cllm_status place_read(cllm_model *m, int fd, bool show_progress) {
     const cllm_gguf *g = m->gguf;
     cllm_buffer *buf = NULL;
+    /* the other devices' tensors are placed first: the layout skips them */
+    place_device_weights(m, false);
     CLLM_TRY(cllm_layout_alloc(m->weights->ctx, cllm_cpu_buffer_type(), CLLM_MEM_WEIGHTS, &buf));
     cllm_context *ctx = m->weights->ctx;
-    const size_t total = cllm_buffer_size(buf);
+    size_t total = 0;
+    void *stage = NULL; /* host staging for tensors in device memory */
+    size_t stage_size = 0;
+    for (int i = 0; i < cllm_context_n_tensors(ctx); i++) {
+        const cllm_tensor *t = cllm_context_tensor(ctx, i);
+        total += cllm_nbytes(t);
+        if (!cllm_buffer_type_is_host(cllm_buffer_buft(t->buffer))) {
+            stage_size = CLLM_MAX(stage_size, cllm_nbytes(t));
+        }
+    }
+    if (stage_size && !(stage = malloc(stage_size))) {
+        cllm_buffer_free(buf);
+        return cllm_error(CLLM_ERR_NOMEM, "%s: out of host memory", m->path);
+    }
     show_progress = show_progress && total >= PROGRESS_MIN_BYTES && isatty(2);
     size_t done = 0;
     for (int i = 0; i < cllm_context_n_tensors(ctx); i++) {
         cllm_tensor *t = cllm_context_tensor(ctx, i);
         const cllm_gguf_tensor_info *ti = cllm_gguf_tensor(g, cllm_gguf_find_tensor(g, t->name));
         const off_t base = (off_t)(cllm_gguf_data_offset(g) + ti->offset);
+        const bool host = cllm_buffer_type_is_host(cllm_buffer_buft(t->buffer));
+        char *dst = host ? (char *)t->data : (char *)stage;
         for (size_t off = 0; off < ti->size;) {
-            const ssize_t r = pread(fd, (char *)t->data + off, ti->size - off, base + (off_t)off);
+            const ssize_t r = pread(fd, dst + off, ti->size - off, base + (off_t)off);
             if (r <= 0) {
+                free(stage);
                 cllm_buffer_free(buf);
                 return cllm_error(CLLM_ERR_IO, "%s: reading tensor %s: %s", m->path, t->name,
                                   r == 0 ? "unexpected end of file" : strerror(errno));
             }
             off += (size_t)r;
         }
+        if (!host) cllm_tensor_set(t, stage, 0, ti->size);
         done += ti->size;
         progress(done, total, show_progress);
     }
     progress(total, total, show_progress);
+    free(stage);
     m->weights_buf = buf;
     return CLLM_OK;
 }
@@ -118,7 +224,11 @@ cllm_status cllm_model_load(const char *path, const cllm_model_params *params, c
     }
     if ((st = m->arch->load_hparams(m->gguf, &m->hp)) != CLLM_OK) goto fail;
     if ((st = cllm_weights_new(m->gguf, m->arch, &m->hp, &m->weights)) != CLLM_OK) goto fail;
-    m->weights_planned = cllm_model_weights_bytes(m->gguf, m->weights, p.use_mmap);
+    if ((st = init_placement(m, p.plan)) != CLLM_OK) goto fail;
+    if ((st = alloc_device_weights(m)) != CLLM_OK) goto fail;
+    /* CPU weights: the mapped data section, or the CPU's tensors laid out */
+    m->weights_planned = p.use_mmap ? cllm_model_weights_bytes(m->gguf, m->weights, true)
+                                    : device_weights_bytes(m, m->n_devices - 1);
 
     fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
@@ -145,6 +255,8 @@ fail:
 void cllm_model_free(cllm_model *m) {
     if (!m) return;
     cllm_buffer_free(m->weights_buf);
+    for (int d = 0; d < CLLM_MODEL_MAX_DEVICES; d++) cllm_buffer_free(m->device_weights[d]);
+    free(m->layer_device);
     if (m->map) munmap(m->map, m->map_size);
     cllm_weights_free(m->weights);
     cllm_gguf_free(m->gguf);

@@ -19,10 +19,19 @@
 #include "backend/backend.h"
 #include "model/model.h"
 
+struct cllm_fit_plan;
+
 typedef struct cllm_model_params {
     bool use_mmap; /* map the file (default) instead of reading it */
     bool progress; /* show a progress bar on stderr while reading big files */
+    /* (optional) a placement from the fit planner (runtime/fit.h) for this
+     * file: the weights of layers placed on other devices are copied into
+     * one weights buffer per device, and sessions put each layer's KV cache
+     * on its device and compute through the scheduler. NULL: all on the CPU. */
+    const struct cllm_fit_plan *plan;
 } cllm_model_params;
+
+#define CLLM_MODEL_MAX_DEVICES 16
 
 typedef struct cllm_model {
     char *path;
@@ -34,6 +43,15 @@ typedef struct cllm_model {
     void *map;                /* the file mapping (NULL when read) */
     size_t map_size;
     size_t weights_planned; /* bytes the plan predicted for weights_buf */
+
+    /* placement: the devices (the CPU last), each layer's device, and the
+     * weights buffers of the other devices (CLLM_MEM_WEIGHTS, exactly the
+     * plan's bytes) */
+    int n_devices;
+    cllm_device *devices[CLLM_MODEL_MAX_DEVICES];
+    cllm_buffer *device_weights[CLLM_MODEL_MAX_DEVICES]; /* NULL for the CPU */
+    int *layer_device;                                   /* [hp.n_layer] */
+    int output_device;
 } cllm_model;
 
 cllm_model_params cllm_model_default_params(void);

@@ -1,8 +1,8 @@
 /* Sessions: KV cache (state), planned compute memory, batched decoding. */
 #include "runtime/session.h"
-#include "alloc/galloc.h"
 #include "alloc/layout.h"
 #include "backend/cpu/cpu.h"
+#include "sched/sched.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -12,12 +12,17 @@ struct cllm_session {
     const cllm_model *model;
     cllm_session_params params;
 
+    /* the KV cache: each layer's K and V on the device of its layer */
     cllm_kv_cache kv;
-    cllm_buffer *kv_buf; /* CLLM_MEM_STATE */
+    cllm_context *kv_ctx[CLLM_MODEL_MAX_DEVICES];
+    cllm_buffer *kv_buf[CLLM_MODEL_MAX_DEVICES]; /* CLLM_MEM_STATE */
 
-    cllm_backend *backend;
-    cllm_galloc *galloc; /* owns the CLLM_MEM_COMPUTE buffer */
-    cllm_context *gctx;  /* tensors of the graph being built (metadata) */
+    /* one backend per device that holds part of the model (the CPU last) */
+    int n_backends;
+    cllm_backend *backends[CLLM_MODEL_MAX_DEVICES];
+    int backend_device[CLLM_MODEL_MAX_DEVICES]; /* index into model->devices */
+    cllm_sched *sched;                          /* owns the CLLM_MEM_COMPUTE buffers */
+    cllm_context *gctx;                         /* tensors of the graph being built (metadata) */
     cllm_graph *graph;
 
     int64_t n_past;
@@ -25,8 +30,10 @@ struct cllm_session {
     bool have_logits;
     float *mask_row; /* [n_ctx]: one row of the mask, staged */
 
-    size_t planned[CLLM_MEM_COUNT];
+    size_t planned[CLLM_MODEL_MAX_DEVICES][CLLM_MEM_COUNT];
 };
+
+static size_t cllm_buffer_size_or_0(const cllm_buffer *b) { return b ? cllm_buffer_size(b) : 0; }
 
 cllm_session_params cllm_session_default_params(void) {
     return (cllm_session_params){.n_ctx = 0,
@@ -37,25 +44,51 @@ cllm_session_params cllm_session_default_params(void) {
 }
 
 static cllm_status kv_cache_init(cllm_session *s) {
-    const cllm_hparams *hp = &s->model->hp;
+    const cllm_model *m = s->model;
+    const cllm_hparams *hp = &m->hp;
     cllm_kv_cache *kv = &s->kv;
     kv->type = s->params.kv_type;
     kv->n_ctx = s->params.n_ctx;
     kv->n_layer = (int)hp->n_layer;
-    kv->ctx = cllm_context_new(2 * kv->n_layer);
     kv->k = calloc((size_t)kv->n_layer, sizeof(*kv->k));
     kv->v = calloc((size_t)kv->n_layer, sizeof(*kv->v));
-    if (!kv->ctx || !kv->k || !kv->v) return cllm_error(CLLM_ERR_NOMEM, "out of host memory");
+    if (!kv->k || !kv->v) return cllm_error(CLLM_ERR_NOMEM, "out of host memory");
+    for (int d = 0; d < m->n_devices; d++) {
+        s->kv_ctx[d] = cllm_context_new(2 * kv->n_layer);
+        if (!s->kv_ctx[d]) return cllm_error(CLLM_ERR_NOMEM, "out of host memory");
+    }
+    /* per device in layer order: the layout the fit planner predicts */
     for (int l = 0; l < kv->n_layer; l++) {
-        kv->k[l] = cllm_tensor_new_2d(kv->ctx, kv->type, cllm_hparams_n_embd_k_gqa(hp), kv->n_ctx);
-        kv->v[l] = cllm_tensor_new_2d(kv->ctx, kv->type, cllm_hparams_n_embd_v_gqa(hp), kv->n_ctx);
+        cllm_context *ctx = s->kv_ctx[m->layer_device[l]];
+        kv->k[l] = cllm_tensor_new_2d(ctx, kv->type, cllm_hparams_n_embd_k_gqa(hp), kv->n_ctx);
+        kv->v[l] = cllm_tensor_new_2d(ctx, kv->type, cllm_hparams_n_embd_v_gqa(hp), kv->n_ctx);
         cllm_tensor_set_name(kv->k[l], "cache_k-%d", l);
         cllm_tensor_set_name(kv->v[l], "cache_v-%d", l);
     }
-    s->planned[CLLM_MEM_STATE] = cllm_layout_measure(kv->ctx, cllm_cpu_buffer_type());
-    CLLM_TRY(cllm_layout_alloc(kv->ctx, cllm_cpu_buffer_type(), CLLM_MEM_STATE, &s->kv_buf));
-    cllm_buffer_clear(s->kv_buf, 0);
+    for (int d = 0; d < m->n_devices; d++) {
+        if (cllm_context_n_tensors(s->kv_ctx[d]) == 0) continue;
+        cllm_buffer_type *buft =
+            d == m->n_devices - 1 ? cllm_cpu_buffer_type() : cllm_device_buffer_type(m->devices[d]);
+        s->planned[d][CLLM_MEM_STATE] = cllm_layout_measure(s->kv_ctx[d], buft);
+        CLLM_TRY(cllm_layout_alloc(s->kv_ctx[d], buft, CLLM_MEM_STATE, &s->kv_buf[d]));
+        cllm_buffer_clear(s->kv_buf[d], 0);
+    }
     return CLLM_OK;
+}
+
+/* A backend for every device that holds weights or state (the CPU always,
+ * last), as the fit planner's probes have them. */
+static cllm_status backends_init(cllm_session *s) {
+    const cllm_model *m = s->model;
+    const int cpu = m->n_devices - 1;
+    for (int d = 0; d < cpu; d++) {
+        if (!m->device_weights[d] && !s->kv_buf[d]) continue;
+        CLLM_TRY(cllm_device_init_backend(m->devices[d], NULL, &s->backends[s->n_backends]));
+        s->backend_device[s->n_backends++] = d;
+    }
+    CLLM_TRY(cllm_backend_cpu_new(s->params.n_threads, &s->backends[s->n_backends]));
+    s->backend_device[s->n_backends++] = cpu;
+    return cllm_sched_new(s->backends, s->n_backends, NULL, &s->sched);
 }
 
 /* Builds the forward graph for `shape` into s->graph (tensors in s->gctx). */
@@ -89,24 +122,17 @@ static cllm_status plan_compute(cllm_session *s) {
         {.n_tokens = n_batch, .n_past = n_ctx - n_batch, .n_kv = n_ctx, .n_outputs = 1},
         {.n_tokens = 1, .n_past = n_ctx - 1, .n_kv = n_ctx, .n_outputs = 1},
     };
-    size_t workspace = 0;
-    int widest = 0;
     for (int i = 0; i < (int)CLLM_ARRAY_SIZE(worst); i++) {
         cllm_graph_io io;
         build_graph(s, &worst[i], &io);
-        CLLM_TRY(cllm_galloc_measure(s->galloc, s->graph, NULL, NULL));
-        const size_t ws = cllm_backend_workspace_size(s->backend, s->graph);
-        if (ws > workspace) {
-            workspace = ws;
-            widest = i;
-        }
+        CLLM_TRY(cllm_sched_reserve(s->sched, s->graph));
     }
-    s->planned[CLLM_MEM_COMPUTE] = cllm_galloc_measured_size(s->galloc, 0);
-    s->planned[CLLM_MEM_WORKSPACE] = workspace;
-    CLLM_TRY(cllm_galloc_reserve(s->galloc));
-    cllm_graph_io io;
-    build_graph(s, &worst[widest], &io);
-    return cllm_backend_reserve_workspace(s->backend, s->graph);
+    for (int b = 0; b < s->n_backends; b++) {
+        const int d = s->backend_device[b];
+        s->planned[d][CLLM_MEM_COMPUTE] = cllm_sched_compute_planned(s->sched, b);
+        s->planned[d][CLLM_MEM_WORKSPACE] = cllm_sched_workspace_planned(s->sched, b);
+    }
+    return cllm_sched_alloc_buffers(s->sched);
 }
 
 cllm_status cllm_session_new(const cllm_model *model, const cllm_session_params *params,
@@ -143,16 +169,18 @@ cllm_status cllm_session_new(const cllm_model *model, const cllm_session_params 
     s->graph = cllm_graph_new(graph_size);
     s->logits = malloc((size_t)hp->n_vocab * sizeof(float));
     s->mask_row = malloc((size_t)p.n_ctx * sizeof(float));
-    cllm_buffer_type *buft = cllm_cpu_buffer_type();
-    s->galloc = cllm_galloc_new(&buft, 1);
-    if (!s->gctx || !s->graph || !s->logits || !s->mask_row || !s->galloc) {
+    if (!s->gctx || !s->graph || !s->logits || !s->mask_row) {
         cllm_error(st, "out of host memory for a session");
         goto fail;
     }
     if ((st = kv_cache_init(s)) != CLLM_OK) goto fail;
-    if ((st = cllm_backend_cpu_new(p.n_threads, &s->backend)) != CLLM_OK) goto fail;
+    if ((st = backends_init(s)) != CLLM_OK) goto fail;
     if ((st = plan_compute(s)) != CLLM_OK) goto fail;
-    s->planned[CLLM_MEM_WEIGHTS] = model->weights_planned;
+    for (int d = 0; d < model->n_devices; d++) {
+        s->planned[d][CLLM_MEM_WEIGHTS] = d == model->n_devices - 1
+                                              ? model->weights_planned
+                                              : cllm_buffer_size_or_0(model->device_weights[d]);
+    }
     *out = s;
     return CLLM_OK;
 fail:
@@ -162,10 +190,12 @@ fail:
 
 void cllm_session_free(cllm_session *s) {
     if (!s) return;
-    cllm_galloc_free(s->galloc);
-    cllm_backend_free(s->backend);
-    cllm_buffer_free(s->kv_buf);
-    cllm_context_free(s->kv.ctx);
+    cllm_sched_free(s->sched);
+    for (int b = 0; b < s->n_backends; b++) cllm_backend_free(s->backends[b]);
+    for (int d = 0; d < CLLM_MODEL_MAX_DEVICES; d++) {
+        cllm_buffer_free(s->kv_buf[d]);
+        cllm_context_free(s->kv_ctx[d]);
+    }
     free(s->kv.k);
     free(s->kv.v);
     cllm_graph_free(s->graph);
@@ -182,7 +212,7 @@ static cllm_status decode_batch(cllm_session *s, const int32_t *tokens, int64_t 
         .n_tokens = n, .n_past = s->n_past, .n_kv = s->n_past + n, .n_outputs = 1};
     cllm_graph_io io;
     build_graph(s, &shape, &io);
-    CLLM_TRY(cllm_galloc_alloc_graph(s->galloc, s->graph, NULL, NULL));
+    CLLM_TRY(cllm_sched_alloc_graph(s->sched, s->graph));
 
     cllm_tensor_set(io.tokens, tokens, 0, (size_t)n * sizeof(int32_t));
     for (int64_t i = 0; i < n; i++) {
@@ -197,7 +227,7 @@ static cllm_status decode_batch(cllm_session *s, const int32_t *tokens, int64_t 
     const int32_t last = (int32_t)(n - 1);
     cllm_tensor_set(io.out_ids, &last, 0, sizeof(last));
 
-    CLLM_TRY(cllm_backend_graph_compute(s->backend, s->graph));
+    CLLM_TRY(cllm_sched_graph_compute(s->sched, s->graph));
     cllm_tensor_get(io.logits, s->logits, 0, (size_t)s->model->hp.n_vocab * sizeof(float));
     return CLLM_OK;
 }
@@ -244,13 +274,27 @@ void cllm_session_reset(cllm_session *s) {
     s->have_logits = false;
 }
 
-cllm_memory_report cllm_session_memory(const cllm_session *s) {
-    cllm_memory_report r;
-    memcpy(r.planned, s->planned, sizeof(r.planned));
-    r.allocated[CLLM_MEM_WEIGHTS] = cllm_buffer_size(s->model->weights_buf);
-    r.allocated[CLLM_MEM_STATE] = cllm_buffer_size(s->kv_buf);
-    const cllm_buffer *compute = cllm_galloc_buffer(s->galloc, 0);
-    r.allocated[CLLM_MEM_COMPUTE] = compute ? cllm_buffer_size(compute) : 0;
-    r.allocated[CLLM_MEM_WORKSPACE] = cllm_backend_workspace_allocated(s->backend);
+cllm_memory_report cllm_session_memory_on(const cllm_session *s, const cllm_device *dev) {
+    cllm_memory_report r = {0};
+    const cllm_model *m = s->model;
+    int d = -1;
+    for (int i = 0; i < m->n_devices && d < 0; i++) {
+        if (m->devices[i] == dev) d = i;
+    }
+    if (d < 0) return r;
+    memcpy(r.planned, s->planned[d], sizeof(r.planned));
+    r.allocated[CLLM_MEM_WEIGHTS] = d == m->n_devices - 1
+                                        ? cllm_buffer_size_or_0(m->weights_buf)
+                                        : cllm_buffer_size_or_0(m->device_weights[d]);
+    r.allocated[CLLM_MEM_STATE] = cllm_buffer_size_or_0(s->kv_buf[d]);
+    for (int b = 0; b < s->n_backends; b++) {
+        if (s->backend_device[b] != d) continue;
+        r.allocated[CLLM_MEM_COMPUTE] = cllm_sched_compute_allocated(s->sched, b);
+        r.allocated[CLLM_MEM_WORKSPACE] = cllm_backend_workspace_allocated(s->backends[b]);
+    }
     return r;
+}
+
+cllm_memory_report cllm_session_memory(const cllm_session *s) {
+    return cllm_session_memory_on(s, s->model->devices[s->model->n_devices - 1]);
 }

@@ -39,7 +39,7 @@ typedef struct cllm_session_params {
 
 cllm_session_params cllm_session_default_params(void);
 
-/* Bytes per memory kind for one session, on the CPU. Weights are the
+/* Bytes per memory kind for one session on one device. Weights are the
  * model's (shared), reported for completeness. */
 typedef struct cllm_memory_report {
     size_t planned[CLLM_MEM_COUNT];
@@ -74,7 +74,12 @@ int64_t cllm_session_n_vocab(const cllm_session *s);
 /* Forgets the context (n_past = 0); keeps all memory. */
 void cllm_session_reset(cllm_session *s);
 
-/* Planned and allocated bytes per kind (weights from the model). */
+/* Planned and allocated bytes per kind on the CPU (weights from the model). */
 cllm_memory_report cllm_session_memory(const cllm_session *s);
+/* The same on `dev` (zeros for a device the model does not use). With a
+ * model loaded with a plan, each layer's KV cache sits on its layer's
+ * device and the session computes through the scheduler on every device
+ * that holds part of the model. */
+cllm_memory_report cllm_session_memory_on(const cllm_session *s, const cllm_device *dev);
 
 #endif /* CLLM_RUNTIME_SESSION_H */

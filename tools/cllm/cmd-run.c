@@ -1,6 +1,7 @@
 /* cllm run: generate text from a prompt (streamed, or one JSON object). */
 #include "commands.h"
 #include "runtime/chat.h"
+#include "runtime/fit.h"
 #include "runtime/generate.h"
 
 #include <errno.h>
@@ -22,6 +23,8 @@ typedef struct run_args {
     cllm_sampler_params sp;
     cllm_type kv_type;
     bool chat, no_mmap, json;
+    cllm_fit_params fit; /* --mem budgets */
+    bool use_plan;       /* --mem or --test-device: place layers with the fit planner */
 } run_args;
 
 static bool parse_int(const char *s, long long min, long long max, long long *out) {
@@ -49,6 +52,7 @@ static bool parse_run_args(int argc, char **argv, run_args *a) {
     a->n_batch = 512;
     a->sp = cllm_sampler_default_params();
     a->kv_type = CLLM_TYPE_F16;
+    a->fit = cllm_fit_default_params();
     for (int i = 1; i < argc; i++) {
         const char *o = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -81,6 +85,15 @@ static bool parse_run_args(int argc, char **argv, run_args *a) {
             ok = v && parse_float(v, &d) && (a->sp.repeat_penalty = (float)d, true);
         } else if (!strcmp(o, "--seed")) {
             ok = v && parse_int(v, 0, INT64_MAX, &n) && (a->sp.seed = (uint64_t)n, true);
+        } else if (!strcmp(o, "--mem")) {
+            if (v && cllm_fit_parse_mem(&a->fit, v) != CLLM_OK) {
+                fprintf(stderr, "cllm: %s\n", cllm_last_error());
+                return false;
+            }
+            a->use_plan = true;
+        } else if (!strcmp(o, "--test-device")) {
+            if (v && cllm_cli_enable_test_device("run", v) != 0) return false;
+            a->use_plan = true;
         } else if (!strcmp(o, "--kv-type")) {
             ok = v && (!strcmp(v, "f16") || !strcmp(v, "f32"));
             if (ok) a->kv_type = !strcmp(v, "f16") ? CLLM_TYPE_F16 : CLLM_TYPE_F32;
@@ -232,7 +245,17 @@ int cllm_cmd_run(int argc, char **argv) {
 
     cllm_model_params mp = cllm_model_default_params();
     mp.use_mmap = !a.no_mmap;
-    if (cllm_model_load(a.model, &mp, &m) != CLLM_OK) goto fail;
+    cllm_fit_plan *plan = NULL;
+    if (a.use_plan) {
+        /* the session below has the same shape as the plan */
+        a.fit.n_ctx = a.n_ctx, a.fit.n_batch = a.n_batch, a.fit.n_threads = a.n_threads;
+        a.fit.kv_type = a.kv_type, a.fit.use_mmap = mp.use_mmap;
+        if (cllm_fit_plan_file(a.model, &a.fit, &plan) != CLLM_OK) goto fail;
+        mp.plan = plan;
+    }
+    const cllm_status load_st = cllm_model_load(a.model, &mp, &m);
+    cllm_fit_plan_free(plan); /* the model keeps the placement */
+    if (load_st != CLLM_OK) goto fail;
     if (cllm_tokenizer_new_from_gguf(m->gguf, &tok) != CLLM_OK) goto fail;
 
     bool has_bos = false;

@@ -4,6 +4,8 @@
  *   cllm run  -m FILE -p TEXT [options]    generate text
  *   cllm info -m FILE                      metadata and tensor table
  *   cllm demo                              the engine on a small graph
+ *   cllm devices                           devices found, their free and total memory
+ *   cllm plan -m FILE [--mem DEV=SIZE]     where the layers go, bytes per device and kind
  *
  * Errors: one line naming the file and the problem, exit status != 0.
  */
@@ -20,6 +22,8 @@ static void usage(FILE *f) {
                "  run   -m FILE -p TEXT    generate text from a prompt\n"
                "  info  -m FILE            print the metadata and the tensor table\n"
                "  demo                     plan, allocate and compute a small graph\n"
+               "  devices                  list the devices, their free and total memory\n"
+               "  plan  -m FILE            place the layers on the devices, bytes per kind\n"
                "  version                  print the version\n"
                "\n"
                "run options:\n"
@@ -37,7 +41,18 @@ static void usage(FILE *f) {
                "  --system TEXT        system message for --chat\n"
                "  --kv-type f16|f32    KV cache type (default f16)\n"
                "  --no-mmap            read the weights instead of mapping them\n"
-               "  --json               print one JSON object instead of streaming text\n");
+               "  --json               print one JSON object instead of streaming text\n"
+               "  --mem DEVICE=SIZE    place layers on devices within budgets (as plan)\n"
+               "\n"
+               "plan options (reads only the metadata):\n"
+               "  -c N, -b N, -t N, --kv-type f16|f32, --no-mmap   as for run\n"
+               "  --sessions N         sessions sharing the weights (default 1)\n"
+               "  --mem DEVICE=SIZE    budget of a device (e.g. cpu=16GiB); default: free memory\n"
+               "  --verbose            one line per tensor\n"
+               "  --json               one JSON object\n"
+               "\n"
+               "debug options (devices, plan, run): --test-device SPEC enables the test device\n"
+               "  (e.g. \"budget=64MiB,ops=-rope\"; also CLLM_TEST_DEVICE=SPEC)\n");
 }
 
 int main(int argc, char **argv) {
@@ -54,6 +69,8 @@ int main(int argc, char **argv) {
         {"run", cllm_cmd_run},
         {"info", cllm_cmd_info},
         {"demo", cllm_cmd_demo},
+        {"devices", cllm_cmd_devices},
+        {"plan", cllm_cmd_plan},
     };
     for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++) {
         if (!strcmp(cmd, commands[i].name)) return commands[i].fn(argc - 1, argv + 1);

@@ -13,6 +13,9 @@
  *                      biases stay f32)
  *   --seed S           weights are a function of the seed alone
  *   --tied             no output.weight (tied to token_embd)
+ *   --zeros            write zero bytes instead of random weights: seconds
+ *                      instead of minutes for big shapes (for `cllm plan`
+ *                      and I/O tests; compute on it is meaningless)
  *
  * The vocabulary (tokenizer.* keys) is copied from VOCAB.gguf, e.g. the
  * fixtures in shared/models/vocab; n_vocab is its token count.
@@ -30,11 +33,12 @@ typedef struct opts {
     int64_t n_embd, n_layer, n_head, n_head_kv, n_ff, n_ctx;
     cllm_type type;
     uint64_t seed;
-    bool tied;
+    bool tied, zeros;
 } opts;
 
 /* splitmix64 -> uniform -> Box-Muller normals */
 static uint64_t g_rng;
+static bool g_zeros;
 static uint64_t next_u64(void) {
     uint64_t z = (g_rng += 0x9e3779b97f4a7c15ULL);
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
@@ -67,6 +71,14 @@ static void *keep(void *p) {
 
 static void add(cllm_gguf_writer *w, const char *name, cllm_type type, int64_t ne0, int64_t ne1,
                 float scale, float offset) {
+    const int64_t ne[2] = {ne0, ne1};
+    if (g_zeros) { /* the writer writes zeros for NULL data */
+        if (cllm_gguf_writer_add_tensor(w, name, type, ne1 > 1 ? 2 : 1, ne, NULL) != CLLM_OK) {
+            fprintf(stderr, "cllm-gen-model: %s\n", cllm_last_error());
+            exit(1);
+        }
+        return;
+    }
     const int64_t n = ne0 * ne1;
     float *f = malloc((size_t)n * sizeof(float));
     if (!f) keep(NULL);
@@ -83,7 +95,6 @@ static void add(cllm_gguf_writer *w, const char *name, cllm_type type, int64_t n
         data = q;
     }
     keep((void *)data);
-    const int64_t ne[2] = {ne0, ne1};
     if (cllm_gguf_writer_add_tensor(w, name, type, ne1 > 1 ? 2 : 1, ne, data) != CLLM_OK) {
         fprintf(stderr, "cllm-gen-model: %s\n", cllm_last_error());
         exit(1);
@@ -102,47 +113,24 @@ static cllm_type parse_type(const char *s) {
     exit(2);
 }
 
+/* Sets the shape only (n_embd, n_layer, n_head, n_head_kv, n_ff, n_ctx). */
 static void preset(opts *o, const char *name) {
-    if (!strcmp(name, "tinyllama-1.1b")) {
-        *o = (opts){.arch = o->arch,
-                    .vocab = o->vocab,
-                    .out = o->out,
-                    .type = o->type,
-                    .seed = o->seed,
-                    .n_embd = 2048,
-                    .n_layer = 22,
-                    .n_head = 32,
-                    .n_head_kv = 4,
-                    .n_ff = 5632,
-                    .n_ctx = 2048};
-    } else if (!strcmp(name, "llama-7b")) {
-        *o = (opts){.arch = o->arch,
-                    .vocab = o->vocab,
-                    .out = o->out,
-                    .type = o->type,
-                    .seed = o->seed,
-                    .n_embd = 4096,
-                    .n_layer = 32,
-                    .n_head = 32,
-                    .n_head_kv = 32,
-                    .n_ff = 11008,
-                    .n_ctx = 4096};
-    } else if (!strcmp(name, "tiny")) {
-        *o = (opts){.arch = o->arch,
-                    .vocab = o->vocab,
-                    .out = o->out,
-                    .type = o->type,
-                    .seed = o->seed,
-                    .n_embd = 256,
-                    .n_layer = 2,
-                    .n_head = 4,
-                    .n_head_kv = 2,
-                    .n_ff = 512,
-                    .n_ctx = 512};
-    } else {
-        fprintf(stderr, "cllm-gen-model: unknown preset '%s'\n", name);
-        exit(2);
+    static const struct {
+        const char *name;
+        int64_t embd, layer, head, head_kv, ff, ctx;
+    } k[] = {
+        {"tinyllama-1.1b", 2048, 22, 32, 4, 5632, 2048},
+        {"llama-7b", 4096, 32, 32, 32, 11008, 4096},
+        {"tiny", 256, 2, 4, 2, 512, 512},
+    };
+    for (size_t i = 0; i < sizeof(k) / sizeof(k[0]); i++) {
+        if (strcmp(name, k[i].name) != 0) continue;
+        o->n_embd = k[i].embd, o->n_layer = k[i].layer, o->n_head = k[i].head;
+        o->n_head_kv = k[i].head_kv, o->n_ff = k[i].ff, o->n_ctx = k[i].ctx;
+        return;
     }
+    fprintf(stderr, "cllm-gen-model: unknown preset '%s'\n", name);
+    exit(2);
 }
 
 static int64_t arg_int(const char *s) {
@@ -214,8 +202,8 @@ int main(int argc, char **argv) {
     preset(&o, "tiny");
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "--tied")) {
-            o.tied = true;
+        if (!strcmp(a, "--tied") || !strcmp(a, "--zeros")) {
+            *(a[2] == 't' ? &o.tied : &o.zeros) = true;
             continue;
         }
         if (!v) {
@@ -267,6 +255,7 @@ int main(int argc, char **argv) {
         return 2;
     }
     g_rng = o.seed;
+    g_zeros = o.zeros;
 
     cllm_gguf_writer *w = cllm_gguf_writer_new();
     if (!w) keep(NULL);

@@ -66,11 +66,8 @@ int main(int argc, char **argv) {
         const char *name;
         int (*fn)(int argc, char **argv);
     } commands[] = {
-        {"run", cllm_cmd_run},
-        {"info", cllm_cmd_info},
-        {"demo", cllm_cmd_demo},
-        {"devices", cllm_cmd_devices},
-        {"plan", cllm_cmd_plan},
+        {"run", cllm_cmd_run},         {"info", cllm_cmd_info}, {"demo", cllm_cmd_demo},
+        {"devices", cllm_cmd_devices}, {"plan", cllm_cmd_plan},
     };
     for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++) {
         if (!strcmp(cmd, commands[i].name)) return commands[i].fn(argc - 1, argv + 1);

@@ -13,6 +13,7 @@
  */
 #include "alloc/layout.h"
 #include "backend/cpu/cpu-ops.h"
+#include "backend/cpu/kernels.h"
 #include "backend/cpu/cpu.h"
 #include "common/check.h"
 
@@ -771,6 +772,73 @@ static void test_mul_mat_quantized(void) {
     }
 }
 
+/* The blocked kernels path on shapes that cross its tiles: more weight rows
+ * than a block, column counts that are not a multiple of the vec_dot_n
+ * chunk, a batch broadcast over a, one column (generation) and few rows
+ * with many columns (split by columns). The reference is the kernel
+ * dispatch's own vec_dot of each (row, column) pair on b converted the same
+ * way, so only the order of the F32 sums differs. */
+static void test_mul_mat_blocked(void) {
+    static const cllm_type types[] = {CLLM_TYPE_Q4_0, CLLM_TYPE_Q8_0, CLLM_TYPE_Q4_K, CLLM_TYPE_F16,
+                                      CLLM_TYPE_F32};
+    static const int64_t shapes[][4] = {/* K, M, N, B2 (a has 1 batch, broadcast) */
+                                        {256, 150, 21, 1},
+                                        {512, 70, 1, 1},
+                                        {256, 5, 67, 2},
+                                        {256, 131, 9, 1}};
+    rng_seed(12);
+    for (size_t ti = 0; ti < CLLM_ARRAY_SIZE(types); ti++) {
+        const cllm_type type = types[ti];
+        const cllm_cpu_type_kernels *k = cllm_cpu_kernels(type);
+        if (!k) continue;
+        for (size_t si = 0; si < CLLM_ARRAY_SIZE(shapes); si++) {
+            const int64_t K = shapes[si][0], M = shapes[si][1], N = shapes[si][2];
+            const int64_t B2 = shapes[si][3];
+            for (int nth = 1; nth <= MAX_THREADS; nth++) {
+                cllm_context *ctx = ctx_new();
+                cllm_tensor *a = cllm_tensor_new_2d(ctx, type, K, M);
+                cllm_tensor *b = cllm_tensor_new_3d(ctx, CLLM_TYPE_F32, K, N, B2);
+                cllm_tensor *out = cllm_mul_mat(ctx, a, b);
+                cllm_buffer *buf = place_all(ctx);
+                fill_uniform(a, -1.0f, 1.0f);
+                fill_uniform(b, -1.0f, 1.0f);
+                CHECK(cllm_cpu_supports_op(out));
+                CHECK(compute(g_be[nth], out) == CLLM_OK);
+                const size_t brs = cllm_row_size(k->vec_dot_type, K);
+                unsigned char *bq = malloc((size_t)(N * B2) * brs);
+                double *want = malloc((size_t)(M * N * B2) * sizeof(double));
+                CHECK(bq && want);
+                for (int64_t r = 0; r < N * B2; r++) {
+                    const float *row = (const float *)((const char *)b->data + r * b->nb[1]);
+                    if (k->from_float) {
+                        k->from_float(row, bq + r * brs, K);
+                    } else {
+                        memcpy(bq + r * brs, row, brs);
+                    }
+                }
+                for (int64_t r = 0; r < N * B2; r++) {
+                    for (int64_t m = 0; m < M; m++) {
+                        float v;
+                        k->vec_dot(K, &v, (const char *)a->data + m * a->nb[1], bq + r * brs);
+                        want[r * M + m] = v;
+                    }
+                }
+                double *got = read_dense(out);
+                char what[120];
+                snprintf(what, sizeof(what),
+                         "blocked mul_mat %s [%lld, %lld] x [%lld, %lld, %lld], %d threads",
+                         cllm_type_name(type), (long long)K, (long long)M, (long long)K,
+                         (long long)N, (long long)B2, nth);
+                check_close(what, got, want, M * N * B2, 1e-5 * (double)K, 1e-5);
+                free(bq);
+                free(want);
+                free(got);
+                ctx_done(ctx, buf);
+            }
+        }
+    }
+}
+
 /* ---- get_rows ------------------------------------------------------------- */
 
 static void run_get_rows(cllm_type type, int layout, const int64_t ane[4], int64_t n_ids, int nth) {
@@ -1281,9 +1349,10 @@ static void test_workspace(void) {
         CHECK(cllm_backend_graph_compute(be, g) == CLLM_OK);
         CHECK(max > 0);
         CHECK_EQ_INT(cllm_backend_workspace_allocated(be), max);
-        /* per op: mul_mat gathers b (6 rows of 96 F32) and has a row of F16 a per thread */
+        /* per op: mul_mat gathers b (6 rows of 96 F32) for the F16 x F32 kernel,
+         * after a cache line for its tile counter */
         const size_t mm_ws = cllm_cpu_op_workspace(y, nth);
-        CHECK_EQ_INT(mm_ws, 6 * 96 * 4 + (size_t)nth * 384);
+        CHECK_EQ_INT(mm_ws, 64 + 6 * 96 * 4);
         CHECK_EQ_INT(cllm_cpu_op_workspace(out, nth), 0);
         cllm_backend_free(be);
         cllm_graph_free(g);
@@ -1304,6 +1373,7 @@ int main(void) {
     test_rope();
     test_mul_mat();
     test_mul_mat_quantized();
+    test_mul_mat_blocked();
     test_get_rows();
     test_copy();
     test_attn();

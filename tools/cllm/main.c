@@ -6,6 +6,7 @@
  *   cllm demo                              the engine on a small graph
  *   cllm devices                           devices found, their free and total memory
  *   cllm plan -m FILE [--mem DEV=SIZE]     where the layers go, bytes per device and kind
+ *   cllm bench -m FILE [options]           prompt and generation speed
  *
  * Errors: one line naming the file and the problem, exit status != 0.
  */
@@ -24,6 +25,9 @@ static void usage(FILE *f) {
                "  demo                     plan, allocate and compute a small graph\n"
                "  devices                  list the devices, their free and total memory\n"
                "  plan  -m FILE            place the layers on the devices, bytes per kind\n"
+               "  bench -m FILE            tokens/s of prompt processing and generation\n"
+               "                           [-p 512] [-n 128] [-t 1,2] [-r 5] [-b 512] [-c N]\n"
+               "                           [--output md|csv|json]\n"
                "  version                  print the version\n"
                "\n"
                "run options:\n"
@@ -66,8 +70,12 @@ int main(int argc, char **argv) {
         const char *name;
         int (*fn)(int argc, char **argv);
     } commands[] = {
-        {"run", cllm_cmd_run},         {"info", cllm_cmd_info}, {"demo", cllm_cmd_demo},
-        {"devices", cllm_cmd_devices}, {"plan", cllm_cmd_plan},
+        {"run", cllm_cmd_run},         /* cmd-run.c */
+        {"info", cllm_cmd_info},       /* cmd-info.c */
+        {"demo", cllm_cmd_demo},       /* cmd-demo.c */
+        {"devices", cllm_cmd_devices}, /* cmd-devices.c */
+        {"plan", cllm_cmd_plan},       /* cmd-plan.c */
+        {"bench", cllm_cmd_bench},     /* cmd-bench.c */
     };
     for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++) {
         if (!strcmp(cmd, commands[i].name)) return commands[i].fn(argc - 1, argv + 1);

@@ -190,17 +190,46 @@ static bool node_has_work(const cllm_tensor *t) {
     return t->op != CLLM_OP_NONE && !cllm_op_is_view(t->op) && cllm_nelements(t) > 0;
 }
 
-/* Every thread walks the whole graph; a barrier separates nodes with work. */
+/* Whether thread 0 alone computes `node`: a kernel that splits the rows of
+ * dst over the threads (cllm_cpu_split), uses no workspace and no barrier,
+ * on a single row (one token): the other threads do nothing at all. */
+static bool node_on_thread0(const cllm_tensor *t) {
+    switch (t->op) {
+    case CLLM_OP_ADD:
+    case CLLM_OP_MUL:
+    case CLLM_OP_SCALE:
+    case CLLM_OP_SILU:
+    case CLLM_OP_GELU:
+    case CLLM_OP_RMS_NORM:
+    case CLLM_OP_NORM:
+    case CLLM_OP_SOFT_MAX: return cllm_nrows(t) == 1;
+    default: return false;
+    }
+}
+
+/*
+ * Every thread walks the whole graph; a barrier separates nodes with work,
+ * except between two nodes that thread 0 computes alone (a chain of
+ * single-row element-wise ops while generating): thread 0 runs them in
+ * order, the others touch no memory until the barrier after the chain.
+ * Every thread takes the same decisions from the same graph.
+ */
 static void compute_job(int ith, int nth, void *arg) {
     cpu_backend_ctx *ctx = arg;
     const cllm_cpu_params params = {
         .ith = ith, .nth = nth, .wdata = ctx->wdata, .wsize = ctx->wsize, .pool = ctx->pool};
     cllm_graph *g = ctx->graph;
-    for (int i = 0; i < g->n_nodes; i++) {
+    int i = 0;
+    while (i < g->n_nodes && !node_has_work(g->nodes[i])) i++;
+    while (i < g->n_nodes) {
         cllm_tensor *node = g->nodes[i];
-        if (!node_has_work(node)) continue;
         cllm_cpu_compute_forward(&params, node);
-        cllm_threadpool_barrier(ctx->pool);
+        int next = i + 1;
+        while (next < g->n_nodes && !node_has_work(g->nodes[next])) next++;
+        if (next == g->n_nodes || !node_on_thread0(node) || !node_on_thread0(g->nodes[next])) {
+            cllm_threadpool_barrier(ctx->pool);
+        }
+        i = next;
     }
 }
 

@@ -6,31 +6,53 @@
  *
  * How a row of a meets a row of b (one plan, shared by the workspace
  * declaration and the kernel, so they always agree):
- *  - vec_dot: a's type has vec_dot with a vec_dot_type other than F32: every
- *    row of b is converted once to vec_dot_type in the shared workspace
- *    (rows split over threads, then a barrier), then vec_dot(a row, b row);
- *  - direct: a is F32 with contiguous rows: F32 dot straight from memory;
- *    Not when the node asks for CLLM_PREC_F32 (activations kept in F32).
- *  - converted: anything else (F16, BF16, quantized without vec_dot, strided
- *    plain a such as a transposed V): each row of a is converted to F32 once
- *    into a per-thread workspace row, then dotted with every b column.
- * b rows that are not contiguous are first gathered as F32 into the shared
- * workspace (same phase and barrier as the vec_dot conversion).
+ *  - kernels: a has contiguous rows and a dot product in the kernel dispatch
+ *    (kernels.h) — every quantized type with vec_dot, and F32/F16/BF16 whose
+ *    dot reads F32 activations. Rows of b are converted once to the kernel's
+ *    vec_dot_type in the shared workspace (rows split over threads, then a
+ *    barrier); F32 activations are read in place when b's rows are
+ *    contiguous, gathered into the workspace otherwise. Not for a quantized a
+ *    when the node asks for CLLM_PREC_F32 (activations kept in F32).
+ *  - converted: anything else (strided plain a such as a transposed V, a
+ *    quantized a under CLLM_PREC_F32, types without a kernel): each row of a
+ *    is converted to F32 once into a per-thread workspace row, then dotted
+ *    with every b column.
  *
- * Work split: the output of every batch is M x N; threads take ranges of
- * (batch, m) units when M >= N, of (batch, n) units otherwise, so a
- * single-token product (N = 1) still spreads its rows over every thread.
+ * Blocking (kernels plan): the output of one batch is an M x N tile walked
+ * in blocks of MB weight rows; for each block, columns go by chunks of up
+ * to CLLM_CPU_MAX_COLS and every weight row of the block meets the whole
+ * chunk in one vec_dot_n call, so a quantized row is unpacked once per
+ * chunk, the chunk of b stays in L1 across the block's rows and the block
+ * stays in L2 across the chunks. With N = 1 (generation) this degenerates
+ * into streaming each weight row exactly once.
+ *
+ * Work split: the outputs of all batches form a grid of tiles (a range of
+ * weight rows x a range of columns), about eight per thread: whole columns
+ * when there are enough weight rows, column ranges too otherwise, so small
+ * matrices still use every thread. Thread ith starts with tile ith; when b
+ * is converted (there is a barrier anyway) the remaining tiles are handed
+ * out through an atomic counter in the workspace, so a thread that the OS
+ * delays (a shared machine) does not hold the others back at the next
+ * barrier; otherwise each thread takes every nth tile.
  */
+#include "backend/cpu/kernels.h"
 #include "backend/cpu/ops-impl.h"
 
+#include <stdatomic.h>
+
+/* Bytes of weight rows in one block (fits L2 with room for b and out). */
+#define MM_BLOCK_BYTES (96 * 1024)
+#define MM_BLOCK_MIN   4
+#define MM_BLOCK_MAX   64
+
 typedef struct mm_plan {
-    bool vec_dot;        /* a row . b row converted to vec_dot_type */
-    bool a_direct;       /* a is F32 with contiguous rows */
-    bool convert_b;      /* b rows are converted into the shared workspace */
-    cllm_type b_type;    /* type of the b rows the dots read */
-    size_t b_row_size;   /* bytes of one converted b row */
-    size_t shared_bytes; /* converted b (rounded), at workspace offset 0 */
-    size_t thread_bytes; /* per-thread F32 row of K (rounded), 0 if none */
+    const cllm_cpu_type_kernels *k; /* kernels plan; NULL: converted plan */
+    bool convert_b;                 /* b rows are converted into the shared workspace */
+    cllm_type b_type;               /* type of the b rows the dots read */
+    size_t b_row_size;              /* bytes of one converted b row */
+    size_t counter_bytes;           /* the tile counter at offset 0 (dynamic split), or 0 */
+    size_t shared_bytes;            /* converted b (rounded), after the counter */
+    size_t thread_bytes;            /* per-thread F32 row of K (rounded), 0 if none */
 } mm_plan;
 
 static mm_plan mm_make_plan(const cllm_tensor *dst) {
@@ -39,22 +61,32 @@ static mm_plan mm_make_plan(const cllm_tensor *dst) {
     const int64_t K = a->ne[0];
     const bool a_rows = a->nb[0] == tt->type_size;
     const bool b_rows = b->nb[0] == sizeof(float);
-    const cllm_type_traits *vt = tt->vec_dot ? cllm_type_traits_of(tt->vec_dot_type) : NULL;
+    const cllm_cpu_type_kernels *k = a_rows ? cllm_cpu_kernels(a->type) : NULL;
     mm_plan p = {.b_type = CLLM_TYPE_F32};
-    p.vec_dot = vt && tt->vec_dot_type != CLLM_TYPE_F32 && vt->from_float &&
-                K % vt->blck_size == 0 && a_rows && cllm_mul_mat_prec(dst) != CLLM_PREC_F32;
-    if (p.vec_dot) {
-        p.convert_b = true;
-        p.b_type = tt->vec_dot_type;
+    if (k) {
+        const bool f32_dot = k->vec_dot_type == CLLM_TYPE_F32;
+        const cllm_type_traits *vt = cllm_type_traits_of(k->vec_dot_type);
+        const bool ok = f32_dot ? true
+                                : k->from_float && K % vt->blck_size == 0 &&
+                                      cllm_mul_mat_prec(dst) != CLLM_PREC_F32;
+        if (!ok) k = NULL;
+    }
+    p.k = k;
+    if (k) {
+        p.b_type = k->vec_dot_type;
+        p.convert_b = p.b_type != CLLM_TYPE_F32 || !b_rows;
         /* a strided b is gathered as F32 before from_float */
-        if (!b_rows) p.thread_bytes = cllm_cpu_ws_round((size_t)K * sizeof(float));
+        if (p.b_type != CLLM_TYPE_F32 && !b_rows)
+            p.thread_bytes = cllm_cpu_ws_round((size_t)K * sizeof(float));
     } else {
-        p.a_direct = a->type == CLLM_TYPE_F32 && a_rows;
         p.convert_b = !b_rows;
-        if (!p.a_direct) p.thread_bytes = cllm_cpu_ws_round((size_t)K * sizeof(float));
+        p.thread_bytes = cllm_cpu_ws_round((size_t)K * sizeof(float));
     }
     p.b_row_size = cllm_row_size(p.b_type, K);
-    if (p.convert_b) p.shared_bytes = cllm_cpu_ws_round((size_t)cllm_nrows(b) * p.b_row_size);
+    if (p.convert_b) {
+        p.counter_bytes = CLLM_CPU_WS_ALIGN;
+        p.shared_bytes = cllm_cpu_ws_round((size_t)cllm_nrows(b) * p.b_row_size);
+    }
     return p;
 }
 
@@ -63,13 +95,13 @@ bool cllm_cpu_mul_mat_supported(const cllm_tensor *dst) {
     const cllm_type_traits *tt = cllm_type_traits_of(a->type);
     if (!tt) return false;
     if (tt->blck_size > 1 && a->nb[0] != tt->type_size) return false; /* split blocks */
-    /* without to_float, only the vec_dot plan can do it */
-    return tt->to_float || mm_make_plan(dst).vec_dot;
+    /* without to_float, only the kernels plan can do it */
+    return tt->to_float || mm_make_plan(dst).k;
 }
 
 size_t cllm_cpu_mul_mat_workspace(const cllm_tensor *dst, int n_threads) {
     const mm_plan p = mm_make_plan(dst);
-    return p.shared_bytes + (size_t)n_threads * p.thread_bytes;
+    return p.counter_bytes + p.shared_bytes + (size_t)n_threads * p.thread_bytes;
 }
 
 /* Converts this thread's share of the rows of b into the shared workspace:
@@ -77,7 +109,6 @@ size_t cllm_cpu_mul_mat_workspace(const cllm_tensor *dst, int n_threads) {
 static void mm_convert_b(const cllm_cpu_params *params, const cllm_tensor *b, const mm_plan *p,
                          char *wb, float *f32) {
     const int64_t K = b->ne[0];
-    const cllm_from_float_fn from_float = cllm_type_traits_of(p->b_type)->from_float;
     int64_t r0, r1;
     cllm_cpu_split(cllm_nrows(b), params->ith, params->nth, &r0, &r1);
     for (int64_t r = r0; r < r1; r++) {
@@ -85,57 +116,138 @@ static void mm_convert_b(const cllm_cpu_params *params, const cllm_tensor *b, co
         if (p->b_type == CLLM_TYPE_F32) {
             cllm_cpu_row_f32(b, cllm_cpu_row(b, r), K, (float *)out); /* gathers b's row */
         } else {
-            from_float(cllm_cpu_row_f32(b, cllm_cpu_row(b, r), K, f32), out, K);
+            p->k->from_float(cllm_cpu_row_f32(b, cllm_cpu_row(b, r), K, f32), out, K);
         }
     }
+}
+
+/* Weight rows per block: MM_BLOCK_BYTES of them, within [MIN, MAX]. */
+static int64_t mm_block_rows(size_t a_row_bytes) {
+    const int64_t r = (int64_t)(MM_BLOCK_BYTES / CLLM_MAX(a_row_bytes, (size_t)1));
+    return CLLM_MAX(MM_BLOCK_MIN, CLLM_MIN(MM_BLOCK_MAX, r));
+}
+
+/* The kernels plan on rows [m0, m1) x columns [n0, n1) of batch (i2, i3). */
+static void mm_tile_kernels(const cllm_tensor *a, const cllm_tensor *b, cllm_tensor *dst,
+                            const mm_plan *p, const char *wb, int64_t i2, int64_t i3, int64_t m0,
+                            int64_t m1, int64_t n0, int64_t n1) {
+    const int64_t K = a->ne[0], N = b->ne[1], B2 = b->ne[2];
+    const int64_t r2 = B2 / a->ne[2], r3 = b->ne[3] / a->ne[3];
+    const cllm_cpu_type_kernels *k = p->k;
+    /* b column n of this batch, and the stride between columns */
+    const char *b0 = p->convert_b ? wb + (size_t)(N * (i2 + B2 * i3)) * p->b_row_size
+                                  : cllm_cpu_elem(b, 0, 0, i2, i3);
+    const size_t by = p->convert_b ? p->b_row_size : b->nb[1];
+    const size_t dn = dst->nb[1]; /* between output columns */
+
+    if (n1 - n0 == 1) {
+        /* one column (generation): stream the weight rows once */
+        const char *bn = b0 + (size_t)n0 * by;
+        for (int64_t m = m0; m < m1; m++) {
+            k->vec_dot(K, (float *)cllm_cpu_elem(dst, m, n0, i2, i3),
+                       cllm_cpu_elem(a, 0, m, i2 / r2, i3 / r3), bn);
+        }
+        return;
+    }
+    const int64_t MB = mm_block_rows(cllm_row_size(a->type, K));
+    float tmp[CLLM_CPU_MAX_COLS];
+    for (int64_t mb = m0; mb < m1; mb += MB) {
+        const int64_t me = CLLM_MIN(m1, mb + MB);
+        for (int64_t nb = n0; nb < n1; nb += CLLM_CPU_MAX_COLS) {
+            const int nc = (int)CLLM_MIN((int64_t)CLLM_CPU_MAX_COLS, n1 - nb);
+            const char *bn = b0 + (size_t)nb * by;
+            for (int64_t m = mb; m < me; m++) {
+                const char *arow = cllm_cpu_elem(a, 0, m, i2 / r2, i3 / r3);
+                char *out = cllm_cpu_elem(dst, m, nb, i2, i3);
+                if (nc == 1) {
+                    k->vec_dot(K, (float *)out, arow, bn);
+                    continue;
+                }
+                k->vec_dot_n(K, tmp, arow, bn, by, nc);
+                for (int j = 0; j < nc; j++) *(float *)(out + (size_t)j * dn) = tmp[j];
+            }
+        }
+    }
+}
+
+/* The converted plan: each row of a as F32 once, dotted with every column. */
+static void mm_tile_converted(const cllm_tensor *a, const cllm_tensor *b, cllm_tensor *dst,
+                              const mm_plan *p, const char *wb, float *f32, int64_t i2, int64_t i3,
+                              int64_t m0, int64_t m1, int64_t n0, int64_t n1) {
+    const int64_t K = a->ne[0], N = b->ne[1], B2 = b->ne[2];
+    const int64_t r2 = B2 / a->ne[2], r3 = b->ne[3] / a->ne[3];
+    for (int64_t m = m0; m < m1; m++) {
+        const float *af = cllm_cpu_row_f32(a, cllm_cpu_elem(a, 0, m, i2 / r2, i3 / r3), K, f32);
+        for (int64_t n = n0; n < n1; n++) {
+            const char *brow = p->convert_b ? wb + (size_t)(n + N * (i2 + B2 * i3)) * p->b_row_size
+                                            : cllm_cpu_elem(b, 0, n, i2, i3);
+            *(float *)cllm_cpu_elem(dst, m, n, i2, i3) =
+                cllm_cpu_dot_f32(K, af, (const float *)brow);
+        }
+    }
+}
+
+/* The tile grid: tm weight rows x tn columns per tile, per batch. */
+typedef struct mm_tiles {
+    int64_t tm, tn;  /* tile size */
+    int64_t nm, nn;  /* tiles per batch along M and N */
+    int64_t n_tiles; /* over all batches */
+} mm_tiles;
+
+static mm_tiles mm_make_tiles(int64_t M, int64_t N, int64_t batches, int nth) {
+    mm_tiles t = {.tm = M, .tn = N, .nm = 1, .nn = 1};
+    if (nth > 1) {
+        const int64_t target = 8 * (int64_t)nth;
+        const int64_t mt = CLLM_MIN(M, CLLM_MAX((int64_t)1, target / batches));
+        t.tm = (M + mt - 1) / mt;
+        t.nm = (M + t.tm - 1) / t.tm;
+        if (t.nm * batches < target && N > CLLM_CPU_MAX_COLS) {
+            /* few weight rows: split the columns too, by whole vec_dot_n chunks */
+            const int64_t chunks = (N + CLLM_CPU_MAX_COLS - 1) / CLLM_CPU_MAX_COLS;
+            const int64_t nt = CLLM_MIN(chunks, (target + t.nm * batches - 1) / (t.nm * batches));
+            t.tn = (chunks + nt - 1) / nt * CLLM_CPU_MAX_COLS;
+            t.nn = (N + t.tn - 1) / t.tn;
+        }
+    }
+    t.n_tiles = t.nm * t.nn * batches;
+    return t;
 }
 
 void cllm_cpu_mul_mat(const cllm_cpu_params *params, cllm_tensor *dst) {
     const cllm_tensor *a = dst->src[0], *b = dst->src[1];
     const mm_plan p = mm_make_plan(dst);
-    const cllm_type_traits *tt = cllm_type_traits_of(a->type);
-    const int64_t K = a->ne[0], M = a->ne[1];
+    const int64_t M = a->ne[1];
     const int64_t N = b->ne[1], B2 = b->ne[2], B3 = b->ne[3];
-    const int64_t r2 = B2 / a->ne[2], r3 = B3 / a->ne[3];
 
-    char *wb = p.shared_bytes ? cllm_cpu_ws(params, dst, 0, p.shared_bytes) : NULL;
-    float *f32 = p.thread_bytes ? cllm_cpu_ws(params, dst,
-                                              p.shared_bytes + (size_t)params->ith * p.thread_bytes,
-                                              p.thread_bytes)
-                                : NULL;
+    _Atomic int64_t *counter =
+        p.counter_bytes ? cllm_cpu_ws(params, dst, 0, p.counter_bytes) : NULL;
+    char *wb = p.shared_bytes ? cllm_cpu_ws(params, dst, p.counter_bytes, p.shared_bytes) : NULL;
+    float *f32 =
+        p.thread_bytes
+            ? cllm_cpu_ws(params, dst,
+                          p.counter_bytes + p.shared_bytes + (size_t)params->ith * p.thread_bytes,
+                          p.thread_bytes)
+            : NULL;
+    const mm_tiles t = mm_make_tiles(M, N, B2 * B3, params->nth);
     if (p.convert_b) {
+        /* every thread passed the barrier before this node: nobody reads the
+         * counter of the previous one any more */
+        if (params->ith == 0) atomic_store_explicit(counter, params->nth, memory_order_relaxed);
         mm_convert_b(params, b, &p, wb, f32);
-        cllm_threadpool_barrier(params->pool); /* every converted row is ready */
+        cllm_threadpool_barrier(params->pool); /* converted rows and the counter are ready */
     }
 
-    const bool split_m = M >= N;
-    const int64_t X = split_m ? M : N; /* units per batch */
-    int64_t u0, u1;
-    cllm_cpu_split(X * B2 * B3, params->ith, params->nth, &u0, &u1);
-    for (int64_t u = u0; u < u1;) {
-        const int64_t batch = u / X, x0 = u % X;
-        const int64_t x1 = CLLM_MIN(X, x0 + (u1 - u));
+    for (int64_t tile = params->ith; tile < t.n_tiles;) {
+        const int64_t ni = tile % t.nn, mi = (tile / t.nn) % t.nm, batch = tile / (t.nn * t.nm);
         const int64_t i2 = batch % B2, i3 = batch / B2;
-        const int64_t m0 = split_m ? x0 : 0, m1 = split_m ? x1 : M;
-        const int64_t n0 = split_m ? 0 : x0, n1 = split_m ? N : x1;
-        u += x1 - x0;
-
-        for (int64_t m = m0; m < m1; m++) {
-            const char *arow = cllm_cpu_elem(a, 0, m, i2 / r2, i3 / r3);
-            const float *af = NULL;
-            if (!p.vec_dot)
-                af = p.a_direct ? (const float *)arow : cllm_cpu_row_f32(a, arow, K, f32);
-            for (int64_t n = n0; n < n1; n++) {
-                const char *brow = p.convert_b
-                                       ? wb + (size_t)(n + N * (i2 + B2 * i3)) * p.b_row_size
-                                       : cllm_cpu_elem(b, 0, n, i2, i3);
-                float *out = (float *)cllm_cpu_elem(dst, m, n, i2, i3);
-                if (p.vec_dot) {
-                    tt->vec_dot(K, out, arow, brow);
-                } else {
-                    *out = cllm_cpu_dot_f32(K, af, (const float *)brow);
-                }
-            }
+        const int64_t m0 = mi * t.tm, m1 = CLLM_MIN(M, m0 + t.tm);
+        const int64_t n0 = ni * t.tn, n1 = CLLM_MIN(N, n0 + t.tn);
+        if (p.k) {
+            mm_tile_kernels(a, b, dst, &p, wb, i2, i3, m0, m1, n0, n1);
+        } else {
+            mm_tile_converted(a, b, dst, &p, wb, f32, i2, i3, m0, m1, n0, n1);
         }
+        tile = counter ? atomic_fetch_add_explicit(counter, 1, memory_order_relaxed)
+                       : tile + params->nth;
     }
 }

@@ -1,0 +1,303 @@
+/*
+ * cllm bench -m FILE [-p 512] [-n 128] [-t 1,2] [-r 5] [-b 512] [-c N] [--output md|csv|json]
+ *
+ * Speed of one model, in the manner of llama-bench: for each thread count,
+ *  - pp<P>: decode a batch of P tokens into an empty context (tokens/s);
+ *  - tg<N>: decode N tokens one at a time from an empty context (tokens/s);
+ * each as mean +- stddev over r repetitions after one warm-up. Token ids are
+ * fixed pseudo-random ids fed straight to cllm_session_decode: neither
+ * tokenization nor sampling is timed. The header names the commit (env
+ * CLLM_COMMIT, else `git rev-parse` of the source tree the binary sits in),
+ * the CPU and the kernel features in use.
+ */
+#include "backend/cpu/cpu.h"
+#include "backend/cpu/kernels.h"
+#include "backend/cpu/threadpool.h"
+#include "commands.h"
+#include "runtime/generate.h"
+
+#include <errno.h>
+#include <libgen.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define BENCH_MAX_THREADS 64
+
+typedef enum bench_output { BENCH_MD = 0, BENCH_CSV, BENCH_JSON } bench_output;
+
+typedef struct bench_args {
+    const char *model;
+    int64_t n_prompt, n_gen, n_batch, n_ctx; /* n_ctx 0: max(p, n) rounded up to 256 */
+    int threads[BENCH_MAX_THREADS];
+    int n_threads_list;
+    int reps;
+    bench_output output;
+} bench_args;
+
+static bool parse_ll(const char *s, long long min, long long max, long long *out) {
+    char *end;
+    errno = 0;
+    const long long v = s ? strtoll(s, &end, 10) : 0;
+    if (!s || errno || end == s || *end || v < min || v > max) return false;
+    *out = v;
+    return true;
+}
+
+/* "1,2,4" -> threads[] */
+static bool parse_threads(const char *s, bench_args *a) {
+    if (!s) return false;
+    a->n_threads_list = 0;
+    char buf[256];
+    snprintf(buf, sizeof(buf), "%s", s);
+    for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok;
+         tok = strtok_r(NULL, ",", &save)) {
+        long long v;
+        if (!parse_ll(tok, 1, 1024, &v) || a->n_threads_list == BENCH_MAX_THREADS) return false;
+        a->threads[a->n_threads_list++] = (int)v;
+    }
+    return a->n_threads_list > 0;
+}
+
+static bool parse_bench_args(int argc, char **argv, bench_args *a) {
+    memset(a, 0, sizeof(*a));
+    a->n_prompt = 512;
+    a->n_gen = 128;
+    a->n_batch = 512;
+    a->reps = 5;
+    a->threads[0] = cllm_physical_cores();
+    a->n_threads_list = 1;
+    for (int i = 1; i < argc; i++) {
+        const char *o = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        long long n;
+        bool ok;
+        if (!strcmp(o, "-m") || !strcmp(o, "--model")) {
+            ok = (a->model = v) != NULL;
+        } else if (!strcmp(o, "-p") || !strcmp(o, "--n-prompt")) {
+            ok = parse_ll(v, 0, 1 << 20, &n) && ((a->n_prompt = n), true);
+        } else if (!strcmp(o, "-n") || !strcmp(o, "--n-gen")) {
+            ok = parse_ll(v, 0, 1 << 20, &n) && ((a->n_gen = n), true);
+        } else if (!strcmp(o, "-b") || !strcmp(o, "--batch-size")) {
+            ok = parse_ll(v, 1, 1 << 20, &n) && ((a->n_batch = n), true);
+        } else if (!strcmp(o, "-c") || !strcmp(o, "--ctx-size")) {
+            ok = parse_ll(v, 1, 1 << 24, &n) && ((a->n_ctx = n), true);
+        } else if (!strcmp(o, "-r") || !strcmp(o, "--repetitions")) {
+            ok = parse_ll(v, 1, 1000, &n) && ((a->reps = (int)n), true);
+        } else if (!strcmp(o, "-t") || !strcmp(o, "--threads")) {
+            ok = parse_threads(v, a);
+        } else if (!strcmp(o, "-o") || !strcmp(o, "--output")) {
+            ok = v != NULL;
+            if (ok && !strcmp(v, "md"))
+                a->output = BENCH_MD;
+            else if (ok && !strcmp(v, "csv"))
+                a->output = BENCH_CSV;
+            else if (ok && !strcmp(v, "json"))
+                a->output = BENCH_JSON;
+            else
+                ok = false;
+        } else {
+            fprintf(stderr, "cllm bench: unknown option '%s'\n", o);
+            return false;
+        }
+        if (!ok) {
+            fprintf(stderr, "cllm bench: bad or missing value for %s\n", o);
+            return false;
+        }
+        i++;
+    }
+    if (!a->model) {
+        fprintf(stderr, "cllm bench: no model given (-m FILE)\n");
+        return false;
+    }
+    if (a->n_prompt == 0 && a->n_gen == 0) {
+        fprintf(stderr, "cllm bench: nothing to run (-p 0 -n 0)\n");
+        return false;
+    }
+    return true;
+}
+
+/* The commit: env CLLM_COMMIT, else git of the tree above the binary. */
+static void find_commit(char *out, size_t size) {
+    const char *env = getenv("CLLM_COMMIT");
+    snprintf(out, size, "%s", env && *env ? env : "unknown");
+    if (env && *env) return;
+    char exe[PATH_MAX];
+    if (!realpath("/proc/self/exe", exe)) return;
+    char cmd[PATH_MAX + 96];
+    snprintf(cmd, sizeof(cmd), "git -C '%s/..' rev-parse --short HEAD 2>/dev/null", dirname(exe));
+    if (strchr(exe, '\'')) return; /* do not build a broken shell line */
+    FILE *p = popen(cmd, "r");
+    if (!p) return;
+    char line[64];
+    if (fgets(line, sizeof(line), p)) {
+        line[strcspn(line, "\r\n")] = 0;
+        if (line[0]) snprintf(out, size, "%s", line);
+    }
+    pclose(p);
+}
+
+/* Size, parameters and the weight type holding the most bytes. */
+typedef struct model_desc {
+    uint64_t bytes, params;
+    cllm_type type;
+} model_desc;
+
+static model_desc describe(const cllm_model *m) {
+    uint64_t by_type[CLLM_TYPE_COUNT] = {0};
+    model_desc d = {0};
+    for (int64_t i = 0; i < cllm_gguf_n_tensors(m->gguf); i++) {
+        const cllm_gguf_tensor_info *t = cllm_gguf_tensor(m->gguf, i);
+        d.bytes += t->size;
+        d.params += (uint64_t)(t->ne[0] * t->ne[1] * t->ne[2] * t->ne[3]);
+        if ((unsigned)t->type < CLLM_TYPE_COUNT) by_type[t->type] += t->size;
+    }
+    for (int t = 0; t < CLLM_TYPE_COUNT; t++)
+        if (by_type[t] > by_type[d.type]) d.type = (cllm_type)t;
+    return d;
+}
+
+typedef struct bench_result {
+    const char *test_kind; /* "pp" or "tg" */
+    int64_t n;
+    int threads;
+    double mean, sd; /* tokens/s */
+} bench_result;
+
+static void mean_sd(const double *x, int n, double *mean, double *sd) {
+    double s = 0, s2 = 0;
+    for (int i = 0; i < n; i++) s += x[i];
+    *mean = s / n;
+    for (int i = 0; i < n; i++) s2 += (x[i] - *mean) * (x[i] - *mean);
+    *sd = n > 1 ? sqrt(s2 / (n - 1)) : 0.0;
+}
+
+/* One timed run: pp decodes ids[0..n) at once, tg one at a time. Returns
+ * tokens/s, or -1 on error. */
+static double run_once(cllm_session *s, const int32_t *ids, int64_t n, bool batch) {
+    cllm_session_reset(s);
+    const double t0 = cllm_time_ms();
+    if (batch) {
+        if (cllm_session_decode(s, ids, n) != CLLM_OK) return -1;
+    } else {
+        for (int64_t i = 0; i < n; i++)
+            if (cllm_session_decode(s, &ids[i], 1) != CLLM_OK) return -1;
+    }
+    const double ms = cllm_time_ms() - t0;
+    return ms > 0 ? (double)n * 1000.0 / ms : 0.0;
+}
+
+static bool run_test(cllm_session *s, const int32_t *ids, int64_t n, bool batch, int reps,
+                     bench_result *r) {
+    /* warm-up: the whole batch for pp; a few tokens for tg */
+    if (run_once(s, ids, batch ? n : CLLM_MIN(n, 16), batch) < 0) return false;
+    double *x = malloc((size_t)reps * sizeof(*x));
+    if (!x) return false;
+    for (int i = 0; i < reps; i++) {
+        x[i] = run_once(s, ids, n, batch);
+        if (x[i] < 0) {
+            free(x);
+            return false;
+        }
+    }
+    mean_sd(x, reps, &r->mean, &r->sd);
+    free(x);
+    return true;
+}
+
+int cllm_cmd_bench(int argc, char **argv) {
+    bench_args a;
+    if (!parse_bench_args(argc, argv, &a)) return 2;
+
+    cllm_model *m = NULL;
+    cllm_session *s = NULL;
+    int32_t *ids = NULL;
+    bench_result res[2 * BENCH_MAX_THREADS];
+    int n_res = 0;
+
+    cllm_model_params mp = cllm_model_default_params();
+    if (cllm_model_load(a.model, &mp, &m) != CLLM_OK) goto fail;
+    const model_desc d = describe(m);
+    const int64_t n_vocab = m->hp.n_vocab;
+    const int64_t n_ids = CLLM_MAX(a.n_prompt, a.n_gen);
+    ids = malloc((size_t)n_ids * sizeof(*ids));
+    if (!ids) goto fail;
+    uint64_t rng = 0x2545f4914f6cdd1dULL;
+    for (int64_t i = 0; i < n_ids; i++) {
+        rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+        ids[i] = (int32_t)(rng % (uint64_t)n_vocab);
+    }
+
+    char commit[64];
+    find_commit(commit, sizeof(commit));
+    const char *cpu = cllm_device_description(cllm_cpu_device());
+    const char *features = cllm_cpu_features_str();
+    const char *base = strrchr(a.model, '/') ? strrchr(a.model, '/') + 1 : a.model;
+    if (a.output == BENCH_MD) {
+        printf("cllm %s (commit %s), CPU: %s, kernels: %s\n", cllm_version(), commit, cpu,
+               features);
+        printf("model: %s, %.2f GiB, %.2f B params, %s\n\n", base, (double)d.bytes / (1u << 30),
+               (double)d.params / 1e9, cllm_type_name(d.type));
+        printf("| model | type | size | threads | test | t/s |\n");
+        printf("| --- | --- | ---: | ---: | ---: | ---: |\n");
+        fflush(stdout);
+    } else if (a.output == BENCH_CSV) {
+        printf("commit,cpu,features,model,type,size_bytes,params,threads,test,n,tps_mean,"
+               "tps_stddev\n");
+    }
+
+    for (int ti = 0; ti < a.n_threads_list; ti++) {
+        cllm_session_params sp = cllm_session_default_params();
+        sp.n_ctx = a.n_ctx ? a.n_ctx : (CLLM_MAX(a.n_prompt, a.n_gen) + 255) / 256 * 256;
+        sp.n_batch = CLLM_MIN(a.n_batch, CLLM_MAX(a.n_prompt, 1));
+        sp.n_threads = a.threads[ti];
+        if (cllm_session_new(m, &sp, &s) != CLLM_OK) goto fail;
+        for (int k = 0; k < 2; k++) {
+            const bool pp = k == 0;
+            const int64_t n = pp ? a.n_prompt : a.n_gen;
+            if (n == 0) continue;
+            bench_result *r = &res[n_res];
+            *r = (bench_result){.test_kind = pp ? "pp" : "tg", .n = n, .threads = a.threads[ti]};
+            if (!run_test(s, ids, n, pp, a.reps, r)) goto fail;
+            n_res++;
+            if (a.output == BENCH_MD) {
+                printf("| %s | %s | %.2f GiB | %d | %s%lld | %.2f ± %.2f |\n", base,
+                       cllm_type_name(d.type), (double)d.bytes / (1u << 30), r->threads,
+                       r->test_kind, (long long)n, r->mean, r->sd);
+            } else if (a.output == BENCH_CSV) {
+                printf("%s,\"%s\",\"%s\",\"%s\",%s,%llu,%llu,%d,%s%lld,%lld,%.3f,%.3f\n", commit,
+                       cpu, features, base, cllm_type_name(d.type), (unsigned long long)d.bytes,
+                       (unsigned long long)d.params, r->threads, r->test_kind, (long long)n,
+                       (long long)n, r->mean, r->sd);
+            }
+            fflush(stdout);
+        }
+        cllm_session_free(s);
+        s = NULL;
+    }
+
+    if (a.output == BENCH_JSON) {
+        printf("{\"commit\": \"%s\", \"cpu\": \"%s\", \"features\": \"%s\", \"model\": \"%s\", "
+               "\"type\": \"%s\", \"size_bytes\": %llu, \"params\": %llu, \"results\": [",
+               commit, cpu, features, base, cllm_type_name(d.type), (unsigned long long)d.bytes,
+               (unsigned long long)d.params);
+        for (int i = 0; i < n_res; i++) {
+            printf("%s{\"threads\": %d, \"test\": \"%s%lld\", \"n\": %lld, \"tps_mean\": %.3f, "
+                   "\"tps_stddev\": %.3f}",
+                   i ? ", " : "", res[i].threads, res[i].test_kind, (long long)res[i].n,
+                   (long long)res[i].n, res[i].mean, res[i].sd);
+        }
+        printf("]}\n");
+    }
+    free(ids);
+    cllm_model_free(m);
+    return 0;
+
+fail:
+    fprintf(stderr, "cllm bench: %s\n", cllm_last_error());
+    cllm_session_free(s);
+    free(ids);
+    cllm_model_free(m);
+    return 1;
+}

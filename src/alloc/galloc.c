@@ -182,17 +182,9 @@ static cllm_status reserve_scratch(cllm_galloc *ga, int n) {
 
 /* ---- tensor -> index --------------------------------------------------- */
 
-static size_t hash_ptr(const void *p, size_t size) {
-    uint64_t x = (uint64_t)(uintptr_t)p;
-    x ^= x >> 33;
-    x *= 0xff51afd7ed558ccdULL;
-    x ^= x >> 33;
-    return (size_t)x & (size - 1);
-}
-
 /* Index of t among the graph's tensors, or -1. */
 static int lookup(const cllm_galloc *ga, const cllm_tensor *t) {
-    size_t i = hash_ptr(t, ga->hash_size);
+    size_t i = cllm_hash_ptr(t, ga->hash_size);
     while (ga->hash[i]) {
         const int k = ga->hash[i] - 1;
         if (ga->tensors[k].t == t) return k;
@@ -202,7 +194,7 @@ static int lookup(const cllm_galloc *ga, const cllm_tensor *t) {
 }
 
 static void hash_insert(cllm_galloc *ga, int k) {
-    size_t i = hash_ptr(ga->tensors[k].t, ga->hash_size);
+    size_t i = cllm_hash_ptr(ga->tensors[k].t, ga->hash_size);
     while (ga->hash[i]) {
         CLLM_ASSERTF(ga->tensors[ga->hash[i] - 1].t != ga->tensors[k].t,
                      "galloc: tensor %s appears twice in the graph", ga->tensors[k].t->name);

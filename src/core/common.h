@@ -75,6 +75,16 @@ static inline bool cllm_add_overflow(size_t a, size_t b, size_t *out) {
     return false;
 }
 
+/* A slot in [0, size) for pointer p (size a power of two): a 64-bit mix so
+ * that aligned pointers spread over the table. */
+static inline size_t cllm_hash_ptr(const void *p, size_t size) {
+    uint64_t x = (uint64_t)(uintptr_t)p;
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdULL;
+    x ^= x >> 33;
+    return (size_t)x & (size - 1);
+}
+
 /* Rounds `x` up to a multiple of `align` (a power of two). */
 static inline size_t cllm_align_up(size_t x, size_t align) {
     return (x + align - 1) & ~(align - 1);

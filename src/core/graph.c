@@ -40,17 +40,9 @@ void cllm_graph_reset(cllm_graph *g) {
     memset((void *)g->hash, 0, g->hash_size * sizeof(*g->hash));
 }
 
-static size_t hash_ptr(const void *p, size_t size) {
-    uint64_t x = (uint64_t)(uintptr_t)p;
-    x ^= x >> 33;
-    x *= 0xff51afd7ed558ccdULL;
-    x ^= x >> 33;
-    return (size_t)x & (size - 1);
-}
-
 /* Inserts t; returns false if it was already present. */
 static bool hash_insert(cllm_graph *g, const cllm_tensor *t) {
-    size_t i = hash_ptr(t, g->hash_size);
+    size_t i = cllm_hash_ptr(t, g->hash_size);
     while (g->hash[i]) {
         if (g->hash[i] == t) return false;
         i = (i + 1) & (g->hash_size - 1);

@@ -69,14 +69,6 @@ struct cllm_sched {
 
 /* ---- small containers -------------------------------------------------- */
 
-static size_t hash_ptr(const void *p, size_t size) {
-    uint64_t x = (uint64_t)(uintptr_t)p;
-    x ^= x >> 33;
-    x *= 0xff51afd7ed558ccdULL;
-    x ^= x >> 33;
-    return (size_t)x & (size - 1);
-}
-
 static cllm_status map_reset(ptr_map *m, size_t n) {
     size_t size = 16;
     while (size < 2 * n) size *= 2;
@@ -107,7 +99,7 @@ static void map_free(ptr_map *m) {
 
 /* Callers size maps for every key they insert (load factor <= 1/2). */
 static void map_set(ptr_map *m, const cllm_tensor *t, int v) {
-    size_t i = hash_ptr(t, m->size);
+    size_t i = cllm_hash_ptr(t, m->size);
     while (m->keys[i] && m->keys[i] != t) i = (i + 1) & (m->size - 1);
     m->keys[i] = t;
     m->vals[i] = v;
@@ -115,7 +107,7 @@ static void map_set(ptr_map *m, const cllm_tensor *t, int v) {
 
 static int map_get(const ptr_map *m, const cllm_tensor *t, int dflt) {
     if (!m->size) return dflt;
-    size_t i = hash_ptr(t, m->size);
+    size_t i = cllm_hash_ptr(t, m->size);
     while (m->keys[i]) {
         if (m->keys[i] == t) return m->vals[i];
         i = (i + 1) & (m->size - 1);

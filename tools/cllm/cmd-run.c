@@ -156,6 +156,16 @@ static void json_ids(FILE *f, const int32_t *ids, size_t n) {
     fputc(']', f);
 }
 
+/* {"weights": {"planned": P, "allocated": A}, ...} */
+static void json_memory(FILE *f, const cllm_memory_report *mem) {
+    fputc('{', f);
+    for (int k = 0; k < CLLM_MEM_COUNT; k++) {
+        fprintf(f, "%s\"%s\": {\"planned\": %zu, \"allocated\": %zu}", k ? ", " : "",
+                cllm_mem_kind_str(k), mem->planned[k], mem->allocated[k]);
+    }
+    fputc('}', f);
+}
+
 /* ---- run --------------------------------------------------------------- */
 
 typedef struct text_sink {
@@ -311,10 +321,20 @@ int cllm_cmd_run(int argc, char **argv) {
                 "\"prompt_tokens_per_s\": %.2f, \"generated_tokens\": %zu, \"generation_ms\": "
                 "%.3f, \"generation_tokens_per_s\": %.2f}",
                 n_ids, res.prompt_ms, pp_tps, res.n_gen_decoded, res.gen_ms, tg_tps);
-        fprintf(f, ",\n  \"memory\": {");
-        for (int k = 0; k < CLLM_MEM_COUNT; k++) {
-            fprintf(f, "%s\"%s\": {\"planned\": %zu, \"allocated\": %zu}", k ? ", " : "",
-                    cllm_mem_kind_str(k), mem.planned[k], mem.allocated[k]);
+        fprintf(f, ",\n  \"memory\": ");
+        json_memory(f, &mem);
+        /* every device that holds part of the model (the CPU always does) */
+        fprintf(f, ",\n  \"memory_by_device\": {");
+        bool first = true;
+        for (int d = 0; d < cllm_registry_device_count(); d++) {
+            const cllm_device *dev = cllm_registry_device(d);
+            const cllm_memory_report r = cllm_session_memory_on(s, dev);
+            size_t total = 0;
+            for (int k = 0; k < CLLM_MEM_COUNT; k++) total += r.planned[k] + r.allocated[k];
+            if (total == 0) continue;
+            fprintf(f, "%s\"%s\": ", first ? "" : ", ", cllm_device_name(dev));
+            json_memory(f, &r);
+            first = false;
         }
         fprintf(f, "},\n  \"peak_rss_bytes\": %zu,\n  \"n_ctx\": %lld,\n  \"n_batch\": %lld\n}\n",
                 peak_rss_bytes(), (long long)cllm_session_n_ctx(s), (long long)a.n_batch);

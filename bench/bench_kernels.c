@@ -3,6 +3,8 @@
  * nanoseconds per 256 elements of
  *   - vec_dot      one weight row . one activation row,
  *   - vec_dot_n/4, /8  one weight row . 4 or 8 activation rows (per row),
+ *   - vec_dot_mxn/4x1  tiles of 4 weight rows x 1 activation row (generation),
+ *   - vec_dot_mxn/4x8  tiles of 4 weight rows x 8 activation rows (per pair),
  *   - from_float   F32 activations -> Q8_0 / Q8_K,
  * as mean +- stddev over repetitions after a warm-up (and the fastest
  * repetition: on a busy machine the mean mostly measures the neighbours). Rows of 4096 elements,
@@ -57,11 +59,11 @@ typedef struct bench_ctx {
     volatile float sink;
 } bench_ctx;
 
-enum { OP_DOT, OP_DOT_N, OP_FROM_FLOAT };
+enum { OP_DOT, OP_DOT_N, OP_DOT_MXN, OP_FROM_FLOAT };
 
 /* One pass over the rows; returns the elements processed (per column). */
 static int64_t run_op(bench_ctx *b, int op) {
-    float out[NCOLS];
+    float out[CLLM_CPU_MAX_ROWS * NCOLS];
     switch (op) {
     case OP_DOT:
         for (int r = 0; r < ROWS; r++) {
@@ -72,6 +74,13 @@ static int64_t run_op(bench_ctx *b, int op) {
     case OP_DOT_N:
         for (int r = 0; r < ROWS; r++) {
             b->k->vec_dot_n(K_ELEMS, out, b->w + (size_t)r * b->w_row, b->a, b->a_row, b->ncols);
+            b->sink += out[0];
+        }
+        return (int64_t)ROWS * K_ELEMS * b->ncols;
+    case OP_DOT_MXN:
+        for (int r = 0; r < ROWS; r += CLLM_CPU_MAX_ROWS) {
+            b->k->vec_dot_mxn(K_ELEMS, out, NCOLS, b->w + (size_t)r * b->w_row, b->w_row, b->a,
+                              b->a_row, CLLM_CPU_MAX_ROWS, b->ncols);
             b->sink += out[0];
         }
         return (int64_t)ROWS * K_ELEMS * b->ncols;
@@ -128,8 +137,9 @@ int main(int argc, char **argv) {
     printf("bench_kernels: rows of %d elements, %d rows, %d reps; best level %s (%s)\n", K_ELEMS,
            ROWS, reps, level_name(best), cllm_cpu_features_str());
     printf("ns per 256 elements (mean +- stddev)\n");
-    printf("%-6s %-9s %-29s %-29s %-29s\n", "type", "level", "vec_dot", "vec_dot_n/4 per col",
-           "vec_dot_n/8 per col");
+    printf("%-6s %-9s %-29s %-29s %-29s %-29s %-29s\n", "type", "level", "vec_dot",
+           "vec_dot_n/4 per col", "vec_dot_n/8 per col", "vec_dot_mxn/4x1 per row",
+           "vec_dot_mxn/4x8 per pair");
 
     float *f = malloc(K_ELEMS * sizeof(float) * ROWS);
     char *w = malloc(cllm_row_size(CLLM_TYPE_F32, K_ELEMS) * ROWS);
@@ -158,16 +168,20 @@ int main(int argc, char **argv) {
             cllm_cpu_set_isa_limit((cllm_cpu_isa)l);
             b.k = cllm_cpu_kernels(t);
             if (!b.k) continue;
-            double m1, s1, n1, m2, s2, n2, m3, s3, n3;
+            double m1, s1, n1, m2, s2, n2, m3, s3, n3, m4, s4, n4, m5, s5, n5;
             measure(&b, OP_DOT, reps, &m1, &s1, &n1);
             b.ncols = 4;
             measure(&b, OP_DOT_N, reps, &m2, &s2, &n2);
             b.ncols = 8;
             measure(&b, OP_DOT_N, reps, &m3, &s3, &n3);
+            b.ncols = 1;
+            measure(&b, OP_DOT_MXN, reps, &m4, &s4, &n4);
+            b.ncols = 8;
+            measure(&b, OP_DOT_MXN, reps, &m5, &s5, &n5);
             printf("%-6s %-9s %7.2f +- %5.2f (min %6.2f) %7.2f +- %5.2f (min %6.2f) %7.2f +- %5.2f "
-                   "(min %6.2f)\n",
+                   "(min %6.2f) %7.2f +- %5.2f (min %6.2f) %7.2f +- %5.2f (min %6.2f)\n",
                    cllm_type_name(t), level_name((cllm_cpu_isa)l), m1, s1, n1, m2, s2, n2, m3, s3,
-                   n3);
+                   n3, m4, s4, n4, m5, s5, n5);
         }
     }
 

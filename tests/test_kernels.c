@@ -11,7 +11,9 @@
  *    bytes (every quant pattern, negative scales), all-ones quants (largest
  *    magnitudes), 0x80 bytes (Q8 weights of -128, the one value whose
  *    magnitude does not fit int8) and zeros, against Gaussian, wide-range and
- *    +-127 activations.
+ *    +-127 activations;
+ *  - vec_dot_mxn (tiles of 1..4 strided weight rows x 1..8 strided columns)
+ *    must equal the reference dot of each pair, writing nothing else.
  *
  * Tolerance. The integer sums of a block are exact at every level; only the
  * order of the float additions differs (per-lane and per-block partial sums).
@@ -366,6 +368,82 @@ static void test_dot(cllm_cpu_isa level, cllm_type t) {
     }
 }
 
+/* ---- vec_dot_mxn ------------------------------------------------------------------ */
+
+/* Tiles of 1..CLLM_CPU_MAX_ROWS strided weight rows x 1..CLLM_CPU_MAX_COLS
+ * strided columns against the reference dot of each pair; nothing written
+ * outside the tile (ldo leaves a gap after each row). */
+static void test_dot_mxn(cllm_cpu_isa level, cllm_type t) {
+    const cllm_type_traits *tt = cllm_type_traits_of(t);
+    const cllm_cpu_type_kernels *k = cllm_cpu_kernels(t);
+    if (!k) return;
+    CHECK(k->vec_dot_mxn != NULL);
+    const cllm_type at = tt->vec_dot_type;
+    const cllm_type_traits *ta = cllm_type_traits_of(at);
+    const int64_t bs = tt->blck_size;
+    const int64_t lens_q[] = {1, 2, 3, 17};
+    const int64_t lens_f[] = {1, 7, 8, 33, 100};
+    const int64_t *lens = bs > 1 ? lens_q : lens_f;
+    const int nlens = bs > 1 ? 4 : (int)CLLM_ARRAY_SIZE(lens_f);
+    enum { R = CLLM_CPU_MAX_ROWS, C = CLLM_CPU_MAX_COLS, LDO = CLLM_CPU_MAX_COLS + 1 };
+    int fails = 0;
+    for (int li = 0; li < nlens; li++) {
+        const int64_t n = bs > 1 ? lens[li] * bs : lens[li];
+        const size_t wbytes = cllm_row_size(t, n), abytes = cllm_row_size(at, n);
+        const size_t bx = (wbytes + 63) / 64 * 64 + 64, by = (abytes + 63) / 64 * 64 + 128;
+        char *w = xmalloc(bx * R);
+        char *act = xmalloc(by * C);
+        float *f = xmalloc((size_t)n * sizeof(float));
+        for (int wk = 0; wk < W_KINDS; wk++) {
+            for (int ak = 0; ak < A_KINDS; ak++) {
+                float ref[R][C];
+                double scale[R][C];
+                for (int r = 0; r < R; r++) make_weights(t, (wk + r) % W_KINDS, w + r * bx, n);
+                for (int c = 0; c < C; c++) {
+                    make_acts((ak + c) % A_KINDS, f, n);
+                    if (at == CLLM_TYPE_F32) {
+                        memcpy(act + (size_t)c * by, f, abytes);
+                    } else {
+                        ta->from_float(f, act + (size_t)c * by, n);
+                    }
+                }
+                for (int r = 0; r < R; r++) {
+                    for (int c = 0; c < C; c++) {
+                        tt->vec_dot(n, &ref[r][c], w + r * bx, act + (size_t)c * by);
+                        scale[r][c] = dot_scale(t, w + r * bx, act + (size_t)c * by, at, n);
+                    }
+                }
+                for (int nr = 1; nr <= R; nr++) {
+                    for (int nc = 1; nc <= C; nc++) {
+                        float out[R * LDO];
+                        for (int i = 0; i < R * LDO; i++) out[i] = NAN;
+                        k->vec_dot_mxn(n, out, LDO, w, bx, act, by, nr, nc);
+                        for (int r = 0; r < R; r++) {
+                            for (int c = 0; c < LDO; c++) {
+                                const float got = out[r * LDO + c];
+                                if (r >= nr || c >= nc) {
+                                    CHECK(isnan(got)); /* nothing outside the tile */
+                                    continue;
+                                }
+                                const double tol = dot_tol(n, scale[r][c]);
+                                const bool ok = fabs((double)got - ref[r][c]) <= tol;
+                                CHECKF(ok,
+                                       "%s %s vec_dot_mxn n=%lld w%d a%d %dx%d (%d,%d): %.9g vs "
+                                       "%.9g",
+                                       level_name(level), cllm_type_name(t), (long long)n, wk, ak,
+                                       nr, nc, r, c, got, ref[r][c]);
+                                fails += !ok;
+                            }
+                        }
+                    }
+                }
+                if (fails > 20) break;
+            }
+        }
+        free(w), free(act), free(f);
+    }
+}
+
 /* ---- dispatch ------------------------------------------------------------------ */
 
 static void test_dispatch(cllm_cpu_isa best) {
@@ -396,7 +474,10 @@ int main(void) {
         CHECK(cllm_cpu_set_isa_limit(level) == level);
         test_from_float(level, CLLM_TYPE_Q8_0);
         test_from_float(level, CLLM_TYPE_Q8_K);
-        for (size_t i = 0; i < CLLM_ARRAY_SIZE(k_types); i++) test_dot(level, k_types[i]);
+        for (size_t i = 0; i < CLLM_ARRAY_SIZE(k_types); i++) {
+            test_dot(level, k_types[i]);
+            test_dot_mxn(level, k_types[i]);
+        }
     }
     cllm_cpu_set_isa_limit(CLLM_CPU_ISA_COUNT);
     return check_summary("test_kernels");

@@ -779,13 +779,15 @@ static void test_mul_mat_quantized(void) {
  * dispatch's own vec_dot of each (row, column) pair on b converted the same
  * way, so only the order of the F32 sums differs. */
 static void test_mul_mat_blocked(void) {
-    static const cllm_type types[] = {CLLM_TYPE_Q4_0, CLLM_TYPE_Q8_0, CLLM_TYPE_Q4_K, CLLM_TYPE_F16,
-                                      CLLM_TYPE_F32};
+    static const cllm_type types[] = {CLLM_TYPE_Q4_0, CLLM_TYPE_Q8_0, CLLM_TYPE_Q4_K,
+                                      CLLM_TYPE_F16,  CLLM_TYPE_F32,  CLLM_TYPE_Q4_1};
+    /* M and N off the vec_dot_mxn tile sizes (4 weight rows x 8 columns) */
     static const int64_t shapes[][4] = {/* K, M, N, B2 (a has 1 batch, broadcast) */
                                         {256, 150, 21, 1},
                                         {512, 70, 1, 1},
                                         {256, 5, 67, 2},
-                                        {256, 131, 9, 1}};
+                                        {256, 131, 9, 1},
+                                        {256, 7, 2, 3}};
     rng_seed(12);
     for (size_t ti = 0; ti < CLLM_ARRAY_SIZE(types); ti++) {
         const cllm_type type = types[ti];

@@ -20,6 +20,7 @@
 
 #define KX_VNNI 1
 #define KX_COLS 8 /* 32 vector registers: a whole CLLM_CPU_MAX_COLS chunk at once */
+#define KX_ROWS 4 /* and 4 x 4 tiles for vec_dot_mxn */
 #include "backend/cpu/kernels-x86.h"
 
 /* ---- F32 / F16 / BF16 x F32, 16 elements per step --------------------------------------

@@ -28,12 +28,25 @@ static void portable_dot_n(cllm_type t, int64_t n, float *out, const void *x, co
         g_portable_dot[t](n, &out[j], x, (const char *)y + (size_t)j * by);
 }
 
+/* The fallback vec_dot_mxn: one vec_dot_n call of the level in use per
+ * weight row (types and levels without a register-tiled kernel). */
+static void fallback_dot_mxn(cllm_type t, int64_t n, float *out, size_t ldo, const void *x,
+                             size_t bx, const void *y, size_t by, int nrows, int ncols) {
+    const cllm_vec_dot_n_fn dot_n = g_kernels[t].vec_dot_n;
+    for (int r = 0; r < nrows; r++)
+        dot_n(n, out + (size_t)r * ldo, (const char *)x + (size_t)r * bx, y, by, ncols);
+}
+
 /* One trampoline per type id, so the table holds plain function pointers
  * (each ends in a declaration, so that a use of T ends in a semicolon). */
 #define T(id)                                                                                      \
     static void dot_n_##id(int64_t n, float *out, const void *x, const void *y, size_t by,         \
                            int ncols) {                                                            \
         portable_dot_n((cllm_type)id, n, out, x, y, by, ncols);                                    \
+    }                                                                                              \
+    static void dot_mxn_##id(int64_t n, float *out, size_t ldo, const void *x, size_t bx,          \
+                             const void *y, size_t by, int nrows, int ncols) {                     \
+        fallback_dot_mxn((cllm_type)id, n, out, ldo, x, bx, y, by, nrows, ncols);                  \
     }                                                                                              \
     static void dot_n_##id(int64_t n, float *out, const void *x, const void *y, size_t by,         \
                            int ncols)
@@ -75,6 +88,27 @@ static cllm_vec_dot_n_fn portable_dot_n_for(cllm_type t) {
     }
 }
 
+static cllm_vec_dot_mxn_fn fallback_dot_mxn_for(cllm_type t) {
+    switch ((int)t) {
+    case 0: return dot_mxn_0;
+    case 1: return dot_mxn_1;
+    case 2: return dot_mxn_2;
+    case 3: return dot_mxn_3;
+    case 6: return dot_mxn_6;
+    case 7: return dot_mxn_7;
+    case 8: return dot_mxn_8;
+    case 9: return dot_mxn_9;
+    case 10: return dot_mxn_10;
+    case 11: return dot_mxn_11;
+    case 12: return dot_mxn_12;
+    case 13: return dot_mxn_13;
+    case 14: return dot_mxn_14;
+    case 15: return dot_mxn_15;
+    case 30: return dot_mxn_30;
+    default: return NULL;
+    }
+}
+
 static void fill_portable(void) {
     for (int t = 0; t < CLLM_TYPE_COUNT; t++) {
         const cllm_type_traits *tt = cllm_type_traits_of((cllm_type)t);
@@ -88,6 +122,7 @@ static void fill_portable(void) {
                             : cllm_type_traits_of(tt->vec_dot_type)->from_float;
         k->vec_dot = tt->vec_dot;
         k->vec_dot_n = portable_dot_n_for((cllm_type)t);
+        k->vec_dot_mxn = fallback_dot_mxn_for((cllm_type)t);
         k->to_float = tt->to_float;
     }
 }

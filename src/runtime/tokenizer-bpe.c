@@ -93,22 +93,7 @@ static cllm_status bpe_piece(void *user_data, size_t start, size_t end) {
         }
     }
 
-    s->heap_n = 0;
-    for (int32_t i = 0; i + 1 < (int32_t)n; i++)
-        if (!bpe_try_pair(tok, s, i, i + 1)) goto nomem;
-
-    cllm_tok_bigram b;
-    while (cllm_tok_heap_pop(s, &b)) {
-        cllm_tok_sym *l = &s->syms[b.left];
-        cllm_tok_sym *r = &s->syms[b.right];
-        if (l->len == 0 || r->len == 0 || l->len + r->len != b.len) continue;
-        l->len += r->len;
-        r->len = 0;
-        l->next = r->next;
-        if (r->next >= 0) s->syms[r->next].prev = b.left;
-        if (!bpe_try_pair(tok, s, l->prev, b.left)) goto nomem;
-        if (!bpe_try_pair(tok, s, b.left, l->next)) goto nomem;
-    }
+    if (!cllm_tok_merge(tok, s, (int32_t)n, bpe_try_pair)) goto nomem;
 
     for (int32_t i = 0; i >= 0; i = s->syms[i].next) {
         const cllm_tok_sym *y = &s->syms[i];

@@ -146,6 +146,18 @@ bool cllm_tok_heap_push(cllm_tok_scratch *s, cllm_tok_bigram b);
 /* Pops the first bigram into *b; false when empty. */
 bool cllm_tok_heap_pop(cllm_tok_scratch *s, cllm_tok_bigram *b);
 
+/* Pushes the bigram (left, right) if the tokenizer can merge it (left or
+ * right < 0: nothing); false on out of memory. */
+typedef bool (*cllm_tok_try_pair_fn)(const cllm_tokenizer *tok, cllm_tok_scratch *s, int32_t left,
+                                     int32_t right);
+
+/* Merges the n linked symbols of s (one word or stretch) by repeatedly
+ * taking the best bigram from the heap, as `try_pair` ranks them, until
+ * none is left; stale bigrams (a side merged away or grown) are skipped.
+ * The surviving symbols stay linked from s->syms[0]. False on out of memory. */
+bool cllm_tok_merge(const cllm_tokenizer *tok, cllm_tok_scratch *s, int32_t n,
+                    cllm_tok_try_pair_fn try_pair);
+
 /* Emits the tokens of an SPM text stretch (before whitespace escaping);
  * `prefix` adds the space prefix. */
 cllm_status cllm_tok_spm_encode(const cllm_tokenizer *tok, const char *text, size_t len,

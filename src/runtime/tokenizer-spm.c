@@ -76,23 +76,7 @@ static cllm_status spm_segment(const cllm_tokenizer *tok, cllm_tok_scratch *s, s
     }
     s->syms[n_sym - 1].next = -1;
 
-    s->heap_n = 0;
-    for (int32_t i = 0; i + 1 < n_sym; i++)
-        if (!spm_try_pair(tok, s, i, i + 1)) goto nomem;
-
-    cllm_tok_bigram b;
-    while (cllm_tok_heap_pop(s, &b)) {
-        cllm_tok_sym *l = &s->syms[b.left];
-        cllm_tok_sym *r = &s->syms[b.right];
-        /* Stale: one side was merged away or has grown since. */
-        if (l->len == 0 || r->len == 0 || l->len + r->len != b.len) continue;
-        l->len += r->len;
-        r->len = 0;
-        l->next = r->next;
-        if (r->next >= 0) s->syms[r->next].prev = b.left;
-        if (!spm_try_pair(tok, s, l->prev, b.left)) goto nomem;
-        if (!spm_try_pair(tok, s, b.left, l->next)) goto nomem;
-    }
+    if (!cllm_tok_merge(tok, s, n_sym, spm_try_pair)) goto nomem;
 
     for (int32_t i = 0; i >= 0; i = s->syms[i].next) {
         const cllm_tok_sym *y = &s->syms[i];

@@ -90,6 +90,28 @@ bool cllm_tok_heap_pop(cllm_tok_scratch *s, cllm_tok_bigram *b) {
     return true;
 }
 
+bool cllm_tok_merge(const cllm_tokenizer *tok, cllm_tok_scratch *s, int32_t n,
+                    cllm_tok_try_pair_fn try_pair) {
+    s->heap_n = 0;
+    for (int32_t i = 0; i + 1 < n; i++) {
+        if (!try_pair(tok, s, i, i + 1)) return false;
+    }
+    cllm_tok_bigram b;
+    while (cllm_tok_heap_pop(s, &b)) {
+        cllm_tok_sym *l = &s->syms[b.left];
+        cllm_tok_sym *r = &s->syms[b.right];
+        /* Stale: one side was merged away or has grown since. */
+        if (l->len == 0 || r->len == 0 || l->len + r->len != b.len) continue;
+        l->len += r->len;
+        r->len = 0;
+        l->next = r->next;
+        if (r->next >= 0) s->syms[r->next].prev = b.left;
+        if (!try_pair(tok, s, l->prev, b.left)) return false;
+        if (!try_pair(tok, s, b.left, l->next)) return false;
+    }
+    return true;
+}
+
 /* ---- look-up tables ---- */
 
 static size_t table_size(size_t n) {

@@ -26,6 +26,7 @@
  *     |fast - reference| <= (32 + n / 32) * FLT_EPSILON * S
  * (about 4e-6 S for 17 blocks of 32), far below any quantization error.
  */
+#include "backend/cpu/gemm.h"
 #include "backend/cpu/kernels.h"
 #include "common/check.h"
 #include "core/common.h"
@@ -444,6 +445,90 @@ static void test_dot_mxn(cllm_cpu_isa level, cllm_type t) {
     }
 }
 
+/* ---- panel GEMM ------------------------------------------------------------------
+ * The reference kernel against the exact sum of the decoded weights times the
+ * quantized activations (so the packers and decoders are checked too), and
+ * the fast kernel (where the CPU has it) against the reference, for every
+ * panel height and column count; nothing may be written outside the tile. */
+
+static void test_gemm(cllm_type t) {
+    const cllm_type_traits *tt = cllm_type_traits_of(t);
+    const int64_t qk = tt->blck_size;
+    if (!cllm_cpu_gemm_supports(t, qk)) return;
+    CHECK(!cllm_cpu_gemm_supports(t, qk + 1));
+    const bool fast = cllm_cpu_gemm_available(t, qk);
+    enum { R = CLLM_GEMM_ROWS, C = 19, LDO = R + 3 };
+    const int64_t lens[] = {1, 3};
+    int fails = 0;
+    for (size_t li = 0; li < CLLM_ARRAY_SIZE(lens); li++) {
+        const int64_t n = lens[li] * qk;
+        const size_t wbytes = cllm_row_size(t, n), as = cllm_cpu_gemm_act_size(t, n);
+        char *w = xmalloc(wbytes * R);
+        char *act = xmalloc(as * C);
+        char *panel = xmalloc(cllm_cpu_gemm_panel_size(t, n));
+        char *scratch = xmalloc(cllm_cpu_gemm_pack_scratch(t, n));
+        float *f = xmalloc((size_t)n * sizeof(float)), *x = xmalloc((size_t)n * sizeof(float));
+        float *z = xmalloc((size_t)n * sizeof(float)), *y = xmalloc((size_t)n * C * sizeof(float));
+        char *wz = xmalloc(wbytes);
+        for (int wk = 0; wk < W_KINDS; wk++) {
+            for (int ak = 0; ak < A_KINDS; ak++) {
+                double want[R][C], scale[R][C];
+                for (int r = 0; r < R; r++) make_weights(t, (wk + r) % W_KINDS, w + r * wbytes, n);
+                for (int c = 0; c < C; c++) {
+                    make_acts((ak + c) % A_KINDS, f, n);
+                    cllm_cpu_gemm_quantize(t, f, act + (size_t)c * as, n);
+                    cllm_cpu_gemm_act_to_float(t, act + (size_t)c * as, y + c * n, n);
+                }
+                for (int r = 0; r < R; r++) {
+                    memcpy(wz, w + r * wbytes, wbytes);
+                    zero_quants(t, wz, n / qk);
+                    tt->to_float(w + r * wbytes, x, n);
+                    tt->to_float(wz, z, n);
+                    for (int c = 0; c < C; c++) {
+                        double v = 0.0, sc = 0.0;
+                        for (int64_t i = 0; i < n; i++) {
+                            v += (double)x[i] * y[c * n + i];
+                            sc += (fabs((double)x[i]) + fabs((double)z[i])) * fabs(y[c * n + i]);
+                        }
+                        want[r][c] = v;
+                        scale[r][c] = sc;
+                    }
+                }
+                for (int nr = 1; nr <= R; nr += (nr < 3 ? 1 : 6)) {
+                    cllm_cpu_gemm_pack(t, w, wbytes, nr, n, panel, scratch);
+                    for (int nc = 1; nc <= C; nc += (nc < 9 ? 1 : 5)) {
+                        for (int impl = 0; impl <= (int)fast; impl++) {
+                            float out[C * LDO];
+                            for (int i = 0; i < C * LDO; i++) out[i] = NAN;
+                            (impl ? cllm_cpu_gemm : cllm_cpu_gemm_ref)(t, n, panel, act, as, nc,
+                                                                       out, LDO, nr);
+                            for (int c = 0; c < C; c++) {
+                                for (int r = 0; r < LDO; r++) {
+                                    const float got = out[c * LDO + r];
+                                    if (r >= nr || c >= nc) {
+                                        CHECK(isnan(got)); /* nothing outside the tile */
+                                        continue;
+                                    }
+                                    const bool ok =
+                                        fabs((double)got - want[r][c]) <= dot_tol(n, scale[r][c]);
+                                    CHECKF(ok,
+                                           "%s gemm%s n=%lld w%d a%d %dx%d (%d,%d): %.9g vs %.9g",
+                                           cllm_type_name(t), impl ? "" : "_ref", (long long)n, wk,
+                                           ak, nr, nc, r, c, got, want[r][c]);
+                                    fails += !ok;
+                                }
+                            }
+                        }
+                    }
+                }
+                if (fails > 20) break;
+            }
+        }
+        free(w), free(act), free(panel), free(scratch), free(f), free(x), free(z), free(y);
+        free(wz);
+    }
+}
+
 /* ---- dispatch ------------------------------------------------------------------ */
 
 static void test_dispatch(cllm_cpu_isa best) {
@@ -477,6 +562,7 @@ int main(void) {
         for (size_t i = 0; i < CLLM_ARRAY_SIZE(k_types); i++) {
             test_dot(level, k_types[i]);
             test_dot_mxn(level, k_types[i]);
+            test_gemm(k_types[i]);
         }
     }
     cllm_cpu_set_isa_limit(CLLM_CPU_ISA_COUNT);

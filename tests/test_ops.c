@@ -13,8 +13,9 @@
  */
 #include "alloc/layout.h"
 #include "backend/cpu/cpu-ops.h"
-#include "backend/cpu/kernels.h"
 #include "backend/cpu/cpu.h"
+#include "backend/cpu/gemm.h"
+#include "backend/cpu/kernels.h"
 #include "common/check.h"
 
 #include <math.h>
@@ -778,9 +779,64 @@ static void test_mul_mat_quantized(void) {
  * with many columns (split by columns). The reference is the kernel
  * dispatch's own vec_dot of each (row, column) pair on b converted the same
  * way, so only the order of the F32 sums differs. */
+/* want[r * M + m] for the row kernels: b's rows converted as the kernel
+ * converts them, each dot by the kernel's own vec_dot. */
+static void row_kernel_reference(const cllm_tensor *a, const cllm_tensor *b,
+                                 const cllm_cpu_type_kernels *k, int64_t K, int64_t M, int64_t rows,
+                                 double *want) {
+    const size_t brs = cllm_row_size(k->vec_dot_type, K);
+    unsigned char *bq = malloc((size_t)rows * brs);
+    CHECK(bq != NULL);
+    for (int64_t r = 0; r < rows; r++) {
+        const float *row = (const float *)((const char *)b->data + r * b->nb[1]);
+        if (k->from_float) {
+            k->from_float(row, bq + r * brs, K);
+        } else {
+            memcpy(bq + r * brs, row, brs);
+        }
+    }
+    for (int64_t r = 0; r < rows; r++) {
+        for (int64_t m = 0; m < M; m++) {
+            float v;
+            k->vec_dot(K, &v, (const char *)a->data + m * a->nb[1], bq + r * brs);
+            want[r * M + m] = v;
+        }
+    }
+    free(bq);
+}
+
+/* want[r * M + m] for the panel GEMM: the dequantized weights against b's
+ * rows as its activation quantizer leaves them, summed in double. */
+static void gemm_reference(const cllm_tensor *a, const cllm_tensor *b, cllm_type type, int64_t K,
+                           int64_t M, int64_t rows, double *want) {
+    const size_t as = cllm_cpu_gemm_act_size(type, K);
+    unsigned char *act = malloc(as);
+    float *bf = malloc((size_t)(K * rows) * sizeof(float));
+    float *af = malloc((size_t)(K * M) * sizeof(float));
+    CHECK(act && bf && af);
+    for (int64_t r = 0; r < rows; r++) {
+        cllm_cpu_gemm_quantize(type, (const float *)((const char *)b->data + r * b->nb[1]), act, K);
+        cllm_cpu_gemm_act_to_float(type, act, bf + r * K, K);
+    }
+    for (int64_t m = 0; m < M; m++)
+        cllm_type_traits_of(type)->to_float((const char *)a->data + m * a->nb[1], af + m * K, K);
+    for (int64_t r = 0; r < rows; r++) {
+        for (int64_t m = 0; m < M; m++) {
+            double v = 0.0;
+            for (int64_t i = 0; i < K; i++) v += (double)af[m * K + i] * bf[r * K + i];
+            want[r * M + m] = v;
+        }
+    }
+    free(act);
+    free(bf);
+    free(af);
+}
+
 static void test_mul_mat_blocked(void) {
     static const cllm_type types[] = {CLLM_TYPE_Q4_0, CLLM_TYPE_Q8_0, CLLM_TYPE_Q4_K,
-                                      CLLM_TYPE_F16,  CLLM_TYPE_F32,  CLLM_TYPE_Q4_1};
+                                      CLLM_TYPE_F16,  CLLM_TYPE_F32,  CLLM_TYPE_Q4_1,
+                                      CLLM_TYPE_Q5_0, CLLM_TYPE_Q5_1, CLLM_TYPE_Q2_K,
+                                      CLLM_TYPE_Q3_K, CLLM_TYPE_Q5_K, CLLM_TYPE_Q6_K};
     /* M and N off the vec_dot_mxn tile sizes (4 weight rows x 8 columns) */
     static const int64_t shapes[][4] = {/* K, M, N, B2 (a has 1 batch, broadcast) */
                                         {256, 150, 21, 1},
@@ -806,24 +862,14 @@ static void test_mul_mat_blocked(void) {
                 fill_uniform(b, -1.0f, 1.0f);
                 CHECK(cllm_cpu_supports_op(out));
                 CHECK(compute(g_be[nth], out) == CLLM_OK);
-                const size_t brs = cllm_row_size(k->vec_dot_type, K);
-                unsigned char *bq = malloc((size_t)(N * B2) * brs);
                 double *want = malloc((size_t)(M * N * B2) * sizeof(double));
-                CHECK(bq && want);
-                for (int64_t r = 0; r < N * B2; r++) {
-                    const float *row = (const float *)((const char *)b->data + r * b->nb[1]);
-                    if (k->from_float) {
-                        k->from_float(row, bq + r * brs, K);
-                    } else {
-                        memcpy(bq + r * brs, row, brs);
-                    }
-                }
-                for (int64_t r = 0; r < N * B2; r++) {
-                    for (int64_t m = 0; m < M; m++) {
-                        float v;
-                        k->vec_dot(K, &v, (const char *)a->data + m * a->nb[1], bq + r * brs);
-                        want[r * M + m] = v;
-                    }
+                CHECK(want != NULL);
+                if (N >= 16 && cllm_cpu_gemm_available(type, K)) {
+                    /* the panel plan: activations in its own int8 form, the
+                     * sums exact in double */
+                    gemm_reference(a, b, type, K, M, N * B2, want);
+                } else {
+                    row_kernel_reference(a, b, k, K, M, N * B2, want);
                 }
                 double *got = read_dense(out);
                 char what[120];
@@ -832,7 +878,6 @@ static void test_mul_mat_blocked(void) {
                          cllm_type_name(type), (long long)K, (long long)M, (long long)K,
                          (long long)N, (long long)B2, nth);
                 check_close(what, got, want, M * N * B2, 1e-5 * (double)K, 1e-5);
-                free(bq);
                 free(want);
                 free(got);
                 ctx_done(ctx, buf);

@@ -39,6 +39,7 @@
  * delays (a shared machine) does not hold the others back at the next
  * barrier; otherwise each thread takes every nth tile.
  */
+#include "backend/cpu/gemm.h"
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/ops-impl.h"
 
@@ -49,7 +50,13 @@
 #define MM_BLOCK_MIN   4
 #define MM_BLOCK_MAX   64
 
+/* Columns from which the panel GEMM (gemm.h) beats the row kernels: below,
+ * unpacking the weights costs more than the columns save. */
+#define MM_GEMM_MIN_COLS 16
+
 typedef struct mm_plan {
+    bool gemm;                      /* panel plan (gemm.h): b quantized by gemm, a packed */
+    size_t panel_bytes;             /* gemm: per-thread panel + pack scratch (in thread_bytes) */
     const cllm_cpu_type_kernels *k; /* kernels plan; NULL: converted plan */
     bool convert_b;                 /* b rows are converted into the shared workspace */
     cllm_type b_type;               /* type of the b rows the dots read */
@@ -67,6 +74,19 @@ static mm_plan mm_make_plan(const cllm_tensor *dst) {
     const bool b_rows = b->nb[0] == sizeof(float);
     const cllm_cpu_type_kernels *k = a_rows ? cllm_cpu_kernels(a->type) : NULL;
     mm_plan p = {.b_type = CLLM_TYPE_F32};
+    if (a_rows && b->ne[1] >= MM_GEMM_MIN_COLS && cllm_mul_mat_prec(dst) != CLLM_PREC_F32 &&
+        cllm_cpu_gemm_available(a->type, K)) {
+        p.gemm = true;
+        p.convert_b = true;
+        p.b_type = a->type; /* rows of b in the gemm activation form of a's type */
+        p.b_row_size = cllm_cpu_gemm_act_size(a->type, K);
+        p.counter_bytes = CLLM_CPU_WS_ALIGN;
+        p.shared_bytes = cllm_cpu_ws_round((size_t)cllm_nrows(b) * p.b_row_size);
+        p.panel_bytes = cllm_cpu_ws_round(cllm_cpu_gemm_panel_size(a->type, K));
+        p.thread_bytes = p.panel_bytes + cllm_cpu_ws_round(cllm_cpu_gemm_pack_scratch(a->type, K)) +
+                         (b_rows ? 0 : cllm_cpu_ws_round((size_t)K * sizeof(float)));
+        return p;
+    }
     if (k) {
         const bool f32_dot = k->vec_dot_type == CLLM_TYPE_F32;
         const cllm_type_traits *vt = cllm_type_traits_of(k->vec_dot_type);
@@ -117,7 +137,10 @@ static void mm_convert_b(const cllm_cpu_params *params, const cllm_tensor *b, co
     cllm_cpu_split(cllm_nrows(b), params->ith, params->nth, &r0, &r1);
     for (int64_t r = r0; r < r1; r++) {
         char *out = wb + (size_t)r * p->b_row_size;
-        if (p->b_type == CLLM_TYPE_F32) {
+        if (p->gemm) {
+            cllm_cpu_gemm_quantize(p->b_type, cllm_cpu_row_f32(b, cllm_cpu_row(b, r), K, f32), out,
+                                   K);
+        } else if (p->b_type == CLLM_TYPE_F32) {
             cllm_cpu_row_f32(b, cllm_cpu_row(b, r), K, (float *)out); /* gathers b's row */
         } else {
             p->k->from_float(cllm_cpu_row_f32(b, cllm_cpu_row(b, r), K, f32), out, K);
@@ -199,6 +222,45 @@ static void mm_tile_converted(const cllm_tensor *a, const cllm_tensor *b, cllm_t
     }
 }
 
+/* The panel plan on rows [m0, m1) x columns [n0, n1) of batch (i2, i3):
+ * groups of CLLM_GEMM_ROWS weight rows packed into `panel` (skipped when the
+ * thread packed that very group for its previous tile: *packed), then run
+ * against the quantized columns. */
+static void mm_tile_gemm(const cllm_tensor *a, const cllm_tensor *b, cllm_tensor *dst,
+                         const mm_plan *p, const char *wb, char *panel, char *scratch,
+                         const char **packed, int64_t i2, int64_t i3, int64_t m0, int64_t m1,
+                         int64_t n0, int64_t n1) {
+    const int64_t K = a->ne[0], N = b->ne[1], B2 = b->ne[2];
+    const int64_t r2 = B2 / a->ne[2], r3 = b->ne[3] / a->ne[3];
+    const char *b0 = wb + (size_t)(N * (i2 + B2 * i3) + n0) * p->b_row_size;
+    const size_t ldo = dst->nb[1] / sizeof(float);
+    for (int64_t m = m0; m < m1; m += CLLM_GEMM_ROWS) {
+        const int nr = (int)CLLM_MIN((int64_t)CLLM_GEMM_ROWS, m1 - m);
+        const char *arow = cllm_cpu_elem(a, 0, m, i2 / r2, i3 / r3);
+        if (*packed != arow) {
+            cllm_cpu_gemm_pack(a->type, arow, a->nb[1], nr, K, panel, scratch);
+            *packed = arow;
+        }
+        cllm_cpu_gemm(a->type, K, panel, b0, p->b_row_size, (int)(n1 - n0),
+                      (float *)cllm_cpu_elem(dst, m, n0, i2, i3), ldo, nr);
+    }
+}
+
+/* The panel plan's grid: whole groups of weight rows x all columns, the
+ * columns split (by multiples of 8) only when there are few groups. */
+static void mm_make_gemm_tiles(int64_t M, int64_t N, int64_t batches, int nth, int64_t *tm,
+                               int64_t *tn) {
+    const int64_t groups = (M + CLLM_GEMM_ROWS - 1) / CLLM_GEMM_ROWS;
+    const int64_t target = 4 * (int64_t)nth;
+    *tm = CLLM_GEMM_ROWS;
+    *tn = N;
+    if (groups * batches < target) {
+        const int64_t chunks = (N + 7) / 8;
+        const int64_t nt = CLLM_MIN(chunks, (target + groups * batches - 1) / (groups * batches));
+        *tn = (chunks + nt - 1) / nt * 8;
+    }
+}
+
 /* The tile grid: tm weight rows x tn columns per tile, per batch. */
 typedef struct mm_tiles {
     int64_t tm, tn;  /* tile size */
@@ -240,7 +302,18 @@ void cllm_cpu_mul_mat(const cllm_cpu_params *params, cllm_tensor *dst) {
                           p.counter_bytes + p.shared_bytes + (size_t)params->ith * p.thread_bytes,
                           p.thread_bytes)
             : NULL;
-    const mm_tiles t = mm_make_tiles(M, N, B2 * B3, params->nth);
+    mm_tiles t = mm_make_tiles(M, N, B2 * B3, params->nth);
+    char *panel = NULL, *scratch = NULL;
+    const char *packed = NULL;
+    if (p.gemm) {
+        panel = (char *)f32;
+        scratch = panel + p.panel_bytes;
+        f32 = (float *)(scratch + cllm_cpu_ws_round(cllm_cpu_gemm_pack_scratch(a->type, a->ne[0])));
+        mm_make_gemm_tiles(M, N, B2 * B3, params->nth, &t.tm, &t.tn);
+        t.nm = (M + t.tm - 1) / t.tm;
+        t.nn = (N + t.tn - 1) / t.tn;
+        t.n_tiles = t.nm * t.nn * B2 * B3;
+    }
     if (p.convert_b) {
         /* every thread passed the barrier before this node: nobody reads the
          * counter of the previous one any more */
@@ -254,7 +327,9 @@ void cllm_cpu_mul_mat(const cllm_cpu_params *params, cllm_tensor *dst) {
         const int64_t i2 = batch % B2, i3 = batch / B2;
         const int64_t m0 = mi * t.tm, m1 = CLLM_MIN(M, m0 + t.tm);
         const int64_t n0 = ni * t.tn, n1 = CLLM_MIN(N, n0 + t.tn);
-        if (p.k) {
+        if (p.gemm) {
+            mm_tile_gemm(a, b, dst, &p, wb, panel, scratch, &packed, i2, i3, m0, m1, n0, n1);
+        } else if (p.k) {
             mm_tile_kernels(a, b, dst, &p, wb, i2, i3, m0, m1, n0, n1);
         } else {
             mm_tile_converted(a, b, dst, &p, wb, f32, i2, i3, m0, m1, n0, n1);

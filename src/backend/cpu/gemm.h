@@ -1,0 +1,99 @@
+/*
+ * Panel GEMM for prompt processing: quantized weights x many columns of
+ * activations, with the weights unpacked once per matmul into integer
+ * panels that an int8 dot-product instruction (AVX-512 VNNI vpdpbusd)
+ * consumes with every output row of the panel in its own vector lane.
+ *
+ * Why: the row kernels (kernels.h) take a weight row and an activation row
+ * and reduce them to one float, paying a horizontal reduction, the nibble
+ * unpacking and the per-block scale for every (row, column, block). Here a
+ * block of 16 weight rows is unpacked once, and one vector instruction then
+ * computes 16 rows x 4 elements of one column; the per-block float work is
+ * 3 (4 with an offset) vector operations per 16 rows x 1 column x block, and
+ * nothing is reduced horizontally. The unpacking costs one pass over the
+ * weights per matmul, against N columns of arithmetic.
+ *
+ * Every supported weight type is written, per scale block of BS elements
+ * (16 or 32), as
+ *     w[e] = scale * (u[e] - z) + offset       u in 0..255, z per type
+ * (Q4_0: u = q, z = 8; Q8_0: u = q + 128, z = 128; Q4_1: z = 0, offset = m;
+ * Q4_K: scale = d * sc, offset = -dmin * mn; Q6_K: BS = 16, z = 32; ...).
+ * Activations are quantized per scale block to int8 (d = amax / 127, round
+ * to nearest: Q8_0's rule), with the block's sum s, so that
+ *     sum_e w[e] a[e] = scale * d * (sum_e u[e] q[e] - z * s) + offset * d * s
+ * with the bracket in exact int32 arithmetic.
+ *
+ * Layouts (all offsets multiples of 64 bytes):
+ *  - panel (16 weight rows, K elements, nb = K / BS scale blocks): per block
+ *    BS / 4 steps of 64 bytes (step t: bytes 4r..4r+3 are u of row r,
+ *    elements 4t..4t+3 of the block), then 16 float scales, then 16 float
+ *    offsets (types with an offset only). Rows beyond the matrix are zero.
+ *  - activation row (one column, K elements): per block BS int8 quants, then
+ *    float d, float d * s, int32 -z * s, 4 bytes of padding.
+ *
+ *     if (cllm_cpu_gemm_available(type, K)) {
+ *         cllm_cpu_gemm_quantize(type, x_f32, act_row, K);                 // per column
+ *         cllm_cpu_gemm_pack(type, a_rows, a_stride, nrows, K, panel, tmp);// per 16 rows
+ *         cllm_cpu_gemm(type, K, panel, act, act_stride, ncols, out, ldo, nrows);
+ *     }
+ *
+ * Thread safety: no state; every function writes only its outputs.
+ */
+#ifndef CLLM_BACKEND_CPU_GEMM_H
+#define CLLM_BACKEND_CPU_GEMM_H
+
+#include "core/types.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define CLLM_GEMM_ROWS 16 /* weight rows per panel (vector lanes) */
+
+/* True if `type` has a panel form and K fits it (whole storage blocks). */
+bool cllm_cpu_gemm_supports(cllm_type type, int64_t K);
+
+/* True if the fast kernel can run here (supports() and the CPU has AVX-512
+ * VNNI at the level in use, see cllm_cpu_set_isa_limit). */
+bool cllm_cpu_gemm_available(cllm_type type, int64_t K);
+
+/* Bytes of one panel / one activation row / the pack scratch (per thread). */
+size_t cllm_cpu_gemm_panel_size(cllm_type type, int64_t K);
+size_t cllm_cpu_gemm_act_size(cllm_type type, int64_t K);
+size_t cllm_cpu_gemm_pack_scratch(cllm_type type, int64_t K);
+
+/* Quantizes K floats of one activation column for weights of `type`. */
+void cllm_cpu_gemm_quantize(cllm_type type, const float *x, void *act, int64_t K);
+
+/* The values an activation row stands for (d * q), for tests. */
+void cllm_cpu_gemm_act_to_float(cllm_type type, const void *act, float *x, int64_t K);
+
+/* Packs nrows (1..16) weight rows, `stride` bytes apart, into a panel;
+ * `scratch` holds cllm_cpu_gemm_pack_scratch bytes. */
+void cllm_cpu_gemm_pack(cllm_type type, const void *a, size_t stride, int nrows, int64_t K,
+                        void *panel, void *scratch);
+
+/* out[r + j * ldo] = dot(row r of the panel, column j) for r < nrows,
+ * j < ncols; columns are activation rows `act_stride` bytes apart. The fast
+ * kernel (cllm_cpu_gemm_available must be true). */
+void cllm_cpu_gemm(cllm_type type, int64_t K, const void *panel, const void *act, size_t act_stride,
+                   int ncols, float *out, size_t ldo, int nrows);
+
+/* The same in portable C: the reference the fast kernel is tested against. */
+void cllm_cpu_gemm_ref(cllm_type type, int64_t K, const void *panel, const void *act,
+                       size_t act_stride, int ncols, float *out, size_t ldo, int nrows);
+
+/* Internal: the shape of a type's panel (also for gemm-avx512.c). */
+typedef struct cllm_gemm_form {
+    int bs;      /* elements per scale block: 16 or 32 (0: no panel form) */
+    int z;       /* zero point */
+    bool offset; /* per-block float offset */
+    int qk;      /* elements per storage block of the type */
+} cllm_gemm_form;
+
+cllm_gemm_form cllm_cpu_gemm_form(cllm_type type);
+
+void cllm_cpu_gemm_avx512(const cllm_gemm_form *f, int64_t K, const void *panel, const void *act,
+                          size_t act_stride, int ncols, float *out, size_t ldo, int nrows);
+
+#endif /* CLLM_BACKEND_CPU_GEMM_H */

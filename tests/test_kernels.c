@@ -464,7 +464,7 @@ static void test_gemm(cllm_type t) {
         const int64_t n = lens[li] * qk;
         const size_t wbytes = cllm_row_size(t, n), as = cllm_cpu_gemm_act_size(t, n);
         char *w = xmalloc(wbytes * R);
-        char *act = xmalloc(as * C);
+        char *act = xmalloc(as * C), *wz_act = xmalloc(as);
         char *panel = xmalloc(cllm_cpu_gemm_panel_size(t, n));
         char *scratch = xmalloc(cllm_cpu_gemm_pack_scratch(t, n));
         float *f = xmalloc((size_t)n * sizeof(float)), *x = xmalloc((size_t)n * sizeof(float));
@@ -477,6 +477,12 @@ static void test_gemm(cllm_type t) {
                 for (int c = 0; c < C; c++) {
                     make_acts((ak + c) % A_KINDS, f, n);
                     cllm_cpu_gemm_quantize(t, f, act + (size_t)c * as, n);
+                    /* every level quantizes bit for bit as the portable one */
+                    const cllm_cpu_isa level = cllm_cpu_isa_level();
+                    cllm_cpu_set_isa_limit(CLLM_CPU_ISA_PORTABLE);
+                    cllm_cpu_gemm_quantize(t, f, wz_act, n);
+                    cllm_cpu_set_isa_limit(level);
+                    CHECK(memcmp(wz_act, act + (size_t)c * as, as) == 0);
                     cllm_cpu_gemm_act_to_float(t, act + (size_t)c * as, y + c * n, n);
                 }
                 for (int r = 0; r < R; r++) {
@@ -525,7 +531,7 @@ static void test_gemm(cllm_type t) {
             }
         }
         free(w), free(act), free(panel), free(scratch), free(f), free(x), free(z), free(y);
-        free(wz);
+        free(wz), free(wz_act);
     }
 }
 

@@ -13,13 +13,17 @@
 
 #if defined(__clang__)
 #pragma clang attribute push(                                                                      \
-    __attribute__((target("avx2,fma,avx512f,avx512bw,avx512vl,avx512vnni"))), apply_to = function)
+    __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq,avx512vnni"))),        \
+    apply_to = function)
 #else
 #pragma GCC push_options
-#pragma GCC target("avx2,fma,avx512f,avx512bw,avx512vl,avx512vnni")
+#pragma GCC target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq,avx512vnni")
 #endif
 
+#include "core/quants.h"
+
 #include <immintrin.h>
+#include <stdint.h>
 #include <string.h>
 
 #define GZ_INLINE static inline __attribute__((always_inline))
@@ -116,6 +120,129 @@ static void gz_run(int bs, bool off, int64_t K, const char *panel, const char *a
 void cllm_cpu_gemm_avx512(const cllm_gemm_form *f, int64_t K, const void *panel, const void *act,
                           size_t act_stride, int ncols, float *out, size_t ldo, int nrows) {
     gz_run(f->bs, f->offset, K, panel, act, act_stride, ncols, out, ldo, nrows);
+}
+
+/* ---- activations --------------------------------------------------------------
+ * As cllm_cpu_gemm_quantize: d = amax / 127, q = nearest(x / d) (ties to
+ * even, as cllm_quant_nearest_int), s = sum q; BS = 16 or 32. */
+
+void cllm_cpu_gemm_quantize_avx512(const cllm_gemm_form *f, const float *x, void *act, int64_t K) {
+    const int bs = f->bs;
+    char *out = act;
+    const __m512 absmask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff));
+    for (int64_t b = 0; b < K / bs; b++, out += bs + 16) {
+        const float *xb = x + b * bs;
+        __m512 v0 = _mm512_loadu_ps(xb), v1 = bs == 32 ? _mm512_loadu_ps(xb + 16) : v0;
+        const __m512 m = _mm512_max_ps(_mm512_and_ps(v0, absmask), _mm512_and_ps(v1, absmask));
+        const float amax = _mm512_reduce_max_ps(m);
+        const float d = amax / 127.0f;
+        const float id = d != 0.0f ? 1.0f / d : 0.0f;
+        const __m512 vid = _mm512_set1_ps(id);
+        const __m512i q0 = _mm512_cvt_roundps_epi32(_mm512_mul_ps(v0, vid),
+                                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        const __m512i q1 = _mm512_cvt_roundps_epi32(_mm512_mul_ps(v1, vid),
+                                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        /* |x * id| <= 127 up to rounding: saturate into -127..127 like the clamp */
+        const __m512i lo = _mm512_set1_epi32(-127), hi = _mm512_set1_epi32(127);
+        const __m512i c0 = _mm512_min_epi32(_mm512_max_epi32(q0, lo), hi);
+        const __m512i c1 = _mm512_min_epi32(_mm512_max_epi32(q1, lo), hi);
+        _mm_storeu_si128((__m128i *)out, _mm512_cvtepi32_epi8(c0));
+        int32_t s = _mm512_reduce_add_epi32(c0);
+        if (bs == 32) {
+            _mm_storeu_si128((__m128i *)(out + 16), _mm512_cvtepi32_epi8(c1));
+            s += _mm512_reduce_add_epi32(c1);
+        }
+        const float ds = d * (float)s;
+        const int32_t zs = -f->z * s;
+        memcpy(out + bs, &d, 4);
+        memcpy(out + bs + 4, &ds, 4);
+        memcpy(out + bs + 8, &zs, 4);
+        memset(out + bs + 12, 0, 4);
+    }
+}
+
+/* ---- packing -----------------------------------------------------------------
+ * Q4_0, Q8_0 and Q4_K straight into the panel: one 16-lane dword gather
+ * (lane r: 4 quant bytes of row r) per step, masked for rows beyond nrows. */
+
+GZ_INLINE __m512i gz_gather(__m512i idx, const char *base, __mmask16 m) {
+    return _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), m, idx, base, 1);
+}
+
+/* The fp16 at base + idx[r] in lane r, as float (0 outside m). */
+GZ_INLINE __m512 gz_gather_f16(__m512i idx, const char *base, __mmask16 m) {
+    return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(gz_gather(idx, base, m)));
+}
+
+bool cllm_cpu_gemm_pack_avx512(cllm_type type, const void *a, size_t stride, int nrows, int64_t K,
+                               void *panel) {
+    if (type != CLLM_TYPE_Q4_0 && type != CLLM_TYPE_Q8_0 && type != CLLM_TYPE_Q4_K) return false;
+    if ((uint64_t)stride * 16 > INT32_MAX) return false;
+    const __mmask16 m = nrows >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << nrows) - 1u);
+    const __m512i rows =
+        _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                           _mm512_set1_epi32((int32_t)stride));
+    const __m512i nib = _mm512_set1_epi8(0x0F);
+    const char *src = a;
+    char *p = panel;
+    if (type == CLLM_TYPE_Q4_0) { /* 18-byte blocks: d, 16 bytes of nibbles */
+        for (int64_t b = 0; b < K / 32; b++, p += 8 * 64 + 64) {
+            const char *blk = src + b * 18;
+            for (int c = 0; c < 4; c++) {
+                const __m512i v = gz_gather(rows, blk + 2 + 4 * c, m);
+                _mm512_storeu_si512(p + 64 * c, _mm512_and_si512(v, nib));
+                _mm512_storeu_si512(p + 64 * (c + 4),
+                                    _mm512_and_si512(_mm512_srli_epi16(v, 4), nib));
+            }
+            _mm512_storeu_ps(p + 8 * 64, gz_gather_f16(rows, blk, m));
+        }
+        return true;
+    }
+    if (type == CLLM_TYPE_Q8_0) { /* 34-byte blocks: d, 32 signed bytes (+128) */
+        const __m512i flip = _mm512_set1_epi8((char)0x80);
+        for (int64_t b = 0; b < K / 32; b++, p += 8 * 64 + 64) {
+            const char *blk = src + b * 34;
+            for (int t = 0; t < 8; t++) {
+                const __m512i v = gz_gather(rows, blk + 2 + 4 * t, m);
+                _mm512_storeu_si512(p + 64 * t,
+                                    _mm512_maskz_mov_epi32(m, _mm512_xor_si512(v, flip)));
+            }
+            _mm512_storeu_ps(p + 8 * 64, gz_gather_f16(rows, blk, m));
+        }
+        return true;
+    }
+    /* Q4_K: 144-byte super-blocks: d, dmin, 12 bytes of scales, 128 of nibbles;
+     * sub-block s = 2c + h takes nibble h of qs[32c + l] */
+    for (int64_t sb = 0; sb < K / 256; sb++) {
+        const char *blk = src + sb * 144;
+        float sc[8][16], mn[8][16];
+        const __m512 d = gz_gather_f16(rows, blk, m), dmin = gz_gather_f16(rows, blk + 2, m);
+        for (int r = 0; r < 16; r++) {
+            const uint8_t *scales = (const uint8_t *)(src + (size_t)r * stride + sb * 144 + 4);
+            for (int s = 0; s < 8; s++) {
+                int scale = 0, mm = 0;
+                if (r < nrows) cllm_q4k_scale_min(s, scales, &scale, &mm);
+                sc[s][r] = (float)scale;
+                mn[s][r] = (float)mm;
+            }
+        }
+        for (int c = 0; c < 4; c++) {
+            char *p0 = p + (size_t)(2 * c) * (8 * 64 + 128), *p1 = p0 + 8 * 64 + 128;
+            for (int t = 0; t < 8; t++) {
+                const __m512i v = gz_gather(rows, blk + 16 + 32 * c + 4 * t, m);
+                _mm512_storeu_si512(p0 + 64 * t, _mm512_and_si512(v, nib));
+                _mm512_storeu_si512(p1 + 64 * t, _mm512_and_si512(_mm512_srli_epi16(v, 4), nib));
+            }
+            for (int h = 0; h < 2; h++) {
+                char *ps = (h ? p1 : p0) + 8 * 64;
+                _mm512_storeu_ps(ps, _mm512_mul_ps(d, _mm512_loadu_ps(sc[2 * c + h])));
+                _mm512_storeu_ps(ps + 64, _mm512_mul_ps(_mm512_sub_ps(_mm512_setzero_ps(), dmin),
+                                                        _mm512_loadu_ps(mn[2 * c + h])));
+            }
+        }
+        p += 8 * (8 * 64 + 128);
+    }
+    return true;
 }
 
 #if defined(__clang__)

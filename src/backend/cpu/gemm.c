@@ -210,12 +210,21 @@ size_t cllm_cpu_gemm_pack_scratch(cllm_type type, int64_t K) {
 void cllm_cpu_gemm_quantize(cllm_type type, const float *x, void *act, int64_t K) {
     const cllm_gemm_form f = cllm_cpu_gemm_form(type);
     CLLM_ASSERT(f.bs > 0 && K % f.bs == 0);
+#if defined(__x86_64__) || defined(__i386__)
+    if (cllm_cpu_isa_level() >= CLLM_CPU_ISA_AVX512) {
+        cllm_cpu_gemm_quantize_avx512(&f, x, act, K);
+        return;
+    }
+#endif
     const int bs = f.bs;
     char *out = act;
     for (int64_t b = 0; b < K / bs; b++, out += act_block_bytes(&f)) {
         const float *xb = x + b * bs;
         float amax = 0.0f;
-        for (int j = 0; j < bs; j++) amax = fmaxf(amax, fabsf(xb[j]));
+        for (int j = 0; j < bs; j++) {
+            const float v = fabsf(xb[j]);
+            amax = v > amax ? v : amax;
+        }
         const float d = amax / 127.0f;
         const float id = d != 0.0f ? 1.0f / d : 0.0f;
         int8_t *q = (int8_t *)out;
@@ -251,6 +260,11 @@ void cllm_cpu_gemm_pack(cllm_type type, const void *a, size_t stride, int nrows,
     const gemm_type g = gemm_type_of(type);
     const cllm_gemm_form *f = &g.form;
     CLLM_ASSERT(f->bs > 0 && K % f->qk == 0 && nrows >= 1 && nrows <= CLLM_GEMM_ROWS);
+#if defined(__x86_64__) || defined(__i386__)
+    if (cllm_cpu_isa_level() >= CLLM_CPU_ISA_AVX512 &&
+        cllm_cpu_gemm_pack_avx512(type, a, stride, nrows, K, panel))
+        return;
+#endif
     const int64_t nb = K / f->bs, nblk = K / f->qk, per = f->qk / f->bs;
     const size_t blk_size = cllm_type_traits_of(type)->type_size, bb = block_bytes(f);
     uint8_t *u = scratch;

@@ -96,4 +96,9 @@ cllm_gemm_form cllm_cpu_gemm_form(cllm_type type);
 void cllm_cpu_gemm_avx512(const cllm_gemm_form *f, int64_t K, const void *panel, const void *act,
                           size_t act_stride, int ncols, float *out, size_t ldo, int nrows);
 
+void cllm_cpu_gemm_quantize_avx512(const cllm_gemm_form *f, const float *x, void *act, int64_t K);
+/* False if this type has no AVX-512 packer (the portable one then runs). */
+bool cllm_cpu_gemm_pack_avx512(cllm_type type, const void *a, size_t stride, int nrows, int64_t K,
+                               void *panel);
+
 #endif /* CLLM_BACKEND_CPU_GEMM_H */

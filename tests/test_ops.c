@@ -1195,7 +1195,7 @@ typedef struct attn_case {
 } attn_case;
 
 static void run_attn(const attn_case *c, int nth) {
-    const int64_t H = 8, Hkv = 2, n_ctx = 48;
+    const int64_t H = 8, Hkv = 2, n_ctx = c->n_kv > 48 ? c->n_kv : 48;
     const int64_t D = c->D, Dv = c->Dv, T = c->n_tokens, n_kv = c->n_kv;
     const float scale = 1.0f / sqrtf((float)D);
     cllm_context *ctx = ctx_new();
@@ -1270,6 +1270,9 @@ static void test_attn(void) {
         {CLLM_TYPE_BF16, CLLM_TYPE_F16, 16, 16, 1, 45, -1}, /* one token: decode */
         {CLLM_TYPE_F32, CLLM_TYPE_COUNT, 24, 40, 9, 9, -1},
         {CLLM_TYPE_F16, CLLM_TYPE_F32, 64, 64, 16, 48, 15},
+        /* several key blocks of the SIMD kernel, a partial last one */
+        {CLLM_TYPE_F16, CLLM_TYPE_F16, 64, 48, 19, 150, 4},
+        {CLLM_TYPE_F32, CLLM_TYPE_COUNT, 32, 80, 3, 130, -1},
     };
     rng_seed(9);
     for (size_t c = 0; c < CLLM_ARRAY_SIZE(cases); c++) {

@@ -29,9 +29,11 @@
  * running max and sum [tb, cs] each, scores [tb, cs], the current k row [D]
  * and v row [Dv] as F32.
  */
+#include "backend/cpu/attn.h"
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/ops-impl.h"
 
+#include <limits.h>
 #include <math.h>
 
 #define ATTN_TB 8 /* tokens per unit */
@@ -61,14 +63,37 @@ static attn_shape attn_shape_of(const cllm_tensor *dst, int n_threads) {
                         .n_blocks = n_blocks};
 }
 
+/* F16 or F32 with contiguous rows (for the SIMD unit kernel). */
+static bool attn_plain_rows(const cllm_tensor *t) {
+    return (t->type == CLLM_TYPE_F16 || t->type == CLLM_TYPE_F32) &&
+           t->nb[0] == cllm_type_traits_of(t->type)->type_size;
+}
+
+/* Whether the SIMD unit kernel (attn.h) computes this node. */
+static bool attn_fast(const cllm_tensor *dst) {
+    const cllm_tensor *k = dst->src[1], *v = dst->src[2], *mask = dst->src[3];
+#if defined(__x86_64__) || defined(__i386__)
+    return cllm_cpu_isa_level() >= CLLM_CPU_ISA_AVX512 && attn_plain_rows(k) &&
+           attn_plain_rows(v) && (!mask || attn_plain_rows(mask)) && k->ne[0] % 16 == 0 &&
+           v->ne[0] % 16 == 0 && k->nb[1] <= INT32_MAX / 16;
+#else
+    (void)k, (void)v, (void)mask;
+    return false;
+#endif
+}
+
 typedef struct attn_slices {
     size_t q, acc, ml, sc, k, v; /* rounded bytes of each per-thread array */
+    size_t fast;                 /* scratch of the SIMD unit kernel, or 0 */
 } attn_slices;
 
 static attn_slices attn_slice_sizes(const cllm_tensor *dst, const attn_shape *sh) {
     const size_t d = (size_t)dst->src[0]->ne[0], dv = (size_t)dst->src[2]->ne[0];
     const size_t rows = (size_t)(sh->tb * sh->cs);
     return (attn_slices){
+        .fast = attn_fast(dst) ? cllm_cpu_ws_round(cllm_attn_fast_scratch((int64_t)d, (int64_t)dv) *
+                                                   sizeof(float))
+                               : 0,
         .q = cllm_cpu_ws_round(rows * d * sizeof(float)),
         .acc = cllm_cpu_ws_round(rows * dv * sizeof(float)),
         .ml = cllm_cpu_ws_round(2 * rows * sizeof(float)),
@@ -81,7 +106,7 @@ static attn_slices attn_slice_sizes(const cllm_tensor *dst, const attn_shape *sh
 size_t cllm_cpu_attn_workspace(const cllm_tensor *dst, int n_threads) {
     const attn_shape sh = attn_shape_of(dst, n_threads);
     const attn_slices s = attn_slice_sizes(dst, &sh);
-    return (size_t)n_threads * (s.q + s.acc + s.ml + s.sc + s.k + s.v);
+    return (size_t)n_threads * (s.q + s.acc + s.ml + s.sc + s.k + s.v + s.fast);
 }
 
 /* acc = acc * c + v over n floats */
@@ -102,7 +127,7 @@ void cllm_cpu_attn(const cllm_cpu_params *params, cllm_tensor *dst) {
     const attn_shape sh = attn_shape_of(dst, params->nth);
 
     const attn_slices s = attn_slice_sizes(dst, &sh);
-    const size_t per_thread = s.q + s.acc + s.ml + s.sc + s.k + s.v;
+    const size_t per_thread = s.q + s.acc + s.ml + s.sc + s.k + s.v + s.fast;
     char *ws = cllm_cpu_ws(params, dst, (size_t)params->ith * per_thread, per_thread);
     float *qf = (float *)ws;                        /* [tb, cs, D] */
     float *acc = (float *)(ws + s.q);               /* [tb, cs, Dv] */
@@ -111,15 +136,17 @@ void cllm_cpu_attn(const cllm_cpu_params *params, cllm_tensor *dst) {
     float *sc = (float *)(ws + s.q + s.acc + s.ml); /* [tb, cs] scores of key j */
     float *kf = (float *)(ws + s.q + s.acc + s.ml + s.sc);
     float *vf = (float *)(ws + s.q + s.acc + s.ml + s.sc + s.k);
+    float *fast = s.fast ? (float *)(ws + s.q + s.acc + s.ml + s.sc + s.k + s.v) : NULL;
     /* the key's dot product: straight from the cache where the kernels can */
     const cllm_cpu_type_kernels *kk = cllm_cpu_kernels(k->type);
     const bool k_direct = kk && kk->vec_dot_type == CLLM_TYPE_F32 && !kk->from_float &&
                           k->nb[0] == cllm_type_traits_of(k->type)->type_size;
     if (!k_direct) kk = cllm_cpu_kernels(CLLM_TYPE_F32);
 
-    int64_t r0, r1;
-    cllm_cpu_split(n_kv_head * sh.n_chunks * sh.n_blocks, params->ith, params->nth, &r0, &r1);
-    for (int64_t r = r0; r < r1; r++) {
+    /* units round-robin: with a causal mask later token blocks see more keys,
+     * so contiguous ranges would give the last thread the most work */
+    const int64_t n_units = n_kv_head * sh.n_chunks * sh.n_blocks;
+    for (int64_t r = params->ith; r < n_units; r += params->nth) {
         const int64_t c = r % sh.n_chunks, g = (r / sh.n_chunks) % n_kv_head;
         const int64_t t0 = (r / (sh.n_chunks * n_kv_head)) * sh.tb;
         const int64_t nt = CLLM_MIN(sh.tb, T - t0);
@@ -138,7 +165,12 @@ void cllm_cpu_attn(const cllm_cpu_params *params, cllm_tensor *dst) {
             }
         }
 
-        for (int64_t j = 0; j < n_kv; j++) {
+        if (fast) {
+            const cllm_attn_unit u = {
+                .g = g, .t0 = t0, .nt = nt, .nh = nh, .q = qf, .acc = acc, .mx = mx, .sum = sum};
+            cllm_cpu_attn_unit_avx512(dst, &u, fast);
+        }
+        for (int64_t j = 0; j < n_kv && !fast; j++) {
             float mv[ATTN_TB];
             bool any = false;
             for (int64_t ti = 0; ti < nt; ti++) {

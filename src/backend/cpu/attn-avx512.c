@@ -1,0 +1,182 @@
+/*
+ * The fused attention (ops-attn.c) for AVX-512, one unit of work at a time:
+ * keys go by blocks of CLLM_ATTN_KB. Per block the keys are converted to F32
+ * once, transposed ([D][KB]: one dword gather gives dimensions d and d + 1
+ * of 16 keys), and the values converted ([KB][Dv]); then for each query row
+ * of the unit the KB scores are 16-wide FMAs over d, the mask and the online
+ * softmax update are vector operations (exponential: exp512 below), and the
+ * weighted values are added with FMAs into the row's accumulator. Compiled
+ * for these instructions only; ops-attn.c calls it only when the CPU has
+ * them and the shapes fit (cllm_cpu_attn_fast).
+ */
+#include "backend/cpu/attn.h"
+#include "backend/cpu/ops-impl.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+
+#if defined(__clang__)
+#pragma clang attribute push(                                                                      \
+    __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq"))),                   \
+    apply_to = function)
+#else
+#pragma GCC push_options
+#pragma GCC target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq")
+#endif
+
+#include <immintrin.h>
+#include <math.h>
+
+#define AZ_INLINE static inline __attribute__((always_inline))
+#define KB        CLLM_ATTN_KB
+
+/* e^x for 16 floats: x = n ln2 + r, |r| <= ln2 / 2, e^r by its Taylor
+ * polynomial of degree 6 (relative error < 2e-7), times 2^n by vscalefps.
+ * x <= -104 (-inf included) gives 0 or a denormal; x is capped at 88.7. */
+AZ_INLINE __m512 exp512(__m512 x) {
+    x = _mm512_max_ps(x, _mm512_set1_ps(-104.0f));
+    x = _mm512_min_ps(x, _mm512_set1_ps(88.7f));
+    const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504f)),
+                                          _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693145752f), x); /* ln2 high bits */
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(1.42860677e-6f), r);      /* ln2 - high */
+    __m512 p = _mm512_set1_ps(1.0f / 720.0f);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+    return _mm512_scalef_ps(p, n);
+}
+
+AZ_INLINE __mmask16 az_lanes(int64_t n) {
+    return n >= 16 ? (__mmask16)0xffff : n <= 0 ? 0 : (__mmask16)((1u << n) - 1u);
+}
+
+/* 16 values of a row of type t (F32 or F16) from p, lanes outside m zero. */
+AZ_INLINE __m512 az_load(cllm_type t, const char *p, __mmask16 m) {
+    if (t == CLLM_TYPE_F32) return _mm512_maskz_loadu_ps(m, p);
+    return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, p));
+}
+
+void cllm_cpu_attn_unit_avx512(const cllm_tensor *dst, const cllm_attn_unit *u, float *scratch) {
+    const cllm_tensor *k = dst->src[1], *v = dst->src[2], *mask = dst->src[3];
+    const float scale = cllm_get_op_param_f32(dst, 0);
+    const int64_t D = k->ne[0], Dv = v->ne[0], n_kv = k->ne[1], nt = u->nt, nh = u->nh;
+    float *kt = scratch;      /* [D][KB] */
+    float *vf = kt + D * KB;  /* [KB][Dv] */
+    float *mf = vf + KB * Dv; /* [nt][KB] mask (+ -inf beyond the keys) */
+    float *pw = mf + 8 * KB;  /* [KB] weights of one row */
+    const __m512 ninf = _mm512_set1_ps(-INFINITY);
+    const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    const __m512i kidx = _mm512_mullo_epi32(lane, _mm512_set1_epi32((int32_t)k->nb[1]));
+
+    for (int64_t j0 = 0; j0 < n_kv; j0 += KB) {
+        const int64_t nk = CLLM_MIN((int64_t)KB, n_kv - j0);
+        bool live[8], any = false;
+        for (int64_t ti = 0; ti < nt; ti++) {
+            __m512 mx = ninf;
+            for (int64_t c = 0; c < KB; c += 16) {
+                const __mmask16 m = az_lanes(nk - c);
+                __m512 mv = _mm512_setzero_ps();
+                if (mask)
+                    mv = az_load(mask->type, cllm_cpu_elem(mask, j0 + c, u->t0 + ti, 0, 0), m);
+                mv = _mm512_mask_blend_ps(m, ninf, mv);
+                _mm512_storeu_ps(mf + ti * KB + c, mv);
+                mx = _mm512_max_ps(mx, mv);
+            }
+            live[ti] = _mm512_reduce_max_ps(mx) != -INFINITY;
+            any = any || live[ti];
+        }
+        if (!any) continue; /* hidden from every token of the unit */
+
+        /* keys, transposed, F32; lanes beyond nk zero */
+        for (int64_t c = 0; c < KB; c += 16) {
+            const __mmask16 m = az_lanes(nk - c);
+            const char *base = cllm_cpu_elem(k, 0, j0 + c, u->g, 0);
+            if (k->type == CLLM_TYPE_F16) {
+                for (int64_t d = 0; d < D; d += 2) {
+                    const __m512i w = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), m, kidx,
+                                                                  base + 2 * d, 1);
+                    _mm512_storeu_ps(kt + d * KB + c, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(w)));
+                    _mm512_storeu_ps(kt + (d + 1) * KB + c, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(
+                                                                _mm512_srli_epi32(w, 16))));
+                }
+            } else {
+                for (int64_t d = 0; d < D; d++) {
+                    _mm512_storeu_ps(
+                        kt + d * KB + c,
+                        _mm512_mask_i32gather_ps(_mm512_setzero_ps(), m, kidx, base + 4 * d, 1));
+                }
+            }
+        }
+        for (int64_t jj = 0; jj < nk; jj++) {
+            const char *vr = cllm_cpu_elem(v, 0, j0 + jj, u->g, 0);
+            const size_t es = cllm_type_traits_of(v->type)->type_size;
+            for (int64_t i = 0; i < Dv; i += 16)
+                _mm512_storeu_ps(vf + jj * Dv + i, az_load(v->type, vr + (size_t)i * es, 0xffff));
+        }
+
+        for (int64_t ti = 0; ti < nt; ti++) {
+            if (!live[ti]) continue;
+            for (int64_t h = 0; h < nh; h++) {
+                const int64_t row = ti * nh + h;
+                const float *q = u->q + row * D;
+                __m512 s[KB / 16];
+                for (int x = 0; x < KB / 16; x++) s[x] = _mm512_setzero_ps();
+                for (int64_t d = 0; d < D; d++) {
+                    const __m512 qd = _mm512_set1_ps(q[d]);
+                    for (int x = 0; x < KB / 16; x++)
+                        s[x] = _mm512_fmadd_ps(qd, _mm512_loadu_ps(kt + d * KB + 16 * x), s[x]);
+                }
+                __m512 bm = ninf;
+                for (int x = 0; x < KB / 16; x++) {
+                    s[x] = _mm512_fmadd_ps(s[x], _mm512_set1_ps(scale),
+                                           _mm512_loadu_ps(mf + ti * KB + 16 * x));
+                    bm = _mm512_max_ps(bm, s[x]);
+                }
+                const float bmax = _mm512_reduce_max_ps(bm);
+                if (bmax == -INFINITY) continue; /* every key of the block masked for this row */
+                const float m_old = u->mx[row], m_new = m_old > bmax ? m_old : bmax;
+                const float cf = expf(m_old - m_new); /* 0 for the first live block */
+                __m512 l = _mm512_setzero_ps();
+                const __m512 mn = _mm512_set1_ps(m_new);
+                for (int x = 0; x < KB / 16; x++) {
+                    const __m512 p = exp512(_mm512_sub_ps(s[x], mn));
+                    /* masked keys: exactly 0 (exp512 of -inf is a denormal at most) */
+                    const __mmask16 keep = _mm512_cmp_ps_mask(s[x], ninf, _CMP_NEQ_OQ);
+                    const __m512 pz = _mm512_maskz_mov_ps(keep, p);
+                    _mm512_storeu_ps(pw + 16 * x, pz);
+                    l = _mm512_add_ps(l, pz);
+                }
+                u->sum[row] = u->sum[row] * cf + _mm512_reduce_add_ps(l);
+                u->mx[row] = m_new;
+                float *acc = u->acc + row * Dv;
+                const __m512 vcf = _mm512_set1_ps(cf);
+                for (int64_t i = 0; i < Dv; i += 64) {
+                    const int nv = (int)CLLM_MIN((int64_t)4, (Dv - i) / 16);
+                    __m512 a[4];
+                    for (int x = 0; x < nv; x++)
+                        a[x] = _mm512_mul_ps(_mm512_loadu_ps(acc + i + 16 * x), vcf);
+                    for (int64_t jj = 0; jj < nk; jj++) {
+                        const __m512 w = _mm512_set1_ps(pw[jj]);
+                        for (int x = 0; x < nv; x++)
+                            a[x] = _mm512_fmadd_ps(w, _mm512_loadu_ps(vf + jj * Dv + i + 16 * x),
+                                                   a[x]);
+                    }
+                    for (int x = 0; x < nv; x++) _mm512_storeu_ps(acc + i + 16 * x, a[x]);
+                }
+            }
+        }
+    }
+}
+
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
+#pragma GCC pop_options
+#endif
+
+#else
+typedef int cllm_attn_avx512_unused; /* not x86: nothing to build */
+#endif

@@ -27,7 +27,7 @@
 #include <string.h>
 
 #define GZ_INLINE static inline __attribute__((always_inline))
-#define GZ_COLS   8 /* 8 int32 + 8 float accumulators + weights and scales: 19 of 32 registers */
+#define GZ_COLS   12 /* 12 int32 + 12 float accumulators + weights and scales: 27 of 32 registers */
 
 GZ_INLINE int32_t gz_i32(const char *p) {
     int32_t v;
@@ -47,36 +47,36 @@ GZ_INLINE void gz_tile(int spb, bool off, int nc, int64_t nb, const char *panel,
                        __mmask16 m) {
     const int bs = 4 * spb;
     __m512 f[GZ_COLS];
-#pragma GCC unroll 8
+#pragma GCC unroll 12
     for (int j = 0; j < nc; j++) f[j] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
         const char *pb = panel + (size_t)b * bb;
         const char *ax = act + (size_t)b * ab;
         __m512i acc[GZ_COLS];
-#pragma GCC unroll 8
+#pragma GCC unroll 12
         for (int j = 0; j < nc; j++) acc[j] = _mm512_set1_epi32(gz_i32(ax + j * astride + bs + 8));
-#pragma GCC unroll 8
+#pragma GCC unroll 12
         for (int t = 0; t < spb; t++) {
             const __m512i w = _mm512_loadu_si512(pb + 64 * t);
-#pragma GCC unroll 8
+#pragma GCC unroll 12
             for (int j = 0; j < nc; j++)
                 acc[j] = _mm512_dpbusd_epi32(acc[j], w,
                                              _mm512_set1_epi32(gz_i32(ax + j * astride + 4 * t)));
         }
         const __m512 sc = _mm512_loadu_ps(pb + 64 * spb);
-#pragma GCC unroll 8
+#pragma GCC unroll 12
         for (int j = 0; j < nc; j++) {
             const __m512 dj = _mm512_set1_ps(gz_f32(ax + j * astride + bs));
             f[j] = _mm512_fmadd_ps(sc, _mm512_mul_ps(_mm512_cvtepi32_ps(acc[j]), dj), f[j]);
         }
         if (off) {
             const __m512 o = _mm512_loadu_ps(pb + 64 * spb + 64);
-#pragma GCC unroll 8
+#pragma GCC unroll 12
             for (int j = 0; j < nc; j++)
                 f[j] = _mm512_fmadd_ps(o, _mm512_set1_ps(gz_f32(ax + j * astride + bs + 4)), f[j]);
         }
     }
-#pragma GCC unroll 8
+#pragma GCC unroll 12
     for (int j = 0; j < nc; j++) _mm512_mask_storeu_ps(out + (size_t)j * ldo, m, f[j]);
 }
 
@@ -89,7 +89,11 @@ GZ_INLINE void gz_tile(int spb, bool off, int nc, int64_t nb, const char *panel,
     case 5: gz_tile(spb, off, 5, nb, panel, bb, a, astride, ab, o, ldo, m); break;                 \
     case 6: gz_tile(spb, off, 6, nb, panel, bb, a, astride, ab, o, ldo, m); break;                 \
     case 7: gz_tile(spb, off, 7, nb, panel, bb, a, astride, ab, o, ldo, m); break;                 \
-    default: gz_tile(spb, off, 8, nb, panel, bb, a, astride, ab, o, ldo, m); break;                \
+    case 8: gz_tile(spb, off, 8, nb, panel, bb, a, astride, ab, o, ldo, m); break;                 \
+    case 9: gz_tile(spb, off, 9, nb, panel, bb, a, astride, ab, o, ldo, m); break;                 \
+    case 10: gz_tile(spb, off, 10, nb, panel, bb, a, astride, ab, o, ldo, m); break;               \
+    case 11: gz_tile(spb, off, 11, nb, panel, bb, a, astride, ab, o, ldo, m); break;               \
+    default: gz_tile(spb, off, 12, nb, panel, bb, a, astride, ab, o, ldo, m); break;               \
     }
 
 static void gz_run(int bs, bool off, int64_t K, const char *panel, const char *act, size_t astride,

@@ -535,6 +535,53 @@ static void test_gemm(cllm_type t) {
     }
 }
 
+/* ---- one column (Q4_0 / Q4_1 generation kernel) ------------------------------------
+ * The reference and the fast kernel against the exact sum of the decoded
+ * weights times the quantized activations, for lengths with and without a
+ * partial last group of 4 blocks. */
+
+static void test_gemv(cllm_type t) {
+    if (t != CLLM_TYPE_Q4_0 && t != CLLM_TYPE_Q4_1) return;
+    const cllm_type_traits *tt = cllm_type_traits_of(t);
+    const bool fast = cllm_cpu_gemv_available(t, 32);
+    const int64_t lens[] = {1, 2, 3, 4, 5, 7, 8, 18, 64};
+    for (size_t li = 0; li < CLLM_ARRAY_SIZE(lens); li++) {
+        const int64_t n = lens[li] * 32;
+        const size_t wbytes = cllm_row_size(t, n);
+        /* rows of their own allocation: a read past the row's end (the
+         * kernel's last group) is an ASan error in the sanitizer build */
+        char *w = xmalloc(wbytes), *wz = xmalloc(wbytes);
+        char *act = xmalloc(cllm_cpu_gemv_act_size(n));
+        float *f = xmalloc((size_t)n * sizeof(float)), *x = xmalloc((size_t)n * sizeof(float));
+        float *z = xmalloc((size_t)n * sizeof(float)), *y = xmalloc((size_t)n * sizeof(float));
+        for (int wk = 0; wk < W_KINDS; wk++) {
+            for (int ak = 0; ak < A_KINDS; ak++) {
+                make_weights(t, wk, w, n);
+                make_acts(ak, f, n);
+                cllm_cpu_gemv_quantize(t, f, act, n);
+                cllm_cpu_gemv_act_to_float(act, y, n);
+                memcpy(wz, w, wbytes);
+                zero_quants(t, wz, n / 32);
+                tt->to_float(w, x, n);
+                tt->to_float(wz, z, n);
+                double want = 0.0, scale = 0.0;
+                for (int64_t i = 0; i < n; i++) {
+                    want += (double)x[i] * y[i];
+                    scale += (fabs((double)x[i]) + fabs((double)z[i])) * fabs(y[i]);
+                }
+                for (int impl = 0; impl <= (int)fast; impl++) {
+                    float got = NAN;
+                    (impl ? cllm_cpu_gemv : cllm_cpu_gemv_ref)(t, n, w, act, &got);
+                    CHECKF(fabs((double)got - want) <= dot_tol(n, scale),
+                           "%s gemv%s n=%lld w%d a%d: %.9g vs %.9g", cllm_type_name(t),
+                           impl ? "" : "_ref", (long long)n, wk, ak, got, want);
+                }
+            }
+        }
+        free(w), free(wz), free(act), free(f), free(x), free(z), free(y);
+    }
+}
+
 /* ---- dispatch ------------------------------------------------------------------ */
 
 static void test_dispatch(cllm_cpu_isa best) {
@@ -569,6 +616,7 @@ int main(void) {
             test_dot(level, k_types[i]);
             test_dot_mxn(level, k_types[i]);
             test_gemm(k_types[i]);
+            test_gemv(k_types[i]);
         }
     }
     cllm_cpu_set_isa_limit(CLLM_CPU_ISA_COUNT);

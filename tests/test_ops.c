@@ -746,13 +746,21 @@ static void test_mul_mat_quantized(void) {
             fill_root_uniform(b, -1.0f, 1.0f);
             double *da = read_dense(a), *db = read_dense(b);
             if (vt) {
-                /* b as the kernel sees it: each row through vec_dot_type */
+                /* b as the kernel sees it: each row through vec_dot_type, or
+                 * the one-column kernel's own form (Q4_0 / Q4_1) */
                 float row[256];
-                unsigned char q[1024];
+                unsigned char q[1280];
+                const bool gemv = cllm_cpu_gemv_available((cllm_type)type, K);
+                CHECK(cllm_cpu_gemv_act_size(K) <= sizeof(q));
                 for (int64_t n = 0; n < N; n++) {
                     for (int64_t k = 0; k < K; k++) row[k] = (float)db[n * K + k];
-                    vt->from_float(row, q, K);
-                    vt->to_float(q, row, K);
+                    if (gemv) {
+                        cllm_cpu_gemv_quantize((cllm_type)type, row, q, K);
+                        cllm_cpu_gemv_act_to_float(q, row, K);
+                    } else {
+                        vt->from_float(row, q, K);
+                        vt->to_float(q, row, K);
+                    }
                     for (int64_t k = 0; k < K; k++) db[n * K + k] = row[k];
                 }
             }
@@ -773,12 +781,6 @@ static void test_mul_mat_quantized(void) {
     }
 }
 
-/* The blocked kernels path on shapes that cross its tiles: more weight rows
- * than a block, column counts that are not a multiple of the vec_dot_n
- * chunk, a batch broadcast over a, one column (generation) and few rows
- * with many columns (split by columns). The reference is the kernel
- * dispatch's own vec_dot of each (row, column) pair on b converted the same
- * way, so only the order of the F32 sums differs. */
 /* want[r * M + m] for the row kernels: b's rows converted as the kernel
  * converts them, each dot by the kernel's own vec_dot. */
 static void row_kernel_reference(const cllm_tensor *a, const cllm_tensor *b,
@@ -832,6 +834,34 @@ static void gemm_reference(const cllm_tensor *a, const cllm_tensor *b, cllm_type
     free(af);
 }
 
+/* want[r * M + m] for the one-column kernel (Q4_0 / Q4_1): as gemm_reference
+ * with its own activation form. */
+static void gemv_reference(const cllm_tensor *a, const cllm_tensor *b, cllm_type type, int64_t K,
+                           int64_t M, int64_t rows, double *want) {
+    unsigned char *act = malloc(cllm_cpu_gemv_act_size(K));
+    float *bf = malloc((size_t)K * sizeof(float)), *af = malloc((size_t)K * sizeof(float));
+    CHECK(act && bf && af);
+    for (int64_t r = 0; r < rows; r++) {
+        cllm_cpu_gemv_quantize(type, (const float *)((const char *)b->data + r * b->nb[1]), act, K);
+        cllm_cpu_gemv_act_to_float(act, bf, K);
+        for (int64_t m = 0; m < M; m++) {
+            cllm_type_traits_of(type)->to_float((const char *)a->data + m * a->nb[1], af, K);
+            double v = 0.0;
+            for (int64_t i = 0; i < K; i++) v += (double)af[i] * bf[i];
+            want[r * M + m] = v;
+        }
+    }
+    free(act);
+    free(bf);
+    free(af);
+}
+
+/* The blocked kernels path on shapes that cross its tiles: more weight rows
+ * than a block, column counts that are not a multiple of the vec_dot_n
+ * chunk, a batch broadcast over a, one column (generation) and few rows
+ * with many columns (split by columns). The reference takes b's rows as the
+ * plan in use sees them (row kernels, panel GEMM or one-column kernel), so
+ * only the order of the F32 sums differs. */
 static void test_mul_mat_blocked(void) {
     static const cllm_type types[] = {CLLM_TYPE_Q4_0, CLLM_TYPE_Q8_0, CLLM_TYPE_Q4_K,
                                       CLLM_TYPE_F16,  CLLM_TYPE_F32,  CLLM_TYPE_Q4_1,
@@ -864,7 +894,9 @@ static void test_mul_mat_blocked(void) {
                 CHECK(compute(g_be[nth], out) == CLLM_OK);
                 double *want = malloc((size_t)(M * N * B2) * sizeof(double));
                 CHECK(want != NULL);
-                if (N >= 16 && cllm_cpu_gemm_available(type, K)) {
+                if (N < 16 && cllm_cpu_gemv_available(type, K)) {
+                    gemv_reference(a, b, type, K, M, N * B2, want);
+                } else if (N >= 16 && cllm_cpu_gemm_available(type, K)) {
                     /* the panel plan: activations in its own int8 form, the
                      * sums exact in double */
                     gemm_reference(a, b, type, K, M, N * B2, want);

@@ -323,6 +323,109 @@ void cllm_cpu_gemm_ref(cllm_type type, int64_t K, const void *panel, const void 
     }
 }
 
+/* ---- one column ------------------------------------------------------------------- */
+
+#define GEMV_GROUP 320 /* bytes per 128 elements */
+
+bool cllm_cpu_gemv_available(cllm_type type, int64_t K) {
+    return (type == CLLM_TYPE_Q4_0 || type == CLLM_TYPE_Q4_1) && K > 0 && K % 32 == 0 &&
+           cllm_cpu_isa_level() >= CLLM_CPU_ISA_AVX512;
+}
+
+size_t cllm_cpu_gemv_act_size(int64_t K) { return (size_t)((K + 127) / 128) * GEMV_GROUP; }
+
+void cllm_cpu_gemv_quantize(cllm_type type, const float *x, void *act, int64_t K) {
+    CLLM_ASSERT(K % 32 == 0);
+    const int32_t z = type == CLLM_TYPE_Q4_0 ? 8 : 0;
+    memset(act, 0, cllm_cpu_gemv_act_size(K));
+    for (int64_t b = 0; b < K / 32; b++) {
+        char *g = (char *)act + (size_t)(b / 4) * GEMV_GROUP;
+        const int i = (int)(b % 4);
+        const float *xb = x + b * 32;
+        float amax = 0.0f;
+        for (int j = 0; j < 32; j++) {
+            const float v = fabsf(xb[j]);
+            amax = v > amax ? v : amax;
+        }
+        const float d = amax / 127.0f;
+        const float id = d != 0.0f ? 1.0f / d : 0.0f;
+        int8_t q[32];
+        int32_t s = 0;
+        for (int j = 0; j < 32; j++) {
+            q[j] = (int8_t)cllm_quant_round_clamp(xb[j] * id, -127.0f, 127.0f);
+            s += q[j];
+        }
+        memcpy(g + 16 * i, q, 16);
+        memcpy(g + 64 + 16 * i, q + 16, 16);
+        int32_t *zs = (int32_t *)(g + 128);
+        float *da = (float *)(g + 192), *das = (float *)(g + 256);
+        for (int l = 0; l < 4; l++) {
+            int32_t sl = 0;
+            for (int e = 0; e < 4; e++) sl += q[4 * l + e] + q[16 + 4 * l + e];
+            zs[4 * i + l] = -z * sl;
+            da[4 * i + l] = d;
+        }
+        das[4 * i] = d * (float)s;
+    }
+}
+
+void cllm_cpu_gemv_act_to_float(const void *act, float *x, int64_t K) {
+    for (int64_t b = 0; b < K / 32; b++) {
+        const char *g = (const char *)act + (size_t)(b / 4) * GEMV_GROUP;
+        const int i = (int)(b % 4);
+        float d;
+        memcpy(&d, g + 192 + 16 * i, 4);
+        for (int e = 0; e < 16; e++) {
+            x[b * 32 + e] = d * (float)(int8_t)g[16 * i + e];
+            x[b * 32 + 16 + e] = d * (float)(int8_t)g[64 + 16 * i + e];
+        }
+    }
+}
+
+void cllm_cpu_gemv_ref(cllm_type type, int64_t K, const void *row, const void *act, float *out) {
+    float acc = 0.0f;
+    for (int64_t b = 0; b < K / 32; b++) {
+        const char *g = (const char *)act + (size_t)(b / 4) * GEMV_GROUP;
+        const int i = (int)(b % 4);
+        const uint8_t *qs;
+        float dw, mw = 0.0f;
+        if (type == CLLM_TYPE_Q4_0) {
+            const cllm_block_q4_0 *x = (const cllm_block_q4_0 *)row + b;
+            qs = x->qs;
+            dw = h2f(x->d);
+        } else {
+            const cllm_block_q4_1 *x = (const cllm_block_q4_1 *)row + b;
+            qs = x->qs;
+            dw = h2f(x->d);
+            mw = h2f(x->m);
+        }
+        int32_t dot = 0, s = 0;
+        for (int e = 0; e < 16; e++) {
+            const int lo = (int8_t)g[16 * i + e], hi = (int8_t)g[64 + 16 * i + e];
+            dot += (qs[e] & 0xF) * lo + (qs[e] >> 4) * hi;
+            s += lo + hi;
+        }
+        float da;
+        memcpy(&da, g + 192 + 16 * i, 4);
+        if (type == CLLM_TYPE_Q4_0) {
+            acc += dw * (da * (float)(dot - 8 * s));
+        } else {
+            acc += dw * (da * (float)dot) + mw * (da * (float)s);
+        }
+    }
+    *out = acc;
+}
+
+void cllm_cpu_gemv(cllm_type type, int64_t K, const void *row, const void *act, float *out) {
+#if defined(__x86_64__) || defined(__i386__)
+    if (cllm_cpu_gemv_available(type, K)) {
+        cllm_cpu_gemv_avx512(type, K, row, act, out);
+        return;
+    }
+#endif
+    cllm_cpu_gemv_ref(type, K, row, act, out);
+}
+
 void cllm_cpu_gemm(cllm_type type, int64_t K, const void *panel, const void *act, size_t act_stride,
                    int ncols, float *out, size_t ldo, int nrows) {
     const cllm_gemm_form f = cllm_cpu_gemm_form(type);

@@ -96,6 +96,30 @@ cllm_gemm_form cllm_cpu_gemm_form(cllm_type type);
 void cllm_cpu_gemm_avx512(const cllm_gemm_form *f, int64_t K, const void *panel, const void *act,
                           size_t act_stride, int ncols, float *out, size_t ldo, int nrows);
 
+/* ---- one column (generation): Q4_0 and Q4_1 rows against activations laid
+ * out for 4 blocks per 512-bit register -------------------------------------
+ * Per group of 128 elements (4 blocks of 32), 320 bytes:
+ *   [0, 64)    elements 0..15 of blocks 0..3 (int8, 16 per block)
+ *   [64, 128)  elements 16..31 of blocks 0..3
+ *   [128, 192) int32 per lane: -8 * (sum of the 8 activations lane l of
+ *              block i meets: elements 4l'..4l'+3 and 16+4l'..16+4l'+3,
+ *              lane = 4i + l'); Q4_0 only, 0 for Q4_1
+ *   [192, 256) float per lane: d of block i (lanes 4i..4i+3)
+ *   [256, 320) float per lane: d * sum of block i in lane 4i, 0 elsewhere
+ * Groups past K (K % 128 != 0) are zero. The weights are read in place:
+ * vpdpbusd of 4 blocks' nibbles at once, the scales of 4 blocks by one word
+ * permutation, so no repacking and no per-block horizontal work. */
+
+/* True if the fast one-column kernel handles `type` here. */
+bool cllm_cpu_gemv_available(cllm_type type, int64_t K);
+size_t cllm_cpu_gemv_act_size(int64_t K);
+void cllm_cpu_gemv_quantize(cllm_type type, const float *x, void *act, int64_t K);
+/* *out = dot(row, activations) for a Q4_0 / Q4_1 row of K elements. */
+void cllm_cpu_gemv(cllm_type type, int64_t K, const void *row, const void *act, float *out);
+void cllm_cpu_gemv_ref(cllm_type type, int64_t K, const void *row, const void *act, float *out);
+void cllm_cpu_gemv_act_to_float(const void *act, float *x, int64_t K);
+void cllm_cpu_gemv_avx512(cllm_type type, int64_t K, const void *row, const void *act, float *out);
+
 void cllm_cpu_gemm_quantize_avx512(const cllm_gemm_form *f, const float *x, void *act, int64_t K);
 /* False if this type has no AVX-512 packer (the portable one then runs). */
 bool cllm_cpu_gemm_pack_avx512(cllm_type type, const void *a, size_t stride, int nrows, int64_t K,

@@ -55,6 +55,7 @@
 #define MM_GEMM_MIN_COLS 16
 
 typedef struct mm_plan {
+    bool gemv;                      /* one-column plan (gemm.h): b in gemv form, a read in place */
     bool gemm;                      /* panel plan (gemm.h): b quantized by gemm, a packed */
     size_t panel_bytes;             /* gemm: per-thread panel + pack scratch (in thread_bytes) */
     const cllm_cpu_type_kernels *k; /* kernels plan; NULL: converted plan */
@@ -85,6 +86,16 @@ static mm_plan mm_make_plan(const cllm_tensor *dst) {
         p.panel_bytes = cllm_cpu_ws_round(cllm_cpu_gemm_panel_size(a->type, K));
         p.thread_bytes = p.panel_bytes + cllm_cpu_ws_round(cllm_cpu_gemm_pack_scratch(a->type, K)) +
                          (b_rows ? 0 : cllm_cpu_ws_round((size_t)K * sizeof(float)));
+        return p;
+    }
+    if (a_rows && cllm_mul_mat_prec(dst) != CLLM_PREC_F32 && cllm_cpu_gemv_available(a->type, K)) {
+        p.gemv = true;
+        p.convert_b = true;
+        p.b_type = a->type;
+        p.b_row_size = cllm_cpu_gemv_act_size(K);
+        p.counter_bytes = CLLM_CPU_WS_ALIGN;
+        p.shared_bytes = cllm_cpu_ws_round((size_t)cllm_nrows(b) * p.b_row_size);
+        p.thread_bytes = b_rows ? 0 : cllm_cpu_ws_round((size_t)K * sizeof(float));
         return p;
     }
     if (k) {
@@ -137,7 +148,10 @@ static void mm_convert_b(const cllm_cpu_params *params, const cllm_tensor *b, co
     cllm_cpu_split(cllm_nrows(b), params->ith, params->nth, &r0, &r1);
     for (int64_t r = r0; r < r1; r++) {
         char *out = wb + (size_t)r * p->b_row_size;
-        if (p->gemm) {
+        if (p->gemv) {
+            cllm_cpu_gemv_quantize(p->b_type, cllm_cpu_row_f32(b, cllm_cpu_row(b, r), K, f32), out,
+                                   K);
+        } else if (p->gemm) {
             cllm_cpu_gemm_quantize(p->b_type, cllm_cpu_row_f32(b, cllm_cpu_row(b, r), K, f32), out,
                                    K);
         } else if (p->b_type == CLLM_TYPE_F32) {
@@ -246,6 +260,22 @@ static void mm_tile_gemm(const cllm_tensor *a, const cllm_tensor *b, cllm_tensor
     }
 }
 
+/* The one-column plan on rows [m0, m1) x columns [n0, n1) of batch (i2, i3). */
+static void mm_tile_gemv(const cllm_tensor *a, const cllm_tensor *b, cllm_tensor *dst,
+                         const mm_plan *p, const char *wb, int64_t i2, int64_t i3, int64_t m0,
+                         int64_t m1, int64_t n0, int64_t n1) {
+    const int64_t K = a->ne[0], N = b->ne[1], B2 = b->ne[2];
+    const int64_t r2 = B2 / a->ne[2], r3 = b->ne[3] / a->ne[3];
+    const char *b0 = wb + (size_t)(N * (i2 + B2 * i3)) * p->b_row_size;
+    for (int64_t m = m0; m < m1; m++) {
+        const char *arow = cllm_cpu_elem(a, 0, m, i2 / r2, i3 / r3);
+        for (int64_t n = n0; n < n1; n++) {
+            cllm_cpu_gemv(a->type, K, arow, b0 + (size_t)n * p->b_row_size,
+                          (float *)cllm_cpu_elem(dst, m, n, i2, i3));
+        }
+    }
+}
+
 /* The panel plan's grid: whole groups of weight rows x all columns, the
  * columns split (by multiples of 8) only when there are few groups. */
 static void mm_make_gemm_tiles(int64_t M, int64_t N, int64_t batches, int nth, int64_t *tm,
@@ -327,7 +357,9 @@ void cllm_cpu_mul_mat(const cllm_cpu_params *params, cllm_tensor *dst) {
         const int64_t i2 = batch % B2, i3 = batch / B2;
         const int64_t m0 = mi * t.tm, m1 = CLLM_MIN(M, m0 + t.tm);
         const int64_t n0 = ni * t.tn, n1 = CLLM_MIN(N, n0 + t.tn);
-        if (p.gemm) {
+        if (p.gemv) {
+            mm_tile_gemv(a, b, dst, &p, wb, i2, i3, m0, m1, n0, n1);
+        } else if (p.gemm) {
             mm_tile_gemm(a, b, dst, &p, wb, panel, scratch, &packed, i2, i3, m0, m1, n0, n1);
         } else if (p.k) {
             mm_tile_kernels(a, b, dst, &p, wb, i2, i3, m0, m1, n0, n1);

@@ -535,6 +535,59 @@ static void test_gemm(cllm_type t) {
     }
 }
 
+/* ---- panel GEMM of float weights -------------------------------------------------
+ * Packed F16 / BF16 rows times F32 columns against the exact sums, for every
+ * panel height, column count, and odd and even lengths. */
+
+static void test_gemm_f(cllm_type t) {
+    if (t != CLLM_TYPE_F16 && t != CLLM_TYPE_BF16) return;
+    if (!cllm_cpu_gemm_f_available(t, 1)) return;
+    const cllm_type_traits *tt = cllm_type_traits_of(t);
+    enum { R = CLLM_GEMM_ROWS, C = 27, LDO = R + 3 };
+    const int64_t lens[] = {1, 7, 64, 301};
+    for (size_t li = 0; li < CLLM_ARRAY_SIZE(lens); li++) {
+        const int64_t n = lens[li];
+        const size_t wbytes = cllm_row_size(t, n);
+        char *w = xmalloc(wbytes * R);
+        float *panel = xmalloc(cllm_cpu_gemm_f_panel_size(n));
+        float *cols = xmalloc((size_t)(n * C) * sizeof(float));
+        float *x = xmalloc((size_t)(n * R) * sizeof(float));
+        for (int wk = 0; wk < W_KINDS; wk++) {
+            for (int r = 0; r < R; r++) {
+                make_weights(t, (wk + r) % W_KINDS, w + r * wbytes, n);
+                tt->to_float(w + r * wbytes, x + r * n, n);
+            }
+            for (int c = 0; c < C; c++) make_acts(c % A_KINDS, cols + c * n, n);
+            for (int nr = 1; nr <= R; nr += (nr < 3 ? 1 : 6)) {
+                cllm_cpu_gemm_f_pack(t, w, wbytes, nr, n, panel);
+                for (int nc = 1; nc <= C; nc += (nc < 13 ? 1 : 7)) {
+                    float out[C * LDO];
+                    for (int i = 0; i < C * LDO; i++) out[i] = NAN;
+                    cllm_cpu_gemm_f(n, panel, cols, (size_t)n * sizeof(float), nc, out, LDO, nr);
+                    for (int c = 0; c < C; c++) {
+                        for (int r = 0; r < LDO; r++) {
+                            const float got = out[c * LDO + r];
+                            if (r >= nr || c >= nc) {
+                                CHECK(isnan(got));
+                                continue;
+                            }
+                            double want = 0.0, scale = 0.0;
+                            for (int64_t i = 0; i < n; i++) {
+                                want += (double)x[r * n + i] * cols[c * n + i];
+                                scale += fabs((double)x[r * n + i] * cols[c * n + i]);
+                            }
+                            CHECKF(fabs((double)got - want) <= dot_tol(n, scale),
+                                   "%s gemm_f n=%lld w%d %dx%d (%d,%d): %.9g vs %.9g",
+                                   cllm_type_name(t), (long long)n, wk, nr, nc, r, c, got, want);
+                        }
+                    }
+                }
+            }
+        }
+        free(w), free(panel), free(cols), free(x);
+    }
+}
+
 /* ---- one column (Q4_0 / Q4_1 generation kernel) ------------------------------------
  * The reference and the fast kernel against the exact sum of the decoded
  * weights times the quantized activations, for lengths with and without a
@@ -617,6 +670,7 @@ int main(void) {
             test_dot_mxn(level, k_types[i]);
             test_gemm(k_types[i]);
             test_gemv(k_types[i]);
+            test_gemm_f(k_types[i]);
         }
     }
     cllm_cpu_set_isa_limit(CLLM_CPU_ISA_COUNT);

@@ -863,10 +863,10 @@ static void gemv_reference(const cllm_tensor *a, const cllm_tensor *b, cllm_type
  * plan in use sees them (row kernels, panel GEMM or one-column kernel), so
  * only the order of the F32 sums differs. */
 static void test_mul_mat_blocked(void) {
-    static const cllm_type types[] = {CLLM_TYPE_Q4_0, CLLM_TYPE_Q8_0, CLLM_TYPE_Q4_K,
-                                      CLLM_TYPE_F16,  CLLM_TYPE_F32,  CLLM_TYPE_Q4_1,
-                                      CLLM_TYPE_Q5_0, CLLM_TYPE_Q5_1, CLLM_TYPE_Q2_K,
-                                      CLLM_TYPE_Q3_K, CLLM_TYPE_Q5_K, CLLM_TYPE_Q6_K};
+    static const cllm_type types[] = {
+        CLLM_TYPE_Q4_0, CLLM_TYPE_Q8_0, CLLM_TYPE_Q4_K, CLLM_TYPE_F16,  CLLM_TYPE_F32,
+        CLLM_TYPE_Q4_1, CLLM_TYPE_Q5_0, CLLM_TYPE_Q5_1, CLLM_TYPE_Q2_K, CLLM_TYPE_Q3_K,
+        CLLM_TYPE_Q5_K, CLLM_TYPE_Q6_K, CLLM_TYPE_BF16};
     /* M and N off the vec_dot_mxn tile sizes (4 weight rows x 8 columns) */
     static const int64_t shapes[][4] = {/* K, M, N, B2 (a has 1 batch, broadcast) */
                                         {256, 150, 21, 1},

@@ -323,6 +323,42 @@ void cllm_cpu_gemm_ref(cllm_type type, int64_t K, const void *panel, const void 
     }
 }
 
+/* ---- float weights ------------------------------------------------------------------
+ * The packer is portable (it converts each weight once per matmul); the
+ * kernel is in gemm-avx512.c. */
+
+bool cllm_cpu_gemm_f_available(cllm_type type, int64_t K) {
+    return (type == CLLM_TYPE_F16 || type == CLLM_TYPE_BF16) && K > 0 &&
+           cllm_cpu_isa_level() >= CLLM_CPU_ISA_AVX512;
+}
+
+size_t cllm_cpu_gemm_f_panel_size(int64_t K) { return (size_t)K * CLLM_GEMM_ROWS * sizeof(float); }
+
+void cllm_cpu_gemm_f_pack(cllm_type type, const void *a, size_t stride, int nrows, int64_t K,
+                          float *panel) {
+    CLLM_ASSERT(nrows >= 1 && nrows <= CLLM_GEMM_ROWS);
+#if defined(__x86_64__) || defined(__i386__)
+    if (cllm_cpu_isa_level() >= CLLM_CPU_ISA_AVX512 &&
+        cllm_cpu_gemm_f_pack_avx512(type, a, stride, nrows, K, panel))
+        return;
+#endif
+    for (int r = 0; r < CLLM_GEMM_ROWS; r++) {
+        const uint16_t *row = (const uint16_t *)((const char *)a + (size_t)r * stride);
+        for (int64_t k = 0; k < K; k++) {
+            float v = 0.0f;
+            if (r < nrows) {
+                if (type == CLLM_TYPE_F16) {
+                    v = cllm_fp16_to_fp32(row[k]);
+                } else {
+                    const uint32_t u = (uint32_t)row[k] << 16;
+                    memcpy(&v, &u, 4);
+                }
+            }
+            panel[k * CLLM_GEMM_ROWS + r] = v;
+        }
+    }
+}
+
 /* ---- one column ------------------------------------------------------------------- */
 
 #define GEMV_GROUP 320 /* bytes per 128 elements */

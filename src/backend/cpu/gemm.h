@@ -120,6 +120,22 @@ void cllm_cpu_gemv_ref(cllm_type type, int64_t K, const void *row, const void *a
 void cllm_cpu_gemv_act_to_float(const void *act, float *x, int64_t K);
 void cllm_cpu_gemv_avx512(cllm_type type, int64_t K, const void *row, const void *act, float *out);
 
+/* ---- float weights (F16, BF16) against F32 columns --------------------------------
+ * The same scheme without quantization: a panel holds 16 weight rows as F32,
+ * element-major ([K][16], 64 bytes per element), and the kernel is 16 rows x
+ * up to 12 columns of FMAs with the column's value broadcast from memory.
+ * Columns are F32 rows `col_stride` bytes apart, read in place. */
+
+bool cllm_cpu_gemm_f_available(cllm_type type, int64_t K);
+size_t cllm_cpu_gemm_f_panel_size(int64_t K);
+void cllm_cpu_gemm_f_pack(cllm_type type, const void *a, size_t stride, int nrows, int64_t K,
+                          float *panel);
+void cllm_cpu_gemm_f(int64_t K, const float *panel, const float *cols, size_t col_stride, int ncols,
+                     float *out, size_t ldo, int nrows);
+
+bool cllm_cpu_gemm_f_pack_avx512(cllm_type type, const void *a, size_t stride, int nrows, int64_t K,
+                                 float *panel);
+
 void cllm_cpu_gemm_quantize_avx512(const cllm_gemm_form *f, const float *x, void *act, int64_t K);
 /* False if this type has no AVX-512 packer (the portable one then runs). */
 bool cllm_cpu_gemm_pack_avx512(cllm_type type, const void *a, size_t stride, int nrows, int64_t K,

@@ -5,7 +5,15 @@
  * out: F32 [M, N, B2, B3], contiguous.
  *
  * How a row of a meets a row of b (one plan, shared by the workspace
- * declaration and the kernel, so they always agree):
+ * declaration and the kernel, so they always agree), first match wins:
+ *  - gemm (panel GEMM, gemm.h; AVX-512 VNNI, quantized a with a panel form,
+ *    at least MM_GEMM_MIN_COLS columns: prompt processing): b's rows are
+ *    quantized into the GEMM's activation form in the shared workspace;
+ *    each thread packs 16 weight rows at a time into its panel (once per
+ *    tile) and runs them against all the tile's columns.
+ *  - gemv (one-column kernel, gemm.h; AVX-512, Q4_0 / Q4_1, fewer columns:
+ *    generation): b's rows in the kernel's 4-blocks-per-register form, the
+ *    weight rows read in place.
  *  - kernels: a has contiguous rows and a dot product in the kernel dispatch
  *    (kernels.h) — every quantized type with vec_dot, and F32/F16/BF16 whose
  *    dot reads F32 activations. Rows of b are converted once to the kernel's
@@ -57,6 +65,7 @@
 typedef struct mm_plan {
     bool gemv;                      /* one-column plan (gemm.h): b in gemv form, a read in place */
     bool gemm;                      /* panel plan (gemm.h): b quantized by gemm, a packed */
+    bool gemm_f;                    /* ... of float weights: b F32, in place if it can be */
     size_t panel_bytes;             /* gemm: per-thread panel + pack scratch (in thread_bytes) */
     const cllm_cpu_type_kernels *k; /* kernels plan; NULL: converted plan */
     bool convert_b;                 /* b rows are converted into the shared workspace */
@@ -86,6 +95,18 @@ static mm_plan mm_make_plan(const cllm_tensor *dst) {
         p.panel_bytes = cllm_cpu_ws_round(cllm_cpu_gemm_panel_size(a->type, K));
         p.thread_bytes = p.panel_bytes + cllm_cpu_ws_round(cllm_cpu_gemm_pack_scratch(a->type, K)) +
                          (b_rows ? 0 : cllm_cpu_ws_round((size_t)K * sizeof(float)));
+        return p;
+    }
+    if (a_rows && b->ne[1] >= MM_GEMM_MIN_COLS && cllm_cpu_gemm_f_available(a->type, K)) {
+        p.gemm = p.gemm_f = true;
+        p.convert_b = !b_rows; /* gathered as F32 */
+        p.b_row_size = (size_t)K * sizeof(float);
+        if (p.convert_b) {
+            p.counter_bytes = CLLM_CPU_WS_ALIGN;
+            p.shared_bytes = cllm_cpu_ws_round((size_t)cllm_nrows(b) * p.b_row_size);
+        }
+        p.panel_bytes = cllm_cpu_ws_round(cllm_cpu_gemm_f_panel_size(K));
+        p.thread_bytes = p.panel_bytes;
         return p;
     }
     if (a_rows && cllm_mul_mat_prec(dst) != CLLM_PREC_F32 && cllm_cpu_gemv_available(a->type, K)) {
@@ -151,7 +172,7 @@ static void mm_convert_b(const cllm_cpu_params *params, const cllm_tensor *b, co
         if (p->gemv) {
             cllm_cpu_gemv_quantize(p->b_type, cllm_cpu_row_f32(b, cllm_cpu_row(b, r), K, f32), out,
                                    K);
-        } else if (p->gemm) {
+        } else if (p->gemm && !p->gemm_f) {
             cllm_cpu_gemm_quantize(p->b_type, cllm_cpu_row_f32(b, cllm_cpu_row(b, r), K, f32), out,
                                    K);
         } else if (p->b_type == CLLM_TYPE_F32) {
@@ -246,17 +267,28 @@ static void mm_tile_gemm(const cllm_tensor *a, const cllm_tensor *b, cllm_tensor
                          int64_t n0, int64_t n1) {
     const int64_t K = a->ne[0], N = b->ne[1], B2 = b->ne[2];
     const int64_t r2 = B2 / a->ne[2], r3 = b->ne[3] / a->ne[3];
-    const char *b0 = wb + (size_t)(N * (i2 + B2 * i3) + n0) * p->b_row_size;
+    const char *b0 = p->convert_b ? wb + (size_t)(N * (i2 + B2 * i3) + n0) * p->b_row_size
+                                  : cllm_cpu_elem(b, 0, n0, i2, i3);
+    const size_t by = p->convert_b ? p->b_row_size : b->nb[1];
     const size_t ldo = dst->nb[1] / sizeof(float);
     for (int64_t m = m0; m < m1; m += CLLM_GEMM_ROWS) {
         const int nr = (int)CLLM_MIN((int64_t)CLLM_GEMM_ROWS, m1 - m);
         const char *arow = cllm_cpu_elem(a, 0, m, i2 / r2, i3 / r3);
+        float *out = (float *)cllm_cpu_elem(dst, m, n0, i2, i3);
         if (*packed != arow) {
-            cllm_cpu_gemm_pack(a->type, arow, a->nb[1], nr, K, panel, scratch);
+            if (p->gemm_f) {
+                cllm_cpu_gemm_f_pack(a->type, arow, a->nb[1], nr, K, (float *)panel);
+            } else {
+                cllm_cpu_gemm_pack(a->type, arow, a->nb[1], nr, K, panel, scratch);
+            }
             *packed = arow;
         }
-        cllm_cpu_gemm(a->type, K, panel, b0, p->b_row_size, (int)(n1 - n0),
-                      (float *)cllm_cpu_elem(dst, m, n0, i2, i3), ldo, nr);
+        if (p->gemm_f) {
+            cllm_cpu_gemm_f(K, (const float *)panel, (const float *)b0, by, (int)(n1 - n0), out,
+                            ldo, nr);
+        } else {
+            cllm_cpu_gemm(a->type, K, panel, b0, by, (int)(n1 - n0), out, ldo, nr);
+        }
     }
 }
 
@@ -333,12 +365,14 @@ void cllm_cpu_mul_mat(const cllm_cpu_params *params, cllm_tensor *dst) {
                           p.thread_bytes)
             : NULL;
     mm_tiles t = mm_make_tiles(M, N, B2 * B3, params->nth);
-    char *panel = NULL, *scratch = NULL;
+    char *panel = NULL, *scratch = NULL; /* gemm: thread slice = panel, scratch, F32 row */
     const char *packed = NULL;
     if (p.gemm) {
         panel = (char *)f32;
         scratch = panel + p.panel_bytes;
-        f32 = (float *)(scratch + cllm_cpu_ws_round(cllm_cpu_gemm_pack_scratch(a->type, a->ne[0])));
+        if (!p.gemm_f) /* the F32 row for gathering b follows the pack scratch */
+            f32 = (float *)(scratch +
+                            cllm_cpu_ws_round(cllm_cpu_gemm_pack_scratch(a->type, a->ne[0])));
         mm_make_gemm_tiles(M, N, B2 * B3, params->nth, &t.tm, &t.tn);
         t.nm = (M + t.tm - 1) / t.tm;
         t.nn = (N + t.tn - 1) / t.tn;

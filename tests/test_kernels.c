@@ -594,17 +594,19 @@ static void test_gemm_f(cllm_type t) {
  * partial last group of 4 blocks. */
 
 static void test_gemv(cllm_type t) {
-    if (t != CLLM_TYPE_Q4_0 && t != CLLM_TYPE_Q4_1) return;
+    if (t != CLLM_TYPE_Q4_0 && t != CLLM_TYPE_Q4_1 && t != CLLM_TYPE_Q4_K) return;
     const cllm_type_traits *tt = cllm_type_traits_of(t);
-    const bool fast = cllm_cpu_gemv_available(t, 32);
+    const int64_t qk = tt->blck_size;
+    const bool fast = cllm_cpu_gemv_available(t, qk);
+    CHECK(!cllm_cpu_gemv_available(t, qk / 2));
     const int64_t lens[] = {1, 2, 3, 4, 5, 7, 8, 18, 64};
     for (size_t li = 0; li < CLLM_ARRAY_SIZE(lens); li++) {
-        const int64_t n = lens[li] * 32;
+        const int64_t n = lens[li] * qk;
         const size_t wbytes = cllm_row_size(t, n);
         /* rows of their own allocation: a read past the row's end (the
          * kernel's last group) is an ASan error in the sanitizer build */
         char *w = xmalloc(wbytes), *wz = xmalloc(wbytes);
-        char *act = xmalloc(cllm_cpu_gemv_act_size(n));
+        char *act = xmalloc(cllm_cpu_gemv_act_size(t, n));
         float *f = xmalloc((size_t)n * sizeof(float)), *x = xmalloc((size_t)n * sizeof(float));
         float *z = xmalloc((size_t)n * sizeof(float)), *y = xmalloc((size_t)n * sizeof(float));
         for (int wk = 0; wk < W_KINDS; wk++) {
@@ -612,9 +614,9 @@ static void test_gemv(cllm_type t) {
                 make_weights(t, wk, w, n);
                 make_acts(ak, f, n);
                 cllm_cpu_gemv_quantize(t, f, act, n);
-                cllm_cpu_gemv_act_to_float(act, y, n);
+                cllm_cpu_gemv_act_to_float(t, act, y, n);
                 memcpy(wz, w, wbytes);
-                zero_quants(t, wz, n / 32);
+                zero_quants(t, wz, n / qk);
                 tt->to_float(w, x, n);
                 tt->to_float(wz, z, n);
                 double want = 0.0, scale = 0.0;

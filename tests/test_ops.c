@@ -751,12 +751,12 @@ static void test_mul_mat_quantized(void) {
                 float row[256];
                 unsigned char q[1280];
                 const bool gemv = cllm_cpu_gemv_available((cllm_type)type, K);
-                CHECK(cllm_cpu_gemv_act_size(K) <= sizeof(q));
+                CHECK(cllm_cpu_gemv_act_size((cllm_type)type, K) <= sizeof(q));
                 for (int64_t n = 0; n < N; n++) {
                     for (int64_t k = 0; k < K; k++) row[k] = (float)db[n * K + k];
                     if (gemv) {
                         cllm_cpu_gemv_quantize((cllm_type)type, row, q, K);
-                        cllm_cpu_gemv_act_to_float(q, row, K);
+                        cllm_cpu_gemv_act_to_float((cllm_type)type, q, row, K);
                     } else {
                         vt->from_float(row, q, K);
                         vt->to_float(q, row, K);
@@ -838,12 +838,12 @@ static void gemm_reference(const cllm_tensor *a, const cllm_tensor *b, cllm_type
  * with its own activation form. */
 static void gemv_reference(const cllm_tensor *a, const cllm_tensor *b, cllm_type type, int64_t K,
                            int64_t M, int64_t rows, double *want) {
-    unsigned char *act = malloc(cllm_cpu_gemv_act_size(K));
+    unsigned char *act = malloc(cllm_cpu_gemv_act_size(type, K));
     float *bf = malloc((size_t)K * sizeof(float)), *af = malloc((size_t)K * sizeof(float));
     CHECK(act && bf && af);
     for (int64_t r = 0; r < rows; r++) {
         cllm_cpu_gemv_quantize(type, (const float *)((const char *)b->data + r * b->nb[1]), act, K);
-        cllm_cpu_gemv_act_to_float(act, bf, K);
+        cllm_cpu_gemv_act_to_float(type, act, bf, K);
         for (int64_t m = 0; m < M; m++) {
             cllm_type_traits_of(type)->to_float((const char *)a->data + m * a->nb[1], af, K);
             double v = 0.0;

@@ -324,7 +324,67 @@ GZ_INLINE void gz_gemv(bool q41, int64_t K, const char *row, const char *act, fl
     *out = _mm512_reduce_add_ps(t);
 }
 
+/* Q4_K: one super-block per step (layout: gemm.h). The 6-bit scales and
+ * mins are unpacked in 32-bit words (4 per word), converted to floats once,
+ * and each dot vector (2 sub-blocks of 8 lanes) takes its lanes' scales by a
+ * permutation. */
+static void gz_gemv_q4k(int64_t K, const char *row, const char *act, float *out) {
+    const __m512i nib = _mm512_set1_epi8(0x0F);
+    const __m512i p0 = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 2, 2, 2, 2, 2, 2, 2, 2);
+    const __m512i p1 = _mm512_setr_epi32(1, 1, 1, 1, 1, 1, 1, 1, 3, 3, 3, 3, 3, 3, 3, 3);
+    const __m512i p2 = _mm512_setr_epi32(4, 4, 4, 4, 4, 4, 4, 4, 6, 6, 6, 6, 6, 6, 6, 6);
+    const __m512i p3 = _mm512_setr_epi32(5, 5, 5, 5, 5, 5, 5, 5, 7, 7, 7, 7, 7, 7, 7, 7);
+    __m512 a0 = _mm512_setzero_ps(), a1 = a0;
+    __m128 am = _mm_setzero_ps();
+    for (int64_t sb = 0; sb < K / 256; sb++) {
+        const char *b = row + (size_t)sb * 144;
+        const char *in = act + (size_t)sb * 288;
+        _mm_prefetch(b + 1024, _MM_HINT_T0);
+        _mm_prefetch(b + 1024 + 64, _MM_HINT_T0);
+        uint16_t hd, hm;
+        uint32_t u0, u1, u2;
+        memcpy(&hd, b, 2);
+        memcpy(&hm, b + 2, 2);
+        memcpy(&u0, b + 4, 4);
+        memcpy(&u1, b + 8, 4);
+        memcpy(&u2, b + 12, 4);
+        const uint32_t sc_lo = u0 & 0x3f3f3f3fu, m_lo = u1 & 0x3f3f3f3fu;
+        const uint32_t sc_hi = (u2 & 0x0f0f0f0fu) | (((u0 >> 6) & 0x03030303u) << 4);
+        const uint32_t m_hi = ((u2 >> 4) & 0x0f0f0f0fu) | (((u1 >> 6) & 0x03030303u) << 4);
+        const __m128i scm = _mm_setr_epi32((int)sc_lo, (int)sc_hi, (int)m_lo, (int)m_hi);
+        float da;
+        memcpy(&da, in + 272, 4);
+        const __m512 sc = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(scm)),
+                                        _mm512_set1_ps(_cvtsh_ss(hd) * da));
+        const __m512i q01 = _mm512_loadu_si512(b + 16), q23 = _mm512_loadu_si512(b + 80);
+        const __m512i z = _mm512_setzero_si512();
+        const __m512i d0 =
+            _mm512_dpbusd_epi32(z, _mm512_and_si512(q01, nib), _mm512_loadu_si512(in));
+        const __m512i d1 = _mm512_dpbusd_epi32(z, _mm512_and_si512(_mm512_srli_epi16(q01, 4), nib),
+                                               _mm512_loadu_si512(in + 64));
+        const __m512i d2 =
+            _mm512_dpbusd_epi32(z, _mm512_and_si512(q23, nib), _mm512_loadu_si512(in + 128));
+        const __m512i d3 = _mm512_dpbusd_epi32(z, _mm512_and_si512(_mm512_srli_epi16(q23, 4), nib),
+                                               _mm512_loadu_si512(in + 192));
+        a0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d0), _mm512_permutexvar_ps(p0, sc), a0);
+        a1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d1), _mm512_permutexvar_ps(p1, sc), a1);
+        a0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d2), _mm512_permutexvar_ps(p2, sc), a0);
+        a1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d3), _mm512_permutexvar_ps(p3, sc), a1);
+        /* mins: sum_s mn[s] * (sum of sub-block s), times dmin * d */
+        const __m128i mn = _mm_cvtepu8_epi16(_mm_srli_si128(scm, 8));
+        const __m128i mi = _mm_madd_epi16(mn, _mm_loadu_si128((const __m128i *)(in + 256)));
+        am = _mm_fmadd_ps(_mm_cvtepi32_ps(mi), _mm_set1_ps(_cvtsh_ss(hm) * da), am);
+    }
+    const __m128 h = _mm_add_ps(am, _mm_movehl_ps(am, am));
+    *out = _mm512_reduce_add_ps(_mm512_add_ps(a0, a1)) -
+           _mm_cvtss_f32(_mm_add_ss(h, _mm_movehdup_ps(h)));
+}
+
 void cllm_cpu_gemv_avx512(cllm_type type, int64_t K, const void *row, const void *act, float *out) {
+    if (type == CLLM_TYPE_Q4_K) {
+        gz_gemv_q4k(K, row, act, out);
+        return;
+    }
     if (type == CLLM_TYPE_Q4_1) {
         gz_gemv(true, K, row, act, out);
     } else {

@@ -363,17 +363,59 @@ void cllm_cpu_gemm_f_pack(cllm_type type, const void *a, size_t stride, int nrow
 
 #define GEMV_GROUP 320 /* bytes per 128 elements */
 
+#define GEMV_K_SB 288 /* Q4_K: bytes per super-block */
+
 bool cllm_cpu_gemv_available(cllm_type type, int64_t K) {
-    return (type == CLLM_TYPE_Q4_0 || type == CLLM_TYPE_Q4_1) && K > 0 && K % 32 == 0 &&
-           cllm_cpu_isa_level() >= CLLM_CPU_ISA_AVX512;
+    const bool ok = ((type == CLLM_TYPE_Q4_0 || type == CLLM_TYPE_Q4_1) && K % 32 == 0) ||
+                    (type == CLLM_TYPE_Q4_K && K % 256 == 0);
+    return ok && K > 0 && cllm_cpu_isa_level() >= CLLM_CPU_ISA_AVX512;
 }
 
-size_t cllm_cpu_gemv_act_size(int64_t K) { return (size_t)((K + 127) / 128) * GEMV_GROUP; }
+size_t cllm_cpu_gemv_act_size(cllm_type type, int64_t K) {
+    if (type == CLLM_TYPE_Q4_K) return (size_t)(K / 256) * GEMV_K_SB;
+    return (size_t)((K + 127) / 128) * GEMV_GROUP;
+}
+
+/* Sub-block s of a Q4_K super-block sits at position gemv_k_pos[s] of the
+ * activation's order (0 2 1 3 4 6 5 7). */
+static const int gemv_k_pos[8] = {0, 2, 1, 3, 4, 6, 5, 7};
+
+static void gemv_quantize_q4_k(const float *x, void *act, int64_t K) {
+    for (int64_t sb = 0; sb < K / 256; sb++) {
+        const float *xs = x + sb * 256;
+        char *out = (char *)act + (size_t)sb * GEMV_K_SB;
+        float amax = 0.0f;
+        for (int j = 0; j < 256; j++) {
+            const float v = fabsf(xs[j]);
+            amax = v > amax ? v : amax;
+        }
+        const float d = amax / 127.0f;
+        const float id = d != 0.0f ? 1.0f / d : 0.0f;
+        int16_t sums[8];
+        for (int s = 0; s < 8; s++) {
+            int8_t *q = (int8_t *)out + 32 * gemv_k_pos[s];
+            int32_t sum = 0;
+            for (int l = 0; l < 32; l++) {
+                q[l] = (int8_t)cllm_quant_round_clamp(xs[32 * s + l] * id, -127.0f, 127.0f);
+                sum += q[l];
+            }
+            sums[s] = (int16_t)sum;
+        }
+        memcpy(out + 256, sums, 16);
+        memcpy(out + 272, &d, 4);
+        memset(out + 276, 0, 12);
+    }
+}
 
 void cllm_cpu_gemv_quantize(cllm_type type, const float *x, void *act, int64_t K) {
+    if (type == CLLM_TYPE_Q4_K) {
+        CLLM_ASSERT(K % 256 == 0);
+        gemv_quantize_q4_k(x, act, K);
+        return;
+    }
     CLLM_ASSERT(K % 32 == 0);
     const int32_t z = type == CLLM_TYPE_Q4_0 ? 8 : 0;
-    memset(act, 0, cllm_cpu_gemv_act_size(K));
+    memset(act, 0, cllm_cpu_gemv_act_size(type, K));
     for (int64_t b = 0; b < K / 32; b++) {
         char *g = (char *)act + (size_t)(b / 4) * GEMV_GROUP;
         const int i = (int)(b % 4);
@@ -405,7 +447,19 @@ void cllm_cpu_gemv_quantize(cllm_type type, const float *x, void *act, int64_t K
     }
 }
 
-void cllm_cpu_gemv_act_to_float(const void *act, float *x, int64_t K) {
+void cllm_cpu_gemv_act_to_float(cllm_type type, const void *act, float *x, int64_t K) {
+    if (type == CLLM_TYPE_Q4_K) {
+        for (int64_t sb = 0; sb < K / 256; sb++) {
+            const char *in = (const char *)act + (size_t)sb * GEMV_K_SB;
+            float d;
+            memcpy(&d, in + 272, 4);
+            for (int s = 0; s < 8; s++) {
+                for (int l = 0; l < 32; l++)
+                    x[sb * 256 + 32 * s + l] = d * (float)(int8_t)in[32 * gemv_k_pos[s] + l];
+            }
+        }
+        return;
+    }
     for (int64_t b = 0; b < K / 32; b++) {
         const char *g = (const char *)act + (size_t)(b / 4) * GEMV_GROUP;
         const int i = (int)(b % 4);
@@ -418,7 +472,34 @@ void cllm_cpu_gemv_act_to_float(const void *act, float *x, int64_t K) {
     }
 }
 
+/* Q4_K: the decoder of the panel form (scales and mins as floats) against
+ * the sub-blocks, in exact integer sums per sub-block. */
+static void gemv_ref_q4_k(int64_t K, const void *row, const void *act, float *out) {
+    float acc = 0.0f;
+    for (int64_t sb = 0; sb < K / 256; sb++) {
+        const char *in = (const char *)act + (size_t)sb * GEMV_K_SB;
+        uint8_t u[256];
+        float sc[8], off[8], d;
+        decode_q4_k((const cllm_block_q4_K *)row + sb, u, sc, off);
+        memcpy(&d, in + 272, 4);
+        for (int s = 0; s < 8; s++) {
+            const int8_t *q = (const int8_t *)in + 32 * gemv_k_pos[s];
+            int32_t dot = 0, sum = 0;
+            for (int l = 0; l < 32; l++) {
+                dot += u[32 * s + l] * q[l];
+                sum += q[l];
+            }
+            acc += sc[s] * (d * (float)dot) + off[s] * (d * (float)sum);
+        }
+    }
+    *out = acc;
+}
+
 void cllm_cpu_gemv_ref(cllm_type type, int64_t K, const void *row, const void *act, float *out) {
+    if (type == CLLM_TYPE_Q4_K) {
+        gemv_ref_q4_k(K, row, act, out);
+        return;
+    }
     float acc = 0.0f;
     for (int64_t b = 0; b < K / 32; b++) {
         const char *g = (const char *)act + (size_t)(b / 4) * GEMV_GROUP;

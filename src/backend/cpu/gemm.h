@@ -96,9 +96,9 @@ cllm_gemm_form cllm_cpu_gemm_form(cllm_type type);
 void cllm_cpu_gemm_avx512(const cllm_gemm_form *f, int64_t K, const void *panel, const void *act,
                           size_t act_stride, int ncols, float *out, size_t ldo, int nrows);
 
-/* ---- one column (generation): Q4_0 and Q4_1 rows against activations laid
- * out for 4 blocks per 512-bit register -------------------------------------
- * Per group of 128 elements (4 blocks of 32), 320 bytes:
+/* ---- one column (generation): Q4_0, Q4_1 and Q4_K rows against activations
+ * laid out for 4 blocks (Q4_K: 2 sub-blocks) per 512-bit register ----------
+ * Q4_0 / Q4_1: per group of 128 elements (4 blocks of 32), 320 bytes:
  *   [0, 64)    elements 0..15 of blocks 0..3 (int8, 16 per block)
  *   [64, 128)  elements 16..31 of blocks 0..3
  *   [128, 192) int32 per lane: -8 * (sum of the 8 activations lane l of
@@ -108,16 +108,25 @@ void cllm_cpu_gemm_avx512(const cllm_gemm_form *f, int64_t K, const void *panel,
  *   [256, 320) float per lane: d * sum of block i in lane 4i, 0 elsewhere
  * Groups past K (K % 128 != 0) are zero. The weights are read in place:
  * vpdpbusd of 4 blocks' nibbles at once, the scales of 4 blocks by one word
- * permutation, so no repacking and no per-block horizontal work. */
+ * permutation, so no repacking and no per-block horizontal work.
+ *
+ * Q4_K: per super-block of 256 elements, 288 bytes: the 256 int8 quants with
+ * the 32-element sub-blocks in the order 0 2 1 3 4 6 5 7 (one 64-byte load
+ * of the weights' nibbles holds sub-blocks 2c and 2c + 2 in its low nibbles,
+ * 2c + 1 and 2c + 3 in its high ones), int16 sums of the 8 sub-blocks (in
+ * order), float d (one scale per super-block, as Q8_K), 12 bytes of zeros.
+ * Per super-block: 4 vpdpbusd, the 6-bit scales unpacked with word
+ * arithmetic, the mins against the sub-block sums.
+ */
 
 /* True if the fast one-column kernel handles `type` here. */
 bool cllm_cpu_gemv_available(cllm_type type, int64_t K);
-size_t cllm_cpu_gemv_act_size(int64_t K);
+size_t cllm_cpu_gemv_act_size(cllm_type type, int64_t K);
 void cllm_cpu_gemv_quantize(cllm_type type, const float *x, void *act, int64_t K);
-/* *out = dot(row, activations) for a Q4_0 / Q4_1 row of K elements. */
+/* *out = dot(row, activations) for a row of K elements. */
 void cllm_cpu_gemv(cllm_type type, int64_t K, const void *row, const void *act, float *out);
 void cllm_cpu_gemv_ref(cllm_type type, int64_t K, const void *row, const void *act, float *out);
-void cllm_cpu_gemv_act_to_float(const void *act, float *x, int64_t K);
+void cllm_cpu_gemv_act_to_float(cllm_type type, const void *act, float *x, int64_t K);
 void cllm_cpu_gemv_avx512(cllm_type type, int64_t K, const void *row, const void *act, float *out);
 
 /* ---- float weights (F16, BF16) against F32 columns --------------------------------

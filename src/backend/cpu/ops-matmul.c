@@ -113,7 +113,7 @@ static mm_plan mm_make_plan(const cllm_tensor *dst) {
         p.gemv = true;
         p.convert_b = true;
         p.b_type = a->type;
-        p.b_row_size = cllm_cpu_gemv_act_size(K);
+        p.b_row_size = cllm_cpu_gemv_act_size(a->type, K);
         p.counter_bytes = CLLM_CPU_WS_ALIGN;
         p.shared_bytes = cllm_cpu_ws_round((size_t)cllm_nrows(b) * p.b_row_size);
         p.thread_bytes = b_rows ? 0 : cllm_cpu_ws_round((size_t)K * sizeof(float));

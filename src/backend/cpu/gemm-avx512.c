@@ -27,7 +27,13 @@
 #include <string.h>
 
 #define GZ_INLINE static inline __attribute__((always_inline))
-#define GZ_COLS   12 /* 12 int32 + 12 float accumulators + weights and scales: 27 of 32 registers */
+/* Software prefetch distance of the one-column kernels, in bytes of weights
+ * (rows are consecutive, so it runs into the next rows). A single core keeps
+ * too few misses in flight with the hardware prefetcher alone; measured on
+ * TinyLlama-1.1B Q4_0 generation, 1 thread: 1 KiB 42.7, 2 KiB 44.8,
+ * 4 KiB 49.4, 8 KiB 50.3, 16 KiB 47.9 tok/s. */
+#define GZ_PF   4096
+#define GZ_COLS 12 /* 12 int32 + 12 float accumulators + weights and scales: 27 of 32 registers */
 
 GZ_INLINE int32_t gz_i32(const char *p) {
     int32_t v;
@@ -294,8 +300,8 @@ GZ_INLINE void gz_gemv(bool q41, int64_t K, const char *row, const char *act, fl
     int64_t gi = 0;
     for (; gi + 2 <= ng; gi += 2) {
         const char *p = row + (size_t)gi * gb;
-        _mm_prefetch(p + 1024, _MM_HINT_T0);
-        _mm_prefetch(p + 1024 + 64, _MM_HINT_T0);
+        _mm_prefetch(p + GZ_PF, _MM_HINT_T0);
+        _mm_prefetch(p + GZ_PF + 64, _MM_HINT_T0);
         const char *p1 = p + gb;
         a0 = gz_gemv_group(q41, p, _mm512_loadu_si512(p),
                            _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)(p + 64))),
@@ -339,8 +345,8 @@ static void gz_gemv_q4k(int64_t K, const char *row, const char *act, float *out)
     for (int64_t sb = 0; sb < K / 256; sb++) {
         const char *b = row + (size_t)sb * 144;
         const char *in = act + (size_t)sb * 288;
-        _mm_prefetch(b + 1024, _MM_HINT_T0);
-        _mm_prefetch(b + 1024 + 64, _MM_HINT_T0);
+        _mm_prefetch(b + GZ_PF, _MM_HINT_T0);
+        _mm_prefetch(b + GZ_PF + 64, _MM_HINT_T0);
         uint16_t hd, hm;
         uint32_t u0, u1, u2;
         memcpy(&hd, b, 2);

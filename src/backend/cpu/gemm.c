@@ -533,14 +533,16 @@ void cllm_cpu_gemv_ref(cllm_type type, int64_t K, const void *row, const void *a
     *out = acc;
 }
 
-void cllm_cpu_gemv(cllm_type type, int64_t K, const void *row, const void *act, float *out) {
+cllm_gemv_fn cllm_cpu_gemv_kernel(cllm_type type, int64_t K) {
 #if defined(__x86_64__) || defined(__i386__)
-    if (cllm_cpu_gemv_available(type, K)) {
-        cllm_cpu_gemv_avx512(type, K, row, act, out);
-        return;
-    }
+    if (cllm_cpu_gemv_available(type, K)) return cllm_cpu_gemv_avx512;
 #endif
-    cllm_cpu_gemv_ref(type, K, row, act, out);
+    (void)type, (void)K;
+    return cllm_cpu_gemv_ref;
+}
+
+void cllm_cpu_gemv(cllm_type type, int64_t K, const void *row, const void *act, float *out) {
+    cllm_cpu_gemv_kernel(type, K)(type, K, row, act, out);
 }
 
 void cllm_cpu_gemm(cllm_type type, int64_t K, const void *panel, const void *act, size_t act_stride,

@@ -126,6 +126,10 @@ void cllm_cpu_gemv_quantize(cllm_type type, const float *x, void *act, int64_t K
 /* *out = dot(row, activations) for a row of K elements. */
 void cllm_cpu_gemv(cllm_type type, int64_t K, const void *row, const void *act, float *out);
 void cllm_cpu_gemv_ref(cllm_type type, int64_t K, const void *row, const void *act, float *out);
+/* cllm_cpu_gemv's choice, made once (for loops over rows). */
+typedef void (*cllm_gemv_fn)(cllm_type type, int64_t K, const void *row, const void *act,
+                             float *out);
+cllm_gemv_fn cllm_cpu_gemv_kernel(cllm_type type, int64_t K);
 void cllm_cpu_gemv_act_to_float(cllm_type type, const void *act, float *x, int64_t K);
 void cllm_cpu_gemv_avx512(cllm_type type, int64_t K, const void *row, const void *act, float *out);
 

@@ -178,6 +178,14 @@ enum { KX_Q4_0, KX_Q4_1, KX_Q5_0, KX_Q5_1, KX_Q8_0, KX_Q8_1 };
 
 KX_INLINE bool kx_affine32(int t) { return t == KX_Q4_1 || t == KX_Q5_1; }
 
+/* Bytes of one block of type t. */
+KX_INLINE size_t kx_bytes32(int t) {
+    static const size_t bytes[] = {sizeof(cllm_block_q4_0), sizeof(cllm_block_q4_1),
+                                   sizeof(cllm_block_q5_0), sizeof(cllm_block_q5_1),
+                                   sizeof(cllm_block_q8_0), sizeof(cllm_block_q8_1)};
+    return bytes[t];
+}
+
 /* Weight quants of block i of a row of type t; *d its scale, *m its min
  * (fp16 bits). */
 KX_INLINE __m256i kx_unpack32(int t, const void *vx, int64_t i, cllm_fp16 *d, cllm_fp16 *m) {
@@ -284,6 +292,13 @@ KX_INLINE void kx_dot32(int t, int nc, int64_t nb, float *out, const void *vx, c
         __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
         int64_t i = 0;
         for (; i + 4 <= nb; i += 4) {
+            /* 4 KiB ahead (into the next rows): a single core keeps too few
+             * misses in flight otherwise (Q8_0 generation, 1 thread: 24.2 -> 27.0
+             * tok/s) */
+            const char *ahead = (const char *)vx + (size_t)i * kx_bytes32(t) + 4096;
+            _mm_prefetch(ahead, _MM_HINT_T0);
+            _mm_prefetch(ahead + 64, _MM_HINT_T0);
+            _mm_prefetch(ahead + 128, _MM_HINT_T0);
             a0 = kx_step32(t, vx, y0 + i, i, a0);
             a1 = kx_step32(t, vx, y0 + i + 1, i + 1, a1);
             a2 = kx_step32(t, vx, y0 + i + 2, i + 2, a2);

@@ -451,6 +451,9 @@ static void test_dot_mxn(cllm_cpu_isa level, cllm_type t) {
  * the fast kernel (where the CPU has it) against the reference, for every
  * panel height and column count; nothing may be written outside the tile. */
 
+/* Panel heights to test: the edges of one and two registers of rows. */
+static const int k_heights[] = {1, 2, 3, 9, 15, 16, 17, 31, 32};
+
 static void test_gemm(cllm_type t) {
     const cllm_type_traits *tt = cllm_type_traits_of(t);
     const int64_t qk = tt->blck_size;
@@ -500,7 +503,8 @@ static void test_gemm(cllm_type t) {
                         scale[r][c] = sc;
                     }
                 }
-                for (int nr = 1; nr <= R; nr += (nr < 3 ? 1 : 6)) {
+                for (size_t hi = 0; hi < CLLM_ARRAY_SIZE(k_heights) && k_heights[hi] <= R; hi++) {
+                    const int nr = k_heights[hi];
                     cllm_cpu_gemm_pack(t, w, wbytes, nr, n, panel, scratch);
                     for (int nc = 1; nc <= C; nc += (nc < 9 ? 1 : 5)) {
                         for (int impl = 0; impl <= (int)fast; impl++) {
@@ -543,7 +547,7 @@ static void test_gemm_f(cllm_type t) {
     if (t != CLLM_TYPE_F16 && t != CLLM_TYPE_BF16) return;
     if (!cllm_cpu_gemm_f_available(t, 1)) return;
     const cllm_type_traits *tt = cllm_type_traits_of(t);
-    enum { R = CLLM_GEMM_ROWS, C = 27, LDO = R + 3 };
+    enum { R = CLLM_GEMM_F_ROWS, C = 27, LDO = R + 3 };
     const int64_t lens[] = {1, 7, 64, 301};
     for (size_t li = 0; li < CLLM_ARRAY_SIZE(lens); li++) {
         const int64_t n = lens[li];
@@ -558,7 +562,8 @@ static void test_gemm_f(cllm_type t) {
                 tt->to_float(w + r * wbytes, x + r * n, n);
             }
             for (int c = 0; c < C; c++) make_acts(c % A_KINDS, cols + c * n, n);
-            for (int nr = 1; nr <= R; nr += (nr < 3 ? 1 : 6)) {
+            for (size_t hi = 0; hi < CLLM_ARRAY_SIZE(k_heights) && k_heights[hi] <= R; hi++) {
+                const int nr = k_heights[hi];
                 cllm_cpu_gemm_f_pack(t, w, wbytes, nr, n, panel);
                 for (int nc = 1; nc <= C; nc += (nc < 13 ? 1 : 7)) {
                     float out[C * LDO];

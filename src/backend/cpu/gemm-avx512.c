@@ -171,88 +171,105 @@ void cllm_cpu_gemm_quantize_avx512(const cllm_gemm_form *f, const float *x, void
     }
 }
 
-/* ---- float weights: 16 rows x up to 12 columns of FMAs -------------------------- */
+/* ---- float weights: 32 rows (two registers) x up to 12 columns of FMAs ----------
+ * Each column value is broadcast once for both registers: 2 panel loads and
+ * 12 broadcasts per 24 FMAs (24 accumulators, 27 of 32 registers). */
 
 GZ_INLINE void gz_ftile(int nc, int64_t K, const float *panel, const float *cols, size_t cs,
-                        float *out, size_t ldo, __mmask16 m) {
-    __m512 acc[GZ_COLS];
+                        float *out, size_t ldo, __mmask16 m0, __mmask16 m1) {
+    __m512 a0[GZ_COLS], a1[GZ_COLS];
 #pragma GCC unroll 12
-    for (int j = 0; j < nc; j++) acc[j] = _mm512_setzero_ps();
+    for (int j = 0; j < nc; j++) a0[j] = a1[j] = _mm512_setzero_ps();
     for (int64_t k = 0; k < K; k++) {
-        const __m512 w = _mm512_loadu_ps(panel + k * 16);
+        const __m512 w0 = _mm512_loadu_ps(panel + k * 32);
+        const __m512 w1 = _mm512_loadu_ps(panel + k * 32 + 16);
 #pragma GCC unroll 12
-        for (int j = 0; j < nc; j++)
-            acc[j] = _mm512_fmadd_ps(w, _mm512_set1_ps(cols[(size_t)j * cs + (size_t)k]), acc[j]);
+        for (int j = 0; j < nc; j++) {
+            const __m512 c = _mm512_set1_ps(cols[(size_t)j * cs + (size_t)k]);
+            a0[j] = _mm512_fmadd_ps(w0, c, a0[j]);
+            a1[j] = _mm512_fmadd_ps(w1, c, a1[j]);
+        }
     }
 #pragma GCC unroll 12
-    for (int j = 0; j < nc; j++) _mm512_mask_storeu_ps(out + (size_t)j * ldo, m, acc[j]);
+    for (int j = 0; j < nc; j++) {
+        _mm512_mask_storeu_ps(out + (size_t)j * ldo, m0, a0[j]);
+        _mm512_mask_storeu_ps(out + (size_t)j * ldo + 16, m1, a1[j]);
+    }
+}
+
+GZ_INLINE __mmask16 gz_rows_mask(int n) {
+    return n >= 16 ? (__mmask16)0xffff : n <= 0 ? (__mmask16)0 : (__mmask16)((1u << n) - 1u);
 }
 
 void cllm_cpu_gemm_f(int64_t K, const float *panel, const float *cols, size_t col_stride, int ncols,
                      float *out, size_t ldo, int nrows) {
-    const __mmask16 m = nrows >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << nrows) - 1u);
+    const __mmask16 m0 = gz_rows_mask(nrows), m1 = gz_rows_mask(nrows - 16);
     const size_t cs = col_stride / sizeof(float);
     for (int j0 = 0; j0 < ncols; j0 += GZ_COLS) {
         const int nc = ncols - j0 < GZ_COLS ? ncols - j0 : GZ_COLS;
         const float *c = cols + (size_t)j0 * cs;
         float *o = out + (size_t)j0 * ldo;
         switch (nc) {
-        case 1: gz_ftile(1, K, panel, c, cs, o, ldo, m); break;
-        case 2: gz_ftile(2, K, panel, c, cs, o, ldo, m); break;
-        case 3: gz_ftile(3, K, panel, c, cs, o, ldo, m); break;
-        case 4: gz_ftile(4, K, panel, c, cs, o, ldo, m); break;
-        case 5: gz_ftile(5, K, panel, c, cs, o, ldo, m); break;
-        case 6: gz_ftile(6, K, panel, c, cs, o, ldo, m); break;
-        case 7: gz_ftile(7, K, panel, c, cs, o, ldo, m); break;
-        case 8: gz_ftile(8, K, panel, c, cs, o, ldo, m); break;
-        case 9: gz_ftile(9, K, panel, c, cs, o, ldo, m); break;
-        case 10: gz_ftile(10, K, panel, c, cs, o, ldo, m); break;
-        case 11: gz_ftile(11, K, panel, c, cs, o, ldo, m); break;
-        default: gz_ftile(12, K, panel, c, cs, o, ldo, m); break;
+        case 1: gz_ftile(1, K, panel, c, cs, o, ldo, m0, m1); break;
+        case 2: gz_ftile(2, K, panel, c, cs, o, ldo, m0, m1); break;
+        case 3: gz_ftile(3, K, panel, c, cs, o, ldo, m0, m1); break;
+        case 4: gz_ftile(4, K, panel, c, cs, o, ldo, m0, m1); break;
+        case 5: gz_ftile(5, K, panel, c, cs, o, ldo, m0, m1); break;
+        case 6: gz_ftile(6, K, panel, c, cs, o, ldo, m0, m1); break;
+        case 7: gz_ftile(7, K, panel, c, cs, o, ldo, m0, m1); break;
+        case 8: gz_ftile(8, K, panel, c, cs, o, ldo, m0, m1); break;
+        case 9: gz_ftile(9, K, panel, c, cs, o, ldo, m0, m1); break;
+        case 10: gz_ftile(10, K, panel, c, cs, o, ldo, m0, m1); break;
+        case 11: gz_ftile(11, K, panel, c, cs, o, ldo, m0, m1); break;
+        default: gz_ftile(12, K, panel, c, cs, o, ldo, m0, m1); break;
         }
     }
 }
 
-/* 16 rows of F16 / BF16 into [K][16] F32: one dword gather per 2 elements
- * (lane r: elements k and k + 1 of row r). */
+/* 32 rows of F16 / BF16 into [K][32] F32, 16 rows at a time: one dword
+ * gather per 2 elements (lane r: elements k and k + 1 of row r). */
 bool cllm_cpu_gemm_f_pack_avx512(cllm_type type, const void *a, size_t stride, int nrows, int64_t K,
                                  float *panel) {
-    if ((uint64_t)stride * 16 > INT32_MAX) return false;
-    const __mmask16 m = nrows >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << nrows) - 1u);
+    if ((uint64_t)stride * 32 > INT32_MAX) return false;
     const __m512i rows =
         _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
                            _mm512_set1_epi32((int32_t)stride));
-    const char *src = a;
     const bool f16 = type == CLLM_TYPE_F16;
-    int64_t k = 0;
-    for (; k + 2 <= K; k += 2) {
-        const __m512i w =
-            _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), m, rows, src + 2 * k, 1);
-        __m512 lo, hi;
-        if (f16) {
-            lo = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(w));
-            hi = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(w, 16)));
-        } else {
-            lo = _mm512_castsi512_ps(_mm512_slli_epi32(w, 16));
-            hi = _mm512_castsi512_ps(_mm512_and_si512(w, _mm512_set1_epi32((int32_t)0xffff0000)));
-        }
-        _mm512_storeu_ps(panel + k * 16, lo);
-        _mm512_storeu_ps(panel + (k + 1) * 16, hi);
-    }
-    for (; k < K; k++) { /* odd K: the last element alone */
-        for (int r = 0; r < 16; r++) {
-            float v = 0.0f;
-            if (r < nrows) {
-                uint16_t h;
-                memcpy(&h, src + (size_t)r * stride + 2 * k, 2);
-                if (f16) {
-                    v = _cvtsh_ss(h);
-                } else {
-                    const uint32_t u = (uint32_t)h << 16;
-                    memcpy(&v, &u, 4);
-                }
+    for (int half = 0; half < 2; half++) {
+        const __mmask16 m = gz_rows_mask(nrows - 16 * half);
+        const char *src = (const char *)a + (size_t)(16 * half) * stride;
+        float *pp = panel + 16 * half;
+        int64_t k = 0;
+        for (; k + 2 <= K; k += 2) {
+            const __m512i w =
+                _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), m, rows, src + 2 * k, 1);
+            __m512 lo, hi;
+            if (f16) {
+                lo = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(w));
+                hi = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(w, 16)));
+            } else {
+                lo = _mm512_castsi512_ps(_mm512_slli_epi32(w, 16));
+                hi = _mm512_castsi512_ps(
+                    _mm512_and_si512(w, _mm512_set1_epi32((int32_t)0xffff0000)));
             }
-            panel[k * 16 + r] = v;
+            _mm512_storeu_ps(pp + k * 32, lo);
+            _mm512_storeu_ps(pp + (k + 1) * 32, hi);
+        }
+        for (; k < K; k++) { /* odd K: the last element alone */
+            for (int r = 0; r < 16; r++) {
+                float v = 0.0f;
+                if (16 * half + r < nrows) {
+                    uint16_t h;
+                    memcpy(&h, src + (size_t)r * stride + 2 * k, 2);
+                    if (f16) {
+                        v = _cvtsh_ss(h);
+                    } else {
+                        const uint32_t u = (uint32_t)h << 16;
+                        memcpy(&v, &u, 4);
+                    }
+                }
+                pp[k * 32 + r] = v;
+            }
         }
     }
     return true;

@@ -332,17 +332,19 @@ bool cllm_cpu_gemm_f_available(cllm_type type, int64_t K) {
            cllm_cpu_isa_level() >= CLLM_CPU_ISA_AVX512;
 }
 
-size_t cllm_cpu_gemm_f_panel_size(int64_t K) { return (size_t)K * CLLM_GEMM_ROWS * sizeof(float); }
+size_t cllm_cpu_gemm_f_panel_size(int64_t K) {
+    return (size_t)K * CLLM_GEMM_F_ROWS * sizeof(float);
+}
 
 void cllm_cpu_gemm_f_pack(cllm_type type, const void *a, size_t stride, int nrows, int64_t K,
                           float *panel) {
-    CLLM_ASSERT(nrows >= 1 && nrows <= CLLM_GEMM_ROWS);
+    CLLM_ASSERT(nrows >= 1 && nrows <= CLLM_GEMM_F_ROWS);
 #if defined(__x86_64__) || defined(__i386__)
     if (cllm_cpu_isa_level() >= CLLM_CPU_ISA_AVX512 &&
         cllm_cpu_gemm_f_pack_avx512(type, a, stride, nrows, K, panel))
         return;
 #endif
-    for (int r = 0; r < CLLM_GEMM_ROWS; r++) {
+    for (int r = 0; r < CLLM_GEMM_F_ROWS; r++) {
         const uint16_t *row = (const uint16_t *)((const char *)a + (size_t)r * stride);
         for (int64_t k = 0; k < K; k++) {
             float v = 0.0f;
@@ -354,7 +356,7 @@ void cllm_cpu_gemm_f_pack(cllm_type type, const void *a, size_t stride, int nrow
                     memcpy(&v, &u, 4);
                 }
             }
-            panel[k * CLLM_GEMM_ROWS + r] = v;
+            panel[k * CLLM_GEMM_F_ROWS + r] = v;
         }
     }
 }

@@ -134,10 +134,13 @@ void cllm_cpu_gemv_act_to_float(cllm_type type, const void *act, float *x, int64
 void cllm_cpu_gemv_avx512(cllm_type type, int64_t K, const void *row, const void *act, float *out);
 
 /* ---- float weights (F16, BF16) against F32 columns --------------------------------
- * The same scheme without quantization: a panel holds 16 weight rows as F32,
- * element-major ([K][16], 64 bytes per element), and the kernel is 16 rows x
- * up to 12 columns of FMAs with the column's value broadcast from memory.
- * Columns are F32 rows `col_stride` bytes apart, read in place. */
+ * The same scheme without quantization: a panel holds 32 weight rows as F32,
+ * element-major ([K][32], 128 bytes per element: two registers), and the
+ * kernel is 32 rows x up to 12 columns of FMAs, each column's value
+ * broadcast once for both registers. Columns are F32 rows `col_stride`
+ * bytes apart, read in place. nrows: 1..32. */
+
+#define CLLM_GEMM_F_ROWS 32
 
 bool cllm_cpu_gemm_f_available(cllm_type type, int64_t K);
 size_t cllm_cpu_gemm_f_panel_size(int64_t K);

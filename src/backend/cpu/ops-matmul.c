@@ -258,9 +258,9 @@ static void mm_tile_converted(const cllm_tensor *a, const cllm_tensor *b, cllm_t
 }
 
 /* The panel plan on rows [m0, m1) x columns [n0, n1) of batch (i2, i3):
- * groups of CLLM_GEMM_ROWS weight rows packed into `panel` (skipped when the
- * thread packed that very group for its previous tile: *packed), then run
- * against the quantized columns. */
+ * groups of CLLM_GEMM_ROWS (float weights: CLLM_GEMM_F_ROWS) weight rows
+ * packed into `panel` (skipped when the thread packed that very group for
+ * its previous tile: *packed), then run against the tile's columns. */
 static void mm_tile_gemm(const cllm_tensor *a, const cllm_tensor *b, cllm_tensor *dst,
                          const mm_plan *p, const char *wb, char *panel, char *scratch,
                          const char **packed, int64_t i2, int64_t i3, int64_t m0, int64_t m1,
@@ -271,8 +271,9 @@ static void mm_tile_gemm(const cllm_tensor *a, const cllm_tensor *b, cllm_tensor
                                   : cllm_cpu_elem(b, 0, n0, i2, i3);
     const size_t by = p->convert_b ? p->b_row_size : b->nb[1];
     const size_t ldo = dst->nb[1] / sizeof(float);
-    for (int64_t m = m0; m < m1; m += CLLM_GEMM_ROWS) {
-        const int nr = (int)CLLM_MIN((int64_t)CLLM_GEMM_ROWS, m1 - m);
+    const int64_t rows = p->gemm_f ? CLLM_GEMM_F_ROWS : CLLM_GEMM_ROWS;
+    for (int64_t m = m0; m < m1; m += rows) {
+        const int nr = (int)CLLM_MIN(rows, m1 - m);
         const char *arow = cllm_cpu_elem(a, 0, m, i2 / r2, i3 / r3);
         float *out = (float *)cllm_cpu_elem(dst, m, n0, i2, i3);
         if (*packed != arow) {
@@ -311,11 +312,11 @@ static void mm_tile_gemv(const cllm_tensor *a, const cllm_tensor *b, cllm_tensor
 
 /* The panel plan's grid: whole groups of weight rows x all columns, the
  * columns split (by multiples of 8) only when there are few groups. */
-static void mm_make_gemm_tiles(int64_t M, int64_t N, int64_t batches, int nth, int64_t *tm,
-                               int64_t *tn) {
-    const int64_t groups = (M + CLLM_GEMM_ROWS - 1) / CLLM_GEMM_ROWS;
+static void mm_make_gemm_tiles(int64_t M, int64_t N, int64_t batches, int nth, int64_t rows,
+                               int64_t *tm, int64_t *tn) {
+    const int64_t groups = (M + rows - 1) / rows;
     const int64_t target = 4 * (int64_t)nth;
-    *tm = CLLM_GEMM_ROWS;
+    *tm = rows;
     *tn = N;
     if (groups * batches < target) {
         const int64_t chunks = (N + 7) / 8;
@@ -374,7 +375,8 @@ void cllm_cpu_mul_mat(const cllm_cpu_params *params, cllm_tensor *dst) {
         if (!p.gemm_f) /* the F32 row for gathering b follows the pack scratch */
             f32 = (float *)(scratch +
                             cllm_cpu_ws_round(cllm_cpu_gemm_pack_scratch(a->type, a->ne[0])));
-        mm_make_gemm_tiles(M, N, B2 * B3, params->nth, &t.tm, &t.tn);
+        mm_make_gemm_tiles(M, N, B2 * B3, params->nth, p.gemm_f ? CLLM_GEMM_F_ROWS : CLLM_GEMM_ROWS,
+                           &t.tm, &t.tn);
         t.nm = (M + t.tm - 1) / t.tm;
         t.nn = (N + t.tn - 1) / t.tn;
         t.n_tiles = t.nm * t.nn * B2 * B3;

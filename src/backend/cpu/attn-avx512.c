@@ -26,28 +26,10 @@
 #include <immintrin.h>
 #include <math.h>
 
+#include "backend/cpu/vec-avx512.h"
+
 #define AZ_INLINE static inline __attribute__((always_inline))
 #define KB        CLLM_ATTN_KB
-
-/* e^x for 16 floats: x = n ln2 + r, |r| <= ln2 / 2, e^r by its Taylor
- * polynomial of degree 6 (relative error < 2e-7), times 2^n by vscalefps.
- * x <= -104 (-inf included) gives 0 or a denormal; x is capped at 88.7. */
-AZ_INLINE __m512 exp512(__m512 x) {
-    x = _mm512_max_ps(x, _mm512_set1_ps(-104.0f));
-    x = _mm512_min_ps(x, _mm512_set1_ps(88.7f));
-    const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504f)),
-                                          _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693145752f), x); /* ln2 high bits */
-    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(1.42860677e-6f), r);      /* ln2 - high */
-    __m512 p = _mm512_set1_ps(1.0f / 720.0f);
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120.0f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24.0f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6.0f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-    return _mm512_scalef_ps(p, n);
-}
 
 AZ_INLINE __mmask16 az_lanes(int64_t n) {
     return n >= 16 ? (__mmask16)0xffff : n <= 0 ? 0 : (__mmask16)((1u << n) - 1u);
@@ -142,7 +124,7 @@ void cllm_cpu_attn_unit_avx512(const cllm_tensor *dst, const cllm_attn_unit *u, 
                 __m512 l = _mm512_setzero_ps();
                 const __m512 mn = _mm512_set1_ps(m_new);
                 for (int x = 0; x < KB / 16; x++) {
-                    const __m512 p = exp512(_mm512_sub_ps(s[x], mn));
+                    const __m512 p = cllm_exp512(_mm512_sub_ps(s[x], mn));
                     /* masked keys: exactly 0 (exp512 of -inf is a denormal at most) */
                     const __mmask16 keep = _mm512_cmp_ps_mask(s[x], ninf, _CMP_NEQ_OQ);
                     const __m512 pz = _mm512_maskz_mov_ps(keep, p);

@@ -6,6 +6,7 @@
  * thread takes whole rows of dst; a row of a is read as F32 either in place
  * (F32 rows) or converted into the dst row first, then dst = f(x) in place.
  */
+#include "backend/cpu/kernels.h"
 #include "backend/cpu/ops-impl.h"
 
 #include <math.h>
@@ -75,6 +76,7 @@ static void unary_op(const cllm_cpu_params *params, cllm_tensor *dst, unary_kind
     const cllm_tensor *a = dst->src[0];
     const int64_t ne0 = dst->ne[0];
     const float s = kind == UNARY_SCALE ? cllm_get_op_param_f32(dst, 0) : 0.0f;
+    const bool avx512 = cllm_cpu_isa_level() >= CLLM_CPU_ISA_AVX512;
     int64_t r0, r1;
     cllm_cpu_split(cllm_nrows(dst), params->ith, params->nth, &r0, &r1);
     for (int64_t r = r0; r < r1; r++) {
@@ -85,6 +87,12 @@ static void unary_op(const cllm_cpu_params *params, cllm_tensor *dst, unary_kind
             for (int64_t i = 0; i < ne0; i++) y[i] = x[i] * s;
             break;
         case UNARY_SILU: /* y = x / (1 + e^-x) */
+#if defined(__x86_64__) || defined(__i386__)
+            if (avx512) {
+                cllm_cpu_silu_row_avx512(ne0, y, x);
+                break;
+            }
+#endif
             for (int64_t i = 0; i < ne0; i++) y[i] = x[i] / (1.0f + expf(-x[i]));
             break;
         case UNARY_GELU: /* y = x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) */

@@ -158,4 +158,8 @@ void cllm_cpu_mul_mat(const cllm_cpu_params *params, cllm_tensor *dst);
 size_t cllm_cpu_attn_workspace(const cllm_tensor *dst, int n_threads);
 void cllm_cpu_attn(const cllm_cpu_params *params, cllm_tensor *dst);
 
+/* Row functions of the AVX-512 level (vec-avx512.c); call only where
+ * cllm_cpu_isa_level() >= CLLM_CPU_ISA_AVX512. */
+void cllm_cpu_silu_row_avx512(int64_t n, float *y, const float *x);
+
 #endif /* CLLM_BACKEND_CPU_OPS_IMPL_H */

@@ -41,6 +41,80 @@ AZ_INLINE __m512 az_load(cllm_type t, const char *p, __mmask16 m) {
     return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, p));
 }
 
+/* Folds one key block into nr (1 or 2) query rows: scores over d as FMAs on
+ * the transposed keys, the mask, the online softmax update, the weighted
+ * values. pw holds 2 x KB weights. */
+AZ_INLINE void az_rows(int nr, const cllm_attn_unit *u, const int64_t *rows, const int64_t *tis,
+                       int64_t D, int64_t Dv, int64_t nk, float scale, const float *kt,
+                       const float *vf, const float *mf, float *pw) {
+    const __m512 ninf = _mm512_set1_ps(-INFINITY);
+    __m512 s[2][KB / 16];
+    for (int r = 0; r < nr; r++)
+        for (int x = 0; x < KB / 16; x++) s[r][x] = _mm512_setzero_ps();
+    const float *q0 = u->q + rows[0] * D, *q1 = u->q + rows[nr - 1] * D;
+    for (int64_t d = 0; d < D; d++) {
+        const __m512 a0 = _mm512_set1_ps(q0[d]), a1 = _mm512_set1_ps(q1[d]);
+        for (int x = 0; x < KB / 16; x++) {
+            const __m512 kv = _mm512_loadu_ps(kt + d * KB + 16 * x);
+            s[0][x] = _mm512_fmadd_ps(a0, kv, s[0][x]);
+            if (nr == 2) s[1][x] = _mm512_fmadd_ps(a1, kv, s[1][x]);
+        }
+    }
+    float cf[2];
+    for (int r = 0; r < nr; r++) {
+        const int64_t row = rows[r];
+        __m512 bm = ninf;
+        for (int x = 0; x < KB / 16; x++) {
+            s[r][x] = _mm512_fmadd_ps(s[r][x], _mm512_set1_ps(scale),
+                                      _mm512_loadu_ps(mf + tis[r] * KB + 16 * x));
+            bm = _mm512_max_ps(bm, s[r][x]);
+        }
+        const float bmax = _mm512_reduce_max_ps(bm);
+        float *p = pw + r * KB;
+        if (bmax == -INFINITY) { /* every key of the block masked for this row */
+            for (int x = 0; x < KB / 16; x++) _mm512_storeu_ps(p + 16 * x, _mm512_setzero_ps());
+            cf[r] = 1.0f;
+            continue;
+        }
+        const float m_old = u->mx[row], m_new = m_old > bmax ? m_old : bmax;
+        cf[r] = expf(m_old - m_new); /* 0 for the first live block */
+        __m512 l = _mm512_setzero_ps();
+        const __m512 mn = _mm512_set1_ps(m_new);
+        for (int x = 0; x < KB / 16; x++) {
+            const __m512 e = cllm_exp512(_mm512_sub_ps(s[r][x], mn));
+            /* masked keys: exactly 0 (the exponential of -inf is a denormal at most) */
+            const __mmask16 keep = _mm512_cmp_ps_mask(s[r][x], ninf, _CMP_NEQ_OQ);
+            const __m512 pz = _mm512_maskz_mov_ps(keep, e);
+            _mm512_storeu_ps(p + 16 * x, pz);
+            l = _mm512_add_ps(l, pz);
+        }
+        u->sum[row] = u->sum[row] * cf[r] + _mm512_reduce_add_ps(l);
+        u->mx[row] = m_new;
+    }
+    float *acc0 = u->acc + rows[0] * Dv, *acc1 = u->acc + rows[nr - 1] * Dv;
+    const __m512 c0 = _mm512_set1_ps(cf[0]), c1 = _mm512_set1_ps(cf[nr - 1]);
+    for (int64_t i = 0; i < Dv; i += 64) {
+        const int nv = (int)CLLM_MIN((int64_t)4, (Dv - i) / 16);
+        __m512 a0[4], a1[4];
+        for (int x = 0; x < nv; x++) {
+            a0[x] = _mm512_mul_ps(_mm512_loadu_ps(acc0 + i + 16 * x), c0);
+            if (nr == 2) a1[x] = _mm512_mul_ps(_mm512_loadu_ps(acc1 + i + 16 * x), c1);
+        }
+        for (int64_t jj = 0; jj < nk; jj++) {
+            const __m512 w0 = _mm512_set1_ps(pw[jj]), w1 = _mm512_set1_ps(pw[KB + jj]);
+            for (int x = 0; x < nv; x++) {
+                const __m512 vv = _mm512_loadu_ps(vf + jj * Dv + i + 16 * x);
+                a0[x] = _mm512_fmadd_ps(w0, vv, a0[x]);
+                if (nr == 2) a1[x] = _mm512_fmadd_ps(w1, vv, a1[x]);
+            }
+        }
+        for (int x = 0; x < nv; x++) {
+            _mm512_storeu_ps(acc0 + i + 16 * x, a0[x]);
+            if (nr == 2) _mm512_storeu_ps(acc1 + i + 16 * x, a1[x]);
+        }
+    }
+}
+
 void cllm_cpu_attn_unit_avx512(const cllm_tensor *dst, const cllm_attn_unit *u, float *scratch) {
     const cllm_tensor *k = dst->src[1], *v = dst->src[2], *mask = dst->src[3];
     const float scale = cllm_get_op_param_f32(dst, 0);
@@ -48,7 +122,7 @@ void cllm_cpu_attn_unit_avx512(const cllm_tensor *dst, const cllm_attn_unit *u, 
     float *kt = scratch;      /* [D][KB] */
     float *vf = kt + D * KB;  /* [KB][Dv] */
     float *mf = vf + KB * Dv; /* [nt][KB] mask (+ -inf beyond the keys) */
-    float *pw = mf + 8 * KB;  /* [KB] weights of one row */
+    float *pw = mf + 8 * KB;  /* [2][KB] weights of two rows */
     const __m512 ninf = _mm512_set1_ps(-INFINITY);
     const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
     const __m512i kidx = _mm512_mullo_epi32(lane, _mm512_set1_epi32((int32_t)k->nb[1]));
@@ -99,57 +173,22 @@ void cllm_cpu_attn_unit_avx512(const cllm_tensor *dst, const cllm_attn_unit *u, 
                 _mm512_storeu_ps(vf + jj * Dv + i, az_load(v->type, vr + (size_t)i * es, 0xffff));
         }
 
+        /* the query rows of live tokens, two at a time (shared key and
+         * value loads, twice the independent FMA chains) */
+        int64_t rows[2], tis[2];
+        int nr = 0;
         for (int64_t ti = 0; ti < nt; ti++) {
             if (!live[ti]) continue;
             for (int64_t h = 0; h < nh; h++) {
-                const int64_t row = ti * nh + h;
-                const float *q = u->q + row * D;
-                __m512 s[KB / 16];
-                for (int x = 0; x < KB / 16; x++) s[x] = _mm512_setzero_ps();
-                for (int64_t d = 0; d < D; d++) {
-                    const __m512 qd = _mm512_set1_ps(q[d]);
-                    for (int x = 0; x < KB / 16; x++)
-                        s[x] = _mm512_fmadd_ps(qd, _mm512_loadu_ps(kt + d * KB + 16 * x), s[x]);
-                }
-                __m512 bm = ninf;
-                for (int x = 0; x < KB / 16; x++) {
-                    s[x] = _mm512_fmadd_ps(s[x], _mm512_set1_ps(scale),
-                                           _mm512_loadu_ps(mf + ti * KB + 16 * x));
-                    bm = _mm512_max_ps(bm, s[x]);
-                }
-                const float bmax = _mm512_reduce_max_ps(bm);
-                if (bmax == -INFINITY) continue; /* every key of the block masked for this row */
-                const float m_old = u->mx[row], m_new = m_old > bmax ? m_old : bmax;
-                const float cf = expf(m_old - m_new); /* 0 for the first live block */
-                __m512 l = _mm512_setzero_ps();
-                const __m512 mn = _mm512_set1_ps(m_new);
-                for (int x = 0; x < KB / 16; x++) {
-                    const __m512 p = cllm_exp512(_mm512_sub_ps(s[x], mn));
-                    /* masked keys: exactly 0 (exp512 of -inf is a denormal at most) */
-                    const __mmask16 keep = _mm512_cmp_ps_mask(s[x], ninf, _CMP_NEQ_OQ);
-                    const __m512 pz = _mm512_maskz_mov_ps(keep, p);
-                    _mm512_storeu_ps(pw + 16 * x, pz);
-                    l = _mm512_add_ps(l, pz);
-                }
-                u->sum[row] = u->sum[row] * cf + _mm512_reduce_add_ps(l);
-                u->mx[row] = m_new;
-                float *acc = u->acc + row * Dv;
-                const __m512 vcf = _mm512_set1_ps(cf);
-                for (int64_t i = 0; i < Dv; i += 64) {
-                    const int nv = (int)CLLM_MIN((int64_t)4, (Dv - i) / 16);
-                    __m512 a[4];
-                    for (int x = 0; x < nv; x++)
-                        a[x] = _mm512_mul_ps(_mm512_loadu_ps(acc + i + 16 * x), vcf);
-                    for (int64_t jj = 0; jj < nk; jj++) {
-                        const __m512 w = _mm512_set1_ps(pw[jj]);
-                        for (int x = 0; x < nv; x++)
-                            a[x] = _mm512_fmadd_ps(w, _mm512_loadu_ps(vf + jj * Dv + i + 16 * x),
-                                                   a[x]);
-                    }
-                    for (int x = 0; x < nv; x++) _mm512_storeu_ps(acc + i + 16 * x, a[x]);
+                rows[nr] = ti * nh + h;
+                tis[nr] = ti;
+                if (++nr == 2) {
+                    az_rows(2, u, rows, tis, D, Dv, nk, scale, kt, vf, mf, pw);
+                    nr = 0;
                 }
             }
         }
+        if (nr == 1) az_rows(1, u, rows, tis, D, Dv, nk, scale, kt, vf, mf, pw);
     }
 }
 

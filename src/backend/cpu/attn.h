@@ -26,7 +26,7 @@ typedef struct cllm_attn_unit {
 
 /* Floats of scratch the SIMD kernel needs (per thread). */
 static inline size_t cllm_attn_fast_scratch(int64_t D, int64_t Dv) {
-    return (size_t)(D * CLLM_ATTN_KB + CLLM_ATTN_KB * Dv + 8 * CLLM_ATTN_KB + CLLM_ATTN_KB);
+    return (size_t)(D * CLLM_ATTN_KB + CLLM_ATTN_KB * Dv + 8 * CLLM_ATTN_KB + 2 * CLLM_ATTN_KB);
 }
 
 void cllm_cpu_attn_unit_avx512(const cllm_tensor *dst, const cllm_attn_unit *u, float *scratch);

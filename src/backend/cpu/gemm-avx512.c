@@ -277,10 +277,9 @@ bool cllm_cpu_gemm_f_pack_avx512(cllm_type type, const void *a, size_t stride, i
 
 /* ---- one column: Q4_0 / Q4_1 rows, 4 blocks per step (layout: gemm.h) ---------- */
 
-GZ_INLINE __m512 gz_gemv_group(bool q41, const char *p, __m512i A, __m512i B, const char *g,
-                               __m512i qidx, __m512i didx, __m512i midx, __m512 acc, __m512 *macc) {
+GZ_INLINE __m512 gz_gemv_group(bool q41, __m512i A, __m512i B, const char *g, __m512i qidx,
+                               __m512i didx, __m512i midx, __m512 acc, __m512 *macc) {
     const __m512i nib = _mm512_set1_epi8(0x0F);
-    (void)p;
     const __m512i qs = _mm512_permutex2var_epi16(A, qidx, B);
     const __m512i lo = _mm512_and_si512(qs, nib);
     const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(qs, 4), nib);
@@ -320,11 +319,11 @@ GZ_INLINE void gz_gemv(bool q41, int64_t K, const char *row, const char *act, fl
         _mm_prefetch(p + GZ_PF, _MM_HINT_T0);
         _mm_prefetch(p + GZ_PF + 64, _MM_HINT_T0);
         const char *p1 = p + gb;
-        a0 = gz_gemv_group(q41, p, _mm512_loadu_si512(p),
+        a0 = gz_gemv_group(q41, _mm512_loadu_si512(p),
                            _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)(p + 64))),
                            act + (size_t)gi * 320, qidx, didx, midx, a0, &m0);
         a1 =
-            gz_gemv_group(q41, p1, _mm512_loadu_si512(p1),
+            gz_gemv_group(q41, _mm512_loadu_si512(p1),
                           _mm512_castsi128_si512(q41 ? _mm_loadu_si128((const __m128i *)(p1 + 64))
                                                      : _mm_loadl_epi64((const __m128i *)(p1 + 64))),
                           act + (size_t)(gi + 1) * 320, qidx, didx, midx, a1, &m1);
@@ -340,7 +339,7 @@ GZ_INLINE void gz_gemv(bool q41, int64_t K, const char *row, const char *act, fl
         } else { /* 1..3 blocks: at most 60 bytes, the rest zero (and so is the activation) */
             A = _mm512_maskz_loadu_epi8((__mmask64)((1ull << left) - 1ull), p);
         }
-        a0 = gz_gemv_group(q41, p, A, B, act + (size_t)gi * 320, qidx, didx, midx, a0, &m0);
+        a0 = gz_gemv_group(q41, A, B, act + (size_t)gi * 320, qidx, didx, midx, a0, &m0);
     }
     __m512 t = _mm512_add_ps(a0, a1);
     if (q41) t = _mm512_add_ps(t, _mm512_add_ps(m0, m1));

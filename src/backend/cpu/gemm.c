@@ -1,7 +1,7 @@
 /*
- * Panel GEMM (gemm.h): the panel forms of the weight types, the packers,
- * the activation quantizer, the portable reference kernel and the dispatch
- * to the AVX-512 VNNI kernel (gemm-avx512.c).
+ * Panel GEMM and one-column kernels (gemm.h): the panel forms of the weight
+ * types, the packers, the activation quantizers, the portable reference
+ * kernels and the dispatch to the AVX-512 kernels (gemm-avx512.c).
  */
 #include "backend/cpu/gemm.h"
 #include "backend/cpu/kernels.h"

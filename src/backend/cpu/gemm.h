@@ -23,8 +23,9 @@
  *     sum_e w[e] a[e] = scale * d * (sum_e u[e] q[e] - z * s) + offset * d * s
  * with the bracket in exact int32 arithmetic.
  *
- * Layouts (all offsets multiples of 64 bytes):
- *  - panel (16 weight rows, K elements, nb = K / BS scale blocks): per block
+ * Layouts:
+ *  - panel (16 weight rows, K elements, nb = K / BS scale blocks; every part
+ *    starts at a multiple of 64 bytes): per block
  *    BS / 4 steps of 64 bytes (step t: bytes 4r..4r+3 are u of row r,
  *    elements 4t..4t+3 of the block), then 16 float scales, then 16 float
  *    offsets (types with an offset only). Rows beyond the matrix are zero.
@@ -36,6 +37,9 @@
  *         cllm_cpu_gemm_pack(type, a_rows, a_stride, nrows, K, panel, tmp);// per 16 rows
  *         cllm_cpu_gemm(type, K, panel, act, act_stride, ncols, out, ldo, nrows);
  *     }
+ *
+ * Below the panel GEMM, the same scheme for F16 / BF16 weights (gemm_f)
+ * and the one-column kernels of generation (gemv).
  *
  * Thread safety: no state; every function writes only its outputs.
  */

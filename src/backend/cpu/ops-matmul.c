@@ -11,8 +11,10 @@
  *    quantized into the GEMM's activation form in the shared workspace;
  *    each thread packs 16 weight rows at a time into its panel (once per
  *    tile) and runs them against all the tile's columns.
- *  - gemv (one-column kernel, gemm.h; AVX-512, Q4_0 / Q4_1, fewer columns:
- *    generation): b's rows in the kernel's 4-blocks-per-register form, the
+ *  - gemm_f (the same for F16 / BF16 weights, 32 rows per panel): b's rows
+ *    read in place as F32 (gathered into the workspace if strided).
+ *  - gemv (one-column kernels, gemm.h; AVX-512, Q4_0 / Q4_1 / Q4_K, fewer
+ *    columns: generation): b's rows in the kernel's activation form, the
  *    weight rows read in place.
  *  - kernels: a has contiguous rows and a dot product in the kernel dispatch
  *    (kernels.h) — every quantized type with vec_dot, and F32/F16/BF16 whose

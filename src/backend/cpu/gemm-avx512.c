@@ -171,6 +171,14 @@ void cllm_cpu_gemm_quantize_avx512(const cllm_gemm_form *f, const float *x, void
     }
 }
 
+/* The packers walk 16 rows at once, which the hardware prefetcher follows
+ * poorly: each row's line GZ_PACK_PF bytes ahead is requested explicitly. */
+#define GZ_PACK_PF 512
+
+GZ_INLINE void gz_prefetch_rows(const char *p, size_t stride, int nrows) {
+    for (int r = 0; r < nrows; r++) _mm_prefetch(p + (size_t)r * stride, _MM_HINT_T0);
+}
+
 /* ---- float weights: 32 rows (two registers) x up to 12 columns of FMAs ----------
  * Each column value is broadcast once for both registers: 2 panel loads and
  * 12 broadcasts per 24 FMAs (24 accumulators, 27 of 32 registers). */
@@ -240,7 +248,9 @@ bool cllm_cpu_gemm_f_pack_avx512(cllm_type type, const void *a, size_t stride, i
         const char *src = (const char *)a + (size_t)(16 * half) * stride;
         float *pp = panel + 16 * half;
         int64_t k = 0;
+        const int nh = nrows - 16 * half < 16 ? nrows - 16 * half : 16;
         for (; k + 2 <= K; k += 2) {
+            if ((k & 31) == 0) gz_prefetch_rows(src + 2 * k + GZ_PACK_PF, stride, nh);
             const __m512i w =
                 _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), m, rows, src + 2 * k, 1);
             __m512 lo, hi;
@@ -425,14 +435,6 @@ GZ_INLINE __m512i gz_gather(__m512i idx, const char *base, __mmask16 m) {
 /* The fp16 at base + idx[r] in lane r, as float (0 outside m). */
 GZ_INLINE __m512 gz_gather_f16(__m512i idx, const char *base, __mmask16 m) {
     return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(gz_gather(idx, base, m)));
-}
-
-/* The packers walk 16 rows at once, which the hardware prefetcher follows
- * poorly: each row's line GZ_PACK_PF bytes ahead is requested explicitly. */
-#define GZ_PACK_PF 512
-
-GZ_INLINE void gz_prefetch_rows(const char *p, size_t stride, int nrows) {
-    for (int r = 0; r < nrows; r++) _mm_prefetch(p + (size_t)r * stride, _MM_HINT_T0);
 }
 
 bool cllm_cpu_gemm_pack_avx512(cllm_type type, const void *a, size_t stride, int nrows, int64_t K,

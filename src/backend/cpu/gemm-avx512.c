@@ -407,9 +407,9 @@ static void gz_gemv_q4k(int64_t K, const char *row, const char *act, float *out)
         const __m128i mi = _mm_madd_epi16(mn, _mm_loadu_si128((const __m128i *)(in + 256)));
         am = _mm_fmadd_ps(_mm_cvtepi32_ps(mi), _mm_set1_ps(_cvtsh_ss(hm) * da), am);
     }
-    const __m128 h = _mm_add_ps(am, _mm_movehl_ps(am, am));
-    *out = _mm512_reduce_add_ps(_mm512_add_ps(a0, a1)) -
-           _mm_cvtss_f32(_mm_add_ss(h, _mm_movehdup_ps(h)));
+    /* the mins in lanes 0..3 of the same reduction */
+    *out = _mm512_reduce_add_ps(
+        _mm512_sub_ps(_mm512_add_ps(a0, a1), _mm512_zextps128_ps512(am)));
 }
 
 void cllm_cpu_gemv_avx512(cllm_type type, int64_t K, const void *row, const void *act, float *out) {

@@ -524,9 +524,11 @@ static void place_all(cllm_galloc *ga) {
         info->strategy = "none";
         if (info->n_blocks == 0) continue;
         size_t best = SIZE_MAX;
-        for (int order = 0; order < ORDER_COUNT; order++) {
+        /* stops at the first placement that reaches the lower bound: none
+         * can be smaller (this also makes planning a graph per token cheap) */
+        for (int order = 0; order < ORDER_COUNT && best > info->lower; order++) {
             const int n = order_blocks(ga, buft, order);
-            for (int fit = 0; fit < 2; fit++) {
+            for (int fit = 0; fit < 2 && best > info->lower; fit++) {
                 const size_t size = place_blocks(ga, n, fit == 1);
                 if (size >= best) continue;
                 best = size;

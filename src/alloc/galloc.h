@@ -50,7 +50,8 @@
  * (by size, by size x lifetime, by lifetime, in graph order), each either at
  * the lowest aligned offset or in the smallest gap where the block does not
  * overlap any placed block whose lifetime intersects its own; the smallest
- * plan wins. Block sizes are cllm_buffer_type_alloc_size rounded up to
+ * plan wins, and the search stops at the first plan that reaches the lower
+ * bound below (no plan can be smaller). Block sizes are cllm_buffer_type_alloc_size rounded up to
  * cllm_buffer_type_alignment, so every offset is aligned. The lower bound is
  * the largest sum of block sizes live at one step: no plan of these blocks
  * can be smaller.

@@ -408,8 +408,7 @@ static void gz_gemv_q4k(int64_t K, const char *row, const char *act, float *out)
         am = _mm_fmadd_ps(_mm_cvtepi32_ps(mi), _mm_set1_ps(_cvtsh_ss(hm) * da), am);
     }
     /* the mins in lanes 0..3 of the same reduction */
-    *out = _mm512_reduce_add_ps(
-        _mm512_sub_ps(_mm512_add_ps(a0, a1), _mm512_zextps128_ps512(am)));
+    *out = _mm512_reduce_add_ps(_mm512_sub_ps(_mm512_add_ps(a0, a1), _mm512_zextps128_ps512(am)));
 }
 
 void cllm_cpu_gemv_avx512(cllm_type type, int64_t K, const void *row, const void *act, float *out) {

@@ -612,6 +612,7 @@ static void test_gemv(cllm_type t) {
          * kernel's last group) is an ASan error in the sanitizer build */
         char *w = xmalloc(wbytes), *wz = xmalloc(wbytes);
         char *act = xmalloc(cllm_cpu_gemv_act_size(t, n));
+        char *act_ref = xmalloc(cllm_cpu_gemv_act_size(t, n));
         float *f = xmalloc((size_t)n * sizeof(float)), *x = xmalloc((size_t)n * sizeof(float));
         float *z = xmalloc((size_t)n * sizeof(float)), *y = xmalloc((size_t)n * sizeof(float));
         for (int wk = 0; wk < W_KINDS; wk++) {
@@ -619,6 +620,12 @@ static void test_gemv(cllm_type t) {
                 make_weights(t, wk, w, n);
                 make_acts(ak, f, n);
                 cllm_cpu_gemv_quantize(t, f, act, n);
+                /* every level writes the portable quantizer's bytes */
+                const cllm_cpu_isa level = cllm_cpu_isa_level();
+                cllm_cpu_set_isa_limit(CLLM_CPU_ISA_PORTABLE);
+                cllm_cpu_gemv_quantize(t, f, act_ref, n);
+                cllm_cpu_set_isa_limit(level);
+                CHECK(memcmp(act_ref, act, cllm_cpu_gemv_act_size(t, n)) == 0);
                 cllm_cpu_gemv_act_to_float(t, act, y, n);
                 memcpy(wz, w, wbytes);
                 zero_quants(t, wz, n / qk);
@@ -638,7 +645,7 @@ static void test_gemv(cllm_type t) {
                 }
             }
         }
-        free(w), free(wz), free(act), free(f), free(x), free(z), free(y);
+        free(w), free(wz), free(act), free(act_ref), free(f), free(x), free(z), free(y);
     }
 }
 

@@ -423,6 +423,80 @@ void cllm_cpu_gemv_avx512(cllm_type type, int64_t K, const void *row, const void
     }
 }
 
+/* ---- one-column activations (layouts: gemm.h), as cllm_cpu_gemv_quantize ---- */
+
+/* q = nearest(x * id) clamped to -127..127 (ties to even, as the portable
+ * cllm_quant_round_clamp), 16 lanes at a time, as int8 in an xmm. */
+GZ_INLINE __m128i gz_q8(__m512 v, __m512 vid) {
+    const __m512i q = _mm512_cvt_roundps_epi32(_mm512_mul_ps(v, vid),
+                                               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    return _mm512_cvtepi32_epi8(
+        _mm512_min_epi32(_mm512_max_epi32(q, _mm512_set1_epi32(-127)), _mm512_set1_epi32(127)));
+}
+
+GZ_INLINE float gz_absmax(__m512 m) { return _mm512_reduce_max_ps(m); }
+
+GZ_INLINE __m512 gz_abs(__m512 v) {
+    return _mm512_castsi512_ps(
+        _mm512_and_si512(_mm512_castps_si512(v), _mm512_set1_epi32(0x7fffffff)));
+}
+
+void cllm_cpu_gemv_quantize_avx512(cllm_type type, const float *x, void *act, int64_t K) {
+    const __m128i ones = _mm_set1_epi8(1);
+    if (type == CLLM_TYPE_Q4_K) {
+        static const int pos[8] = {0, 2, 1, 3, 4, 6, 5, 7};
+        for (int64_t sb = 0; sb < K / 256; sb++) {
+            const float *xs = x + sb * 256;
+            char *out = (char *)act + (size_t)sb * 288;
+            __m512 m = _mm512_setzero_ps();
+            for (int j = 0; j < 256; j += 16) m = _mm512_max_ps(m, gz_abs(_mm512_loadu_ps(xs + j)));
+            const float d = gz_absmax(m) / 127.0f;
+            const __m512 vid = _mm512_set1_ps(d != 0.0f ? 1.0f / d : 0.0f);
+            int16_t sums[8];
+            for (int s8 = 0; s8 < 8; s8++) {
+                const __m128i lo = gz_q8(_mm512_loadu_ps(xs + 32 * s8), vid);
+                const __m128i hi = gz_q8(_mm512_loadu_ps(xs + 32 * s8 + 16), vid);
+                char *q = out + 32 * pos[s8];
+                _mm_storeu_si128((__m128i *)q, lo);
+                _mm_storeu_si128((__m128i *)(q + 16), hi);
+                const __m128i g = _mm_add_epi32(_mm_dpbusd_epi32(_mm_setzero_si128(), ones, lo),
+                                                _mm_dpbusd_epi32(_mm_setzero_si128(), ones, hi));
+                sums[s8] = (int16_t)(_mm_extract_epi32(g, 0) + _mm_extract_epi32(g, 1) +
+                                     _mm_extract_epi32(g, 2) + _mm_extract_epi32(g, 3));
+            }
+            memcpy(out + 256, sums, 16);
+            memcpy(out + 272, &d, 4);
+            memset(out + 276, 0, 12);
+        }
+        return;
+    }
+    const int32_t z = type == CLLM_TYPE_Q4_0 ? 8 : 0;
+    const int64_t nb = K / 32;
+    for (int64_t g0 = 0; g0 < (nb + 3) / 4; g0++) {
+        char *g = (char *)act + (size_t)g0 * 320;
+        memset(g, 0, 320);
+        for (int i = 0; i < 4 && g0 * 4 + i < nb; i++) {
+            const float *xb = x + (g0 * 4 + i) * 32;
+            const __m512 v0 = _mm512_loadu_ps(xb), v1 = _mm512_loadu_ps(xb + 16);
+            const float d = gz_absmax(_mm512_max_ps(gz_abs(v0), gz_abs(v1))) / 127.0f;
+            const __m512 vid = _mm512_set1_ps(d != 0.0f ? 1.0f / d : 0.0f);
+            const __m128i lo = gz_q8(v0, vid), hi = gz_q8(v1, vid);
+            _mm_storeu_si128((__m128i *)(g + 16 * i), lo);
+            _mm_storeu_si128((__m128i *)(g + 64 + 16 * i), hi);
+            /* lane l: q[4l..4l+3] + q[16+4l..16+4l+3] */
+            const __m128i sl = _mm_add_epi32(_mm_dpbusd_epi32(_mm_setzero_si128(), ones, lo),
+                                             _mm_dpbusd_epi32(_mm_setzero_si128(), ones, hi));
+            _mm_storeu_si128((__m128i *)(g + 128 + 16 * i),
+                             _mm_mullo_epi32(sl, _mm_set1_epi32(-z)));
+            _mm_storeu_ps((float *)(g + 192 + 16 * i), _mm_set1_ps(d));
+            const int32_t s = _mm_extract_epi32(sl, 0) + _mm_extract_epi32(sl, 1) +
+                              _mm_extract_epi32(sl, 2) + _mm_extract_epi32(sl, 3);
+            const float ds = d * (float)s;
+            memcpy(g + 256 + 16 * i, &ds, 4);
+        }
+    }
+}
+
 /* ---- packing -----------------------------------------------------------------
  * Q4_0, Q8_0 and Q4_K straight into the panel: one 16-lane dword gather
  * (lane r: 4 quant bytes of row r) per step, masked for rows beyond nrows. */

@@ -410,6 +410,12 @@ static void gemv_quantize_q4_k(const float *x, void *act, int64_t K) {
 }
 
 void cllm_cpu_gemv_quantize(cllm_type type, const float *x, void *act, int64_t K) {
+#if defined(__x86_64__) || defined(__i386__)
+    if (cllm_cpu_gemv_available(type, K)) {
+        cllm_cpu_gemv_quantize_avx512(type, x, act, K);
+        return;
+    }
+#endif
     if (type == CLLM_TYPE_Q4_K) {
         CLLM_ASSERT(K % 256 == 0);
         gemv_quantize_q4_k(x, act, K);

@@ -545,7 +545,7 @@ static void test_gemm(cllm_type t) {
 
 static void test_gemm_f(cllm_type t) {
     if (t != CLLM_TYPE_F16 && t != CLLM_TYPE_BF16) return;
-    if (!cllm_cpu_gemm_f_available(t, 1)) return;
+    const bool fast = cllm_cpu_gemm_f_available(t, 1);
     const cllm_type_traits *tt = cllm_type_traits_of(t);
     enum { R = CLLM_GEMM_F_ROWS, C = 27, LDO = R + 3 };
     const int64_t lens[] = {1, 7, 64, 301};
@@ -566,24 +566,28 @@ static void test_gemm_f(cllm_type t) {
                 const int nr = k_heights[hi];
                 cllm_cpu_gemm_f_pack(t, w, wbytes, nr, n, panel);
                 for (int nc = 1; nc <= C; nc += (nc < 13 ? 1 : 7)) {
-                    float out[C * LDO];
-                    for (int i = 0; i < C * LDO; i++) out[i] = NAN;
-                    cllm_cpu_gemm_f(n, panel, cols, (size_t)n * sizeof(float), nc, out, LDO, nr);
-                    for (int c = 0; c < C; c++) {
-                        for (int r = 0; r < LDO; r++) {
-                            const float got = out[c * LDO + r];
-                            if (r >= nr || c >= nc) {
-                                CHECK(isnan(got));
-                                continue;
+                    for (int impl = 0; impl <= (int)fast; impl++) {
+                        float out[C * LDO];
+                        for (int i = 0; i < C * LDO; i++) out[i] = NAN;
+                        (impl ? cllm_cpu_gemm_f : cllm_cpu_gemm_f_ref)(
+                            n, panel, cols, (size_t)n * sizeof(float), nc, out, LDO, nr);
+                        for (int c = 0; c < C; c++) {
+                            for (int r = 0; r < LDO; r++) {
+                                const float got = out[c * LDO + r];
+                                if (r >= nr || c >= nc) {
+                                    CHECK(isnan(got));
+                                    continue;
+                                }
+                                double want = 0.0, scale = 0.0;
+                                for (int64_t i = 0; i < n; i++) {
+                                    want += (double)x[r * n + i] * cols[c * n + i];
+                                    scale += fabs((double)x[r * n + i] * cols[c * n + i]);
+                                }
+                                CHECKF(fabs((double)got - want) <= dot_tol(n, scale),
+                                       "%s gemm_f%s n=%lld w%d %dx%d (%d,%d): %.9g vs %.9g",
+                                       cllm_type_name(t), impl ? "" : "_ref", (long long)n, wk, nr,
+                                       nc, r, c, got, want);
                             }
-                            double want = 0.0, scale = 0.0;
-                            for (int64_t i = 0; i < n; i++) {
-                                want += (double)x[r * n + i] * cols[c * n + i];
-                                scale += fabs((double)x[r * n + i] * cols[c * n + i]);
-                            }
-                            CHECKF(fabs((double)got - want) <= dot_tol(n, scale),
-                                   "%s gemm_f n=%lld w%d %dx%d (%d,%d): %.9g vs %.9g",
-                                   cllm_type_name(t), (long long)n, wk, nr, nc, r, c, got, want);
                         }
                     }
                 }

@@ -209,8 +209,8 @@ GZ_INLINE __mmask16 gz_rows_mask(int n) {
     return n >= 16 ? (__mmask16)0xffff : n <= 0 ? (__mmask16)0 : (__mmask16)((1u << n) - 1u);
 }
 
-void cllm_cpu_gemm_f(int64_t K, const float *panel, const float *cols, size_t col_stride, int ncols,
-                     float *out, size_t ldo, int nrows) {
+void cllm_cpu_gemm_f_avx512(int64_t K, const float *panel, const float *cols, size_t col_stride,
+                            int ncols, float *out, size_t ldo, int nrows) {
     const __mmask16 m0 = gz_rows_mask(nrows), m1 = gz_rows_mask(nrows - 16);
     const size_t cs = col_stride / sizeof(float);
     for (int j0 = 0; j0 < ncols; j0 += GZ_COLS) {

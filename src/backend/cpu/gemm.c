@@ -361,6 +361,29 @@ void cllm_cpu_gemm_f_pack(cllm_type type, const void *a, size_t stride, int nrow
     }
 }
 
+void cllm_cpu_gemm_f_ref(int64_t K, const float *panel, const float *cols, size_t col_stride,
+                         int ncols, float *out, size_t ldo, int nrows) {
+    for (int j = 0; j < ncols; j++) {
+        const float *c = (const float *)((const char *)cols + (size_t)j * col_stride);
+        for (int r = 0; r < nrows; r++) {
+            float acc = 0.0f;
+            for (int64_t k = 0; k < K; k++) acc += panel[k * CLLM_GEMM_F_ROWS + r] * c[k];
+            out[(size_t)j * ldo + (size_t)r] = acc;
+        }
+    }
+}
+
+void cllm_cpu_gemm_f(int64_t K, const float *panel, const float *cols, size_t col_stride, int ncols,
+                     float *out, size_t ldo, int nrows) {
+#if defined(__x86_64__) || defined(__i386__)
+    if (cllm_cpu_isa_level() >= CLLM_CPU_ISA_AVX512) {
+        cllm_cpu_gemm_f_avx512(K, panel, cols, col_stride, ncols, out, ldo, nrows);
+        return;
+    }
+#endif
+    cllm_cpu_gemm_f_ref(K, panel, cols, col_stride, ncols, out, ldo, nrows);
+}
+
 /* ---- one column ------------------------------------------------------------------- */
 
 #define GEMV_GROUP 320 /* bytes per 128 elements */

@@ -153,6 +153,11 @@ void cllm_cpu_gemm_f_pack(cllm_type type, const void *a, size_t stride, int nrow
                           float *panel);
 void cllm_cpu_gemm_f(int64_t K, const float *panel, const float *cols, size_t col_stride, int ncols,
                      float *out, size_t ldo, int nrows);
+/* The same in portable C (the reference, and the kernel off x86). */
+void cllm_cpu_gemm_f_ref(int64_t K, const float *panel, const float *cols, size_t col_stride,
+                         int ncols, float *out, size_t ldo, int nrows);
+void cllm_cpu_gemm_f_avx512(int64_t K, const float *panel, const float *cols, size_t col_stride,
+                            int ncols, float *out, size_t ldo, int nrows);
 
 bool cllm_cpu_gemm_f_pack_avx512(cllm_type type, const void *a, size_t stride, int nrows, int64_t K,
                                  float *panel);

@@ -165,11 +165,13 @@ void cllm_cpu_attn(const cllm_cpu_params *params, cllm_tensor *dst) {
             }
         }
 
+#if defined(__x86_64__) || defined(__i386__)
         if (fast) {
             const cllm_attn_unit u = {
                 .g = g, .t0 = t0, .nt = nt, .nh = nh, .q = qf, .acc = acc, .mx = mx, .sum = sum};
             cllm_cpu_attn_unit_avx512(dst, &u, fast);
         }
+#endif
         for (int64_t j = 0; j < n_kv && !fast; j++) {
             float mv[ATTN_TB];
             bool any = false;

@@ -44,6 +44,14 @@ KX_INLINE void kz_dot_half(int t, int nc, int64_t n, float *out, const void *vx,
         __m512 a1 = _mm512_setzero_ps(), a2 = a1, a3 = a1;
         const float *y0 = (const float *)y;
         for (; i + 64 <= n; i += 64) {
+            /* 4 KiB ahead, as the quantized one-column kernels */
+            const char *ahead = (const char *)(x + u * i) + 4096;
+            _mm_prefetch(ahead, _MM_HINT_T0);
+            _mm_prefetch(ahead + 64, _MM_HINT_T0);
+            if (t == KX_F32) {
+                _mm_prefetch(ahead + 128, _MM_HINT_T0);
+                _mm_prefetch(ahead + 192, _MM_HINT_T0);
+            }
             acc[0] = _mm512_fmadd_ps(kz_load16_half(t, x + u * i, 0xffff), _mm512_loadu_ps(y0 + i),
                                      acc[0]);
             a1 = _mm512_fmadd_ps(kz_load16_half(t, x + u * (i + 16), 0xffff),

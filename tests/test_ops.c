@@ -894,9 +894,9 @@ static void test_mul_mat_blocked(void) {
                 CHECK(compute(g_be[nth], out) == CLLM_OK);
                 double *want = malloc((size_t)(M * N * B2) * sizeof(double));
                 CHECK(want != NULL);
-                if (N < 16 && cllm_cpu_gemv_available(type, K)) {
+                if (N < CLLM_GEMM_MIN_COLS && cllm_cpu_gemv_available(type, K)) {
                     gemv_reference(a, b, type, K, M, N * B2, want);
-                } else if (N >= 16 && cllm_cpu_gemm_available(type, K)) {
+                } else if (N >= CLLM_GEMM_MIN_COLS && cllm_cpu_gemm_available(type, K)) {
                     /* the panel plan: activations in its own int8 form, the
                      * sums exact in double */
                     gemm_reference(a, b, type, K, M, N * B2, want);

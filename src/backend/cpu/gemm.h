@@ -54,6 +54,12 @@
 
 #define CLLM_GEMM_ROWS 16 /* weight rows per panel (vector lanes) */
 
+/* mul_mat: columns from which the panel GEMM beats the one-column and row
+ * kernels: below, unpacking the weights costs more than the columns save.
+ * TinyLlama-1.1B Q4_0, 2 threads, tokens/s of an N-token batch, one-column
+ * kernel vs panel: N=2 95 vs 35, 4 104 vs 64, 8 107 vs 114, 11 61 vs 143. */
+#define CLLM_GEMM_MIN_COLS 8
+
 /* True if `type` has a panel form and K fits it (whole storage blocks). */
 bool cllm_cpu_gemm_supports(cllm_type type, int64_t K);
 

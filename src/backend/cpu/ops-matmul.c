@@ -7,7 +7,7 @@
  * How a row of a meets a row of b (one plan, shared by the workspace
  * declaration and the kernel, so they always agree), first match wins:
  *  - gemm (panel GEMM, gemm.h; AVX-512 VNNI, quantized a with a panel form,
- *    at least MM_GEMM_MIN_COLS columns: prompt processing): b's rows are
+ *    at least CLLM_GEMM_MIN_COLS columns: prompt processing): b's rows are
  *    quantized into the GEMM's activation form in the shared workspace;
  *    each thread packs 16 weight rows at a time into its panel (once per
  *    tile) and runs them against all the tile's columns.
@@ -60,10 +60,6 @@
 #define MM_BLOCK_MIN   4
 #define MM_BLOCK_MAX   64
 
-/* Columns from which the panel GEMM (gemm.h) beats the row kernels: below,
- * unpacking the weights costs more than the columns save. */
-#define MM_GEMM_MIN_COLS 16
-
 typedef struct mm_plan {
     bool gemv;                      /* one-column plan (gemm.h): b in gemv form, a read in place */
     bool gemm;                      /* panel plan (gemm.h): b quantized by gemm, a packed */
@@ -86,7 +82,7 @@ static mm_plan mm_make_plan(const cllm_tensor *dst) {
     const bool b_rows = b->nb[0] == sizeof(float);
     const cllm_cpu_type_kernels *k = a_rows ? cllm_cpu_kernels(a->type) : NULL;
     mm_plan p = {.b_type = CLLM_TYPE_F32};
-    if (a_rows && b->ne[1] >= MM_GEMM_MIN_COLS && cllm_mul_mat_prec(dst) != CLLM_PREC_F32 &&
+    if (a_rows && b->ne[1] >= CLLM_GEMM_MIN_COLS && cllm_mul_mat_prec(dst) != CLLM_PREC_F32 &&
         cllm_cpu_gemm_available(a->type, K)) {
         p.gemm = true;
         p.convert_b = true;
@@ -99,7 +95,7 @@ static mm_plan mm_make_plan(const cllm_tensor *dst) {
                          (b_rows ? 0 : cllm_cpu_ws_round((size_t)K * sizeof(float)));
         return p;
     }
-    if (a_rows && b->ne[1] >= MM_GEMM_MIN_COLS && cllm_cpu_gemm_f_available(a->type, K)) {
+    if (a_rows && b->ne[1] >= CLLM_GEMM_MIN_COLS && cllm_cpu_gemm_f_available(a->type, K)) {
         p.gemm = p.gemm_f = true;
         p.convert_b = !b_rows; /* gathered as F32 */
         p.b_row_size = (size_t)K * sizeof(float);

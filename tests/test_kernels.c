@@ -451,6 +451,20 @@ static void test_dot_mxn(cllm_cpu_isa level, cllm_type t) {
  * the fast kernel (where the CPU has it) against the reference, for every
  * panel height and column count; nothing may be written outside the tile. */
 
+/* Quantizes n activations f for weights of type t into act at the level in
+ * use, and checks that the portable level writes the same bytes (ref:
+ * scratch of `size` bytes). */
+static void quantize_as_portable(void (*quantize)(cllm_type, const float *, void *, int64_t),
+                                 cllm_type t, const float *f, int64_t n, void *act, void *ref,
+                                 size_t size) {
+    quantize(t, f, act, n);
+    const cllm_cpu_isa level = cllm_cpu_isa_level();
+    cllm_cpu_set_isa_limit(CLLM_CPU_ISA_PORTABLE);
+    quantize(t, f, ref, n);
+    cllm_cpu_set_isa_limit(level);
+    CHECK(memcmp(ref, act, size) == 0);
+}
+
 /* Panel heights to test: the edges of one and two registers of rows. */
 static const int k_heights[] = {1, 2, 3, 9, 15, 16, 17, 31, 32};
 
@@ -479,13 +493,8 @@ static void test_gemm(cllm_type t) {
                 for (int r = 0; r < R; r++) make_weights(t, (wk + r) % W_KINDS, w + r * wbytes, n);
                 for (int c = 0; c < C; c++) {
                     make_acts((ak + c) % A_KINDS, f, n);
-                    cllm_cpu_gemm_quantize(t, f, act + (size_t)c * as, n);
-                    /* every level quantizes bit for bit as the portable one */
-                    const cllm_cpu_isa level = cllm_cpu_isa_level();
-                    cllm_cpu_set_isa_limit(CLLM_CPU_ISA_PORTABLE);
-                    cllm_cpu_gemm_quantize(t, f, wz_act, n);
-                    cllm_cpu_set_isa_limit(level);
-                    CHECK(memcmp(wz_act, act + (size_t)c * as, as) == 0);
+                    quantize_as_portable(cllm_cpu_gemm_quantize, t, f, n, act + (size_t)c * as,
+                                         wz_act, as);
                     cllm_cpu_gemm_act_to_float(t, act + (size_t)c * as, y + c * n, n);
                 }
                 for (int r = 0; r < R; r++) {
@@ -623,13 +632,8 @@ static void test_gemv(cllm_type t) {
             for (int ak = 0; ak < A_KINDS; ak++) {
                 make_weights(t, wk, w, n);
                 make_acts(ak, f, n);
-                cllm_cpu_gemv_quantize(t, f, act, n);
-                /* every level writes the portable quantizer's bytes */
-                const cllm_cpu_isa level = cllm_cpu_isa_level();
-                cllm_cpu_set_isa_limit(CLLM_CPU_ISA_PORTABLE);
-                cllm_cpu_gemv_quantize(t, f, act_ref, n);
-                cllm_cpu_set_isa_limit(level);
-                CHECK(memcmp(act_ref, act, cllm_cpu_gemv_act_size(t, n)) == 0);
+                quantize_as_portable(cllm_cpu_gemv_quantize, t, f, n, act, act_ref,
+                                     cllm_cpu_gemv_act_size(t, n));
                 cllm_cpu_gemv_act_to_float(t, act, y, n);
                 memcpy(wz, w, wbytes);
                 zero_quants(t, wz, n / qk);

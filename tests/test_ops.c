@@ -807,18 +807,30 @@ static void row_kernel_reference(const cllm_tensor *a, const cllm_tensor *b,
     free(bq);
 }
 
-/* want[r * M + m] for the panel GEMM: the dequantized weights against b's
- * rows as its activation quantizer leaves them, summed in double. */
-static void gemm_reference(const cllm_tensor *a, const cllm_tensor *b, cllm_type type, int64_t K,
-                           int64_t M, int64_t rows, double *want) {
-    const size_t as = cllm_cpu_gemm_act_size(type, K);
-    unsigned char *act = malloc(as);
+/* An activation form of a mul_mat plan: its quantizer and what it decodes to. */
+typedef struct act_form {
+    size_t (*size)(cllm_type type, int64_t K);
+    void (*quantize)(cllm_type type, const float *x, void *act, int64_t K);
+    void (*to_float)(cllm_type type, const void *act, float *x, int64_t K);
+} act_form;
+
+static const act_form k_gemm_form = {cllm_cpu_gemm_act_size, cllm_cpu_gemm_quantize,
+                                     cllm_cpu_gemm_act_to_float};
+static const act_form k_gemv_form = {cllm_cpu_gemv_act_size, cllm_cpu_gemv_quantize,
+                                     cllm_cpu_gemv_act_to_float};
+
+/* want[r * M + m] for the panel GEMM or the one-column kernels: the
+ * dequantized weights against b's rows as the plan's activation quantizer
+ * leaves them, summed in double. */
+static void quantized_reference(const act_form *form, const cllm_tensor *a, const cllm_tensor *b,
+                                cllm_type type, int64_t K, int64_t M, int64_t rows, double *want) {
+    unsigned char *act = malloc(form->size(type, K));
     float *bf = malloc((size_t)(K * rows) * sizeof(float));
     float *af = malloc((size_t)(K * M) * sizeof(float));
     CHECK(act && bf && af);
     for (int64_t r = 0; r < rows; r++) {
-        cllm_cpu_gemm_quantize(type, (const float *)((const char *)b->data + r * b->nb[1]), act, K);
-        cllm_cpu_gemm_act_to_float(type, act, bf + r * K, K);
+        form->quantize(type, (const float *)((const char *)b->data + r * b->nb[1]), act, K);
+        form->to_float(type, act, bf + r * K, K);
     }
     for (int64_t m = 0; m < M; m++)
         cllm_type_traits_of(type)->to_float((const char *)a->data + m * a->nb[1], af + m * K, K);
@@ -826,28 +838,6 @@ static void gemm_reference(const cllm_tensor *a, const cllm_tensor *b, cllm_type
         for (int64_t m = 0; m < M; m++) {
             double v = 0.0;
             for (int64_t i = 0; i < K; i++) v += (double)af[m * K + i] * bf[r * K + i];
-            want[r * M + m] = v;
-        }
-    }
-    free(act);
-    free(bf);
-    free(af);
-}
-
-/* want[r * M + m] for the one-column kernel (Q4_0 / Q4_1): as gemm_reference
- * with its own activation form. */
-static void gemv_reference(const cllm_tensor *a, const cllm_tensor *b, cllm_type type, int64_t K,
-                           int64_t M, int64_t rows, double *want) {
-    unsigned char *act = malloc(cllm_cpu_gemv_act_size(type, K));
-    float *bf = malloc((size_t)K * sizeof(float)), *af = malloc((size_t)K * sizeof(float));
-    CHECK(act && bf && af);
-    for (int64_t r = 0; r < rows; r++) {
-        cllm_cpu_gemv_quantize(type, (const float *)((const char *)b->data + r * b->nb[1]), act, K);
-        cllm_cpu_gemv_act_to_float(type, act, bf, K);
-        for (int64_t m = 0; m < M; m++) {
-            cllm_type_traits_of(type)->to_float((const char *)a->data + m * a->nb[1], af, K);
-            double v = 0.0;
-            for (int64_t i = 0; i < K; i++) v += (double)af[i] * bf[i];
             want[r * M + m] = v;
         }
     }
@@ -895,11 +885,11 @@ static void test_mul_mat_blocked(void) {
                 double *want = malloc((size_t)(M * N * B2) * sizeof(double));
                 CHECK(want != NULL);
                 if (N < CLLM_GEMM_MIN_COLS && cllm_cpu_gemv_available(type, K)) {
-                    gemv_reference(a, b, type, K, M, N * B2, want);
+                    quantized_reference(&k_gemv_form, a, b, type, K, M, N * B2, want);
                 } else if (N >= CLLM_GEMM_MIN_COLS && cllm_cpu_gemm_available(type, K)) {
                     /* the panel plan: activations in its own int8 form, the
                      * sums exact in double */
-                    gemm_reference(a, b, type, K, M, N * B2, want);
+                    quantized_reference(&k_gemm_form, a, b, type, K, M, N * B2, want);
                 } else {
                     row_kernel_reference(a, b, k, K, M, N * B2, want);
                 }

@@ -31,10 +31,6 @@
 #define AZ_INLINE static inline __attribute__((always_inline))
 #define KB        CLLM_ATTN_KB
 
-AZ_INLINE __mmask16 az_lanes(int64_t n) {
-    return n >= 16 ? (__mmask16)0xffff : n <= 0 ? 0 : (__mmask16)((1u << n) - 1u);
-}
-
 /* 16 values of a row of type t (F32 or F16) from p, lanes outside m zero. */
 AZ_INLINE __m512 az_load(cllm_type t, const char *p, __mmask16 m) {
     if (t == CLLM_TYPE_F32) return _mm512_maskz_loadu_ps(m, p);
@@ -133,7 +129,7 @@ void cllm_cpu_attn_unit_avx512(const cllm_tensor *dst, const cllm_attn_unit *u, 
         for (int64_t ti = 0; ti < nt; ti++) {
             __m512 mx = ninf;
             for (int64_t c = 0; c < KB; c += 16) {
-                const __mmask16 m = az_lanes(nk - c);
+                const __mmask16 m = cllm_lanes16(nk - c);
                 __m512 mv = _mm512_setzero_ps();
                 if (mask)
                     mv = az_load(mask->type, cllm_cpu_elem(mask, j0 + c, u->t0 + ti, 0, 0), m);
@@ -148,7 +144,7 @@ void cllm_cpu_attn_unit_avx512(const cllm_tensor *dst, const cllm_attn_unit *u, 
 
         /* keys, transposed, F32; lanes beyond nk zero */
         for (int64_t c = 0; c < KB; c += 16) {
-            const __mmask16 m = az_lanes(nk - c);
+            const __mmask16 m = cllm_lanes16(nk - c);
             const char *base = cllm_cpu_elem(k, 0, j0 + c, u->g, 0);
             if (k->type == CLLM_TYPE_F16) {
                 for (int64_t d = 0; d < D; d += 2) {

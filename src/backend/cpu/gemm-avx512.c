@@ -8,6 +8,7 @@
  * instructions only; gemm.c calls it only when the CPU has them.
  */
 #include "backend/cpu/gemm.h"
+#include "backend/cpu/kernels.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 
@@ -20,6 +21,7 @@
 #pragma GCC target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq,avx512vnni")
 #endif
 
+#include "backend/cpu/vec-avx512.h"
 #include "core/quants.h"
 
 #include <immintrin.h>
@@ -27,13 +29,7 @@
 #include <string.h>
 
 #define GZ_INLINE static inline __attribute__((always_inline))
-/* Software prefetch distance of the one-column kernels, in bytes of weights
- * (rows are consecutive, so it runs into the next rows). A single core keeps
- * too few misses in flight with the hardware prefetcher alone; measured on
- * TinyLlama-1.1B Q4_0 generation, 1 thread: 1 KiB 42.7, 2 KiB 44.8,
- * 4 KiB 49.4, 8 KiB 50.3, 16 KiB 47.9 tok/s. */
-#define GZ_PF   4096
-#define GZ_COLS 12 /* 12 int32 + 12 float accumulators + weights and scales: 27 of 32 registers */
+#define GZ_COLS   12 /* 12 int32 + 12 float accumulators + weights and scales: 27 of 32 registers */
 
 GZ_INLINE int32_t gz_i32(const char *p) {
     int32_t v;
@@ -86,42 +82,47 @@ GZ_INLINE void gz_tile(int spb, bool off, int nc, int64_t nb, const char *panel,
     for (int j = 0; j < nc; j++) _mm512_mask_storeu_ps(out + (size_t)j * ldo, m, f[j]);
 }
 
-#define GZ_CASES(spb, off)                                                                         \
+/* CALL(n, ...) for the column count nc in 1..GZ_COLS, n a constant in each
+ * branch (so the tile functions unroll over their columns). */
+#define GZ_BY_COLS(nc, CALL, ...)                                                                  \
     switch (nc) {                                                                                  \
-    case 1: gz_tile(spb, off, 1, nb, panel, bb, a, astride, ab, o, ldo, m); break;                 \
-    case 2: gz_tile(spb, off, 2, nb, panel, bb, a, astride, ab, o, ldo, m); break;                 \
-    case 3: gz_tile(spb, off, 3, nb, panel, bb, a, astride, ab, o, ldo, m); break;                 \
-    case 4: gz_tile(spb, off, 4, nb, panel, bb, a, astride, ab, o, ldo, m); break;                 \
-    case 5: gz_tile(spb, off, 5, nb, panel, bb, a, astride, ab, o, ldo, m); break;                 \
-    case 6: gz_tile(spb, off, 6, nb, panel, bb, a, astride, ab, o, ldo, m); break;                 \
-    case 7: gz_tile(spb, off, 7, nb, panel, bb, a, astride, ab, o, ldo, m); break;                 \
-    case 8: gz_tile(spb, off, 8, nb, panel, bb, a, astride, ab, o, ldo, m); break;                 \
-    case 9: gz_tile(spb, off, 9, nb, panel, bb, a, astride, ab, o, ldo, m); break;                 \
-    case 10: gz_tile(spb, off, 10, nb, panel, bb, a, astride, ab, o, ldo, m); break;               \
-    case 11: gz_tile(spb, off, 11, nb, panel, bb, a, astride, ab, o, ldo, m); break;               \
-    default: gz_tile(spb, off, 12, nb, panel, bb, a, astride, ab, o, ldo, m); break;               \
+    case 1: CALL(1, __VA_ARGS__); break;                                                           \
+    case 2: CALL(2, __VA_ARGS__); break;                                                           \
+    case 3: CALL(3, __VA_ARGS__); break;                                                           \
+    case 4: CALL(4, __VA_ARGS__); break;                                                           \
+    case 5: CALL(5, __VA_ARGS__); break;                                                           \
+    case 6: CALL(6, __VA_ARGS__); break;                                                           \
+    case 7: CALL(7, __VA_ARGS__); break;                                                           \
+    case 8: CALL(8, __VA_ARGS__); break;                                                           \
+    case 9: CALL(9, __VA_ARGS__); break;                                                           \
+    case 10: CALL(10, __VA_ARGS__); break;                                                         \
+    case 11: CALL(11, __VA_ARGS__); break;                                                         \
+    default: CALL(12, __VA_ARGS__); break;                                                         \
     }
+_Static_assert(GZ_COLS == 12, "GZ_BY_COLS covers 1..12 columns");
+
+#define GZ_TILE(n, spb, off) gz_tile(spb, off, n, nb, panel, bb, a, astride, ab, o, ldo, m)
 
 static void gz_run(int bs, bool off, int64_t K, const char *panel, const char *act, size_t astride,
                    int ncols, float *out, size_t ldo, int nrows) {
     const int64_t nb = K / bs;
     const size_t bb = (size_t)(bs / 4) * 64 + 64 + (off ? 64 : 0), ab = (size_t)bs + 16;
-    const __mmask16 m = nrows >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << nrows) - 1u);
+    const __mmask16 m = cllm_lanes16(nrows);
     for (int j0 = 0; j0 < ncols; j0 += GZ_COLS) {
         const int nc = ncols - j0 < GZ_COLS ? ncols - j0 : GZ_COLS;
         const char *a = act + (size_t)j0 * astride;
         float *o = out + (size_t)j0 * ldo;
         if (bs == 32) {
             if (off) {
-                GZ_CASES(8, true)
+                GZ_BY_COLS(nc, GZ_TILE, 8, true)
             } else {
-                GZ_CASES(8, false)
+                GZ_BY_COLS(nc, GZ_TILE, 8, false)
             }
         } else {
             if (off) {
-                GZ_CASES(4, true)
+                GZ_BY_COLS(nc, GZ_TILE, 4, true)
             } else {
-                GZ_CASES(4, false)
+                GZ_BY_COLS(nc, GZ_TILE, 4, false)
             }
         }
     }
@@ -136,32 +137,47 @@ void cllm_cpu_gemm_avx512(const cllm_gemm_form *f, int64_t K, const void *panel,
  * As cllm_cpu_gemm_quantize: d = amax / 127, q = nearest(x / d) (ties to
  * even, as cllm_quant_nearest_int), s = sum q; BS = 16 or 32. */
 
+/* q = nearest(x * id) clamped to -127..127 (ties to even, as the portable
+ * cllm_quant_round_clamp), 16 lanes at a time, as int8 in an xmm. */
+GZ_INLINE __m128i gz_q8(__m512 v, __m512 vid) {
+    const __m512i q = _mm512_cvt_roundps_epi32(_mm512_mul_ps(v, vid),
+                                               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    return _mm512_cvtepi32_epi8(
+        _mm512_min_epi32(_mm512_max_epi32(q, _mm512_set1_epi32(-127)), _mm512_set1_epi32(127)));
+}
+
+GZ_INLINE __m512 gz_abs(__m512 v) {
+    return _mm512_castsi512_ps(
+        _mm512_and_si512(_mm512_castps_si512(v), _mm512_set1_epi32(0x7fffffff)));
+}
+
+/* Sums of the 4 groups of 4 bytes of 16 int8. */
+GZ_INLINE __m128i gz_sum4(__m128i q) {
+    return _mm_dpbusd_epi32(_mm_setzero_si128(), _mm_set1_epi8(1), q);
+}
+
+GZ_INLINE int32_t gz_hsum4(__m128i v) {
+    return _mm_extract_epi32(v, 0) + _mm_extract_epi32(v, 1) + _mm_extract_epi32(v, 2) +
+           _mm_extract_epi32(v, 3);
+}
+
 void cllm_cpu_gemm_quantize_avx512(const cllm_gemm_form *f, const float *x, void *act, int64_t K) {
     const int bs = f->bs;
     char *out = act;
-    const __m512 absmask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff));
     for (int64_t b = 0; b < K / bs; b++, out += bs + 16) {
         const float *xb = x + b * bs;
-        __m512 v0 = _mm512_loadu_ps(xb), v1 = bs == 32 ? _mm512_loadu_ps(xb + 16) : v0;
-        const __m512 m = _mm512_max_ps(_mm512_and_ps(v0, absmask), _mm512_and_ps(v1, absmask));
-        const float amax = _mm512_reduce_max_ps(m);
-        const float d = amax / 127.0f;
-        const float id = d != 0.0f ? 1.0f / d : 0.0f;
-        const __m512 vid = _mm512_set1_ps(id);
-        const __m512i q0 = _mm512_cvt_roundps_epi32(_mm512_mul_ps(v0, vid),
-                                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-        const __m512i q1 = _mm512_cvt_roundps_epi32(_mm512_mul_ps(v1, vid),
-                                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-        /* |x * id| <= 127 up to rounding: saturate into -127..127 like the clamp */
-        const __m512i lo = _mm512_set1_epi32(-127), hi = _mm512_set1_epi32(127);
-        const __m512i c0 = _mm512_min_epi32(_mm512_max_epi32(q0, lo), hi);
-        const __m512i c1 = _mm512_min_epi32(_mm512_max_epi32(q1, lo), hi);
-        _mm_storeu_si128((__m128i *)out, _mm512_cvtepi32_epi8(c0));
-        int32_t s = _mm512_reduce_add_epi32(c0);
+        const __m512 v0 = _mm512_loadu_ps(xb), v1 = bs == 32 ? _mm512_loadu_ps(xb + 16) : v0;
+        const float d = _mm512_reduce_max_ps(_mm512_max_ps(gz_abs(v0), gz_abs(v1))) / 127.0f;
+        const __m512 vid = _mm512_set1_ps(d != 0.0f ? 1.0f / d : 0.0f);
+        const __m128i lo = gz_q8(v0, vid);
+        _mm_storeu_si128((__m128i *)out, lo);
+        __m128i g = gz_sum4(lo);
         if (bs == 32) {
-            _mm_storeu_si128((__m128i *)(out + 16), _mm512_cvtepi32_epi8(c1));
-            s += _mm512_reduce_add_epi32(c1);
+            const __m128i hi = gz_q8(v1, vid);
+            _mm_storeu_si128((__m128i *)(out + 16), hi);
+            g = _mm_add_epi32(g, gz_sum4(hi));
         }
+        const int32_t s = gz_hsum4(g);
         const float ds = d * (float)s;
         const int32_t zs = -f->z * s;
         memcpy(out + bs, &d, 4);
@@ -205,32 +221,17 @@ GZ_INLINE void gz_ftile(int nc, int64_t K, const float *panel, const float *cols
     }
 }
 
-GZ_INLINE __mmask16 gz_rows_mask(int n) {
-    return n >= 16 ? (__mmask16)0xffff : n <= 0 ? (__mmask16)0 : (__mmask16)((1u << n) - 1u);
-}
+#define GZ_FTILE(n, unused) gz_ftile(n, K, panel, c, cs, o, ldo, m0, m1)
 
 void cllm_cpu_gemm_f_avx512(int64_t K, const float *panel, const float *cols, size_t col_stride,
                             int ncols, float *out, size_t ldo, int nrows) {
-    const __mmask16 m0 = gz_rows_mask(nrows), m1 = gz_rows_mask(nrows - 16);
+    const __mmask16 m0 = cllm_lanes16(nrows), m1 = cllm_lanes16(nrows - 16);
     const size_t cs = col_stride / sizeof(float);
     for (int j0 = 0; j0 < ncols; j0 += GZ_COLS) {
         const int nc = ncols - j0 < GZ_COLS ? ncols - j0 : GZ_COLS;
         const float *c = cols + (size_t)j0 * cs;
         float *o = out + (size_t)j0 * ldo;
-        switch (nc) {
-        case 1: gz_ftile(1, K, panel, c, cs, o, ldo, m0, m1); break;
-        case 2: gz_ftile(2, K, panel, c, cs, o, ldo, m0, m1); break;
-        case 3: gz_ftile(3, K, panel, c, cs, o, ldo, m0, m1); break;
-        case 4: gz_ftile(4, K, panel, c, cs, o, ldo, m0, m1); break;
-        case 5: gz_ftile(5, K, panel, c, cs, o, ldo, m0, m1); break;
-        case 6: gz_ftile(6, K, panel, c, cs, o, ldo, m0, m1); break;
-        case 7: gz_ftile(7, K, panel, c, cs, o, ldo, m0, m1); break;
-        case 8: gz_ftile(8, K, panel, c, cs, o, ldo, m0, m1); break;
-        case 9: gz_ftile(9, K, panel, c, cs, o, ldo, m0, m1); break;
-        case 10: gz_ftile(10, K, panel, c, cs, o, ldo, m0, m1); break;
-        case 11: gz_ftile(11, K, panel, c, cs, o, ldo, m0, m1); break;
-        default: gz_ftile(12, K, panel, c, cs, o, ldo, m0, m1); break;
-        }
+        GZ_BY_COLS(nc, GZ_FTILE, 0)
     }
 }
 
@@ -244,7 +245,7 @@ bool cllm_cpu_gemm_f_pack_avx512(cllm_type type, const void *a, size_t stride, i
                            _mm512_set1_epi32((int32_t)stride));
     const bool f16 = type == CLLM_TYPE_F16;
     for (int half = 0; half < 2; half++) {
-        const __mmask16 m = gz_rows_mask(nrows - 16 * half);
+        const __mmask16 m = cllm_lanes16(nrows - 16 * half);
         const char *src = (const char *)a + (size_t)(16 * half) * stride;
         float *pp = panel + 16 * half;
         int64_t k = 0;
@@ -326,8 +327,8 @@ GZ_INLINE void gz_gemv(bool q41, int64_t K, const char *row, const char *act, fl
     int64_t gi = 0;
     for (; gi + 2 <= ng; gi += 2) {
         const char *p = row + (size_t)gi * gb;
-        _mm_prefetch(p + GZ_PF, _MM_HINT_T0);
-        _mm_prefetch(p + GZ_PF + 64, _MM_HINT_T0);
+        _mm_prefetch(p + CLLM_CPU_PREFETCH_AHEAD, _MM_HINT_T0);
+        _mm_prefetch(p + CLLM_CPU_PREFETCH_AHEAD + 64, _MM_HINT_T0);
         const char *p1 = p + gb;
         a0 = gz_gemv_group(q41, _mm512_loadu_si512(p),
                            _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)(p + 64))),
@@ -345,7 +346,7 @@ GZ_INLINE void gz_gemv(bool q41, int64_t K, const char *row, const char *act, fl
         if (left >= (int64_t)gb) {
             A = _mm512_loadu_si512(p);
             B = _mm512_castsi128_si512(
-                _mm_maskz_loadu_epi8((__mmask16)((1u << (gb - 64)) - 1u), p + 64));
+                _mm_maskz_loadu_epi8(cllm_lanes16((int64_t)gb - 64), p + 64));
         } else { /* 1..3 blocks: at most 60 bytes, the rest zero (and so is the activation) */
             A = _mm512_maskz_loadu_epi8((__mmask64)((1ull << left) - 1ull), p);
         }
@@ -371,8 +372,8 @@ static void gz_gemv_q4k(int64_t K, const char *row, const char *act, float *out)
     for (int64_t sb = 0; sb < K / 256; sb++) {
         const char *b = row + (size_t)sb * 144;
         const char *in = act + (size_t)sb * 288;
-        _mm_prefetch(b + GZ_PF, _MM_HINT_T0);
-        _mm_prefetch(b + GZ_PF + 64, _MM_HINT_T0);
+        _mm_prefetch(b + CLLM_CPU_PREFETCH_AHEAD, _MM_HINT_T0);
+        _mm_prefetch(b + CLLM_CPU_PREFETCH_AHEAD + 64, _MM_HINT_T0);
         uint16_t hd, hm;
         uint32_t u0, u1, u2;
         memcpy(&hd, b, 2);
@@ -425,24 +426,7 @@ void cllm_cpu_gemv_avx512(cllm_type type, int64_t K, const void *row, const void
 
 /* ---- one-column activations (layouts: gemm.h), as cllm_cpu_gemv_quantize ---- */
 
-/* q = nearest(x * id) clamped to -127..127 (ties to even, as the portable
- * cllm_quant_round_clamp), 16 lanes at a time, as int8 in an xmm. */
-GZ_INLINE __m128i gz_q8(__m512 v, __m512 vid) {
-    const __m512i q = _mm512_cvt_roundps_epi32(_mm512_mul_ps(v, vid),
-                                               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    return _mm512_cvtepi32_epi8(
-        _mm512_min_epi32(_mm512_max_epi32(q, _mm512_set1_epi32(-127)), _mm512_set1_epi32(127)));
-}
-
-GZ_INLINE float gz_absmax(__m512 m) { return _mm512_reduce_max_ps(m); }
-
-GZ_INLINE __m512 gz_abs(__m512 v) {
-    return _mm512_castsi512_ps(
-        _mm512_and_si512(_mm512_castps_si512(v), _mm512_set1_epi32(0x7fffffff)));
-}
-
 void cllm_cpu_gemv_quantize_avx512(cllm_type type, const float *x, void *act, int64_t K) {
-    const __m128i ones = _mm_set1_epi8(1);
     if (type == CLLM_TYPE_Q4_K) {
         static const int pos[8] = {0, 2, 1, 3, 4, 6, 5, 7};
         for (int64_t sb = 0; sb < K / 256; sb++) {
@@ -450,7 +434,7 @@ void cllm_cpu_gemv_quantize_avx512(cllm_type type, const float *x, void *act, in
             char *out = (char *)act + (size_t)sb * 288;
             __m512 m = _mm512_setzero_ps();
             for (int j = 0; j < 256; j += 16) m = _mm512_max_ps(m, gz_abs(_mm512_loadu_ps(xs + j)));
-            const float d = gz_absmax(m) / 127.0f;
+            const float d = _mm512_reduce_max_ps(m) / 127.0f;
             const __m512 vid = _mm512_set1_ps(d != 0.0f ? 1.0f / d : 0.0f);
             int16_t sums[8];
             for (int s8 = 0; s8 < 8; s8++) {
@@ -459,10 +443,7 @@ void cllm_cpu_gemv_quantize_avx512(cllm_type type, const float *x, void *act, in
                 char *q = out + 32 * pos[s8];
                 _mm_storeu_si128((__m128i *)q, lo);
                 _mm_storeu_si128((__m128i *)(q + 16), hi);
-                const __m128i g = _mm_add_epi32(_mm_dpbusd_epi32(_mm_setzero_si128(), ones, lo),
-                                                _mm_dpbusd_epi32(_mm_setzero_si128(), ones, hi));
-                sums[s8] = (int16_t)(_mm_extract_epi32(g, 0) + _mm_extract_epi32(g, 1) +
-                                     _mm_extract_epi32(g, 2) + _mm_extract_epi32(g, 3));
+                sums[s8] = (int16_t)gz_hsum4(_mm_add_epi32(gz_sum4(lo), gz_sum4(hi)));
             }
             memcpy(out + 256, sums, 16);
             memcpy(out + 272, &d, 4);
@@ -478,20 +459,17 @@ void cllm_cpu_gemv_quantize_avx512(cllm_type type, const float *x, void *act, in
         for (int i = 0; i < 4 && g0 * 4 + i < nb; i++) {
             const float *xb = x + (g0 * 4 + i) * 32;
             const __m512 v0 = _mm512_loadu_ps(xb), v1 = _mm512_loadu_ps(xb + 16);
-            const float d = gz_absmax(_mm512_max_ps(gz_abs(v0), gz_abs(v1))) / 127.0f;
+            const float d = _mm512_reduce_max_ps(_mm512_max_ps(gz_abs(v0), gz_abs(v1))) / 127.0f;
             const __m512 vid = _mm512_set1_ps(d != 0.0f ? 1.0f / d : 0.0f);
             const __m128i lo = gz_q8(v0, vid), hi = gz_q8(v1, vid);
             _mm_storeu_si128((__m128i *)(g + 16 * i), lo);
             _mm_storeu_si128((__m128i *)(g + 64 + 16 * i), hi);
             /* lane l: q[4l..4l+3] + q[16+4l..16+4l+3] */
-            const __m128i sl = _mm_add_epi32(_mm_dpbusd_epi32(_mm_setzero_si128(), ones, lo),
-                                             _mm_dpbusd_epi32(_mm_setzero_si128(), ones, hi));
+            const __m128i sl = _mm_add_epi32(gz_sum4(lo), gz_sum4(hi));
             _mm_storeu_si128((__m128i *)(g + 128 + 16 * i),
                              _mm_mullo_epi32(sl, _mm_set1_epi32(-z)));
             _mm_storeu_ps((float *)(g + 192 + 16 * i), _mm_set1_ps(d));
-            const int32_t s = _mm_extract_epi32(sl, 0) + _mm_extract_epi32(sl, 1) +
-                              _mm_extract_epi32(sl, 2) + _mm_extract_epi32(sl, 3);
-            const float ds = d * (float)s;
+            const float ds = d * (float)gz_hsum4(sl);
             memcpy(g + 256 + 16 * i, &ds, 4);
         }
     }
@@ -514,7 +492,7 @@ bool cllm_cpu_gemm_pack_avx512(cllm_type type, const void *a, size_t stride, int
                                void *panel) {
     if (type != CLLM_TYPE_Q4_0 && type != CLLM_TYPE_Q8_0 && type != CLLM_TYPE_Q4_K) return false;
     if ((uint64_t)stride * 16 > INT32_MAX) return false;
-    const __mmask16 m = nrows >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << nrows) - 1u);
+    const __mmask16 m = cllm_lanes16(nrows);
     const __m512i rows =
         _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
                            _mm512_set1_epi32((int32_t)stride));

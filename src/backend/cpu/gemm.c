@@ -207,6 +207,28 @@ size_t cllm_cpu_gemm_pack_scratch(cllm_type type, int64_t K) {
 
 /* ---- activations ---------------------------------------------------------------- */
 
+/* The scale of n activations: their largest magnitude / 127 (Q8_0's rule,
+ * kept as a float). */
+static float act_scale(const float *x, int n) {
+    float amax = 0.0f;
+    for (int j = 0; j < n; j++) {
+        const float v = fabsf(x[j]);
+        amax = v > amax ? v : amax;
+    }
+    return amax / 127.0f;
+}
+
+/* q[j] = nearest(x[j] / d) in -127..127 for n values; returns their sum. */
+static int32_t act_quantize(const float *x, int n, float d, int8_t *q) {
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    int32_t s = 0;
+    for (int j = 0; j < n; j++) {
+        q[j] = (int8_t)cllm_quant_round_clamp(x[j] * id, -127.0f, 127.0f);
+        s += q[j];
+    }
+    return s;
+}
+
 void cllm_cpu_gemm_quantize(cllm_type type, const float *x, void *act, int64_t K) {
     const cllm_gemm_form f = cllm_cpu_gemm_form(type);
     CLLM_ASSERT(f.bs > 0 && K % f.bs == 0);
@@ -220,20 +242,8 @@ void cllm_cpu_gemm_quantize(cllm_type type, const float *x, void *act, int64_t K
     char *out = act;
     for (int64_t b = 0; b < K / bs; b++, out += act_block_bytes(&f)) {
         const float *xb = x + b * bs;
-        float amax = 0.0f;
-        for (int j = 0; j < bs; j++) {
-            const float v = fabsf(xb[j]);
-            amax = v > amax ? v : amax;
-        }
-        const float d = amax / 127.0f;
-        const float id = d != 0.0f ? 1.0f / d : 0.0f;
-        int8_t *q = (int8_t *)out;
-        int32_t s = 0;
-        for (int j = 0; j < bs; j++) {
-            const int v = cllm_quant_round_clamp(xb[j] * id, -127.0f, 127.0f);
-            q[j] = (int8_t)v;
-            s += v;
-        }
+        const float d = act_scale(xb, bs);
+        const int32_t s = act_quantize(xb, bs, d, (int8_t *)out);
         const float ds = d * (float)s;
         const int32_t zs = -f.z * s;
         memcpy(out + bs, &d, 4);
@@ -409,23 +419,10 @@ static void gemv_quantize_q4_k(const float *x, void *act, int64_t K) {
     for (int64_t sb = 0; sb < K / 256; sb++) {
         const float *xs = x + sb * 256;
         char *out = (char *)act + (size_t)sb * GEMV_K_SB;
-        float amax = 0.0f;
-        for (int j = 0; j < 256; j++) {
-            const float v = fabsf(xs[j]);
-            amax = v > amax ? v : amax;
-        }
-        const float d = amax / 127.0f;
-        const float id = d != 0.0f ? 1.0f / d : 0.0f;
+        const float d = act_scale(xs, 256);
         int16_t sums[8];
-        for (int s = 0; s < 8; s++) {
-            int8_t *q = (int8_t *)out + 32 * gemv_k_pos[s];
-            int32_t sum = 0;
-            for (int l = 0; l < 32; l++) {
-                q[l] = (int8_t)cllm_quant_round_clamp(xs[32 * s + l] * id, -127.0f, 127.0f);
-                sum += q[l];
-            }
-            sums[s] = (int16_t)sum;
-        }
+        for (int s = 0; s < 8; s++)
+            sums[s] = (int16_t)act_quantize(xs + 32 * s, 32, d, (int8_t *)out + 32 * gemv_k_pos[s]);
         memcpy(out + 256, sums, 16);
         memcpy(out + 272, &d, 4);
         memset(out + 276, 0, 12);
@@ -451,19 +448,9 @@ void cllm_cpu_gemv_quantize(cllm_type type, const float *x, void *act, int64_t K
         char *g = (char *)act + (size_t)(b / 4) * GEMV_GROUP;
         const int i = (int)(b % 4);
         const float *xb = x + b * 32;
-        float amax = 0.0f;
-        for (int j = 0; j < 32; j++) {
-            const float v = fabsf(xb[j]);
-            amax = v > amax ? v : amax;
-        }
-        const float d = amax / 127.0f;
-        const float id = d != 0.0f ? 1.0f / d : 0.0f;
+        const float d = act_scale(xb, 32);
         int8_t q[32];
-        int32_t s = 0;
-        for (int j = 0; j < 32; j++) {
-            q[j] = (int8_t)cllm_quant_round_clamp(xb[j] * id, -127.0f, 127.0f);
-            s += q[j];
-        }
+        const int32_t s = act_quantize(xb, 32, d, q);
         memcpy(g + 16 * i, q, 16);
         memcpy(g + 64 + 16 * i, q + 16, 16);
         int32_t *zs = (int32_t *)(g + 128);

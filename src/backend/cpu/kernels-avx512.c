@@ -22,6 +22,7 @@
 #define KX_COLS 8 /* 32 vector registers: a whole CLLM_CPU_MAX_COLS chunk at once */
 #define KX_ROWS 4 /* and 4 x 4 tiles for vec_dot_mxn */
 #include "backend/cpu/kernels-x86.h"
+#include "backend/cpu/vec-avx512.h"
 
 /* ---- F32 / F16 / BF16 x F32, 16 elements per step --------------------------------------
  * The last n % 16 elements through masked loads (zeros beyond the row). */
@@ -44,8 +45,7 @@ KX_INLINE void kz_dot_half(int t, int nc, int64_t n, float *out, const void *vx,
         __m512 a1 = _mm512_setzero_ps(), a2 = a1, a3 = a1;
         const float *y0 = (const float *)y;
         for (; i + 64 <= n; i += 64) {
-            /* 4 KiB ahead, as the quantized one-column kernels */
-            const char *ahead = (const char *)(x + u * i) + 4096;
+            const char *ahead = (const char *)(x + u * i) + CLLM_CPU_PREFETCH_AHEAD;
             _mm_prefetch(ahead, _MM_HINT_T0);
             _mm_prefetch(ahead + 64, _MM_HINT_T0);
             if (t == KX_F32) {
@@ -64,7 +64,7 @@ KX_INLINE void kz_dot_half(int t, int nc, int64_t n, float *out, const void *vx,
         acc[0] = _mm512_add_ps(_mm512_add_ps(acc[0], a1), _mm512_add_ps(a2, a3));
     }
     for (; i < n; i += 16) {
-        const __mmask16 m = n - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - i)) - 1u);
+        const __mmask16 m = cllm_lanes16(n - i);
         const __m512 xv = kz_load16_half(t, x + u * i, m);
         for (int c = 0; c < nc; c++) {
             const float *yc = (const float *)(y + (size_t)c * by);

@@ -45,6 +45,13 @@ typedef struct cllm_cpu_type_kernels {
     cllm_to_float_fn to_float;       /* dequantize a row */
 } cllm_cpu_type_kernels;
 
+/* Software prefetch distance of the one-column (generation) loops, in bytes
+ * of weights; rows are consecutive, so it runs into the next rows. A single
+ * core keeps too few misses in flight with the hardware prefetcher alone;
+ * measured on TinyLlama-1.1B Q4_0 generation, 1 thread: 1 KiB 42.7, 2 KiB
+ * 44.8, 4 KiB 49.4, 8 KiB 50.3, 16 KiB 47.9 tok/s. */
+#define CLLM_CPU_PREFETCH_AHEAD 4096
+
 /* Instruction-set levels, in increasing order. */
 typedef enum cllm_cpu_isa {
     CLLM_CPU_ISA_PORTABLE = 0,

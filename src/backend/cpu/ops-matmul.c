@@ -308,27 +308,29 @@ static void mm_tile_gemv(const cllm_tensor *a, const cllm_tensor *b, cllm_tensor
     }
 }
 
-/* The panel plan's grid: whole groups of weight rows x all columns, the
- * columns split (by multiples of 8) only when there are few groups. */
-static void mm_make_gemm_tiles(int64_t M, int64_t N, int64_t batches, int nth, int64_t rows,
-                               int64_t *tm, int64_t *tn) {
-    const int64_t groups = (M + rows - 1) / rows;
-    const int64_t target = 4 * (int64_t)nth;
-    *tm = rows;
-    *tn = N;
-    if (groups * batches < target) {
-        const int64_t chunks = (N + 7) / 8;
-        const int64_t nt = CLLM_MIN(chunks, (target + groups * batches - 1) / (groups * batches));
-        *tn = (chunks + nt - 1) / nt * 8;
-    }
-}
-
 /* The tile grid: tm weight rows x tn columns per tile, per batch. */
 typedef struct mm_tiles {
     int64_t tm, tn;  /* tile size */
     int64_t nm, nn;  /* tiles per batch along M and N */
     int64_t n_tiles; /* over all batches */
 } mm_tiles;
+
+/* The panel plan's grid: whole groups of weight rows x all columns, the
+ * columns split (by multiples of 8) only when there are few groups. */
+static mm_tiles mm_make_gemm_tiles(int64_t M, int64_t N, int64_t batches, int nth, int64_t rows) {
+    mm_tiles t = {.tm = rows, .tn = N};
+    const int64_t groups = (M + rows - 1) / rows;
+    const int64_t target = 4 * (int64_t)nth;
+    if (groups * batches < target) {
+        const int64_t chunks = (N + 7) / 8;
+        const int64_t nt = CLLM_MIN(chunks, (target + groups * batches - 1) / (groups * batches));
+        t.tn = (chunks + nt - 1) / nt * 8;
+    }
+    t.nm = groups;
+    t.nn = (N + t.tn - 1) / t.tn;
+    t.n_tiles = t.nm * t.nn * batches;
+    return t;
+}
 
 static mm_tiles mm_make_tiles(int64_t M, int64_t N, int64_t batches, int nth) {
     mm_tiles t = {.tm = M, .tn = N, .nm = 1, .nn = 1};
@@ -364,7 +366,9 @@ void cllm_cpu_mul_mat(const cllm_cpu_params *params, cllm_tensor *dst) {
                           p.counter_bytes + p.shared_bytes + (size_t)params->ith * p.thread_bytes,
                           p.thread_bytes)
             : NULL;
-    mm_tiles t = mm_make_tiles(M, N, B2 * B3, params->nth);
+    const mm_tiles t = p.gemm ? mm_make_gemm_tiles(M, N, B2 * B3, params->nth,
+                                                   p.gemm_f ? CLLM_GEMM_F_ROWS : CLLM_GEMM_ROWS)
+                              : mm_make_tiles(M, N, B2 * B3, params->nth);
     char *panel = NULL, *scratch = NULL; /* gemm: thread slice = panel, scratch, F32 row */
     const char *packed = NULL;
     if (p.gemm) {
@@ -373,11 +377,6 @@ void cllm_cpu_mul_mat(const cllm_cpu_params *params, cllm_tensor *dst) {
         if (!p.gemm_f) /* the F32 row for gathering b follows the pack scratch */
             f32 = (float *)(scratch +
                             cllm_cpu_ws_round(cllm_cpu_gemm_pack_scratch(a->type, a->ne[0])));
-        mm_make_gemm_tiles(M, N, B2 * B3, params->nth, p.gemm_f ? CLLM_GEMM_F_ROWS : CLLM_GEMM_ROWS,
-                           &t.tm, &t.tn);
-        t.nm = (M + t.tm - 1) / t.tm;
-        t.nn = (N + t.tn - 1) / t.tn;
-        t.n_tiles = t.nm * t.nn * B2 * B3;
     }
     if (p.convert_b) {
         /* every thread passed the barrier before this node: nobody reads the

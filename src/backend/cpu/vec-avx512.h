@@ -6,6 +6,12 @@
 #define CLLM_BACKEND_CPU_VEC_AVX512_H
 
 #include <immintrin.h>
+#include <stdint.h>
+
+/* The first n of 16 lanes (none for n <= 0, all for n >= 16). */
+static inline __attribute__((always_inline)) __mmask16 cllm_lanes16(int64_t n) {
+    return n >= 16 ? (__mmask16)0xffff : n <= 0 ? (__mmask16)0 : (__mmask16)((1u << n) - 1u);
+}
 
 /* e^x for 16 floats: x = n ln2 + r, |r| <= ln2 / 2, e^r by its Taylor
  * polynomial of degree 6 (relative error < 2e-7), times 2^n by vscalefps.

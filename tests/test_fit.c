@@ -20,21 +20,21 @@ static void quiet(cllm_log_level level, const char *msg, void *ud) {
 
 static char g_path[4096];
 
-static cllm_fit_plan *plan_or_null(const cllm_fit_params *fp) {
-    cllm_fit_plan *plan = NULL;
-    const cllm_status st = cllm_fit_plan_file(g_path, fp, &plan);
+static cllm_plan *plan_or_null(const cllm_plan_params *fp) {
+    cllm_plan *plan = NULL;
+    const cllm_status st = cllm_plan_file(g_path, fp, &plan);
     CHECKF(st == CLLM_OK, "plan: %s", cllm_last_error());
     return st == CLLM_OK ? plan : NULL;
 }
 
 /* The CPU-only plan is what a session of the same shape allocates. */
 static void test_cpu_plan_is_exact(void) {
-    cllm_fit_params fp = cllm_fit_default_params();
+    cllm_plan_params fp = cllm_plan_default_params();
     fp.n_ctx = 128;
     fp.n_batch = 32;
     fp.n_threads = 2;
     fp.use_mmap = false;
-    cllm_fit_plan *plan = plan_or_null(&fp);
+    cllm_plan *plan = plan_or_null(&fp);
     if (!plan) return;
     CHECK(plan->n_devices == 1 && plan->devices[0].dev == cllm_cpu_device());
     CHECK(plan->devices[0].n_layers == 5 && plan->output_device == 0);
@@ -62,25 +62,25 @@ static void test_cpu_plan_is_exact(void) {
 
     /* two sessions: state, compute and workspace twice, weights once */
     fp.n_sessions = 2;
-    cllm_fit_plan *two = plan_or_null(&fp);
+    cllm_plan *two = plan_or_null(&fp);
     if (two) {
         CHECK(two->devices[0].bytes[CLLM_MEM_WEIGHTS] == plan->devices[0].bytes[CLLM_MEM_WEIGHTS]);
         for (int k = CLLM_MEM_STATE; k < CLLM_MEM_COUNT; k++) {
             CHECK(two->devices[0].bytes[k] == 2 * plan->devices[0].bytes[k]);
         }
     }
-    cllm_fit_plan_free(two);
+    cllm_plan_free(two);
     /* the verbose listing names every tensor once */
     char *text = NULL;
     size_t len = 0;
     FILE *f = open_memstream(&text, &len);
-    cllm_fit_print(plan, f, true);
-    cllm_fit_print_json(plan, f, true);
+    cllm_plan_print(plan, f, true);
+    cllm_plan_print_json(plan, f, true);
     fclose(f);
     CHECK(text && strstr(text, "blk.4.ffn_down.weight") && strstr(text, "cache_v-4") &&
           strstr(text, "planned in") && strstr(text, "\"plan_ms\""));
     free(text);
-    cllm_fit_plan_free(plan);
+    cllm_plan_free(plan);
 }
 
 /* A budget on the test device: layers from the end go there, as many as fit. */
@@ -88,56 +88,56 @@ static void test_split_plan(void) {
     cllm_test_device_config cfg = cllm_test_device_config_default();
     cfg.budget = (size_t)64 << 20;
     CHECK(cllm_test_device_enable(&cfg, NULL) == CLLM_OK);
-    cllm_fit_params fp = cllm_fit_default_params();
+    cllm_plan_params fp = cllm_plan_default_params();
     fp.n_ctx = 512;
 
     /* room for everything: all layers and the output on test0 */
-    cllm_fit_plan *plan = plan_or_null(&fp);
+    cllm_plan *plan = plan_or_null(&fp);
     if (plan) {
         CHECK(plan->n_devices == 2 && strcmp(plan->devices[0].name, "test0") == 0);
         CHECK(plan->devices[0].n_layers == 5 && plan->output_device == 0);
         CHECK(plan->input_device == 1);
         CHECK(plan->devices[0].bytes[CLLM_MEM_COMPUTE] > 0);
-        CHECK(cllm_fit_device_total(plan, 0) <= plan->devices[0].budget);
+        CHECK(cllm_plan_device_total(plan, 0) <= plan->devices[0].budget);
     }
-    cllm_fit_plan_free(plan);
+    cllm_plan_free(plan);
 
     /* a budget between: some layers, the last ones, and the output on the cpu */
-    CHECK(cllm_fit_add_budget(&fp, "test0", 2600 << 10) == CLLM_OK);
+    CHECK(cllm_plan_add_budget(&fp, "test0", 2600 << 10) == CLLM_OK);
     plan = plan_or_null(&fp);
     if (plan) {
         const int k = plan->devices[0].n_layers;
         CHECKF(k > 0 && k < 5, "%d layers on test0", k);
         for (int l = 0; l < 5; l++) CHECK(plan->layer_device[l] == (l >= 5 - k ? 0 : 1));
         CHECK(plan->output_device == 1 && plan->devices[0].budget_given);
-        CHECK(cllm_fit_device_total(plan, 0) <= (size_t)2600 << 10);
+        CHECK(cllm_plan_device_total(plan, 0) <= (size_t)2600 << 10);
         /* one layer more would not have fit: the total grows by at least a layer */
         const size_t per =
             (plan->devices[0].bytes[CLLM_MEM_WEIGHTS] + plan->devices[0].bytes[CLLM_MEM_STATE]) /
             (size_t)k;
-        CHECK(cllm_fit_device_total(plan, 0) + per > (size_t)2600 << 10);
+        CHECK(cllm_plan_device_total(plan, 0) + per > (size_t)2600 << 10);
     }
-    cllm_fit_plan_free(plan);
+    cllm_plan_free(plan);
 
     /* nothing fits on test0: everything on the cpu */
-    CHECK(cllm_fit_add_budget(&fp, "test0", 1000) == CLLM_OK);
+    CHECK(cllm_plan_add_budget(&fp, "test0", 1000) == CLLM_OK);
     plan = plan_or_null(&fp);
     if (plan) {
-        CHECK(plan->devices[0].n_layers == 0 && cllm_fit_device_total(plan, 0) == 0);
+        CHECK(plan->devices[0].n_layers == 0 && cllm_plan_device_total(plan, 0) == 0);
         CHECK(plan->devices[1].n_layers == 5);
     }
-    cllm_fit_plan_free(plan);
+    cllm_plan_free(plan);
     cllm_test_device_disable();
 }
 
 static void test_impossible(void) {
-    cllm_fit_params fp = cllm_fit_default_params();
+    cllm_plan_params fp = cllm_plan_default_params();
     fp.n_ctx = 2048;
-    CHECK(cllm_fit_parse_mem(&fp, "cpu=3MiB") == CLLM_OK);
-    cllm_fit_plan *plan = (cllm_fit_plan *)0x1;
+    CHECK(cllm_plan_parse_mem(&fp, "cpu=3MiB") == CLLM_OK);
+    cllm_plan *plan = (cllm_plan *)0x1;
     cllm_log_set(quiet, NULL);
-    CHECK(cllm_fit_plan_file(g_path, &fp, &plan) == CLLM_ERR_TOO_LARGE);
-    CHECK(plan == (cllm_fit_plan *)0x1);
+    CHECK(cllm_plan_file(g_path, &fp, &plan) == CLLM_ERR_TOO_LARGE);
+    CHECK(plan == (cllm_plan *)0x1);
     const char *msg = cllm_last_error();
     CHECKF(strstr(msg, "cpu") && strstr(msg, "short") && strstr(msg, "largest context"), "%s", msg);
     const char *at = strstr(msg, "fits these budgets is ");
@@ -146,36 +146,36 @@ static void test_impossible(void) {
     CHECK(best > 1 && best < 2048);
     /* what it says fits, fits; one more does not */
     fp.n_ctx = best;
-    cllm_fit_plan *ok = plan_or_null(&fp);
-    CHECK(ok && cllm_fit_device_total(ok, 0) <= (size_t)3 << 20);
-    cllm_fit_plan_free(ok);
+    cllm_plan *ok = plan_or_null(&fp);
+    CHECK(ok && cllm_plan_device_total(ok, 0) <= (size_t)3 << 20);
+    cllm_plan_free(ok);
     fp.n_ctx = best + 1;
     cllm_log_set(quiet, NULL);
-    CHECK(cllm_fit_plan_file(g_path, &fp, &plan) == CLLM_ERR_TOO_LARGE);
+    CHECK(cllm_plan_file(g_path, &fp, &plan) == CLLM_ERR_TOO_LARGE);
 
     /* weights alone too large */
-    CHECK(cllm_fit_parse_mem(&fp, "cpu=1MiB") == CLLM_OK);
-    CHECK(cllm_fit_plan_file(g_path, &fp, &plan) == CLLM_ERR_TOO_LARGE);
+    CHECK(cllm_plan_parse_mem(&fp, "cpu=1MiB") == CLLM_OK);
+    CHECK(cllm_plan_file(g_path, &fp, &plan) == CLLM_ERR_TOO_LARGE);
     CHECK(strstr(cllm_last_error(), "not even a context of 1") != NULL);
 
     /* malformed budgets */
-    cllm_fit_params bad = cllm_fit_default_params();
-    CHECK(cllm_fit_parse_mem(&bad, "cpu=lots") == CLLM_ERR_INVALID_ARG);
+    cllm_plan_params bad = cllm_plan_default_params();
+    CHECK(cllm_plan_parse_mem(&bad, "cpu=lots") == CLLM_ERR_INVALID_ARG);
     CHECK(strstr(cllm_last_error(), "lots") != NULL);
-    CHECK(cllm_fit_parse_mem(&bad, "cpu=-1G") == CLLM_ERR_INVALID_ARG);
-    CHECK(cllm_fit_parse_mem(&bad, "cpu") == CLLM_ERR_INVALID_ARG);
-    CHECK(cllm_fit_parse_mem(&bad, "=1G") == CLLM_ERR_INVALID_ARG);
-    CHECK(cllm_fit_parse_mem(&bad, "cpu=") == CLLM_ERR_INVALID_ARG);
+    CHECK(cllm_plan_parse_mem(&bad, "cpu=-1G") == CLLM_ERR_INVALID_ARG);
+    CHECK(cllm_plan_parse_mem(&bad, "cpu") == CLLM_ERR_INVALID_ARG);
+    CHECK(cllm_plan_parse_mem(&bad, "=1G") == CLLM_ERR_INVALID_ARG);
+    CHECK(cllm_plan_parse_mem(&bad, "cpu=") == CLLM_ERR_INVALID_ARG);
     CHECK(bad.n_budgets == 0);
-    CHECK(cllm_fit_parse_mem(&bad, "cuda7=1G") == CLLM_OK); /* unknown: the planner says */
-    CHECK(cllm_fit_plan_file(g_path, &bad, &plan) == CLLM_ERR_INVALID_ARG);
+    CHECK(cllm_plan_parse_mem(&bad, "cuda7=1G") == CLLM_OK); /* unknown: the planner says */
+    CHECK(cllm_plan_file(g_path, &bad, &plan) == CLLM_ERR_INVALID_ARG);
     CHECK(strstr(cllm_last_error(), "unknown device \"cuda7\"") != NULL);
-    cllm_fit_params range = cllm_fit_default_params();
+    cllm_plan_params range = cllm_plan_default_params();
     range.n_sessions = 0;
-    CHECK(cllm_fit_plan_file(g_path, &range, &plan) == CLLM_ERR_INVALID_ARG);
-    CHECK(cllm_fit_plan_file("does/not/exist.gguf", NULL, &plan) == CLLM_ERR_IO);
+    CHECK(cllm_plan_file(g_path, &range, &plan) == CLLM_ERR_INVALID_ARG);
+    CHECK(cllm_plan_file("does/not/exist.gguf", NULL, &plan) == CLLM_ERR_IO);
     cllm_log_set(NULL, NULL);
-    CHECK(plan == (cllm_fit_plan *)0x1);
+    CHECK(plan == (cllm_plan *)0x1);
 }
 
 static int32_t argmax(const float *x, int64_t n) {
@@ -195,8 +195,8 @@ static void snapshot(size_t out[2][CLLM_MEM_COUNT], cllm_device *test) {
 
 /* Loads the model with the plan and runs a session: NULL on failure (with
  * everything freed). */
-static cllm_status load_and_run(const cllm_fit_plan *plan, const cllm_fit_params *fp,
-                                cllm_model **mo, cllm_session **so) {
+static cllm_status load_and_run(const cllm_plan *plan, const cllm_plan_params *fp, cllm_model **mo,
+                                cllm_session **so) {
     cllm_model_params mp = cllm_model_default_params();
     mp.use_mmap = fp->use_mmap;
     mp.plan = plan;
@@ -225,7 +225,7 @@ static void test_run_with_plan(const char *json) {
     cfg.budget = (size_t)64 << 20;
     cllm_device *test = NULL;
     CHECK(cllm_test_device_enable(&cfg, &test) == CLLM_OK);
-    cllm_fit_params fp = cllm_fit_default_params();
+    cllm_plan_params fp = cllm_plan_default_params();
     fp.n_ctx = 128;
     fp.n_batch = 64;
     fp.n_threads = 2;
@@ -234,15 +234,15 @@ static void test_run_with_plan(const char *json) {
         fp.use_mmap = mmap;
         fp.n_budgets = 0;
         /* a budget for about half of the layers */
-        cllm_fit_plan *all = plan_or_null(&fp);
+        cllm_plan *all = plan_or_null(&fp);
         if (!all) return;
-        const cllm_fit_device *t0 = &all->devices[0];
+        const cllm_plan_device *t0 = &all->devices[0];
         const size_t per = (t0->bytes[CLLM_MEM_WEIGHTS] + t0->bytes[CLLM_MEM_STATE]) / 5;
         const size_t budget =
             t0->bytes[CLLM_MEM_COMPUTE] + t0->bytes[CLLM_MEM_WORKSPACE] + 5 * per / 2;
-        cllm_fit_plan_free(all);
-        CHECK(cllm_fit_add_budget(&fp, "test0", budget) == CLLM_OK);
-        cllm_fit_plan *plan = plan_or_null(&fp);
+        cllm_plan_free(all);
+        CHECK(cllm_plan_add_budget(&fp, "test0", budget) == CLLM_OK);
+        cllm_plan *plan = plan_or_null(&fp);
         if (!plan) return;
         CHECKF(plan->devices[0].n_layers == 2, "%d layers on test0", plan->devices[0].n_layers);
 
@@ -253,7 +253,7 @@ static void test_run_with_plan(const char *json) {
         const cllm_status st = load_and_run(plan, &fp, &m, &s);
         CHECKF(st == CLLM_OK, "load and session: %s", cllm_last_error());
         if (st != CLLM_OK) {
-            cllm_fit_plan_free(plan);
+            cllm_plan_free(plan);
             return;
         }
         snapshot(after, test);
@@ -300,7 +300,7 @@ static void test_run_with_plan(const char *json) {
         }
         cllm_test_device_fail_alloc(0);
         cllm_log_set(NULL, NULL);
-        cllm_fit_plan_free(plan);
+        cllm_plan_free(plan);
     }
     cllm_test_device_disable();
 }

@@ -17,7 +17,7 @@ typedef struct fit_ctx {
     cllm_hparams hp;
     cllm_weights *w;
     int *group; /* per weight tensor (creation order): layer, GROUP_INPUT or GROUP_OUTPUT */
-    cllm_fit_params p;
+    cllm_plan_params p;
 
     int n_dev; /* the CPU last */
     cllm_device *devs[CLLM_SCHED_MAX_BACKENDS];
@@ -44,16 +44,16 @@ typedef struct probe_result {
 
 /* ---- parameters -------------------------------------------------------- */
 
-cllm_fit_params cllm_fit_default_params(void) {
-    return (cllm_fit_params){.n_ctx = 0,
-                             .n_batch = 512,
-                             .n_sessions = 1,
-                             .kv_type = CLLM_TYPE_F16,
-                             .n_threads = 0,
-                             .use_mmap = true};
+cllm_plan_params cllm_plan_default_params(void) {
+    return (cllm_plan_params){.n_ctx = 0,
+                              .n_batch = 512,
+                              .n_sessions = 1,
+                              .kv_type = CLLM_TYPE_F16,
+                              .n_threads = 0,
+                              .use_mmap = true};
 }
 
-cllm_status cllm_fit_add_budget(cllm_fit_params *p, const char *device, size_t bytes) {
+cllm_status cllm_plan_add_budget(cllm_plan_params *p, const char *device, size_t bytes) {
     if (!*device || strlen(device) >= sizeof(p->budgets[0].device)) {
         return cllm_error(CLLM_ERR_INVALID_ARG, "--mem: bad device name \"%s\"", device);
     }
@@ -63,17 +63,17 @@ cllm_status cllm_fit_add_budget(cllm_fit_params *p, const char *device, size_t b
             return CLLM_OK;
         }
     }
-    if (p->n_budgets >= CLLM_FIT_MAX_BUDGETS) {
+    if (p->n_budgets >= CLLM_PLAN_MAX_BUDGETS) {
         return cllm_error(CLLM_ERR_INVALID_ARG, "--mem: more than %d budgets",
-                          CLLM_FIT_MAX_BUDGETS);
+                          CLLM_PLAN_MAX_BUDGETS);
     }
-    cllm_fit_budget *b = &p->budgets[p->n_budgets++];
+    cllm_plan_budget *b = &p->budgets[p->n_budgets++];
     snprintf(b->device, sizeof(b->device), "%s", device);
     b->bytes = bytes;
     return CLLM_OK;
 }
 
-cllm_status cllm_fit_parse_mem(cllm_fit_params *p, const char *arg) {
+cllm_status cllm_plan_parse_mem(cllm_plan_params *p, const char *arg) {
     const char *eq = strchr(arg, '=');
     if (!eq || eq == arg) {
         return cllm_error(CLLM_ERR_INVALID_ARG,
@@ -93,7 +93,7 @@ cllm_status cllm_fit_parse_mem(cllm_fit_params *p, const char *arg) {
                           "suffix: 512MiB, 1.5G)",
                           arg, eq + 1);
     }
-    return cllm_fit_add_budget(p, dev, bytes);
+    return cllm_plan_add_budget(p, dev, bytes);
 }
 
 const char *cllm_format_size(size_t bytes, char *buf, size_t size) {
@@ -408,7 +408,7 @@ static void fit_ctx_free(fit_ctx *f) {
     free(f->group);
 }
 
-void cllm_fit_plan_free(cllm_fit_plan *plan) {
+void cllm_plan_free(cllm_plan *plan) {
     if (!plan) return;
     free(plan->layer_device);
     free(plan->tensors);
@@ -417,7 +417,7 @@ void cllm_fit_plan_free(cllm_fit_plan *plan) {
     free(plan);
 }
 
-size_t cllm_fit_device_total(const cllm_fit_plan *plan, int i) {
+size_t cllm_plan_device_total(const cllm_plan *plan, int i) {
     size_t n = 0;
     for (int k = 0; k < CLLM_MEM_COUNT; k++) n += plan->devices[i].bytes[k];
     return n;
@@ -460,12 +460,11 @@ static cllm_status short_error(fit_ctx *f, placement *pl, const probe_result *r)
                       f->budget[cpu], total - f->budget[cpu], shortb, hint);
 }
 
-cllm_status cllm_fit_plan_new(const cllm_gguf *g, const cllm_fit_params *params,
-                              cllm_fit_plan **out) {
+cllm_status cllm_plan_new(const cllm_gguf *g, const cllm_plan_params *params, cllm_plan **out) {
     const double t0 = now_ms();
-    fit_ctx f = {.g = g, .p = params ? *params : cllm_fit_default_params()};
+    fit_ctx f = {.g = g, .p = params ? *params : cllm_plan_default_params()};
     placement pl = {0};
-    cllm_fit_plan *plan = NULL;
+    cllm_plan *plan = NULL;
     cllm_status st;
     const char *arch_name = NULL;
     if ((st = cllm_gguf_get_str(g, "general.architecture", &arch_name)) != CLLM_OK) goto fail;
@@ -521,7 +520,7 @@ cllm_status cllm_fit_plan_new(const cllm_gguf *g, const cllm_fit_params *params,
     plan->use_mmap = f.p.use_mmap;
     plan->n_devices = f.n_dev;
     for (int d = 0; d < f.n_dev; d++) {
-        cllm_fit_device *fd = &plan->devices[d];
+        cllm_plan_device *fd = &plan->devices[d];
         fd->dev = f.devs[d];
         fd->name = cllm_device_name(f.devs[d]);
         fd->budget = f.budget[d];
@@ -543,7 +542,7 @@ cllm_status cllm_fit_plan_new(const cllm_gguf *g, const cllm_fit_params *params,
         const cllm_tensor *t = cllm_context_tensor(f.w->ctx, i);
         placement fp = {.layer_dev = plan->layer_device, .output_dev = plan->output_device};
         const int d = weight_device(&f, &fp, i);
-        plan->tensors[plan->n_tensors++] = (cllm_fit_tensor){
+        plan->tensors[plan->n_tensors++] = (cllm_plan_tensor){
             .t = t,
             .device = d,
             .bytes = cllm_buffer_type_alloc_size(cllm_device_buffer_type(f.devs[d]), t)};
@@ -551,7 +550,7 @@ cllm_status cllm_fit_plan_new(const cllm_gguf *g, const cllm_fit_params *params,
     for (int i = 0; i < n_kv; i++) {
         const cllm_tensor *t = cllm_context_tensor(f.kv_ctx, i);
         const int d = plan->layer_device[i / 2];
-        plan->tensors[plan->n_tensors++] = (cllm_fit_tensor){
+        plan->tensors[plan->n_tensors++] = (cllm_plan_tensor){
             .t = t,
             .device = d,
             .bytes = cllm_buffer_type_alloc_size(cllm_device_buffer_type(f.devs[d]), t),
@@ -568,15 +567,15 @@ cllm_status cllm_fit_plan_new(const cllm_gguf *g, const cllm_fit_params *params,
     return CLLM_OK;
 fail:
     free(pl.layer_dev);
-    cllm_fit_plan_free(plan);
+    cllm_plan_free(plan);
     fit_ctx_free(&f);
     return st;
 }
 
-cllm_status cllm_fit_plan_file(const char *path, const cllm_fit_params *p, cllm_fit_plan **out) {
+cllm_status cllm_plan_file(const char *path, const cllm_plan_params *p, cllm_plan **out) {
     cllm_gguf *g = NULL;
     CLLM_TRY(cllm_gguf_open(path, &g));
-    const cllm_status st = cllm_fit_plan_new(g, p, out);
+    const cllm_status st = cllm_plan_new(g, p, out);
     cllm_gguf_free(g);
     return st;
 }
@@ -584,7 +583,7 @@ cllm_status cllm_fit_plan_file(const char *path, const cllm_fit_params *p, cllm_
 /* ---- printing ---------------------------------------------------------- */
 
 /* "0-15 cpu, 16-31 test0" */
-static void layer_ranges(const cllm_fit_plan *plan, FILE *f, bool json) {
+static void layer_ranges(const cllm_plan *plan, FILE *f, bool json) {
     const int n = (int)plan->hp.n_layer;
     bool first = true;
     for (int l = 0; l < n;) {
@@ -608,7 +607,7 @@ static void shape_str(const cllm_tensor *t, char *buf, size_t size) {
     cllm_shape_str(t, buf, size);
 }
 
-void cllm_fit_print(const cllm_fit_plan *plan, FILE *f, bool verbose) {
+void cllm_plan_print(const cllm_plan *plan, FILE *f, bool verbose) {
     char a[32], b[32], c[32], d[32], e[32], g[32];
     fprintf(f, "plan for %s: %s, %lld layers, context %lld, batch %lld, %d session%s, KV %s\n\n",
             plan->model, plan->hp.arch, (long long)plan->hp.n_layer, (long long)plan->n_ctx,
@@ -617,20 +616,20 @@ void cllm_fit_print(const cllm_fit_plan *plan, FILE *f, bool verbose) {
     fprintf(f, "  %-10s %6s %11s %11s %11s %11s %11s %11s\n", "device", "layers", "weights",
             "state", "compute", "workspace", "total", "budget");
     for (int i = 0; i < plan->n_devices; i++) {
-        const cllm_fit_device *fd = &plan->devices[i];
+        const cllm_plan_device *fd = &plan->devices[i];
         fprintf(f, "  %-10s %6d %11s %11s %11s %11s %11s %11s%s\n", fd->name, fd->n_layers,
                 cllm_format_size(fd->bytes[CLLM_MEM_WEIGHTS], a, sizeof(a)),
                 cllm_format_size(fd->bytes[CLLM_MEM_STATE], b, sizeof(b)),
                 cllm_format_size(fd->bytes[CLLM_MEM_COMPUTE], c, sizeof(c)),
                 cllm_format_size(fd->bytes[CLLM_MEM_WORKSPACE], d, sizeof(d)),
-                cllm_format_size(cllm_fit_device_total(plan, i), e, sizeof(e)),
+                cllm_format_size(cllm_plan_device_total(plan, i), e, sizeof(e)),
                 cllm_format_size(fd->budget, g, sizeof(g)),
                 fd->budget_given ? " (--mem)" : " (free)");
     }
     /* W weights, S state, C compute, w workspace, . unused: 50 columns per budget */
     fprintf(f, "\n  budget use (W weights, S state, C compute, w workspace, . free):\n");
     for (int i = 0; i < plan->n_devices; i++) {
-        const cllm_fit_device *fd = &plan->devices[i];
+        const cllm_plan_device *fd = &plan->devices[i];
         enum { WIDTH = 50 };
         char bar[WIDTH + 1];
         int pos = 0;
@@ -646,7 +645,7 @@ void cllm_fit_print(const cllm_fit_plan *plan, FILE *f, bool verbose) {
         while (pos < WIDTH) bar[pos++] = '.';
         bar[WIDTH] = '\0';
         const double pct =
-            fd->budget ? 100.0 * (double)cllm_fit_device_total(plan, i) / (double)fd->budget : 0;
+            fd->budget ? 100.0 * (double)cllm_plan_device_total(plan, i) / (double)fd->budget : 0;
         fprintf(f, "  %-10s [%s] %5.1f%%\n", fd->name, bar, pct);
     }
     if (plan->use_mmap) {
@@ -659,7 +658,7 @@ void cllm_fit_print(const cllm_fit_plan *plan, FILE *f, bool verbose) {
     if (verbose) {
         fprintf(f, "\n  %-32s %-6s %-24s %12s  %s\n", "tensor", "type", "shape", "bytes", "device");
         for (int i = 0; i < plan->n_tensors; i++) {
-            const cllm_fit_tensor *ft = &plan->tensors[i];
+            const cllm_plan_tensor *ft = &plan->tensors[i];
             char shape[64];
             shape_str(ft->t, shape, sizeof(shape));
             fprintf(f, "  %-32s %-6s %-24s %12zu  %s%s\n", ft->t->name, cllm_type_name(ft->t->type),
@@ -669,7 +668,7 @@ void cllm_fit_print(const cllm_fit_plan *plan, FILE *f, bool verbose) {
     fprintf(f, "\n  planned in %.1f ms (%d probes)\n", plan->plan_ms, plan->n_probes);
 }
 
-void cllm_fit_print_json(const cllm_fit_plan *plan, FILE *f, bool verbose) {
+void cllm_plan_print_json(const cllm_plan *plan, FILE *f, bool verbose) {
     fprintf(f, "{\"model\": \"");
     for (const char *p = plan->model; *p; p++) {
         if (*p == '"' || *p == '\\') fputc('\\', f);
@@ -681,7 +680,7 @@ void cllm_fit_print_json(const cllm_fit_plan *plan, FILE *f, bool verbose) {
             plan->hp.arch, (long long)plan->hp.n_layer, (long long)plan->n_ctx,
             (long long)plan->n_batch, plan->n_sessions, cllm_type_name(plan->kv_type));
     for (int i = 0; i < plan->n_devices; i++) {
-        const cllm_fit_device *fd = &plan->devices[i];
+        const cllm_plan_device *fd = &plan->devices[i];
         fprintf(f,
                 "%s\n  {\"name\": \"%s\", \"kind\": \"%s\", \"layers\": %d, \"weights\": %zu, "
                 "\"state\": %zu, \"compute\": %zu, \"workspace\": %zu, \"total\": %zu, "
@@ -689,7 +688,7 @@ void cllm_fit_print_json(const cllm_fit_plan *plan, FILE *f, bool verbose) {
                 i ? "," : "", fd->name, cllm_device_kind_str(cllm_device_kind_of(fd->dev)),
                 fd->n_layers, fd->bytes[CLLM_MEM_WEIGHTS], fd->bytes[CLLM_MEM_STATE],
                 fd->bytes[CLLM_MEM_COMPUTE], fd->bytes[CLLM_MEM_WORKSPACE],
-                cllm_fit_device_total(plan, i), fd->budget, fd->budget_given ? "true" : "false");
+                cllm_plan_device_total(plan, i), fd->budget, fd->budget_given ? "true" : "false");
     }
     fprintf(f, "],\n \"layers\": [");
     layer_ranges(plan, f, true);
@@ -699,7 +698,7 @@ void cllm_fit_print_json(const cllm_fit_plan *plan, FILE *f, bool verbose) {
     if (verbose) {
         fprintf(f, ",\n \"tensors\": [");
         for (int i = 0; i < plan->n_tensors; i++) {
-            const cllm_fit_tensor *ft = &plan->tensors[i];
+            const cllm_plan_tensor *ft = &plan->tensors[i];
             fprintf(f,
                     "%s\n  {\"name\": \"%s\", \"type\": \"%s\", \"bytes\": %zu, \"device\": "
                     "\"%s\", \"kind\": \"%s\"}",

@@ -3,13 +3,13 @@
  * and how many bytes of each memory kind every device will hold, from the
  * GGUF metadata alone (no weight is read), within the devices' budgets.
  *
- *     cllm_fit_params fp = cllm_fit_default_params();
+ *     cllm_plan_params fp = cllm_plan_default_params();
  *     fp.n_ctx = 4096;
- *     cllm_fit_add_budget(&fp, "test0", (size_t)6 << 30);   // else: free memory
- *     cllm_fit_plan *plan;
- *     if (cllm_fit_plan_file("model.gguf", &fp, &plan) != CLLM_OK) ... cllm_last_error() ...
- *     cllm_fit_print(plan, stdout, false);
- *     cllm_fit_plan_free(plan);
+ *     cllm_plan_add_budget(&fp, "test0", (size_t)6 << 30);   // else: free memory
+ *     cllm_plan *plan;
+ *     if (cllm_plan_file("model.gguf", &fp, &plan) != CLLM_OK) ... cllm_last_error() ...
+ *     cllm_plan_print(plan, stdout, false);
+ *     cllm_plan_free(plan);
  *
  * Placement. Devices other than the CPU come first, in registry order; the
  * CPU is the last. Layers (a layer's weights and its KV cache) go to the
@@ -41,14 +41,14 @@
 
 #include <stdio.h>
 
-#define CLLM_FIT_MAX_BUDGETS 16
+#define CLLM_PLAN_MAX_BUDGETS 16
 
-typedef struct cllm_fit_budget {
+typedef struct cllm_plan_budget {
     char device[32];
     size_t bytes;
-} cllm_fit_budget;
+} cllm_plan_budget;
 
-typedef struct cllm_fit_params {
+typedef struct cllm_plan_params {
     int64_t n_ctx;     /* 0: min(model context, 4096) */
     int64_t n_batch;   /* default 512 (at most n_ctx) */
     int n_sessions;    /* default 1 */
@@ -56,38 +56,38 @@ typedef struct cllm_fit_params {
     int n_threads;     /* CPU backend threads (workspace); 0: physical cores */
     bool use_mmap;     /* default true: CPU weights are the mapped file's data section */
     int n_budgets;
-    cllm_fit_budget budgets[CLLM_FIT_MAX_BUDGETS]; /* overrides of free memory */
-} cllm_fit_params;
+    cllm_plan_budget budgets[CLLM_PLAN_MAX_BUDGETS]; /* overrides of free memory */
+} cllm_plan_params;
 
-cllm_fit_params cllm_fit_default_params(void);
+cllm_plan_params cllm_plan_default_params(void);
 
 /* Adds a budget for `device` (replacing one given before).
  * CLLM_ERR_INVALID_ARG if the name is too long or too many are given. */
-cllm_status cllm_fit_add_budget(cllm_fit_params *p, const char *device, size_t bytes);
+cllm_status cllm_plan_add_budget(cllm_plan_params *p, const char *device, size_t bytes);
 
 /* Parses "DEVICE=SIZE" (e.g. "test0=64MiB", "cpu=16GiB") into p's budgets.
  * CLLM_ERR_INVALID_ARG with a message for a missing '=', an empty device or
  * a malformed, negative or overflowing size. Unknown devices are reported
  * by the planner. */
-cllm_status cllm_fit_parse_mem(cllm_fit_params *p, const char *arg);
+cllm_status cllm_plan_parse_mem(cllm_plan_params *p, const char *arg);
 
-typedef struct cllm_fit_device {
+typedef struct cllm_plan_device {
     cllm_device *dev;
     const char *name;
     size_t budget;
     bool budget_given; /* by the caller, not free memory */
     size_t bytes[CLLM_MEM_COUNT];
     int n_layers;
-} cllm_fit_device;
+} cllm_plan_device;
 
-typedef struct cllm_fit_tensor {
+typedef struct cllm_plan_tensor {
     const cllm_tensor *t; /* in the plan's weights tree (or KV cache) */
     int device;           /* index into devices */
     size_t bytes;         /* on that device */
     bool state;           /* KV cache, else a weight */
-} cllm_fit_tensor;
+} cllm_plan_tensor;
 
-typedef struct cllm_fit_plan {
+typedef struct cllm_plan {
     char model[256];
     cllm_hparams hp;
     int64_t n_ctx, n_batch;
@@ -95,18 +95,18 @@ typedef struct cllm_fit_plan {
     cllm_type kv_type;
     bool use_mmap;
     int n_devices; /* the CPU is the last */
-    cllm_fit_device devices[CLLM_SCHED_MAX_BACKENDS];
+    cllm_plan_device devices[CLLM_SCHED_MAX_BACKENDS];
     int *layer_device; /* [hp.n_layer] */
     int output_device;
     int input_device;
     int n_tensors;
-    cllm_fit_tensor *tensors;
+    cllm_plan_tensor *tensors;
     int n_probes;
     double plan_ms; /* wall time of the planning (probes included) */
     /* owned */
     cllm_weights *weights;
     cllm_context *kv_ctx;
-} cllm_fit_plan;
+} cllm_plan;
 
 /*
  * Plans the model whose metadata `g` holds (the file is not read further).
@@ -116,19 +116,19 @@ typedef struct cllm_fit_plan {
  * many bytes are short, and the largest context that would fit (or that
  * nothing does). On failure *out is untouched.
  */
-cllm_status cllm_fit_plan_new(const cllm_gguf *g, const cllm_fit_params *p, cllm_fit_plan **out);
-/* As cllm_fit_plan_new, opening the file's metadata. */
-cllm_status cllm_fit_plan_file(const char *path, const cllm_fit_params *p, cllm_fit_plan **out);
-void cllm_fit_plan_free(cllm_fit_plan *plan);
+cllm_status cllm_plan_new(const cllm_gguf *g, const cllm_plan_params *p, cllm_plan **out);
+/* As cllm_plan_new, opening the file's metadata. */
+cllm_status cllm_plan_file(const char *path, const cllm_plan_params *p, cllm_plan **out);
+void cllm_plan_free(cllm_plan *plan);
 
 /* Sum of the four kinds on device i. */
-size_t cllm_fit_device_total(const cllm_fit_plan *plan, int i);
+size_t cllm_plan_device_total(const cllm_plan *plan, int i);
 
 /* The per-device table, a bar per device, the layer map, the planning time;
  * with `verbose`, one line per tensor. */
-void cllm_fit_print(const cllm_fit_plan *plan, FILE *f, bool verbose);
+void cllm_plan_print(const cllm_plan *plan, FILE *f, bool verbose);
 /* The same as one JSON object. */
-void cllm_fit_print_json(const cllm_fit_plan *plan, FILE *f, bool verbose);
+void cllm_plan_print_json(const cllm_plan *plan, FILE *f, bool verbose);
 
 /* Which part of the model weight `name` belongs to: its layer (0 ..
  * n_layer - 1), or the input (token embeddings, ...) or output group. */

@@ -3,6 +3,7 @@
 #include "alloc/layout.h"
 #include "backend/cpu/cpu.h"
 #include "runtime/fit.h"
+#include "runtime/tokenizer.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -27,7 +28,7 @@ static int weight_device(const cllm_model *m, const cllm_tensor *t) {
 }
 
 /* The placement: the plan's, or every layer on the CPU. */
-static cllm_status init_placement(cllm_model *m, const cllm_fit_plan *plan) {
+static cllm_status init_placement(cllm_model *m, const cllm_plan *plan) {
     const int n_layer = (int)m->hp.n_layer;
     m->layer_device = calloc((size_t)n_layer, sizeof(int));
     if (!m->layer_device) return cllm_error(CLLM_ERR_NOMEM, "%s: out of host memory", m->path);
@@ -224,6 +225,11 @@ cllm_status cllm_model_load(const char *path, const cllm_model_params *params, c
     }
     if ((st = m->arch->load_hparams(m->gguf, &m->hp)) != CLLM_OK) goto fail;
     if ((st = cllm_weights_new(m->gguf, m->arch, &m->hp, &m->weights)) != CLLM_OK) goto fail;
+    /* a file without tokenizer metadata (a bare weights file) still loads */
+    if (cllm_gguf_find_key(m->gguf, "tokenizer.ggml.model") >= 0 &&
+        (st = cllm_tokenizer_new_from_gguf(m->gguf, &m->tok)) != CLLM_OK) {
+        goto fail;
+    }
     if ((st = init_placement(m, p.plan)) != CLLM_OK) goto fail;
     if ((st = alloc_device_weights(m)) != CLLM_OK) goto fail;
     /* CPU weights: the mapped data section, or the CPU's tensors laid out */
@@ -259,6 +265,7 @@ void cllm_model_free(cllm_model *m) {
     free(m->layer_device);
     if (m->map) munmap(m->map, m->map_size);
     cllm_weights_free(m->weights);
+    cllm_tokenizer_free(m->tok);
     cllm_gguf_free(m->gguf);
     free(m->path);
     free(m);

@@ -19,7 +19,7 @@
 #include "backend/backend.h"
 #include "model/model.h"
 
-struct cllm_fit_plan;
+struct cllm_plan;
 
 typedef struct cllm_model_params {
     bool use_mmap; /* map the file (default) instead of reading it */
@@ -28,14 +28,15 @@ typedef struct cllm_model_params {
      * file: the weights of layers placed on other devices are copied into
      * one weights buffer per device, and sessions put each layer's KV cache
      * on its device and compute through the scheduler. NULL: all on the CPU. */
-    const struct cllm_fit_plan *plan;
+    const struct cllm_plan *plan;
 } cllm_model_params;
 
 #define CLLM_MODEL_MAX_DEVICES 16
 
 typedef struct cllm_model {
     char *path;
-    cllm_gguf *gguf; /* metadata, kept for the tokenizer and `info` */
+    cllm_gguf *gguf;            /* metadata, kept for `info` and metadata lookups */
+    struct cllm_tokenizer *tok; /* from the file's tokenizer.* keys; NULL without them */
     const cllm_arch *arch;
     cllm_hparams hp;
     cllm_weights *weights;

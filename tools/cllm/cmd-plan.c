@@ -27,7 +27,7 @@ int cllm_cmd_plan(int argc, char **argv) {
     cllm_log_set(log_no_errors, NULL);
     const char *path = NULL;
     bool verbose = false, json = false;
-    cllm_fit_params fp = cllm_fit_default_params();
+    cllm_plan_params fp = cllm_plan_default_params();
     for (int i = 1; i < argc; i++) {
         const char *o = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         long long n;
@@ -49,7 +49,7 @@ int cllm_cmd_plan(int argc, char **argv) {
         } else if (!strcmp(o, "--mem")) {
             if (!v) {
                 ok = false;
-            } else if (cllm_fit_parse_mem(&fp, v) != CLLM_OK) {
+            } else if (cllm_plan_parse_mem(&fp, v) != CLLM_OK) {
                 fprintf(stderr, "cllm plan: %s\n", cllm_last_error());
                 return 2;
             }
@@ -83,16 +83,16 @@ int cllm_cmd_plan(int argc, char **argv) {
         fprintf(stderr, "cllm plan: no model given (-m FILE)\n");
         return 2;
     }
-    cllm_fit_plan *plan = NULL;
-    if (cllm_fit_plan_file(path, &fp, &plan) != CLLM_OK) {
+    cllm_plan *plan = NULL;
+    if (cllm_plan_file(path, &fp, &plan) != CLLM_OK) {
         fprintf(stderr, "cllm: %s\n", cllm_last_error());
         return 1;
     }
     if (json) {
-        cllm_fit_print_json(plan, stdout, verbose);
+        cllm_plan_print_json(plan, stdout, verbose);
     } else {
-        cllm_fit_print(plan, stdout, verbose);
+        cllm_plan_print(plan, stdout, verbose);
     }
-    cllm_fit_plan_free(plan);
+    cllm_plan_free(plan);
     return 0;
 }

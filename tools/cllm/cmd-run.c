@@ -23,8 +23,8 @@ typedef struct run_args {
     cllm_sampler_params sp;
     cllm_type kv_type;
     bool chat, no_mmap, json;
-    cllm_fit_params fit; /* --mem budgets */
-    bool use_plan;       /* --mem or --test-device: place layers with the fit planner */
+    cllm_plan_params fit; /* --mem budgets */
+    bool use_plan;        /* --mem or --test-device: place layers with the fit planner */
 } run_args;
 
 static bool parse_int(const char *s, long long min, long long max, long long *out) {
@@ -52,7 +52,7 @@ static bool parse_run_args(int argc, char **argv, run_args *a) {
     a->n_batch = 512;
     a->sp = cllm_sampler_default_params();
     a->kv_type = CLLM_TYPE_F16;
-    a->fit = cllm_fit_default_params();
+    a->fit = cllm_plan_default_params();
     for (int i = 1; i < argc; i++) {
         const char *o = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -86,7 +86,7 @@ static bool parse_run_args(int argc, char **argv, run_args *a) {
         } else if (!strcmp(o, "--seed")) {
             ok = v && parse_int(v, 0, INT64_MAX, &n) && (a->sp.seed = (uint64_t)n, true);
         } else if (!strcmp(o, "--mem")) {
-            if (v && cllm_fit_parse_mem(&a->fit, v) != CLLM_OK) {
+            if (v && cllm_plan_parse_mem(&a->fit, v) != CLLM_OK) {
                 fprintf(stderr, "cllm: %s\n", cllm_last_error());
                 return false;
             }
@@ -255,16 +255,16 @@ int cllm_cmd_run(int argc, char **argv) {
 
     cllm_model_params mp = cllm_model_default_params();
     mp.use_mmap = !a.no_mmap;
-    cllm_fit_plan *plan = NULL;
+    cllm_plan *plan = NULL;
     if (a.use_plan) {
         /* the session below has the same shape as the plan */
         a.fit.n_ctx = a.n_ctx, a.fit.n_batch = a.n_batch, a.fit.n_threads = a.n_threads;
         a.fit.kv_type = a.kv_type, a.fit.use_mmap = mp.use_mmap;
-        if (cllm_fit_plan_file(a.model, &a.fit, &plan) != CLLM_OK) goto fail;
+        if (cllm_plan_file(a.model, &a.fit, &plan) != CLLM_OK) goto fail;
         mp.plan = plan;
     }
     const cllm_status load_st = cllm_model_load(a.model, &mp, &m);
-    cllm_fit_plan_free(plan); /* the model keeps the placement */
+    cllm_plan_free(plan); /* the model keeps the placement */
     if (load_st != CLLM_OK) goto fail;
     if (cllm_tokenizer_new_from_gguf(m->gguf, &tok) != CLLM_OK) goto fail;
 

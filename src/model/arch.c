@@ -141,6 +141,7 @@ cllm_status cllm_weights_tensor(cllm_weights *w, const cllm_gguf *g, int flags, 
         return cllm_error(CLLM_ERR_FORMAT, "%s: more weights requested than the file has",
                           cllm_gguf_name(g));
     }
+    w->group[cllm_context_n_tensors(w->ctx)] = w->cur_group;
     cllm_tensor *t = cllm_tensor_new(w->ctx, ti->type, 4, ti->ne);
     cllm_tensor_set_name(t, "%s", name);
     *out = t;
@@ -155,7 +156,9 @@ cllm_status cllm_weights_new(const cllm_gguf *g, const cllm_arch *arch, const cl
     w->n_layer = (int)hp->n_layer;
     w->layers = calloc((size_t)hp->n_layer, sizeof(*w->layers));
     w->ctx = cllm_context_new((int)cllm_gguf_n_tensors(g));
-    if (!w->layers || !w->ctx) {
+    w->group = calloc((size_t)CLLM_MAX(cllm_gguf_n_tensors(g), 1), sizeof(*w->group));
+    w->cur_group = CLLM_WEIGHT_INPUT;
+    if (!w->layers || !w->ctx || !w->group) {
         cllm_error(st, "out of host memory for weights");
         goto fail;
     }
@@ -171,6 +174,7 @@ fail:
 void cllm_weights_free(cllm_weights *w) {
     if (!w) return;
     cllm_context_free(w->ctx);
+    free(w->group);
     free(w->layers);
     free(w);
 }

@@ -37,6 +37,7 @@
 #include "backend/backend.h"
 #include "gguf/gguf.h"
 #include "model/model.h"
+#include "runtime/place.h"
 #include "sched/sched.h"
 
 #include <stdio.h>
@@ -95,17 +96,19 @@ typedef struct cllm_plan {
     cllm_type kv_type;
     bool use_mmap;
     int n_devices; /* the CPU is the last */
-    cllm_plan_device devices[CLLM_SCHED_MAX_BACKENDS];
-    int *layer_device; /* [hp.n_layer] */
+    cllm_plan_device devices[CLLM_PLACE_MAX_DEVICES];
+    int *layer_device; /* [hp.n_layer] (== place.layer_device) */
     int output_device;
     int input_device;
     int n_tensors;
     cllm_plan_tensor *tensors;
     int n_probes;
-    double plan_ms; /* wall time of the planning (probes included) */
-    /* owned */
+    double plan_ms;       /* wall time of the planning (probes included) */
+    cllm_placement place; /* layer_device and output_device are its */
+    cllm_shape shape;     /* the session shape planned (limits the model's sessions) */
+    /* owned: the tensors of the map */
     cllm_weights *weights;
-    cllm_context *kv_ctx;
+    cllm_kv_cache kv;
 } cllm_plan;
 
 /*
@@ -129,11 +132,6 @@ size_t cllm_plan_device_total(const cllm_plan *plan, int i);
 void cllm_plan_print(const cllm_plan *plan, FILE *f, bool verbose);
 /* The same as one JSON object. */
 void cllm_plan_print_json(const cllm_plan *plan, FILE *f, bool verbose);
-
-/* Which part of the model weight `name` belongs to: its layer (0 ..
- * n_layer - 1), or the input (token embeddings, ...) or output group. */
-enum { CLLM_FIT_GROUP_INPUT = -1, CLLM_FIT_GROUP_OUTPUT = -2 };
-int cllm_fit_weight_group(const char *name, int64_t n_layer);
 
 /* "1.50 GiB", "512 MiB", "100 B" into buf; returns buf. */
 const char *cllm_format_size(size_t bytes, char *buf, size_t size);

@@ -18,6 +18,7 @@
 
 #include "backend/backend.h"
 #include "model/model.h"
+#include "runtime/place.h"
 
 struct cllm_plan;
 
@@ -31,8 +32,6 @@ typedef struct cllm_model_params {
     const struct cllm_plan *plan;
 } cllm_model_params;
 
-#define CLLM_MODEL_MAX_DEVICES 16
-
 typedef struct cllm_model {
     char *path;
     cllm_gguf *gguf;            /* metadata, kept for `info` and metadata lookups */
@@ -40,19 +39,21 @@ typedef struct cllm_model {
     const cllm_arch *arch;
     cllm_hparams hp;
     cllm_weights *weights;
-    cllm_buffer *weights_buf; /* mapped or allocated; CLLM_MEM_WEIGHTS */
-    void *map;                /* the file mapping (NULL when read) */
+    void *map; /* the file mapping (NULL when read) */
     size_t map_size;
-    size_t weights_planned; /* bytes the plan predicted for weights_buf */
 
-    /* placement: the devices (the CPU last), each layer's device, and the
-     * weights buffers of the other devices (CLLM_MEM_WEIGHTS, exactly the
-     * plan's bytes) */
-    int n_devices;
-    cllm_device *devices[CLLM_MODEL_MAX_DEVICES];
-    cllm_buffer *device_weights[CLLM_MODEL_MAX_DEVICES]; /* NULL for the CPU */
-    int *layer_device;                                   /* [hp.n_layer] */
-    int output_device;
+    /* the placement (the plan's, or all on the CPU) and, per device, the
+     * weights buffer (CLLM_MEM_WEIGHTS; on the CPU the mapped data section
+     * or the CPU's tensors read) and the bytes planned for it */
+    cllm_placement place;
+    cllm_buffer *weights_buf[CLLM_PLACE_MAX_DEVICES];
+    size_t weights_planned[CLLM_PLACE_MAX_DEVICES];
+
+    /* with a plan: the largest session shape and count it was made for */
+    bool has_limit;
+    cllm_shape limit;
+    int limit_sessions;
+    _Atomic int n_sessions; /* open sessions */
 } cllm_model;
 
 cllm_model_params cllm_model_default_params(void);
@@ -65,8 +66,5 @@ cllm_model_params cllm_model_default_params(void);
  */
 cllm_status cllm_model_load(const char *path, const cllm_model_params *params, cllm_model **out);
 void cllm_model_free(cllm_model *m);
-
-/* Bytes of the weights as planned from the metadata alone (no I/O). */
-size_t cllm_model_weights_bytes(const cllm_gguf *g, const cllm_weights *w, bool use_mmap);
 
 #endif /* CLLM_RUNTIME_MODEL_H */

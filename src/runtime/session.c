@@ -298,3 +298,5 @@ cllm_memory_report cllm_session_memory_on(const cllm_session *s, const cllm_devi
 cllm_memory_report cllm_session_memory(const cllm_session *s) {
     return cllm_session_memory_on(s, s->model->devices[s->model->n_devices - 1]);
 }
+
+const cllm_model *cllm_session_model(const cllm_session *s) { return s->model; }

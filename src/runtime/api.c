@@ -165,10 +165,11 @@ cllm_status cllm_chat_apply(const cllm_model *m, const char *style_name, const c
     if (style_name) {
         CLLM_TRY(cllm_chat_style_from_name(style_name, &style));
     } else if (!tmpl || !*tmpl) {
-        return cllm_error(CLLM_ERR_INVALID_ARG,
-                          "%s: the file has no chat template (tokenizer.chat_template); name a "
-                          "style",
-                          m->path);
+        return cllm_error(
+            CLLM_ERR_INVALID_ARG,
+            "%s: the file has no chat template (tokenizer.chat_template) and no style "
+            "was named",
+            m->path);
     } else {
         CLLM_TRY(cllm_chat_style_detect(tmpl, &style));
     }

@@ -22,17 +22,10 @@
 
 struct cllm_plan;
 
-typedef struct cllm_model_params {
-    bool use_mmap; /* map the file (default) instead of reading it */
-    bool progress; /* show a progress bar on stderr while reading big files */
-    /* (optional) a placement from the fit planner (runtime/fit.h) for this
-     * file: the weights of layers placed on other devices are copied into
-     * one weights buffer per device, and sessions put each layer's KV cache
-     * on its device and compute through the scheduler. NULL: all on the CPU. */
-    const struct cllm_plan *plan;
-} cllm_model_params;
+/* cllm_model_params and the loading functions are public (cllm.h); this is
+ * the layout behind the handle. */
 
-typedef struct cllm_model {
+struct cllm_model {
     char *path;
     cllm_gguf *gguf;            /* metadata, kept for `info` and metadata lookups */
     struct cllm_tokenizer *tok; /* from the file's tokenizer.* keys; NULL without them */
@@ -54,17 +47,6 @@ typedef struct cllm_model {
     cllm_shape limit;
     int limit_sessions;
     _Atomic int n_sessions; /* open sessions */
-} cllm_model;
-
-cllm_model_params cllm_model_default_params(void);
-
-/*
- * Loads the model at `path`: parses the metadata (hostile input), finds the
- * architecture, checks every weight's shape and type, then maps or reads the
- * weights. On failure nothing stays allocated and *out is untouched; the
- * error names the file and the problem.
- */
-cllm_status cllm_model_load(const char *path, const cllm_model_params *params, cllm_model **out);
-void cllm_model_free(cllm_model *m);
+};
 
 #endif /* CLLM_RUNTIME_MODEL_H */

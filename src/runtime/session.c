@@ -195,3 +195,5 @@ cllm_memory_report cllm_session_memory(const cllm_session *s) {
     const cllm_placement *pl = &s->model->place;
     return cllm_session_memory_on(s, pl->devices[cllm_placement_cpu(pl)]);
 }
+
+const cllm_model *cllm_session_model(const cllm_session *s) { return s->model; }

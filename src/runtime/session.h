@@ -26,60 +26,6 @@
 
 #include "runtime/model.h"
 
-typedef struct cllm_session cllm_session;
-
-typedef struct cllm_session_params {
-    int64_t n_ctx;        /* 0: min(model context, 4096) */
-    int64_t n_batch;      /* prompt tokens per forward pass (default 512) */
-    cllm_type kv_type;    /* CLLM_TYPE_F16 (default) or CLLM_TYPE_F32 */
-    int n_threads;        /* 0: one per physical core */
-    bool unfused_attn;    /* reference attention (mul_mat + soft_max + mul_mat) */
-    bool f32_activations; /* keep matmul activations in F32 (no Q8 quantization) */
-} cllm_session_params;
-
-cllm_session_params cllm_session_default_params(void);
-
-/* Bytes per memory kind for one session on one device. Weights are the
- * model's (shared), reported for completeness. */
-typedef struct cllm_memory_report {
-    size_t planned[CLLM_MEM_COUNT];
-    size_t allocated[CLLM_MEM_COUNT];
-} cllm_memory_report;
-
-/*
- * Creates a session on `model` (which must outlive it). Validates the
- * parameters (CLLM_ERR_INVALID_ARG with a message), plans and allocates the
- * KV cache, the compute buffer and the backend workspace. On failure nothing
- * stays allocated and *out is untouched.
- */
-cllm_status cllm_session_new(const cllm_model *model, const cllm_session_params *params,
-                             cllm_session **out);
-void cllm_session_free(cllm_session *s);
-
-/*
- * Appends n tokens to the context and runs the model over them, n_batch at
- * a time; afterwards cllm_session_logits() holds the logits of the last one.
- * Token ids out of range: CLLM_ERR_INVALID_ARG. A context that would
- * overflow: CLLM_ERR_TOO_LARGE, and nothing is processed. On any error the
- * session keeps the tokens it had before the call.
- */
-cllm_status cllm_session_decode(cllm_session *s, const int32_t *tokens, int64_t n);
-
-/* Logits [n_vocab] of the last token decoded (NULL before the first decode). */
-const float *cllm_session_logits(const cllm_session *s);
-
-int64_t cllm_session_n_past(const cllm_session *s); /* tokens in the context */
-int64_t cllm_session_n_ctx(const cllm_session *s);
-int64_t cllm_session_n_vocab(const cllm_session *s);
-/* Forgets the context (n_past = 0); keeps all memory. */
-void cllm_session_reset(cllm_session *s);
-
-/* Planned and allocated bytes per kind on the CPU (weights from the model). */
-cllm_memory_report cllm_session_memory(const cllm_session *s);
-/* The same on `dev` (zeros for a device the model does not use). With a
- * model loaded with a plan, each layer's KV cache sits on its layer's
- * device and the session computes through the scheduler on every device
- * that holds part of the model. */
-cllm_memory_report cllm_session_memory_on(const cllm_session *s, const cllm_device *dev);
+/* The session API is public (cllm.h); the layout lives in session.c. */
 
 #endif /* CLLM_RUNTIME_SESSION_H */

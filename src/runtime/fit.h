@@ -87,5 +87,4 @@ struct cllm_plan {
 /* Sum of the four kinds on device i. */
 size_t cllm_plan_device_total(const cllm_plan *plan, int i);
 
-
 #endif /* CLLM_RUNTIME_FIT_H */

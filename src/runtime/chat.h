@@ -19,8 +19,8 @@
  *     bool add_bos = !cllm_chat_style_has_bos_text(style) && <the tokenizer's add_bos>;
  *     ... tokenize `text` (special tokens parsed), generate until
  *         cllm_chat_style_eot(style) or the model's EOS ...
- *     free(text);
- *     free(def_sys);
+ *     cllm_free(text);
+ *     cllm_free(def_sys);
  *
  * The library does not run Jinja. It recognises a template's family by
  * distinctive substrings and renders that family's format in C, reproducing
@@ -134,7 +134,7 @@ const char *cllm_chat_style_eot(cllm_chat_style style);
  * 4 KiB. Linear in the template's length (templates come from files).
  *
  * Returns CLLM_OK with `*out` a new NUL-terminated string that the caller
- * releases with free(), or with `*out` = NULL when the template has none
+ * releases with cllm_free(), or with `*out` = NULL when the template has none
  * (any other family, or NULL / empty `template_src`); CLLM_ERR_NOMEM (with
  * `*out` untouched). Thread-safe.
  */
@@ -164,7 +164,7 @@ cllm_status cllm_chat_render(cllm_chat_style style, const cllm_chat_msg *msgs, s
 
 /*
  * As cllm_chat_render, into a new NUL-terminated string `*out` of length
- * `*out_len` (`out_len` may be NULL). The caller releases it with free().
+ * `*out_len` (`out_len` may be NULL). The caller releases it with cllm_free().
  * Returns CLLM_OK, the errors of cllm_chat_render, or CLLM_ERR_NOMEM; on
  * failure the outputs are untouched. Thread-safe.
  */

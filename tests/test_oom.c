@@ -66,13 +66,18 @@ _Static_assert(CLLM_ARRAY_SIZE(k_step_names) == STEP_COUNT, "step names");
 typedef struct model_case {
     const char *file;
     bool mmap;
+    bool vocab_only; /* a tokenizer fixture without weights: open, tokenize, detokenize */
 } model_case;
 
-/* The models of ../shared/models that the other tests use; one without mmap. */
+/* The models of ../shared/models that the other tests use (not the Q8_0 file,
+ * whose rows are not whole blocks: it does not load), one of them without
+ * mmap, and a byte-level BPE tokenizer fixture. */
 static const model_case k_models[] = {
-    {"stories260K.gguf", true},
-    {"tinyllamas-stories-260k-f32.gguf", false},
-    {"llama-2-tiny-random.gguf", true},
+    {.file = "stories260K.gguf", .mmap = true},
+    {.file = "tinyllamas-stories-260k-f32.gguf", .mmap = false},
+    {.file = "TinyLLama-v0.Q4_0.gguf", .mmap = true},
+    {.file = "llama-2-tiny-random.gguf", .mmap = true},
+    {.file = "vocab/ggml-vocab-gpt-2.gguf", .vocab_only = true}, /* byte-level BPE */
 };
 
 /* What one run of the scenario did. */
@@ -92,6 +97,7 @@ typedef struct outcome {
     int64_t n_past_after_fail;
     bool logits_after_fail;
     bool redecode_ok;
+    int64_t decode_allocs; /* host allocations cllm_session_decode made */
 } outcome;
 
 /* The clean run's logits after the prompt (the "objects unchanged" check). */
@@ -107,6 +113,27 @@ static double now_ms(void) {
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
 }
+
+/* Output parameters start as this and must stay so when the call fails. */
+static char g_sentinel;
+#define SENTINEL ((void *)&g_sentinel)
+
+/* Runs `call`, which writes its result through `&tmp` (starting as the
+ * sentinel); on success the result moves to `dst`, on failure tmp must be
+ * untouched. */
+#define STEP_OUT(id, dst, tmp, call)                                                               \
+    do {                                                                                           \
+        tmp = SENTINEL;                                                                            \
+        const cllm_status step_st_ = (call);                                                       \
+        if (step_st_ != CLLM_OK) {                                                                 \
+            CHECKF(tmp == SENTINEL, "%s: a failed step %s wrote its output", path,                 \
+                   k_step_names[id]);                                                              \
+            o->step = (id);                                                                        \
+            o->st = step_st_;                                                                      \
+            goto done;                                                                             \
+        }                                                                                          \
+        dst = tmp;                                                                                 \
+    } while (0)
 
 #define STEP(id, expr)                                                                             \
     do {                                                                                           \
@@ -135,13 +162,15 @@ static void scenario(const char *path, bool use_mmap, outcome *o) {
     pp.n_batch = 4;
     pp.n_threads = 1;
     pp.use_mmap = use_mmap;
-    STEP(STEP_PLAN, cllm_plan_file(path, &pp, &plan));
+    cllm_plan *plan_out;
+    STEP_OUT(STEP_PLAN, plan, plan_out, cllm_plan_file(path, &pp, &plan_out));
 
     cllm_model_params mp = cllm_model_default_params();
     mp.use_mmap = use_mmap;
     mp.progress = false;
     mp.plan = plan;
-    STEP(STEP_LOAD, cllm_model_load(path, &mp, &m));
+    cllm_model *m_out;
+    STEP_OUT(STEP_LOAD, m, m_out, cllm_model_load(path, &mp, &m_out));
     if (!m->tok) {
         o->step = STEP_TOKENIZER;
         o->st = CLLM_ERR_FORMAT; /* the models used here all carry one */
@@ -149,15 +178,18 @@ static void scenario(const char *path, bool use_mmap, outcome *o) {
     }
 
     /* a second tokenizer from the same metadata, besides the model's */
-    STEP(STEP_TOKENIZER, cllm_tokenizer_new_from_gguf(m->gguf, &tok));
+    cllm_tokenizer *tok_out;
+    STEP_OUT(STEP_TOKENIZER, tok, tok_out, cllm_tokenizer_new_from_gguf(m->gguf, &tok_out));
 
     const cllm_chat_msg msgs[] = {
         {"system", "You tell short stories."},
         {"user", "Tell me a story about a cat."},
     };
     size_t chat_len = 0;
-    STEP(STEP_CHAT, cllm_chat_render_alloc(CLLM_CHAT_STYLE_LLAMA2, msgs, CLLM_ARRAY_SIZE(msgs),
-                                           true, &chat, &chat_len));
+    char *chat_out;
+    STEP_OUT(STEP_CHAT, chat, chat_out,
+             cllm_chat_render_alloc(CLLM_CHAT_STYLE_LLAMA2, msgs, CLLM_ARRAY_SIZE(msgs), true,
+                                    &chat_out, &chat_len));
     int32_t chat_ids[MAX_PROMPT];
     size_t n_chat = 0;
     STEP(STEP_ENCODE,
@@ -178,11 +210,14 @@ static void scenario(const char *path, bool use_mmap, outcome *o) {
     sp.n_ctx = 64;
     sp.n_batch = 4; /* the prompt takes two batches: a failure may hit the second */
     sp.n_threads = 1;
-    STEP(STEP_SESSION, cllm_session_new(m, &sp, &s));
+    cllm_session *s_out;
+    STEP_OUT(STEP_SESSION, s, s_out, cllm_session_new(m, &sp, &s_out));
 
     /* the prompt but its last token, which cllm_generate decodes */
     const int64_t n_first = (int64_t)n_prompt - 1;
+    const int64_t count_before_decode = cllm_hostmem_count();
     cllm_status st = cllm_session_decode(s, o->prompt, n_first);
+    o->decode_allocs = cllm_hostmem_count() - count_before_decode;
     if (st != CLLM_OK) {
         o->step = STEP_DECODE;
         o->st = st;
@@ -208,7 +243,9 @@ static void scenario(const char *path, bool use_mmap, outcome *o) {
     cllm_sampler_params smpp = cllm_sampler_default_params();
     smpp.seed = 1234;
     smpp.repeat_penalty = 1.1f;
-    STEP(STEP_SAMPLER, cllm_sampler_new(&smpp, (int32_t)cllm_session_n_vocab(s), &smp));
+    cllm_sampler *smp_out;
+    STEP_OUT(STEP_SAMPLER, smp, smp_out,
+             cllm_sampler_new(&smpp, (int32_t)cllm_session_n_vocab(s), &smp_out));
 
     st = cllm_generate(s, m->tok, smp, &o->prompt[n_first], 1, N_GEN, NULL, NULL, &gr);
     if (st != CLLM_OK) {
@@ -232,6 +269,49 @@ done:
     cllm_plan_free(plan);
 }
 
+/* The scenario of a tokenizer fixture: metadata, tokenizer, encode (special
+ * tokens parsed), streaming detokenizer. */
+static void vocab_scenario(const char *path, outcome *o) {
+    memset(o, 0, sizeof(*o));
+    cllm_gguf *g = NULL, *g_out;
+    cllm_tokenizer *tok = NULL, *tok_out;
+    cllm_detokenizer *d = NULL, *d_out;
+    STEP_OUT(STEP_LOAD, g, g_out, cllm_gguf_open(path, &g_out));
+    STEP_OUT(STEP_TOKENIZER, tok, tok_out, cllm_tokenizer_new_from_gguf(g, &tok_out));
+    static const char k_text[] = "Hello world! It's 2024: na\xc3\xafve caf\xc3\xa9, 3.14159 "
+                                 "<|endoftext|>\ttabs and\n\nnew lines   ";
+    size_t n = 0;
+    STEP(STEP_ENCODE,
+         cllm_tokenizer_encode(tok, k_text, strlen(k_text), true, true, o->prompt, MAX_PROMPT, &n));
+    o->n_prompt = (int64_t)n;
+    STEP_OUT(STEP_DETOK, d, d_out, cllm_detokenizer_new(tok, CLLM_DETOK_SPECIAL, &d_out));
+    for (size_t i = 0; i <= n; i++) {
+        const char *text;
+        size_t len;
+        if (i < n) {
+            STEP(STEP_DETOK, cllm_detokenizer_push(d, o->prompt[i], &text, &len));
+        } else {
+            cllm_detokenizer_flush(d, &text, &len);
+        }
+        len = CLLM_MIN(len, sizeof(o->text) - 1 - o->text_len);
+        memcpy(o->text + o->text_len, text, len);
+        o->text_len += len;
+    }
+done:
+    o->injected = cllm_hostmem_failures();
+    cllm_detokenizer_free(d);
+    cllm_tokenizer_free(tok);
+    cllm_gguf_free(g);
+}
+
+static void run_case(const model_case *mc, const char *path, outcome *o) {
+    if (mc->vocab_only) {
+        vocab_scenario(path, o);
+    } else {
+        scenario(path, mc->mmap, o);
+    }
+}
+
 /* Bytes of every kind the CPU device holds. */
 static size_t cpu_bytes(void) {
     size_t n = 0;
@@ -249,12 +329,13 @@ static bool same_result(const outcome *a, const outcome *b) {
 
 /* One faulty run: the n-th allocation fails (and every later one with
  * `repeat`). Returns false if a check failed. */
-static bool faulty_run(const char *file, const char *path, bool use_mmap, int64_t n, bool repeat,
+static bool faulty_run(const model_case *mc, const char *path, int64_t n, bool repeat,
                        const outcome *ref, size_t bytes_before, int hits[STEP_COUNT]) {
+    const char *file = mc->file;
     const int failed_before = g_checks_failed;
     outcome o;
     cllm_hostmem_fail_at(n, repeat);
-    scenario(path, use_mmap, &o);
+    run_case(mc, path, &o);
     cllm_hostmem_fail_at(-1, false);
     const char *mode = repeat ? "persistent" : "transient";
     hits[o.step]++;
@@ -291,18 +372,24 @@ static void check_model(const model_case *mc) {
     /* the reference (also warms up what is initialised once per process),
      * then the count */
     outcome ref, counted;
-    scenario(path, mc->mmap, &ref);
+    run_case(mc, path, &ref);
     CHECKF(ref.step == STEP_NONE, "%s: the clean run failed at %s: %s (%s)", mc->file,
            k_step_names[ref.step], cllm_status_str(ref.st), cllm_last_error());
     if (ref.step != STEP_NONE) return;
-    CHECKF(ref.n_gen == N_GEN, "%s: %zu tokens generated", mc->file, ref.n_gen);
+    CHECKF(mc->vocab_only ? ref.n_prompt > 0 && ref.text_len > 0 : ref.n_gen == N_GEN,
+           "%s: %lld prompt ids, %zu tokens generated", mc->file, (long long)ref.n_prompt,
+           ref.n_gen);
     const double t0 = now_ms();
     cllm_hostmem_fail_at(0, false);
-    scenario(path, mc->mmap, &counted);
+    run_case(mc, path, &counted);
     const int64_t total = cllm_hostmem_count();
     cllm_hostmem_fail_at(-1, false);
     const double t_clean = now_ms() - t0;
     CHECKF(same_result(&counted, &ref), "%s: the counted run differs from the clean run", mc->file);
+    /* the session planned its memory up front: decoding allocates nothing
+     * (so the decode step below can only fail if that changes) */
+    CHECKF(counted.decode_allocs == 0, "%s: decode made %lld host allocations", mc->file,
+           (long long)counted.decode_allocs);
     CHECKF(counted.injected == 0 && total > 0, "%s: %lld allocations, %lld failures", mc->file,
            (long long)total, (long long)counted.injected);
 
@@ -311,8 +398,7 @@ static void check_model(const model_case *mc) {
     const double t1 = now_ms();
     for (int repeat = 0; repeat < 2; repeat++) {
         for (int64_t n = 1; n <= total; n++) {
-            if (!faulty_run(mc->file, path, mc->mmap, n, repeat, &ref, bytes_before,
-                            hits[repeat])) {
+            if (!faulty_run(mc, path, n, repeat, &ref, bytes_before, hits[repeat])) {
                 if (++bad >= 20) {
                     fprintf(stderr, "%s: too many failures, stopping\n", mc->file);
                     return;
@@ -323,8 +409,11 @@ static void check_model(const model_case *mc) {
     const double t_faults = now_ms() - t1;
     printf("%s (%s): %lld host allocations per run (%.1f ms clean); 2 x %lld faulty runs in "
            "%.2f s\n",
-           mc->file, mc->mmap ? "mmap" : "read", (long long)total, t_clean, (long long)total,
-           t_faults / 1e3);
+           mc->file,
+           mc->vocab_only ? "tokenizer"
+           : mc->mmap     ? "mmap"
+                          : "read",
+           (long long)total, t_clean, (long long)total, t_faults / 1e3);
     for (int repeat = 0; repeat < 2; repeat++) {
         printf("  %-10s failures reported by:", repeat ? "persistent" : "transient");
         for (int i = 0; i < STEP_COUNT; i++) {
@@ -344,7 +433,8 @@ int main(int argc, char **argv) {
     if (argc > 1) {
         n_models = 0;
         for (int i = 1; i < argc && n_models < CLLM_ARRAY_SIZE(given); i++) {
-            given[n_models++] = (model_case){argv[i], true};
+            given[n_models++] = (model_case){
+                .file = argv[i], .mmap = true, .vocab_only = strncmp(argv[i], "vocab/", 6) == 0};
         }
         models = given;
     }

@@ -387,7 +387,12 @@ static int load_modules_locked(const char *dir) {
     int n = 0;
     struct dirent *e;
     while ((e = readdir(d)) != NULL && n < MAX_REGS) {
-        if (is_module_name(e->d_name) && (names[n] = cllm_strdup(e->d_name)) != NULL) n++;
+        if (!is_module_name(e->d_name)) continue;
+        if ((names[n] = cllm_strdup(e->d_name)) != NULL) {
+            n++;
+        } else { /* discovery is best effort: the module is skipped, and said so */
+            CLLM_LOG_WARN("backend modules: out of host memory, %s/%s skipped", dir, e->d_name);
+        }
     }
     closedir(d);
     /* sorted, so that device order does not depend on the file system */

@@ -9,11 +9,17 @@
  * then once for every N in 1..N_total with the N-th allocation failing
  * ("transient": the ones after it succeed again), and once for every N with
  * every allocation from the N-th on failing ("persistent"). Every run must
- * stop at its first failing step with an out-of-memory status, report the
- * failure (never swallow it), leave no device bytes allocated, and leak
- * nothing (LeakSanitizer, in the sanitizer build). A decode that fails must
- * keep the session as it was: same n_past, no logits, and a decode of the
- * same tokens afterwards gives the clean run's logits bit for bit.
+ * stop at its first failing step with an out-of-memory status (CLLM_ERR_NOMEM,
+ * or CLLM_ERR_DEVICE_MEMORY where the allocation was a CPU buffer: the CPU
+ * device's memory), report the failure (never swallow it), leave the failed
+ * call's output parameter untouched, leave no device bytes allocated, and
+ * leak nothing (LeakSanitizer, in the sanitizer build); a run that succeeds
+ * gives the clean run's tokens and text.
+ *
+ * Decoding allocates nothing (the session planned its memory up front), and
+ * the test checks that. Should that change, a decode that fails must keep
+ * the session as it was: same n_past, no logits, and a decode of the same
+ * tokens afterwards gives the clean run's logits bit for bit.
  *
  * One thread everywhere (plan, session), so that the allocation count is
  * the same on every run; the CPU backend's worker threads allocate nothing

@@ -3,6 +3,7 @@
  * metadata as text, model queries, tokenization through the model's
  * tokenizer, and chat-template application. No state of their own.
  */
+#include "core/hostmem.h"
 #include "backend/backend.h"
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/threadpool.h"
@@ -187,7 +188,7 @@ cllm_status cllm_chat_apply(const cllm_model *m, const char *style_name, const c
         if ((st = cllm_chat_default_system(tmpl, &def_sys)) != CLLM_OK) goto fail;
     }
     if (def_sys) {
-        all = malloc((n + 1) * sizeof(*all));
+        all = cllm_malloc((n + 1) * sizeof(*all));
         if (!all) {
             st = cllm_error(CLLM_ERR_NOMEM, "chat: out of host memory");
             goto fail;
@@ -202,8 +203,8 @@ cllm_status cllm_chat_apply(const cllm_model *m, const char *style_name, const c
     }
     if (style_out) *style_out = style;
 fail:
-    free(all);
-    free(def_sys);
+    cllm_free(all);
+    cllm_free(def_sys);
     return st;
 }
 

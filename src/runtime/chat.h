@@ -19,8 +19,8 @@
  *     bool add_bos = !cllm_chat_style_has_bos_text(style) && <the tokenizer's add_bos>;
  *     ... tokenize `text` (special tokens parsed), generate until
  *         cllm_chat_style_eot(style) or the model's EOS ...
- *     free(text);
- *     free(def_sys);
+ *     cllm_free(text);
+ *     cllm_free(def_sys);
  *
  * The library does not run Jinja. It recognises a template's family by
  * distinctive substrings and renders that family's format in C, reproducing

@@ -1,5 +1,6 @@
 /* The fit planner (fit.h): placement of layers across devices within their
  * budgets, from metadata and measure-mode probes. */
+#include "core/hostmem.h"
 #include "runtime/fit.h"
 #include "backend/test/test-backend.h" /* cllm_parse_size */
 #include "backend/backend-impl.h"
@@ -284,10 +285,10 @@ static void fit_ctx_free(fit_ctx *f) {
 void cllm_plan_free(cllm_plan *plan) {
     if (!plan) return;
     cllm_placement_free(&plan->place);
-    free(plan->tensors);
+    cllm_free(plan->tensors);
     cllm_weights_free(plan->weights);
     cllm_kv_cache_free(&plan->kv);
-    free(plan);
+    cllm_free(plan);
 }
 
 size_t cllm_plan_device_total(const cllm_plan *plan, int i) {
@@ -355,7 +356,7 @@ cllm_status cllm_plan_new(const cllm_gguf *g, const cllm_plan_params *params, cl
     if ((st = set_ctx(&f, f.p.n_ctx)) != CLLM_OK) goto fail;
     if ((st = cllm_weights_new(g, f.arch, &f.hp, &f.w)) != CLLM_OK) goto fail;
     if ((st = find_devices(&f)) != CLLM_OK) goto fail;
-    plan = calloc(1, sizeof(*plan));
+    plan = cllm_calloc(1, sizeof(*plan));
     if (!plan) {
         st = cllm_error(CLLM_ERR_NOMEM, "plan: out of host memory");
         goto fail;
@@ -395,7 +396,7 @@ cllm_status cllm_plan_new(const cllm_gguf *g, const cllm_plan_params *params, cl
     /* the tensor map: the weights, and one session's KV cache as sessions make it */
     if ((st = cllm_kv_cache_init(&plan->kv, &f.hp, &f.shape)) != CLLM_OK) goto fail;
     const int n_w = cllm_context_n_tensors(f.w->ctx), n_kv = cllm_context_n_tensors(plan->kv.ctx);
-    plan->tensors = calloc((size_t)(n_w + n_kv), sizeof(*plan->tensors));
+    plan->tensors = cllm_calloc((size_t)(n_w + n_kv), sizeof(*plan->tensors));
     if (!plan->tensors) {
         st = cllm_error(CLLM_ERR_NOMEM, "plan: out of host memory");
         goto fail;

@@ -1,4 +1,5 @@
 /* Loading a model: metadata, architecture, weights (mapped or read). */
+#include "core/hostmem.h"
 #include "runtime/model.h"
 #include "backend/cpu/cpu.h"
 #include "runtime/fit.h"
@@ -123,7 +124,7 @@ static cllm_status place_read(cllm_model *m, int fd, bool show_progress) {
             stage_size = CLLM_MAX(stage_size, cllm_nbytes(t));
         }
     }
-    if (stage_size && !(stage = malloc(stage_size))) {
+    if (stage_size && !(stage = cllm_malloc(stage_size))) {
         return cllm_error(CLLM_ERR_NOMEM, "%s: out of host memory", m->path);
     }
     show_progress = show_progress && total >= PROGRESS_MIN_BYTES && isatty(2);
@@ -137,7 +138,7 @@ static cllm_status place_read(cllm_model *m, int fd, bool show_progress) {
         for (size_t off = 0; off < ti->size;) {
             const ssize_t r = pread(fd, dst + off, ti->size - off, base + (off_t)off);
             if (r <= 0) {
-                free(stage);
+                cllm_free(stage);
                 return cllm_error(CLLM_ERR_IO, "%s: reading tensor %s: %s", m->path, t->name,
                                   r == 0 ? "unexpected end of file" : strerror(errno));
             }
@@ -148,17 +149,17 @@ static cllm_status place_read(cllm_model *m, int fd, bool show_progress) {
         progress(done, total, show_progress);
     }
     progress(total, total, show_progress);
-    free(stage);
+    cllm_free(stage);
     return CLLM_OK;
 }
 
 cllm_status cllm_model_load(const char *path, const cllm_model_params *params, cllm_model **out) {
     const cllm_model_params p = params ? *params : cllm_model_default_params();
-    cllm_model *m = calloc(1, sizeof(*m));
+    cllm_model *m = cllm_calloc(1, sizeof(*m));
     if (!m) return cllm_error(CLLM_ERR_NOMEM, "%s: out of host memory", path);
     cllm_status st = CLLM_OK;
     int fd = -1;
-    m->path = strdup(path);
+    m->path = cllm_strdup(path);
     if (!m->path) {
         st = cllm_error(CLLM_ERR_NOMEM, "%s: out of host memory", path);
         goto fail;
@@ -213,6 +214,6 @@ void cllm_model_free(cllm_model *m) {
     cllm_weights_free(m->weights);
     cllm_tokenizer_free(m->tok);
     cllm_gguf_free(m->gguf);
-    free(m->path);
-    free(m);
+    cllm_free(m->path);
+    cllm_free(m);
 }

@@ -1,5 +1,6 @@
 /* Placement, session shapes, static layout and instances (place.h): the
  * code shared by the fit planner, model loading and sessions. */
+#include "core/hostmem.h"
 #include "runtime/place.h"
 #include "backend/cpu/cpu.h"
 #include "backend/cpu/threadpool.h"
@@ -11,7 +12,7 @@
 
 static cllm_status placement_layers(cllm_placement *pl, int n_layer) {
     pl->n_layer = n_layer;
-    pl->layer_device = calloc((size_t)CLLM_MAX(n_layer, 1), sizeof(int));
+    pl->layer_device = cllm_calloc((size_t)CLLM_MAX(n_layer, 1), sizeof(int));
     if (!pl->layer_device) return cllm_error(CLLM_ERR_NOMEM, "out of host memory");
     const int cpu = cllm_placement_cpu(pl);
     for (int l = 0; l < n_layer; l++) pl->layer_device[l] = cpu;
@@ -52,7 +53,7 @@ cllm_status cllm_placement_copy(cllm_placement *dst, const cllm_placement *src) 
 
 void cllm_placement_free(cllm_placement *pl) {
     if (!pl) return;
-    free(pl->layer_device);
+    cllm_free(pl->layer_device);
     pl->layer_device = NULL;
 }
 
@@ -186,8 +187,8 @@ cllm_status cllm_kv_cache_init(cllm_kv_cache *kv, const cllm_hparams *hp, const 
     kv->n_ctx = sh->n_ctx;
     kv->n_layer = (int)hp->n_layer;
     kv->ctx = cllm_context_new(2 * kv->n_layer);
-    kv->k = calloc((size_t)CLLM_MAX(kv->n_layer, 1), sizeof(*kv->k));
-    kv->v = calloc((size_t)CLLM_MAX(kv->n_layer, 1), sizeof(*kv->v));
+    kv->k = cllm_calloc((size_t)CLLM_MAX(kv->n_layer, 1), sizeof(*kv->k));
+    kv->v = cllm_calloc((size_t)CLLM_MAX(kv->n_layer, 1), sizeof(*kv->v));
     if (!kv->ctx || !kv->k || !kv->v) {
         cllm_kv_cache_free(kv);
         return cllm_error(CLLM_ERR_NOMEM, "out of host memory for a KV cache");
@@ -203,8 +204,8 @@ cllm_status cllm_kv_cache_init(cllm_kv_cache *kv, const cllm_hparams *hp, const 
 
 void cllm_kv_cache_free(cllm_kv_cache *kv) {
     cllm_context_free(kv->ctx);
-    free(kv->k);
-    free(kv->v);
+    cllm_free(kv->k);
+    cllm_free(kv->v);
     memset(kv, 0, sizeof(*kv));
 }
 

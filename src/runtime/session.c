@@ -1,4 +1,5 @@
 /* Sessions: KV cache (state), planned compute memory, batched decoding. */
+#include "core/hostmem.h"
 #include "runtime/session.h"
 #include "runtime/place.h"
 #include "sched/sched.h"
@@ -58,7 +59,7 @@ cllm_status cllm_session_new(const cllm_model *model, const cllm_session_params 
         }
     }
 
-    cllm_session *s = calloc(1, sizeof(*s));
+    cllm_session *s = cllm_calloc(1, sizeof(*s));
     if (!s) return cllm_error(CLLM_ERR_NOMEM, "out of host memory for a session");
     s->model = model;
     s->params = p;
@@ -66,8 +67,8 @@ cllm_status cllm_session_new(const cllm_model *model, const cllm_session_params 
     s->params.n_batch = shape.n_batch;
     s->shape = shape;
     cllm_status st = CLLM_ERR_NOMEM;
-    s->logits = malloc((size_t)hp->n_vocab * sizeof(float));
-    s->mask_row = malloc((size_t)shape.n_ctx * sizeof(float));
+    s->logits = cllm_malloc((size_t)hp->n_vocab * sizeof(float));
+    s->mask_row = cllm_malloc((size_t)shape.n_ctx * sizeof(float));
     if (!s->logits || !s->mask_row) {
         cllm_error(st, "out of host memory for a session");
         goto fail;
@@ -96,9 +97,9 @@ void cllm_session_free(cllm_session *s) {
     if (!s) return;
     if (s->sched) atomic_fetch_sub(&((cllm_model *)s->model)->n_sessions, 1);
     cllm_instance_free(&s->in);
-    free(s->logits);
-    free(s->mask_row);
-    free(s);
+    cllm_free(s->logits);
+    cllm_free(s->mask_row);
+    cllm_free(s);
 }
 
 /* Runs one batch of n tokens at n_past; the logits of its last token land in

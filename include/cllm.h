@@ -2,15 +2,33 @@
  * cllm — run GGUF language models on every device of a machine, with memory
  * that is planned, not guessed.
  *
- * This is the public API. It is small today and grows with the library:
- * status codes, logging and the memory kinds every byte is accounted to.
+ * This is the public API, the only header a program needs: models, sessions,
+ * tokenization, sampling, generation, chat templates, memory plans and
+ * devices. Build against an installed tree with `pkg-config --cflags --libs
+ * cllm` or CMake's find_package(cllm) (target cllm::cllm).
  *
- * Usage:
+ * Usage (greedy generation; error checks shortened):
  *
- *     cllm_log_set(my_log, my_user_data);      // optional, default: stderr
- *     cllm_status st = some_cllm_call(...);
- *     if (st != CLLM_OK)
- *         fprintf(stderr, "%s: %s\n", cllm_status_str(st), cllm_last_error());
+ *     cllm_model *m;
+ *     if (cllm_model_load("model.gguf", NULL, &m) != CLLM_OK) {
+ *         fprintf(stderr, "%s\n", cllm_last_error());
+ *         return 1;
+ *     }
+ *     int32_t ids[256];
+ *     size_t n;
+ *     cllm_tokenize(m, "Once upon a time", 16, true, false, ids, 256, &n);
+ *     cllm_session *s;
+ *     cllm_session_new(m, NULL, &s);                  // KV cache + planned compute
+ *     cllm_sampler_params sp = cllm_sampler_default_params();
+ *     sp.temperature = 0;                             // greedy
+ *     cllm_sampler *smp;
+ *     cllm_sampler_new(&sp, cllm_model_n_vocab(m), &smp);
+ *     cllm_generate_result res;
+ *     cllm_generate(s, smp, ids, n, 32, print_text, NULL, &res);
+ *     cllm_generate_result_free(&res);
+ *     cllm_sampler_free(smp);
+ *     cllm_session_free(s);
+ *     cllm_model_free(m);
  *
  * Conventions (all public functions):
  *  - Functions that can fail because of input or the environment return a
@@ -19,13 +37,24 @@
  *    cllm_last_error().
  *  - Who calls `*_new` calls `*_free`; `*_free(NULL)` does nothing.
  *  - Library code never calls exit() and never aborts on input. A broken
- *    invariant (a programmer error) aborts with file:line and a message.
+ *    invariant (a programmer error, e.g. an index out of its documented
+ *    range) aborts with file:line and a message.
+ *  - Handles (cllm_model, cllm_session, ...) are opaque; parameter structs
+ *    are public and come with a *_default_params() function: start from it
+ *    and change the fields you need, so that fields added later keep their
+ *    defaults.
+ *  - Thread safety: a model is read-only once loaded and may be shared by
+ *    any number of threads and sessions; a session, a sampler and a plan are
+ *    used by one thread at a time. Functions that say "thread-safe" may be
+ *    called from any thread at any time.
  */
 #ifndef CLLM_H
 #define CLLM_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -94,6 +123,759 @@ const char *cllm_last_error(void);
 
 /* "0.1.0" */
 const char *cllm_version(void);
+
+/* Monotonic wall clock in milliseconds (for timings). Thread-safe. */
+double cllm_time_ms(void);
+
+/* ======================================================================== */
+/* Element types                                                            */
+/* ======================================================================== */
+
+/*
+ * Element types of tensors. These are the GGUF on-disk type ids (they never
+ * change), exposed whole rather than as a smaller KV-cache enum: the same
+ * values name the weight types that `cllm info` lists and the KV-cache types
+ * a session or plan accepts (CLLM_TYPE_F16, CLLM_TYPE_F32), so one enum
+ * serves both without a translation table.
+ */
+typedef enum cllm_type {
+    CLLM_TYPE_F32 = 0,
+    CLLM_TYPE_F16 = 1,
+    CLLM_TYPE_Q4_0 = 2,
+    CLLM_TYPE_Q4_1 = 3,
+    /* 4, 5: retired (Q4_2, Q4_3) */
+    CLLM_TYPE_Q5_0 = 6,
+    CLLM_TYPE_Q5_1 = 7,
+    CLLM_TYPE_Q8_0 = 8,
+    CLLM_TYPE_Q8_1 = 9,
+    CLLM_TYPE_Q2_K = 10,
+    CLLM_TYPE_Q3_K = 11,
+    CLLM_TYPE_Q4_K = 12,
+    CLLM_TYPE_Q5_K = 13,
+    CLLM_TYPE_Q6_K = 14,
+    CLLM_TYPE_Q8_K = 15,
+    CLLM_TYPE_IQ2_XXS = 16,
+    CLLM_TYPE_IQ2_XS = 17,
+    CLLM_TYPE_IQ3_XXS = 18,
+    CLLM_TYPE_IQ1_S = 19,
+    CLLM_TYPE_IQ4_NL = 20,
+    CLLM_TYPE_IQ3_S = 21,
+    CLLM_TYPE_IQ2_S = 22,
+    CLLM_TYPE_IQ4_XS = 23,
+    CLLM_TYPE_I8 = 24,
+    CLLM_TYPE_I16 = 25,
+    CLLM_TYPE_I32 = 26,
+    CLLM_TYPE_I64 = 27,
+    CLLM_TYPE_F64 = 28,
+    CLLM_TYPE_IQ1_M = 29,
+    CLLM_TYPE_BF16 = 30,
+    /* 31-33: retired (Q4_0_4_4, Q4_0_4_8, Q4_0_8_8) */
+    CLLM_TYPE_TQ1_0 = 34,
+    CLLM_TYPE_TQ2_0 = 35,
+    /* 36-38: retired (IQ4_NL_4_4, IQ4_NL_4_8, IQ4_NL_8_8) */
+    CLLM_TYPE_MXFP4 = 39,
+    CLLM_TYPE_COUNT = 40
+} cllm_type;
+
+/* Name of a type ("f32", "q4_0", ...), or "unknown" for invalid ids.
+ * A constant string; thread-safe. */
+const char *cllm_type_name(cllm_type type);
+
+/* ======================================================================== */
+/* Devices                                                                  */
+/* ======================================================================== */
+
+/*
+ * The devices found at run time: the CPU (always, the last resort of every
+ * placement), GPUs whose backend module and driver are present, and the
+ * test device when enabled. Device handles belong to the library and stay
+ * valid until the process ends.
+ *
+ *     for (int i = 0; i < cllm_device_count(); i++) {
+ *         cllm_device *d = cllm_device_get(i);
+ *         size_t free_b, total_b;
+ *         cllm_device_memory(d, &free_b, &total_b);
+ *         printf("%s %s %zu/%zu\n", cllm_device_name(d),
+ *                cllm_device_kind_str(cllm_device_kind_of(d)), free_b, total_b);
+ *     }
+ */
+typedef struct cllm_device cllm_device;
+
+typedef enum cllm_device_kind {
+    CLLM_DEVICE_CPU = 0,
+    CLLM_DEVICE_GPU,
+    CLLM_DEVICE_ACCEL, /* other memory, e.g. the test device */
+    CLLM_DEVICE_KIND_COUNT
+} cllm_device_kind;
+
+/* "cpu", "gpu" or "accel". A constant string; thread-safe. */
+const char *cllm_device_kind_str(cllm_device_kind kind);
+
+/* Number of devices (>= 1: the CPU). The first call finds them. */
+int cllm_device_count(void);
+/* Device i, i in [0, cllm_device_count()) (asserted). */
+cllm_device *cllm_device_get(int i);
+
+const char *cllm_device_name(const cllm_device *dev);        /* "cpu", "cuda0", ... */
+const char *cllm_device_description(const cllm_device *dev); /* e.g. the CPU model */
+cllm_device_kind cllm_device_kind_of(const cllm_device *dev);
+/* Free and total memory in bytes, as the device reports it now. */
+void cllm_device_memory(cllm_device *dev, size_t *free_bytes, size_t *total_bytes);
+
+/*
+ * Enables the test device (a device with its own memory, budget and partial
+ * op support, to exercise placement and splits without a GPU) with the
+ * options of `spec`, e.g. "budget=64MiB,ops=-rope" (the same as the
+ * environment variable CLLM_TEST_DEVICE). Call it before loading models.
+ * CLLM_ERR_INVALID_ARG with a message for a malformed spec. Not thread-safe.
+ */
+cllm_status cllm_device_enable_test(const char *spec);
+
+/* Physical CPU cores (the default thread count), and the CPU kernel level in
+ * use ("avx512 vnni", "avx2", "portable"). Thread-safe. */
+int cllm_cpu_physical_cores(void);
+const char *cllm_cpu_features(void);
+
+/* "1.50 GiB", "512 MiB", "100 B" into buf (size bytes); returns buf. */
+const char *cllm_format_size(size_t bytes, char *buf, size_t size);
+
+/* ======================================================================== */
+/* GGUF files: metadata and tensor table, without the weights               */
+/* ======================================================================== */
+
+/*
+ * The metadata (key/value pairs) and tensor table of a GGUF file, read
+ * without its tensor data. Every model keeps the one of its file
+ * (cllm_model_gguf); cllm_gguf_open reads any GGUF file, of a supported
+ * architecture or not.
+ *
+ *     cllm_gguf *g;
+ *     if (cllm_gguf_open("model.gguf", &g) != CLLM_OK) ... cllm_last_error() ...
+ *     for (int64_t i = 0; i < cllm_gguf_n_kv(g); i++) {
+ *         char v[128];
+ *         cllm_gguf_val_to_str(g, i, v, sizeof(v));
+ *         printf("%s = %s\n", cllm_gguf_key(g, i), v);
+ *     }
+ *     cllm_gguf_free(g);
+ *
+ * Thread safety: immutable once opened; any number of threads may read it.
+ */
+typedef struct cllm_gguf cllm_gguf;
+
+/*
+ * Reads the metadata and tensor infos of the file at `path` (the file is
+ * hostile input: every count, length, offset, type and shape is checked).
+ * CLLM_ERR_IO if it cannot be read, CLLM_ERR_FORMAT for a malformed file,
+ * CLLM_ERR_UNSUPPORTED for GGUF this reader does not handle (version above 3,
+ * big-endian), CLLM_ERR_NOMEM. On failure *out is untouched. Free the result
+ * with cllm_gguf_free.
+ */
+cllm_status cllm_gguf_open(const char *path, cllm_gguf **out);
+/* NULL does nothing. */
+void cllm_gguf_free(cllm_gguf *g);
+
+uint32_t cllm_gguf_version(const cllm_gguf *g);     /* 1, 2 or 3 */
+size_t cllm_gguf_alignment(const cllm_gguf *g);     /* of tensor data */
+uint64_t cllm_gguf_data_offset(const cllm_gguf *g); /* start of tensor data */
+
+/* Keys, in file order: i in [0, n_kv) (asserted). */
+int64_t cllm_gguf_n_kv(const cllm_gguf *g);
+const char *cllm_gguf_key(const cllm_gguf *g, int64_t i);
+/* Index of `key`, or -1. */
+int64_t cllm_gguf_find_key(const cllm_gguf *g, const char *key);
+/* The type of value i: "uint8", "int8", "uint16", "int16", "uint32",
+ * "int32", "float32", "bool", "string", "array", "uint64", "int64",
+ * "float64". A constant string. */
+const char *cllm_gguf_kv_type_str(const cllm_gguf *g, int64_t i);
+
+/*
+ * Value i as text into buf[0..size) (NUL-terminated, cut to fit): numbers in
+ * decimal, bools "true"/"false", strings as they are (not quoted), arrays as
+ * "[TYPE x N]". Returns the length of the whole text (as snprintf does: a
+ * result >= size means it was cut). i in [0, n_kv) (asserted).
+ */
+size_t cllm_gguf_val_to_str(const cllm_gguf *g, int64_t i, char *buf, size_t size);
+
+/* One entry of the tensor table. */
+typedef struct cllm_tensor_desc {
+    const char *name; /* owned by the file's handle */
+    cllm_type type;   /* as stored */
+    int n_dims;       /* 1..4 */
+    int64_t ne[4];    /* elements per dimension; unused ones are 1 */
+    uint64_t offset;  /* of its data, from cllm_gguf_data_offset() */
+    size_t bytes;     /* of its data */
+} cllm_tensor_desc;
+
+int64_t cllm_gguf_n_tensors(const cllm_gguf *g);
+/* Tensor i in file order, i in [0, n_tensors) (asserted). */
+cllm_tensor_desc cllm_gguf_tensor_desc(const cllm_gguf *g, int64_t i);
+
+/* ======================================================================== */
+/* Memory plans                                                             */
+/* ======================================================================== */
+
+/*
+ * The fit planner: where every weight and KV-cache tensor of a model goes,
+ * and how many bytes of each memory kind every device will hold, from the
+ * GGUF metadata alone (no weight is read), within the devices' budgets.
+ *
+ *     cllm_plan_params fp = cllm_plan_default_params();
+ *     fp.n_ctx = 4096;
+ *     cllm_plan_parse_mem(&fp, "cuda0=6GiB");    // else: free memory
+ *     cllm_plan *plan;
+ *     if (cllm_plan_file("model.gguf", &fp, &plan) != CLLM_OK) ... cllm_last_error() ...
+ *     cllm_plan_print(plan, stdout, false);
+ *     cllm_model_params mp = cllm_model_default_params();
+ *     mp.plan = plan;                            // load with that placement
+ *     cllm_model_load("model.gguf", &mp, &model);
+ *     cllm_plan_free(plan);                      // the model keeps what it needs
+ *
+ * Devices other than the CPU come first; layers (weights with their KV
+ * cache) go to the fastest devices, taken from the end of the model, as many
+ * as fit; the rest stay on the CPU. Each placement is measured (a graph
+ * build and a measure pass, no memory touched): a device fits when weights
+ * + state + compute + workspace <= its budget. State, compute and workspace
+ * are per session (x n_sessions); weights are shared.
+ *
+ * Thread safety: a plan is immutable once made; planning touches the device
+ * registry, so plan from one thread at a time.
+ */
+typedef struct cllm_plan cllm_plan;
+
+#define CLLM_PLAN_MAX_BUDGETS 16
+
+typedef struct cllm_plan_budget {
+    char device[32]; /* device name ("cpu", "cuda0", "test0") */
+    size_t bytes;
+} cllm_plan_budget;
+
+typedef struct cllm_plan_params {
+    int64_t n_ctx;     /* 0: min(model context, 4096) */
+    int64_t n_batch;   /* default 512 (at most n_ctx) */
+    int n_sessions;    /* default 1 */
+    cllm_type kv_type; /* CLLM_TYPE_F16 (default) or CLLM_TYPE_F32 */
+    int n_threads;     /* CPU backend threads (workspace); 0: physical cores */
+    bool use_mmap;     /* default true: CPU weights are the mapped file's data section */
+    int n_budgets;
+    cllm_plan_budget budgets[CLLM_PLAN_MAX_BUDGETS]; /* overrides of free memory */
+} cllm_plan_params;
+
+/* The defaults given beside each field. Pure; thread-safe. */
+cllm_plan_params cllm_plan_default_params(void);
+
+/* Adds a budget for `device` (replacing one given before).
+ * CLLM_ERR_INVALID_ARG if the name is too long or too many are given. */
+cllm_status cllm_plan_add_budget(cllm_plan_params *p, const char *device, size_t bytes);
+
+/* Parses "DEVICE=SIZE" (e.g. "test0=64MiB", "cpu=16GiB") into p's budgets.
+ * CLLM_ERR_INVALID_ARG with a message for a missing '=', an empty device or
+ * a malformed, negative or overflowing size. Unknown devices are reported
+ * by the planner. */
+cllm_status cllm_plan_parse_mem(cllm_plan_params *p, const char *arg);
+
+/*
+ * Plans the model whose metadata `g` holds. CLLM_ERR_INVALID_ARG for bad
+ * parameters or a budget naming an unknown device; CLLM_ERR_TOO_LARGE when
+ * the CPU (the last resort) cannot hold the rest: the message names the
+ * device, the bytes needed and the budget, how many bytes are short, and the
+ * largest context that would fit. On failure *out is untouched. Free the
+ * result with cllm_plan_free.
+ */
+cllm_status cllm_plan_new(const cllm_gguf *g, const cllm_plan_params *p, cllm_plan **out);
+/* As cllm_plan_new, opening the file's metadata (errors of cllm_gguf_open too). */
+cllm_status cllm_plan_file(const char *path, const cllm_plan_params *p, cllm_plan **out);
+/* NULL does nothing. */
+void cllm_plan_free(cllm_plan *plan);
+
+/* The per-device table (bytes of each kind), a bar per budget, the layer
+ * map and the planning time to `f`; with `verbose`, one line per tensor. */
+void cllm_plan_print(const cllm_plan *plan, FILE *f, bool verbose);
+/* The same as one JSON object. */
+void cllm_plan_print_json(const cllm_plan *plan, FILE *f, bool verbose);
+
+/* ======================================================================== */
+/* Models                                                                   */
+/* ======================================================================== */
+
+/*
+ * A loaded model: the file's metadata, its architecture and weights, and
+ * its tokenizer — loaded once, shared read-only by any number of sessions.
+ * Weights are mapped from the file (zero copy) by default, or read into an
+ * allocated buffer with use_mmap = false; either way they are counted as
+ * CLLM_MEM_WEIGHTS. Thread safety: after cllm_model_load returns, every
+ * function taking a const cllm_model * may be called from any thread.
+ */
+typedef struct cllm_model cllm_model;
+
+typedef struct cllm_model_params {
+    bool use_mmap; /* map the file (default) instead of reading it */
+    bool progress; /* show a progress bar on stderr while reading big files */
+    /* (optional) a placement from cllm_plan_file for this file: the weights
+     * of layers placed on other devices go to those devices, and sessions put
+     * each layer's KV cache on its device. The model copies what it needs;
+     * the plan may be freed after the load. NULL: all on the CPU. */
+    const cllm_plan *plan;
+} cllm_model_params;
+
+/* The defaults given beside each field. Pure; thread-safe. */
+cllm_model_params cllm_model_default_params(void);
+
+/*
+ * Loads the model at `path` (params NULL: the defaults): parses the metadata
+ * (hostile input), finds the architecture, checks every weight's shape and
+ * type, builds the tokenizer when the file has one, then maps or reads the
+ * weights. Returns CLLM_OK with a new model in *out (free it with
+ * cllm_model_free, after every session that uses it); CLLM_ERR_IO,
+ * CLLM_ERR_FORMAT, CLLM_ERR_UNSUPPORTED (an unknown architecture or type),
+ * CLLM_ERR_NOMEM or CLLM_ERR_DEVICE_MEMORY. On failure nothing stays
+ * allocated and *out is untouched; the message names the file and the
+ * problem.
+ */
+cllm_status cllm_model_load(const char *path, const cllm_model_params *params, cllm_model **out);
+/* Frees the weights, the tokenizer and the metadata; NULL does nothing. */
+void cllm_model_free(cllm_model *m);
+
+int32_t cllm_model_n_vocab(const cllm_model *m);     /* rows of the output logits */
+int64_t cllm_model_n_ctx_train(const cllm_model *m); /* context length trained for */
+int64_t cllm_model_n_layer(const cllm_model *m);
+int64_t cllm_model_n_embd(const cllm_model *m);
+const char *cllm_model_arch(const cllm_model *m); /* "llama", "gpt2", ... */
+/* The file's metadata and tensor table, owned by the model. */
+const cllm_gguf *cllm_model_gguf(const cllm_model *m);
+
+/*
+ * The metadata value of `key` as text (as cllm_gguf_val_to_str) into
+ * buf[0..size). Returns the length of the whole text, or -1 when the file
+ * has no such key (buf then untouched). Thread-safe.
+ */
+int64_t cllm_model_meta_str(const cllm_model *m, const char *key, char *buf, size_t size);
+
+/* ======================================================================== */
+/* Tokens                                                                   */
+/* ======================================================================== */
+
+/*
+ * The model's tokenizer, built from the file's tokenizer.ggml.* metadata
+ * (SentencePiece "llama" and byte-level BPE "gpt2" with the GPT-2, Llama 3
+ * and SmolLM pre-tokenizers). A model loaded from a file without that
+ * metadata has none: these functions then return CLLM_ERR_UNSUPPORTED, -1,
+ * NULL or false. All are thread-safe (the tokenizer is immutable).
+ */
+
+/*
+ * Tokenizes text[0..len) (any bytes; invalid UTF-8 is not an error).
+ *  - add_special: add BOS and/or EOS as the file's add_bos_token /
+ *    add_eos_token say (BOS for most llama files);
+ *  - parse_special: control tokens written in the text ("<|im_start|>",
+ *    "<s>") become those single tokens (use it for chat-template text).
+ * The ids go to ids[0..max_ids) and their number to *n_ids. With ids NULL
+ * it only counts (CLLM_OK, *n_ids the number needed). Returns CLLM_OK;
+ * CLLM_ERR_TOO_LARGE when more than max_ids ids are needed (then *n_ids is
+ * the number needed and ids holds the first max_ids), or when len exceeds
+ * 64 MiB; CLLM_ERR_UNSUPPORTED when the model has no tokenizer or a
+ * character maps to no token; CLLM_ERR_NOMEM.
+ */
+cllm_status cllm_tokenize(const cllm_model *m, const char *text, size_t len, bool add_special,
+                          bool parse_special, int32_t *ids, size_t max_ids, size_t *n_ids);
+
+/* Flags of cllm_detokenize. */
+enum {
+    /* Render control tokens as their text ("<|im_end|>"); without it they
+     * render as nothing, and the unknown token as U+FFFD. */
+    CLLM_DETOK_SPECIAL = 1,
+    /* Drop the one leading space that the SentencePiece space prefix put
+     * before the first text token (what tokenizing adds). */
+    CLLM_DETOK_STRIP_PREFIX = 2,
+};
+
+/*
+ * The bytes of token `id` as text (control tokens: their text when
+ * `special`, else ""). Returns a pointer into the model (valid until it is
+ * freed; not NUL-terminated in general) with the length in *len, or NULL for
+ * an id outside [0, n_vocab) or a model without a tokenizer.
+ */
+const char *cllm_token_to_piece(const cllm_model *m, int32_t id, bool special, size_t *len);
+
+/*
+ * Decodes ids[0..n_ids) into buf[0..cap) (raw bytes, not NUL-terminated;
+ * `flags` a set of CLLM_DETOK_*); the length goes to *len. Returns CLLM_OK;
+ * CLLM_ERR_TOO_LARGE when cap is too small (then *len is the length needed
+ * and buf holds what fits); CLLM_ERR_INVALID_ARG for an id out of range
+ * (nothing written); CLLM_ERR_UNSUPPORTED without a tokenizer. With buf NULL
+ * it only measures (CLLM_OK).
+ */
+cllm_status cllm_detokenize(const cllm_model *m, const int32_t *ids, size_t n_ids, int flags,
+                            char *buf, size_t cap, size_t *len);
+
+/* Special ids; -1 when the file has none (or no tokenizer). */
+int32_t cllm_token_bos(const cllm_model *m);
+int32_t cllm_token_eos(const cllm_model *m);
+int32_t cllm_token_eot(const cllm_model *m); /* end of turn */
+/* Whether `id` ends generation (EOS, end of turn, and the usual end-of-turn
+ * control tokens); false for ids out of range. */
+bool cllm_token_is_eog(const cllm_model *m, int32_t id);
+/* Whether tokenizing with add_special adds BOS. */
+bool cllm_token_add_bos(const cllm_model *m);
+
+/* ======================================================================== */
+/* Chat templates                                                           */
+/* ======================================================================== */
+
+/*
+ * A conversation becomes prompt text in the format the model was trained
+ * on. The library does not run Jinja: it recognises the family of the
+ * file's tokenizer.chat_template by distinctive markers and renders that
+ * family in C, as Hugging Face's apply_chat_template would (with the
+ * generation prompt): chatml (SmolLM2, Qwen2), llama2, llama3, gemma, zephyr.
+ *
+ *     cllm_chat_msg msgs[] = {{"user", "Hi!"}};
+ *     char *text;
+ *     cllm_chat_style style;
+ *     if (cllm_chat_apply(m, NULL, msgs, 1, true, &text, NULL, &style) != CLLM_OK) ...
+ *     cllm_tokenize(m, text, strlen(text), !cllm_chat_style_has_bos_text(style), true, ...);
+ *     ... generate until an EOG token ...
+ *     free(text);
+ *
+ * Known differences from the reference templates: Llama 3.1's date header
+ * is not reproduced; tool calls and multi-part contents are not supported.
+ * Contents are copied verbatim: a user who types "<|im_end|>" gets that text,
+ * and tokenizing without parse_special keeps it from becoming a control
+ * token (tokenize user text on its own if that matters).
+ */
+typedef enum cllm_chat_style {
+    CLLM_CHAT_STYLE_CHATML = 0,
+    CLLM_CHAT_STYLE_LLAMA2,
+    CLLM_CHAT_STYLE_LLAMA3,
+    CLLM_CHAT_STYLE_GEMMA,
+    CLLM_CHAT_STYLE_ZEPHYR,
+    CLLM_CHAT_STYLE_COUNT
+} cllm_chat_style;
+
+/* One message; both strings NUL-terminated and owned by the caller. */
+typedef struct cllm_chat_msg {
+    const char *role;    /* "system", "user" or "assistant" */
+    const char *content; /* UTF-8 */
+} cllm_chat_msg;
+
+/*
+ * Renders `msgs[0, n)` for model `m` into a new NUL-terminated string *out
+ * (release it with free()) of length *out_len (`out_len` may be NULL), and,
+ * if `add_assistant_prompt`, the opening of the assistant's turn. The style
+ * is the one of the model's template, or the one named by `style_name`
+ * ("chatml", "llama2", "llama3", "gemma", "zephyr") when it is not NULL;
+ * it goes to *style_out (may be NULL). When the messages have no system
+ * message and a ChatML template carries a default one (SmolLM2, Qwen2.5), it
+ * is inserted first, as the template would.
+ *
+ * Returns CLLM_OK; CLLM_ERR_INVALID_ARG when the model has no template and
+ * no style is named, or for broken rules (n >= 1, known roles, non-NULL
+ * contents; llama2 and gemma need user and assistant turns alternating);
+ * CLLM_ERR_UNSUPPORTED for a template of no known family or an unknown
+ * name; CLLM_ERR_NOMEM. On failure the outputs are untouched. Thread-safe.
+ */
+cllm_status cllm_chat_apply(const cllm_model *m, const char *style_name, const cllm_chat_msg *msgs,
+                            size_t n, bool add_assistant_prompt, char **out, size_t *out_len,
+                            cllm_chat_style *style_out);
+
+/* The model's tokenizer.chat_template (Jinja source), or NULL. */
+const char *cllm_model_chat_template(const cllm_model *m);
+
+/*
+ * Recognises the family of a Jinja chat template. The markers, in this
+ * order: "<|start_header_id|>" -> llama3; "<|im_start|>" -> chatml;
+ * "<start_of_turn>" -> gemma; "[INST]" with "<<SYS>>" -> llama2; "<|user|>"
+ * with "<|assistant|>" and "</s>" or eos_token, without "<|end|>" ->
+ * zephyr. CLLM_ERR_INVALID_ARG for a NULL or empty template;
+ * CLLM_ERR_UNSUPPORTED for an unknown family (*out untouched). Thread-safe.
+ */
+cllm_status cllm_chat_style_detect(const char *template_src, cllm_chat_style *out);
+
+/* "chatml", "llama2", "llama3", "gemma" or "zephyr" ("unknown" out of range). */
+const char *cllm_chat_style_name(cllm_chat_style style);
+
+/* Parses a style name, ASCII case-insensitive; also "llama-2", "llama-3",
+ * "gemma2", "gemma3". CLLM_ERR_UNSUPPORTED (*out untouched) otherwise. */
+cllm_status cllm_chat_style_from_name(const char *name, cllm_chat_style *out);
+
+/* True if text of this style begins with the BOS token's text (llama2,
+ * llama3, gemma): then tokenize it without add_special, or the prompt starts
+ * with two. */
+bool cllm_chat_style_has_bos_text(cllm_chat_style style);
+
+/* The text that ends a turn ("<|im_end|>", "<|eot_id|>", "<end_of_turn>",
+ * "</s>"); "" out of range. A constant string. */
+const char *cllm_chat_style_eot(cllm_chat_style style);
+
+/* The default system prompt of a ChatML template, as a new string in *out
+ * (free()), or *out = NULL when it has none. CLLM_OK or CLLM_ERR_NOMEM. */
+cllm_status cllm_chat_default_system(const char *template_src, char **out);
+
+/*
+ * Renders `msgs[0, n)` in `style` into buf (NUL-terminated); *needed gets
+ * the size the text requires (strlen + 1). With buf NULL and buf_size 0 it
+ * only measures (CLLM_OK). CLLM_ERR_TOO_LARGE if buf_size < *needed (nothing
+ * written); CLLM_ERR_INVALID_ARG for a broken rule (see cllm_chat_apply).
+ * Thread-safe.
+ */
+cllm_status cllm_chat_render(cllm_chat_style style, const cllm_chat_msg *msgs, size_t n,
+                             bool add_assistant_prompt, char *buf, size_t buf_size, size_t *needed);
+
+/* As cllm_chat_render, into a new string *out (free()) of length *out_len
+ * (may be NULL). CLLM_ERR_NOMEM too; outputs untouched on failure. */
+cllm_status cllm_chat_render_alloc(cllm_chat_style style, const cllm_chat_msg *msgs, size_t n,
+                                   bool add_assistant_prompt, char **out, size_t *out_len);
+
+/* ======================================================================== */
+/* Sessions                                                                 */
+/* ======================================================================== */
+
+/*
+ * A session: one conversation over a shared model. It owns its state
+ * memory (the KV cache), its compute memory (planned from its worst-case
+ * graphs) and its backends; the model's weights are only referenced.
+ *
+ *     cllm_session_params sp = cllm_session_default_params();
+ *     sp.n_ctx = 2048;
+ *     cllm_session *s;
+ *     st = cllm_session_new(model, &sp, &s);
+ *     st = cllm_session_decode(s, prompt_ids, n_prompt);   // batches of n_batch
+ *     const float *logits = cllm_session_logits(s);         // [n_vocab], last token
+ *     st = cllm_session_decode(s, &next_id, 1);             // one token at a time
+ *     cllm_session_free(s);
+ *
+ * Memory: at creation the session measures its worst-case graphs through
+ * the graph planner, then allocates exactly that: cllm_session_memory()
+ * reports planned and allocated bytes per kind, equal by construction.
+ *
+ * Thread safety: a session is used by one thread at a time; different
+ * sessions of one model may run on different threads.
+ */
+typedef struct cllm_session cllm_session;
+
+typedef struct cllm_session_params {
+    int64_t n_ctx;        /* 0: min(model context, 4096) */
+    int64_t n_batch;      /* prompt tokens per forward pass (default 512) */
+    cllm_type kv_type;    /* CLLM_TYPE_F16 (default) or CLLM_TYPE_F32 */
+    int n_threads;        /* 0: one per physical core */
+    bool unfused_attn;    /* reference attention (mul_mat + soft_max + mul_mat) */
+    bool f32_activations; /* keep matmul activations in F32 (no Q8 quantization) */
+    /* keep the logits of every position of each decode (cllm_session_logits_ith);
+     * default false: only the last one's (less compute memory) */
+    bool all_logits;
+} cllm_session_params;
+
+/* The defaults given beside each field. Pure; thread-safe. */
+cllm_session_params cllm_session_default_params(void);
+
+/*
+ * Creates a session on `model` (which must outlive it); params NULL: the
+ * defaults. Validates the parameters (CLLM_ERR_INVALID_ARG with a message),
+ * plans and allocates the KV cache, the compute buffer and the backend
+ * workspace (CLLM_ERR_NOMEM, CLLM_ERR_DEVICE_MEMORY, CLLM_ERR_TOO_LARGE when
+ * the context does not fit the model's plan). On failure nothing stays
+ * allocated and *out is untouched. Free it with cllm_session_free.
+ */
+cllm_status cllm_session_new(const cllm_model *model, const cllm_session_params *params,
+                             cllm_session **out);
+/* NULL does nothing. */
+void cllm_session_free(cllm_session *s);
+
+/*
+ * Appends n tokens to the context and runs the model over them, n_batch at
+ * a time; afterwards cllm_session_logits() holds the logits of the last one
+ * (and, with all_logits, cllm_session_logits_ith() those of each one).
+ * Token ids out of range: CLLM_ERR_INVALID_ARG. A context that would
+ * overflow, or with all_logits more than n_batch tokens in one call (the
+ * caller feeds batches): CLLM_ERR_TOO_LARGE, and nothing is processed. On
+ * any error the session keeps the tokens and the logits it had before.
+ */
+cllm_status cllm_session_decode(cllm_session *s, const int32_t *tokens, int64_t n);
+
+/* Logits [n_vocab] of the last token decoded (NULL before the first decode
+ * and after a truncate or reset). Valid until the next decode, truncate,
+ * reset or free. */
+const float *cllm_session_logits(const cllm_session *s);
+
+/*
+ * Logits [n_vocab] of position i of the last decode, i in [0, n) where n is
+ * the number of tokens that decode was given; a negative i counts from the
+ * end (-1: the last). NULL when i is out of range, before the first decode,
+ * or when that position's logits were not kept (without all_logits only the
+ * last position's are). Valid as cllm_session_logits.
+ */
+const float *cllm_session_logits_ith(const cllm_session *s, int64_t i);
+
+/*
+ * Keeps the first n_keep tokens of the context and forgets the rest (the
+ * next decode continues at position n_keep), e.g. to rewind a conversation
+ * to a common prefix. CLLM_ERR_INVALID_ARG when n_keep < 0 or > n_past
+ * (nothing changes). Keeps all memory. The logits of the last decode are
+ * no longer valid afterwards.
+ */
+cllm_status cllm_session_truncate(cllm_session *s, int64_t n_keep);
+
+/* Forgets the context (n_past = 0) and the logits; keeps all memory. */
+void cllm_session_reset(cllm_session *s);
+
+int64_t cllm_session_n_past(const cllm_session *s); /* tokens in the context */
+int64_t cllm_session_n_ctx(const cllm_session *s);  /* its capacity */
+int64_t cllm_session_n_vocab(const cllm_session *s);
+/* The model the session was made on. */
+const cllm_model *cllm_session_model(const cllm_session *s);
+
+/* Bytes per memory kind for one session on one device. Weights are the
+ * model's (shared), reported for completeness. */
+typedef struct cllm_memory_report {
+    size_t planned[CLLM_MEM_COUNT];
+    size_t allocated[CLLM_MEM_COUNT];
+} cllm_memory_report;
+
+/* Planned and allocated bytes per kind on the CPU (weights from the model). */
+cllm_memory_report cllm_session_memory(const cllm_session *s);
+/* The same on `dev` (zeros for a device the model does not use). */
+cllm_memory_report cllm_session_memory_on(const cllm_session *s, const cllm_device *dev);
+
+/* ======================================================================== */
+/* Sampling                                                                 */
+/* ======================================================================== */
+
+/*
+ * Turns one row of logits into one token id. The chain, in this order (each
+ * stage skipped when off): repetition penalty over the last repeat_last_n
+ * accepted tokens (l /= penalty if l > 0, else l *= penalty); greedy if
+ * temperature == 0 (largest logit, ties: lowest id; nothing below runs);
+ * top-k; temperature; softmax; top-p; min-p; one draw with the sampler's own
+ * PRNG (xoshiro256**, seeded from `seed` through splitmix64). Logits of -inf
+ * are a valid mask; NaN or +inf are rejected.
+ *
+ *     cllm_sampler_params sp = cllm_sampler_default_params();
+ *     sp.temperature = 0.7f;
+ *     cllm_sampler *smp;
+ *     if (cllm_sampler_new(&sp, cllm_model_n_vocab(m), &smp) != CLLM_OK) ...
+ *     int32_t id;
+ *     cllm_sampler_sample(smp, cllm_session_logits(s), &id);
+ *     cllm_sampler_accept(smp, id);                   // the penalty window
+ *     cllm_sampler_free(smp);
+ */
+
+/* Largest accepted repeat_last_n (the window is allocated up front). */
+#define CLLM_SAMPLER_MAX_WINDOW (1 << 20)
+
+typedef struct cllm_sampler_params {
+    float temperature;     /* 0: greedy; > 0: logits are divided by it. Default 0.8 */
+    int32_t top_k;         /* keep the k most likely tokens; 0: off. Default 40 */
+    float top_p;           /* nucleus mass in (0, 1]; 1: off. Default 0.95 */
+    float min_p;           /* in [0, 1]; keep p >= min_p * max p; 0: off. Default 0.05 */
+    float repeat_penalty;  /* > 0; 1: off. Default 1 */
+    int32_t repeat_last_n; /* penalty window in tokens, >= 0; 0: off. Default 64 */
+    uint64_t seed;         /* PRNG seed. Default 0 */
+} cllm_sampler_params;
+
+/* One candidate of the final distribution (see cllm_sampler_probs). */
+typedef struct cllm_sampler_cand {
+    int32_t id; /* token id */
+    float p;    /* probability; the candidates returned sum to 1 */
+} cllm_sampler_cand;
+
+typedef struct cllm_sampler cllm_sampler;
+
+/* The defaults given beside each field (the usual llama.cpp settings).
+ * Pure; thread-safe. */
+cllm_sampler_params cllm_sampler_default_params(void);
+
+/*
+ * Creates a sampler for rows of `n_vocab` logits with a copy of `*params`.
+ * Allocates all scratch memory (about 8 bytes per vocabulary entry plus the
+ * window) here. Returns CLLM_OK and the sampler in *out (free it with
+ * cllm_sampler_free); CLLM_ERR_INVALID_ARG (naming the field) if a
+ * parameter is out of range or not finite, or n_vocab <= 0; CLLM_ERR_NOMEM.
+ * On failure *out is untouched. Thread-safe (an independent object).
+ */
+cllm_status cllm_sampler_new(const cllm_sampler_params *params, int32_t n_vocab,
+                             cllm_sampler **out);
+
+/* NULL does nothing. */
+void cllm_sampler_free(cllm_sampler *s);
+
+/*
+ * Chooses one token from `logits` ([n_vocab], never modified) into
+ * *out_token. Does not add it to the penalty window (cllm_sampler_accept
+ * does). CLLM_ERR_INVALID_ARG if a logit is NaN or +inf, or all are -inf
+ * (then nothing changes, PRNG included). Not thread-safe.
+ */
+cllm_status cllm_sampler_sample(cllm_sampler *s, const float *logits, int32_t *out_token);
+
+/*
+ * The distribution the next cllm_sampler_sample would draw from: *out points
+ * at *n_out candidates with non-zero probabilities summing to 1, in no
+ * particular order (greedy: the chosen token with p = 1). Does not touch
+ * the PRNG. The array belongs to the sampler, valid until its next call.
+ * Failures as cllm_sampler_sample. Not thread-safe.
+ */
+cllm_status cllm_sampler_probs(cllm_sampler *s, const float *logits, const cllm_sampler_cand **out,
+                               int32_t *n_out);
+
+/* Appends `token` to the penalty window (call it for prompt tokens and for
+ * every generated one). CLLM_ERR_INVALID_ARG for a token outside
+ * [0, n_vocab) (nothing changes). Not thread-safe. */
+cllm_status cllm_sampler_accept(cllm_sampler *s, int32_t token);
+
+/* Empties the window and re-seeds the PRNG: as new. Not thread-safe. */
+void cllm_sampler_reset(cllm_sampler *s);
+
+/* ======================================================================== */
+/* Generation                                                               */
+/* ======================================================================== */
+
+typedef enum cllm_stop_reason {
+    CLLM_STOP_EOG = 0,      /* the model produced an end-of-generation token */
+    CLLM_STOP_LENGTH,       /* n_predict tokens were generated */
+    CLLM_STOP_CONTEXT_FULL, /* the session's context is full */
+    CLLM_STOP_CALLBACK,     /* the callback returned false (cancelled) */
+    CLLM_STOP_COUNT
+} cllm_stop_reason;
+
+/* "eog", "length", "context_full", "callback". A constant string. */
+const char *cllm_stop_reason_str(cllm_stop_reason r);
+
+/* Receives each piece of text as it becomes complete UTF-8 (possibly empty)
+ * with the token that completed it (-1 for the final flush); return false
+ * to stop (cancel) the generation. */
+typedef bool (*cllm_on_text_fn)(int32_t id, const char *text, size_t len, void *user_data);
+
+typedef struct cllm_generate_result {
+    int32_t *ids; /* generated ids (not the prompt; not the final EOG token) */
+    size_t n_ids;
+    cllm_stop_reason stop;
+    double prompt_ms;     /* decoding the prompt */
+    double gen_ms;        /* decoding the generated tokens (sampling excluded) */
+    size_t n_gen_decoded; /* generated tokens that went through the model */
+} cllm_generate_result;
+
+/*
+ * Decodes prompt[0..n_prompt) into the session (after whatever it holds),
+ * then samples, streams (through on_text, which may be NULL) and decodes
+ * one token at a time, up to n_predict tokens (n_predict < 0: until an EOG
+ * token or a full context). The text comes from the tokenizer of the
+ * session's model (CLLM_ERR_UNSUPPORTED if it has none). Every prompt and
+ * generated token is fed to the sampler's penalty window.
+ *
+ * Afterwards the session holds the prompt and res->n_gen_decoded of the
+ * generated ids (the last sampled token is not decoded: the one that hit
+ * n_predict, the EOG token, or the one refused by the callback).
+ *
+ * A full context ends generation with CLLM_STOP_CONTEXT_FULL and CLLM_OK; a
+ * prompt that does not fit is CLLM_ERR_TOO_LARGE; an empty prompt
+ * CLLM_ERR_INVALID_ARG. *res is filled on success (free it with
+ * cllm_generate_result_free) and zeroed on failure. Not thread-safe with
+ * respect to the session and the sampler.
+ */
+cllm_status cllm_generate(cllm_session *s, cllm_sampler *smp, const int32_t *prompt,
+                          size_t n_prompt, int n_predict, cllm_on_text_fn on_text, void *user_data,
+                          cllm_generate_result *res);
+
+/* Frees res->ids and zeroes *res; NULL does nothing. */
+void cllm_generate_result_free(cllm_generate_result *res);
 
 #ifdef __cplusplus
 }

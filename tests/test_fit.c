@@ -178,6 +178,98 @@ static void test_impossible(void) {
     CHECK(plan == (cllm_plan *)0x1);
 }
 
+/* A model loaded with a plan refuses sessions larger than the plan (context,
+ * batch, KV type, threads, count), and a load that disagrees with the plan. */
+static void test_sessions_within_plan(void) {
+    cllm_plan_params fp = cllm_plan_default_params();
+    fp.n_ctx = 64;
+    fp.n_batch = 16;
+    fp.n_threads = 1;
+    fp.n_sessions = 2;
+    cllm_plan *plan = plan_or_null(&fp);
+    if (!plan) return;
+    cllm_model_params mp = cllm_model_default_params();
+    cllm_model *m = NULL;
+    mp.plan = plan;
+    mp.use_mmap = false; /* the plan was made for mapped weights */
+    cllm_log_set(quiet, NULL);
+    CHECK(cllm_model_load(g_path, &mp, &m) == CLLM_ERR_INVALID_ARG && !m);
+    CHECK(strstr(cllm_last_error(), "mapped") != NULL);
+    mp.use_mmap = true;
+    CHECK(cllm_model_load(g_path, &mp, &m) == CLLM_OK);
+    cllm_plan_free(plan); /* the model keeps what it needs */
+    if (!m) goto done;
+    static const struct {
+        int64_t n_ctx, n_batch;
+        cllm_type kv;
+        int threads;
+        const char *what;
+    } k_over[] = {
+        {512, 16, CLLM_TYPE_F16, 1, "context size 512 exceeds the 64"},
+        {64, 32, CLLM_TYPE_F16, 1, "batch size 32 exceeds the 16"},
+        {64, 16, CLLM_TYPE_F32, 1, "KV cache type f32"},
+        {64, 16, CLLM_TYPE_F16, 2, "CPU threads (workspace) 2 exceeds the 1"},
+    };
+    for (size_t i = 0; i < CLLM_ARRAY_SIZE(k_over); i++) {
+        cllm_session_params sp = cllm_session_default_params();
+        sp.n_ctx = k_over[i].n_ctx;
+        sp.n_batch = k_over[i].n_batch;
+        sp.kv_type = k_over[i].kv;
+        sp.n_threads = k_over[i].threads;
+        cllm_session *s = NULL;
+        CHECKF(cllm_session_new(m, &sp, &s) == CLLM_ERR_TOO_LARGE && !s, "case %zu", i);
+        CHECKF(strstr(cllm_last_error(), k_over[i].what) != NULL, "case %zu: %s", i,
+               cllm_last_error());
+    }
+    /* within the plan: two sessions (smaller ones too), not a third */
+    cllm_session_params sp = cllm_session_default_params();
+    sp.n_ctx = 64;
+    sp.n_batch = 16;
+    sp.n_threads = 1;
+    cllm_session *a = NULL, *b = NULL, *c = NULL;
+    CHECK(cllm_session_new(m, &sp, &a) == CLLM_OK);
+    sp.n_ctx = 32;
+    CHECK(cllm_session_new(m, &sp, &b) == CLLM_OK);
+    CHECK(cllm_session_new(m, &sp, &c) == CLLM_ERR_TOO_LARGE && !c);
+    CHECK(strstr(cllm_last_error(), "2 sessions are open") != NULL);
+    cllm_session_free(b);
+    CHECK(cllm_session_new(m, &sp, &c) == CLLM_OK); /* a slot was freed */
+    cllm_session_free(c);
+    cllm_session_free(a);
+done:
+    cllm_log_set(NULL, NULL);
+    cllm_model_free(m);
+}
+
+/* The architecture records each weight's layer: the placement never parses
+ * names. */
+static void test_weight_groups(void) {
+    cllm_model *m = NULL;
+    CHECK(cllm_model_load(g_path, NULL, &m) == CLLM_OK);
+    if (!m) return;
+    int per_layer[8] = {0}, in = 0, out = 0;
+    for (int i = 0; i < cllm_context_n_tensors(m->weights->ctx); i++) {
+        const int g = cllm_weights_group(m->weights, i);
+        const char *name = cllm_context_tensor(m->weights->ctx, i)->name;
+        char want[16];
+        if (g >= 0 && g < 8) {
+            per_layer[g]++;
+            snprintf(want, sizeof(want), "blk.%d.", g);
+            CHECKF(strncmp(name, want, strlen(want)) == 0, "%s in layer %d", name, g);
+        } else if (g == CLLM_WEIGHT_OUTPUT) {
+            out++;
+            CHECKF(strncmp(name, "output", 6) == 0, "%s in the output group", name);
+        } else {
+            in++;
+            CHECKF(g == CLLM_WEIGHT_INPUT && strncmp(name, "blk.", 4) != 0, "%s: group %d", name,
+                   g);
+        }
+    }
+    for (int l = 0; l < 5; l++) CHECKF(per_layer[l] == 9, "layer %d: %d weights", l, per_layer[l]);
+    CHECK(in >= 1 && out >= 1);
+    cllm_model_free(m);
+}
+
 static int32_t argmax(const float *x, int64_t n) {
     int32_t best = 0;
     for (int64_t i = 1; i < n; i++) {
@@ -311,6 +403,8 @@ int main(void) {
     test_cpu_plan_is_exact();
     test_split_plan();
     test_impossible();
+    test_sessions_within_plan();
+    test_weight_groups();
     char refs[4096];
     char *json =
         refs_read_file(refs_model_path(refs, sizeof(refs), "reference_outputs.json"), NULL);

@@ -4,6 +4,7 @@
  * purpose; it recomputes every lifetime the simple way (O(n^2)).
  */
 #include "alloc/galloc.h"
+#include "core/hostmem.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -61,7 +62,7 @@ static bool inplace_pair(const ctensor *r, const ctensor *s) {
 bool cllm_galloc_check(const cllm_graph *g, char *err, size_t err_size) {
     const int n_leafs = g->n_leafs, n = g->n_leafs + g->n_nodes;
     const int last = CLLM_MAX(g->n_nodes, 1) - 1;
-    ctensor *ts = calloc((size_t)CLLM_MAX(n, 1), sizeof(*ts));
+    ctensor *ts = cllm_calloc((size_t)CLLM_MAX(n, 1), sizeof(*ts));
     if (!ts) return fail(err, err_size, "galloc_check: out of host memory");
     for (int k = 0; k < n; k++) {
         ts[k].t = k < n_leafs ? g->leafs[k] : g->nodes[k - n_leafs];
@@ -159,6 +160,6 @@ bool cllm_galloc_check(const cllm_graph *g, char *err, size_t err_size) {
                       cllm_buffer_type_name(cllm_buffer_buft(x->t->buffer)));
         }
     }
-    free(ts);
+    cllm_free(ts);
     return ok;
 }

@@ -9,6 +9,7 @@
  * may allocate) and so is the tensor -> index hash.
  */
 #include "alloc/galloc.h"
+#include "core/hostmem.h"
 /* measure buffers grow to the largest plan measured: their size is set here */
 #include "backend/backend-impl.h"
 
@@ -83,7 +84,7 @@ struct cllm_galloc {
 static bool fail_now(cllm_galloc *ga) { return ga->fail_after > 0 && --ga->fail_after == 0; }
 
 static void *ga_malloc(cllm_galloc *ga, size_t size) {
-    return fail_now(ga) ? NULL : malloc(size ? size : 1);
+    return fail_now(ga) ? NULL : cllm_malloc(size ? size : 1);
 }
 
 void cllm_galloc_fail_host_alloc_after(cllm_galloc *ga, int n) { ga->fail_after = n > 0 ? n : 0; }
@@ -94,16 +95,16 @@ cllm_galloc *cllm_galloc_new(cllm_buffer_type *const *bufts, int n_bufts) {
     CLLM_ASSERTF(bufts != NULL && n_bufts >= 1, "galloc_new: %d buffer types", n_bufts);
     for (int i = 0; i < n_bufts; i++)
         CLLM_ASSERTF(bufts[i], "galloc_new: buffer type %d is NULL", i);
-    cllm_galloc *ga = calloc(1, sizeof(*ga));
+    cllm_galloc *ga = cllm_calloc(1, sizeof(*ga));
     if (!ga) return NULL;
     const size_t n = (size_t)n_bufts;
     ga->n_bufts = n_bufts;
-    ga->bufts = calloc(n, sizeof(*ga->bufts));
-    ga->measure_bufs = calloc(n, sizeof(*ga->measure_bufs));
-    ga->bufs = calloc(n, sizeof(*ga->bufs));
-    ga->measured = calloc(n, sizeof(*ga->measured));
-    ga->last = calloc(n, sizeof(*ga->last));
-    ga->cur = calloc(n, sizeof(*ga->cur));
+    ga->bufts = cllm_calloc(n, sizeof(*ga->bufts));
+    ga->measure_bufs = cllm_calloc(n, sizeof(*ga->measure_bufs));
+    ga->bufs = cllm_calloc(n, sizeof(*ga->bufs));
+    ga->measured = cllm_calloc(n, sizeof(*ga->measured));
+    ga->last = cllm_calloc(n, sizeof(*ga->last));
+    ga->cur = cllm_calloc(n, sizeof(*ga->cur));
     if (!ga->bufts || !ga->measure_bufs || !ga->bufs || !ga->measured || !ga->last || !ga->cur)
         goto fail;
     memcpy(ga->bufts, bufts, n * sizeof(*bufts));
@@ -114,15 +115,15 @@ fail:
 }
 
 static void free_scratch(cllm_galloc *ga) {
-    free(ga->tensors);
-    free(ga->blocks);
-    free(ga->items);
-    free(ga->items_tmp);
-    free(ga->placed);
-    free(ga->offsets);
-    free(ga->live_start);
-    free(ga->live_end);
-    free(ga->hash);
+    cllm_free(ga->tensors);
+    cllm_free(ga->blocks);
+    cllm_free(ga->items);
+    cllm_free(ga->items_tmp);
+    cllm_free(ga->placed);
+    cllm_free(ga->offsets);
+    cllm_free(ga->live_start);
+    cllm_free(ga->live_end);
+    cllm_free(ga->hash);
 }
 
 void cllm_galloc_free(cllm_galloc *ga) {
@@ -130,13 +131,13 @@ void cllm_galloc_free(cllm_galloc *ga) {
     for (int i = 0; ga->bufs && i < ga->n_bufts; i++) cllm_buffer_free(ga->bufs[i]);
     for (int i = 0; ga->measure_bufs && i < ga->n_bufts; i++) cllm_buffer_free(ga->measure_bufs[i]);
     free_scratch(ga);
-    free(ga->bufts);
-    free(ga->measure_bufs);
-    free(ga->bufs);
-    free(ga->measured);
-    free(ga->last);
-    free(ga->cur);
-    free(ga);
+    cllm_free(ga->bufts);
+    cllm_free(ga->measure_bufs);
+    cllm_free(ga->bufs);
+    cllm_free(ga->measured);
+    cllm_free(ga->last);
+    cllm_free(ga->cur);
+    cllm_free(ga);
 }
 
 int cllm_galloc_n_bufts(const cllm_galloc *ga) { return ga->n_bufts; }
@@ -604,7 +605,7 @@ cllm_status cllm_galloc_reserve(cllm_galloc *ga) {
             cllm_buffer_type_alloc(ga->bufts[b], ga->measured[b], CLLM_MEM_COMPUTE, &fresh[b]);
         if (st != CLLM_OK) {
             for (int i = 0; i < b; i++) cllm_buffer_free(fresh[i]);
-            free(fresh);
+            cllm_free(fresh);
             return st;
         }
     }
@@ -613,7 +614,7 @@ cllm_status cllm_galloc_reserve(cllm_galloc *ga) {
         cllm_buffer_free(ga->bufs[b]);
         ga->bufs[b] = fresh[b];
     }
-    free(fresh);
+    cllm_free(fresh);
     return CLLM_OK;
 }
 

@@ -1,6 +1,7 @@
 /* The generic backend layer: wrappers that apply defaults, memory accounting
  * per device and kind, measure-mode buffers, tensor I/O, the registry. */
 #include "backend/backend-impl.h"
+#include "core/hostmem.h"
 #include "backend/test/test-backend.h"
 
 #include <dirent.h>
@@ -68,7 +69,7 @@ cllm_status cllm_buffer_type_alloc(cllm_buffer_type *buft, size_t size, cllm_mem
 
 cllm_buffer *cllm_buffer_init(cllm_buffer_type *buft, struct cllm_buffer_i iface, void *context,
                               size_t size) {
-    cllm_buffer *buf = calloc(1, sizeof(*buf));
+    cllm_buffer *buf = cllm_calloc(1, sizeof(*buf));
     if (!buf) return NULL;
     buf->iface = iface;
     buf->buft = buft;
@@ -118,7 +119,7 @@ void cllm_buffer_free(cllm_buffer *buf) {
     if (!buf) return;
     if (!buf->is_measure) atomic_fetch_sub(&buf->buft->device->allocated[buf->kind], buf->size);
     if (buf->iface.free_buffer) buf->iface.free_buffer(buf);
-    free(buf);
+    cllm_free(buf);
 }
 
 size_t cllm_buffer_size(const cllm_buffer *buf) { return buf->size; }
@@ -290,14 +291,14 @@ cllm_status cllm_tensor_copy(const cllm_tensor *src, cllm_tensor *dst) {
         cllm_tensor_get(src, dst->data, 0, n);
     } else {
         /* device to device: through host memory */
-        void *tmp = malloc(n);
+        void *tmp = cllm_malloc(n);
         if (!tmp) {
             return cllm_error(CLLM_ERR_NOMEM,
                               "tensor_copy: no host memory to stage %zu bytes of %s", n, src->name);
         }
         cllm_tensor_get(src, tmp, 0, n);
         cllm_tensor_set(dst, tmp, 0, n);
-        free(tmp);
+        cllm_free(tmp);
     }
     return CLLM_OK;
 }
@@ -386,7 +387,12 @@ static int load_modules_locked(const char *dir) {
     int n = 0;
     struct dirent *e;
     while ((e = readdir(d)) != NULL && n < MAX_REGS) {
-        if (is_module_name(e->d_name) && (names[n] = strdup(e->d_name)) != NULL) n++;
+        if (!is_module_name(e->d_name)) continue;
+        if ((names[n] = cllm_strdup(e->d_name)) != NULL) {
+            n++;
+        } else { /* discovery is best effort: the module is skipped, and said so */
+            CLLM_LOG_WARN("backend modules: out of host memory, %s/%s skipped", dir, e->d_name);
+        }
     }
     closedir(d);
     /* sorted, so that device order does not depend on the file system */
@@ -403,7 +409,7 @@ static int load_modules_locked(const char *dir) {
         if ((size_t)snprintf(path, sizeof(path), "%s/%s", dir, names[i]) < sizeof(path)) {
             if (load_module_locked(path) == CLLM_OK) loaded++; /* else skipped, logged */
         }
-        free(names[i]);
+        cllm_free(names[i]);
     }
     return loaded;
 }

@@ -30,14 +30,8 @@ typedef struct cllm_device cllm_device;
 typedef struct cllm_backend cllm_backend;
 typedef struct cllm_backend_reg cllm_backend_reg;
 
-typedef enum cllm_device_kind {
-    CLLM_DEVICE_CPU = 0,
-    CLLM_DEVICE_GPU,
-    CLLM_DEVICE_ACCEL, /* other memory, e.g. the test device */
-    CLLM_DEVICE_KIND_COUNT
-} cllm_device_kind;
-
-const char *cllm_device_kind_str(cllm_device_kind kind);
+/* cllm_device_kind, and the device name, description, kind and memory
+ * queries, are public: cllm.h. */
 
 /* ---- buffer types ------------------------------------------------------ */
 
@@ -101,11 +95,6 @@ void cllm_tensor_get_all(const cllm_tensor *t, void *data);
 
 /* ---- devices ----------------------------------------------------------- */
 
-const char *cllm_device_name(const cllm_device *dev);        /* "cpu", "cuda0", ... */
-const char *cllm_device_description(const cllm_device *dev); /* e.g. the CPU model */
-cllm_device_kind cllm_device_kind_of(const cllm_device *dev);
-/* Free and total memory in bytes, as the device reports it now. */
-void cllm_device_memory(cllm_device *dev, size_t *free_bytes, size_t *total_bytes);
 /* The default buffer type for this device's memory. */
 cllm_buffer_type *cllm_device_buffer_type(cllm_device *dev);
 /* Whether a backend of this device can compute `node` (op, types, shapes). */

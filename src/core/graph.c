@@ -1,5 +1,6 @@
 /* Graphs: the nodes and leafs reachable from the outputs, topologically sorted. */
 #include "core/tensor.h"
+#include "core/hostmem.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -12,13 +13,13 @@ static size_t hash_size_for(int max_nodes) {
 
 cllm_graph *cllm_graph_new(int max_nodes) {
     CLLM_ASSERT(max_nodes > 0);
-    cllm_graph *g = calloc(1, sizeof(*g));
+    cllm_graph *g = cllm_calloc(1, sizeof(*g));
     if (!g) return NULL;
     g->max_nodes = max_nodes;
     g->hash_size = hash_size_for(max_nodes);
-    g->nodes = calloc((size_t)max_nodes, sizeof(*g->nodes));
-    g->leafs = calloc((size_t)max_nodes, sizeof(*g->leafs));
-    g->hash = calloc(g->hash_size, sizeof(*g->hash));
+    g->nodes = cllm_calloc((size_t)max_nodes, sizeof(*g->nodes));
+    g->leafs = cllm_calloc((size_t)max_nodes, sizeof(*g->leafs));
+    g->hash = cllm_calloc(g->hash_size, sizeof(*g->hash));
     if (!g->nodes || !g->leafs || !g->hash) {
         cllm_graph_free(g);
         return NULL;
@@ -28,10 +29,10 @@ cllm_graph *cllm_graph_new(int max_nodes) {
 
 void cllm_graph_free(cllm_graph *g) {
     if (!g) return;
-    free(g->nodes);
-    free(g->leafs);
-    free((void *)g->hash);
-    free(g);
+    cllm_free(g->nodes);
+    cllm_free(g->leafs);
+    cllm_free((void *)g->hash);
+    cllm_free(g);
 }
 
 void cllm_graph_reset(cllm_graph *g) {

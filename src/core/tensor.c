@@ -1,5 +1,6 @@
 /* Contexts, tensors, views and op constructors. Nothing here touches data. */
 #include "core/tensor.h"
+#include "core/hostmem.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -53,13 +54,13 @@ size_t cllm_context_overhead(int max_tensors) {
 
 cllm_context *cllm_context_new(int max_tensors) {
     CLLM_ASSERT(max_tensors >= 0);
-    cllm_context *ctx = calloc(1, cllm_context_overhead(max_tensors));
+    cllm_context *ctx = cllm_calloc(1, cllm_context_overhead(max_tensors));
     if (!ctx) return NULL;
     ctx->max_tensors = max_tensors;
     return ctx;
 }
 
-void cllm_context_free(cllm_context *ctx) { free(ctx); }
+void cllm_context_free(cllm_context *ctx) { cllm_free(ctx); }
 
 void cllm_context_reset(cllm_context *ctx) { ctx->n_tensors = 0; }
 

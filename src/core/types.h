@@ -14,48 +14,13 @@
 #ifndef CLLM_CORE_TYPES_H
 #define CLLM_CORE_TYPES_H
 
+#include "cllm.h"
+
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
-typedef enum cllm_type {
-    CLLM_TYPE_F32 = 0,
-    CLLM_TYPE_F16 = 1,
-    CLLM_TYPE_Q4_0 = 2,
-    CLLM_TYPE_Q4_1 = 3,
-    /* 4, 5: retired (Q4_2, Q4_3) */
-    CLLM_TYPE_Q5_0 = 6,
-    CLLM_TYPE_Q5_1 = 7,
-    CLLM_TYPE_Q8_0 = 8,
-    CLLM_TYPE_Q8_1 = 9,
-    CLLM_TYPE_Q2_K = 10,
-    CLLM_TYPE_Q3_K = 11,
-    CLLM_TYPE_Q4_K = 12,
-    CLLM_TYPE_Q5_K = 13,
-    CLLM_TYPE_Q6_K = 14,
-    CLLM_TYPE_Q8_K = 15,
-    CLLM_TYPE_IQ2_XXS = 16,
-    CLLM_TYPE_IQ2_XS = 17,
-    CLLM_TYPE_IQ3_XXS = 18,
-    CLLM_TYPE_IQ1_S = 19,
-    CLLM_TYPE_IQ4_NL = 20,
-    CLLM_TYPE_IQ3_S = 21,
-    CLLM_TYPE_IQ2_S = 22,
-    CLLM_TYPE_IQ4_XS = 23,
-    CLLM_TYPE_I8 = 24,
-    CLLM_TYPE_I16 = 25,
-    CLLM_TYPE_I32 = 26,
-    CLLM_TYPE_I64 = 27,
-    CLLM_TYPE_F64 = 28,
-    CLLM_TYPE_IQ1_M = 29,
-    CLLM_TYPE_BF16 = 30,
-    /* 31-33: retired (Q4_0_4_4, Q4_0_4_8, Q4_0_8_8) */
-    CLLM_TYPE_TQ1_0 = 34,
-    CLLM_TYPE_TQ2_0 = 35,
-    /* 36-38: retired (IQ4_NL_4_4, IQ4_NL_4_8, IQ4_NL_8_8) */
-    CLLM_TYPE_MXFP4 = 39,
-    CLLM_TYPE_COUNT = 40
-} cllm_type;
+/* cllm_type (the GGUF on-disk type ids) is public: cllm.h. */
 
 /* Converts n elements (n a multiple of blck_size) of a row to float. */
 typedef void (*cllm_to_float_fn)(const void *src, float *dst, int64_t n);
@@ -82,9 +47,6 @@ const cllm_type_traits *cllm_type_traits_of(cllm_type type);
 
 /* True when `type` is a valid id with a known block layout. */
 bool cllm_type_is_valid(int64_t type);
-
-/* Name of a type, or "unknown" for invalid ids. */
-const char *cllm_type_name(cllm_type type);
 
 /* Bytes of a row of `ne0` elements (ne0 a multiple of the block size). */
 size_t cllm_row_size(cllm_type type, int64_t ne0);

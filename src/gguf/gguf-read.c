@@ -15,6 +15,7 @@
  * { u32 element type | length | elements }.
  */
 #include "gguf/gguf.h"
+#include "core/hostmem.h"
 
 #include <errno.h>
 #include <float.h>
@@ -49,7 +50,7 @@ static void arena_free(arena *a) {
     arena_block *b = a->head;
     while (b) {
         arena_block *next = b->next;
-        free(b);
+        cllm_free(b);
         b = next;
     }
     a->head = NULL;
@@ -70,7 +71,7 @@ static void *arena_alloc(arena *a, size_t n, size_t align) {
     const size_t cap = own_block ? CLLM_MAX(n, (size_t)1) : a->next_cap;
     size_t total;
     if (cllm_add_overflow(ARENA_HDR, cap, &total)) return NULL;
-    arena_block *b = malloc(total);
+    arena_block *b = cllm_malloc(total);
     if (!b) return NULL;
     b->cap = cap;
     b->used = n;
@@ -721,7 +722,7 @@ static cllm_status rd_counts(reader *r, cllm_gguf *g) {
      * space (bytes < 2^26 per entry kind) */
     if (n_kv > 0) {
         const size_t bytes = (size_t)n_kv * sizeof(*g->kv);
-        g->kv = calloc(1, bytes + 2 * (size_t)n_kv * sizeof(name_ref));
+        g->kv = cllm_calloc(1, bytes + 2 * (size_t)n_kv * sizeof(name_ref));
         if (!g->kv) return rd_fail(r, CLLM_ERR_NOMEM, NULL, "out of memory");
         g->kv_index.refs = (name_ref *)(void *)((char *)g->kv + bytes);
     }
@@ -733,7 +734,7 @@ static cllm_status rd_counts(reader *r, cllm_gguf *g) {
 static cllm_status alloc_tensor_infos(reader *r, cllm_gguf *g) {
     if (g->n_tensors == 0) return CLLM_OK;
     const size_t bytes = (size_t)g->n_tensors * sizeof(*g->tensors);
-    g->tensors = calloc(1, bytes + 2 * (size_t)g->n_tensors * sizeof(name_ref));
+    g->tensors = cllm_calloc(1, bytes + 2 * (size_t)g->n_tensors * sizeof(name_ref));
     if (!g->tensors) return rd_fail(r, CLLM_ERR_NOMEM, NULL, "out of memory");
     g->tensor_index.refs = (name_ref *)(void *)((char *)g->tensors + bytes);
     return CLLM_OK;
@@ -774,7 +775,7 @@ static uint32_t bswap32(uint32_t v) {
 static cllm_status parse(reader *r, cllm_gguf **out) {
     cllm_status st;
     const size_t name_len = strlen(r->name);
-    cllm_gguf *g = calloc(1, sizeof(*g) + name_len + 1); /* the name follows */
+    cllm_gguf *g = cllm_calloc(1, sizeof(*g) + name_len + 1); /* the name follows */
     if (!g) return rd_fail(r, CLLM_ERR_NOMEM, NULL, "out of memory");
     g->name = (char *)(g + 1);
     memcpy(g->name, r->name, name_len + 1);
@@ -862,14 +863,14 @@ cllm_status cllm_gguf_open(const char *path, cllm_gguf **out) {
     }
     r.f = f;
     r.size = (uint64_t)sb.st_size;
-    r.buf = malloc(READ_BUF_SIZE);
+    r.buf = cllm_malloc(READ_BUF_SIZE);
     if (!r.buf) {
         st = rd_fail(&r, CLLM_ERR_NOMEM, NULL, "out of memory");
         goto done;
     }
     st = parse(&r, out);
 done:
-    free(r.buf);
+    cllm_free(r.buf);
     fclose(f);
     return st;
 }
@@ -877,9 +878,9 @@ done:
 void cllm_gguf_free(cllm_gguf *g) {
     if (!g) return;
     arena_free(&g->arena);
-    free(g->kv); /* and its name index */
-    free(g->tensors);
-    free(g);
+    cllm_free(g->kv); /* and its name index */
+    cllm_free(g->tensors);
+    cllm_free(g);
 }
 
 /* ---- accessors ---- */

@@ -4,6 +4,7 @@
  * pointers. The file is written to `path.tmp` and renamed when complete.
  */
 #include "gguf/gguf.h"
+#include "core/hostmem.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -38,25 +39,25 @@ struct cllm_gguf_writer {
 };
 
 static void wkv_free(wkv *kv) {
-    free(kv->key);
-    free(kv->data);
-    free(kv->lens);
+    cllm_free(kv->key);
+    cllm_free(kv->data);
+    cllm_free(kv->lens);
     memset(kv, 0, sizeof(*kv));
 }
 
-cllm_gguf_writer *cllm_gguf_writer_new(void) { return calloc(1, sizeof(cllm_gguf_writer)); }
+cllm_gguf_writer *cllm_gguf_writer_new(void) { return cllm_calloc(1, sizeof(cllm_gguf_writer)); }
 
 void cllm_gguf_writer_free(cllm_gguf_writer *w) {
     if (!w) return;
     for (size_t i = 0; i < w->n_kv; i++) wkv_free(&w->kv[i]);
-    for (size_t i = 0; i < w->n_tensors; i++) free(w->tensors[i].name);
-    free(w->kv);
-    free(w->tensors);
-    free(w);
+    for (size_t i = 0; i < w->n_tensors; i++) cllm_free(w->tensors[i].name);
+    cllm_free(w->kv);
+    cllm_free(w->tensors);
+    cllm_free(w);
 }
 
 static char *mem_dup(const void *p, size_t n) {
-    char *d = malloc(n + 1);
+    char *d = cllm_malloc(n + 1);
     if (!d) return NULL;
     if (n) memcpy(d, p, n);
     d[n] = '\0';
@@ -93,7 +94,7 @@ static cllm_status kv_reserve(cllm_gguf_writer *w, size_t extra) {
     if (need <= w->cap_kv) return CLLM_OK;
     size_t cap = w->cap_kv ? w->cap_kv : 16;
     while (cap < need) cap *= 2;
-    wkv *kv = realloc(w->kv, cap * sizeof(*kv));
+    wkv *kv = cllm_realloc(w->kv, cap * sizeof(*kv));
     if (!kv) return cllm_error(CLLM_ERR_NOMEM, "gguf writer: out of memory");
     w->kv = kv;
     w->cap_kv = cap;
@@ -104,7 +105,7 @@ static cllm_status kv_reserve(cllm_gguf_writer *w, size_t extra) {
  * old value), or appends it (j < 0). Cannot fail: room was reserved. */
 static void kv_commit_at(cllm_gguf_writer *w, wkv *nv, int64_t j) {
     if (j >= 0) {
-        free(nv->key);
+        cllm_free(nv->key);
         nv->key = w->kv[j].key;
         w->kv[j].key = NULL;
         wkv_free(&w->kv[j]);
@@ -255,7 +256,7 @@ static cllm_status make_arr_str(wkv *nv, const char *const *strs, const size_t *
     }
     CLLM_ASSERT(strs != NULL || n == 0);
     *nv = (wkv){.type = CLLM_GGUF_ARRAY, .arr_type = CLLM_GGUF_STRING, .n = n};
-    nv->lens = malloc((n ? (size_t)n : 1) * sizeof(size_t));
+    nv->lens = cllm_malloc((n ? (size_t)n : 1) * sizeof(size_t));
     if (!nv->lens) return cllm_error(CLLM_ERR_NOMEM, "gguf writer: out of memory");
     size_t total = 0;
     for (size_t j = 0; j < n; j++) {
@@ -268,7 +269,7 @@ static cllm_status make_arr_str(wkv *nv, const char *const *strs, const size_t *
         }
         nv->lens[j] = len;
     }
-    nv->data = malloc(total ? total : 1);
+    nv->data = cllm_malloc(total ? total : 1);
     if (!nv->data) {
         wkv_free(nv);
         return cllm_error(CLLM_ERR_NOMEM, "gguf writer: out of memory");
@@ -336,8 +337,8 @@ static cllm_status copy_value(wkv *nv, const cllm_gguf *src, int64_t i) {
     const cllm_gguf_type et = cllm_gguf_arr_type(src, i);
     const uint64_t n = cllm_gguf_arr_n(src, i);
     if (et != CLLM_GGUF_STRING) return make_arr(nv, et, cllm_gguf_arr_data(src, i), n);
-    const char **strs = malloc((n ? (size_t)n : 1) * sizeof(*strs));
-    size_t *lens = malloc((n ? (size_t)n : 1) * sizeof(*lens));
+    const char **strs = cllm_malloc((n ? (size_t)n : 1) * sizeof(*strs));
+    size_t *lens = cllm_malloc((n ? (size_t)n : 1) * sizeof(*lens));
     cllm_status st;
     if (!strs || !lens) {
         st = cllm_error(CLLM_ERR_NOMEM, "gguf writer: out of memory");
@@ -345,8 +346,8 @@ static cllm_status copy_value(wkv *nv, const cllm_gguf *src, int64_t i) {
         for (uint64_t j = 0; j < n; j++) strs[j] = cllm_gguf_arr_str(src, i, j, &lens[j]);
         st = make_arr_str(nv, strs, lens, n);
     }
-    free(strs);
-    free(lens);
+    cllm_free(strs);
+    cllm_free(lens);
     return st;
 }
 
@@ -355,11 +356,12 @@ cllm_status cllm_gguf_writer_copy_kv(cllm_gguf_writer *w, const cllm_gguf *src) 
     const size_t n = (size_t)cllm_gguf_n_kv(src);
     cllm_status st = kv_reserve(w, n);
     if (st != CLLM_OK) return st;
-    wkv *tmp = calloc(n ? n : 1, sizeof(*tmp));
-    int64_t *slot = malloc((n ? n : 1) * sizeof(*slot)); /* where src key i goes, -1: appended */
+    wkv *tmp = cllm_calloc(n ? n : 1, sizeof(*tmp));
+    int64_t *slot =
+        cllm_malloc((n ? n : 1) * sizeof(*slot)); /* where src key i goes, -1: appended */
     if (!tmp || !slot) {
-        free(tmp);
-        free(slot);
+        cllm_free(tmp);
+        cllm_free(slot);
         return cllm_error(CLLM_ERR_NOMEM, "gguf writer: out of memory");
     }
     /* keys already set: found through src's index, not by a scan per key */
@@ -381,14 +383,14 @@ cllm_status cllm_gguf_writer_copy_kv(cllm_gguf_writer *w, const cllm_gguf *src) 
         }
     }
     for (size_t i = 0; i < n; i++) kv_commit_at(w, &tmp[i], slot[i]);
-    free(tmp);
-    free(slot);
+    cllm_free(tmp);
+    cllm_free(slot);
     return CLLM_OK;
 
 fail:
     for (size_t i = 0; i < built; i++) wkv_free(&tmp[i]);
-    free(tmp);
-    free(slot);
+    cllm_free(tmp);
+    cllm_free(slot);
     return st;
 }
 
@@ -450,7 +452,7 @@ cllm_status cllm_gguf_writer_add_tensor(cllm_gguf_writer *w, const char *name, c
     }
     if (w->n_tensors == w->cap_tensors) {
         const size_t cap = w->cap_tensors ? 2 * w->cap_tensors : 16;
-        wtensor *nt = realloc(w->tensors, cap * sizeof(*nt));
+        wtensor *nt = cllm_realloc(w->tensors, cap * sizeof(*nt));
         if (!nt) return cllm_error(CLLM_ERR_NOMEM, "gguf writer: out of memory");
         w->tensors = nt;
         w->cap_tensors = cap;
@@ -570,7 +572,7 @@ cllm_status cllm_gguf_writer_write(cllm_gguf_writer *w, const char *path) {
     }
 
     const size_t path_len = strlen(path);
-    char *tmp = malloc(path_len + 5);
+    char *tmp = cllm_malloc(path_len + 5);
     if (!tmp) return cllm_error(CLLM_ERR_NOMEM, "gguf writer: out of memory");
     memcpy(tmp, path, path_len);
     memcpy(tmp + path_len, ".tmp", 5);
@@ -579,7 +581,7 @@ cllm_status cllm_gguf_writer_write(cllm_gguf_writer *w, const char *path) {
     o.f = fopen(tmp, "wb");
     if (!o.f) {
         st = cllm_error(CLLM_ERR_IO, "%s: cannot create: %s", tmp, strerror(errno));
-        free(tmp);
+        cllm_free(tmp);
         return st;
     }
 
@@ -622,15 +624,15 @@ cllm_status cllm_gguf_writer_write(cllm_gguf_writer *w, const char *path) {
         st = cllm_error(CLLM_ERR_IO, "%s: write failed: %s", tmp,
                         o.err >= 0 ? strerror(o.err) : "stream error");
         remove(tmp);
-        free(tmp);
+        cllm_free(tmp);
         return st;
     }
     if (rename(tmp, path) != 0) {
         st = cllm_error(CLLM_ERR_IO, "%s: cannot rename to %s: %s", tmp, path, strerror(errno));
         remove(tmp);
-        free(tmp);
+        cllm_free(tmp);
         return st;
     }
-    free(tmp);
+    cllm_free(tmp);
     return CLLM_OK;
 }

@@ -63,8 +63,6 @@ const char *cllm_gguf_type_name(cllm_gguf_type type);
 /* Bytes of one value of a scalar type; 0 for string, array and invalid ids. */
 size_t cllm_gguf_type_size(cllm_gguf_type type);
 
-typedef struct cllm_gguf cllm_gguf;
-
 typedef struct cllm_gguf_tensor_info {
     const char *name;
     cllm_type type;
@@ -78,24 +76,15 @@ typedef struct cllm_gguf_tensor_info {
  * the element count is whole blocks; e.g. the v2 stories260K Q8_0 has
  * ne = {172, 64}): row-wise code must check ne[0] % blck_size before use. */
 
-/*
- * Reads the metadata and tensor infos of the file at `path` (buffered reads
- * of the metadata region only; tensor data is not read). Checks that every
- * tensor's data lies within the file. Returns CLLM_ERR_IO if the file cannot
- * be opened or read, CLLM_ERR_FORMAT for a malformed file,
- * CLLM_ERR_UNSUPPORTED for valid GGUF this reader does not handle (version
- * above 3, big-endian, arrays of arrays), CLLM_ERR_NOMEM. On failure *out is
- * untouched. The result is freed with cllm_gguf_free().
- *
- * Checked, besides every length against the bytes left: keys non-empty,
+/* cllm_gguf_open, cllm_gguf_free, the version, alignment, data offset, key
+ * and tensor counts and key look-ups are public (cllm.h). Checked by the
+ * reader, besides every length against the bytes left: keys non-empty,
  * without NUL bytes, unique; bool values 0 or 1; general.alignment an integer
  * power of two <= CLLM_GGUF_MAX_ALIGNMENT; tensor names non-empty, without NUL
  * bytes, unique; n_dims 1..4; dims > 0 with a product that fits int64_t; type
  * ids valid; ne[0] whole blocks of the type (v1/v2 files: see the size field
- * of cllm_gguf_tensor_info); offsets aligned; data in the file.
- * When a file has no tensors, data_offset may lie past the end of the file.
- */
-cllm_status cllm_gguf_open(const char *path, cllm_gguf **out);
+ * of cllm_gguf_tensor_info); offsets aligned; data in the file. When a file
+ * has no tensors, data_offset may lie past the end of the file. */
 
 /*
  * Parses a GGUF image held in memory (`size` bytes at `data`); `name` is used
@@ -103,22 +92,13 @@ cllm_status cllm_gguf_open(const char *path, cllm_gguf **out);
  */
 cllm_status cllm_gguf_parse(const void *data, size_t size, const char *name, cllm_gguf **out);
 
-void cllm_gguf_free(cllm_gguf *g);
-
-uint32_t cllm_gguf_version(const cllm_gguf *g);
 const char *cllm_gguf_name(const cllm_gguf *g); /* the path or name given */
 uint64_t cllm_gguf_file_size(const cllm_gguf *g);
-size_t cllm_gguf_alignment(const cllm_gguf *g);
-uint64_t cllm_gguf_data_offset(const cllm_gguf *g); /* start of tensor data */
 
 /* ---- key/value metadata ----
  * Indexes i are in [0, n_kv) (asserted); keys keep their file order. */
 
-int64_t cllm_gguf_n_kv(const cllm_gguf *g);
-const char *cllm_gguf_key(const cllm_gguf *g, int64_t i);
 cllm_gguf_type cllm_gguf_kv_type(const cllm_gguf *g, int64_t i);
-/* Index of `key`, or -1 (binary search of the sorted keys). */
-int64_t cllm_gguf_find_key(const cllm_gguf *g, const char *key);
 
 /* Scalar values by index; the type must match (asserted: check kv_type first). */
 uint8_t cllm_gguf_val_u8(const cllm_gguf *g, int64_t i);
@@ -160,7 +140,6 @@ cllm_status cllm_gguf_get_str(const cllm_gguf *g, const char *key, const char **
 
 /* ---- tensor infos ---- */
 
-int64_t cllm_gguf_n_tensors(const cllm_gguf *g);
 /* Tensor i in file order, i in [0, n_tensors) (asserted). */
 const cllm_gguf_tensor_info *cllm_gguf_tensor(const cllm_gguf *g, int64_t i);
 /* Index of the tensor named `name`, or -1 (binary search of the sorted names). */

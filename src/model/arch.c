@@ -1,6 +1,7 @@
 /* The table of architectures and the helpers they share: typed
  * hyper-parameter look-ups, weight tensors checked against the file, masks. */
 #include "model/model.h"
+#include "core/hostmem.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -141,6 +142,7 @@ cllm_status cllm_weights_tensor(cllm_weights *w, const cllm_gguf *g, int flags, 
         return cllm_error(CLLM_ERR_FORMAT, "%s: more weights requested than the file has",
                           cllm_gguf_name(g));
     }
+    w->group[cllm_context_n_tensors(w->ctx)] = w->cur_group;
     cllm_tensor *t = cllm_tensor_new(w->ctx, ti->type, 4, ti->ne);
     cllm_tensor_set_name(t, "%s", name);
     *out = t;
@@ -149,13 +151,15 @@ cllm_status cllm_weights_tensor(cllm_weights *w, const cllm_gguf *g, int flags, 
 
 cllm_status cllm_weights_new(const cllm_gguf *g, const cllm_arch *arch, const cllm_hparams *hp,
                              cllm_weights **out) {
-    cllm_weights *w = calloc(1, sizeof(*w));
+    cllm_weights *w = cllm_calloc(1, sizeof(*w));
     if (!w) return cllm_error(CLLM_ERR_NOMEM, "out of host memory for weights");
     cllm_status st = CLLM_ERR_NOMEM;
     w->n_layer = (int)hp->n_layer;
-    w->layers = calloc((size_t)hp->n_layer, sizeof(*w->layers));
+    w->layers = cllm_calloc((size_t)hp->n_layer, sizeof(*w->layers));
     w->ctx = cllm_context_new((int)cllm_gguf_n_tensors(g));
-    if (!w->layers || !w->ctx) {
+    w->group = cllm_calloc((size_t)CLLM_MAX(cllm_gguf_n_tensors(g), 1), sizeof(*w->group));
+    w->cur_group = CLLM_WEIGHT_INPUT;
+    if (!w->layers || !w->ctx || !w->group) {
         cllm_error(st, "out of host memory for weights");
         goto fail;
     }
@@ -171,8 +175,9 @@ fail:
 void cllm_weights_free(cllm_weights *w) {
     if (!w) return;
     cllm_context_free(w->ctx);
-    free(w->layers);
-    free(w);
+    cllm_free(w->group);
+    cllm_free(w->layers);
+    cllm_free(w);
 }
 
 void cllm_fill_causal_mask(float *dst, const cllm_batch_shape *shape) {

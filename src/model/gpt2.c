@@ -49,12 +49,14 @@ static cllm_status gpt2_weights(cllm_weights *w, const cllm_gguf *g, const cllm_
 #define SHAPE(...) (int64_t[]){__VA_ARGS__}
     CLLM_TRY(cllm_weights_tensor(w, g, R, &w->tok_embd, 2, SHAPE(E, V), "token_embd.weight"));
     CLLM_TRY(cllm_weights_tensor(w, g, R, &w->pos_embd, 2, SHAPE(E, C), "position_embd.weight"));
+    cllm_weights_set_group(w, CLLM_WEIGHT_OUTPUT);
     CLLM_TRY(cllm_weights_tensor(w, g, R, &w->output_norm, 1, SHAPE(E), "output_norm.weight"));
     CLLM_TRY(cllm_weights_tensor(w, g, R, &w->output_norm_b, 1, SHAPE(E), "output_norm.bias"));
     CLLM_TRY(cllm_weights_tensor(w, g, OPT, &w->output, 2, SHAPE(E, V), "output.weight"));
     if (!w->output) w->output = w->tok_embd; /* tied */
     for (int l = 0; l < w->n_layer; l++) {
         cllm_layer_weights *L = &w->layers[l];
+        cllm_weights_set_group(w, l);
         CLLM_TRY(
             cllm_weights_tensor(w, g, R, &L->attn_norm, 1, SHAPE(E), "blk.%d.attn_norm.weight", l));
         CLLM_TRY(

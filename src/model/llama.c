@@ -83,13 +83,16 @@ static cllm_status llama_weights(cllm_weights *w, const cllm_gguf *g, const cllm
     const int R = CLLM_W_REQUIRED, OPT = CLLM_W_OPTIONAL;
 #define SHAPE(...) (int64_t[]){__VA_ARGS__}
     CLLM_TRY(cllm_weights_tensor(w, g, R, &w->tok_embd, 2, SHAPE(E, V), "token_embd.weight"));
+    cllm_weights_set_group(w, CLLM_WEIGHT_OUTPUT);
     CLLM_TRY(cllm_weights_tensor(w, g, R, &w->output_norm, 1, SHAPE(E), "output_norm.weight"));
     CLLM_TRY(cllm_weights_tensor(w, g, OPT, &w->output, 2, SHAPE(E, V), "output.weight"));
-    if (!w->output) w->output = w->tok_embd; /* tied */
+    if (!w->output) w->output = w->tok_embd;      /* tied */
+    cllm_weights_set_group(w, CLLM_WEIGHT_INPUT); /* read by every layer; stays with the input */
     CLLM_TRY(cllm_weights_tensor(w, g, OPT, &w->rope_freqs, 1, SHAPE(hp->n_rot / 2),
                                  "rope_freqs.weight"));
     for (int l = 0; l < w->n_layer; l++) {
         cllm_layer_weights *L = &w->layers[l];
+        cllm_weights_set_group(w, l);
         CLLM_TRY(
             cllm_weights_tensor(w, g, R, &L->attn_norm, 1, SHAPE(E), "blk.%d.attn_norm.weight", l));
         CLLM_TRY(cllm_weights_tensor(w, g, R, &L->wq, 2, SHAPE(E, Q), "blk.%d.attn_q.weight", l));

@@ -62,8 +62,15 @@ typedef struct cllm_layer_weights {
     cllm_tensor *ffn_up_b, *ffn_down_b;
 } cllm_layer_weights;
 
+/* The part of the model a weight belongs to: a layer index (0 .. n_layer-1)
+ * or one of these. Recorded by the architecture when it creates the weight;
+ * the placement puts the input group on the CPU. */
+enum { CLLM_WEIGHT_INPUT = -1, CLLM_WEIGHT_OUTPUT = -2 };
+
 typedef struct cllm_weights {
     cllm_context *ctx; /* weight tensors (metadata only) */
+    int *group;        /* per tensor of ctx (creation order): layer or CLLM_WEIGHT_* */
+    int cur_group;     /* the group of the weights created next */
     cllm_tensor *tok_embd, *pos_embd;
     cllm_tensor *output_norm, *output_norm_b;
     cllm_tensor *output;     /* == tok_embd when the output is tied */
@@ -144,12 +151,20 @@ enum { CLLM_W_REQUIRED = 0, CLLM_W_OPTIONAL = 1 };
 /*
  * Creates the weight tensor `name` (printf-style) in w->ctx with the file's
  * type, checking that the file has it with exactly the shape ne[0..n_dims)
- * and a type the engine can compute with. *out = NULL for a missing optional
- * tensor. Errors name the file, the tensor and the problem.
+ * and a type the engine can compute with, in the current group
+ * (cllm_weights_set_group). *out = NULL for a missing optional tensor. Errors name the file, the
+ * tensor and the problem.
  */
 cllm_status cllm_weights_tensor(cllm_weights *w, const cllm_gguf *g, int flags, cllm_tensor **out,
                                 int n_dims, const int64_t *ne, const char *fmt, ...)
     CLLM_PRINTF(7, 8);
+
+/* Weights created from now on belong to `group` (a layer, CLLM_WEIGHT_INPUT
+ * or CLLM_WEIGHT_OUTPUT); the first ones are CLLM_WEIGHT_INPUT. */
+static inline void cllm_weights_set_group(cllm_weights *w, int group) { w->cur_group = group; }
+
+/* The group of the i-th weight (creation order). */
+static inline int cllm_weights_group(const cllm_weights *w, int i) { return w->group[i]; }
 
 /*
  * Reads the hyper-parameters and creates the weights tree of the file (no

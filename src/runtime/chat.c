@@ -1,5 +1,6 @@
 /* Chat templates: family detection and rendering of conversations. */
 #include "runtime/chat.h"
+#include "core/hostmem.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -199,7 +200,7 @@ cllm_status cllm_chat_default_system(const char *template_src, char **out) {
         }
         if (closed) continue;
 
-        char *s = malloc((size_t)(end - text) + 1);
+        char *s = cllm_malloc((size_t)(end - text) + 1);
         if (!s) return cllm_error(CLLM_ERR_NOMEM, "chat: out of memory");
         size_t n = 0;
         for (const char *c = text; c < end; c++) {
@@ -446,7 +447,7 @@ cllm_status cllm_chat_render_alloc(cllm_chat_style style, const cllm_chat_msg *m
     size_t len;
     cllm_status st = measure(style, msgs, n, add_assistant_prompt, &len);
     if (st != CLLM_OK) return st;
-    char *text = malloc(len + 1);
+    char *text = cllm_malloc(len + 1);
     if (!text) {
         return cllm_error(CLLM_ERR_NOMEM, "chat: out of memory for a %zu-byte prompt", len + 1);
     }

@@ -19,8 +19,8 @@
  *     bool add_bos = !cllm_chat_style_has_bos_text(style) && <the tokenizer's add_bos>;
  *     ... tokenize `text` (special tokens parsed), generate until
  *         cllm_chat_style_eot(style) or the model's EOS ...
- *     free(text);
- *     free(def_sys);
+ *     cllm_free(text);
+ *     cllm_free(def_sys);
  *
  * The library does not run Jinja. It recognises a template's family by
  * distinctive substrings and renders that family's format in C, reproducing
@@ -65,110 +65,6 @@
 
 #include "core/common.h"
 
-typedef enum cllm_chat_style {
-    CLLM_CHAT_STYLE_CHATML = 0,
-    CLLM_CHAT_STYLE_LLAMA2,
-    CLLM_CHAT_STYLE_LLAMA3,
-    CLLM_CHAT_STYLE_GEMMA,
-    CLLM_CHAT_STYLE_ZEPHYR,
-    CLLM_CHAT_STYLE_COUNT
-} cllm_chat_style;
-
-/* One message; both strings NUL-terminated and owned by the caller. */
-typedef struct cllm_chat_msg {
-    const char *role;    /* "system", "user" or "assistant" */
-    const char *content; /* UTF-8 */
-} cllm_chat_msg;
-
-/*
- * Recognises the family of a Jinja chat template (the GGUF metadata value
- * tokenizer.chat_template) and writes it to `*out`. The markers, tried in
- * this order: "<|start_header_id|>" -> llama3; "<|im_start|>" -> chatml;
- * "<start_of_turn>" -> gemma; "[INST]" with "<<SYS>>" -> llama2; "<|user|>"
- * with "<|assistant|>" and "</s>" or eos_token, without Phi-3's "<|end|>"
- * -> zephyr.
- *
- * Returns CLLM_OK; CLLM_ERR_INVALID_ARG if `template_src` is NULL or empty
- * (the model has no template: choose a style by name); CLLM_ERR_UNSUPPORTED
- * if the template is of no known family (the message quotes its start and
- * lists the styles). On failure `*out` is untouched. Thread-safe.
- */
-cllm_status cllm_chat_style_detect(const char *template_src, cllm_chat_style *out);
-
-/*
- * The style's name: "chatml", "llama2", "llama3", "gemma" or "zephyr"
- * ("unknown" for a value out of range). A constant string; thread-safe.
- */
-const char *cllm_chat_style_name(cllm_chat_style style);
-
-/*
- * Parses a style name (for a command-line override), ASCII case-insensitive.
- * Accepts the names above and the aliases "llama-2", "llama-3", "gemma2",
- * "gemma3". Returns CLLM_OK, or CLLM_ERR_UNSUPPORTED (with the list of
- * names; `*out` untouched) for anything else, NULL included. Thread-safe.
- */
-cllm_status cllm_chat_style_from_name(const char *name, cllm_chat_style *out);
-
-/*
- * True if text rendered in this style begins with the BOS token's text
- * ("<s>", "<|begin_of_text|>", "<bos>": llama2, llama3, gemma). Then the
- * caller must tokenize without adding BOS, or the prompt starts with two.
- * When false, the text has no BOS and the caller adds one if the
- * tokenizer's add_bos setting says so. Thread-safe.
- */
-bool cllm_chat_style_has_bos_text(cllm_chat_style style);
-
-/*
- * The text that ends a turn in this style ("<|im_end|>", "<|eot_id|>",
- * "<end_of_turn>", "</s>"): generation of an assistant turn stops there
- * (besides the model's EOS). A constant string ("" when out of range).
- * Thread-safe.
- */
-const char *cllm_chat_style_eot(cllm_chat_style style);
-
-/*
- * Finds the default system prompt of a ChatML template: the text of a string
- * literal "<|im_start|>system\n{TEXT}<|im_end|>" that the template emits
- * when the conversation has no system message (SmolLM2, Qwen2.5). Jinja
- * escapes in TEXT (\n, \t, \', \", \\) are decoded; TEXT is at most
- * 4 KiB. Linear in the template's length (templates come from files).
- *
- * Returns CLLM_OK with `*out` a new NUL-terminated string that the caller
- * releases with free(), or with `*out` = NULL when the template has none
- * (any other family, or NULL / empty `template_src`); CLLM_ERR_NOMEM (with
- * `*out` untouched). Thread-safe.
- */
-cllm_status cllm_chat_default_system(const char *template_src, char **out);
-
-/*
- * Renders `msgs[0, n)` in `style` into `buf` (NUL-terminated) and, if
- * `add_assistant_prompt`, appends the opening of an assistant turn (llama2
- * has none; its user turns already end with the cue). `*needed` receives the
- * buffer size the text requires, its terminating NUL included (strlen + 1).
- *
- * With `buf` NULL (and `buf_size` 0) this is a size query: it returns
- * CLLM_OK with `*needed` set and logs nothing.
- *
- * Rules: n >= 1; every role is "system", "user" or "assistant" and every
- * content non-NULL. llama2 and gemma further need an optional system message
- * first, then user and assistant turns alternating, starting with a user
- * turn (their templates refuse anything else).
- *
- * Returns CLLM_OK; CLLM_ERR_TOO_LARGE if `buf` is not NULL and `buf_size` <
- * `*needed` (`*needed` is set, nothing is written to `buf`);
- * CLLM_ERR_INVALID_ARG for a broken rule or a style out of range (`*needed`
- * and `buf` untouched). Thread-safe.
- */
-cllm_status cllm_chat_render(cllm_chat_style style, const cllm_chat_msg *msgs, size_t n,
-                             bool add_assistant_prompt, char *buf, size_t buf_size, size_t *needed);
-
-/*
- * As cllm_chat_render, into a new NUL-terminated string `*out` of length
- * `*out_len` (`out_len` may be NULL). The caller releases it with free().
- * Returns CLLM_OK, the errors of cllm_chat_render, or CLLM_ERR_NOMEM; on
- * failure the outputs are untouched. Thread-safe.
- */
-cllm_status cllm_chat_render_alloc(cllm_chat_style style, const cllm_chat_msg *msgs, size_t n,
-                                   bool add_assistant_prompt, char **out, size_t *out_len);
+/* The chat API is public (cllm.h); the renderers are chat.c. */
 
 #endif /* CLLM_RUNTIME_CHAT_H */

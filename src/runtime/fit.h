@@ -37,39 +37,13 @@
 #include "backend/backend.h"
 #include "gguf/gguf.h"
 #include "model/model.h"
+#include "runtime/place.h"
 #include "sched/sched.h"
 
 #include <stdio.h>
 
-#define CLLM_PLAN_MAX_BUDGETS 16
-
-typedef struct cllm_plan_budget {
-    char device[32];
-    size_t bytes;
-} cllm_plan_budget;
-
-typedef struct cllm_plan_params {
-    int64_t n_ctx;     /* 0: min(model context, 4096) */
-    int64_t n_batch;   /* default 512 (at most n_ctx) */
-    int n_sessions;    /* default 1 */
-    cllm_type kv_type; /* default F16 */
-    int n_threads;     /* CPU backend threads (workspace); 0: physical cores */
-    bool use_mmap;     /* default true: CPU weights are the mapped file's data section */
-    int n_budgets;
-    cllm_plan_budget budgets[CLLM_PLAN_MAX_BUDGETS]; /* overrides of free memory */
-} cllm_plan_params;
-
-cllm_plan_params cllm_plan_default_params(void);
-
-/* Adds a budget for `device` (replacing one given before).
- * CLLM_ERR_INVALID_ARG if the name is too long or too many are given. */
-cllm_status cllm_plan_add_budget(cllm_plan_params *p, const char *device, size_t bytes);
-
-/* Parses "DEVICE=SIZE" (e.g. "test0=64MiB", "cpu=16GiB") into p's budgets.
- * CLLM_ERR_INVALID_ARG with a message for a missing '=', an empty device or
- * a malformed, negative or overflowing size. Unknown devices are reported
- * by the planner. */
-cllm_status cllm_plan_parse_mem(cllm_plan_params *p, const char *arg);
+/* cllm_plan_params and the plan functions are public (cllm.h); this is the
+ * layout behind the handle. */
 
 typedef struct cllm_plan_device {
     cllm_device *dev;
@@ -87,7 +61,7 @@ typedef struct cllm_plan_tensor {
     bool state;           /* KV cache, else a weight */
 } cllm_plan_tensor;
 
-typedef struct cllm_plan {
+struct cllm_plan {
     char model[256];
     cllm_hparams hp;
     int64_t n_ctx, n_batch;
@@ -95,47 +69,22 @@ typedef struct cllm_plan {
     cllm_type kv_type;
     bool use_mmap;
     int n_devices; /* the CPU is the last */
-    cllm_plan_device devices[CLLM_SCHED_MAX_BACKENDS];
-    int *layer_device; /* [hp.n_layer] */
+    cllm_plan_device devices[CLLM_PLACE_MAX_DEVICES];
+    int *layer_device; /* [hp.n_layer] (== place.layer_device) */
     int output_device;
     int input_device;
     int n_tensors;
     cllm_plan_tensor *tensors;
     int n_probes;
-    double plan_ms; /* wall time of the planning (probes included) */
-    /* owned */
+    double plan_ms;       /* wall time of the planning (probes included) */
+    cllm_placement place; /* layer_device and output_device are its */
+    cllm_shape shape;     /* the session shape planned (limits the model's sessions) */
+    /* owned: the tensors of the map */
     cllm_weights *weights;
-    cllm_context *kv_ctx;
-} cllm_plan;
-
-/*
- * Plans the model whose metadata `g` holds (the file is not read further).
- * CLLM_ERR_INVALID_ARG for bad parameters or a budget naming an unknown
- * device; CLLM_ERR_TOO_LARGE when the CPU (the last resort) cannot hold the
- * rest: the message names the device, the bytes needed and the budget, how
- * many bytes are short, and the largest context that would fit (or that
- * nothing does). On failure *out is untouched.
- */
-cllm_status cllm_plan_new(const cllm_gguf *g, const cllm_plan_params *p, cllm_plan **out);
-/* As cllm_plan_new, opening the file's metadata. */
-cllm_status cllm_plan_file(const char *path, const cllm_plan_params *p, cllm_plan **out);
-void cllm_plan_free(cllm_plan *plan);
+    cllm_kv_cache kv;
+};
 
 /* Sum of the four kinds on device i. */
 size_t cllm_plan_device_total(const cllm_plan *plan, int i);
-
-/* The per-device table, a bar per device, the layer map, the planning time;
- * with `verbose`, one line per tensor. */
-void cllm_plan_print(const cllm_plan *plan, FILE *f, bool verbose);
-/* The same as one JSON object. */
-void cllm_plan_print_json(const cllm_plan *plan, FILE *f, bool verbose);
-
-/* Which part of the model weight `name` belongs to: its layer (0 ..
- * n_layer - 1), or the input (token embeddings, ...) or output group. */
-enum { CLLM_FIT_GROUP_INPUT = -1, CLLM_FIT_GROUP_OUTPUT = -2 };
-int cllm_fit_weight_group(const char *name, int64_t n_layer);
-
-/* "1.50 GiB", "512 MiB", "100 B" into buf; returns buf. */
-const char *cllm_format_size(size_t bytes, char *buf, size_t size);
 
 #endif /* CLLM_RUNTIME_FIT_H */

@@ -1,5 +1,6 @@
 /* The generation loop. */
 #include "runtime/generate.h"
+#include "core/hostmem.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -25,22 +26,27 @@ double cllm_time_ms(void) {
 
 void cllm_generate_result_free(cllm_generate_result *res) {
     if (!res) return;
-    free(res->ids);
+    cllm_free(res->ids);
     memset(res, 0, sizeof(*res));
 }
 
-cllm_status cllm_generate(cllm_session *s, const cllm_tokenizer *tok, cllm_sampler *smp,
-                          const int32_t *prompt, size_t n_prompt, int n_predict,
-                          cllm_on_text_fn on_text, void *user_data, cllm_generate_result *res) {
+cllm_status cllm_generate(cllm_session *s, cllm_sampler *smp, const int32_t *prompt,
+                          size_t n_prompt, int n_predict, cllm_on_text_fn on_text, void *user_data,
+                          cllm_generate_result *res) {
     memset(res, 0, sizeof(*res));
     if (n_prompt == 0) return cllm_error(CLLM_ERR_INVALID_ARG, "generate: empty prompt");
+    const cllm_tokenizer *tok = cllm_session_model(s)->tok;
+    if (!tok) {
+        return cllm_error(CLLM_ERR_UNSUPPORTED, "%s: generate: the model has no tokenizer",
+                          cllm_session_model(s)->path);
+    }
     const size_t room = (size_t)(cllm_session_n_ctx(s) - cllm_session_n_past(s));
     const size_t cap = n_predict < 0 ? room : CLLM_MIN((size_t)n_predict, room);
     cllm_generate_result r = {0};
-    r.ids = malloc((cap + 1) * sizeof(*r.ids));
+    r.ids = cllm_malloc((cap + 1) * sizeof(*r.ids));
     cllm_detokenizer *detok = NULL;
     if (!r.ids || cllm_detokenizer_new(tok, 0, &detok) != CLLM_OK) {
-        free(r.ids);
+        cllm_free(r.ids);
         return cllm_error(CLLM_ERR_NOMEM, "generate: out of host memory");
     }
     for (size_t i = 0; i < n_prompt; i++) CLLM_UNUSED(cllm_sampler_accept(smp, prompt[i]));
@@ -89,6 +95,6 @@ cllm_status cllm_generate(cllm_session *s, const cllm_tokenizer *tok, cllm_sampl
 
 fail:
     cllm_detokenizer_free(detok);
-    free(r.ids);
+    cllm_free(r.ids);
     return st;
 }

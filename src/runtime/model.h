@@ -18,55 +18,35 @@
 
 #include "backend/backend.h"
 #include "model/model.h"
+#include "runtime/place.h"
 
 struct cllm_plan;
 
-typedef struct cllm_model_params {
-    bool use_mmap; /* map the file (default) instead of reading it */
-    bool progress; /* show a progress bar on stderr while reading big files */
-    /* (optional) a placement from the fit planner (runtime/fit.h) for this
-     * file: the weights of layers placed on other devices are copied into
-     * one weights buffer per device, and sessions put each layer's KV cache
-     * on its device and compute through the scheduler. NULL: all on the CPU. */
-    const struct cllm_plan *plan;
-} cllm_model_params;
+/* cllm_model_params and the loading functions are public (cllm.h); this is
+ * the layout behind the handle. */
 
-#define CLLM_MODEL_MAX_DEVICES 16
-
-typedef struct cllm_model {
+struct cllm_model {
     char *path;
     cllm_gguf *gguf;            /* metadata, kept for `info` and metadata lookups */
     struct cllm_tokenizer *tok; /* from the file's tokenizer.* keys; NULL without them */
     const cllm_arch *arch;
     cllm_hparams hp;
     cllm_weights *weights;
-    cllm_buffer *weights_buf; /* mapped or allocated; CLLM_MEM_WEIGHTS */
-    void *map;                /* the file mapping (NULL when read) */
+    void *map; /* the file mapping (NULL when read) */
     size_t map_size;
-    size_t weights_planned; /* bytes the plan predicted for weights_buf */
 
-    /* placement: the devices (the CPU last), each layer's device, and the
-     * weights buffers of the other devices (CLLM_MEM_WEIGHTS, exactly the
-     * plan's bytes) */
-    int n_devices;
-    cllm_device *devices[CLLM_MODEL_MAX_DEVICES];
-    cllm_buffer *device_weights[CLLM_MODEL_MAX_DEVICES]; /* NULL for the CPU */
-    int *layer_device;                                   /* [hp.n_layer] */
-    int output_device;
-} cllm_model;
+    /* the placement (the plan's, or all on the CPU) and, per device, the
+     * weights buffer (CLLM_MEM_WEIGHTS; on the CPU the mapped data section
+     * or the CPU's tensors read) and the bytes planned for it */
+    cllm_placement place;
+    cllm_buffer *weights_buf[CLLM_PLACE_MAX_DEVICES];
+    size_t weights_planned[CLLM_PLACE_MAX_DEVICES];
 
-cllm_model_params cllm_model_default_params(void);
-
-/*
- * Loads the model at `path`: parses the metadata (hostile input), finds the
- * architecture, checks every weight's shape and type, then maps or reads the
- * weights. On failure nothing stays allocated and *out is untouched; the
- * error names the file and the problem.
- */
-cllm_status cllm_model_load(const char *path, const cllm_model_params *params, cllm_model **out);
-void cllm_model_free(cllm_model *m);
-
-/* Bytes of the weights as planned from the metadata alone (no I/O). */
-size_t cllm_model_weights_bytes(const cllm_gguf *g, const cllm_weights *w, bool use_mmap);
+    /* with a plan: the largest session shape and count it was made for */
+    bool has_limit;
+    cllm_shape limit;
+    int limit_sessions;
+    _Atomic int n_sessions; /* open sessions */
+};
 
 #endif /* CLLM_RUNTIME_MODEL_H */

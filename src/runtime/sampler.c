@@ -1,5 +1,6 @@
 /* Token sampling: penalties, greedy, top-k, temperature, top-p, min-p. */
 #include "runtime/sampler.h"
+#include "core/hostmem.h"
 
 #include <float.h>
 #include <math.h>
@@ -108,15 +109,15 @@ cllm_status cllm_sampler_new(const cllm_sampler_params *params, int32_t n_vocab,
     if (cllm_mul_overflow((size_t)n_vocab, sizeof(cllm_sampler_cand), &cand_bytes)) {
         return cllm_error(CLLM_ERR_TOO_LARGE, "sampler: n_vocab %d too large", n_vocab);
     }
-    cllm_sampler *s = calloc(1, sizeof(*s));
+    cllm_sampler *s = cllm_calloc(1, sizeof(*s));
     if (!s) goto nomem;
     s->params = *params;
     s->n_vocab = n_vocab;
-    s->cand = malloc(cand_bytes);
-    s->seen = calloc(((size_t)n_vocab + 7) / 8, 1);
+    s->cand = cllm_malloc(cand_bytes);
+    s->seen = cllm_calloc(((size_t)n_vocab + 7) / 8, 1);
     if (!s->cand || !s->seen) goto nomem;
     if (params->repeat_last_n > 0) {
-        s->window = malloc((size_t)params->repeat_last_n * sizeof(int32_t));
+        s->window = cllm_malloc((size_t)params->repeat_last_n * sizeof(int32_t));
         if (!s->window) goto nomem;
     }
     cllm_sampler_reset(s);
@@ -130,10 +131,10 @@ nomem:
 
 void cllm_sampler_free(cllm_sampler *s) {
     if (!s) return;
-    free(s->cand);
-    free(s->seen);
-    free(s->window);
-    free(s);
+    cllm_free(s->cand);
+    cllm_free(s->seen);
+    cllm_free(s->window);
+    cllm_free(s);
 }
 
 void cllm_sampler_reset(cllm_sampler *s) {

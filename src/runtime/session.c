@@ -1,8 +1,10 @@
 /* Sessions: KV cache (state), planned compute memory, batched decoding. */
+#include "core/hostmem.h"
 #include "runtime/session.h"
-#include "alloc/layout.h"
-#include "backend/cpu/cpu.h"
+#include "runtime/place.h"
 #include "sched/sched.h"
+
+#include <stdatomic.h>
 
 #include <math.h>
 #include <stdlib.h>
@@ -11,19 +13,13 @@
 struct cllm_session {
     const cllm_model *model;
     cllm_session_params params;
+    cllm_shape shape; /* params resolved */
 
-    /* the KV cache: each layer's K and V on the device of its layer */
-    cllm_kv_cache kv;
-    cllm_context *kv_ctx[CLLM_MODEL_MAX_DEVICES];
-    cllm_buffer *kv_buf[CLLM_MODEL_MAX_DEVICES]; /* CLLM_MEM_STATE */
-
-    /* one backend per device that holds part of the model (the CPU last) */
-    int n_backends;
-    cllm_backend *backends[CLLM_MODEL_MAX_DEVICES];
-    int backend_device[CLLM_MODEL_MAX_DEVICES]; /* index into model->devices */
-    cllm_sched *sched;                          /* owns the CLLM_MEM_COMPUTE buffers */
-    cllm_context *gctx;                         /* tensors of the graph being built (metadata) */
-    cllm_graph *graph;
+    /* the KV cache (each layer's on its layer's device), the backends, the
+     * scheduler and the planned compute: the fit planner's code, in alloc mode */
+    cllm_instance in;
+    cllm_sched *sched; /* == in.sched */
+    cllm_graph *graph; /* == in.graph */
 
     int64_t n_past;
     /* logits kept by the last successful decode: all_logits: [n_last][n_vocab]
@@ -32,8 +28,6 @@ struct cllm_session {
     int64_t n_logits; /* rows of `logits` that are valid (0: none) */
     int64_t n_last;   /* tokens of the decode call they come from */
     float *mask_row;  /* [n_ctx]: one row of the mask, staged */
-
-    size_t planned[CLLM_MODEL_MAX_DEVICES][CLLM_MEM_COUNT];
 };
 
 static size_t cllm_buffer_size_or_0(const cllm_buffer *b) { return b ? cllm_buffer_size(b) : 0; }
@@ -47,148 +41,58 @@ cllm_session_params cllm_session_default_params(void) {
                                  .all_logits = false};
 }
 
-static cllm_status kv_cache_init(cllm_session *s) {
-    const cllm_model *m = s->model;
-    const cllm_hparams *hp = &m->hp;
-    cllm_kv_cache *kv = &s->kv;
-    kv->type = s->params.kv_type;
-    kv->n_ctx = s->params.n_ctx;
-    kv->n_layer = (int)hp->n_layer;
-    kv->k = calloc((size_t)kv->n_layer, sizeof(*kv->k));
-    kv->v = calloc((size_t)kv->n_layer, sizeof(*kv->v));
-    if (!kv->k || !kv->v) return cllm_error(CLLM_ERR_NOMEM, "out of host memory");
-    for (int d = 0; d < m->n_devices; d++) {
-        s->kv_ctx[d] = cllm_context_new(2 * kv->n_layer);
-        if (!s->kv_ctx[d]) return cllm_error(CLLM_ERR_NOMEM, "out of host memory");
-    }
-    /* per device in layer order: the layout the fit planner predicts */
-    for (int l = 0; l < kv->n_layer; l++) {
-        cllm_context *ctx = s->kv_ctx[m->layer_device[l]];
-        kv->k[l] = cllm_tensor_new_2d(ctx, kv->type, cllm_hparams_n_embd_k_gqa(hp), kv->n_ctx);
-        kv->v[l] = cllm_tensor_new_2d(ctx, kv->type, cllm_hparams_n_embd_v_gqa(hp), kv->n_ctx);
-        cllm_tensor_set_name(kv->k[l], "cache_k-%d", l);
-        cllm_tensor_set_name(kv->v[l], "cache_v-%d", l);
-    }
-    for (int d = 0; d < m->n_devices; d++) {
-        if (cllm_context_n_tensors(s->kv_ctx[d]) == 0) continue;
-        cllm_buffer_type *buft =
-            d == m->n_devices - 1 ? cllm_cpu_buffer_type() : cllm_device_buffer_type(m->devices[d]);
-        s->planned[d][CLLM_MEM_STATE] = cllm_layout_measure(s->kv_ctx[d], buft);
-        CLLM_TRY(cllm_layout_alloc(s->kv_ctx[d], buft, CLLM_MEM_STATE, &s->kv_buf[d]));
-        cllm_buffer_clear(s->kv_buf[d], 0);
-    }
-    return CLLM_OK;
-}
-
-/* A backend for every device that holds weights or state (the CPU always,
- * last), as the fit planner's probes have them. */
-static cllm_status backends_init(cllm_session *s) {
-    const cllm_model *m = s->model;
-    const int cpu = m->n_devices - 1;
-    for (int d = 0; d < cpu; d++) {
-        if (!m->device_weights[d] && !s->kv_buf[d]) continue;
-        CLLM_TRY(cllm_device_init_backend(m->devices[d], NULL, &s->backends[s->n_backends]));
-        s->backend_device[s->n_backends++] = d;
-    }
-    CLLM_TRY(cllm_backend_cpu_new(s->params.n_threads, &s->backends[s->n_backends]));
-    s->backend_device[s->n_backends++] = cpu;
-    return cllm_sched_new(s->backends, s->n_backends, NULL, &s->sched);
-}
-
-/* Builds the forward graph for `shape` into s->graph (tensors in s->gctx). */
+/* Builds the forward graph for `shape` into the instance's graph. */
 static cllm_tensor *build_graph(cllm_session *s, const cllm_batch_shape *shape, cllm_graph_io *io) {
-    cllm_context_reset(s->gctx);
-    cllm_graph_reset(s->graph);
-    const cllm_build_args args = {
-        .hp = &s->model->hp,
-        .w = s->model->weights,
-        .kv = &s->kv,
-        .shape = *shape,
-        .unfused_attn = s->params.unfused_attn,
-        .ctx = s->gctx,
-        .graph = s->graph,
-    };
-    cllm_tensor *out = s->model->arch->build(&args, io);
-    if (s->params.f32_activations) {
-        for (int i = 0; i < s->graph->n_nodes; i++) {
-            if (s->graph->nodes[i]->op == CLLM_OP_MUL_MAT) {
-                cllm_mul_mat_set_prec(s->graph->nodes[i], CLLM_PREC_F32);
-            }
-        }
-    }
-    return out;
-}
-
-/* Measures the worst-case graphs, then allocates exactly what they need. */
-static cllm_status plan_compute(cllm_session *s) {
-    const int64_t n_ctx = s->params.n_ctx, n_batch = s->params.n_batch;
-    const cllm_batch_shape worst[] = {
-        {.n_tokens = n_batch,
-         .n_past = n_ctx - n_batch,
-         .n_kv = n_ctx,
-         .n_outputs = s->params.all_logits ? n_batch : 1},
-        {.n_tokens = 1, .n_past = n_ctx - 1, .n_kv = n_ctx, .n_outputs = 1},
-    };
-    for (int i = 0; i < (int)CLLM_ARRAY_SIZE(worst); i++) {
-        cllm_graph_io io;
-        build_graph(s, &worst[i], &io);
-        CLLM_TRY(cllm_sched_reserve(s->sched, s->graph));
-    }
-    for (int b = 0; b < s->n_backends; b++) {
-        const int d = s->backend_device[b];
-        s->planned[d][CLLM_MEM_COMPUTE] = cllm_sched_compute_planned(s->sched, b);
-        s->planned[d][CLLM_MEM_WORKSPACE] = cllm_sched_workspace_planned(s->sched, b);
-    }
-    return cllm_sched_alloc_buffers(s->sched);
+    return cllm_instance_build(&s->in, shape, io);
 }
 
 cllm_status cllm_session_new(const cllm_model *model, const cllm_session_params *params,
                              cllm_session **out) {
-    cllm_session_params p = params ? *params : cllm_session_default_params();
+    const cllm_session_params p = params ? *params : cllm_session_default_params();
     const cllm_hparams *hp = &model->hp;
-    if (p.n_ctx == 0) p.n_ctx = CLLM_MIN(hp->n_ctx_train, 4096);
-    if (p.n_ctx < 1 || p.n_ctx > (1 << 24)) {
-        return cllm_error(CLLM_ERR_INVALID_ARG, "context size %lld is out of range",
-                          (long long)p.n_ctx);
-    }
-    if (hp->learned_pos && p.n_ctx > hp->n_ctx_train) {
-        return cllm_error(CLLM_ERR_INVALID_ARG,
-                          "context size %lld exceeds the %lld positions %s was trained with",
-                          (long long)p.n_ctx, (long long)hp->n_ctx_train, model->path);
-    }
-    if (p.n_batch < 1) {
-        return cllm_error(CLLM_ERR_INVALID_ARG, "batch size %lld is out of range",
-                          (long long)p.n_batch);
-    }
-    p.n_batch = CLLM_MIN(p.n_batch, p.n_ctx);
-    if (p.kv_type != CLLM_TYPE_F16 && p.kv_type != CLLM_TYPE_F32) {
-        return cllm_error(CLLM_ERR_INVALID_ARG, "KV cache type %s is not supported (f16 or f32)",
-                          cllm_type_name(p.kv_type));
+    const cllm_shape_params shp = {.n_ctx = p.n_ctx,
+                                   .n_batch = p.n_batch,
+                                   .kv_type = p.kv_type,
+                                   .n_threads = p.n_threads,
+                                   .all_logits = p.all_logits};
+    cllm_shape shape;
+    CLLM_TRY(cllm_shape_resolve(hp, &shp, "session", &shape));
+    if (model->has_limit) {
+        CLLM_TRY(cllm_shape_check_within(&shape, &model->limit, "session"));
+        if (atomic_load(&model->n_sessions) >= model->limit_sessions) {
+            return cllm_error(CLLM_ERR_TOO_LARGE,
+                              "session: %d sessions are open, the model's plan was made for %d",
+                              atomic_load(&model->n_sessions), model->limit_sessions);
+        }
     }
 
-    cllm_session *s = calloc(1, sizeof(*s));
+    cllm_session *s = cllm_calloc(1, sizeof(*s));
     if (!s) return cllm_error(CLLM_ERR_NOMEM, "out of host memory for a session");
     s->model = model;
     s->params = p;
+    s->params.n_ctx = shape.n_ctx;
+    s->params.n_batch = shape.n_batch;
+    s->shape = shape;
     cllm_status st = CLLM_ERR_NOMEM;
-    const int graph_size = model->arch->graph_size(hp);
-    s->gctx = cllm_context_new(graph_size);
-    s->graph = cllm_graph_new(graph_size);
-    s->logits =
-        malloc((size_t)(p.all_logits ? p.n_batch : 1) * (size_t)hp->n_vocab * sizeof(float));
-    s->mask_row = malloc((size_t)p.n_ctx * sizeof(float));
-    if (!s->gctx || !s->graph || !s->logits || !s->mask_row) {
+    s->logits = cllm_malloc((size_t)shape.n_outputs * (size_t)hp->n_vocab * sizeof(float));
+    s->mask_row = cllm_malloc((size_t)shape.n_ctx * sizeof(float));
+    if (!s->logits || !s->mask_row) {
         cllm_error(st, "out of host memory for a session");
         goto fail;
     }
-    if ((st = kv_cache_init(s)) != CLLM_OK) goto fail;
-    if ((st = backends_init(s)) != CLLM_OK) goto fail;
-    if ((st = plan_compute(s)) != CLLM_OK) goto fail;
-    for (int d = 0; d < model->n_devices; d++) {
-        s->planned[d][CLLM_MEM_WEIGHTS] = d == model->n_devices - 1
-                                              ? model->weights_planned
-                                              : cllm_buffer_size_or_0(model->device_weights[d]);
-    }
+    const cllm_instance_args ia = {.arch = model->arch,
+                                   .hp = hp,
+                                   .w = model->weights,
+                                   .pl = &model->place,
+                                   .shape = shape,
+                                   .measure = false,
+                                   .unfused_attn = p.unfused_attn,
+                                   .f32_activations = p.f32_activations};
+    if ((st = cllm_instance_init(&s->in, &ia)) != CLLM_OK) goto fail;
+    s->sched = s->in.sched;
+    s->graph = s->in.graph;
+    /* the model's count of sessions is its only state that sessions change */
+    atomic_fetch_add(&((cllm_model *)model)->n_sessions, 1);
     *out = s;
     return CLLM_OK;
 fail:
@@ -198,19 +102,11 @@ fail:
 
 void cllm_session_free(cllm_session *s) {
     if (!s) return;
-    cllm_sched_free(s->sched);
-    for (int b = 0; b < s->n_backends; b++) cllm_backend_free(s->backends[b]);
-    for (int d = 0; d < CLLM_MODEL_MAX_DEVICES; d++) {
-        cllm_buffer_free(s->kv_buf[d]);
-        cllm_context_free(s->kv_ctx[d]);
-    }
-    free(s->kv.k);
-    free(s->kv.v);
-    cllm_graph_free(s->graph);
-    cllm_context_free(s->gctx);
-    free(s->logits);
-    free(s->mask_row);
-    free(s);
+    if (s->sched) atomic_fetch_sub(&((cllm_model *)s->model)->n_sessions, 1);
+    cllm_instance_free(&s->in);
+    cllm_free(s->logits);
+    cllm_free(s->mask_row);
+    cllm_free(s);
 }
 
 /* Runs one batch of n tokens at n_past. With `keep`, copies the logits of
@@ -321,24 +217,27 @@ cllm_status cllm_session_truncate(cllm_session *s, int64_t n_keep) {
 cllm_memory_report cllm_session_memory_on(const cllm_session *s, const cllm_device *dev) {
     cllm_memory_report r = {0};
     const cllm_model *m = s->model;
+    const cllm_placement *pl = &m->place;
     int d = -1;
-    for (int i = 0; i < m->n_devices && d < 0; i++) {
-        if (m->devices[i] == dev) d = i;
+    for (int i = 0; i < pl->n_devices && d < 0; i++) {
+        if (pl->devices[i] == dev) d = i;
     }
     if (d < 0) return r;
-    memcpy(r.planned, s->planned[d], sizeof(r.planned));
-    r.allocated[CLLM_MEM_WEIGHTS] = d == m->n_devices - 1
-                                        ? cllm_buffer_size_or_0(m->weights_buf)
-                                        : cllm_buffer_size_or_0(m->device_weights[d]);
-    r.allocated[CLLM_MEM_STATE] = cllm_buffer_size_or_0(s->kv_buf[d]);
-    for (int b = 0; b < s->n_backends; b++) {
-        if (s->backend_device[b] != d) continue;
+    for (int k = 0; k < CLLM_MEM_COUNT; k++) r.planned[k] = s->in.bytes[d][k];
+    r.planned[CLLM_MEM_WEIGHTS] = m->weights_planned[d];
+    r.allocated[CLLM_MEM_WEIGHTS] = cllm_buffer_size_or_0(m->weights_buf[d]);
+    r.allocated[CLLM_MEM_STATE] = cllm_buffer_size_or_0(s->in.kv_buf[d]);
+    for (int b = 0; b < s->in.n_backends; b++) {
+        if (s->in.backend_device[b] != d) continue;
         r.allocated[CLLM_MEM_COMPUTE] = cllm_sched_compute_allocated(s->sched, b);
-        r.allocated[CLLM_MEM_WORKSPACE] = cllm_backend_workspace_allocated(s->backends[b]);
+        r.allocated[CLLM_MEM_WORKSPACE] = cllm_backend_workspace_allocated(s->in.backends[b]);
     }
     return r;
 }
 
 cllm_memory_report cllm_session_memory(const cllm_session *s) {
-    return cllm_session_memory_on(s, s->model->devices[s->model->n_devices - 1]);
+    const cllm_placement *pl = &s->model->place;
+    return cllm_session_memory_on(s, pl->devices[cllm_placement_cpu(pl)]);
 }
+
+const cllm_model *cllm_session_model(const cllm_session *s) { return s->model; }

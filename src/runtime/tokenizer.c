@@ -5,6 +5,7 @@
  * tokenizer-bpe.c, the pre-tokenizers in pretok.c.
  */
 #include "runtime/tokenizer-impl.h"
+#include "core/hostmem.h"
 #include "runtime/unicode.h"
 
 #include <math.h>
@@ -33,7 +34,7 @@ static bool grow(void **p, size_t *cap, size_t n, size_t size) {
     }
     size_t bytes;
     if (cllm_mul_overflow(c, size, &bytes)) return false;
-    void *q = realloc(*p, bytes);
+    void *q = cllm_realloc(*p, bytes);
     if (!q) return false;
     *p = q;
     *cap = c;
@@ -41,9 +42,9 @@ static bool grow(void **p, size_t *cap, size_t n, size_t size) {
 }
 
 void cllm_tok_scratch_free(cllm_tok_scratch *s) {
-    free(s->text);
-    free(s->syms);
-    free(s->heap);
+    cllm_free(s->text);
+    cllm_free(s->syms);
+    cllm_free(s->heap);
     memset(s, 0, sizeof(*s));
 }
 
@@ -282,7 +283,7 @@ static cllm_status load_tokens(cllm_tokenizer *tok, const cllm_gguf *g) {
                           KEY_TOKEN_TYPE, (unsigned long long)ny, (unsigned long long)n);
 
     tok->n_vocab = (int32_t)n;
-    tok->tokens = calloc(n, sizeof(cllm_token_data));
+    tok->tokens = cllm_calloc(n, sizeof(cllm_token_data));
     if (!tok->tokens) goto nomem;
 
     size_t total = 0;
@@ -295,8 +296,8 @@ static cllm_status load_tokens(cllm_tokenizer *tok, const cllm_gguf *g) {
     }
     /* Pieces are never longer than texts (see make_pieces), plus room for
      * the U+FFFD of unknown tokens. */
-    tok->text_pool = malloc(total);
-    tok->piece_pool = malloc(total);
+    tok->text_pool = cllm_malloc(total);
+    tok->piece_pool = cllm_malloc(total);
     if (!tok->text_pool || !tok->piece_pool) goto nomem;
 
     const unsigned char *scores = si >= 0 ? cllm_gguf_arr_data(g, si) : NULL;
@@ -333,7 +334,7 @@ static cllm_status load_tokens(cllm_tokenizer *tok, const cllm_gguf *g) {
     }
 
     tok->map_mask = table_size(n) - 1;
-    tok->map = malloc((tok->map_mask + 1) * sizeof(int32_t));
+    tok->map = cllm_malloc((tok->map_mask + 1) * sizeof(int32_t));
     if (!tok->map) goto nomem;
     memset(tok->map, 0xFF, (tok->map_mask + 1) * sizeof(int32_t));
     for (int32_t id = 0; id < tok->n_vocab; id++) map_insert(tok, id);
@@ -370,12 +371,12 @@ static cllm_status load_merges(cllm_tokenizer *tok, const cllm_gguf *g) {
     }
     tok->n_merges = (int64_t)n;
     if (n == 0) return CLLM_OK;
-    tok->merge_pool = malloc(total);
-    tok->merge_off = malloc(n * sizeof(size_t));
-    tok->merge_len = malloc(n * sizeof(uint32_t));
-    tok->merge_left = malloc(n * sizeof(uint32_t));
+    tok->merge_pool = cllm_malloc(total);
+    tok->merge_off = cllm_malloc(n * sizeof(size_t));
+    tok->merge_len = cllm_malloc(n * sizeof(uint32_t));
+    tok->merge_left = cllm_malloc(n * sizeof(uint32_t));
     tok->merge_mask = table_size(n) - 1;
-    tok->merge_map = malloc((tok->merge_mask + 1) * sizeof(int32_t));
+    tok->merge_map = cllm_malloc((tok->merge_mask + 1) * sizeof(int32_t));
     if (!tok->merge_pool || !tok->merge_off || !tok->merge_len || !tok->merge_left ||
         !tok->merge_map)
         goto nomem;
@@ -478,7 +479,7 @@ static cllm_status build_trie(cllm_tokenizer *tok) {
     }
     if (total == 0) return CLLM_OK;
     if (total > INT32_MAX) return cllm_error(CLLM_ERR_NOMEM, "tokenizer: special tokens too long");
-    tok->trie = malloc(total * sizeof(cllm_trie_node));
+    tok->trie = cllm_malloc(total * sizeof(cllm_trie_node));
     if (!tok->trie)
         return cllm_error(CLLM_ERR_NOMEM, "tokenizer: out of memory for special tokens");
     for (int32_t id = 0; id < tok->n_vocab; id++) {
@@ -690,7 +691,7 @@ static cllm_status load(cllm_tokenizer *tok, const cllm_gguf *g) {
 
 cllm_status cllm_tokenizer_new_from_gguf(const cllm_gguf *g, cllm_tokenizer **out) {
     CLLM_ASSERT(g && out);
-    cllm_tokenizer *tok = calloc(1, sizeof(*tok));
+    cllm_tokenizer *tok = cllm_calloc(1, sizeof(*tok));
     if (!tok) return cllm_error(CLLM_ERR_NOMEM, "%s: out of memory", cllm_gguf_name(g));
     cllm_status st = load(tok, g);
     if (st != CLLM_OK) {
@@ -703,17 +704,17 @@ cllm_status cllm_tokenizer_new_from_gguf(const cllm_gguf *g, cllm_tokenizer **ou
 
 void cllm_tokenizer_free(cllm_tokenizer *tok) {
     if (!tok) return;
-    free(tok->tokens);
-    free(tok->text_pool);
-    free(tok->piece_pool);
-    free(tok->map);
-    free(tok->merge_pool);
-    free(tok->merge_off);
-    free(tok->merge_len);
-    free(tok->merge_left);
-    free(tok->merge_map);
-    free(tok->trie);
-    free(tok);
+    cllm_free(tok->tokens);
+    cllm_free(tok->text_pool);
+    cllm_free(tok->piece_pool);
+    cllm_free(tok->map);
+    cllm_free(tok->merge_pool);
+    cllm_free(tok->merge_off);
+    cllm_free(tok->merge_len);
+    cllm_free(tok->merge_left);
+    cllm_free(tok->merge_map);
+    cllm_free(tok->trie);
+    cllm_free(tok);
 }
 
 /* ---- encoding ---- */
@@ -860,7 +861,7 @@ cllm_status cllm_detokenizer_new(const cllm_tokenizer *tok, int flags, cllm_deto
     CLLM_ASSERT(tok && out);
     /* Every byte in (3 held + one piece) gives at most 3 bytes out. */
     size_t cap = 3 * (tok->max_piece_len + 3);
-    cllm_detokenizer *d = malloc(sizeof(*d) + cap);
+    cllm_detokenizer *d = cllm_malloc(sizeof(*d) + cap);
     if (!d) return cllm_error(CLLM_ERR_NOMEM, "tokenizer: out of memory for a detokenizer");
     d->tok = tok;
     d->flags = flags;
@@ -870,7 +871,7 @@ cllm_status cllm_detokenizer_new(const cllm_tokenizer *tok, int flags, cllm_deto
     return CLLM_OK;
 }
 
-void cllm_detokenizer_free(cllm_detokenizer *d) { free(d); }
+void cllm_detokenizer_free(cllm_detokenizer *d) { cllm_free(d); }
 
 void cllm_detokenizer_reset(cllm_detokenizer *d) {
     CLLM_ASSERT(d);

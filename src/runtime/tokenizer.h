@@ -151,16 +151,8 @@ cllm_status cllm_tokenizer_encode(const cllm_tokenizer *tok, const char *text, s
                                   bool add_special, bool parse_special, int32_t *ids,
                                   size_t max_ids, size_t *n_ids);
 
-/* Flags of cllm_tokenizer_decode and cllm_detokenizer_new. */
-enum {
-    /* Render control tokens as their text ("<|im_end|>"); without it they
-     * render as nothing, and the unknown token as U+FFFD. */
-    CLLM_DETOK_SPECIAL = 1,
-    /* Drop the one leading space that the SPM space prefix put before the
-     * first text token, and before the first text token after each control
-     * token (what encode adds). No effect without add_space_prefix. */
-    CLLM_DETOK_STRIP_PREFIX = 2,
-};
+/* Flags of cllm_tokenizer_decode and cllm_detokenizer_new: CLLM_DETOK_*
+ * (public, cllm.h). */
 
 /*
  * The bytes of one token as text: SPM's U+2581 becomes a space and <0xXX>

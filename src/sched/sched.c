@@ -1,5 +1,6 @@
 /* The scheduler (sched.h): assignment, splits, copies, planning, running. */
 #include "sched/sched.h"
+#include "core/hostmem.h"
 #include "alloc/galloc.h"
 #include "backend/backend-impl.h"
 
@@ -73,15 +74,15 @@ static cllm_status map_reset(ptr_map *m, size_t n) {
     size_t size = 16;
     while (size < 2 * n) size *= 2;
     if (size > m->size) {
-        const cllm_tensor **k = calloc(size, sizeof(*k));
-        int *v = calloc(size, sizeof(*v));
+        const cllm_tensor **k = cllm_calloc(size, sizeof(*k));
+        int *v = cllm_calloc(size, sizeof(*v));
         if (!k || !v) {
-            free(k);
-            free(v);
+            cllm_free(k);
+            cllm_free(v);
             return cllm_error(CLLM_ERR_NOMEM, "sched: out of host memory");
         }
-        free(m->keys);
-        free(m->vals);
+        cllm_free(m->keys);
+        cllm_free(m->vals);
         m->keys = k;
         m->vals = v;
         m->size = size;
@@ -92,8 +93,8 @@ static cllm_status map_reset(ptr_map *m, size_t n) {
 }
 
 static void map_free(ptr_map *m) {
-    free(m->keys);
-    free(m->vals);
+    cllm_free(m->keys);
+    cllm_free(m->vals);
     memset(m, 0, sizeof(*m));
 }
 
@@ -120,7 +121,7 @@ static cllm_status grow(void **arr, int *cap, int n, size_t elem) {
     if (n <= *cap) return CLLM_OK;
     int c = *cap ? *cap : 16;
     while (c < n) c *= 2;
-    void *p = realloc(*arr, (size_t)c * elem);
+    void *p = cllm_realloc(*arr, (size_t)c * elem);
     if (!p) return cllm_error(CLLM_ERR_NOMEM, "sched: out of host memory");
     *arr = p;
     *cap = c;
@@ -143,7 +144,7 @@ cllm_status cllm_sched_new(cllm_backend *const *backends, int n, const cllm_sche
     if (p.n_copies < 1 || p.n_copies > 8) {
         return cllm_error(CLLM_ERR_INVALID_ARG, "sched: %d pipeline copies (1..8)", p.n_copies);
     }
-    cllm_sched *s = calloc(1, sizeof(*s));
+    cllm_sched *s = cllm_calloc(1, sizeof(*s));
     if (!s) return cllm_error(CLLM_ERR_NOMEM, "sched: out of host memory");
     s->n_backends = n;
     s->params = p;
@@ -155,7 +156,7 @@ cllm_status cllm_sched_new(cllm_backend *const *backends, int n, const cllm_sche
     }
     s->galloc = cllm_galloc_new(s->bufts, n);
     if (!s->galloc) {
-        free(s);
+        cllm_free(s);
         return cllm_error(CLLM_ERR_NOMEM, "sched: out of host memory");
     }
     *out = s;
@@ -163,7 +164,7 @@ cllm_status cllm_sched_new(cllm_backend *const *backends, int n, const cllm_sche
 }
 
 static void free_copies(cllm_sched *s) {
-    for (int i = 0; i < s->n_copies; i++) free(s->copies[i].dst);
+    for (int i = 0; i < s->n_copies; i++) cllm_free(s->copies[i].dst);
     s->n_copies = 0;
 }
 
@@ -174,14 +175,14 @@ void cllm_sched_free(cllm_sched *s) {
     cllm_context_free(s->cctx);
     map_free(&s->where);
     map_free(&s->planned_leafs);
-    free(s->copies);
-    free(s->splits);
-    free(s->split_nodes);
-    free(s->rewires);
+    cllm_free(s->copies);
+    cllm_free(s->splits);
+    cllm_free(s->split_nodes);
+    cllm_free(s->rewires);
     cllm_graph_free(s->cg);
-    free(s->node_buft);
-    free(s->leaf_buft);
-    free(s);
+    cllm_free(s->node_buft);
+    cllm_free(s->leaf_buft);
+    cllm_free(s);
 }
 
 /* ---- assignment -------------------------------------------------------- */
@@ -361,7 +362,7 @@ static cllm_status get_copy(cllm_sched *s, cllm_tensor *src, int b, int split, c
         return cllm_error(CLLM_ERR_NOMEM, "sched: more copies than planned (%d)", s->cctx_cap);
     }
     sched_copy c = {.src = src, .backend = b, .split = split};
-    c.dst = calloc((size_t)nc, sizeof(*c.dst));
+    c.dst = cllm_calloc((size_t)nc, sizeof(*c.dst));
     if (!c.dst) return cllm_error(CLLM_ERR_NOMEM, "sched: out of host memory");
     for (int i = 0; i < nc; i++) {
         cllm_tensor *d = cllm_tensor_new(s->cctx, src->type, 4, src->ne);
@@ -457,11 +458,11 @@ static cllm_status build_combined(cllm_sched *s, cllm_graph *g) {
     const int need = CLLM_MAX(n_nodes, n_leafs);
     if (!s->cg || s->cg_cap < need) {
         cllm_graph_free(s->cg);
-        free(s->node_buft);
-        free(s->leaf_buft);
+        cllm_free(s->node_buft);
+        cllm_free(s->leaf_buft);
         s->cg = cllm_graph_new(need);
-        s->node_buft = malloc((size_t)need * sizeof(int));
-        s->leaf_buft = malloc((size_t)need * sizeof(int));
+        s->node_buft = cllm_malloc((size_t)need * sizeof(int));
+        s->leaf_buft = cllm_malloc((size_t)need * sizeof(int));
         s->cg_cap = s->cg && s->node_buft && s->leaf_buft ? need : 0;
         if (!s->cg_cap) return cllm_error(CLLM_ERR_NOMEM, "sched: out of host memory");
     }

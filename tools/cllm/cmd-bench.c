@@ -10,11 +10,8 @@
  * CLLM_COMMIT, else `git rev-parse` of the source tree the binary sits in),
  * the CPU and the kernel features in use.
  */
-#include "backend/cpu/cpu.h"
-#include "backend/cpu/kernels.h"
-#include "backend/cpu/threadpool.h"
+#include "cllm.h"
 #include "commands.h"
-#include "runtime/generate.h"
 
 #include <errno.h>
 #include <libgen.h>
@@ -25,6 +22,8 @@
 #include <string.h>
 
 #define BENCH_MAX_THREADS 64
+#define BENCH_MIN(a, b)   ((a) < (b) ? (a) : (b))
+#define BENCH_MAX(a, b)   ((a) > (b) ? (a) : (b))
 
 typedef enum bench_output { BENCH_MD = 0, BENCH_CSV, BENCH_JSON } bench_output;
 
@@ -67,7 +66,7 @@ static bool parse_bench_args(int argc, char **argv, bench_args *a) {
     a->n_gen = 128;
     a->n_batch = 512;
     a->reps = 5;
-    a->threads[0] = cllm_physical_cores();
+    a->threads[0] = cllm_cpu_physical_cores();
     a->n_threads_list = 1;
     for (int i = 1; i < argc; i++) {
         const char *o = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -147,11 +146,12 @@ typedef struct model_desc {
 static model_desc describe(const cllm_model *m) {
     uint64_t by_type[CLLM_TYPE_COUNT] = {0};
     model_desc d = {0};
-    for (int64_t i = 0; i < cllm_gguf_n_tensors(m->gguf); i++) {
-        const cllm_gguf_tensor_info *t = cllm_gguf_tensor(m->gguf, i);
-        d.bytes += t->size;
-        d.params += (uint64_t)(t->ne[0] * t->ne[1] * t->ne[2] * t->ne[3]);
-        if ((unsigned)t->type < CLLM_TYPE_COUNT) by_type[t->type] += t->size;
+    const cllm_gguf *g = cllm_model_gguf(m);
+    for (int64_t i = 0; i < cllm_gguf_n_tensors(g); i++) {
+        const cllm_tensor_desc t = cllm_gguf_tensor_desc(g, i);
+        d.bytes += t.bytes;
+        d.params += (uint64_t)(t.ne[0] * t.ne[1] * t.ne[2] * t.ne[3]);
+        if ((unsigned)t.type < CLLM_TYPE_COUNT) by_type[t.type] += t.bytes;
     }
     for (int t = 0; t < CLLM_TYPE_COUNT; t++)
         if (by_type[t] > by_type[d.type]) d.type = (cllm_type)t;
@@ -191,7 +191,7 @@ static double run_once(cllm_session *s, const int32_t *ids, int64_t n, bool batc
 static bool run_test(cllm_session *s, const int32_t *ids, int64_t n, bool batch, int reps,
                      bench_result *r) {
     /* warm-up: the whole batch for pp; a few tokens for tg */
-    if (run_once(s, ids, batch ? n : CLLM_MIN(n, 16), batch) < 0) return false;
+    if (run_once(s, ids, batch ? n : BENCH_MIN(n, 16), batch) < 0) return false;
     double *x = malloc((size_t)reps * sizeof(*x));
     if (!x) return false;
     for (int i = 0; i < reps; i++) {
@@ -219,8 +219,8 @@ int cllm_cmd_bench(int argc, char **argv) {
     cllm_model_params mp = cllm_model_default_params();
     if (cllm_model_load(a.model, &mp, &m) != CLLM_OK) goto fail;
     const model_desc d = describe(m);
-    const int64_t n_vocab = m->hp.n_vocab;
-    const int64_t n_ids = CLLM_MAX(a.n_prompt, a.n_gen);
+    const int64_t n_vocab = cllm_model_n_vocab(m);
+    const int64_t n_ids = BENCH_MAX(a.n_prompt, a.n_gen);
     ids = malloc((size_t)n_ids * sizeof(*ids));
     if (!ids) goto fail;
     uint64_t rng = 0x2545f4914f6cdd1dULL;
@@ -231,8 +231,12 @@ int cllm_cmd_bench(int argc, char **argv) {
 
     char commit[64];
     find_commit(commit, sizeof(commit));
-    const char *cpu = cllm_device_description(cllm_cpu_device());
-    const char *features = cllm_cpu_features_str();
+    const char *cpu = "unknown";
+    for (int i = 0; i < cllm_device_count(); i++) {
+        if (cllm_device_kind_of(cllm_device_get(i)) == CLLM_DEVICE_CPU)
+            cpu = cllm_device_description(cllm_device_get(i));
+    }
+    const char *features = cllm_cpu_features();
     const char *base = strrchr(a.model, '/') ? strrchr(a.model, '/') + 1 : a.model;
     if (a.output == BENCH_MD) {
         printf("cllm %s (commit %s), CPU: %s, kernels: %s\n", cllm_version(), commit, cpu,
@@ -249,8 +253,8 @@ int cllm_cmd_bench(int argc, char **argv) {
 
     for (int ti = 0; ti < a.n_threads_list; ti++) {
         cllm_session_params sp = cllm_session_default_params();
-        sp.n_ctx = a.n_ctx ? a.n_ctx : (CLLM_MAX(a.n_prompt, a.n_gen) + 255) / 256 * 256;
-        sp.n_batch = CLLM_MIN(a.n_batch, CLLM_MAX(a.n_prompt, 1));
+        sp.n_ctx = a.n_ctx ? a.n_ctx : (BENCH_MAX(a.n_prompt, a.n_gen) + 255) / 256 * 256;
+        sp.n_batch = BENCH_MIN(a.n_batch, BENCH_MAX(a.n_prompt, 1));
         sp.n_threads = a.threads[ti];
         if (cllm_session_new(m, &sp, &s) != CLLM_OK) goto fail;
         for (int k = 0; k < 2; k++) {

@@ -1,8 +1,6 @@
 /* cllm devices: the devices found at run time, their kind and memory. */
-#include "backend/backend.h"
-#include "backend/test/test-backend.h"
+#include "cllm.h"
 #include "commands.h"
-#include "runtime/fit.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -10,9 +8,7 @@
 /* --test-device SPEC (a debug option shared by devices, plan and run):
  * enables the test device with the given options (see test-backend.h). */
 int cllm_cli_enable_test_device(const char *cmd, const char *spec) {
-    cllm_test_device_config cfg;
-    if (cllm_test_device_config_parse(spec, &cfg) != CLLM_OK ||
-        cllm_test_device_enable(&cfg, NULL) != CLLM_OK) {
+    if (cllm_device_enable_test(spec) != CLLM_OK) {
         fprintf(stderr, "cllm %s: --test-device: %s\n", cmd, cllm_last_error());
         return 2;
     }
@@ -32,13 +28,13 @@ int cllm_cmd_devices(int argc, char **argv) {
             return 2;
         }
     }
-    const int n = cllm_registry_device_count();
+    const int n = cllm_device_count();
     if (json)
         printf("[");
     else
         printf("  %-10s %-6s %12s %12s  %s\n", "device", "kind", "free", "total", "description");
     for (int i = 0; i < n; i++) {
-        cllm_device *d = cllm_registry_device(i);
+        cllm_device *d = cllm_device_get(i);
         size_t fr = 0, tot = 0;
         cllm_device_memory(d, &fr, &tot);
         if (json) {

@@ -16,12 +16,12 @@
  *    "[k]value,"; at the end the estimate and its standard error
  *    ppl * sqrt((mean(nll^2) - mean(nll)^2) / (count - 1)).
  */
+#include "cllm.h"
 #include "commands.h"
-#include "runtime/session.h"
-#include "runtime/tokenizer.h"
 
 #include <errno.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -114,18 +114,35 @@ static int parse_ppl_args(int argc, char **argv, ppl_args *a) {
     return 0;
 }
 
-/* The whole of `path` ("-": standard input) into *out (NUL-terminated). */
-static cllm_status read_text(const char *path, char **out, size_t *len) {
+/* The command's own errors: one line, like the library's. */
+static void say(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("cllm: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+}
+
+/* Texts longer than this are refused (the tokenizer's limit per call). */
+#define PPL_MAX_TEXT ((size_t)64 << 20)
+
+/* The whole of `path` ("-": standard input) into *out (NUL-terminated);
+ * false after printing the problem. */
+static bool read_text(const char *path, char **out, size_t *len) {
     FILE *f = strcmp(path, "-") ? fopen(path, "rb") : stdin;
-    if (!f) return cllm_error(CLLM_ERR_IO, "%s: %s", path, strerror(errno));
+    if (!f) {
+        say("%s: %s", path, strerror(errno));
+        return false;
+    }
     size_t n = 0, cap = 1 << 16;
     char *buf = malloc(cap);
-    cllm_status st = CLLM_OK;
+    bool ok = true;
     while (buf) {
         if (n + 1 == cap) {
-            if (cap > CLLM_TOKENIZER_MAX_TEXT) {
-                st = cllm_error(CLLM_ERR_TOO_LARGE, "%s: longer than %zu bytes", path,
-                                (size_t)CLLM_TOKENIZER_MAX_TEXT);
+            if (cap > PPL_MAX_TEXT) {
+                say("%s: longer than %zu bytes", path, PPL_MAX_TEXT);
+                ok = false;
                 break;
             }
             char *nb = realloc(buf, cap * 2);
@@ -136,17 +153,17 @@ static cllm_status read_text(const char *path, char **out, size_t *len) {
         n += got;
         if (got == 0) break;
     }
-    if (!buf) st = cllm_error(CLLM_ERR_NOMEM, "out of memory reading %s", path);
-    if (st == CLLM_OK && ferror(f)) st = cllm_error(CLLM_ERR_IO, "%s: read error", path);
+    if (!buf) say("out of memory reading %s", path), ok = false;
+    if (ok && ferror(f)) say("%s: read error", path), ok = false;
     if (f != stdin) fclose(f);
-    if (st != CLLM_OK) {
+    if (!ok) {
         free(buf);
-        return st;
+        return false;
     }
     buf[n] = '\0';
     *out = buf;
     *len = n;
-    return CLLM_OK;
+    return true;
 }
 
 /* -log softmax(logits)[tok], in double. */
@@ -169,40 +186,37 @@ int cllm_cmd_perplexity(int argc, char **argv) {
     const int parsed = parse_ppl_args(argc, argv, &a);
     if (parsed != 0) return parsed < 0 ? 0 : parsed;
     int rc = 1;
+    bool said = false; /* the problem is printed already */
     cllm_model *m = NULL;
     cllm_session *s = NULL;
     char *text = NULL;
     int32_t *ids = NULL, *batch = NULL;
     size_t len = 0, n_ids = 0;
 
-    if (read_text(a.file, &text, &len) != CLLM_OK) goto fail;
+    if (!read_text(a.file, &text, &len)) {
+        said = true;
+        goto fail;
+    }
     if (len > 0 && text[len - 1] == '\n') text[--len] = '\0'; /* as llama-perplexity */
 
     cllm_model_params mp = cllm_model_default_params();
     mp.use_mmap = !a.no_mmap;
     if (cllm_model_load(a.model, &mp, &m) != CLLM_OK) goto fail;
-    const cllm_tokenizer *tok = m->tok;
-    if (!tok) {
-        cllm_error(CLLM_ERR_FORMAT, "%s: the file has no tokenizer", a.model);
-        goto fail;
-    }
     /* count first, then tokenize into an exactly sized array */
-    if (cllm_tokenizer_encode(tok, text, len, true, false, NULL, 0, &n_ids) != CLLM_OK) goto fail;
+    if (cllm_tokenize(m, text, len, true, false, NULL, 0, &n_ids) != CLLM_OK) goto fail;
     ids = malloc((n_ids + 1) * sizeof(*ids));
     if (!ids) {
-        cllm_error(CLLM_ERR_NOMEM, "out of memory for %zu tokens", n_ids);
+        say("out of memory for %zu tokens", n_ids), said = true;
         goto fail;
     }
-    if (cllm_tokenizer_encode(tok, text, len, true, false, ids, n_ids + 1, &n_ids) != CLLM_OK) {
-        goto fail;
-    }
+    if (cllm_tokenize(m, text, len, true, false, ids, n_ids + 1, &n_ids) != CLLM_OK) goto fail;
 
     const int64_t n_ctx = a.n_ctx;
     int64_t n_chunks = (int64_t)n_ids / n_ctx;
     if (n_chunks < 1) {
-        cllm_error(CLLM_ERR_INVALID_ARG,
-                   "%s: %zu tokens, fewer than one chunk of %lld (-c); give a longer text", a.file,
-                   n_ids, (long long)n_ctx);
+        say("%s: %zu tokens, fewer than one chunk of %lld (-c); give a longer text", a.file, n_ids,
+            (long long)n_ctx);
+        said = true;
         goto fail;
     }
     if (a.n_chunks >= 0 && a.n_chunks < n_chunks) n_chunks = a.n_chunks;
@@ -217,10 +231,11 @@ int cllm_cmd_perplexity(int argc, char **argv) {
     const int64_t n_vocab = cllm_session_n_vocab(s);
     batch = malloc((size_t)n_batch * sizeof(*batch));
     if (!batch) {
-        cllm_error(CLLM_ERR_NOMEM, "out of memory");
+        say("out of memory"), said = true;
         goto fail;
     }
-    const bool add_bos = cllm_tokenizer_add_bos(tok) && cllm_tokenizer_bos(tok) >= 0;
+    const int32_t bos = cllm_token_bos(m);
+    const bool add_bos = cllm_token_add_bos(m) && bos >= 0;
     const int64_t first = n_ctx / 2;
     fprintf(stderr,
             "perplexity: %zu tokens, %lld chunks of %lld (batch %lld), scoring positions "
@@ -237,7 +252,7 @@ int cllm_cmd_perplexity(int argc, char **argv) {
         for (int64_t b0 = 0; b0 < n_ctx; b0 += n_batch) {
             const int64_t nb = n_ctx - b0 < n_batch ? n_ctx - b0 : n_batch;
             memcpy(batch, chunk + b0, (size_t)nb * sizeof(*batch));
-            if (b0 == 0 && add_bos) batch[0] = cllm_tokenizer_bos(tok);
+            if (b0 == 0 && add_bos) batch[0] = bos;
             if (cllm_session_decode(s, batch, nb) != CLLM_OK) goto fail;
             /* the logits at position p predict token p + 1 */
             for (int64_t p = b0 > first ? b0 : first; p < b0 + nb && p < n_ctx - 1; p++) {
@@ -263,7 +278,7 @@ int cllm_cmd_perplexity(int argc, char **argv) {
     fprintf(stderr, "perplexity: %lld tokens scored in %.2f s\n", (long long)count, now_s() - t0);
     rc = 0;
 fail:
-    if (rc != 0) fprintf(stderr, "cllm: %s\n", cllm_last_error());
+    if (rc != 0 && !said) say("%s", cllm_last_error());
     free(batch);
     free(ids);
     free(text);

@@ -1,7 +1,7 @@
 /* cllm plan: where a model's layers go and how many bytes of each kind every
- * device will hold, from the GGUF metadata alone (runtime/fit.h). */
+ * device will hold, from the GGUF metadata alone (the plan API of cllm.h). */
+#include "cllm.h"
 #include "commands.h"
-#include "runtime/fit.h"
 
 #include <errno.h>
 #include <stdio.h>

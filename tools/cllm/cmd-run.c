@@ -1,8 +1,6 @@
 /* cllm run: generate text from a prompt (streamed, or one JSON object). */
+#include "cllm.h"
 #include "commands.h"
-#include "runtime/chat.h"
-#include "runtime/fit.h"
-#include "runtime/generate.h"
 
 #include <errno.h>
 #include <math.h>
@@ -175,7 +173,7 @@ typedef struct text_sink {
 } text_sink;
 
 static bool on_text(int32_t id, const char *text, size_t len, void *ud) {
-    CLLM_UNUSED(id);
+    (void)id;
     text_sink *sink = ud;
     if (sink->stream) {
         fwrite(text, 1, len, stdout);
@@ -194,40 +192,22 @@ static bool on_text(int32_t id, const char *text, size_t len, void *ud) {
     return true;
 }
 
-/* The prompt text: as given, or rendered through the chat template. */
+/* The prompt text: as given, or rendered through the chat template (with
+ * the template's default system message when none is given). */
 static cllm_status make_prompt(const run_args *a, const cllm_model *m, char **out, bool *has_bos) {
     *has_bos = false;
     if (!a->chat) {
         *out = strdup(a->prompt);
-        return *out ? CLLM_OK : cllm_error(CLLM_ERR_NOMEM, "out of memory");
+        return *out ? CLLM_OK : CLLM_ERR_NOMEM;
     }
-    const char *tmpl = NULL;
-    if (cllm_gguf_find_key(m->gguf, "tokenizer.chat_template") >= 0) {
-        CLLM_TRY(cllm_gguf_get_str(m->gguf, "tokenizer.chat_template", &tmpl));
-    }
-    cllm_chat_style style;
-    CLLM_TRY(cllm_chat_style_detect(tmpl, &style));
     cllm_chat_msg msgs[2];
     size_t n = 0;
-    char *default_system = NULL;
-    if (a->system) {
-        msgs[n++] = (cllm_chat_msg){.role = "system", .content = a->system};
-    } else if (cllm_chat_default_system(tmpl, &default_system) == CLLM_OK && default_system) {
-        msgs[n++] = (cllm_chat_msg){.role = "system", .content = default_system};
-    }
+    if (a->system) msgs[n++] = (cllm_chat_msg){.role = "system", .content = a->system};
     msgs[n++] = (cllm_chat_msg){.role = "user", .content = a->prompt};
-    size_t needed = 0;
-    cllm_status st = cllm_chat_render(style, msgs, n, true, NULL, 0, &needed);
-    char *buf = st == CLLM_OK || st == CLLM_ERR_TOO_LARGE ? malloc(needed + 1) : NULL;
-    if (buf) st = cllm_chat_render(style, msgs, n, true, buf, needed + 1, &needed);
-    free(default_system);
-    if (!buf) return st != CLLM_OK && st != CLLM_ERR_TOO_LARGE ? st : CLLM_ERR_NOMEM;
-    if (st != CLLM_OK) {
-        free(buf);
-        return st;
-    }
+    cllm_chat_style style;
+    const cllm_status st = cllm_chat_apply(m, NULL, msgs, n, true, out, NULL, &style);
+    if (st != CLLM_OK) return st;
     *has_bos = cllm_chat_style_has_bos_text(style);
-    *out = buf;
     return CLLM_OK;
 }
 
@@ -245,7 +225,6 @@ int cllm_cmd_run(int argc, char **argv) {
     }
     int rc = 1;
     cllm_model *m = NULL;
-    cllm_tokenizer *tok = NULL;
     cllm_session *s = NULL;
     cllm_sampler *smp = NULL;
     char *prompt = NULL;
@@ -266,19 +245,17 @@ int cllm_cmd_run(int argc, char **argv) {
     const cllm_status load_st = cllm_model_load(a.model, &mp, &m);
     cllm_plan_free(plan); /* the model keeps the placement */
     if (load_st != CLLM_OK) goto fail;
-    if (cllm_tokenizer_new_from_gguf(m->gguf, &tok) != CLLM_OK) goto fail;
 
     bool has_bos = false;
     if (make_prompt(&a, m, &prompt, &has_bos) != CLLM_OK) goto fail;
     const size_t len = strlen(prompt);
     size_t n_ids = 0;
     /* count first, then tokenize into an exactly sized array */
-    cllm_status st = cllm_tokenizer_encode(tok, prompt, len, !has_bos, a.chat, NULL, 0, &n_ids);
+    cllm_status st = cllm_tokenize(m, prompt, len, !has_bos, a.chat, NULL, 0, &n_ids);
     if (st != CLLM_OK && st != CLLM_ERR_TOO_LARGE) goto fail;
     ids = malloc((n_ids + 1) * sizeof(*ids));
     if (!ids) goto fail;
-    if (cllm_tokenizer_encode(tok, prompt, len, !has_bos, a.chat, ids, n_ids + 1, &n_ids) !=
-        CLLM_OK) {
+    if (cllm_tokenize(m, prompt, len, !has_bos, a.chat, ids, n_ids + 1, &n_ids) != CLLM_OK) {
         goto fail;
     }
 
@@ -289,12 +266,13 @@ int cllm_cmd_run(int argc, char **argv) {
     sp.kv_type = a.kv_type;
     if (cllm_session_new(m, &sp, &s) != CLLM_OK) goto fail;
     if ((int64_t)n_ids > cllm_session_n_ctx(s)) {
-        cllm_error(CLLM_ERR_TOO_LARGE, "%s: the prompt has %zu tokens, the context only %lld",
-                   a.model, n_ids, (long long)cllm_session_n_ctx(s));
-        goto fail;
+        fprintf(stderr, "cllm: %s: the prompt has %zu tokens, the context only %lld\n", a.model,
+                n_ids, (long long)cllm_session_n_ctx(s));
+        rc = 1;
+        goto done;
     }
-    if (cllm_sampler_new(&a.sp, (int32_t)m->hp.n_vocab, &smp) != CLLM_OK) goto fail;
-    if (cllm_generate(s, tok, smp, ids, n_ids, a.n_predict, on_text, &sink, &res) != CLLM_OK) {
+    if (cllm_sampler_new(&a.sp, cllm_model_n_vocab(m), &smp) != CLLM_OK) goto fail;
+    if (cllm_generate(s, smp, ids, n_ids, a.n_predict, on_text, &sink, &res) != CLLM_OK) {
         goto fail;
     }
     if (res.stop == CLLM_STOP_CONTEXT_FULL) {
@@ -326,8 +304,8 @@ int cllm_cmd_run(int argc, char **argv) {
         /* every device that holds part of the model (the CPU always does) */
         fprintf(f, ",\n  \"memory_by_device\": {");
         bool first = true;
-        for (int d = 0; d < cllm_registry_device_count(); d++) {
-            const cllm_device *dev = cllm_registry_device(d);
+        for (int d = 0; d < cllm_device_count(); d++) {
+            const cllm_device *dev = cllm_device_get(d);
             const cllm_memory_report r = cllm_session_memory_on(s, dev);
             size_t total = 0;
             for (int k = 0; k < CLLM_MEM_COUNT; k++) total += r.planned[k] + r.allocated[k];
@@ -343,15 +321,16 @@ int cllm_cmd_run(int argc, char **argv) {
                 n_ids, pp_tps, res.n_gen_decoded, tg_tps);
     }
     rc = 0;
+    goto done;
 fail:
-    if (rc != 0) fprintf(stderr, "cllm: %s\n", cllm_last_error());
+    fprintf(stderr, "cllm: %s\n", cllm_last_error());
+done:
     cllm_generate_result_free(&res);
     free(sink.buf);
     free(ids);
     free(prompt);
     cllm_sampler_free(smp);
     cllm_session_free(s);
-    cllm_tokenizer_free(tok);
     cllm_model_free(m);
     return rc;
 }

@@ -8,7 +8,6 @@
 
 int cllm_cmd_run(int argc, char **argv);
 int cllm_cmd_info(int argc, char **argv);
-int cllm_cmd_demo(int argc, char **argv);
 int cllm_cmd_devices(int argc, char **argv);
 int cllm_cmd_plan(int argc, char **argv);
 int cllm_cmd_bench(int argc, char **argv);

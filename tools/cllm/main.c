@@ -3,7 +3,6 @@
  *
  *   cllm run  -m FILE -p TEXT [options]    generate text
  *   cllm info -m FILE                      metadata and tensor table
- *   cllm demo                              the engine on a small graph
  *   cllm devices                           devices found, their free and total memory
  *   cllm plan -m FILE [--mem DEV=SIZE]     where the layers go, bytes per device and kind
  *   cllm bench -m FILE [options]           prompt and generation speed
@@ -23,7 +22,6 @@ static void usage(FILE *f) {
                "commands:\n"
                "  run   -m FILE -p TEXT    generate text from a prompt\n"
                "  info  -m FILE            print the metadata and the tensor table\n"
-               "  demo                     plan, allocate and compute a small graph\n"
                "  devices                  list the devices, their free and total memory\n"
                "  plan  -m FILE            place the layers on the devices, bytes per kind\n"
                "  bench -m FILE            tokens/s of prompt processing and generation\n"
@@ -76,7 +74,6 @@ int main(int argc, char **argv) {
     } commands[] = {
         {"run", cllm_cmd_run},               /* cmd-run.c */
         {"info", cllm_cmd_info},             /* cmd-info.c */
-        {"demo", cllm_cmd_demo},             /* cmd-demo.c */
         {"devices", cllm_cmd_devices},       /* cmd-devices.c */
         {"plan", cllm_cmd_plan},             /* cmd-plan.c */
         {"bench", cllm_cmd_bench},           /* cmd-bench.c */

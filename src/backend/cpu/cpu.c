@@ -1,6 +1,7 @@
 /* The CPU backend: host buffers, the device, and graph compute on the thread
  * pool. The kernels live in ops-*.c (see cpu-ops.h). */
 #include "backend/cpu/cpu.h"
+#include "core/hostmem.h"
 #include "backend/backend-impl.h"
 #include "backend/cpu/cpu-ops.h"
 #include "backend/cpu/threadpool.h"
@@ -19,8 +20,8 @@ typedef struct cpu_buffer_ctx {
 
 static void cpu_buffer_free(cllm_buffer *buf) {
     cpu_buffer_ctx *ctx = buf->context;
-    if (ctx->owned) free(ctx->data);
-    free(ctx);
+    if (ctx->owned) cllm_free(ctx->data);
+    cllm_free(ctx);
 }
 
 static void *cpu_buffer_get_base(const cllm_buffer *buf) {
@@ -57,10 +58,10 @@ static const struct cllm_buffer_i k_cpu_buffer_iface = {
 
 static cllm_status wrap_buffer(cllm_buffer_type *buft, void *data, size_t size, bool owned,
                                cllm_buffer **out) {
-    cpu_buffer_ctx *ctx = malloc(sizeof(*ctx));
+    cpu_buffer_ctx *ctx = cllm_malloc(sizeof(*ctx));
     cllm_buffer *buf = ctx ? cllm_buffer_init(buft, k_cpu_buffer_iface, ctx, size) : NULL;
     if (!buf) {
-        free(ctx);
+        cllm_free(ctx);
         return cllm_error(CLLM_ERR_NOMEM, "cpu: out of host memory for a buffer descriptor");
     }
     ctx->data = data;
@@ -77,14 +78,14 @@ static const char *cpu_buft_get_name(const cllm_buffer_type *buft) {
 static cllm_status cpu_buft_alloc(cllm_buffer_type *buft, size_t size, cllm_buffer **out) {
     void *data = NULL;
     if (size > 0) {
-        /* posix_memalign, not aligned_alloc: size need not be a multiple */
-        if (posix_memalign(&data, CLLM_CPU_ALIGNMENT, size) != 0) {
+        /* host memory through the allocator hook (core/hostmem.h) */
+        if (!(data = cllm_aligned_alloc(CLLM_CPU_ALIGNMENT, size))) {
             return cllm_error(CLLM_ERR_DEVICE_MEMORY, "cpu: cannot allocate a %zu-byte buffer",
                               size);
         }
     }
     cllm_status st = wrap_buffer(buft, data, size, true, out);
-    if (st != CLLM_OK) free(data);
+    if (st != CLLM_OK) cllm_free(data);
     return st;
 }
 
@@ -173,8 +174,8 @@ static const char *cpu_backend_get_name(const cllm_backend *be) {
 static void cpu_backend_free(cllm_backend *be) {
     cpu_backend_ctx *ctx = be->context;
     cllm_threadpool_free(ctx->pool);
-    free(ctx);
-    free(be);
+    cllm_free(ctx);
+    cllm_free(be);
 }
 
 static size_t cpu_backend_workspace_size(cllm_backend *be, const cllm_graph *g) {
@@ -269,8 +270,8 @@ cllm_status cllm_backend_cpu_new(int n_threads, cllm_backend **out) {
         return cllm_error(CLLM_ERR_INVALID_ARG, "cpu: %d threads", n_threads);
     }
     if (n_threads == 0) n_threads = cllm_physical_cores();
-    cllm_backend *be = calloc(1, sizeof(*be));
-    cpu_backend_ctx *ctx = calloc(1, sizeof(*ctx));
+    cllm_backend *be = cllm_calloc(1, sizeof(*be));
+    cpu_backend_ctx *ctx = cllm_calloc(1, sizeof(*ctx));
     if (!be || !ctx) goto fail;
     ctx->n_threads = n_threads;
     ctx->pool = cllm_threadpool_new(n_threads);
@@ -281,8 +282,8 @@ cllm_status cllm_backend_cpu_new(int n_threads, cllm_backend **out) {
     *out = be;
     return CLLM_OK;
 fail:
-    free(ctx);
-    free(be);
+    cllm_free(ctx);
+    cllm_free(be);
     return cllm_error(CLLM_ERR_NOMEM, "cpu: cannot create a backend with %d threads", n_threads);
 }
 

@@ -1,6 +1,7 @@
 /* The CPU thread pool: persistent workers, spin-then-sleep waits, a
  * sense-reversing barrier. */
 #include "backend/cpu/threadpool.h"
+#include "core/hostmem.h"
 #include "core/common.h"
 
 #include <pthread.h>
@@ -73,10 +74,10 @@ static void *worker_main(void *p) {
 
 cllm_threadpool *cllm_threadpool_new(int n_threads) {
     CLLM_ASSERT(n_threads >= 1);
-    cllm_threadpool *tp = calloc(1, sizeof(*tp));
+    cllm_threadpool *tp = cllm_calloc(1, sizeof(*tp));
     if (!tp) return NULL;
     tp->n_threads = n_threads;
-    tp->workers = calloc((size_t)n_threads, sizeof(*tp->workers));
+    tp->workers = cllm_calloc((size_t)n_threads, sizeof(*tp->workers));
     if (!tp->workers) goto fail_alloc;
     if (pthread_mutex_init(&tp->mutex, NULL) != 0) goto fail_alloc;
     if (pthread_cond_init(&tp->cond, NULL) != 0) goto fail_mutex;
@@ -97,8 +98,8 @@ cllm_threadpool *cllm_threadpool_new(int n_threads) {
 fail_mutex:
     pthread_mutex_destroy(&tp->mutex);
 fail_alloc:
-    free(tp->workers);
-    free(tp);
+    cllm_free(tp->workers);
+    cllm_free(tp);
     return NULL;
 }
 
@@ -111,8 +112,8 @@ void cllm_threadpool_free(cllm_threadpool *tp) {
     for (int i = 0; i < tp->n_threads - 1; i++) pthread_join(tp->workers[i].thread, NULL);
     pthread_cond_destroy(&tp->cond);
     pthread_mutex_destroy(&tp->mutex);
-    free(tp->workers);
-    free(tp);
+    cllm_free(tp->workers);
+    cllm_free(tp);
 }
 
 int cllm_threadpool_n_threads(const cllm_threadpool *tp) { return tp->n_threads; }

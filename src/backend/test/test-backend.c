@@ -6,6 +6,7 @@
  * module (device "testmod0", enabled by CLLM_TEST_DEVICE_MODULE) whose only
  * exported symbol is cllm_backend_module_init. */
 #include "backend/test/test-backend.h"
+#include "core/hostmem.h"
 #include "backend/backend-impl.h"
 #include "backend/cpu/cpu-ops.h"
 #include "backend/cpu/threadpool.h"
@@ -172,7 +173,7 @@ cllm_status cllm_test_device_config_parse(const char *s, cllm_test_device_config
 
 /* ---- buffers ----------------------------------------------------------- */
 
-static void test_buffer_free(cllm_buffer *buf) { free(buf->context); }
+static void test_buffer_free(cllm_buffer *buf) { cllm_free(buf->context); }
 
 static void *test_buffer_get_base(const cllm_buffer *buf) {
     return buf->context ? buf->context : (void *)(uintptr_t)TEST_ALIGNMENT;
@@ -230,13 +231,13 @@ static cllm_status test_buft_alloc(cllm_buffer_type *buft, size_t size, cllm_buf
                           TEST_DEVICE_NAME, size, avail, g_test.cfg.budget);
     }
     void *data = NULL;
-    if (size > 0 && posix_memalign(&data, TEST_ALIGNMENT, size) != 0) {
+    if (size > 0 && !(data = cllm_aligned_alloc(TEST_ALIGNMENT, size))) {
         return cllm_error(CLLM_ERR_DEVICE_MEMORY, "%s: cannot allocate a %zu-byte buffer",
                           TEST_DEVICE_NAME, size);
     }
     cllm_buffer *buf = cllm_buffer_init(buft, k_test_buffer_iface, data, size);
     if (!buf) {
-        free(data);
+        cllm_free(data);
         return cllm_error(CLLM_ERR_NOMEM, "%s: out of host memory", TEST_DEVICE_NAME);
     }
     *out = buf;
@@ -292,8 +293,8 @@ static const char *test_backend_get_name(const cllm_backend *be) {
 static void test_backend_free(cllm_backend *be) {
     test_backend_ctx *ctx = be->context;
     cllm_threadpool_free(ctx->pool);
-    free(ctx);
-    free(be);
+    cllm_free(ctx);
+    cllm_free(be);
 }
 
 static size_t test_backend_workspace_size(cllm_backend *be, const cllm_graph *g) {
@@ -399,8 +400,8 @@ static cllm_status test_dev_init_backend(cllm_device *dev, const char *params, c
         return cllm_error(CLLM_ERR_INVALID_ARG, "%s: takes no backend parameters (\"%s\")",
                           TEST_DEVICE_NAME, params);
     }
-    cllm_backend *be = calloc(1, sizeof(*be));
-    test_backend_ctx *ctx = calloc(1, sizeof(*ctx));
+    cllm_backend *be = cllm_calloc(1, sizeof(*be));
+    test_backend_ctx *ctx = cllm_calloc(1, sizeof(*ctx));
     if (!be || !ctx) goto fail;
     ctx->pool = cllm_threadpool_new(1);
     if (!ctx->pool) goto fail;
@@ -410,8 +411,8 @@ static cllm_status test_dev_init_backend(cllm_device *dev, const char *params, c
     *out = be;
     return CLLM_OK;
 fail:
-    free(ctx);
-    free(be);
+    cllm_free(ctx);
+    cllm_free(be);
     return cllm_error(CLLM_ERR_NOMEM, "%s: cannot create a backend", TEST_DEVICE_NAME);
 }
 

@@ -1,8 +1,10 @@
-/* cllm demo: the engine without a model. */
+/*
+ * cllm-graph-demo: a developer tool of the engine internals (not part of the
+ * user CLI): the tensor-graph engine without a model.
+ */
 #include "alloc/galloc.h"
 #include "alloc/layout.h"
 #include "backend/cpu/cpu.h"
-#include "commands.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -10,7 +12,7 @@
 
 /* The engine without a model: y = silu(W x) + x for a 256x256 W, planned in
  * measure mode, allocated exactly, computed, checked against plain C. */
-int cllm_cmd_demo(int argc, char **argv) {
+int main(int argc, char **argv) {
     CLLM_UNUSED(argc), CLLM_UNUSED(argv);
     enum { N = 256, T = 8 };
     int rc = 1;
@@ -64,7 +66,7 @@ int cllm_cmd_demo(int argc, char **argv) {
            cllm_backend_cpu_n_threads(be), max_err);
     rc = max_err < 1e-4 ? 0 : 1;
 done:
-    if (rc) fprintf(stderr, "cllm demo: failed: %s\n", cllm_last_error());
+    if (rc) fprintf(stderr, "cllm-graph-demo: failed: %s\n", cllm_last_error());
     cllm_backend_free(be);
     cllm_galloc_free(ga);
     cllm_buffer_free(wbuf);

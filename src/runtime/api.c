@@ -1,0 +1,209 @@
+/*
+ * Thin public wrappers (cllm.h) over the layers below: devices, GGUF
+ * metadata as text, model queries, tokenization through the model's
+ * tokenizer, and chat-template application. No state of their own.
+ */
+#include "core/hostmem.h"
+#include "backend/backend.h"
+#include "backend/cpu/kernels.h"
+#include "backend/cpu/threadpool.h"
+#include "backend/test/test-backend.h"
+#include "gguf/gguf.h"
+#include "runtime/chat.h"
+#include "runtime/model.h"
+#include "runtime/session.h"
+#include "runtime/tokenizer.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- devices ----------------------------------------------------------- */
+
+int cllm_device_count(void) { return cllm_registry_device_count(); }
+
+cllm_device *cllm_device_get(int i) {
+    CLLM_ASSERT(i >= 0 && i < cllm_registry_device_count());
+    return cllm_registry_device(i);
+}
+
+cllm_status cllm_device_enable_test(const char *spec) {
+    if (!spec) return cllm_error(CLLM_ERR_INVALID_ARG, "test device: no options given");
+    cllm_test_device_config cfg;
+    CLLM_TRY(cllm_test_device_config_parse(spec, &cfg));
+    return cllm_test_device_enable(&cfg, NULL);
+}
+
+int cllm_cpu_physical_cores(void) { return cllm_physical_cores(); }
+
+const char *cllm_cpu_features(void) { return cllm_cpu_features_str(); }
+
+/* ---- GGUF metadata ----------------------------------------------------- */
+
+size_t cllm_gguf_val_to_str(const cllm_gguf *g, int64_t i, char *buf, size_t size) {
+    CLLM_ASSERT(i >= 0 && i < cllm_gguf_n_kv(g));
+    char tmp[1];
+    if (!buf || size == 0) buf = tmp, size = 1;
+    int n;
+    switch (cllm_gguf_kv_type(g, i)) {
+    case CLLM_GGUF_UINT8: n = snprintf(buf, size, "%u", cllm_gguf_val_u8(g, i)); break;
+    case CLLM_GGUF_INT8: n = snprintf(buf, size, "%d", cllm_gguf_val_i8(g, i)); break;
+    case CLLM_GGUF_UINT16: n = snprintf(buf, size, "%u", cllm_gguf_val_u16(g, i)); break;
+    case CLLM_GGUF_INT16: n = snprintf(buf, size, "%d", cllm_gguf_val_i16(g, i)); break;
+    case CLLM_GGUF_UINT32: n = snprintf(buf, size, "%u", cllm_gguf_val_u32(g, i)); break;
+    case CLLM_GGUF_INT32: n = snprintf(buf, size, "%d", cllm_gguf_val_i32(g, i)); break;
+    case CLLM_GGUF_UINT64:
+        n = snprintf(buf, size, "%llu", (unsigned long long)cllm_gguf_val_u64(g, i));
+        break;
+    case CLLM_GGUF_INT64:
+        n = snprintf(buf, size, "%lld", (long long)cllm_gguf_val_i64(g, i));
+        break;
+    case CLLM_GGUF_FLOAT32: n = snprintf(buf, size, "%g", (double)cllm_gguf_val_f32(g, i)); break;
+    case CLLM_GGUF_FLOAT64: n = snprintf(buf, size, "%g", cllm_gguf_val_f64(g, i)); break;
+    case CLLM_GGUF_BOOL:
+        n = snprintf(buf, size, "%s", cllm_gguf_val_bool(g, i) ? "true" : "false");
+        break;
+    case CLLM_GGUF_STRING: {
+        /* strings may hold NUL bytes: copy by length, report the length */
+        const size_t len = cllm_gguf_val_str_len(g, i);
+        const size_t k = CLLM_MIN(len, size - 1);
+        memcpy(buf, cllm_gguf_val_str(g, i), k);
+        buf[k] = 0;
+        return len;
+    }
+    case CLLM_GGUF_ARRAY:
+        n = snprintf(buf, size, "[%s x %llu]", cllm_gguf_type_name(cllm_gguf_arr_type(g, i)),
+                     (unsigned long long)cllm_gguf_arr_n(g, i));
+        break;
+    default: n = snprintf(buf, size, "?"); break;
+    }
+    return n > 0 ? (size_t)n : 0;
+}
+
+const char *cllm_gguf_kv_type_str(const cllm_gguf *g, int64_t i) {
+    return cllm_gguf_type_name(cllm_gguf_kv_type(g, i));
+}
+
+cllm_tensor_desc cllm_gguf_tensor_desc(const cllm_gguf *g, int64_t i) {
+    const cllm_gguf_tensor_info *t = cllm_gguf_tensor(g, i); /* asserts the range */
+    cllm_tensor_desc d = {.name = t->name,
+                          .type = t->type,
+                          .n_dims = t->n_dims,
+                          .offset = t->offset,
+                          .bytes = t->size};
+    memcpy(d.ne, t->ne, sizeof(d.ne));
+    return d;
+}
+
+/* ---- models ------------------------------------------------------------ */
+
+int32_t cllm_model_n_vocab(const cllm_model *m) { return (int32_t)m->hp.n_vocab; }
+
+int64_t cllm_model_n_ctx_train(const cllm_model *m) { return m->hp.n_ctx_train; }
+
+int64_t cllm_model_n_layer(const cllm_model *m) { return m->hp.n_layer; }
+
+int64_t cllm_model_n_embd(const cllm_model *m) { return m->hp.n_embd; }
+
+const char *cllm_model_arch(const cllm_model *m) { return m->arch ? m->arch->name : m->hp.arch; }
+
+const cllm_gguf *cllm_model_gguf(const cllm_model *m) { return m->gguf; }
+
+int64_t cllm_model_meta_str(const cllm_model *m, const char *key, char *buf, size_t size) {
+    const int64_t i = key ? cllm_gguf_find_key(m->gguf, key) : -1;
+    if (i < 0) return -1;
+    return (int64_t)cllm_gguf_val_to_str(m->gguf, i, buf, size);
+}
+
+const char *cllm_model_chat_template(const cllm_model *m) {
+    const int64_t i = cllm_gguf_find_key(m->gguf, "tokenizer.chat_template");
+    if (i < 0 || cllm_gguf_kv_type(m->gguf, i) != CLLM_GGUF_STRING) return NULL;
+    return cllm_gguf_val_str(m->gguf, i);
+}
+
+/* ---- tokens ------------------------------------------------------------ */
+
+static cllm_status no_tokenizer(const cllm_model *m) {
+    return cllm_error(CLLM_ERR_UNSUPPORTED, "%s: the file has no tokenizer (tokenizer.ggml.*)",
+                      m->path);
+}
+
+cllm_status cllm_tokenize(const cllm_model *m, const char *text, size_t len, bool add_special,
+                          bool parse_special, int32_t *ids, size_t max_ids, size_t *n_ids) {
+    if (!m->tok) return no_tokenizer(m);
+    return cllm_tokenizer_encode(m->tok, text, len, add_special, parse_special, ids, max_ids,
+                                 n_ids);
+}
+
+const char *cllm_token_to_piece(const cllm_model *m, int32_t id, bool special, size_t *len) {
+    return m->tok ? cllm_tokenizer_token_to_piece(m->tok, id, special, len) : NULL;
+}
+
+cllm_status cllm_detokenize(const cllm_model *m, const int32_t *ids, size_t n_ids, int flags,
+                            char *buf, size_t cap, size_t *len) {
+    if (!m->tok) return no_tokenizer(m);
+    return cllm_tokenizer_decode(m->tok, ids, n_ids, flags, buf, cap, len);
+}
+
+int32_t cllm_token_bos(const cllm_model *m) { return m->tok ? cllm_tokenizer_bos(m->tok) : -1; }
+
+int32_t cllm_token_eos(const cllm_model *m) { return m->tok ? cllm_tokenizer_eos(m->tok) : -1; }
+
+int32_t cllm_token_eot(const cllm_model *m) { return m->tok ? cllm_tokenizer_eot(m->tok) : -1; }
+
+bool cllm_token_is_eog(const cllm_model *m, int32_t id) {
+    return m->tok && cllm_tokenizer_is_eog(m->tok, id);
+}
+
+bool cllm_token_add_bos(const cllm_model *m) { return m->tok && cllm_tokenizer_add_bos(m->tok); }
+
+/* ---- chat -------------------------------------------------------------- */
+
+cllm_status cllm_chat_apply(const cllm_model *m, const char *style_name, const cllm_chat_msg *msgs,
+                            size_t n, bool add_assistant_prompt, char **out, size_t *out_len,
+                            cllm_chat_style *style_out) {
+    const char *tmpl = cllm_model_chat_template(m);
+    cllm_chat_style style;
+    if (style_name) {
+        CLLM_TRY(cllm_chat_style_from_name(style_name, &style));
+    } else if (!tmpl || !*tmpl) {
+        return cllm_error(
+            CLLM_ERR_INVALID_ARG,
+            "%s: the file has no chat template (tokenizer.chat_template) and no style "
+            "was named",
+            m->path);
+    } else {
+        CLLM_TRY(cllm_chat_style_detect(tmpl, &style));
+    }
+    if (!msgs || n == 0) return cllm_error(CLLM_ERR_INVALID_ARG, "chat: no messages");
+
+    /* the template's default system message, when the conversation has none */
+    bool has_system = false;
+    for (size_t i = 0; i < n; i++) has_system |= msgs[i].role && !strcmp(msgs[i].role, "system");
+    char *def_sys = NULL;
+    cllm_chat_msg *all = NULL;
+    const cllm_chat_msg *use = msgs;
+    size_t n_use = n;
+    cllm_status st = CLLM_OK;
+    if (!has_system && tmpl && style == CLLM_CHAT_STYLE_CHATML) {
+        if ((st = cllm_chat_default_system(tmpl, &def_sys)) != CLLM_OK) goto fail;
+    }
+    if (def_sys) {
+        all = cllm_malloc((n + 1) * sizeof(*all));
+        if (!all) {
+            st = cllm_error(CLLM_ERR_NOMEM, "chat: out of host memory");
+            goto fail;
+        }
+        all[0] = (cllm_chat_msg){.role = "system", .content = def_sys};
+        memcpy(all + 1, msgs, n * sizeof(*all));
+        use = all, n_use = n + 1;
+    }
+    if ((st = cllm_chat_render_alloc(style, use, n_use, add_assistant_prompt, out, out_len)) !=
+        CLLM_OK) {
+        goto fail;
+    }
+    if (style_out) *style_out = style;
+fail:
+    cllm_free(all);
+    cllm_free(def_sys);
+    return st;
+}

@@ -1,0 +1,330 @@
+/* Placement, session shapes, static layout and instances (place.h): the
+ * code shared by the fit planner, model loading and sessions. */
+#include "core/hostmem.h"
+#include "runtime/place.h"
+#include "backend/cpu/cpu.h"
+#include "backend/cpu/threadpool.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- placement --------------------------------------------------------- */
+
+static cllm_status placement_layers(cllm_placement *pl, int n_layer) {
+    pl->n_layer = n_layer;
+    pl->layer_device = cllm_calloc((size_t)CLLM_MAX(n_layer, 1), sizeof(int));
+    if (!pl->layer_device) return cllm_error(CLLM_ERR_NOMEM, "out of host memory");
+    const int cpu = cllm_placement_cpu(pl);
+    for (int l = 0; l < n_layer; l++) pl->layer_device[l] = cpu;
+    pl->output_device = cpu;
+    return CLLM_OK;
+}
+
+cllm_status cllm_placement_init_devices(cllm_placement *pl, int n_layer) {
+    memset(pl, 0, sizeof(*pl));
+    cllm_device *cpu = NULL;
+    for (int i = 0; i < cllm_registry_device_count(); i++) {
+        cllm_device *d = cllm_registry_device(i);
+        if (cllm_device_kind_of(d) == CLLM_DEVICE_CPU) {
+            if (!cpu) cpu = d;
+            continue;
+        }
+        if (pl->n_devices < CLLM_PLACE_MAX_DEVICES - 1) pl->devices[pl->n_devices++] = d;
+    }
+    if (!cpu) return cllm_error(CLLM_ERR_BACKEND, "no CPU device");
+    pl->devices[pl->n_devices++] = cpu;
+    return placement_layers(pl, n_layer);
+}
+
+cllm_status cllm_placement_init_cpu(cllm_placement *pl, int n_layer) {
+    memset(pl, 0, sizeof(*pl));
+    pl->devices[pl->n_devices++] = cllm_cpu_device();
+    return placement_layers(pl, n_layer);
+}
+
+cllm_status cllm_placement_copy(cllm_placement *dst, const cllm_placement *src) {
+    *dst = *src;
+    dst->layer_device = NULL;
+    CLLM_TRY(placement_layers(dst, src->n_layer));
+    memcpy(dst->layer_device, src->layer_device, (size_t)src->n_layer * sizeof(int));
+    dst->output_device = src->output_device;
+    return CLLM_OK;
+}
+
+void cllm_placement_free(cllm_placement *pl) {
+    if (!pl) return;
+    cllm_free(pl->layer_device);
+    pl->layer_device = NULL;
+}
+
+int cllm_placement_weight_device(const cllm_placement *pl, const cllm_weights *w, int i) {
+    const int g = cllm_weights_group(w, i);
+    if (g >= 0) return pl->layer_device[g];
+    return g == CLLM_WEIGHT_OUTPUT ? pl->output_device : cllm_placement_cpu(pl);
+}
+
+cllm_buffer_type *cllm_placement_buft(const cllm_placement *pl, int d) {
+    return cllm_device_buffer_type(pl->devices[d]);
+}
+
+/* Static tensors of ctx laid out per device, in creation order. */
+static void lay_out(const cllm_placement *pl, cllm_context *ctx, int (*dev_of)(const void *, int),
+                    const void *ud, size_t *bytes, cllm_buffer *const *bufs) {
+    size_t off[CLLM_PLACE_MAX_DEVICES] = {0};
+    for (int i = 0; i < cllm_context_n_tensors(ctx); i++) {
+        cllm_tensor *t = cllm_context_tensor(ctx, i);
+        const int d = dev_of(ud, i);
+        cllm_buffer_type *buft = cllm_placement_buft(pl, d);
+        off[d] = cllm_align_up(off[d], cllm_buffer_type_alignment(buft));
+        if (bufs && bufs[d]) cllm_buffer_place_tensor(bufs[d], t, off[d]);
+        off[d] += cllm_buffer_type_alloc_size(buft, t);
+    }
+    for (int d = 0; d < CLLM_PLACE_MAX_DEVICES; d++) bytes[d] = d < pl->n_devices ? off[d] : 0;
+}
+
+typedef struct weights_of {
+    const cllm_placement *pl;
+    const cllm_weights *w;
+} weights_of;
+
+static int weight_dev(const void *ud, int i) {
+    const weights_of *wo = ud;
+    return cllm_placement_weight_device(wo->pl, wo->w, i);
+}
+
+void cllm_place_weights(const cllm_placement *pl, const cllm_weights *w, size_t *bytes,
+                        cllm_buffer *const *bufs) {
+    const weights_of wo = {pl, w};
+    lay_out(pl, w->ctx, weight_dev, &wo, bytes, bufs);
+}
+
+size_t cllm_place_mapped_bytes(const cllm_gguf *g) {
+    const uint64_t size = cllm_gguf_file_size(g), data = cllm_gguf_data_offset(g);
+    return data < size ? (size_t)(size - data) : 0; /* no tensors: data may lie past the end */
+}
+
+/* K and V of layer l are tensors 2l and 2l + 1 of the cache's context. */
+static int kv_dev(const void *ud, int i) {
+    const cllm_placement *pl = ud;
+    return pl->layer_device[i / 2];
+}
+
+/* ---- shapes ------------------------------------------------------------ */
+
+cllm_status cllm_shape_resolve(const cllm_hparams *hp, const cllm_shape_params *p, const char *who,
+                               cllm_shape *out) {
+    cllm_shape sh = {.n_ctx = p->n_ctx ? p->n_ctx : CLLM_MIN(hp->n_ctx_train, 4096),
+                     .n_batch = p->n_batch ? p->n_batch : 512,
+                     .kv_type = p->kv_type,
+                     .n_threads = p->n_threads};
+    if (sh.n_ctx < 1 || sh.n_ctx > (1 << 24)) {
+        return cllm_error(CLLM_ERR_INVALID_ARG, "%s: context size %lld is out of range [1, %d]",
+                          who, (long long)sh.n_ctx, 1 << 24);
+    }
+    if (hp->learned_pos && sh.n_ctx > hp->n_ctx_train) {
+        return cllm_error(CLLM_ERR_INVALID_ARG,
+                          "%s: context size %lld exceeds the %lld positions the model was "
+                          "trained with",
+                          who, (long long)sh.n_ctx, (long long)hp->n_ctx_train);
+    }
+    if (sh.n_batch < 1) {
+        return cllm_error(CLLM_ERR_INVALID_ARG, "%s: batch size %lld is out of range", who,
+                          (long long)sh.n_batch);
+    }
+    if (sh.kv_type != CLLM_TYPE_F16 && sh.kv_type != CLLM_TYPE_F32) {
+        return cllm_error(CLLM_ERR_INVALID_ARG,
+                          "%s: KV cache type %s is not supported (f16 or f32)", who,
+                          cllm_type_name(sh.kv_type));
+    }
+    if (sh.n_threads < 0 || sh.n_threads > 1024) {
+        return cllm_error(CLLM_ERR_INVALID_ARG, "%s: %d threads is out of range [0, 1024]", who,
+                          sh.n_threads);
+    }
+    sh.n_batch = CLLM_MIN(sh.n_batch, sh.n_ctx);
+    sh.n_outputs = p->all_logits ? sh.n_batch : 1;
+    if (sh.n_threads == 0) sh.n_threads = cllm_physical_cores();
+    *out = sh;
+    return CLLM_OK;
+}
+
+cllm_status cllm_shape_check_within(const cllm_shape *sh, const cllm_shape *plan, const char *who) {
+    const char *what = NULL;
+    long long have = 0, max = 0;
+    if (sh->n_ctx > plan->n_ctx) {
+        what = "context size", have = sh->n_ctx, max = plan->n_ctx;
+    } else if (sh->n_batch > plan->n_batch) {
+        what = "batch size", have = sh->n_batch, max = plan->n_batch;
+    } else if (sh->n_outputs > plan->n_outputs) {
+        what = "logit rows per batch (all_logits)", have = sh->n_outputs, max = plan->n_outputs;
+    } else if (cllm_type_traits_of(sh->kv_type)->type_size >
+               cllm_type_traits_of(plan->kv_type)->type_size) {
+        return cllm_error(CLLM_ERR_TOO_LARGE,
+                          "%s: KV cache type %s is larger than the %s the plan was made for", who,
+                          cllm_type_name(sh->kv_type), cllm_type_name(plan->kv_type));
+    } else if (sh->n_threads > plan->n_threads) {
+        what = "CPU threads (workspace)", have = sh->n_threads, max = plan->n_threads;
+    }
+    if (!what) return CLLM_OK;
+    return cllm_error(CLLM_ERR_TOO_LARGE,
+                      "%s: %s %lld exceeds the %lld the model's plan was made for", who, what, have,
+                      max);
+}
+
+void cllm_shape_worst(const cllm_shape *sh, cllm_batch_shape out[CLLM_SHAPE_N_WORST]) {
+    out[0] = (cllm_batch_shape){.n_tokens = sh->n_batch,
+                                .n_past = sh->n_ctx - sh->n_batch,
+                                .n_kv = sh->n_ctx,
+                                .n_outputs = sh->n_outputs};
+    out[1] = (cllm_batch_shape){
+        .n_tokens = 1, .n_past = sh->n_ctx - 1, .n_kv = sh->n_ctx, .n_outputs = 1};
+}
+
+/* ---- the KV cache ------------------------------------------------------ */
+
+cllm_status cllm_kv_cache_init(cllm_kv_cache *kv, const cllm_hparams *hp, const cllm_shape *sh) {
+    memset(kv, 0, sizeof(*kv));
+    kv->type = sh->kv_type;
+    kv->n_ctx = sh->n_ctx;
+    kv->n_layer = (int)hp->n_layer;
+    kv->ctx = cllm_context_new(2 * kv->n_layer);
+    kv->k = cllm_calloc((size_t)CLLM_MAX(kv->n_layer, 1), sizeof(*kv->k));
+    kv->v = cllm_calloc((size_t)CLLM_MAX(kv->n_layer, 1), sizeof(*kv->v));
+    if (!kv->ctx || !kv->k || !kv->v) {
+        cllm_kv_cache_free(kv);
+        return cllm_error(CLLM_ERR_NOMEM, "out of host memory for a KV cache");
+    }
+    for (int l = 0; l < kv->n_layer; l++) {
+        kv->k[l] = cllm_tensor_new_2d(kv->ctx, kv->type, cllm_hparams_n_embd_k_gqa(hp), kv->n_ctx);
+        kv->v[l] = cllm_tensor_new_2d(kv->ctx, kv->type, cllm_hparams_n_embd_v_gqa(hp), kv->n_ctx);
+        cllm_tensor_set_name(kv->k[l], "cache_k-%d", l);
+        cllm_tensor_set_name(kv->v[l], "cache_v-%d", l);
+    }
+    return CLLM_OK;
+}
+
+void cllm_kv_cache_free(cllm_kv_cache *kv) {
+    cllm_context_free(kv->ctx);
+    cllm_free(kv->k);
+    cllm_free(kv->v);
+    memset(kv, 0, sizeof(*kv));
+}
+
+/* ---- instances --------------------------------------------------------- */
+
+void cllm_instance_free(cllm_instance *in) {
+    if (!in) return;
+    cllm_sched_free(in->sched);
+    for (int b = 0; b < in->n_backends; b++) {
+        if (in->own_backend[b]) cllm_backend_free(in->backends[b]);
+    }
+    for (int d = 0; d < CLLM_PLACE_MAX_DEVICES; d++) cllm_buffer_free(in->kv_buf[d]);
+    cllm_kv_cache_free(&in->kv);
+    cllm_graph_free(in->graph);
+    cllm_context_free(in->gctx);
+    memset(in, 0, sizeof(*in));
+}
+
+cllm_tensor *cllm_instance_build(cllm_instance *in, const cllm_batch_shape *b, cllm_graph_io *io) {
+    cllm_context_reset(in->gctx);
+    cllm_graph_reset(in->graph);
+    const cllm_build_args args = {
+        .hp = in->a.hp,
+        .w = in->a.w,
+        .kv = &in->kv,
+        .shape = *b,
+        .unfused_attn = in->a.unfused_attn,
+        .ctx = in->gctx,
+        .graph = in->graph,
+    };
+    cllm_tensor *out = in->a.arch->build(&args, io);
+    if (in->a.f32_activations) {
+        for (int i = 0; i < in->graph->n_nodes; i++) {
+            if (in->graph->nodes[i]->op == CLLM_OP_MUL_MAT) {
+                cllm_mul_mat_set_prec(in->graph->nodes[i], CLLM_PREC_F32);
+            }
+        }
+    }
+    return out;
+}
+
+/* The state buffers, per device: measure-mode or real (cleared). */
+static cllm_status kv_place(cllm_instance *in) {
+    const cllm_placement *pl = in->a.pl;
+    size_t bytes[CLLM_PLACE_MAX_DEVICES];
+    lay_out(pl, in->kv.ctx, kv_dev, pl, bytes, NULL);
+    for (int d = 0; d < pl->n_devices; d++) {
+        in->bytes[d][CLLM_MEM_STATE] = bytes[d];
+        if (!bytes[d]) continue;
+        cllm_buffer_type *buft = cllm_placement_buft(pl, d);
+        if (in->a.measure) {
+            in->kv_buf[d] = cllm_buffer_new_measure(buft, bytes[d]);
+            if (!in->kv_buf[d]) return cllm_error(CLLM_ERR_NOMEM, "out of host memory");
+        } else {
+            CLLM_TRY(cllm_buffer_type_alloc(buft, bytes[d], CLLM_MEM_STATE, &in->kv_buf[d]));
+            cllm_buffer_clear(in->kv_buf[d], 0);
+        }
+    }
+    lay_out(pl, in->kv.ctx, kv_dev, pl, bytes, in->kv_buf);
+    return CLLM_OK;
+}
+
+/* A backend for every device that holds weights or state, the CPU last. */
+static cllm_status backends_init(cllm_instance *in) {
+    const cllm_placement *pl = in->a.pl;
+    const int cpu = cllm_placement_cpu(pl);
+    for (int d = 0; d < pl->n_devices; d++) {
+        if (d != cpu && !in->bytes[d][CLLM_MEM_WEIGHTS] && !in->bytes[d][CLLM_MEM_STATE]) continue;
+        const int b = in->n_backends;
+        if (in->a.backends && in->a.backends[d]) {
+            in->backends[b] = in->a.backends[d];
+        } else {
+            const cllm_status st =
+                d == cpu ? cllm_backend_cpu_new(in->a.shape.n_threads, &in->backends[b])
+                         : cllm_device_init_backend(pl->devices[d], NULL, &in->backends[b]);
+            if (st != CLLM_OK) return st;
+            in->own_backend[b] = true;
+        }
+        in->backend_device[b] = d;
+        in->n_backends++;
+    }
+    return cllm_sched_new(in->backends, in->n_backends, NULL, &in->sched);
+}
+
+cllm_status cllm_instance_init(cllm_instance *in, const cllm_instance_args *args) {
+    memset(in, 0, sizeof(*in));
+    in->a = *args;
+    const cllm_placement *pl = args->pl;
+    cllm_status st;
+    size_t wbytes[CLLM_PLACE_MAX_DEVICES];
+    cllm_place_weights(pl, args->w, wbytes, NULL);
+    for (int d = 0; d < pl->n_devices; d++) in->bytes[d][CLLM_MEM_WEIGHTS] = wbytes[d];
+
+    const int gsize = args->arch->graph_size(args->hp);
+    in->gctx = cllm_context_new(gsize);
+    in->graph = cllm_graph_new(gsize);
+    if (!in->gctx || !in->graph) {
+        st = cllm_error(CLLM_ERR_NOMEM, "out of host memory for a graph");
+        goto fail;
+    }
+    if ((st = cllm_kv_cache_init(&in->kv, args->hp, &args->shape)) != CLLM_OK) goto fail;
+    if ((st = kv_place(in)) != CLLM_OK) goto fail;
+    if ((st = backends_init(in)) != CLLM_OK) goto fail;
+
+    cllm_batch_shape worst[CLLM_SHAPE_N_WORST];
+    cllm_shape_worst(&args->shape, worst);
+    for (int i = 0; i < CLLM_SHAPE_N_WORST; i++) {
+        cllm_graph_io io;
+        cllm_instance_build(in, &worst[i], &io);
+        if ((st = cllm_sched_reserve(in->sched, in->graph)) != CLLM_OK) goto fail;
+    }
+    for (int b = 0; b < in->n_backends; b++) {
+        const int d = in->backend_device[b];
+        in->bytes[d][CLLM_MEM_COMPUTE] = cllm_sched_compute_planned(in->sched, b);
+        in->bytes[d][CLLM_MEM_WORKSPACE] = cllm_sched_workspace_planned(in->sched, b);
+    }
+    if (!args->measure && (st = cllm_sched_alloc_buffers(in->sched)) != CLLM_OK) goto fail;
+    return CLLM_OK;
+fail:
+    cllm_instance_free(in);
+    return st;
+}

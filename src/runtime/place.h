@@ -1,0 +1,169 @@
+/*
+ * Placement and static memory: the one path by which the fit planner
+ * predicts memory and the model and its sessions allocate it.
+ *
+ *   placement  which device holds each layer (its weights and KV cache) and
+ *              the output layer; the input layer stays on the CPU, and the
+ *              CPU is the last device (cllm_placement_cpu()).
+ *   shape      a session's context, batch, KV type, logit rows and threads,
+ *              resolved (defaults applied) and checked once.
+ *   layout     static tensors laid out per device in creation order, each
+ *              aligned for its device's buffer type: the same function
+ *              sizes measure buffers (plans) and fills real ones (loading).
+ *   instance   the KV cache, the backends and the scheduler of one shape
+ *              under one placement, with compute memory measured from the
+ *              worst-case graphs. In measure mode (the planner's probes) no
+ *              memory is touched; in alloc mode (sessions) every buffer has
+ *              exactly the measured size.
+ *
+ *     cllm_placement pl;
+ *     st = cllm_placement_init_cpu(&pl, hp.n_layer);            // or from a plan
+ *     size_t wbytes[CLLM_PLACE_MAX_DEVICES];
+ *     cllm_place_weights(&pl, w, wbytes, NULL);                  // sizes only
+ *     ... buffers of wbytes[d] (measure or real) ...
+ *     cllm_place_weights(&pl, w, wbytes, bufs);                  // placed
+ *     cllm_shape sh;
+ *     st = cllm_shape_resolve(&hp, &(cllm_shape_params){.n_ctx = 2048}, "session", &sh);
+ *     cllm_instance in;
+ *     st = cllm_instance_init(&in, &(cllm_instance_args){..., .measure = true});
+ *     ... in.bytes[d][kind] ...
+ *     cllm_instance_free(&in);
+ *     cllm_placement_free(&pl);
+ */
+#ifndef CLLM_RUNTIME_PLACE_H
+#define CLLM_RUNTIME_PLACE_H
+
+#include "backend/backend.h"
+#include "model/model.h"
+#include "sched/sched.h"
+
+#define CLLM_PLACE_MAX_DEVICES CLLM_SCHED_MAX_BACKENDS
+
+typedef struct cllm_placement {
+    int n_devices; /* the CPU is the last */
+    cllm_device *devices[CLLM_PLACE_MAX_DEVICES];
+    int n_layer;
+    int *layer_device; /* [n_layer]: index into devices */
+    int output_device;
+} cllm_placement;
+
+/* Every device of the registry, the CPU last (the only place that decides
+ * the order), with every layer on the CPU. CLLM_ERR_BACKEND without a CPU. */
+cllm_status cllm_placement_init_devices(cllm_placement *pl, int n_layer);
+/* The CPU alone, every layer on it. */
+cllm_status cllm_placement_init_cpu(cllm_placement *pl, int n_layer);
+/* A deep copy of src into dst (dst uninitialised). */
+cllm_status cllm_placement_copy(cllm_placement *dst, const cllm_placement *src);
+void cllm_placement_free(cllm_placement *pl);
+
+static inline int cllm_placement_cpu(const cllm_placement *pl) { return pl->n_devices - 1; }
+
+/* The device index of the i-th weight of w (creation order), from the layer
+ * the architecture recorded for it. */
+int cllm_placement_weight_device(const cllm_placement *pl, const cllm_weights *w, int i);
+
+/* The buffer type static tensors use on device d. */
+cllm_buffer_type *cllm_placement_buft(const cllm_placement *pl, int d);
+
+/*
+ * Lays the weights of w out per device: bytes[d] (CLLM_PLACE_MAX_DEVICES
+ * entries) receives device d's size. With `bufs`, each tensor is also placed
+ * in bufs[d] (measure-mode or real buffers of at least bytes[d]); devices
+ * whose bufs[d] is NULL are skipped (e.g. the CPU when the file is mapped).
+ */
+void cllm_place_weights(const cllm_placement *pl, const cllm_weights *w, size_t *bytes,
+                        cllm_buffer *const *bufs);
+
+/* CPU weights of a mapped file: its whole data section. */
+size_t cllm_place_mapped_bytes(const cllm_gguf *g);
+
+/* ---- the shape of a session -------------------------------------------- */
+
+typedef struct cllm_shape_params {
+    int64_t n_ctx;     /* 0: min(trained context, 4096) */
+    int64_t n_batch;   /* 0: 512; at most n_ctx */
+    cllm_type kv_type; /* F16 (0 is F32: callers pass it explicitly) */
+    bool all_logits;   /* logits of every batch row, not only the last */
+    int n_threads;     /* CPU threads; 0: one per physical core */
+} cllm_shape_params;
+
+typedef struct cllm_shape {
+    int64_t n_ctx, n_batch;
+    int64_t n_outputs; /* logit rows of the largest batch: 1, or n_batch */
+    cllm_type kv_type;
+    int n_threads; /* resolved, >= 1 */
+} cllm_shape;
+
+/*
+ * Applies the defaults and checks the ranges (context 1..2^24 and within the
+ * trained positions of a learned-position model, batch >= 1, KV F16 or F32,
+ * threads 0..1024). CLLM_ERR_INVALID_ARG with a message that starts with
+ * `who`; *out untouched on failure.
+ */
+cllm_status cllm_shape_resolve(const cllm_hparams *hp, const cllm_shape_params *p, const char *who,
+                               cllm_shape *out);
+
+/* Whether a session of shape `sh` fits in memory planned for `plan`;
+ * otherwise CLLM_ERR_TOO_LARGE naming what exceeds what. */
+cllm_status cllm_shape_check_within(const cllm_shape *sh, const cllm_shape *plan, const char *who);
+
+/* The worst-case batches the compute memory is planned for: a full batch at
+ * a full context, and one token at a full context. */
+enum { CLLM_SHAPE_N_WORST = 2 };
+void cllm_shape_worst(const cllm_shape *sh, cllm_batch_shape out[CLLM_SHAPE_N_WORST]);
+
+/* ---- the KV cache ------------------------------------------------------ */
+
+/* Creates the K and V tensors of every layer ([n_embd_gqa, n_ctx] of the
+ * shape's KV type, named cache_k-L / cache_v-L, K then V per layer) in a new
+ * context kv->ctx; nothing placed. */
+cllm_status cllm_kv_cache_init(cllm_kv_cache *kv, const cllm_hparams *hp, const cllm_shape *sh);
+void cllm_kv_cache_free(cllm_kv_cache *kv);
+
+/* ---- an instance: state + compute of one shape under one placement ----- */
+
+typedef struct cllm_instance_args {
+    const cllm_arch *arch;
+    const cllm_hparams *hp;
+    const cllm_weights *w; /* placed (measure-mode or real buffers) */
+    const cllm_placement *pl;
+    cllm_shape shape;
+    bool measure;         /* measure mode: no memory touched */
+    bool unfused_attn;    /* reference attention (bigger compute) */
+    bool f32_activations; /* matmul activations kept in F32 */
+    /* (optional) backends per device index, kept by the caller; the others
+     * are created (and freed) by the instance */
+    cllm_backend *const *backends;
+} cllm_instance_args;
+
+typedef struct cllm_instance {
+    cllm_instance_args a;
+    cllm_kv_cache kv;
+    cllm_buffer *kv_buf[CLLM_PLACE_MAX_DEVICES]; /* CLLM_MEM_STATE, per device */
+    int n_backends; /* devices that hold weights or state, and the CPU (last) */
+    cllm_backend *backends[CLLM_PLACE_MAX_DEVICES];
+    bool own_backend[CLLM_PLACE_MAX_DEVICES];
+    int backend_device[CLLM_PLACE_MAX_DEVICES];
+    cllm_sched *sched; /* owns the CLLM_MEM_COMPUTE buffers */
+    cllm_context *gctx;
+    cllm_graph *graph;
+    /* per device: weights (of w under the placement), state, compute and
+     * workspace bytes of this instance */
+    size_t bytes[CLLM_PLACE_MAX_DEVICES][CLLM_MEM_COUNT];
+} cllm_instance;
+
+/*
+ * Creates the KV cache (laid out per device), a backend per device that
+ * holds weights or state (the CPU always), the scheduler, and measures the
+ * worst-case graphs of the shape. In alloc mode it then allocates the state
+ * and compute buffers, exactly the bytes measured. On failure nothing stays
+ * allocated and *in is zeroed.
+ */
+cllm_status cllm_instance_init(cllm_instance *in, const cllm_instance_args *args);
+void cllm_instance_free(cllm_instance *in);
+
+/* Builds the forward graph of batch `b` into in->graph (in->gctx holds its
+ * tensors); returns the logits tensor. */
+cllm_tensor *cllm_instance_build(cllm_instance *in, const cllm_batch_shape *b, cllm_graph_io *io);
+
+#endif /* CLLM_RUNTIME_PLACE_H */

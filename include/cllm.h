@@ -682,15 +682,18 @@ void cllm_session_free(cllm_session *s);
 
 /*
  * Appends n tokens to the context and runs the model over them, n_batch at
- * a time; afterwards cllm_session_logits() holds the logits of the last one.
+ * a time; afterwards cllm_session_logits() holds the logits of the last one
+ * (and, with all_logits, cllm_session_logits_ith() those of each one).
  * Token ids out of range: CLLM_ERR_INVALID_ARG. A context that would
- * overflow: CLLM_ERR_TOO_LARGE, and nothing is processed. On any error the
- * session keeps the tokens it had before the call.
+ * overflow, or with all_logits more than n_batch tokens in one call (the
+ * caller feeds batches): CLLM_ERR_TOO_LARGE, and nothing is processed. On
+ * any error the session keeps the tokens and the logits it had before.
  */
 cllm_status cllm_session_decode(cllm_session *s, const int32_t *tokens, int64_t n);
 
-/* Logits [n_vocab] of the last token decoded (NULL before the first decode).
- * Valid until the next decode, truncate, reset or free. */
+/* Logits [n_vocab] of the last token decoded (NULL before the first decode
+ * and after a truncate or reset). Valid until the next decode, truncate,
+ * reset or free. */
 const float *cllm_session_logits(const cllm_session *s);
 
 /*
@@ -711,7 +714,7 @@ const float *cllm_session_logits_ith(const cllm_session *s, int64_t i);
  */
 cllm_status cllm_session_truncate(cllm_session *s, int64_t n_keep);
 
-/* Forgets the context (n_past = 0); keeps all memory. */
+/* Forgets the context (n_past = 0) and the logits; keeps all memory. */
 void cllm_session_reset(cllm_session *s);
 
 int64_t cllm_session_n_past(const cllm_session *s); /* tokens in the context */

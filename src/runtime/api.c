@@ -207,24 +207,3 @@ fail:
     cllm_free(def_sys);
     return st;
 }
-
-/* ---- sessions ----------------------------------------------------------
- * TEMPORARY: the logits of every position (all_logits) and truncation are
- * being implemented in session.c on another branch; until that lands these
- * stand-ins report that nothing is kept / supported. Remove them then. */
-
-const float *cllm_session_logits_ith(const cllm_session *s, int64_t i) {
-    CLLM_UNUSED(s);
-    CLLM_UNUSED(i);
-    return NULL;
-}
-
-cllm_status cllm_session_truncate(cllm_session *s, int64_t n_keep) {
-    if (n_keep == cllm_session_n_past(s)) return CLLM_OK;
-    if (n_keep == 0) {
-        cllm_session_reset(s);
-        return CLLM_OK;
-    }
-    return cllm_error(CLLM_ERR_UNSUPPORTED,
-                      "session: truncating to %lld tokens is not supported yet", (long long)n_keep);
-}

@@ -22,9 +22,12 @@ struct cllm_session {
     cllm_graph *graph; /* == in.graph */
 
     int64_t n_past;
-    float *logits; /* [n_vocab] of the last token */
-    bool have_logits;
-    float *mask_row; /* [n_ctx]: one row of the mask, staged */
+    /* logits kept by the last successful decode: all_logits: [n_last][n_vocab]
+     * (n_batch rows allocated), else [1][n_vocab], the last token's */
+    float *logits;
+    int64_t n_logits; /* rows of `logits` that are valid (0: none) */
+    int64_t n_last;   /* tokens of the decode call they come from */
+    float *mask_row;  /* [n_ctx]: one row of the mask, staged */
 };
 
 static size_t cllm_buffer_size_or_0(const cllm_buffer *b) { return b ? cllm_buffer_size(b) : 0; }
@@ -34,7 +37,8 @@ cllm_session_params cllm_session_default_params(void) {
                                  .n_batch = 512,
                                  .kv_type = CLLM_TYPE_F16,
                                  .n_threads = 0,
-                                 .unfused_attn = false};
+                                 .unfused_attn = false,
+                                 .all_logits = false};
 }
 
 /* Builds the forward graph for `shape` into the instance's graph. */
@@ -46,8 +50,11 @@ cllm_status cllm_session_new(const cllm_model *model, const cllm_session_params 
                              cllm_session **out) {
     const cllm_session_params p = params ? *params : cllm_session_default_params();
     const cllm_hparams *hp = &model->hp;
-    const cllm_shape_params shp = {
-        .n_ctx = p.n_ctx, .n_batch = p.n_batch, .kv_type = p.kv_type, .n_threads = p.n_threads};
+    const cllm_shape_params shp = {.n_ctx = p.n_ctx,
+                                   .n_batch = p.n_batch,
+                                   .kv_type = p.kv_type,
+                                   .n_threads = p.n_threads,
+                                   .all_logits = p.all_logits};
     cllm_shape shape;
     CLLM_TRY(cllm_shape_resolve(hp, &shp, "session", &shape));
     if (model->has_limit) {
@@ -67,7 +74,7 @@ cllm_status cllm_session_new(const cllm_model *model, const cllm_session_params 
     s->params.n_batch = shape.n_batch;
     s->shape = shape;
     cllm_status st = CLLM_ERR_NOMEM;
-    s->logits = cllm_malloc((size_t)hp->n_vocab * sizeof(float));
+    s->logits = cllm_malloc((size_t)shape.n_outputs * (size_t)hp->n_vocab * sizeof(float));
     s->mask_row = cllm_malloc((size_t)shape.n_ctx * sizeof(float));
     if (!s->logits || !s->mask_row) {
         cllm_error(st, "out of host memory for a session");
@@ -102,11 +109,14 @@ void cllm_session_free(cllm_session *s) {
     cllm_free(s);
 }
 
-/* Runs one batch of n tokens at n_past; the logits of its last token land in
- * s->logits. Does not change n_past. */
-static cllm_status decode_batch(cllm_session *s, const int32_t *tokens, int64_t n) {
+/* Runs one batch of n tokens at n_past. With `keep`, copies the logits of
+ * the batch's outputs (all its tokens with all_logits, else the last one)
+ * into s->logits once the graph has run, so a failure leaves the previous
+ * logits untouched. Does not change n_past. */
+static cllm_status decode_batch(cllm_session *s, const int32_t *tokens, int64_t n, bool keep) {
+    const int64_t n_outputs = s->params.all_logits ? n : 1;
     const cllm_batch_shape shape = {
-        .n_tokens = n, .n_past = s->n_past, .n_kv = s->n_past + n, .n_outputs = 1};
+        .n_tokens = n, .n_past = s->n_past, .n_kv = s->n_past + n, .n_outputs = n_outputs};
     cllm_graph_io io;
     build_graph(s, &shape, &io);
     CLLM_TRY(cllm_sched_alloc_graph(s->sched, s->graph));
@@ -121,11 +131,19 @@ static cllm_status decode_batch(cllm_session *s, const int32_t *tokens, int64_t 
         cllm_tensor_set(io.mask, s->mask_row, (size_t)i * io.mask->nb[1],
                         (size_t)shape.n_kv * sizeof(float));
     }
-    const int32_t last = (int32_t)(n - 1);
-    cllm_tensor_set(io.out_ids, &last, 0, sizeof(last));
+    /* output row r is batch row n - n_outputs + r: all rows, or the last */
+    for (int64_t r = 0; r < n_outputs; r++) {
+        const int32_t row = (int32_t)(n - n_outputs + r);
+        cllm_tensor_set(io.out_ids, &row, (size_t)r * sizeof(row), sizeof(row));
+    }
 
     CLLM_TRY(cllm_sched_graph_compute(s->sched, s->graph));
-    cllm_tensor_get(io.logits, s->logits, 0, (size_t)s->model->hp.n_vocab * sizeof(float));
+    if (keep) {
+        cllm_tensor_get(io.logits, s->logits, 0,
+                        (size_t)n_outputs * (size_t)s->model->hp.n_vocab * sizeof(float));
+        s->n_logits = n_outputs;
+        s->n_last = n;
+    }
     return CLLM_OK;
 }
 
@@ -143,23 +161,36 @@ cllm_status cllm_session_decode(cllm_session *s, const int32_t *tokens, int64_t 
                           "context full: %lld tokens + %lld new exceed the context of %lld",
                           (long long)s->n_past, (long long)n, (long long)s->params.n_ctx);
     }
+    if (s->params.all_logits && n > s->params.n_batch) {
+        return cllm_error(CLLM_ERR_TOO_LARGE,
+                          "decode: %lld tokens in one call with all logits kept; at most the "
+                          "batch size, %lld",
+                          (long long)n, (long long)s->params.n_batch);
+    }
     const int64_t start = s->n_past;
     for (int64_t i = 0; i < n; i += s->params.n_batch) {
         const int64_t chunk = CLLM_MIN(s->params.n_batch, n - i);
-        const cllm_status st = decode_batch(s, tokens + i, chunk);
+        /* only the last batch's logits are kept: earlier ones would be
+         * overwritten, and a failure must leave the previous ones */
+        const cllm_status st = decode_batch(s, tokens + i, chunk, i + chunk == n);
         if (st != CLLM_OK) {
             s->n_past = start;
-            s->have_logits = false;
             return st;
         }
         s->n_past += chunk;
     }
-    s->have_logits = true;
     return CLLM_OK;
 }
 
-const float *cllm_session_logits(const cllm_session *s) {
-    return s->have_logits ? s->logits : NULL;
+const float *cllm_session_logits(const cllm_session *s) { return cllm_session_logits_ith(s, -1); }
+
+const float *cllm_session_logits_ith(const cllm_session *s, int64_t i) {
+    if (s->n_logits == 0) return NULL;
+    if (i < 0) i += s->n_last;
+    /* rows n_last - n_logits .. n_last - 1 of the last decode are kept */
+    const int64_t r = i - (s->n_last - s->n_logits);
+    if (i >= s->n_last || r < 0) return NULL;
+    return s->logits + r * s->model->hp.n_vocab;
 }
 
 int64_t cllm_session_n_past(const cllm_session *s) { return s->n_past; }
@@ -168,7 +199,19 @@ int64_t cllm_session_n_vocab(const cllm_session *s) { return s->model->hp.n_voca
 
 void cllm_session_reset(cllm_session *s) {
     s->n_past = 0;
-    s->have_logits = false;
+    s->n_logits = 0;
+}
+
+cllm_status cllm_session_truncate(cllm_session *s, int64_t n_keep) {
+    if (n_keep < 0 || n_keep > s->n_past) {
+        return cllm_error(CLLM_ERR_INVALID_ARG, "truncate: %lld tokens to keep, outside [0, %lld]",
+                          (long long)n_keep, (long long)s->n_past);
+    }
+    /* the cache rows from n_keep on are stale: the next decode writes its
+     * rows there before it attends to them (n_kv = n_past + n) */
+    s->n_past = n_keep;
+    s->n_logits = 0;
+    return CLLM_OK;
 }
 
 cllm_memory_report cllm_session_memory_on(const cllm_session *s, const cllm_device *dev) {

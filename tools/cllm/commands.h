@@ -11,6 +11,7 @@ int cllm_cmd_info(int argc, char **argv);
 int cllm_cmd_devices(int argc, char **argv);
 int cllm_cmd_plan(int argc, char **argv);
 int cllm_cmd_bench(int argc, char **argv);
+int cllm_cmd_perplexity(int argc, char **argv);
 
 /* --test-device SPEC: enables the test device (0, or 2 after printing why). */
 int cllm_cli_enable_test_device(const char *cmd, const char *spec);

@@ -6,6 +6,7 @@
  *   cllm devices                           devices found, their free and total memory
  *   cllm plan -m FILE [--mem DEV=SIZE]     where the layers go, bytes per device and kind
  *   cllm bench -m FILE [options]           prompt and generation speed
+ *   cllm perplexity -m FILE -f TEXT        perplexity as llama-perplexity computes it
  *
  * Errors: one line naming the file and the problem, exit status != 0.
  */
@@ -26,6 +27,9 @@ static void usage(FILE *f) {
                "  bench -m FILE            tokens/s of prompt processing and generation\n"
                "                           [-p 512] [-n 128] [-t 1,2] [-r 5] [-b 512] [-c N]\n"
                "                           [--output md|csv|json]\n"
+               "  perplexity -m FILE -f TEXT   perplexity over chunks of a text, as llama.cpp's\n"
+               "                           llama-perplexity; [-c 512] [-b N] [-t N] [--chunks N]\n"
+               "                           (see cllm perplexity --help)\n"
                "  version                  print the version\n"
                "\n"
                "run options:\n"
@@ -68,11 +72,12 @@ int main(int argc, char **argv) {
         const char *name;
         int (*fn)(int argc, char **argv);
     } commands[] = {
-        {"run", cllm_cmd_run},         /* cmd-run.c */
-        {"info", cllm_cmd_info},       /* cmd-info.c */
-        {"devices", cllm_cmd_devices}, /* cmd-devices.c */
-        {"plan", cllm_cmd_plan},       /* cmd-plan.c */
-        {"bench", cllm_cmd_bench},     /* cmd-bench.c */
+        {"run", cllm_cmd_run},               /* cmd-run.c */
+        {"info", cllm_cmd_info},             /* cmd-info.c */
+        {"devices", cllm_cmd_devices},       /* cmd-devices.c */
+        {"plan", cllm_cmd_plan},             /* cmd-plan.c */
+        {"bench", cllm_cmd_bench},           /* cmd-bench.c */
+        {"perplexity", cllm_cmd_perplexity}, /* cmd-perplexity.c */
     };
     for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++) {
         if (!strcmp(cmd, commands[i].name)) return commands[i].fn(argc - 1, argv + 1);

@@ -18,7 +18,8 @@
  *
  * Decoding allocates nothing (the session planned its memory up front), and
  * the test checks that. Should that change, a decode that fails must keep
- * the session as it was: same n_past, no logits, and a decode of the same
+ * the session as it was: same n_past, the logits it had before (none before
+ * this first decode), and a decode of the same
  * tokens afterwards gives the clean run's logits bit for bit.
  *
  * One thread everywhere (plan, session), so that the allocation count is

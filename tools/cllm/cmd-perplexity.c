@@ -275,6 +275,7 @@ int cllm_cmd_perplexity(int argc, char **argv) {
     } else {
         printf("Final estimate: PPL = %.4f\n", ppl);
     }
+    fflush(stdout); /* the figures before the timing line, also through a pipe */
     fprintf(stderr, "perplexity: %lld tokens scored in %.2f s\n", (long long)count, now_s() - t0);
     rc = 0;
 fail:

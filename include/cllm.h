@@ -227,7 +227,11 @@ void cllm_device_memory(cllm_device *dev, size_t *free_bytes, size_t *total_byte
  * op support, to exercise placement and splits without a GPU) with the
  * options of `spec`, e.g. "budget=64MiB,ops=-rope" (the same as the
  * environment variable CLLM_TEST_DEVICE). Call it before loading models.
- * CLLM_ERR_INVALID_ARG with a message for a malformed spec. Not thread-safe.
+ * The test device is no part of the library: it is the backend module
+ * cllm-backend-test.so, found next to the program or in CLLM_BACKEND_PATH
+ * (the program must export the library's symbols, e.g. link with -rdynamic).
+ * CLLM_ERR_INVALID_ARG with a message for a malformed spec,
+ * CLLM_ERR_UNSUPPORTED without the module. Not thread-safe.
  */
 cllm_status cllm_device_enable_test(const char *spec);
 

@@ -196,6 +196,8 @@ static void test_devices(void) {
 
 int main(void) {
     cllm_log_set_level(CLLM_LOG_ERROR);
+    static const char *const files[] = {"stories260K.gguf", NULL};
+    if (!refs_have(files)) return check_summary("test_api");
     char path[4096];
     cllm_model *m = NULL;
     if (cllm_model_load(refs_model_path(path, sizeof(path), "stories260K.gguf"), NULL, &m) !=

@@ -118,6 +118,9 @@ static void fuzz_model(const char *name, int n_flips) {
 }
 
 int main(void) {
+    static const char *const files[] = {"stories260K.gguf", "tinyllamas-stories-260k-f32.gguf",
+                                        "llama-2-tiny-random.gguf", "TinyLLama-v0.Q4_0.gguf", NULL};
+    if (!refs_have(files)) return check_summary("test_badfiles");
     fuzz_model("stories260K.gguf", 1500);
     fuzz_model("tinyllamas-stories-260k-f32.gguf", 500); /* GGUF v1 */
     fuzz_model("llama-2-tiny-random.gguf", 500);

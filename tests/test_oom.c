@@ -443,16 +443,10 @@ int main(int argc, char **argv) {
     }
     bool missing = false;
     for (size_t i = 0; i < n_models; i++) {
-        char path[4096];
-        FILE *f = fopen(refs_model_path(path, sizeof(path), models[i].file), "rb");
-        if (!f) {
-            fprintf(stderr, "test_oom: %s is missing\n", path);
-            missing = true;
-        } else {
-            fclose(f);
-        }
+        const char *const files[] = {models[i].file, NULL};
+        if (!refs_have(files)) missing = true;
     }
-    if (missing) return 77;
+    if (missing) return check_summary("test_oom");
 
     for (size_t i = 0; i < n_models; i++) check_model(&models[i]);
     free(g_ref_logits);

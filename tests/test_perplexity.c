@@ -85,6 +85,8 @@ int main(int argc, char **argv) {
     }
     const char *cllm = argv[1];
     char model[4096], cmd[12288], out[8192];
+    static const char *const files[] = {"stories260K.gguf", NULL};
+    if (!refs_have(files)) return check_summary("test_perplexity");
     refs_model_path(model, sizeof(model), "stories260K.gguf");
     const char *text_path = "test_perplexity.txt";
     FILE *f = fopen(text_path, "wb");

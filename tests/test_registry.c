@@ -1,7 +1,9 @@
 /* The registry and the test device: devices found at run time, the test
  * device's budget, op subset, non-host memory and fault injection, options,
- * and the test backend built as a loadable module (cllm-backend-test.so). */
+ * registries added by the program. (The test device as a loadable module:
+ * test_module.) */
 #include "alloc/layout.h"
+#include "backend/backend-impl.h"
 #include "backend/cpu/cpu.h"
 #include "backend/test/test-backend.h"
 #include "common/check.h"
@@ -132,59 +134,46 @@ static void test_test_device(void) {
     CHECK(cllm_registry_device_count() == before);
 }
 
-/* The same backend as a module, loaded from the executable's directory. */
-static void test_module(void) {
-    bool found = false;
-    for (int i = 0; i < cllm_registry_count(); i++) {
-        found = found || strcmp(cllm_backend_reg_name(cllm_registry_get(i)), "test-module") == 0;
-    }
-    CHECKF(found, "the test backend module was not loaded");
-    cllm_device *dev = cllm_registry_device_by_name("testmod0");
-    CHECK(dev != NULL);
-    if (!dev) return;
-    CHECK(dev != cllm_test_device());
-    size_t fr = 0, tot = 0;
-    cllm_device_memory(dev, &fr, &tot);
-    CHECK(tot == (size_t)1 << 20 && fr == tot);
-    CHECK(cllm_device_kind_of(dev) == CLLM_DEVICE_ACCEL);
-
-    cllm_context *ctx = cllm_context_new(8);
-    cllm_tensor *x = cllm_tensor_new_1d(ctx, CLLM_TYPE_F32, 4);
-    cllm_tensor *z = cllm_scale(ctx, x, 3.0f);
-    cllm_buffer *buf = NULL;
-    CHECK(cllm_layout_alloc(ctx, cllm_device_buffer_type(dev), CLLM_MEM_COMPUTE, &buf) == CLLM_OK);
-    CHECK(cllm_device_allocated(dev, CLLM_MEM_COMPUTE) == cllm_buffer_size(buf));
-    const float xs[4] = {1, 2, 3, 4};
-    float zs[4];
-    cllm_tensor_set_all(x, xs);
-    cllm_graph *g = cllm_graph_new(8);
-    cllm_graph_build(g, z);
-    cllm_backend *be = NULL;
-    CHECK(cllm_device_init_backend(dev, NULL, &be) == CLLM_OK);
-    CHECK(be && cllm_backend_graph_compute(be, g) == CLLM_OK);
-    cllm_tensor_get_all(z, zs);
-    CHECK(zs[0] == 3 && zs[3] == 12);
-    cllm_backend_free(be);
-    cllm_graph_free(g);
-    cllm_buffer_free(buf);
-    cllm_context_free(ctx);
-    CHECK(cllm_device_allocated(dev, CLLM_MEM_COMPUTE) == 0);
-
-    cllm_log_set(quiet, NULL);
-    CHECK(cllm_registry_load_module("does/not/exist/cllm-backend-x.so") == CLLM_ERR_IO);
+/* Registries the program adds: after the built-in ones, each name once, and
+ * an incomplete entry is refused. */
+static void test_registry_add(void) {
+    CHECK(cllm_registry_count() >= 2); /* cpu, and the test device added above */
+    CHECK(strcmp(cllm_backend_reg_name(cllm_registry_get(0)), "cpu") == 0);
+    const cllm_backend_reg *last = cllm_registry_get(cllm_registry_count() - 1);
+    CHECK(strcmp(cllm_backend_reg_name(last), "test") == 0);
+    CHECK(cllm_registry_get(cllm_registry_count()) == NULL && cllm_registry_get(-1) == NULL);
     const int n = cllm_registry_count();
-    CHECK(cllm_registry_load_modules("does/not/exist") == 0);
+    cllm_log_set(quiet, NULL);
+    CHECK(cllm_registry_add((cllm_backend_reg *)last) == CLLM_ERR_INVALID_ARG);
+    cllm_backend_reg empty = {.iface = {.get_name = NULL}, .context = NULL};
+    CHECK(cllm_registry_add(&empty) == CLLM_ERR_INVALID_ARG);
+    CHECK(cllm_registry_add(NULL) == CLLM_ERR_INVALID_ARG);
+    cllm_log_set(NULL, NULL);
     CHECK(cllm_registry_count() == n);
+    /* options through the registry: to the test device, none for the CPU */
+    cllm_log_set(quiet, NULL);
+    CHECK(cllm_registry_configure("test", "budget=lots") == CLLM_ERR_INVALID_ARG);
+    CHECK(cllm_registry_configure("cpu", "threads=2") == CLLM_ERR_UNSUPPORTED);
+    CHECK(cllm_registry_configure("nope", "") == CLLM_ERR_UNSUPPORTED);
+    CHECK(strstr(cllm_last_error(), "cllm-backend-nope.so") != NULL);
+    cllm_log_set(NULL, NULL);
+    CHECK(cllm_registry_configure("test", "budget=8KiB,ops=mul_mat") == CLLM_OK);
+    cllm_device *test = cllm_registry_device_by_name("test0");
+    size_t fr = 0, tot = 0;
+    if (test) cllm_device_memory(test, &fr, &tot);
+    CHECK(test && tot == 8192);
+    cllm_test_device_disable();
+    CHECK(cllm_registry_device_by_name("test0") == NULL);
+    cllm_log_set(quiet, NULL);
+    /* this program does not export its symbols: no module can be loaded */
+    cllm_log_set(quiet, NULL);
+    CHECK(cllm_registry_load_module("does/not/matter/cllm-backend-x.so") == CLLM_ERR_UNSUPPORTED);
     cllm_log_set(NULL, NULL);
 }
 
 int main(void) {
-    /* before the registry's first use: the module reads it when loaded */
-    setenv("CLLM_TEST_DEVICE_MODULE", "budget=1MiB", 1);
-    unsetenv("CLLM_TEST_DEVICE");
-    unsetenv("CLLM_BACKEND_PATH");
     test_options();
     test_test_device();
-    test_module();
+    test_registry_add();
     return check_summary("test_registry");
 }

@@ -256,6 +256,8 @@ done:
 }
 
 int main(void) {
+    static const char *const files[] = {"stories260K.gguf", NULL};
+    if (!refs_have(files)) return check_summary("test_session");
     refs_model_path(g_path, sizeof(g_path), "stories260K.gguf");
     cllm_model *m = NULL;
     const cllm_status st = cllm_model_load(g_path, NULL, &m);

@@ -142,7 +142,33 @@ static void test_programmer_errors(void) {
     CHECK(check_aborts_with(bad_view, "beyond the 40 bytes"));
 }
 
+/* The op traits table: every op named once, and the flags consistent with
+ * each other (a view or a leaf computes nothing, so it is neither in place,
+ * row-local nor in need of workspace); out of range reads as "unknown". */
+static void test_op_traits(void) {
+    for (int op = 0; op < CLLM_OP_COUNT; op++) {
+        const cllm_op_traits *t = cllm_op_get_traits((cllm_op)op);
+        CHECKF(t->name && strcmp(t->name, "unknown") != 0, "op %d has no name", op);
+        for (int o = 0; o < op; o++) {
+            CHECKF(strcmp(t->name, cllm_op_name((cllm_op)o)) != 0, "%s twice", t->name);
+        }
+        CHECKF(t->compute == (op != CLLM_OP_NONE && !t->view), "%s: compute", t->name);
+        CHECKF(t->compute || (!t->inplace && !t->row_local && !t->workspace), "%s", t->name);
+        CHECK(cllm_op_is_view((cllm_op)op) == t->view);
+        CHECK(cllm_op_has_compute((cllm_op)op) == t->compute);
+        CHECK(cllm_op_can_inplace((cllm_op)op) == t->inplace);
+        CHECK(cllm_op_is_row_local((cllm_op)op) == t->row_local);
+        CHECK(cllm_op_may_need_workspace((cllm_op)op) == t->workspace);
+    }
+    CHECK(cllm_op_is_view(CLLM_OP_PERMUTE) && !cllm_op_is_view(CLLM_OP_CPY));
+    CHECK(cllm_op_can_inplace(CLLM_OP_ROPE) && !cllm_op_can_inplace(CLLM_OP_MUL_MAT));
+    CHECK(strcmp(cllm_op_name(CLLM_OP_COUNT), "unknown") == 0);
+    CHECK(!cllm_op_has_compute((cllm_op)(CLLM_OP_COUNT + 1)) &&
+          !cllm_op_can_inplace(CLLM_OP_COUNT));
+}
+
 int main(void) {
+    test_op_traits();
     test_shapes();
     test_ops_shapes();
     test_graph_order();

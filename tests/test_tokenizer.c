@@ -5,6 +5,7 @@
  * malformed metadata.
  */
 #include "common/check.h"
+#include "common/refs.h"
 #include "gguf/gguf.h"
 #include "runtime/tokenizer-impl.h"
 #include "runtime/tokenizer.h"
@@ -18,10 +19,7 @@
 
 /* ---- helpers ---- */
 
-static void model_path(char *buf, size_t cap, const char *rel) {
-    const char *src = getenv("CLLM_SOURCE_DIR");
-    snprintf(buf, cap, "%s/../shared/models/%s", src ? src : ".", rel);
-}
+static void model_path(char *buf, size_t cap, const char *rel) { refs_model_path(buf, cap, rel); }
 
 static char *read_file(const char *path, size_t *len) {
     FILE *f = fopen(path, "rb");
@@ -886,6 +884,21 @@ int main(void) {
     if (!getenv("CLLM_LOG")) cllm_log_set(quiet_log, NULL);
     test_utf8();
     test_pretokenizers();
+    test_synthetic();
+    test_malformed();
+    static const char *const files[] = {"vocab/ggml-vocab-llama-spm.gguf",
+                                        "vocab/ggml-vocab-llama-spm.gguf.inp",
+                                        "vocab/ggml-vocab-llama-spm.gguf.out",
+                                        "vocab/ggml-vocab-gpt-2.gguf",
+                                        "vocab/ggml-vocab-gpt-2.gguf.inp",
+                                        "vocab/ggml-vocab-gpt-2.gguf.out",
+                                        "stories260K.gguf",
+                                        "tinyllamas-stories-260k-q8_0.gguf",
+                                        "tinyllamas-stories-260k-f32.gguf",
+                                        "TinyLLama-v0.Q4_0.gguf",
+                                        "llama-2-tiny-random.gguf",
+                                        NULL};
+    if (!refs_have(files)) return check_summary("test_tokenizer");
     test_fixture("ggml-vocab-llama-spm.gguf", CLLM_DETOK_STRIP_PREFIX);
     test_fixture("ggml-vocab-gpt-2.gguf", 0);
     test_reference_prompts();
@@ -902,8 +915,5 @@ int main(void) {
     cllm_tokenizer_free(spm);
     cllm_tokenizer_free(bpe);
     cllm_tokenizer_free(NULL);
-
-    test_synthetic();
-    test_malformed();
     return check_summary("test_tokenizer");
 }

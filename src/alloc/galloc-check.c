@@ -34,18 +34,11 @@ static bool fail(char *err, size_t err_size, const char *fmt, ...) {
 
 static const cllm_tensor *root_of(const cllm_tensor *t) { return t->view_src ? t->view_src : t; }
 
-/* Ops whose CPU kernels are correct with dst == src[0] (see galloc.h). */
-static bool inplace_op(cllm_op op) {
-    return op == CLLM_OP_ADD || op == CLLM_OP_MUL || op == CLLM_OP_SCALE || op == CLLM_OP_SILU ||
-           op == CLLM_OP_GELU || op == CLLM_OP_RMS_NORM || op == CLLM_OP_NORM ||
-           op == CLLM_OP_SOFT_MAX || op == CLLM_OP_ROPE;
-}
-
 /* Whether r (a result) may share the memory of s (its src[0]): the in-place
  * rule of galloc.h, on the recomputed lifetimes. */
 static bool inplace_pair(const ctensor *r, const ctensor *s) {
     const cllm_tensor *rt = r->t, *st = s->t;
-    if (r->step < 0 || !inplace_op(rt->op) || rt->src[0] != st) return false;
+    if (r->step < 0 || !cllm_op_can_inplace(rt->op) || rt->src[0] != st) return false;
     if (s->step < 0 || s->input || s->output || r->input) return false;
     if (s->end != r->step || r->start != r->step) return false;
     if (rt->data != st->data || rt->buffer != st->buffer || r->size > s->size) return false;

@@ -10,8 +10,7 @@
  */
 #include "alloc/galloc.h"
 #include "core/hostmem.h"
-/* measure buffers grow to the largest plan measured: their size is set here */
-#include "backend/backend-impl.h"
+#include "backend/backend.h" /* buffer types and buffers only (docs/layering.md) */
 
 #include <stdlib.h>
 #include <string.h>
@@ -236,26 +235,11 @@ static bool owns_buffer(const cllm_galloc *ga, const cllm_buffer *buf) {
     return false;
 }
 
-static bool op_can_inplace(cllm_op op) {
-    switch (op) {
-    case CLLM_OP_ADD:
-    case CLLM_OP_MUL:
-    case CLLM_OP_SCALE:
-    case CLLM_OP_SILU:
-    case CLLM_OP_GELU:
-    case CLLM_OP_RMS_NORM:
-    case CLLM_OP_NORM:
-    case CLLM_OP_SOFT_MAX:
-    case CLLM_OP_ROPE: return true;
-    default: return false;
-    }
-}
-
 /* Whether planned node k may take the memory of its src[0] (see galloc.h). */
 static bool can_inplace(const cllm_galloc *ga, int k) {
     const gtensor *r = &ga->tensors[k];
     const cllm_tensor *t = r->t;
-    if (!op_can_inplace(t->op) || !t->src[0] || r->start != r->step) return false;
+    if (!cllm_op_can_inplace(t->op) || !t->src[0] || r->start != r->step) return false;
     const int ks = lookup(ga, t->src[0]);
     const gtensor *s = &ga->tensors[ks];
     if (s->kind != KIND_PLANNED || s->io || s->buft != r->buft || s->end != r->step ||
@@ -587,8 +571,7 @@ cllm_status cllm_galloc_measure(cllm_galloc *ga, cllm_graph *g, const int *node_
     for (int b = 0; b < ga->n_bufts; b++) {
         /* a region that does not exist: it grows to the largest plan measured,
          * so tensors of graphs measured before stay within it */
-        cllm_buffer *mb = ga->measure_bufs[b];
-        mb->size = CLLM_MAX(mb->size, ga->cur[b].planned);
+        cllm_buffer_measure_grow(ga->measure_bufs[b], ga->cur[b].planned);
         ga->measured[b] = CLLM_MAX(ga->measured[b], ga->cur[b].planned);
     }
     commit(ga, g, ga->measure_bufs);

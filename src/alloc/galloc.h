@@ -38,13 +38,14 @@
  * and the sources of such views) are live until the end of the graph. Inputs
  * and outputs are never overwritten or given to another tensor.
  *
- * In-place reuse. The result of add, mul, scale, silu, gelu, rms_norm, norm,
- * soft_max or rope takes the memory of its src[0] when src[0] is planned, is
+ * In-place reuse. The result of an op with the in-place trait
+ * (cllm_op_can_inplace, core/tensor.h: add, mul, scale, silu, gelu,
+ * rms_norm, norm, soft_max, rope) takes the memory of its src[0] when src[0] is planned, is
  * not a view, an input or an output, has the same buffer type, is last read
  * by this node (no later reads, also through views), has at least as many
  * bytes, both are contiguous with the same type and shape, and no other
- * source of the node reads src[0]'s memory. The CPU kernels are correct when
- * dst == src[0]. A chain of in-place results is one allocation block.
+ * source of the node reads src[0]'s memory. Every backend's kernels of those
+ * ops are correct when dst == src[0]. A chain of in-place results is one allocation block.
  *
  * The plan. Per buffer type, the blocks are placed by a few greedy orderings
  * (by size, by size x lifetime, by lifetime, in graph order), each either at

@@ -111,6 +111,9 @@ struct cllm_backend_reg_i {
     const char *(*get_name)(const cllm_backend_reg *reg);
     int (*get_device_count)(const cllm_backend_reg *reg);
     cllm_device *(*get_device)(cllm_backend_reg *reg, int i);
+    /* (optional) configures the backend from an option string (the test
+     * device: its budget, ops, ...); NULL: it takes none */
+    cllm_status (*set_params)(cllm_backend_reg *reg, const char *params);
 };
 
 struct cllm_backend_reg {
@@ -118,7 +121,14 @@ struct cllm_backend_reg {
     void *context;
 };
 
-/* The CPU backend's registry entry (always present). */
-cllm_backend_reg *cllm_cpu_reg(void);
+/*
+ * The backends built into the library, in registry order: one entry function
+ * per name in CLLM_BUILTIN_BACKENDS (CMakeLists.txt), which generates this
+ * table (backend/builtin.c.in), so that the generic layer names no backend.
+ * Each function returns its backend's registry entry and may be called once.
+ */
+typedef cllm_backend_reg *(*cllm_backend_reg_fn)(void);
+extern const cllm_backend_reg_fn cllm_builtin_backends[];
+extern const int cllm_builtin_backend_count;
 
 #endif /* CLLM_BACKEND_IMPL_H */

@@ -2,7 +2,6 @@
  * per device and kind, measure-mode buffers, tensor I/O, the registry. */
 #include "backend/backend-impl.h"
 #include "core/hostmem.h"
-#include "backend/test/test-backend.h"
 
 #include <dirent.h>
 #include <dlfcn.h>
@@ -113,6 +112,11 @@ cllm_buffer *cllm_buffer_new_measure(cllm_buffer_type *buft, size_t size) {
     cllm_buffer *buf = cllm_buffer_init(buft, measure_iface, NULL, size);
     if (buf) buf->is_measure = true;
     return buf;
+}
+
+void cllm_buffer_measure_grow(cllm_buffer *buf, size_t size) {
+    CLLM_ASSERTF(buf->is_measure, "measure_grow: not a measure buffer");
+    buf->size = CLLM_MAX(buf->size, size);
 }
 
 void cllm_buffer_free(cllm_buffer *buf) {
@@ -305,8 +309,9 @@ cllm_status cllm_tensor_copy(const cllm_tensor *src, cllm_tensor *dst) {
 
 /* ---- registry ---------------------------------------------------------- */
 
-/* Registries: the CPU first (device 0), then the built-in test device (no
- * devices unless enabled), then loadable modules, in the order found. */
+/* Registries: the built-in backends first, in the order of their table (the
+ * CPU is device 0), then loadable modules in the order found, then those the
+ * program adds (cllm_registry_add). */
 #define MAX_REGS 32
 
 static struct {
@@ -416,8 +421,10 @@ static int load_modules_locked(const char *dir) {
 
 static void registry_init(void) {
     pthread_mutex_lock(&g_reg.lock);
-    add_reg(cllm_cpu_reg(), NULL);
-    add_reg(cllm_test_reg(), NULL);
+    for (int i = 0; i < cllm_builtin_backend_count; i++) {
+        cllm_backend_reg *reg = cllm_builtin_backends[i]();
+        if (reg) add_reg(reg, NULL); /* a duplicate name is logged and skipped */
+    }
     const char *env = getenv("CLLM_BACKEND_PATH");
     if (!can_host_modules()) {
         CLLM_LOG_DEBUG("backend modules: not loaded (symbols not exported)");
@@ -457,6 +464,32 @@ cllm_status cllm_registry_load_module(const char *path) {
     const cllm_status st = load_module_locked(path);
     pthread_mutex_unlock(&g_reg.lock);
     return st;
+}
+
+cllm_status cllm_registry_add(cllm_backend_reg *reg) {
+    if (!reg || !reg->iface.get_name || !reg->iface.get_device_count || !reg->iface.get_device) {
+        return cllm_error(CLLM_ERR_INVALID_ARG, "registry: incomplete backend registry entry");
+    }
+    n_registries();
+    pthread_mutex_lock(&g_reg.lock);
+    const cllm_status st = add_reg(reg, NULL);
+    pthread_mutex_unlock(&g_reg.lock);
+    return st;
+}
+
+cllm_status cllm_registry_configure(const char *reg_name, const char *params) {
+    for (int i = 0; i < cllm_registry_count(); i++) {
+        cllm_backend_reg *reg = cllm_registry_get(i);
+        if (strcmp(reg->iface.get_name(reg), reg_name) != 0) continue;
+        if (!reg->iface.set_params) {
+            return cllm_error(CLLM_ERR_UNSUPPORTED, "backend \"%s\" takes no options", reg_name);
+        }
+        return reg->iface.set_params(reg, params ? params : "");
+    }
+    return cllm_error(CLLM_ERR_UNSUPPORTED,
+                      "no backend \"%s\" (its module %s%s.so is neither next to the program nor "
+                      "in CLLM_BACKEND_PATH)",
+                      reg_name, CLLM_BACKEND_MODULE_PREFIX, reg_name);
 }
 
 int cllm_registry_load_modules(const char *dir) {

@@ -65,6 +65,11 @@ cllm_status cllm_buffer_type_alloc(cllm_buffer_type *buft, size_t size, cllm_mem
  */
 cllm_buffer *cllm_buffer_new_measure(cllm_buffer_type *buft, size_t size);
 
+/* Grows a measure-mode buffer to at least `size` bytes (it has no memory to
+ * move; tensors placed in it keep their addresses). Asserts that `buf` is a
+ * measure buffer. */
+void cllm_buffer_measure_grow(cllm_buffer *buf, size_t size);
+
 /* Frees the buffer and uncounts it on its device; NULL does nothing. */
 void cllm_buffer_free(cllm_buffer *buf);
 size_t cllm_buffer_size(const cllm_buffer *buf);
@@ -157,20 +162,24 @@ cllm_status cllm_tensor_copy(const cllm_tensor *src, cllm_tensor *dst);
 
 /*
  * Devices are found at run time, the first time the registry is used:
- *  - the CPU (always; device 0);
- *  - the built-in test device, when enabled (backend/test/test-backend.h);
+ *  - the backends built into the library, from one table (backend-impl.h:
+ *    cllm_builtin_backends, listed in CMakeLists.txt): the CPU, always
+ *    device 0;
  *  - loadable backend modules: every file named cllm-backend-*.so in
  *    $CLLM_BACKEND_PATH if set, else in the executable's directory, each
  *    exporting `cllm_backend_reg *cllm_backend_module_init(void)`. A module
  *    that fails to load is skipped (the error is logged). Modules run in the
  *    process and call back into the library, so the executable must export
- *    its symbols (-rdynamic); programs that do not load none.
+ *    its symbols (-rdynamic); programs that do not load none. The test
+ *    device is such a module (cllm-backend-test.so: device "test0" when
+ *    CLLM_TEST_DEVICE is set), and a test-only library for the tests;
+ *  - backends the program adds itself (cllm_registry_add).
  * Registry functions are thread-safe; devices appear in registry order.
  */
 #define CLLM_BACKEND_MODULE_SYMBOL "cllm_backend_module_init"
 #define CLLM_BACKEND_MODULE_PREFIX "cllm-backend-"
 
-/* Registries (one per backend: "cpu", "test", modules...). */
+/* Registries (one per backend: "cpu", modules, added ones...). */
 int cllm_registry_count(void);
 cllm_backend_reg *cllm_registry_get(int i);
 const char *cllm_backend_reg_name(const cllm_backend_reg *reg);
@@ -180,6 +189,18 @@ const char *cllm_backend_reg_name(const cllm_backend_reg *reg);
  * CLLM_ERR_UNSUPPORTED if this program does not export the library's symbols,
  * CLLM_ERR_INVALID_ARG if a backend of that name is already there. */
 cllm_status cllm_registry_load_module(const char *path);
+/* Adds a backend that the program holds itself (e.g. the tests' test
+ * device) after the built-in ones and the modules; `reg` must outlive the
+ * process's use of the registry. CLLM_ERR_INVALID_ARG if it is incomplete or
+ * a backend of that name is already there (the registry is unchanged). */
+cllm_status cllm_registry_add(cllm_backend_reg *reg);
+/* Configures the backend named `reg_name` ("test", ...) with its option
+ * string `params`, e.g. to enable the test device. CLLM_ERR_UNSUPPORTED if no
+ * backend of that name is registered (its module was not found) or it takes
+ * no options; else the backend's status (CLLM_ERR_INVALID_ARG for bad
+ * options). Not thread-safe with respect to the backend's own use. */
+cllm_status cllm_registry_configure(const char *reg_name, const char *params);
+
 /* Loads every cllm-backend-*.so of `dir`; returns how many loaded. */
 int cllm_registry_load_modules(const char *dir);
 

@@ -48,6 +48,15 @@ void cllm_log(cllm_log_level level, const char *fmt, ...) CLLM_PRINTF(2, 3);
  */
 cllm_status cllm_error(cllm_status status, const char *fmt, ...) CLLM_PRINTF(2, 3);
 
+/*
+ * Parses a byte size: "4096" (bytes), "64MiB", "1.5G", with an optional
+ * B/K/M/G/T suffix, KB.. or KiB.. (all powers of 1024, case-insensitive),
+ * rounded down to whole bytes. Returns false, leaving *out untouched, if `s`
+ * is NULL, empty, negative, malformed or larger than SIZE_MAX. Thread-safe.
+ * Used by the CLI's --mem, the fit planner and the test device's options.
+ */
+bool cllm_parse_size(const char *s, size_t *out);
+
 /* Returns the status of `expr` from the calling function if it is not CLLM_OK. */
 #define CLLM_TRY(expr)                                                                             \
     do {                                                                                           \

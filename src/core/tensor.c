@@ -13,38 +13,60 @@ struct cllm_context {
     cllm_tensor tensors[]; /* max_tensors entries */
 };
 
-static const char *const k_op_names[] = {
-    [CLLM_OP_NONE] = "none",
-    [CLLM_OP_ADD] = "add",
-    [CLLM_OP_MUL] = "mul",
-    [CLLM_OP_SCALE] = "scale",
-    [CLLM_OP_SILU] = "silu",
-    [CLLM_OP_GELU] = "gelu",
-    [CLLM_OP_CPY] = "cpy",
-    [CLLM_OP_CONT] = "cont",
-    [CLLM_OP_GET_ROWS] = "get_rows",
-    [CLLM_OP_RMS_NORM] = "rms_norm",
-    [CLLM_OP_NORM] = "norm",
-    [CLLM_OP_SOFT_MAX] = "soft_max",
-    [CLLM_OP_ROPE] = "rope",
-    [CLLM_OP_MUL_MAT] = "mul_mat",
-    [CLLM_OP_ATTN] = "attn",
-    [CLLM_OP_VIEW] = "view",
-    [CLLM_OP_RESHAPE] = "reshape",
-    [CLLM_OP_PERMUTE] = "permute",
-    [CLLM_OP_TRANSPOSE] = "transpose",
+/*
+ * Facts about each op that the planner and the backends read (tensor.h:
+ * cllm_op_traits). One row per op; every backend kernel must honour them:
+ *   inplace    its kernels are correct with dst == src[0] (same type, shape,
+ *              contiguous), so the planner may give dst the memory of src[0];
+ *   row_local  each row of dst is computed from the same row of src[0] (and
+ *              broadcast or side inputs), so rows split over threads with no
+ *              synchronisation;
+ *   workspace  a backend may need scratch memory for it (its size is the
+ *              backend's: cllm_backend_workspace_size).
+ * Views (VIEW .. TRANSPOSE) and NONE compute nothing.
+ */
+#define OP(name_, compute_, view_, inplace_, row_local_, workspace_)                               \
+    {                                                                                              \
+        .name = name_, .compute = compute_, .view = view_, .inplace = inplace_,                    \
+        .row_local = row_local_, .workspace = workspace_                                           \
+    }
+static const cllm_op_traits k_op_traits[] = {
+    /*                      name        compute view   inplace row_local workspace */
+    [CLLM_OP_NONE] = OP("none", false, false, false, false, false),
+    [CLLM_OP_ADD] = OP("add", true, false, true, true, false),
+    [CLLM_OP_MUL] = OP("mul", true, false, true, true, false),
+    [CLLM_OP_SCALE] = OP("scale", true, false, true, true, false),
+    [CLLM_OP_SILU] = OP("silu", true, false, true, true, false),
+    [CLLM_OP_GELU] = OP("gelu", true, false, true, true, false),
+    [CLLM_OP_CPY] = OP("cpy", true, false, false, false, true),
+    [CLLM_OP_CONT] = OP("cont", true, false, false, false, true),
+    [CLLM_OP_GET_ROWS] = OP("get_rows", true, false, false, false, false),
+    [CLLM_OP_RMS_NORM] = OP("rms_norm", true, false, true, true, false),
+    [CLLM_OP_NORM] = OP("norm", true, false, true, true, false),
+    [CLLM_OP_SOFT_MAX] = OP("soft_max", true, false, true, true, false),
+    [CLLM_OP_ROPE] = OP("rope", true, false, true, true, true),
+    [CLLM_OP_MUL_MAT] = OP("mul_mat", true, false, false, false, true),
+    [CLLM_OP_ATTN] = OP("attn", true, false, false, false, true),
+    [CLLM_OP_VIEW] = OP("view", false, true, false, false, false),
+    [CLLM_OP_RESHAPE] = OP("reshape", false, true, false, false, false),
+    [CLLM_OP_PERMUTE] = OP("permute", false, true, false, false, false),
+    [CLLM_OP_TRANSPOSE] = OP("transpose", false, true, false, false, false),
 };
-_Static_assert(CLLM_ARRAY_SIZE(k_op_names) == CLLM_OP_COUNT, "one name per op");
+#undef OP
+_Static_assert(CLLM_ARRAY_SIZE(k_op_traits) == CLLM_OP_COUNT, "one row of traits per op");
 
-const char *cllm_op_name(cllm_op op) {
-    if ((unsigned)op >= CLLM_OP_COUNT) return "unknown";
-    return k_op_names[op];
+const cllm_op_traits *cllm_op_get_traits(cllm_op op) {
+    static const cllm_op_traits unknown = {.name = "unknown"};
+    if ((unsigned)op >= CLLM_OP_COUNT) return &unknown;
+    return &k_op_traits[op];
 }
 
-bool cllm_op_is_view(cllm_op op) {
-    return op == CLLM_OP_VIEW || op == CLLM_OP_RESHAPE || op == CLLM_OP_PERMUTE ||
-           op == CLLM_OP_TRANSPOSE;
-}
+const char *cllm_op_name(cllm_op op) { return cllm_op_get_traits(op)->name; }
+bool cllm_op_is_view(cllm_op op) { return cllm_op_get_traits(op)->view; }
+bool cllm_op_has_compute(cllm_op op) { return cllm_op_get_traits(op)->compute; }
+bool cllm_op_can_inplace(cllm_op op) { return cllm_op_get_traits(op)->inplace; }
+bool cllm_op_is_row_local(cllm_op op) { return cllm_op_get_traits(op)->row_local; }
+bool cllm_op_may_need_workspace(cllm_op op) { return cllm_op_get_traits(op)->workspace; }
 
 /* ---- contexts ---------------------------------------------------------- */
 

@@ -71,11 +71,29 @@ typedef enum cllm_op {
     CLLM_OP_COUNT
 } cllm_op;
 
-/* Name of an op ("mul_mat", ...). */
-const char *cllm_op_name(cllm_op op);
+/*
+ * What the planner and the backends may assume of an op: one table in
+ * tensor.c, indexed by the op (an op out of range reads as "unknown", with
+ * every flag false). Thread-safe (constant).
+ */
+typedef struct cllm_op_traits {
+    const char *name; /* "mul_mat", ... */
+    bool compute;     /* computes something (not NONE, not a view) */
+    bool view;        /* the result aliases its source's data */
+    bool inplace;     /* kernels are correct with dst == src[0] (the planner may share) */
+    bool row_local;   /* each dst row from the same row of src[0]: rows split freely */
+    bool workspace;   /* a backend may need scratch memory for it */
+} cllm_op_traits;
 
-/* True for ops whose result aliases its source's data (views). */
+const cllm_op_traits *cllm_op_get_traits(cllm_op op);
+
+/* Accessors of cllm_op_get_traits(op). */
+const char *cllm_op_name(cllm_op op);
 bool cllm_op_is_view(cllm_op op);
+bool cllm_op_has_compute(cllm_op op);
+bool cllm_op_can_inplace(cllm_op op);
+bool cllm_op_is_row_local(cllm_op op);
+bool cllm_op_may_need_workspace(cllm_op op);
 
 /* Rope modes. */
 enum {

@@ -7,7 +7,6 @@
 #include "backend/backend.h"
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/threadpool.h"
-#include "backend/test/test-backend.h"
 #include "gguf/gguf.h"
 #include "runtime/chat.h"
 #include "runtime/model.h"
@@ -28,9 +27,8 @@ cllm_device *cllm_device_get(int i) {
 
 cllm_status cllm_device_enable_test(const char *spec) {
     if (!spec) return cllm_error(CLLM_ERR_INVALID_ARG, "test device: no options given");
-    cllm_test_device_config cfg;
-    CLLM_TRY(cllm_test_device_config_parse(spec, &cfg));
-    return cllm_test_device_enable(&cfg, NULL);
+    /* the test device is no part of the library: its module takes the spec */
+    return cllm_registry_configure("test", spec);
 }
 
 int cllm_cpu_physical_cores(void) { return cllm_physical_cores(); }

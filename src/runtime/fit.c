@@ -2,8 +2,7 @@
  * budgets, from metadata and measure-mode probes. */
 #include "core/hostmem.h"
 #include "runtime/fit.h"
-#include "backend/test/test-backend.h" /* cllm_parse_size */
-#include "backend/backend-impl.h"
+#include "backend/backend.h"
 #include "backend/cpu/cpu.h"
 
 #include <stdlib.h>

@@ -1,6 +1,7 @@
 #include "common/check.h"
 
 #include <signal.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -8,9 +9,29 @@
 int g_checks_passed;
 int g_checks_failed;
 
+#define MAX_MISSING 32
+
+static char *g_missing[MAX_MISSING];
+static int g_n_missing;
+
+void check_missing(const char *what) {
+    if (g_n_missing < MAX_MISSING) g_missing[g_n_missing++] = strdup(what);
+}
+
 int check_summary(const char *name) {
     printf("%s: %d passed, %d failed\n", name, g_checks_passed, g_checks_failed);
-    return g_checks_failed == 0 ? 0 : 1;
+    if (g_n_missing == 0) return g_checks_failed == 0 ? 0 : 1;
+    const char *req = getenv("CLLM_REQUIRE_TEST_DATA");
+    const bool required = req && *req && strcmp(req, "0") != 0;
+    printf("%s: %s: missing test data:\n", name,
+           required ? "FAILED (CLLM_REQUIRE_TEST_DATA is set)" : "skipped");
+    for (int i = 0; i < g_n_missing; i++) {
+        printf("  %s\n", g_missing[i] ? g_missing[i] : "(out of memory)");
+        free(g_missing[i]);
+    }
+    g_n_missing = 0;
+    if (g_checks_failed > 0 || required) return 1;
+    return CHECK_SKIP;
 }
 
 /* Under AddressSanitizer, let failed huge allocations return NULL like the

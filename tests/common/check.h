@@ -46,7 +46,21 @@ extern int g_checks_failed;
 #include <stdbool.h>
 bool check_aborts_with(void (*fn)(void), const char *needle);
 
-/* Prints "<name>: N passed, M failed" and returns the exit status. */
+/* The exit status of a test that could not run everything because its data
+ * is missing: CTest reports it as skipped (SKIP_RETURN_CODE in
+ * CMakeLists.txt), neither passed nor failed. */
+#define CHECK_SKIP 77
+
+/* Records that the test data `what` (a path) is missing; the caller skips
+ * the checks that need it. At most 32 are named. */
+void check_missing(const char *what);
+
+/*
+ * Prints "<name>: N passed, M failed" and returns the exit status: 1 if a
+ * check failed; else, if data was missing (check_missing), names it and
+ * returns CHECK_SKIP, or 1 when CLLM_REQUIRE_TEST_DATA is set to anything
+ * but "" or "0" (CI, which must run every test); else 0.
+ */
 int check_summary(const char *name);
 
 #endif /* CLLM_TESTS_CHECK_H */

@@ -1,13 +1,33 @@
 #include "common/refs.h"
+#include "common/check.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 const char *refs_model_path(char *buf, size_t size, const char *name) {
-    const char *root = getenv("CLLM_SOURCE_DIR");
-    snprintf(buf, size, "%s/../shared/models/%s", root ? root : ".", name);
+    const char *dir = getenv("CLLM_TEST_DATA_DIR");
+    if (dir && *dir) {
+        snprintf(buf, size, "%s/%s", dir, name);
+    } else {
+        const char *root = getenv("CLLM_SOURCE_DIR");
+        snprintf(buf, size, "%s/../shared/models/%s", root ? root : ".", name);
+    }
     return buf;
+}
+
+bool refs_have(const char *const *names) {
+    bool all = true;
+    for (; *names; names++) {
+        char path[4096];
+        refs_model_path(path, sizeof(path), *names);
+        if (access(path, R_OK) != 0) {
+            check_missing(path);
+            all = false;
+        }
+    }
+    return all;
 }
 
 char *refs_read_file(const char *path, size_t *size) {

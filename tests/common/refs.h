@@ -10,8 +10,13 @@
 #include <stdint.h>
 
 /* "<repo>/../shared/models/<name>" into buf (repo from $CLLM_SOURCE_DIR,
- * else "."); returns buf. */
+ * else "."), or "$CLLM_TEST_DATA_DIR/<name>" when that is set; returns buf. */
 const char *refs_model_path(char *buf, size_t size, const char *name);
+
+/* Whether every file of the NULL-terminated list `names` (relative to
+ * ../shared/models, as refs_model_path) can be read; each one that cannot is
+ * recorded with check_missing (the test then reports itself skipped). */
+bool refs_have(const char *const *names);
 
 /* The whole file at `path`, NUL-terminated (free() it); NULL if unreadable. */
 char *refs_read_file(const char *path, size_t *size);

@@ -8,22 +8,25 @@
 #
 #   tests/install/test-install.sh [SOURCE_DIR] [BUILD_DIR]
 #
-# Exit status 0: passed; 77: skipped (no test model or no pkg-config);
-# anything else: failed.
+# Exit status 0: passed; 77: skipped (no test model or no pkg-config; 1
+# instead when CLLM_REQUIRE_TEST_DATA is set, as in CI); anything else:
+# failed. The model is looked for in CLLM_TEST_DATA_DIR if set.
 set -euo pipefail
 
 src=$(cd "${1:-$(dirname "$0")/../..}" && pwd)
 build=$(cd "${2:-$src/build}" && pwd)
-model="$src/../shared/models/stories260K.gguf"
+model="${CLLM_TEST_DATA_DIR:-$src/../shared/models}/stories260K.gguf"
+skip=77
+case "${CLLM_REQUIRE_TEST_DATA:-}" in "" | 0) ;; *) skip=1 ;; esac
 prompt="Once upon a time"
 
 if [ ! -f "$model" ]; then
   echo "test-install: skipped: no test model ($model)"
-  exit 77
+  exit $skip
 fi
 if ! command -v pkg-config >/dev/null 2>&1; then
   echo "test-install: skipped: pkg-config is not installed"
-  exit 77
+  exit $skip
 fi
 cc=${CC:-cc}
 

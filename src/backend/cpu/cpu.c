@@ -188,24 +188,14 @@ static size_t cpu_backend_workspace_size(cllm_backend *be, const cllm_graph *g) 
 }
 
 static bool node_has_work(const cllm_tensor *t) {
-    return t->op != CLLM_OP_NONE && !cllm_op_is_view(t->op) && cllm_nelements(t) > 0;
+    return cllm_op_has_compute(t->op) && cllm_nelements(t) > 0;
 }
 
-/* Whether thread 0 alone computes `node`: a kernel that splits the rows of
- * dst over the threads (cllm_cpu_split), uses no workspace and no barrier,
- * on a single row (one token): the other threads do nothing at all. */
+/* Whether thread 0 alone computes `node`: a row-local kernel (it splits the
+ * rows of dst over the threads, cllm_cpu_split, with no barrier) that uses no
+ * workspace, on a single row (one token): the other threads do nothing. */
 static bool node_on_thread0(const cllm_tensor *t) {
-    switch (t->op) {
-    case CLLM_OP_ADD:
-    case CLLM_OP_MUL:
-    case CLLM_OP_SCALE:
-    case CLLM_OP_SILU:
-    case CLLM_OP_GELU:
-    case CLLM_OP_RMS_NORM:
-    case CLLM_OP_NORM:
-    case CLLM_OP_SOFT_MAX: return cllm_nrows(t) == 1;
-    default: return false;
-    }
+    return cllm_op_is_row_local(t->op) && !cllm_op_may_need_workspace(t->op) && cllm_nrows(t) == 1;
 }
 
 /*
@@ -418,6 +408,7 @@ static cllm_backend_reg g_cpu_reg = {
             .get_name = cpu_reg_get_name,
             .get_device_count = cpu_reg_get_device_count,
             .get_device = cpu_reg_get_device,
+            .set_params = NULL, /* threads are per backend: cllm_backend_cpu_new */
         },
     .context = NULL,
 };

@@ -30,4 +30,8 @@ cllm_buffer_type *cllm_cpu_buffer_type(void);
  */
 cllm_status cllm_cpu_buffer_from_ptr(void *ptr, size_t size, cllm_mem_kind kind, cllm_buffer **out);
 
+/* The CPU backend's registry entry (one device, "cpu"); a built-in backend
+ * (CLLM_BUILTIN_BACKENDS in CMakeLists.txt), so the registry lists it first. */
+cllm_backend_reg *cllm_cpu_reg(void);
+
 #endif /* CLLM_BACKEND_CPU_H */

@@ -84,7 +84,7 @@ bool cllm_cpu_supports_op(const cllm_tensor *node) {
 
 size_t cllm_cpu_op_workspace(const cllm_tensor *node, int n_threads) {
     /* asked for every node before compute checks support: refused nodes need none */
-    if (!cllm_cpu_supports_op(node)) return 0;
+    if (!cllm_op_may_need_workspace(node->op) || !cllm_cpu_supports_op(node)) return 0;
     switch (node->op) {
     case CLLM_OP_CPY:
     case CLLM_OP_CONT: return cllm_cpu_copy_workspace(node, n_threads);

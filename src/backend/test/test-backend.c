@@ -1,33 +1,27 @@
 /* The test device (test-backend.h): host memory labelled device memory, a
  * budget, a subset of ops, fault injection, compute with the CPU kernels.
  *
- * Built twice: into the library (device "test0", enabled by API or
- * CLLM_TEST_DEVICE) and, with CLLM_BACKEND_MODULE defined, as a loadable
- * module (device "testmod0", enabled by CLLM_TEST_DEVICE_MODULE) whose only
- * exported symbol is cllm_backend_module_init. */
+ * Not part of the library. Built twice: as the test-only static library the
+ * tests link (the device joins the registry through cllm_registry_add when
+ * first enabled) and, with CLLM_BACKEND_MODULE defined, as the loadable
+ * module cllm-backend-test.so (device "test0" when CLLM_TEST_DEVICE is set
+ * or cllm_registry_configure("test", spec) is called, e.g. by the CLI's
+ * --test-device) whose only exported symbol is cllm_backend_module_init. */
 #include "backend/test/test-backend.h"
 #include "core/hostmem.h"
 #include "backend/backend-impl.h"
 #include "backend/cpu/cpu-ops.h"
 #include "backend/cpu/threadpool.h"
 
-#include <ctype.h>
 #include <errno.h>
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
-#ifdef CLLM_BACKEND_MODULE
-#define TEST_DEVICE_NAME "testmod0"
-#define TEST_DEVICE_ENV  "CLLM_TEST_DEVICE_MODULE"
-#define TEST_REG_NAME    "test-module"
-#else
 #define TEST_DEVICE_NAME "test0"
 #define TEST_DEVICE_ENV  "CLLM_TEST_DEVICE"
 #define TEST_REG_NAME    "test"
-#endif
 
 /* Unlike the CPU's 64, so that the planners' alignment handling is tested. */
 #define TEST_ALIGNMENT 256
@@ -36,6 +30,7 @@ _Static_assert(CLLM_OP_COUNT <= 64, "ops_disabled is a 64-bit mask");
 
 typedef struct test_state {
     bool enabled;
+    bool registered; /* added to the registry (static library only) */
     cllm_test_device_config cfg;
     _Atomic int allocs_left; /* fail when it reaches 0 from 1; <= 0: never */
 } test_state;
@@ -48,46 +43,6 @@ static cllm_device g_test_device;
 cllm_test_device_config cllm_test_device_config_default(void) {
     return (cllm_test_device_config){
         .budget = (size_t)1 << 30, .ops_disabled = 0, .fail_alloc = 0, .workspace = 0};
-}
-
-bool cllm_parse_size(const char *s, size_t *out) {
-    if (!s || !*s || *s == '-' || *s == '+' || isspace((unsigned char)*s)) return false;
-    char *end;
-    errno = 0;
-    const double v = strtod(s, &end);
-    if (errno || end == s || !isfinite(v) || v < 0) return false;
-    double mul = 1;
-    static const struct {
-        const char *suffix;
-        double mul;
-    } k_units[] = {
-        {"", 1},
-        {"B", 1},
-        {"K", 1024.0},
-        {"KB", 1024.0},
-        {"KiB", 1024.0},
-        {"M", 1048576.0},
-        {"MB", 1048576.0},
-        {"MiB", 1048576.0},
-        {"G", 1073741824.0},
-        {"GB", 1073741824.0},
-        {"GiB", 1073741824.0},
-        {"T", 1099511627776.0},
-        {"TB", 1099511627776.0},
-        {"TiB", 1099511627776.0},
-    };
-    bool found = false;
-    for (size_t i = 0; i < CLLM_ARRAY_SIZE(k_units) && !found; i++) {
-        if (strcasecmp(end, k_units[i].suffix) == 0) {
-            mul = k_units[i].mul;
-            found = true;
-        }
-    }
-    if (!found) return false;
-    const double bytes = floor(v * mul);
-    if (bytes >= 18446744073709551616.0) return false;
-    *out = (size_t)bytes;
-    return true;
 }
 
 static int op_by_name(const char *name, size_t len) {
@@ -282,7 +237,7 @@ static bool test_op_enabled(cllm_op op) {
 }
 
 static bool has_work(const cllm_tensor *t) {
-    return t->op != CLLM_OP_NONE && !cllm_op_is_view(t->op) && cllm_nelements(t) > 0;
+    return cllm_op_has_compute(t->op) && cllm_nelements(t) > 0;
 }
 
 static const char *test_backend_get_name(const cllm_backend *be) {
@@ -437,6 +392,13 @@ static cllm_device g_test_device = {
 static cllm_backend_reg g_test_reg;
 
 cllm_status cllm_test_device_enable(const cllm_test_device_config *cfg, cllm_device **out) {
+#ifndef CLLM_BACKEND_MODULE
+    /* the module is added by the loader; the static library adds itself */
+    if (!g_test.registered) {
+        CLLM_TRY(cllm_registry_add(&g_test_reg));
+        g_test.registered = true;
+    }
+#endif
     g_test.cfg = cfg ? *cfg : cllm_test_device_config_default();
     if (g_test.cfg.budget == 0) g_test.cfg.budget = (size_t)1 << 30;
     atomic_store(&g_test.allocs_left, g_test.cfg.fail_alloc);
@@ -467,17 +429,27 @@ static cllm_device *test_reg_get_device(cllm_backend_reg *reg, int i) {
     return g_test.enabled && i == 0 ? &g_test_device : NULL;
 }
 
+/* cllm_registry_configure("test", spec): parses and enables. */
+static cllm_status test_reg_set_params(cllm_backend_reg *reg, const char *params) {
+    CLLM_UNUSED(reg);
+    cllm_test_device_config cfg;
+    CLLM_TRY(cllm_test_device_config_parse(params, &cfg));
+    return cllm_test_device_enable(&cfg, NULL);
+}
+
 static cllm_backend_reg g_test_reg = {
     .iface =
         {
             .get_name = test_reg_get_name,
             .get_device_count = test_reg_get_device_count,
             .get_device = test_reg_get_device,
+            .set_params = test_reg_set_params,
         },
     .context = NULL,
 };
 
-/* The environment enables the device once, the first time it is asked for. */
+#ifdef CLLM_BACKEND_MODULE
+/* The environment enables the module's device once, when it is loaded. */
 static void test_read_env(void) {
     static bool done;
     if (done) return;
@@ -492,13 +464,10 @@ static void test_read_env(void) {
     cllm_test_device_enable(&cfg, NULL);
 }
 
-cllm_backend_reg *cllm_test_reg(void) {
+/* The module's entry point (see backend.h: loadable backends). */
+__attribute__((visibility("default"))) cllm_backend_reg *cllm_backend_module_init(void);
+cllm_backend_reg *cllm_backend_module_init(void) {
     test_read_env();
     return &g_test_reg;
 }
-
-#ifdef CLLM_BACKEND_MODULE
-/* The module's entry point (see backend.h: loadable backends). */
-__attribute__((visibility("default"))) cllm_backend_reg *cllm_backend_module_init(void);
-cllm_backend_reg *cllm_backend_module_init(void) { return cllm_test_reg(); }
 #endif

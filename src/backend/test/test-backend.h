@@ -1,7 +1,10 @@
 /*
  * The test device: a second backend that runs anywhere, so that the
  * scheduler's splits, copies and fallbacks, memory budgets and allocation
- * failures can be tested on a machine without a GPU. Not a user feature.
+ * failures can be tested on a machine without a GPU. Not a user feature and
+ * not part of the library: the tests link it as a static library
+ * (cllm-test-device), and programs that load backend modules find it as
+ * cllm-backend-test.so (CMakeLists.txt builds both).
  *
  *     cllm_test_device_config cfg;
  *     cllm_test_device_config_parse("budget=64MiB,ops=-rope-soft_max", &cfg);
@@ -10,8 +13,12 @@
  *     ... buffers of cllm_device_buffer_type(dev), backends, the scheduler ...
  *     cllm_test_device_disable();                 // after every buffer is freed
  *
- * Or from the environment (read the first time the registry is used):
+ * Or, as the module, from the environment (read when the registry loads the
+ * module, the first time it is used):
  *     CLLM_TEST_DEVICE="budget=64MiB,ops=-rope-soft_max,fail_alloc=3"
+ * or through the registry, once it is registered (what the public
+ * cllm_device_enable_test and the CLI's --test-device do):
+ *     cllm_registry_configure("test", "budget=64MiB");
  *
  * What it is: device "test0", kind CLLM_DEVICE_ACCEL, with its own memory:
  *  - its buffer type ("test0") is not host memory: the CPU backend refuses
@@ -54,14 +61,12 @@ cllm_test_device_config cllm_test_device_config_default(void);
  * CLLM_ERR_INVALID_ARG naming the bad item; *out untouched on failure. */
 cllm_status cllm_test_device_config_parse(const char *s, cllm_test_device_config *out);
 
-/* Parses "64MiB", "1.5G", "4096" (bytes) into *out. False if malformed,
- * negative or overflowing. Shared with the CLI's --mem. */
-bool cllm_parse_size(const char *s, size_t *out);
-
 /*
- * Enables (or reconfigures) the built-in test device "test0": from now on
- * the registry lists it (after the CPU and any GPU). Resets the allocation
- * counter used by fail_alloc. *out (if not NULL) receives the device.
+ * Enables (or reconfigures) the test device "test0": from now on the
+ * registry lists it (after the built-in backends and the modules; the first
+ * call adds it with cllm_registry_add, whose failure it returns). Resets the
+ * allocation counter used by fail_alloc. *out (if not NULL) receives the
+ * device.
  */
 cllm_status cllm_test_device_enable(const cllm_test_device_config *cfg, cllm_device **out);
 
@@ -73,8 +78,5 @@ cllm_device *cllm_test_device(void);
 
 /* The n-th allocation from now on fails (n <= 0: none). */
 void cllm_test_device_fail_alloc(int n);
-
-/* The registry entry of the built-in test device (0 or 1 devices). */
-cllm_backend_reg *cllm_test_reg(void);
 
 #endif /* CLLM_BACKEND_TEST_BACKEND_H */

@@ -10,7 +10,7 @@
  */
 #include "alloc/galloc.h"
 #include "core/hostmem.h"
-#include "backend/backend.h" /* buffer types and buffers only (docs/layering.md) */
+#include "backend/backend.h" /* buffer types and buffers only (docs/DESIGN.md, layers) */
 
 #include <stdlib.h>
 #include <string.h>

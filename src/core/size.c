@@ -1,9 +1,11 @@
-/* Byte sizes from text (common.h: cllm_parse_size). */
+/* Byte sizes from text (common.h: cllm_parse_size) and as text (cllm.h:
+ * cllm_format_size). */
 #include "core/common.h"
 
 #include <ctype.h>
 #include <errno.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <strings.h>
 
@@ -45,4 +47,17 @@ bool cllm_parse_size(const char *s, size_t *out) {
     if (bytes >= 18446744073709551616.0) return false;
     *out = (size_t)bytes;
     return true;
+}
+
+const char *cllm_format_size(size_t bytes, char *buf, size_t size) {
+    static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    double v = (double)bytes;
+    int u = 0;
+    while (v >= 1024.0 && u < 4) v /= 1024.0, u++;
+    if (u == 0) {
+        snprintf(buf, size, "%zu B", bytes);
+    } else {
+        snprintf(buf, size, "%.2f %s", v, units[u]);
+    }
+    return buf;
 }

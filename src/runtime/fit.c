@@ -83,19 +83,6 @@ cllm_status cllm_plan_parse_mem(cllm_plan_params *p, const char *arg) {
     return cllm_plan_add_budget(p, dev, bytes);
 }
 
-const char *cllm_format_size(size_t bytes, char *buf, size_t size) {
-    static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-    double v = (double)bytes;
-    int u = 0;
-    while (v >= 1024.0 && u < 4) v /= 1024.0, u++;
-    if (u == 0) {
-        snprintf(buf, size, "%zu B", bytes);
-    } else {
-        snprintf(buf, size, "%.2f %s", v, units[u]);
-    }
-    return buf;
-}
-
 /* ---- set-up ------------------------------------------------------------ */
 
 static double now_ms(void) {

@@ -179,7 +179,7 @@ bool cllm_cpu_gemm_supports(cllm_type type, int64_t K) {
 }
 
 bool cllm_cpu_gemm_available(cllm_type type, int64_t K) {
-    return cllm_cpu_gemm_supports(type, K) && cllm_cpu_isa_level() >= CLLM_CPU_ISA_AVX512;
+    return cllm_cpu_gemm_supports(type, K) && cllm_cpu_isa_level() >= CLLM_CPU_ISA_AVX2;
 }
 
 /* ---- sizes -------------------------------------------------------------------- */
@@ -335,11 +335,11 @@ void cllm_cpu_gemm_ref(cllm_type type, int64_t K, const void *panel, const void 
 
 /* ---- float weights ------------------------------------------------------------------
  * The packer is portable (it converts each weight once per matmul); the
- * kernel is in gemm-avx512.c. */
+ * kernels are in gemm-avx512.c and gemm-avx2.c. */
 
 bool cllm_cpu_gemm_f_available(cllm_type type, int64_t K) {
     return (type == CLLM_TYPE_F16 || type == CLLM_TYPE_BF16) && K > 0 &&
-           cllm_cpu_isa_level() >= CLLM_CPU_ISA_AVX512;
+           cllm_cpu_isa_level() >= CLLM_CPU_ISA_AVX2;
 }
 
 size_t cllm_cpu_gemm_f_panel_size(int64_t K) {
@@ -388,6 +388,10 @@ void cllm_cpu_gemm_f(int64_t K, const float *panel, const float *cols, size_t co
 #if defined(__x86_64__) || defined(__i386__)
     if (cllm_cpu_isa_level() >= CLLM_CPU_ISA_AVX512) {
         cllm_cpu_gemm_f_avx512(K, panel, cols, col_stride, ncols, out, ldo, nrows);
+        return;
+    }
+    if (cllm_cpu_isa_level() >= CLLM_CPU_ISA_AVX2) {
+        cllm_cpu_gemm_f_avx2(K, panel, cols, col_stride, ncols, out, ldo, nrows);
         return;
     }
 #endif
@@ -569,6 +573,10 @@ void cllm_cpu_gemm(cllm_type type, int64_t K, const void *panel, const void *act
 #if defined(__x86_64__) || defined(__i386__)
     if (cllm_cpu_isa_level() >= CLLM_CPU_ISA_AVX512) {
         cllm_cpu_gemm_avx512(&f, K, panel, act, act_stride, ncols, out, ldo, nrows);
+        return;
+    }
+    if (cllm_cpu_isa_level() >= CLLM_CPU_ISA_AVX2) {
+        cllm_cpu_gemm_avx2(&f, K, panel, act, act_stride, ncols, out, ldo, nrows);
         return;
     }
 #endif

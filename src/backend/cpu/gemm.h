@@ -63,8 +63,9 @@
 /* True if `type` has a panel form and K fits it (whole storage blocks). */
 bool cllm_cpu_gemm_supports(cllm_type type, int64_t K);
 
-/* True if the fast kernel can run here (supports() and the CPU has AVX-512
- * VNNI at the level in use, see cllm_cpu_set_isa_limit). */
+/* True if a fast kernel can run here: supports() and the level in use (see
+ * cllm_cpu_set_isa_limit) is AVX2 (gemm-avx2.c: half panels, vpmaddubsw) or
+ * AVX-512 (gemm-avx512.c: whole panels, vpdpbusd). */
 bool cllm_cpu_gemm_available(cllm_type type, int64_t K);
 
 /* Bytes of one panel / one activation row / the pack scratch (per thread). */
@@ -105,6 +106,8 @@ cllm_gemm_form cllm_cpu_gemm_form(cllm_type type);
 
 void cllm_cpu_gemm_avx512(const cllm_gemm_form *f, int64_t K, const void *panel, const void *act,
                           size_t act_stride, int ncols, float *out, size_t ldo, int nrows);
+void cllm_cpu_gemm_avx2(const cllm_gemm_form *f, int64_t K, const void *panel, const void *act,
+                        size_t act_stride, int ncols, float *out, size_t ldo, int nrows);
 
 /* ---- one column (generation): Q4_0, Q4_1 and Q4_K rows against activations
  * laid out for 4 blocks (Q4_K: 2 sub-blocks) per 512-bit register ----------
@@ -164,6 +167,8 @@ void cllm_cpu_gemm_f_ref(int64_t K, const float *panel, const float *cols, size_
                          int ncols, float *out, size_t ldo, int nrows);
 void cllm_cpu_gemm_f_avx512(int64_t K, const float *panel, const float *cols, size_t col_stride,
                             int ncols, float *out, size_t ldo, int nrows);
+void cllm_cpu_gemm_f_avx2(int64_t K, const float *panel, const float *cols, size_t col_stride,
+                          int ncols, float *out, size_t ldo, int nrows);
 
 bool cllm_cpu_gemm_f_pack_avx512(cllm_type type, const void *a, size_t stride, int nrows, int64_t K,
                                  float *panel);

@@ -1,0 +1,237 @@
+/*
+ * The panel GEMM kernels (gemm.h) for AVX2: the panels of the AVX-512 level,
+ * read half a panel at a time (8 of its 16 weight rows in the 8 int32 lanes
+ * of a ymm register; the first or second 32 bytes of each 64-byte step).
+ *
+ * AVX2 has no u8 x s8 -> s32 dot product, so a step is vpmaddubsw (pairs of
+ * u8 x s8 products, summed to saturating s16) and vpmaddwd against ones (s16
+ * pairs to s32). Saturation decides the rest:
+ *  - every form but Q8_0 has u <= 63, so a pair is at most 2 * 63 * 127 =
+ *    16002 and two steps' pairs add up in s16 before one vpmaddwd;
+ *  - Q8_0 (u = q + 128, z = 128) would overflow: its steps recover the
+ *    signed weight (u ^ 0x80 = q) and multiply |q| by the activation with q's
+ *    sign (at most 2 * 128 * 127 = 32512 per pair), which is the sum of
+ *    (u - z) * a directly, so the accumulator starts at 0 and not at -z * s.
+ * The float part per scale block is the AVX-512 kernel's: one conversion,
+ * one multiply by the activation's scale, one FMA with the 8 weight scales,
+ * one more for types with an offset.
+ *
+ * Float weights (F16 / BF16 panels of 32 F32 rows): 16 rows (two registers)
+ * x up to 6 columns of FMAs, 12 accumulators.
+ *
+ * Compiled for AVX2 + FMA only; gemm.c calls these only at that level.
+ */
+#include "backend/cpu/gemm.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx2,fma,f16c"))), apply_to = function)
+#else
+#pragma GCC push_options
+#pragma GCC target("avx2,fma,f16c")
+#endif
+
+#include <immintrin.h>
+#include <stdint.h>
+#include <string.h>
+
+#define GY_INLINE static inline __attribute__((always_inline))
+#define GY_COLS   4 /* 4 int32 + 4 float accumulators, weights, ones, activations: 13 of 16 */
+#define GY_F_COLS 6 /* 12 float accumulators, 2 weight registers, 1 broadcast: 15 of 16 */
+
+GY_INLINE int32_t gy_i32(const char *p) {
+    int32_t v;
+    memcpy(&v, p, 4);
+    return v;
+}
+
+GY_INLINE float gy_f32(const char *p) {
+    float v;
+    memcpy(&v, p, 4);
+    return v;
+}
+
+/* Lanes [0, n) of 8 set (n in 1..8), for masked stores. */
+GY_INLINE __m256i gy_lanes8(int n) {
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
+GY_INLINE void gy_store(float *out, __m256 v, int n, __m256i m) {
+    if (n == 8) {
+        _mm256_storeu_ps(out, v);
+    } else {
+        _mm256_maskstore_ps(out, m, v);
+    }
+}
+
+/* Rows 8h..8h+7 of the panel x nc columns over all nb blocks; spb = BS / 4
+ * steps per block (4 or 8: even). sgn: Q8_0's signed steps. */
+GY_INLINE void gy_tile(int spb, bool off, bool sgn, int nc, int64_t nb, const char *panel,
+                       size_t bb, int h, const char *act, size_t astride, size_t ab, float *out,
+                       size_t ldo, int nr) {
+    const int bs = 4 * spb;
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256 f[GY_COLS];
+#pragma GCC unroll 4
+    for (int j = 0; j < nc; j++) f[j] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const char *pb = panel + (size_t)b * bb + 32 * h;
+        const char *ax = act + (size_t)b * ab;
+        __m256i acc[GY_COLS];
+        if (sgn) {
+            const __m256i x80 = _mm256_set1_epi8((char)0x80);
+#pragma GCC unroll 4
+            for (int j = 0; j < nc; j++) acc[j] = _mm256_setzero_si256();
+#pragma GCC unroll 8
+            for (int t = 0; t < spb; t++) {
+                const __m256i w =
+                    _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(pb + 64 * t)), x80);
+                const __m256i wa = _mm256_abs_epi8(w);
+#pragma GCC unroll 4
+                for (int j = 0; j < nc; j++) {
+                    const __m256i a =
+                        _mm256_sign_epi8(_mm256_set1_epi32(gy_i32(ax + j * astride + 4 * t)), w);
+                    acc[j] = _mm256_add_epi32(acc[j],
+                                              _mm256_madd_epi16(_mm256_maddubs_epi16(wa, a), ones));
+                }
+            }
+        } else {
+#pragma GCC unroll 4
+            for (int j = 0; j < nc; j++)
+                acc[j] = _mm256_set1_epi32(gy_i32(ax + j * astride + bs + 8));
+#pragma GCC unroll 4
+            for (int t = 0; t < spb; t += 2) {
+                const __m256i w0 = _mm256_loadu_si256((const __m256i *)(pb + 64 * t));
+                const __m256i w1 = _mm256_loadu_si256((const __m256i *)(pb + 64 * t + 64));
+#pragma GCC unroll 4
+                for (int j = 0; j < nc; j++) {
+                    const char *aj = ax + j * astride + 4 * t;
+                    const __m256i p = _mm256_add_epi16(
+                        _mm256_maddubs_epi16(w0, _mm256_set1_epi32(gy_i32(aj))),
+                        _mm256_maddubs_epi16(w1, _mm256_set1_epi32(gy_i32(aj + 4))));
+                    acc[j] = _mm256_add_epi32(acc[j], _mm256_madd_epi16(p, ones));
+                }
+            }
+        }
+        const __m256 sc = _mm256_loadu_ps((const float *)(pb + 64 * spb));
+#pragma GCC unroll 4
+        for (int j = 0; j < nc; j++) {
+            const __m256 dj = _mm256_set1_ps(gy_f32(ax + j * astride + bs));
+            f[j] = _mm256_fmadd_ps(sc, _mm256_mul_ps(_mm256_cvtepi32_ps(acc[j]), dj), f[j]);
+        }
+        if (off) {
+            const __m256 o = _mm256_loadu_ps((const float *)(pb + 64 * spb + 64));
+#pragma GCC unroll 4
+            for (int j = 0; j < nc; j++)
+                f[j] = _mm256_fmadd_ps(o, _mm256_set1_ps(gy_f32(ax + j * astride + bs + 4)), f[j]);
+        }
+    }
+    const __m256i m = gy_lanes8(nr);
+#pragma GCC unroll 4
+    for (int j = 0; j < nc; j++) gy_store(out + (size_t)j * ldo + 8 * h, f[j], nr, m);
+}
+
+#define GY_TILE(n, spb, off, sgn)                                                                  \
+    gy_tile(spb, off, sgn, n, nb, panel, bb, h, a, astride, ab, o, ldo, nr)
+
+#define GY_BY_COLS(nc, CALL, ...)                                                                  \
+    switch (nc) {                                                                                  \
+    case 1: CALL(1, __VA_ARGS__); break;                                                           \
+    case 2: CALL(2, __VA_ARGS__); break;                                                           \
+    case 3: CALL(3, __VA_ARGS__); break;                                                           \
+    default: CALL(4, __VA_ARGS__); break;                                                          \
+    }
+_Static_assert(GY_COLS == 4, "GY_BY_COLS covers 1..4 columns");
+
+void cllm_cpu_gemm_avx2(const cllm_gemm_form *fm, int64_t K, const void *panel_, const void *act,
+                        size_t astride, int ncols, float *out, size_t ldo, int nrows) {
+    const char *panel = panel_;
+    const int bs = fm->bs;
+    const bool off = fm->offset, sgn = fm->z == 128;
+    const int64_t nb = K / bs;
+    const size_t bb = (size_t)(bs / 4) * 64 + 64 + (off ? 64 : 0), ab = (size_t)bs + 16;
+    for (int j0 = 0; j0 < ncols; j0 += GY_COLS) {
+        const int nc = ncols - j0 < GY_COLS ? ncols - j0 : GY_COLS;
+        const char *a = (const char *)act + (size_t)j0 * astride;
+        float *o = out + (size_t)j0 * ldo;
+        for (int h = 0; h < 2 && 8 * h < nrows; h++) {
+            const int nr = nrows - 8 * h < 8 ? nrows - 8 * h : 8;
+            if (sgn) {
+                GY_BY_COLS(nc, GY_TILE, 8, false, true) /* Q8_0: BS 32, no offset */
+            } else if (bs == 32) {
+                if (off) {
+                    GY_BY_COLS(nc, GY_TILE, 8, true, false)
+                } else {
+                    GY_BY_COLS(nc, GY_TILE, 8, false, false)
+                }
+            } else {
+                if (off) {
+                    GY_BY_COLS(nc, GY_TILE, 4, true, false)
+                } else {
+                    GY_BY_COLS(nc, GY_TILE, 4, false, false)
+                }
+            }
+        }
+    }
+}
+
+/* ---- float weights ---------------------------------------------------------------- */
+
+/* Rows 16h..16h+15 of the panel x nc columns. */
+GY_INLINE void gy_tile_f(int nc, int64_t K, const float *panel, int h, const float *cols,
+                         size_t col_stride, float *out, size_t ldo, int nr) {
+    __m256 acc[GY_F_COLS][2];
+#pragma GCC unroll 6
+    for (int j = 0; j < nc; j++) acc[j][0] = acc[j][1] = _mm256_setzero_ps();
+    const float *p = panel + 16 * h;
+    for (int64_t k = 0; k < K; k++, p += CLLM_GEMM_F_ROWS) {
+        const __m256 w0 = _mm256_loadu_ps(p), w1 = _mm256_loadu_ps(p + 8);
+#pragma GCC unroll 6
+        for (int j = 0; j < nc; j++) {
+            const __m256 c = _mm256_broadcast_ss(
+                (const float *)((const char *)cols + (size_t)j * col_stride) + k);
+            acc[j][0] = _mm256_fmadd_ps(w0, c, acc[j][0]);
+            acc[j][1] = _mm256_fmadd_ps(w1, c, acc[j][1]);
+        }
+    }
+    const int n0 = nr < 8 ? nr : 8, n1 = nr - n0;
+    const __m256i m0 = gy_lanes8(n0), m1 = gy_lanes8(n1 > 0 ? n1 : 1);
+#pragma GCC unroll 6
+    for (int j = 0; j < nc; j++) {
+        float *oj = out + (size_t)j * ldo + 16 * h;
+        gy_store(oj, acc[j][0], n0, m0);
+        if (n1 > 0) gy_store(oj + 8, acc[j][1], n1, m1);
+    }
+}
+
+#define GY_TILE_F(n, unused) gy_tile_f(n, K, panel, h, c, col_stride, o, ldo, nr)
+
+void cllm_cpu_gemm_f_avx2(int64_t K, const float *panel, const float *cols, size_t col_stride,
+                          int ncols, float *out, size_t ldo, int nrows) {
+    for (int j0 = 0; j0 < ncols; j0 += GY_F_COLS) {
+        const int nc = ncols - j0 < GY_F_COLS ? ncols - j0 : GY_F_COLS;
+        const float *c = (const float *)((const char *)cols + (size_t)j0 * col_stride);
+        float *o = out + (size_t)j0 * ldo;
+        for (int h = 0; h < 2 && 16 * h < nrows; h++) {
+            const int nr = nrows - 16 * h < 16 ? nrows - 16 * h : 16;
+            switch (nc) {
+            case 1: GY_TILE_F(1, 0); break;
+            case 2: GY_TILE_F(2, 0); break;
+            case 3: GY_TILE_F(3, 0); break;
+            case 4: GY_TILE_F(4, 0); break;
+            case 5: GY_TILE_F(5, 0); break;
+            default: GY_TILE_F(6, 0); break;
+            }
+        }
+    }
+}
+_Static_assert(GY_F_COLS == 6, "cllm_cpu_gemm_f_avx2 covers 1..6 columns");
+
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
+#pragma GCC pop_options
+#endif
+
+#endif /* x86 */

@@ -548,6 +548,46 @@ static void test_gemm(cllm_type t) {
     }
 }
 
+/* ---- panel GEMM at the edges of its integer range ------------------------------
+ * Every weight byte at 0 or at the form's largest u, every activation at
+ * +-127: the sums a kernel keeps in narrow integers (the AVX2 level's s16)
+ * are largest here, and a saturated or wrapped one differs from the
+ * portable reference. Scales 1, offsets 0: the results are exact integers. */
+
+static void test_gemm_extremes(cllm_type t) {
+    const cllm_gemm_form fm = cllm_cpu_gemm_form(t);
+    if (!cllm_cpu_gemm_available(t, fm.qk)) return;
+    const int64_t K = 2 * (int64_t)fm.qk;
+    const size_t as = cllm_cpu_gemm_act_size(t, K),
+                 bb = (size_t)(fm.bs / 4) * 64 + 64 + (fm.offset ? 64 : 0);
+    char *panel = xmalloc(cllm_cpu_gemm_panel_size(t, K));
+    char *act = xmalloc(2 * as);
+    float *x = xmalloc((size_t)K * sizeof(float));
+    const int us[][2] = {{fm.umax, fm.umax}, {0, 0}, {fm.umax, 0}};
+    for (size_t ui = 0; ui < CLLM_ARRAY_SIZE(us); ui++) {
+        for (int64_t b = 0; b < K / fm.bs; b++) {
+            char *pb = panel + (size_t)b * bb;
+            for (int i = 0; i < 16 * fm.bs; i++) pb[i] = (char)(uint8_t)us[ui][(i / 4) % 2];
+            float *sc = (float *)(pb + 16 * fm.bs);
+            for (int r = 0; r < 16; r++) sc[r] = 1.0f;
+            for (int r = 0; fm.offset && r < 16; r++) sc[16 + r] = 0.0f;
+        }
+        for (int sign = 0; sign < 2; sign++) {
+            for (int c = 0; c < 2; c++) {
+                for (int64_t i = 0; i < K; i++) x[i] = (sign ^ (c & (int)(i & 1))) ? -1.0f : 1.0f;
+                cllm_cpu_gemm_quantize(t, x, act + (size_t)c * as, K);
+            }
+            float got[2 * 16], want[2 * 16];
+            cllm_cpu_gemm(t, K, panel, act, as, 2, got, 16, 16);
+            cllm_cpu_gemm_ref(t, K, panel, act, as, 2, want, 16, 16);
+            for (int i = 0; i < 2 * 16; i++)
+                CHECKF(got[i] == want[i], "%s gemm u=%d/%d sign %d [%d]: %.9g vs %.9g",
+                       cllm_type_name(t), us[ui][0], us[ui][1], sign, i, got[i], want[i]);
+        }
+    }
+    free(panel), free(act), free(x);
+}
+
 /* ---- panel GEMM of float weights -------------------------------------------------
  * Packed F16 / BF16 rows times F32 columns against the exact sums, for every
  * panel height, column count, and odd and even lengths. */
@@ -691,6 +731,7 @@ int main(void) {
             test_dot(level, k_types[i]);
             test_dot_mxn(level, k_types[i]);
             test_gemm(k_types[i]);
+            test_gemm_extremes(k_types[i]);
             test_gemv(k_types[i]);
             test_gemm_f(k_types[i]);
         }

@@ -6,8 +6,11 @@
  * AVX2 has no u8 x s8 -> s32 dot product, so a step is vpmaddubsw (pairs of
  * u8 x s8 products, summed to saturating s16) and vpmaddwd against ones (s16
  * pairs to s32). Saturation decides the rest:
- *  - every form but Q8_0 has u <= 63, so a pair is at most 2 * 63 * 127 =
- *    16002 and two steps' pairs add up in s16 before one vpmaddwd;
+ *  - every form but Q8_0 has u <= umax <= 63 (gemm.h), so a pair is at
+ *    most 2 * 63 * 127 = 16002 and two steps' pairs add up in s16 before
+ *    one vpmaddwd (longer sums, 8 steps for 4-bit weights, keep more
+ *    registers live than the 16 there are: Q4_0 pp512 fell from 958-967 to
+ *    869-890 tok/s, 1 thread, Zen 4 at the AVX2 level);
  *  - Q8_0 (u = q + 128, z = 128) would overflow: its steps recover the
  *    signed weight (u ^ 0x80 = q) and multiply |q| by the activation with q's
  *    sign (at most 2 * 128 * 127 = 32512 per pair), which is the sum of
@@ -22,6 +25,7 @@
  * Compiled for AVX2 + FMA only; gemm.c calls these only at that level.
  */
 #include "backend/cpu/gemm.h"
+#include "core/common.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 
@@ -149,6 +153,7 @@ void cllm_cpu_gemm_avx2(const cllm_gemm_form *fm, int64_t K, const void *panel_,
     const char *panel = panel_;
     const int bs = fm->bs;
     const bool off = fm->offset, sgn = fm->z == 128;
+    CLLM_ASSERT(sgn || fm->umax <= 63); /* two steps' pairs fit s16 */
     const int64_t nb = K / bs;
     const size_t bb = (size_t)(bs / 4) * 64 + 64 + (off ? 64 : 0), ab = (size_t)bs + 16;
     for (int j0 = 0; j0 < ncols; j0 += GY_COLS) {

@@ -157,17 +157,17 @@ typedef struct gemm_type {
 
 static gemm_type gemm_type_of(cllm_type t) {
     switch (t) {
-    case CLLM_TYPE_Q4_0: return (gemm_type){{32, 8, false, 32}, decode_q4_0};
-    case CLLM_TYPE_Q4_1: return (gemm_type){{32, 0, true, 32}, decode_q4_1};
-    case CLLM_TYPE_Q5_0: return (gemm_type){{32, 16, false, 32}, decode_q5_0};
-    case CLLM_TYPE_Q5_1: return (gemm_type){{32, 0, true, 32}, decode_q5_1};
-    case CLLM_TYPE_Q8_0: return (gemm_type){{32, 128, false, 32}, decode_q8_0};
-    case CLLM_TYPE_Q2_K: return (gemm_type){{16, 0, true, 256}, decode_q2_k};
-    case CLLM_TYPE_Q3_K: return (gemm_type){{16, 4, false, 256}, decode_q3_k};
-    case CLLM_TYPE_Q4_K: return (gemm_type){{32, 0, true, 256}, decode_q4_k};
-    case CLLM_TYPE_Q5_K: return (gemm_type){{32, 0, true, 256}, decode_q5_k};
-    case CLLM_TYPE_Q6_K: return (gemm_type){{16, 32, false, 256}, decode_q6_k};
-    default: return (gemm_type){{0, 0, false, 0}, NULL};
+    case CLLM_TYPE_Q4_0: return (gemm_type){{32, 8, false, 32, 15}, decode_q4_0};
+    case CLLM_TYPE_Q4_1: return (gemm_type){{32, 0, true, 32, 15}, decode_q4_1};
+    case CLLM_TYPE_Q5_0: return (gemm_type){{32, 16, false, 32, 31}, decode_q5_0};
+    case CLLM_TYPE_Q5_1: return (gemm_type){{32, 0, true, 32, 31}, decode_q5_1};
+    case CLLM_TYPE_Q8_0: return (gemm_type){{32, 128, false, 32, 255}, decode_q8_0};
+    case CLLM_TYPE_Q2_K: return (gemm_type){{16, 0, true, 256, 3}, decode_q2_k};
+    case CLLM_TYPE_Q3_K: return (gemm_type){{16, 4, false, 256, 7}, decode_q3_k};
+    case CLLM_TYPE_Q4_K: return (gemm_type){{32, 0, true, 256, 15}, decode_q4_k};
+    case CLLM_TYPE_Q5_K: return (gemm_type){{32, 0, true, 256, 31}, decode_q5_k};
+    case CLLM_TYPE_Q6_K: return (gemm_type){{16, 32, false, 256, 63}, decode_q6_k};
+    default: return (gemm_type){{0, 0, false, 0, 0}, NULL};
     }
 }
 

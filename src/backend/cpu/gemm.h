@@ -100,6 +100,7 @@ typedef struct cllm_gemm_form {
     int z;       /* zero point */
     bool offset; /* per-block float offset */
     int qk;      /* elements per storage block of the type */
+    int umax;    /* the largest u the packer writes (bounds the AVX2 kernel's s16 sums) */
 } cllm_gemm_form;
 
 cllm_gemm_form cllm_cpu_gemm_form(cllm_type type);

@@ -407,7 +407,9 @@ void cllm_cpu_gemm_f(int64_t K, const float *panel, const float *cols, size_t co
 bool cllm_cpu_gemv_available(cllm_type type, int64_t K) {
     const bool ok = ((type == CLLM_TYPE_Q4_0 || type == CLLM_TYPE_Q4_1) && K % 32 == 0) ||
                     (type == CLLM_TYPE_Q4_K && K % 256 == 0);
-    return ok && K > 0 && cllm_cpu_isa_level() >= CLLM_CPU_ISA_AVX512;
+    const cllm_cpu_isa level = cllm_cpu_isa_level();
+    return ok && K > 0 &&
+           (level >= CLLM_CPU_ISA_AVX512 || (level >= CLLM_CPU_ISA_AVX2 && type != CLLM_TYPE_Q4_K));
 }
 
 size_t cllm_cpu_gemv_act_size(cllm_type type, int64_t K) {
@@ -435,7 +437,7 @@ static void gemv_quantize_q4_k(const float *x, void *act, int64_t K) {
 
 void cllm_cpu_gemv_quantize(cllm_type type, const float *x, void *act, int64_t K) {
 #if defined(__x86_64__) || defined(__i386__)
-    if (cllm_cpu_gemv_available(type, K)) {
+    if (cllm_cpu_isa_level() >= CLLM_CPU_ISA_AVX512 && cllm_cpu_gemv_available(type, K)) {
         cllm_cpu_gemv_quantize_avx512(type, x, act, K);
         return;
     }
@@ -557,7 +559,9 @@ void cllm_cpu_gemv_ref(cllm_type type, int64_t K, const void *row, const void *a
 
 cllm_gemv_fn cllm_cpu_gemv_kernel(cllm_type type, int64_t K) {
 #if defined(__x86_64__) || defined(__i386__)
-    if (cllm_cpu_gemv_available(type, K)) return cllm_cpu_gemv_avx512;
+    if (cllm_cpu_gemv_available(type, K))
+        return cllm_cpu_isa_level() >= CLLM_CPU_ISA_AVX512 ? cllm_cpu_gemv_avx512
+                                                           : cllm_cpu_gemv_avx2;
 #endif
     (void)type, (void)K;
     return cllm_cpu_gemv_ref;

@@ -27,6 +27,7 @@
 #include "backend/cpu/gemm.h"
 #include "backend/cpu/kernels.h"
 #include "core/common.h"
+#include "core/quants.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 
@@ -305,8 +306,73 @@ GY_INLINE void gy_gemv(bool q41, int64_t K, const char *row, const char *act, fl
     *out = gy_hsum(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(m0, m1)));
 }
 
+/* Q4_K, per super-block (gemm.h's 288-byte activation: sub-blocks in the
+ * order 0 2 1 3 4 6 5 7, their int16 sums, d). The 6-bit scales and mins
+ * come out of the 12 bytes with word arithmetic: for sub-blocks 0..3 the low
+ * 6 bits of bytes 0..3 (scales) and 4..7 (mins); for 4..7 the nibbles of
+ * bytes 8..11 with the top 2 bits of bytes 0..3 (scales) and 4..7 (mins)
+ * above them. Each chunk of 32 weight bytes holds sub-block 2c in its low
+ * nibbles and 2c + 1 in its high ones: one vpmaddubsw per sub-block, then
+ * vpmaddwd with the sub-block's scale (<= 63) broadcast, which both widens
+ * and scales; the mins meet the sums in one vpmaddwd per super-block. */
+GY_INLINE void gy_q4k_scales(const uint8_t sc12[12], uint64_t *scales, uint64_t *mins) {
+    uint32_t w[3];
+    memcpy(w, sc12, 12);
+    const uint32_t lo6 = 0x3f3f3f3f, lo4 = 0x0f0f0f0f, lo2 = 0x03030303;
+    const uint32_t s03 = w[0] & lo6, m03 = w[1] & lo6;
+    const uint32_t s47 = (w[2] & lo4) | (((w[0] >> 6) & lo2) << 4);
+    const uint32_t m47 = ((w[2] >> 4) & lo4) | (((w[1] >> 6) & lo2) << 4);
+    *scales = (uint64_t)s03 | (uint64_t)s47 << 32;
+    *mins = (uint64_t)m03 | (uint64_t)m47 << 32;
+}
+
+static void gy_gemv_q4_k(int64_t K, const void *row, const void *act, float *out) {
+    static const int pos[8] = {0, 2, 1, 3, 4, 6, 5, 7};
+    const cllm_block_q4_K *x = row;
+    const char *a = act;
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    __m256 acc = _mm256_setzero_ps();
+    __m128 accm = _mm_setzero_ps();
+    for (int64_t sb = 0; sb < K / 256; sb++, a += 288) {
+        const cllm_block_q4_K *b = x + sb;
+        _mm_prefetch((const char *)b + CLLM_CPU_PREFETCH_AHEAD, _MM_HINT_T0);
+        _mm_prefetch((const char *)b + CLLM_CPU_PREFETCH_AHEAD + 64, _MM_HINT_T0);
+        uint64_t sc8, mn8;
+        gy_q4k_scales(b->scales, &sc8, &mn8);
+        /* scales as int16, both 128-bit lanes; pair s broadcast by a shuffle */
+        const __m256i sc16 =
+            _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_cvtsi64_si128((int64_t)sc8)));
+        __m256i isum = _mm256_setzero_si256();
+#pragma GCC unroll 4
+        for (int c = 0; c < 4; c++) {
+            const __m256i q = _mm256_loadu_si256((const __m256i *)(b->qs + 32 * c));
+            const __m256i lo = _mm256_and_si256(q, m4);
+            const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+            const __m256i slo =
+                _mm256_shuffle_epi8(sc16, _mm256_set1_epi16((short)(0x0100 + 0x0202 * (2 * c))));
+            const __m256i shi = _mm256_shuffle_epi8(
+                sc16, _mm256_set1_epi16((short)(0x0100 + 0x0202 * (2 * c + 1))));
+            const __m256i plo = _mm256_maddubs_epi16(
+                lo, _mm256_loadu_si256((const __m256i *)(a + 32 * pos[2 * c])));
+            const __m256i phi = _mm256_maddubs_epi16(
+                hi, _mm256_loadu_si256((const __m256i *)(a + 32 * pos[2 * c + 1])));
+            isum = _mm256_add_epi32(
+                isum, _mm256_add_epi32(_mm256_madd_epi16(plo, slo), _mm256_madd_epi16(phi, shi)));
+        }
+        float dy;
+        memcpy(&dy, a + 272, 4);
+        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(_cvtsh_ss(b->d) * dy), acc);
+        const __m128i mins = _mm_madd_epi16(_mm_cvtepu8_epi16(_mm_cvtsi64_si128((int64_t)mn8)),
+                                            _mm_loadu_si128((const __m128i *)(a + 256)));
+        accm = _mm_fmadd_ps(_mm_cvtepi32_ps(mins), _mm_set1_ps(-_cvtsh_ss(b->dmin) * dy), accm);
+    }
+    *out = gy_hsum(_mm256_add_ps(acc, _mm256_castps128_ps256(accm)));
+}
+
 void cllm_cpu_gemv_avx2(cllm_type type, int64_t K, const void *row, const void *act, float *out) {
-    if (type == CLLM_TYPE_Q4_1) {
+    if (type == CLLM_TYPE_Q4_K) {
+        gy_gemv_q4_k(K, row, act, out);
+    } else if (type == CLLM_TYPE_Q4_1) {
         gy_gemv(true, K, row, act, out);
     } else {
         gy_gemv(false, K, row, act, out);

@@ -407,9 +407,7 @@ void cllm_cpu_gemm_f(int64_t K, const float *panel, const float *cols, size_t co
 bool cllm_cpu_gemv_available(cllm_type type, int64_t K) {
     const bool ok = ((type == CLLM_TYPE_Q4_0 || type == CLLM_TYPE_Q4_1) && K % 32 == 0) ||
                     (type == CLLM_TYPE_Q4_K && K % 256 == 0);
-    const cllm_cpu_isa level = cllm_cpu_isa_level();
-    return ok && K > 0 &&
-           (level >= CLLM_CPU_ISA_AVX512 || (level >= CLLM_CPU_ISA_AVX2 && type != CLLM_TYPE_Q4_K));
+    return ok && K > 0 && cllm_cpu_isa_level() >= CLLM_CPU_ISA_AVX2;
 }
 
 size_t cllm_cpu_gemv_act_size(cllm_type type, int64_t K) {

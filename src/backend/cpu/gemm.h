@@ -146,7 +146,7 @@ typedef void (*cllm_gemv_fn)(cllm_type type, int64_t K, const void *row, const v
 cllm_gemv_fn cllm_cpu_gemv_kernel(cllm_type type, int64_t K);
 void cllm_cpu_gemv_act_to_float(cllm_type type, const void *act, float *x, int64_t K);
 void cllm_cpu_gemv_avx512(cllm_type type, int64_t K, const void *row, const void *act, float *out);
-/* Q4_0 and Q4_1 only (gemm-avx2.c). */
+/* The same at the AVX2 level (gemm-avx2.c). */
 void cllm_cpu_gemv_avx2(cllm_type type, int64_t K, const void *row, const void *act, float *out);
 void cllm_cpu_gemv_quantize_avx512(cllm_type type, const float *x, void *act, int64_t K);
 

@@ -235,6 +235,68 @@ void cllm_cpu_gemm_f_avx2(int64_t K, const float *panel, const float *cols, size
 }
 _Static_assert(GY_F_COLS == 6, "cllm_cpu_gemm_f_avx2 covers 1..6 columns");
 
+/* The float packer: 8 rows x 8 elements at a time, converted (vcvtph2ps,
+ * or a shift for BF16) and transposed in registers, so each 32-byte store
+ * fills 8 rows of one element's panel line. Rows past nrows are zero. */
+
+GY_INLINE __m256 gy_f8(bool f16, const char *p) {
+    const __m128i h = _mm_loadu_si128((const __m128i *)p);
+    if (f16) return _mm256_cvtph_ps(h);
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+
+GY_INLINE float gy_f1(bool f16, const char *p) {
+    uint16_t h;
+    memcpy(&h, p, 2);
+    if (f16) return _cvtsh_ss(h);
+    const uint32_t u = (uint32_t)h << 16;
+    float v;
+    memcpy(&v, &u, 4);
+    return v;
+}
+
+/* r[i] = row i (8 elements) -> r[e] = element e of the 8 rows. */
+GY_INLINE void gy_transpose8(__m256 r[8]) {
+    __m256 t[8], u[8];
+    for (int i = 0; i < 4; i++) {
+        t[2 * i] = _mm256_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm256_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+    }
+    for (int i = 0; i < 2; i++) {
+        u[4 * i] = _mm256_shuffle_ps(t[4 * i], t[4 * i + 2], 0x44);
+        u[4 * i + 1] = _mm256_shuffle_ps(t[4 * i], t[4 * i + 2], 0xEE);
+        u[4 * i + 2] = _mm256_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0x44);
+        u[4 * i + 3] = _mm256_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0xEE);
+    }
+    for (int i = 0; i < 4; i++) {
+        r[i] = _mm256_permute2f128_ps(u[i], u[4 + i], 0x20);
+        r[4 + i] = _mm256_permute2f128_ps(u[i], u[4 + i], 0x31);
+    }
+}
+
+void cllm_cpu_gemm_f_pack_avx2(cllm_type type, const void *a, size_t stride, int nrows, int64_t K,
+                               float *panel) {
+    const bool f16 = type == CLLM_TYPE_F16;
+    for (int r0 = 0; r0 < CLLM_GEMM_F_ROWS; r0 += 8) {
+        const char *src = (const char *)a + (size_t)r0 * stride;
+        const int nr = nrows - r0 < 0 ? 0 : (nrows - r0 > 8 ? 8 : nrows - r0);
+        int64_t k = 0;
+        for (; k + 8 <= K; k += 8) {
+            __m256 r[8];
+            for (int i = 0; i < 8; i++)
+                r[i] = i < nr ? gy_f8(f16, src + (size_t)i * stride + 2 * k) : _mm256_setzero_ps();
+            gy_transpose8(r);
+            for (int e = 0; e < 8; e++)
+                _mm256_storeu_ps(panel + (k + e) * CLLM_GEMM_F_ROWS + r0, r[e]);
+        }
+        for (; k < K; k++) {
+            for (int i = 0; i < 8; i++)
+                panel[k * CLLM_GEMM_F_ROWS + r0 + i] =
+                    i < nr ? gy_f1(f16, src + (size_t)i * stride + 2 * k) : 0.0f;
+        }
+    }
+}
+
 /* ---- one column (generation): Q4_0 and Q4_1 ----------------------------------------
  * The activation layout of gemm.h (per 128 elements: 4 blocks' low halves,
  * their high halves, per-lane -8 sums, per-lane scales, per-block d * sum),

@@ -353,6 +353,10 @@ void cllm_cpu_gemm_f_pack(cllm_type type, const void *a, size_t stride, int nrow
     if (cllm_cpu_isa_level() >= CLLM_CPU_ISA_AVX512 &&
         cllm_cpu_gemm_f_pack_avx512(type, a, stride, nrows, K, panel))
         return;
+    if (cllm_cpu_isa_level() >= CLLM_CPU_ISA_AVX2) {
+        cllm_cpu_gemm_f_pack_avx2(type, a, stride, nrows, K, panel);
+        return;
+    }
 #endif
     for (int r = 0; r < CLLM_GEMM_F_ROWS; r++) {
         const uint16_t *row = (const uint16_t *)((const char *)a + (size_t)r * stride);

@@ -1457,6 +1457,20 @@ static void test_open_files(void) {
     snprintf(missing, sizeof(missing), "%s.missing", path);
     CHECK(cllm_gguf_open(missing, &g) == CLLM_ERR_IO && g == (cllm_gguf *)&g);
     CHECK(cllm_gguf_open(g_tmpdir, &g) == CLLM_ERR_IO && g == (cllm_gguf *)&g);
+    CHECK(strstr(cllm_last_error(), "a directory, not a regular file") != NULL);
+    /* a FIFO without a writer: an error at once, not an open that blocks
+     * (SIGALRM ends the test if it does) */
+    char fifo[1300];
+    snprintf(fifo, sizeof(fifo), "%s.fifo", path);
+    if (mkfifo(fifo, 0600) == 0) {
+        alarm(30);
+        CHECK(cllm_gguf_open(fifo, &g) == CLLM_ERR_IO && g == (cllm_gguf *)&g);
+        CHECK(strstr(cllm_last_error(), "a FIFO, not a regular file") != NULL);
+        alarm(0);
+        remove(fifo);
+    } else {
+        CHECKF(false, "mkfifo %s failed", fifo);
+    }
     log_quiet(false);
     remove(path);
 }

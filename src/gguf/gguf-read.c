@@ -18,6 +18,7 @@
 #include "core/hostmem.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <float.h>
 #include <math.h>
 #include <stdarg.h>
@@ -25,6 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #define READ_BUF_SIZE     ((size_t)64 * 1024)
 #define ARENA_FIRST_BLOCK ((size_t)1024)
@@ -846,30 +848,44 @@ cllm_status cllm_gguf_parse(const void *data, size_t size, const char *name, cll
     return parse(&r, out);
 }
 
+/* What a file that is not a regular file is, for the message. */
+static const char *file_kind(mode_t mode) {
+    if (S_ISDIR(mode)) return "a directory";
+    if (S_ISFIFO(mode)) return "a FIFO";
+    if (S_ISCHR(mode)) return "a character device";
+    if (S_ISBLK(mode)) return "a block device";
+    if (S_ISSOCK(mode)) return "a socket";
+    return "a special file";
+}
+
 cllm_status cllm_gguf_open(const char *path, cllm_gguf **out) {
     CLLM_ASSERT(path != NULL && out != NULL);
     reader r = {.name = path, .what_i = -1};
-    FILE *f = fopen(path, "rb");
-    if (!f) return rd_fail(&r, CLLM_ERR_IO, NULL, "cannot open: %s", strerror(errno));
-    cllm_status st;
+    /* O_NONBLOCK: opening a FIFO without a writer would otherwise block
+     * before the file could be checked; it is cleared for the reads */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0) return rd_fail(&r, CLLM_ERR_IO, NULL, "cannot open: %s", strerror(errno));
     struct stat sb;
-    if (fstat(fileno(f), &sb) != 0) {
-        st = rd_fail(&r, CLLM_ERR_IO, NULL, "cannot stat: %s", strerror(errno));
-        goto done;
+    if (fstat(fd, &sb) != 0) {
+        const int err = errno;
+        close(fd);
+        return rd_fail(&r, CLLM_ERR_IO, NULL, "cannot stat: %s", strerror(err));
     }
     if (!S_ISREG(sb.st_mode)) {
-        st = rd_fail(&r, CLLM_ERR_IO, NULL, "not a regular file");
-        goto done;
+        close(fd);
+        return rd_fail(&r, CLLM_ERR_IO, NULL, "%s, not a regular file", file_kind(sb.st_mode));
+    }
+    const int flags = fcntl(fd, F_GETFL);
+    FILE *f = NULL;
+    if (flags == -1 || fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) == -1 || !(f = fdopen(fd, "rb"))) {
+        const int err = errno;
+        close(fd);
+        return rd_fail(&r, CLLM_ERR_IO, NULL, "cannot open: %s", strerror(err));
     }
     r.f = f;
     r.size = (uint64_t)sb.st_size;
     r.buf = cllm_malloc(READ_BUF_SIZE);
-    if (!r.buf) {
-        st = rd_fail(&r, CLLM_ERR_NOMEM, NULL, "out of memory");
-        goto done;
-    }
-    st = parse(&r, out);
-done:
+    cllm_status st = r.buf ? parse(&r, out) : rd_fail(&r, CLLM_ERR_NOMEM, NULL, "out of memory");
     cllm_free(r.buf);
     fclose(f);
     return st;

@@ -1353,6 +1353,26 @@ static void test_crafted(void) {
     expect(&b, F, "tensor 1 (b): offset", "second tensor past the end");
     b_tensor_file(&b, 3, two, 2, 64);
     expect(&b, CLLM_OK, NULL, "two tensors");
+    /* tensors whose data overlap, in any file order */
+    const tspec inside[2] = {{"a", 1, {16}, CLLM_TYPE_F32, 0}, {"b", 1, {4}, CLLM_TYPE_F32, 32}};
+    b_tensor_file(&b, 3, inside, 2, 64);
+    expect(&b, F, "tensor 1 (b): offset: data [32, +16) overlaps that of tensor 0 (a) at [0, +64)",
+           "tensor data inside another's");
+    const tspec same[2] = {{"a", 1, {4}, CLLM_TYPE_F32, 0}, {"b", 1, {8}, CLLM_TYPE_F32, 0}};
+    b_tensor_file(&b, 3, same, 2, 64);
+    expect(&b, F, "tensor 1 (b): offset: data [0, +32) overlaps that of tensor 0 (a)",
+           "tensors at one offset");
+    const tspec rev[3] = {{"a", 1, {8}, CLLM_TYPE_F32, 64},
+                          {"b", 1, {4}, CLLM_TYPE_F32, 32},
+                          {"c", 1, {9}, CLLM_TYPE_F32, 0}};
+    b_tensor_file(&b, 3, rev, 3, 96);
+    expect(&b, F, "tensor 1 (b): offset: data [32, +16) overlaps that of tensor 2 (c) at [0, +36)",
+           "tensor data overlapping the end of an earlier one");
+    const tspec rev_ok[3] = {{"a", 1, {8}, CLLM_TYPE_F32, 64},
+                             {"b", 1, {4}, CLLM_TYPE_F32, 32},
+                             {"c", 1, {8}, CLLM_TYPE_F32, 0}};
+    b_tensor_file(&b, 3, rev_ok, 3, 96);
+    expect(&b, CLLM_OK, NULL, "adjacent tensors in reverse order");
     char long_name[CLLM_GGUF_MAX_NAME + 2];
     memset(long_name, 'x', sizeof(long_name) - 1);
     long_name[sizeof(long_name) - 1] = '\0';

@@ -138,6 +138,21 @@ cllm_status cllm_weights_tensor(cllm_weights *w, const cllm_gguf *g, int flags, 
         return cllm_error(CLLM_ERR_UNSUPPORTED, "%s: tensor %s has type %s, which is not supported",
                           cllm_gguf_name(g), name, tt->name);
     }
+    /* Mapped weights are read in place: the file offset must suit the
+     * type. A block struct's size is a multiple of its alignment, so the
+     * largest power of two dividing the block size (at most 8, the largest
+     * scalar in a block) is enough; GGUF's alignment (a multiple of 8) always
+     * gives it, general.alignment 1, 2 or 4 may not. */
+    const size_t need = CLLM_MIN(tt->type_size & (~tt->type_size + 1), (size_t)8);
+    const uint64_t at = cllm_gguf_data_offset(g) + ti->offset;
+    if (at % need != 0) {
+        return cllm_error(CLLM_ERR_FORMAT,
+                          "%s: tensor %s: its data starts at byte %llu of the file, which is not "
+                          "a multiple of the %zu bytes type %s needs (general.alignment is %zu; "
+                          "GGUF asks for a multiple of 8)",
+                          cllm_gguf_name(g), name, (unsigned long long)at, need, tt->name,
+                          cllm_gguf_alignment(g));
+    }
     if (cllm_context_n_tensors(w->ctx) >= (int)cllm_gguf_n_tensors(g)) {
         return cllm_error(CLLM_ERR_FORMAT, "%s: more weights requested than the file has",
                           cllm_gguf_name(g));

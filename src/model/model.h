@@ -150,10 +150,11 @@ enum { CLLM_W_REQUIRED = 0, CLLM_W_OPTIONAL = 1 };
 
 /*
  * Creates the weight tensor `name` (printf-style) in w->ctx with the file's
- * type, checking that the file has it with exactly the shape ne[0..n_dims)
- * and a type the engine can compute with, in the current group
- * (cllm_weights_set_group). *out = NULL for a missing optional tensor. Errors name the file, the
- * tensor and the problem.
+ * type, checking that the file has it with exactly the shape ne[0..n_dims),
+ * a type the engine can compute with and data at a file offset aligned for
+ * that type (mapped weights are read in place), in the current group
+ * (cllm_weights_set_group). *out = NULL for a missing optional tensor. Errors
+ * name the file, the tensor and the problem.
  */
 cllm_status cllm_weights_tensor(cllm_weights *w, const cllm_gguf *g, int flags, cllm_tensor **out,
                                 int n_dims, const int64_t *ne, const char *fmt, ...)

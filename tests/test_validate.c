@@ -255,6 +255,103 @@ static void test_fifo(void) {
     unlink(fifo);
 }
 
+/* ---- 6: messages that name the real cause ---- */
+
+static void test_messages(void) {
+    /* a head size that n_embd / n_head does not give */
+    tiny t = k_tiny;
+    t.n_embd = 63;
+    t.n_head = 8;
+    if (write_file(tiny_writer(&t))) {
+        expect_refused("n_embd 63, 8 heads", CLLM_ERR_FORMAT, "rope",
+                       NEEDLES("llama.embedding_length 63 is not a multiple of "
+                               "llama.attention.head_count 8"));
+    }
+    /* with the head size given, n_embd need not be a multiple of it */
+    cllm_gguf_writer *w = tiny_writer(&t);
+    if (w) cllm_gguf_writer_set_u32(w, "llama.attention.key_length", 8);
+    if (write_file(w)) {
+        expect_refused("n_embd 63, 8 heads of 8", CLLM_ERR_FORMAT, "embedding_length",
+                       NEEDLES("attn_q.weight has shape"));
+    }
+
+    /* the token list: missing, empty, of another type */
+    t = k_tiny;
+    t.n_tokens = 0;
+    t.embd_rows = 9;
+    if (write_file(tiny_writer(&t))) {
+        expect_refused("no tokens", CLLM_ERR_FORMAT, "missing key",
+                       NEEDLES("neither tokenizer.ggml.tokens nor llama.vocab_size is set"));
+    }
+    w = tiny_writer(&t);
+    if (w) cllm_gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", k_texts, 0);
+    if (write_file(w)) {
+        expect_refused("empty tokens", CLLM_ERR_FORMAT, "vocab_size",
+                       NEEDLES("tokenizer.ggml.tokens holds 0 tokens"));
+    }
+    w = tiny_writer(&t);
+    const int32_t ints[9] = {0};
+    if (w) cllm_gguf_writer_set_arr(w, "tokenizer.ggml.tokens", CLLM_GGUF_INT32, ints, 9);
+    if (write_file(w)) {
+        expect_refused("int tokens", CLLM_ERR_FORMAT, "vocab_size",
+                       NEEDLES("tokenizer.ggml.tokens is an array of int32"));
+    }
+    w = tiny_writer(&t);
+    if (w) cllm_gguf_writer_set_u32(w, "tokenizer.ggml.tokens", 9);
+    if (write_file(w)) {
+        expect_refused("scalar tokens", CLLM_ERR_FORMAT, "vocab_size",
+                       NEEDLES("tokenizer.ggml.tokens has type uint32"));
+    }
+    /* a bare weights file: the size from <arch>.vocab_size */
+    w = tiny_writer(&t);
+    if (w) cllm_gguf_writer_set_u32(w, "llama.vocab_size", 9);
+    if (write_file(w)) {
+        expect_refused("bare weights", CLLM_ERR_FORMAT, NULL,
+                       NEEDLES("tokenizer.ggml.tokens: missing")); /* tokenizer.ggml.model is set */
+    }
+
+    /* fewer (or more) tokens than token_embd has rows */
+    t = k_tiny;
+    t.n_tokens = 8;
+    t.embd_rows = 9;
+    if (write_file(tiny_writer(&t))) {
+        expect_refused("8 tokens, 9 rows", CLLM_ERR_FORMAT, "has shape",
+                       NEEDLES("the vocabulary has 8 tokens (tokenizer.ggml.tokens) but "
+                               "token_embd.weight has 9 rows"));
+    }
+    t.n_tokens = 10;
+    if (write_file(tiny_writer(&t))) {
+        expect_refused("10 tokens, 9 rows", CLLM_ERR_FORMAT, "has shape",
+                       NEEDLES("the vocabulary has 10 tokens"));
+    }
+
+    /* one token: no BOS to add by default, and no add_bos_token key */
+    t = k_tiny;
+    t.n_tokens = 1;
+    if (write_file(tiny_writer(&t))) {
+        expect_refused("one token", CLLM_ERR_FORMAT, "add_bos_token is true",
+                       NEEDLES("no BOS token to add",
+                               "tokenizer.ggml.bos_token_id is not set and the default id 1 is "
+                               "outside the vocabulary of 1 token"));
+    }
+    w = tiny_writer(&t);
+    if (w) cllm_gguf_writer_set_bool(w, "tokenizer.ggml.add_bos_token", false);
+    if (write_file(w)) {
+        cllm_model *m = NULL;
+        CHECKF(load(true, &m) == CLLM_OK, "one token, no BOS added: %s", cllm_last_error());
+        if (m) CHECK(cllm_tokenizer_n_vocab(m->tok) == 1 && cllm_tokenizer_bos(m->tok) == -1);
+        cllm_model_free(m);
+    }
+    w = tiny_writer(&k_tiny);
+    if (w) cllm_gguf_writer_set_bool(w, "tokenizer.ggml.add_bos_token", true);
+    if (w) cllm_gguf_writer_set_u32(w, "tokenizer.ggml.bos_token_id", 0xFFFFFFFFu);
+    if (write_file(w)) {
+        expect_refused("add_bos_token true, bos none", CLLM_ERR_FORMAT, NULL,
+                       NEEDLES("tokenizer.ggml.add_bos_token is true",
+                               "tokenizer.ggml.bos_token_id is 4294967295 (no such token)"));
+    }
+}
+
 int main(void) {
     const char *tmp = getenv("TMPDIR");
     snprintf(g_path, sizeof(g_path), "%s/cllm-test-validate-%d.gguf", tmp && tmp[0] ? tmp : "/tmp",
@@ -262,6 +359,7 @@ int main(void) {
     cllm_log_set(capture, NULL);
     test_alignment();
     test_fifo();
+    test_messages();
     cllm_log_set(NULL, NULL);
     unlink(g_path);
     return check_summary("test_validate");

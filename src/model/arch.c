@@ -81,13 +81,34 @@ cllm_status cllm_hp_get_f32(const cllm_gguf *g, const char *arch, const char *su
 }
 
 cllm_status cllm_hp_get_vocab(const cllm_gguf *g, const char *arch, int64_t *out) {
-    const int64_t k = cllm_gguf_find_key(g, "tokenizer.ggml.tokens");
-    if (k >= 0 && cllm_gguf_kv_type(g, k) == CLLM_GGUF_ARRAY &&
-        cllm_gguf_arr_type(g, k) == CLLM_GGUF_STRING && cllm_gguf_arr_n(g, k) > 0) {
-        *out = (int64_t)cllm_gguf_arr_n(g, k);
-        return CLLM_OK;
+    const char *key = "tokenizer.ggml.tokens";
+    const int64_t k = cllm_gguf_find_key(g, key);
+    if (k < 0) {
+        /* a bare weights file: the size alone */
+        char vkey[128];
+        key_of(vkey, sizeof(vkey), arch, "vocab_size");
+        if (cllm_gguf_find_key(g, vkey) < 0) {
+            return cllm_error(CLLM_ERR_FORMAT, "%s: no vocabulary: neither %s nor %s is set",
+                              cllm_gguf_name(g), key, vkey);
+        }
+        return cllm_hp_get_int(g, arch, "vocab_size", 1, INT32_MAX, out);
     }
-    return cllm_hp_get_int(g, arch, "vocab_size", 1, INT32_MAX, out);
+    /* the token list, when there is one, is the vocabulary */
+    if (cllm_gguf_kv_type(g, k) != CLLM_GGUF_ARRAY) {
+        return cllm_error(CLLM_ERR_FORMAT, "%s: %s has type %s, expected an array of strings",
+                          cllm_gguf_name(g), key, cllm_gguf_type_name(cllm_gguf_kv_type(g, k)));
+    }
+    if (cllm_gguf_arr_type(g, k) != CLLM_GGUF_STRING) {
+        return cllm_error(CLLM_ERR_FORMAT, "%s: %s is an array of %s, expected an array of strings",
+                          cllm_gguf_name(g), key, cllm_gguf_type_name(cllm_gguf_arr_type(g, k)));
+    }
+    const uint64_t n = cllm_gguf_arr_n(g, k);
+    if (n == 0 || n > INT32_MAX - 1) {
+        return cllm_error(CLLM_ERR_FORMAT, "%s: %s holds %llu tokens (expected 1 to %d)",
+                          cllm_gguf_name(g), key, (unsigned long long)n, INT32_MAX - 1);
+    }
+    *out = (int64_t)n;
+    return CLLM_OK;
 }
 
 /* ---- weights ----------------------------------------------------------- */
@@ -164,8 +185,31 @@ cllm_status cllm_weights_tensor(cllm_weights *w, const cllm_gguf *g, int flags, 
     return CLLM_OK;
 }
 
+/* The token embedding and the output head are [n_embd, n_vocab] in every
+ * architecture; a row count that differs from the vocabulary is named as
+ * such, not as a bad shape. */
+static cllm_status check_vocab_rows(const cllm_gguf *g, const cllm_hparams *hp) {
+    static const char *const names[] = {"token_embd.weight", "output.weight"};
+    for (size_t k = 0; k < CLLM_ARRAY_SIZE(names); k++) {
+        const int64_t i = cllm_gguf_find_tensor(g, names[k]);
+        if (i < 0) continue;
+        const cllm_gguf_tensor_info *ti = cllm_gguf_tensor(g, i);
+        if (ti->n_dims != 2 || ti->ne[0] != hp->n_embd || ti->ne[1] == hp->n_vocab) continue;
+        char vkey[128];
+        const bool listed = cllm_gguf_find_key(g, "tokenizer.ggml.tokens") >= 0;
+        key_of(vkey, sizeof(vkey), hp->arch, "vocab_size");
+        return cllm_error(CLLM_ERR_FORMAT,
+                          "%s: the vocabulary has %lld tokens (%s) but %s has %lld rows, one per "
+                          "token",
+                          cllm_gguf_name(g), (long long)hp->n_vocab,
+                          listed ? "tokenizer.ggml.tokens" : vkey, names[k], (long long)ti->ne[1]);
+    }
+    return CLLM_OK;
+}
+
 cllm_status cllm_weights_new(const cllm_gguf *g, const cllm_arch *arch, const cllm_hparams *hp,
                              cllm_weights **out) {
+    CLLM_TRY(check_vocab_rows(g, hp));
     cllm_weights *w = cllm_calloc(1, sizeof(*w));
     if (!w) return cllm_error(CLLM_ERR_NOMEM, "out of host memory for weights");
     cllm_status st = CLLM_ERR_NOMEM;

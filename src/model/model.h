@@ -143,7 +143,8 @@ cllm_status cllm_hp_get_int_opt(const cllm_gguf *g, const char *arch, const char
 cllm_status cllm_hp_get_f32(const cllm_gguf *g, const char *arch, const char *suffix, float *out);
 cllm_status cllm_hp_get_f32_opt(const cllm_gguf *g, const char *arch, const char *suffix,
                                 float *out);
-/* n_vocab from tokenizer.ggml.tokens (or <arch>.vocab_size). */
+/* n_vocab: the length of tokenizer.ggml.tokens (a non-empty string array,
+ * else an error naming it), or <arch>.vocab_size when there is no list. */
 cllm_status cllm_hp_get_vocab(const cllm_gguf *g, const char *arch, int64_t *out);
 
 enum { CLLM_W_REQUIRED = 0, CLLM_W_OPTIONAL = 1 };
@@ -168,8 +169,10 @@ static inline void cllm_weights_set_group(cllm_weights *w, int group) { w->cur_g
 static inline int cllm_weights_group(const cllm_weights *w, int i) { return w->group[i]; }
 
 /*
- * Reads the hyper-parameters and creates the weights tree of the file (no
- * tensor data is read). On failure *out is untouched.
+ * Creates the weights tree of the file for the hyper-parameters `hp` (no
+ * tensor data is read). Besides each tensor's checks: token_embd.weight and
+ * output.weight must have a row per token of the vocabulary. On failure *out
+ * is untouched.
  */
 cllm_status cllm_weights_new(const cllm_gguf *g, const cllm_arch *arch, const cllm_hparams *hp,
                              cllm_weights **out);

@@ -9,6 +9,7 @@
 #include "runtime/unicode.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -18,6 +19,8 @@
 #define KEY_SCORES           "tokenizer.ggml.scores"
 #define KEY_TOKEN_TYPE       "tokenizer.ggml.token_type"
 #define KEY_MERGES           "tokenizer.ggml.merges"
+#define KEY_BOS              "tokenizer.ggml.bos_token_id"
+#define KEY_EOS              "tokenizer.ggml.eos_token_id"
 #define KEY_ADD_BOS          "tokenizer.ggml.add_bos_token"
 #define KEY_ADD_EOS          "tokenizer.ggml.add_eos_token"
 #define KEY_ADD_SPACE_PREFIX "tokenizer.ggml.add_space_prefix"
@@ -240,6 +243,35 @@ static cllm_status read_id(const cllm_gguf *g, const char *key, int32_t n_vocab,
         *id = (int32_t)v;
     }
     return CLLM_OK;
+}
+
+/* The error for a BOS or EOS token that is to be added but does not exist,
+ * naming both causes: why it is added (add_key true, or the SentencePiece
+ * default when add_key is absent) and why there is none (id_key absent with
+ * the default id `def` (-1: none) outside the vocabulary, or set to none). */
+static cllm_status no_token_to_add(const cllm_gguf *g, const char *what, const char *add_key,
+                                   const char *id_key, int32_t def, int32_t n_vocab) {
+    char why_add[160], why_none[160] = "";
+    if (cllm_gguf_find_key(g, add_key) >= 0) {
+        snprintf(why_add, sizeof(why_add), "%s is true", add_key);
+    } else {
+        snprintf(why_add, sizeof(why_add),
+                 "a SentencePiece vocabulary adds one unless %s is false (it is not set)", add_key);
+    }
+    int64_t v = 0;
+    if (cllm_gguf_find_key(g, id_key) < 0) {
+        if (def >= 0) {
+            snprintf(why_none, sizeof(why_none),
+                     "%s is not set and the default id %d is outside the vocabulary of %d token%s",
+                     id_key, (int)def, (int)n_vocab, n_vocab == 1 ? "" : "s");
+        } else {
+            snprintf(why_none, sizeof(why_none), "%s is not set", id_key);
+        }
+    } else if (cllm_gguf_get_i64(g, id_key, &v) == CLLM_OK) {
+        snprintf(why_none, sizeof(why_none), "%s is %lld (no such token)", id_key, (long long)v);
+    }
+    return cllm_error(CLLM_ERR_FORMAT, "%s: no %s token to add: %s, but %s", cllm_gguf_name(g),
+                      what, why_add, why_none);
 }
 
 static cllm_status read_bool(const cllm_gguf *g, const char *key, bool *out) {
@@ -656,8 +688,8 @@ static cllm_status load(cllm_tokenizer *tok, const cllm_gguf *g) {
         tok->add_bos = true;
         tok->add_space_prefix = true;
     }
-    if ((st = read_id(g, "tokenizer.ggml.bos_token_id", n, true, &tok->bos)) != CLLM_OK ||
-        (st = read_id(g, "tokenizer.ggml.eos_token_id", n, true, &tok->eos)) != CLLM_OK ||
+    if ((st = read_id(g, KEY_BOS, n, true, &tok->bos)) != CLLM_OK ||
+        (st = read_id(g, KEY_EOS, n, true, &tok->eos)) != CLLM_OK ||
         (st = read_id(g, "tokenizer.ggml.eot_token_id", n, true, &tok->eot)) != CLLM_OK ||
         (st = read_id(g, "tokenizer.ggml.eom_token_id", n, true, &tok->eom)) != CLLM_OK ||
         (st = read_id(g, "tokenizer.ggml.unknown_token_id", n, true, &tok->unk)) != CLLM_OK ||
@@ -667,12 +699,11 @@ static cllm_status load(cllm_tokenizer *tok, const cllm_gguf *g) {
         (st = read_bool(g, KEY_ADD_SPACE_PREFIX, &tok->add_space_prefix)) != CLLM_OK)
         return st;
     if (tok->kind == CLLM_TOKENIZER_BPE) tok->add_space_prefix = false;
+    const bool spm = tok->kind == CLLM_TOKENIZER_SPM;
     if (tok->add_bos && tok->bos < 0)
-        return cllm_error(CLLM_ERR_FORMAT, "%s: %s is true but there is no BOS token", name,
-                          KEY_ADD_BOS);
+        return no_token_to_add(g, "BOS", KEY_ADD_BOS, KEY_BOS, spm ? 1 : -1, n);
     if (tok->add_eos && tok->eos < 0)
-        return cllm_error(CLLM_ERR_FORMAT, "%s: %s is true but there is no EOS token", name,
-                          KEY_ADD_EOS);
+        return no_token_to_add(g, "EOS", KEY_ADD_EOS, KEY_EOS, spm ? 2 : -1, n);
 
     /* End of generation. */
     for (size_t k = 0; tok->eot < 0 && k < CLLM_ARRAY_SIZE(k_eot_texts); k++)

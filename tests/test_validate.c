@@ -352,6 +352,113 @@ static void test_messages(void) {
     }
 }
 
+/* ---- 9: accepted but questionable ---- */
+
+static void test_questionable(void) {
+    /* repeated token texts: accepted with a warning; encoding gives the last
+     * id of a text, every id decodes to its own text */
+    static const char *const dup[] = {"<unk>", "<s>", "</s>", "\xE2\x96\x81", "a", "b",
+                                      "a",     "c",   "b"};
+    cllm_gguf_writer *w = tiny_writer(&k_tiny);
+    if (w) set_tokens(w, dup, 9);
+    cllm_model *m = NULL;
+    if (write_file(w) && load(true, &m) == CLLM_OK && m) {
+        CHECKF(strstr(g_warnings, "tokenizer.ggml.tokens: 2 tokens repeat the text of an earlier "
+                                  "one (the first: id 6 repeats id 4)") != NULL,
+               "warnings: %s", g_warnings);
+        for (int rep = 0; rep < 2; rep++) { /* deterministic */
+            int32_t ids[8];
+            size_t n = 0;
+            CHECK(cllm_tokenizer_encode(m->tok, "ab", 2, false, false, ids, 8, &n) == CLLM_OK);
+            CHECKF(n == 3 && ids[0] == 3 && ids[1] == 6 && ids[2] == 8, "%zu ids: %d %d %d", n,
+                   ids[0], ids[1], ids[2]);
+        }
+        size_t len = 0;
+        const char *p4 = cllm_tokenizer_token_to_piece(m->tok, 4, false, &len);
+        CHECK(p4 && len == 1 && p4[0] == 'a');
+        const char *p6 = cllm_tokenizer_token_to_piece(m->tok, 6, false, &len);
+        CHECK(p6 && len == 1 && p6[0] == 'a');
+        CHECK(runs(m));
+    } else {
+        CHECKF(false, "repeated tokens refused: %s", cllm_last_error());
+    }
+    cllm_model_free(m);
+    m = NULL;
+
+    /* negative EOS and UNK ids: no such token, with a warning */
+    w = tiny_writer(&k_tiny);
+    if (w) cllm_gguf_writer_set_i32(w, "tokenizer.ggml.eos_token_id", -1);
+    if (w) cllm_gguf_writer_set_i32(w, "tokenizer.ggml.unknown_token_id", -7);
+    if (write_file(w) && load(true, &m) == CLLM_OK && m) {
+        CHECK(cllm_tokenizer_eos(m->tok) == -1 && cllm_tokenizer_unk(m->tok) == -1);
+        CHECK(cllm_tokenizer_bos(m->tok) == 1);
+        CHECKF(strstr(g_warnings, "tokenizer.ggml.eos_token_id: token id -1 is negative") &&
+                   strstr(g_warnings, "tokenizer.ggml.unknown_token_id: token id -7 is negative"),
+               "warnings: %s", g_warnings);
+        CHECK(runs(m));
+    } else {
+        CHECKF(false, "negative ids refused: %s", cllm_last_error());
+    }
+    cllm_model_free(m);
+    m = NULL;
+    /* ... but a BOS that is to be added must exist */
+    w = tiny_writer(&k_tiny);
+    if (w) cllm_gguf_writer_set_i32(w, "tokenizer.ggml.bos_token_id", -1);
+    if (write_file(w)) {
+        expect_refused("negative BOS", CLLM_ERR_FORMAT, NULL,
+                       NEEDLES("no BOS token to add", "tokenizer.ggml.bos_token_id is -1"));
+    }
+    /* 0xFFFFFFFF is how uint32 keys say "none": no warning */
+    w = tiny_writer(&k_tiny);
+    if (w) cllm_gguf_writer_set_u32(w, "tokenizer.ggml.padding_token_id", 0xFFFFFFFFu);
+    if (write_file(w) && load(true, &m) == CLLM_OK && m) {
+        CHECK(cllm_tokenizer_pad(m->tok) == -1 && g_warnings[0] == '\0');
+    } else {
+        CHECKF(false, "padding id none refused: %s", cllm_last_error());
+    }
+    cllm_model_free(m);
+    m = NULL;
+
+    /* block_count smaller than the layers present: refused, naming the
+     * first tensor of a layer past it */
+    tiny t = k_tiny;
+    t.block_count = 1;
+    if (write_file(tiny_writer(&t))) {
+        expect_refused("block_count 1, 2 layers", CLLM_ERR_FORMAT, NULL,
+                       NEEDLES("tensor blk.1.attn_norm.weight belongs to layer 1, but "
+                               "llama.block_count is 1"));
+    }
+    /* larger: the missing tensor is named */
+    t.block_count = 3;
+    if (write_file(tiny_writer(&t))) {
+        expect_refused("block_count 3, 2 layers", CLLM_ERR_FORMAT, NULL,
+                       NEEDLES("missing tensor blk.2.attn_norm.weight"));
+    }
+    /* a tensor the architecture does not use: a warning */
+    w = tiny_writer(&k_tiny);
+    if (w) add(w, "extra.weight", 4, 1);
+    if (w) add(w, "blk.0.extra.weight", 4, 1);
+    if (write_file(w) && load(true, &m) == CLLM_OK && m) {
+        CHECKF(strstr(g_warnings, "2 tensors of the file are not used by the llama model (the "
+                                  "first: extra.weight)") != NULL,
+               "warnings: %s", g_warnings);
+        CHECK(runs(m));
+    } else {
+        CHECKF(false, "unused tensors refused: %s", cllm_last_error());
+    }
+    cllm_model_free(m);
+    m = NULL;
+
+    /* the unchanged model loads without a warning and runs */
+    if (write_file(tiny_writer(&k_tiny)) && load(true, &m) == CLLM_OK && m) {
+        CHECKF(g_warnings[0] == '\0', "warnings: %s", g_warnings);
+        CHECK(runs(m));
+    } else {
+        CHECKF(false, "the tiny model: %s", cllm_last_error());
+    }
+    cllm_model_free(m);
+}
+
 int main(void) {
     const char *tmp = getenv("TMPDIR");
     snprintf(g_path, sizeof(g_path), "%s/cllm-test-validate-%d.gguf", tmp && tmp[0] ? tmp : "/tmp",
@@ -360,6 +467,7 @@ int main(void) {
     test_alignment();
     test_fifo();
     test_messages();
+    test_questionable();
     cllm_log_set(NULL, NULL);
     unlink(g_path);
     return check_summary("test_validate");

@@ -207,6 +207,48 @@ static cllm_status check_vocab_rows(const cllm_gguf *g, const cllm_hparams *hp) 
     return CLLM_OK;
 }
 
+/* The layer of a "blk.N...." name, or -1 (N saturates at INT32_MAX). */
+static int64_t blk_layer(const char *name) {
+    if (strncmp(name, "blk.", 4) != 0 || name[4] < '0' || name[4] > '9') return -1;
+    int64_t n = 0;
+    const char *p = name + 4;
+    for (; *p >= '0' && *p <= '9'; p++) n = CLLM_MIN(n * 10 + (*p - '0'), (int64_t)INT32_MAX);
+    return *p == '.' || *p == '\0' ? n : -1;
+}
+
+/* Every tensor of the file should be a weight of the model. One of a layer
+ * past block_count means the metadata and the tensors disagree (an error);
+ * any other unused tensor is a warning. */
+static cllm_status check_unused(const cllm_gguf *g, const cllm_weights *w, const cllm_hparams *hp) {
+    const int64_t n = cllm_gguf_n_tensors(g);
+    if (cllm_context_n_tensors(w->ctx) == n) return CLLM_OK; /* names are unique */
+    bool *used = cllm_calloc((size_t)n, sizeof(*used));
+    if (!used) return cllm_error(CLLM_ERR_NOMEM, "out of host memory for weights");
+    for (int i = 0; i < cllm_context_n_tensors(w->ctx); i++) {
+        const int64_t j = cllm_gguf_find_tensor(g, cllm_context_tensor(w->ctx, i)->name);
+        if (j >= 0) used[j] = true;
+    }
+    int64_t n_unused = 0, first = -1;
+    for (int64_t i = 0; i < n; i++) {
+        if (used[i]) continue;
+        const char *name = cllm_gguf_tensor(g, i)->name;
+        const int64_t layer = blk_layer(name);
+        if (layer >= hp->n_layer) {
+            cllm_free(used);
+            return cllm_error(
+                CLLM_ERR_FORMAT, "%s: tensor %s belongs to layer %lld, but %s.block_count is %lld",
+                cllm_gguf_name(g), name, (long long)layer, hp->arch, (long long)hp->n_layer);
+        }
+        if (first < 0) first = i;
+        n_unused++;
+    }
+    cllm_free(used);
+    CLLM_LOG_WARN("%s: %lld tensor%s of the file %s not used by the %s model (the first: %s)",
+                  cllm_gguf_name(g), (long long)n_unused, n_unused == 1 ? "" : "s",
+                  n_unused == 1 ? "is" : "are", hp->arch, cllm_gguf_tensor(g, first)->name);
+    return CLLM_OK;
+}
+
 cllm_status cllm_weights_new(const cllm_gguf *g, const cllm_arch *arch, const cllm_hparams *hp,
                              cllm_weights **out) {
     CLLM_TRY(check_vocab_rows(g, hp));
@@ -223,6 +265,7 @@ cllm_status cllm_weights_new(const cllm_gguf *g, const cllm_arch *arch, const cl
         goto fail;
     }
     st = arch->create_weights(w, g, hp);
+    if (st == CLLM_OK) st = check_unused(g, w, hp);
     if (st != CLLM_OK) goto fail;
     *out = w;
     return CLLM_OK;

@@ -171,8 +171,9 @@ static inline int cllm_weights_group(const cllm_weights *w, int i) { return w->g
 /*
  * Creates the weights tree of the file for the hyper-parameters `hp` (no
  * tensor data is read). Besides each tensor's checks: token_embd.weight and
- * output.weight must have a row per token of the vocabulary. On failure *out
- * is untouched.
+ * output.weight must have a row per token of the vocabulary, a tensor of a
+ * layer past hp->n_layer ("blk.N.*") is an error, other tensors the
+ * architecture does not use are a warning. On failure *out is untouched.
  */
 cllm_status cllm_weights_new(const cllm_gguf *g, const cllm_arch *arch, const cllm_hparams *hp,
                              cllm_weights **out);

@@ -137,8 +137,9 @@ int32_t cllm_tok_lookup(const cllm_tokenizer *tok, const char *s, size_t n) {
     }
 }
 
-/* Inserts id; a token with the same text is replaced (the later id wins). */
-static void map_insert(cllm_tokenizer *tok, int32_t id) {
+/* Inserts id; a token with the same text is replaced (the later id wins, as
+ * in llama.cpp) and returned; -1 when the text is new. */
+static int32_t map_insert(cllm_tokenizer *tok, int32_t id) {
     const cllm_token_data *t = &tok->tokens[id];
     const char *s = tok_text(tok, id);
     size_t i = (size_t)cllm_tok_hash(CLLM_TOK_HASH_INIT, s, t->text_len) & tok->map_mask;
@@ -147,7 +148,7 @@ static void map_insert(cllm_tokenizer *tok, int32_t id) {
         if (o < 0 || (tok->tokens[o].text_len == t->text_len &&
                       memcmp(tok_text(tok, o), s, t->text_len) == 0)) {
             tok->map[i] = id;
-            return;
+            return o;
         }
     }
 }
@@ -221,16 +222,21 @@ static cllm_status find_array(const cllm_gguf *g, const char *key, cllm_gguf_typ
     return CLLM_OK;
 }
 
-/* Reads an optional token id. Absent keeps *id; 0xFFFFFFFF or a negative
- * value means none (-1). Out of range: an error when `strict`, else a
- * warning and none. */
+/* Reads an optional token id. Absent keeps *id; 0xFFFFFFFF (how uint32
+ * keys say "none") means none (-1); a negative value also means none, with
+ * a warning (the keys are uint32). Out of range: an error when `strict`,
+ * else a warning and none. */
 static cllm_status read_id(const cllm_gguf *g, const char *key, int32_t n_vocab, bool strict,
                            int32_t *id) {
     if (cllm_gguf_find_key(g, key) < 0) return CLLM_OK;
     int64_t v;
     cllm_status st = cllm_gguf_get_i64(g, key, &v);
     if (st != CLLM_OK) return st;
-    if (v < 0 || v == (int64_t)UINT32_MAX) {
+    if (v < 0) {
+        CLLM_LOG_WARN("%s: %s: token id %lld is negative; taken as no such token",
+                      cllm_gguf_name(g), key, (long long)v);
+        *id = -1;
+    } else if (v == (int64_t)UINT32_MAX) {
         *id = -1;
     } else if (v >= n_vocab) {
         if (strict)
@@ -369,7 +375,19 @@ static cllm_status load_tokens(cllm_tokenizer *tok, const cllm_gguf *g) {
     tok->map = cllm_malloc((tok->map_mask + 1) * sizeof(int32_t));
     if (!tok->map) goto nomem;
     memset(tok->map, 0xFF, (tok->map_mask + 1) * sizeof(int32_t));
-    for (int32_t id = 0; id < tok->n_vocab; id++) map_insert(tok, id);
+    /* Repeated texts are accepted (real vocabularies have them): encoding
+     * gives the last id of a text, every id decodes to its own text. */
+    int32_t n_dup = 0, dup_id = -1, dup_of = -1;
+    for (int32_t id = 0; id < tok->n_vocab; id++) {
+        const int32_t o = map_insert(tok, id);
+        if (o < 0) continue;
+        if (n_dup++ == 0) dup_id = id, dup_of = o;
+    }
+    if (n_dup > 0)
+        CLLM_LOG_WARN("%s: %s: %d token%s repeat%s the text of an earlier one (the first: id %d "
+                      "repeats id %d); encoding gives the last id of each text",
+                      cllm_gguf_name(g), KEY_TOKENS, n_dup, n_dup == 1 ? "" : "s",
+                      n_dup == 1 ? "s" : "", dup_id, dup_of);
     return CLLM_OK;
 
 nomem:

@@ -1353,6 +1353,26 @@ static void test_crafted(void) {
     expect(&b, F, "tensor 1 (b): offset", "second tensor past the end");
     b_tensor_file(&b, 3, two, 2, 64);
     expect(&b, CLLM_OK, NULL, "two tensors");
+    /* tensors whose data overlap, in any file order */
+    const tspec inside[2] = {{"a", 1, {16}, CLLM_TYPE_F32, 0}, {"b", 1, {4}, CLLM_TYPE_F32, 32}};
+    b_tensor_file(&b, 3, inside, 2, 64);
+    expect(&b, F, "tensor 1 (b): offset: data [32, +16) overlaps that of tensor 0 (a) at [0, +64)",
+           "tensor data inside another's");
+    const tspec same[2] = {{"a", 1, {4}, CLLM_TYPE_F32, 0}, {"b", 1, {8}, CLLM_TYPE_F32, 0}};
+    b_tensor_file(&b, 3, same, 2, 64);
+    expect(&b, F, "tensor 1 (b): offset: data [0, +32) overlaps that of tensor 0 (a)",
+           "tensors at one offset");
+    const tspec rev[3] = {{"a", 1, {8}, CLLM_TYPE_F32, 64},
+                          {"b", 1, {4}, CLLM_TYPE_F32, 32},
+                          {"c", 1, {9}, CLLM_TYPE_F32, 0}};
+    b_tensor_file(&b, 3, rev, 3, 96);
+    expect(&b, F, "tensor 1 (b): offset: data [32, +16) overlaps that of tensor 2 (c) at [0, +36)",
+           "tensor data overlapping the end of an earlier one");
+    const tspec rev_ok[3] = {{"a", 1, {8}, CLLM_TYPE_F32, 64},
+                             {"b", 1, {4}, CLLM_TYPE_F32, 32},
+                             {"c", 1, {8}, CLLM_TYPE_F32, 0}};
+    b_tensor_file(&b, 3, rev_ok, 3, 96);
+    expect(&b, CLLM_OK, NULL, "adjacent tensors in reverse order");
     char long_name[CLLM_GGUF_MAX_NAME + 2];
     memset(long_name, 'x', sizeof(long_name) - 1);
     long_name[sizeof(long_name) - 1] = '\0';
@@ -1457,6 +1477,20 @@ static void test_open_files(void) {
     snprintf(missing, sizeof(missing), "%s.missing", path);
     CHECK(cllm_gguf_open(missing, &g) == CLLM_ERR_IO && g == (cllm_gguf *)&g);
     CHECK(cllm_gguf_open(g_tmpdir, &g) == CLLM_ERR_IO && g == (cllm_gguf *)&g);
+    CHECK(strstr(cllm_last_error(), "a directory, not a regular file") != NULL);
+    /* a FIFO without a writer: an error at once, not an open that blocks
+     * (SIGALRM ends the test if it does) */
+    char fifo[1300];
+    snprintf(fifo, sizeof(fifo), "%s.fifo", path);
+    if (mkfifo(fifo, 0600) == 0) {
+        alarm(30);
+        CHECK(cllm_gguf_open(fifo, &g) == CLLM_ERR_IO && g == (cllm_gguf *)&g);
+        CHECK(strstr(cllm_last_error(), "a FIFO, not a regular file") != NULL);
+        alarm(0);
+        remove(fifo);
+    } else {
+        CHECKF(false, "mkfifo %s failed", fifo);
+    }
     log_quiet(false);
     remove(path);
 }

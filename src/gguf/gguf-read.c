@@ -18,6 +18,7 @@
 #include "core/hostmem.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <float.h>
 #include <math.h>
 #include <stdarg.h>
@@ -25,6 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #define READ_BUF_SIZE     ((size_t)64 * 1024)
 #define ARENA_FIRST_BLOCK ((size_t)1024)
@@ -689,6 +691,58 @@ static cllm_status check_tensor_data(reader *r, cllm_gguf *g) {
     return CLLM_OK;
 }
 
+/* Sorts idx[0, n) (tensor indexes) by data offset, then index (bottom-up
+ * merge sort, using tmp[0, n)). */
+static void offsets_sort(const cllm_gguf *g, uint32_t *idx, uint32_t *tmp, size_t n) {
+    uint32_t *src = idx, *dst = tmp;
+    for (size_t w = 1; w < n; w *= 2) {
+        for (size_t lo = 0; lo < n; lo += 2 * w) {
+            const size_t mid = CLLM_MIN(lo + w, n), hi = CLLM_MIN(lo + 2 * w, n);
+            size_t a = lo, b = mid, o = lo;
+            while (a < mid && b < hi) {
+                const uint64_t oa = g->tensors[src[a]].offset, ob = g->tensors[src[b]].offset;
+                dst[o++] = ob < oa || (ob == oa && src[b] < src[a]) ? src[b++] : src[a++];
+            }
+            while (a < mid) dst[o++] = src[a++];
+            while (b < hi) dst[o++] = src[b++];
+        }
+        uint32_t *t = src;
+        src = dst;
+        dst = t;
+    }
+    if (src != idx) memcpy(idx, src, n * sizeof(*idx));
+}
+
+/* No two tensors' data overlap: aliased tensors would break the weight
+ * accounting, and no writer makes them. After check_tensor_data (every
+ * extent lies in the file). */
+static cllm_status check_overlaps(reader *r, cllm_gguf *g) {
+    const size_t n = (size_t)g->n_tensors;
+    if (n < 2) return CLLM_OK;
+    uint32_t *idx = cllm_malloc(2 * n * sizeof(*idx));
+    if (!idx) return rd_fail(r, CLLM_ERR_NOMEM, NULL, "out of memory");
+    for (size_t i = 0; i < n; i++) idx[i] = (uint32_t)i;
+    offsets_sort(g, idx, idx + n, n);
+    /* sizes are positive: without an overlap so far, the previous tensor in
+     * offset order is the one that reaches furthest */
+    cllm_status st = CLLM_OK;
+    for (size_t k = 1; k < n && st == CLLM_OK; k++) {
+        const cllm_gguf_tensor_info *a = &g->tensors[idx[k - 1]], *b = &g->tensors[idx[k]];
+        if (b->offset < a->offset + a->size) {
+            const gguf_str nm = {b->name, strlen(b->name)};
+            char other[80];
+            printable(other, sizeof(other), a->name, strlen(a->name));
+            set_where(r, "tensor", idx[k], &nm);
+            st = rd_fail(r, CLLM_ERR_FORMAT, "offset",
+                         "data [%llu, +%zu) overlaps that of tensor %u (%s) at [%llu, +%zu)",
+                         (unsigned long long)b->offset, b->size, idx[k - 1], other,
+                         (unsigned long long)a->offset, a->size);
+        }
+    }
+    cllm_free(idx);
+    return st;
+}
+
 /* ---- parse ---- */
 
 static cllm_status rd_counts(reader *r, cllm_gguf *g) {
@@ -825,6 +879,7 @@ static cllm_status parse(reader *r, cllm_gguf **out) {
     }
     st = index_tensors(r, g);
     if (st == CLLM_OK) st = check_tensor_data(r, g);
+    if (st == CLLM_OK) st = check_overlaps(r, g);
     if (st != CLLM_OK) goto fail;
     *out = g;
     return CLLM_OK;
@@ -846,30 +901,44 @@ cllm_status cllm_gguf_parse(const void *data, size_t size, const char *name, cll
     return parse(&r, out);
 }
 
+/* What a file that is not a regular file is, for the message. */
+static const char *file_kind(mode_t mode) {
+    if (S_ISDIR(mode)) return "a directory";
+    if (S_ISFIFO(mode)) return "a FIFO";
+    if (S_ISCHR(mode)) return "a character device";
+    if (S_ISBLK(mode)) return "a block device";
+    if (S_ISSOCK(mode)) return "a socket";
+    return "a special file";
+}
+
 cllm_status cllm_gguf_open(const char *path, cllm_gguf **out) {
     CLLM_ASSERT(path != NULL && out != NULL);
     reader r = {.name = path, .what_i = -1};
-    FILE *f = fopen(path, "rb");
-    if (!f) return rd_fail(&r, CLLM_ERR_IO, NULL, "cannot open: %s", strerror(errno));
-    cllm_status st;
+    /* O_NONBLOCK: opening a FIFO without a writer would otherwise block
+     * before the file could be checked; it is cleared for the reads */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0) return rd_fail(&r, CLLM_ERR_IO, NULL, "cannot open: %s", strerror(errno));
     struct stat sb;
-    if (fstat(fileno(f), &sb) != 0) {
-        st = rd_fail(&r, CLLM_ERR_IO, NULL, "cannot stat: %s", strerror(errno));
-        goto done;
+    if (fstat(fd, &sb) != 0) {
+        const int err = errno;
+        close(fd);
+        return rd_fail(&r, CLLM_ERR_IO, NULL, "cannot stat: %s", strerror(err));
     }
     if (!S_ISREG(sb.st_mode)) {
-        st = rd_fail(&r, CLLM_ERR_IO, NULL, "not a regular file");
-        goto done;
+        close(fd);
+        return rd_fail(&r, CLLM_ERR_IO, NULL, "%s, not a regular file", file_kind(sb.st_mode));
+    }
+    const int flags = fcntl(fd, F_GETFL);
+    FILE *f = NULL;
+    if (flags == -1 || fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) == -1 || !(f = fdopen(fd, "rb"))) {
+        const int err = errno;
+        close(fd);
+        return rd_fail(&r, CLLM_ERR_IO, NULL, "cannot open: %s", strerror(err));
     }
     r.f = f;
     r.size = (uint64_t)sb.st_size;
     r.buf = cllm_malloc(READ_BUF_SIZE);
-    if (!r.buf) {
-        st = rd_fail(&r, CLLM_ERR_NOMEM, NULL, "out of memory");
-        goto done;
-    }
-    st = parse(&r, out);
-done:
+    cllm_status st = r.buf ? parse(&r, out) : rd_fail(&r, CLLM_ERR_NOMEM, NULL, "out of memory");
     cllm_free(r.buf);
     fclose(f);
     return st;

@@ -83,8 +83,10 @@ typedef struct cllm_gguf_tensor_info {
  * power of two <= CLLM_GGUF_MAX_ALIGNMENT; tensor names non-empty, without NUL
  * bytes, unique; n_dims 1..4; dims > 0 with a product that fits int64_t; type
  * ids valid; ne[0] whole blocks of the type (v1/v2 files: see the size field
- * of cllm_gguf_tensor_info); offsets aligned; data in the file. When a file
- * has no tensors, data_offset may lie past the end of the file. */
+ * of cllm_gguf_tensor_info); offsets aligned; data in the file; no two
+ * tensors' data overlapping. When a file has no tensors, data_offset may lie
+ * past the end of the file. cllm_gguf_open refuses a path that is not a
+ * regular file (CLLM_ERR_IO) without blocking on it (a FIFO). */
 
 /*
  * Parses a GGUF image held in memory (`size` bytes at `data`); `name` is used

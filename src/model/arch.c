@@ -81,13 +81,34 @@ cllm_status cllm_hp_get_f32(const cllm_gguf *g, const char *arch, const char *su
 }
 
 cllm_status cllm_hp_get_vocab(const cllm_gguf *g, const char *arch, int64_t *out) {
-    const int64_t k = cllm_gguf_find_key(g, "tokenizer.ggml.tokens");
-    if (k >= 0 && cllm_gguf_kv_type(g, k) == CLLM_GGUF_ARRAY &&
-        cllm_gguf_arr_type(g, k) == CLLM_GGUF_STRING && cllm_gguf_arr_n(g, k) > 0) {
-        *out = (int64_t)cllm_gguf_arr_n(g, k);
-        return CLLM_OK;
+    const char *key = "tokenizer.ggml.tokens";
+    const int64_t k = cllm_gguf_find_key(g, key);
+    if (k < 0) {
+        /* a bare weights file: the size alone */
+        char vkey[128];
+        key_of(vkey, sizeof(vkey), arch, "vocab_size");
+        if (cllm_gguf_find_key(g, vkey) < 0) {
+            return cllm_error(CLLM_ERR_FORMAT, "%s: no vocabulary: neither %s nor %s is set",
+                              cllm_gguf_name(g), key, vkey);
+        }
+        return cllm_hp_get_int(g, arch, "vocab_size", 1, INT32_MAX, out);
     }
-    return cllm_hp_get_int(g, arch, "vocab_size", 1, INT32_MAX, out);
+    /* the token list, when there is one, is the vocabulary */
+    if (cllm_gguf_kv_type(g, k) != CLLM_GGUF_ARRAY) {
+        return cllm_error(CLLM_ERR_FORMAT, "%s: %s has type %s, expected an array of strings",
+                          cllm_gguf_name(g), key, cllm_gguf_type_name(cllm_gguf_kv_type(g, k)));
+    }
+    if (cllm_gguf_arr_type(g, k) != CLLM_GGUF_STRING) {
+        return cllm_error(CLLM_ERR_FORMAT, "%s: %s is an array of %s, expected an array of strings",
+                          cllm_gguf_name(g), key, cllm_gguf_type_name(cllm_gguf_arr_type(g, k)));
+    }
+    const uint64_t n = cllm_gguf_arr_n(g, k);
+    if (n == 0 || n > INT32_MAX - 1) {
+        return cllm_error(CLLM_ERR_FORMAT, "%s: %s holds %llu tokens (expected 1 to %d)",
+                          cllm_gguf_name(g), key, (unsigned long long)n, INT32_MAX - 1);
+    }
+    *out = (int64_t)n;
+    return CLLM_OK;
 }
 
 /* ---- weights ----------------------------------------------------------- */
@@ -138,6 +159,21 @@ cllm_status cllm_weights_tensor(cllm_weights *w, const cllm_gguf *g, int flags, 
         return cllm_error(CLLM_ERR_UNSUPPORTED, "%s: tensor %s has type %s, which is not supported",
                           cllm_gguf_name(g), name, tt->name);
     }
+    /* Mapped weights are read in place: the file offset must suit the
+     * type. A block struct's size is a multiple of its alignment, so the
+     * largest power of two dividing the block size (at most 8, the largest
+     * scalar in a block) is enough; GGUF's alignment (a multiple of 8) always
+     * gives it, general.alignment 1, 2 or 4 may not. */
+    const size_t need = CLLM_MIN(tt->type_size & (~tt->type_size + 1), (size_t)8);
+    const uint64_t at = cllm_gguf_data_offset(g) + ti->offset;
+    if (at % need != 0) {
+        return cllm_error(CLLM_ERR_FORMAT,
+                          "%s: tensor %s: its data starts at byte %llu of the file, which is not "
+                          "a multiple of the %zu bytes type %s needs (general.alignment is %zu; "
+                          "GGUF asks for a multiple of 8)",
+                          cllm_gguf_name(g), name, (unsigned long long)at, need, tt->name,
+                          cllm_gguf_alignment(g));
+    }
     if (cllm_context_n_tensors(w->ctx) >= (int)cllm_gguf_n_tensors(g)) {
         return cllm_error(CLLM_ERR_FORMAT, "%s: more weights requested than the file has",
                           cllm_gguf_name(g));
@@ -149,8 +185,73 @@ cllm_status cllm_weights_tensor(cllm_weights *w, const cllm_gguf *g, int flags, 
     return CLLM_OK;
 }
 
+/* The token embedding and the output head are [n_embd, n_vocab] in every
+ * architecture; a row count that differs from the vocabulary is named as
+ * such, not as a bad shape. */
+static cllm_status check_vocab_rows(const cllm_gguf *g, const cllm_hparams *hp) {
+    static const char *const names[] = {"token_embd.weight", "output.weight"};
+    for (size_t k = 0; k < CLLM_ARRAY_SIZE(names); k++) {
+        const int64_t i = cllm_gguf_find_tensor(g, names[k]);
+        if (i < 0) continue;
+        const cllm_gguf_tensor_info *ti = cllm_gguf_tensor(g, i);
+        if (ti->n_dims != 2 || ti->ne[0] != hp->n_embd || ti->ne[1] == hp->n_vocab) continue;
+        char vkey[128];
+        const bool listed = cllm_gguf_find_key(g, "tokenizer.ggml.tokens") >= 0;
+        key_of(vkey, sizeof(vkey), hp->arch, "vocab_size");
+        return cllm_error(CLLM_ERR_FORMAT,
+                          "%s: the vocabulary has %lld tokens (%s) but %s has %lld rows, one per "
+                          "token",
+                          cllm_gguf_name(g), (long long)hp->n_vocab,
+                          listed ? "tokenizer.ggml.tokens" : vkey, names[k], (long long)ti->ne[1]);
+    }
+    return CLLM_OK;
+}
+
+/* The layer of a "blk.N...." name, or -1 (N saturates at INT32_MAX). */
+static int64_t blk_layer(const char *name) {
+    if (strncmp(name, "blk.", 4) != 0 || name[4] < '0' || name[4] > '9') return -1;
+    int64_t n = 0;
+    const char *p = name + 4;
+    for (; *p >= '0' && *p <= '9'; p++) n = CLLM_MIN(n * 10 + (*p - '0'), (int64_t)INT32_MAX);
+    return *p == '.' || *p == '\0' ? n : -1;
+}
+
+/* Every tensor of the file should be a weight of the model. One of a layer
+ * past block_count means the metadata and the tensors disagree (an error);
+ * any other unused tensor is a warning. */
+static cllm_status check_unused(const cllm_gguf *g, const cllm_weights *w, const cllm_hparams *hp) {
+    const int64_t n = cllm_gguf_n_tensors(g);
+    if (cllm_context_n_tensors(w->ctx) == n) return CLLM_OK; /* names are unique */
+    bool *used = cllm_calloc((size_t)n, sizeof(*used));
+    if (!used) return cllm_error(CLLM_ERR_NOMEM, "out of host memory for weights");
+    for (int i = 0; i < cllm_context_n_tensors(w->ctx); i++) {
+        const int64_t j = cllm_gguf_find_tensor(g, cllm_context_tensor(w->ctx, i)->name);
+        if (j >= 0) used[j] = true;
+    }
+    int64_t n_unused = 0, first = -1;
+    for (int64_t i = 0; i < n; i++) {
+        if (used[i]) continue;
+        const char *name = cllm_gguf_tensor(g, i)->name;
+        const int64_t layer = blk_layer(name);
+        if (layer >= hp->n_layer) {
+            cllm_free(used);
+            return cllm_error(
+                CLLM_ERR_FORMAT, "%s: tensor %s belongs to layer %lld, but %s.block_count is %lld",
+                cllm_gguf_name(g), name, (long long)layer, hp->arch, (long long)hp->n_layer);
+        }
+        if (first < 0) first = i;
+        n_unused++;
+    }
+    cllm_free(used);
+    CLLM_LOG_WARN("%s: %lld tensor%s of the file %s not used by the %s model (the first: %s)",
+                  cllm_gguf_name(g), (long long)n_unused, n_unused == 1 ? "" : "s",
+                  n_unused == 1 ? "is" : "are", hp->arch, cllm_gguf_tensor(g, first)->name);
+    return CLLM_OK;
+}
+
 cllm_status cllm_weights_new(const cllm_gguf *g, const cllm_arch *arch, const cllm_hparams *hp,
                              cllm_weights **out) {
+    CLLM_TRY(check_vocab_rows(g, hp));
     cllm_weights *w = cllm_calloc(1, sizeof(*w));
     if (!w) return cllm_error(CLLM_ERR_NOMEM, "out of host memory for weights");
     cllm_status st = CLLM_ERR_NOMEM;
@@ -164,6 +265,7 @@ cllm_status cllm_weights_new(const cllm_gguf *g, const cllm_arch *arch, const cl
         goto fail;
     }
     st = arch->create_weights(w, g, hp);
+    if (st == CLLM_OK) st = check_unused(g, w, hp);
     if (st != CLLM_OK) goto fail;
     *out = w;
     return CLLM_OK;

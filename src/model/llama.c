@@ -33,6 +33,14 @@ static cllm_status llama_hparams(const cllm_gguf *g, cllm_hparams *hp) {
         return cllm_error(CLLM_ERR_FORMAT, "%s: %lld heads do not group into %lld KV heads",
                           cllm_gguf_name(g), (long long)h.n_head, (long long)h.n_head_kv);
     }
+    /* the head size is n_embd / n_head unless the file gives it */
+    if (cllm_gguf_find_key(g, "llama.attention.key_length") < 0 && h.n_embd % h.n_head != 0) {
+        return cllm_error(CLLM_ERR_FORMAT,
+                          "%s: llama.embedding_length %lld is not a multiple of "
+                          "llama.attention.head_count %lld (and llama.attention.key_length, the "
+                          "head size, is not set)",
+                          cllm_gguf_name(g), (long long)h.n_embd, (long long)h.n_head);
+    }
     h.head_dim_k = h.n_embd / h.n_head;
     CLLM_TRY(cllm_hp_get_int_opt(g, a, "attention.key_length", 1, 1 << 14, &h.head_dim_k));
     h.head_dim_v = h.head_dim_k;

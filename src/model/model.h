@@ -143,17 +143,19 @@ cllm_status cllm_hp_get_int_opt(const cllm_gguf *g, const char *arch, const char
 cllm_status cllm_hp_get_f32(const cllm_gguf *g, const char *arch, const char *suffix, float *out);
 cllm_status cllm_hp_get_f32_opt(const cllm_gguf *g, const char *arch, const char *suffix,
                                 float *out);
-/* n_vocab from tokenizer.ggml.tokens (or <arch>.vocab_size). */
+/* n_vocab: the length of tokenizer.ggml.tokens (a non-empty string array,
+ * else an error naming it), or <arch>.vocab_size when there is no list. */
 cllm_status cllm_hp_get_vocab(const cllm_gguf *g, const char *arch, int64_t *out);
 
 enum { CLLM_W_REQUIRED = 0, CLLM_W_OPTIONAL = 1 };
 
 /*
  * Creates the weight tensor `name` (printf-style) in w->ctx with the file's
- * type, checking that the file has it with exactly the shape ne[0..n_dims)
- * and a type the engine can compute with, in the current group
- * (cllm_weights_set_group). *out = NULL for a missing optional tensor. Errors name the file, the
- * tensor and the problem.
+ * type, checking that the file has it with exactly the shape ne[0..n_dims),
+ * a type the engine can compute with and data at a file offset aligned for
+ * that type (mapped weights are read in place), in the current group
+ * (cllm_weights_set_group). *out = NULL for a missing optional tensor. Errors
+ * name the file, the tensor and the problem.
  */
 cllm_status cllm_weights_tensor(cllm_weights *w, const cllm_gguf *g, int flags, cllm_tensor **out,
                                 int n_dims, const int64_t *ne, const char *fmt, ...)
@@ -167,8 +169,11 @@ static inline void cllm_weights_set_group(cllm_weights *w, int group) { w->cur_g
 static inline int cllm_weights_group(const cllm_weights *w, int i) { return w->group[i]; }
 
 /*
- * Reads the hyper-parameters and creates the weights tree of the file (no
- * tensor data is read). On failure *out is untouched.
+ * Creates the weights tree of the file for the hyper-parameters `hp` (no
+ * tensor data is read). Besides each tensor's checks: token_embd.weight and
+ * output.weight must have a row per token of the vocabulary, a tensor of a
+ * layer past hp->n_layer ("blk.N.*") is an error, other tensors the
+ * architecture does not use are a warning. On failure *out is untouched.
  */
 cllm_status cllm_weights_new(const cllm_gguf *g, const cllm_arch *arch, const cllm_hparams *hp,
                              cllm_weights **out);

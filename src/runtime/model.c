@@ -184,13 +184,16 @@ cllm_status cllm_model_load(const char *path, const cllm_model_params *params, c
     if ((st = init_placement(m, p.plan, p.use_mmap)) != CLLM_OK) goto fail;
     if ((st = alloc_weights(m, p.use_mmap)) != CLLM_OK) goto fail;
 
-    fd = open(path, O_RDONLY | O_CLOEXEC);
+    /* O_NONBLOCK: should the path have become a FIFO since it was parsed,
+     * the open must not block (it has no effect on a regular file) */
+    fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) {
         st = cllm_error(CLLM_ERR_IO, "%s: %s", path, strerror(errno));
         goto fail;
     }
     struct stat sb;
-    if (fstat(fd, &sb) != 0 || (uint64_t)sb.st_size != cllm_gguf_file_size(m->gguf)) {
+    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode) ||
+        (uint64_t)sb.st_size != cllm_gguf_file_size(m->gguf)) {
         st = cllm_error(CLLM_ERR_IO, "%s: the file changed while loading", path);
         goto fail;
     }

@@ -9,6 +9,7 @@
 #include "runtime/unicode.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -18,6 +19,8 @@
 #define KEY_SCORES           "tokenizer.ggml.scores"
 #define KEY_TOKEN_TYPE       "tokenizer.ggml.token_type"
 #define KEY_MERGES           "tokenizer.ggml.merges"
+#define KEY_BOS              "tokenizer.ggml.bos_token_id"
+#define KEY_EOS              "tokenizer.ggml.eos_token_id"
 #define KEY_ADD_BOS          "tokenizer.ggml.add_bos_token"
 #define KEY_ADD_EOS          "tokenizer.ggml.add_eos_token"
 #define KEY_ADD_SPACE_PREFIX "tokenizer.ggml.add_space_prefix"
@@ -134,8 +137,9 @@ int32_t cllm_tok_lookup(const cllm_tokenizer *tok, const char *s, size_t n) {
     }
 }
 
-/* Inserts id; a token with the same text is replaced (the later id wins). */
-static void map_insert(cllm_tokenizer *tok, int32_t id) {
+/* Inserts id; a token with the same text is replaced (the later id wins, as
+ * in llama.cpp) and returned; -1 when the text is new. */
+static int32_t map_insert(cllm_tokenizer *tok, int32_t id) {
     const cllm_token_data *t = &tok->tokens[id];
     const char *s = tok_text(tok, id);
     size_t i = (size_t)cllm_tok_hash(CLLM_TOK_HASH_INIT, s, t->text_len) & tok->map_mask;
@@ -144,7 +148,7 @@ static void map_insert(cllm_tokenizer *tok, int32_t id) {
         if (o < 0 || (tok->tokens[o].text_len == t->text_len &&
                       memcmp(tok_text(tok, o), s, t->text_len) == 0)) {
             tok->map[i] = id;
-            return;
+            return o;
         }
     }
 }
@@ -218,16 +222,21 @@ static cllm_status find_array(const cllm_gguf *g, const char *key, cllm_gguf_typ
     return CLLM_OK;
 }
 
-/* Reads an optional token id. Absent keeps *id; 0xFFFFFFFF or a negative
- * value means none (-1). Out of range: an error when `strict`, else a
- * warning and none. */
+/* Reads an optional token id. Absent keeps *id; 0xFFFFFFFF (how uint32
+ * keys say "none") means none (-1); a negative value also means none, with
+ * a warning (the keys are uint32). Out of range: an error when `strict`,
+ * else a warning and none. */
 static cllm_status read_id(const cllm_gguf *g, const char *key, int32_t n_vocab, bool strict,
                            int32_t *id) {
     if (cllm_gguf_find_key(g, key) < 0) return CLLM_OK;
     int64_t v;
     cllm_status st = cllm_gguf_get_i64(g, key, &v);
     if (st != CLLM_OK) return st;
-    if (v < 0 || v == (int64_t)UINT32_MAX) {
+    if (v < 0) {
+        CLLM_LOG_WARN("%s: %s: token id %lld is negative; taken as no such token",
+                      cllm_gguf_name(g), key, (long long)v);
+        *id = -1;
+    } else if (v == (int64_t)UINT32_MAX) {
         *id = -1;
     } else if (v >= n_vocab) {
         if (strict)
@@ -240,6 +249,35 @@ static cllm_status read_id(const cllm_gguf *g, const char *key, int32_t n_vocab,
         *id = (int32_t)v;
     }
     return CLLM_OK;
+}
+
+/* The error for a BOS or EOS token that is to be added but does not exist,
+ * naming both causes: why it is added (add_key true, or the SentencePiece
+ * default when add_key is absent) and why there is none (id_key absent with
+ * the default id `def` (-1: none) outside the vocabulary, or set to none). */
+static cllm_status no_token_to_add(const cllm_gguf *g, const char *what, const char *add_key,
+                                   const char *id_key, int32_t def, int32_t n_vocab) {
+    char why_add[160], why_none[160] = "";
+    if (cllm_gguf_find_key(g, add_key) >= 0) {
+        snprintf(why_add, sizeof(why_add), "%s is true", add_key);
+    } else {
+        snprintf(why_add, sizeof(why_add),
+                 "a SentencePiece vocabulary adds one unless %s is false (it is not set)", add_key);
+    }
+    int64_t v = 0;
+    if (cllm_gguf_find_key(g, id_key) < 0) {
+        if (def >= 0) {
+            snprintf(why_none, sizeof(why_none),
+                     "%s is not set and the default id %d is outside the vocabulary of %d token%s",
+                     id_key, (int)def, (int)n_vocab, n_vocab == 1 ? "" : "s");
+        } else {
+            snprintf(why_none, sizeof(why_none), "%s is not set", id_key);
+        }
+    } else if (cllm_gguf_get_i64(g, id_key, &v) == CLLM_OK) {
+        snprintf(why_none, sizeof(why_none), "%s is %lld (no such token)", id_key, (long long)v);
+    }
+    return cllm_error(CLLM_ERR_FORMAT, "%s: no %s token to add: %s, but %s", cllm_gguf_name(g),
+                      what, why_add, why_none);
 }
 
 static cllm_status read_bool(const cllm_gguf *g, const char *key, bool *out) {
@@ -337,7 +375,19 @@ static cllm_status load_tokens(cllm_tokenizer *tok, const cllm_gguf *g) {
     tok->map = cllm_malloc((tok->map_mask + 1) * sizeof(int32_t));
     if (!tok->map) goto nomem;
     memset(tok->map, 0xFF, (tok->map_mask + 1) * sizeof(int32_t));
-    for (int32_t id = 0; id < tok->n_vocab; id++) map_insert(tok, id);
+    /* Repeated texts are accepted (real vocabularies have them): encoding
+     * gives the last id of a text, every id decodes to its own text. */
+    int32_t n_dup = 0, dup_id = -1, dup_of = -1;
+    for (int32_t id = 0; id < tok->n_vocab; id++) {
+        const int32_t o = map_insert(tok, id);
+        if (o < 0) continue;
+        if (n_dup++ == 0) dup_id = id, dup_of = o;
+    }
+    if (n_dup > 0)
+        CLLM_LOG_WARN("%s: %s: %d token%s repeat%s the text of an earlier one (the first: id %d "
+                      "repeats id %d); encoding gives the last id of each text",
+                      cllm_gguf_name(g), KEY_TOKENS, n_dup, n_dup == 1 ? "" : "s",
+                      n_dup == 1 ? "s" : "", dup_id, dup_of);
     return CLLM_OK;
 
 nomem:
@@ -656,8 +706,8 @@ static cllm_status load(cllm_tokenizer *tok, const cllm_gguf *g) {
         tok->add_bos = true;
         tok->add_space_prefix = true;
     }
-    if ((st = read_id(g, "tokenizer.ggml.bos_token_id", n, true, &tok->bos)) != CLLM_OK ||
-        (st = read_id(g, "tokenizer.ggml.eos_token_id", n, true, &tok->eos)) != CLLM_OK ||
+    if ((st = read_id(g, KEY_BOS, n, true, &tok->bos)) != CLLM_OK ||
+        (st = read_id(g, KEY_EOS, n, true, &tok->eos)) != CLLM_OK ||
         (st = read_id(g, "tokenizer.ggml.eot_token_id", n, true, &tok->eot)) != CLLM_OK ||
         (st = read_id(g, "tokenizer.ggml.eom_token_id", n, true, &tok->eom)) != CLLM_OK ||
         (st = read_id(g, "tokenizer.ggml.unknown_token_id", n, true, &tok->unk)) != CLLM_OK ||
@@ -667,12 +717,11 @@ static cllm_status load(cllm_tokenizer *tok, const cllm_gguf *g) {
         (st = read_bool(g, KEY_ADD_SPACE_PREFIX, &tok->add_space_prefix)) != CLLM_OK)
         return st;
     if (tok->kind == CLLM_TOKENIZER_BPE) tok->add_space_prefix = false;
+    const bool spm = tok->kind == CLLM_TOKENIZER_SPM;
     if (tok->add_bos && tok->bos < 0)
-        return cllm_error(CLLM_ERR_FORMAT, "%s: %s is true but there is no BOS token", name,
-                          KEY_ADD_BOS);
+        return no_token_to_add(g, "BOS", KEY_ADD_BOS, KEY_BOS, spm ? 1 : -1, n);
     if (tok->add_eos && tok->eos < 0)
-        return cllm_error(CLLM_ERR_FORMAT, "%s: %s is true but there is no EOS token", name,
-                          KEY_ADD_EOS);
+        return no_token_to_add(g, "EOS", KEY_ADD_EOS, KEY_EOS, spm ? 2 : -1, n);
 
     /* End of generation. */
     for (size_t k = 0; tok->eot < 0 && k < CLLM_ARRAY_SIZE(k_eot_texts); k++)

@@ -2,7 +2,10 @@
  * The CPU thread pool: every thread runs every job, with the right ith and
  * nth; barriers order the phases of a job (no thread starts phase p + 1
  * before every thread finished phase p); pools of 1..4 threads are created,
- * used and freed repeatedly, also after the workers have gone to sleep.
+ * used and freed repeatedly, also after the workers have gone to sleep, and
+ * with threads that arrive late at a barrier or at the end of a job (the
+ * others go to sleep there). A pool of 64 threads, more than this machine's
+ * CPUs, finishes hundreds of jobs.
  *
  * Threads record what they see in atomics; the checks run on the main
  * thread afterwards (the CHECK counters are not thread-safe).
@@ -18,18 +21,28 @@
 #include <string.h>
 #include <time.h>
 
-#define MAX_THREADS 4
-#define N_PHASES    24
+#define MAX_THREADS     64
+#define SMALL_THREADS   4 /* pools of 1..SMALL_THREADS threads */
+#define OVERSUB_THREADS 64
+#define N_PHASES        24
 
 typedef struct phase_job {
     cllm_threadpool *tp;
     int n_threads;
+    int n_phases;                         /* <= N_PHASES */
+    int late_thread;                      /* -1, or a thread that sleeps before the first barrier */
+    int last_thread;                      /* -1, or a thread that sleeps after the last barrier */
     _Atomic int done[N_PHASES];           /* threads that finished each phase */
     _Atomic int ran[MAX_THREADS];         /* jobs each thread ran */
     _Atomic int phases_seen[MAX_THREADS]; /* phases each thread went through */
     _Atomic int errors;                   /* ordering or argument violations */
     int slot[N_PHASES][MAX_THREADS];      /* written by one thread per phase, read after */
 } phase_job;
+
+static void sleep_ms(int ms) {
+    const struct timespec ts = {.tv_sec = 0, .tv_nsec = (long)ms * 1000000L};
+    nanosleep(&ts, NULL);
+}
 
 /* Each phase: check that the previous phase is complete everywhere, mark
  * this one, meet at the barrier, then check that nobody is missing. */
@@ -40,7 +53,8 @@ static void phase_run(int ith, int nth, void *arg) {
         return; /* a wrong nth would deadlock the barriers: give up */
     }
     atomic_fetch_add(&job->ran[ith], 1);
-    for (int p = 0; p < N_PHASES; p++) {
+    if (ith == job->late_thread) sleep_ms(3); /* the others sleep at the barrier */
+    for (int p = 0; p < job->n_phases; p++) {
         if (p > 0 && atomic_load(&job->done[p - 1]) != nth) atomic_fetch_add(&job->errors, 1);
         if (atomic_load(&job->done[p]) >= nth) atomic_fetch_add(&job->errors, 1);
         job->slot[p][ith] = p * 100 + ith; /* plain writes, published by the barrier */
@@ -55,23 +69,23 @@ static void phase_run(int ith, int nth, void *arg) {
         /* barriers back to back: the phase counter must keep them apart */
         cllm_threadpool_barrier(job->tp);
     }
+    if (ith == job->last_thread) sleep_ms(3); /* the caller sleeps until it is done */
 }
 
-static void reset_job(phase_job *job, cllm_threadpool *tp, int n) {
+static void reset_job(phase_job *job, cllm_threadpool *tp, int n, int n_phases) {
     job->tp = tp;
     job->n_threads = n;
+    job->n_phases = n_phases;
+    job->late_thread = job->last_thread = -1;
     for (int p = 0; p < N_PHASES; p++) atomic_store(&job->done[p], 0);
     atomic_store(&job->errors, 0);
     memset(job->slot, 0xff, sizeof(job->slot));
 }
 
-static void sleep_ms(int ms) {
-    const struct timespec ts = {.tv_sec = 0, .tv_nsec = (long)ms * 1000000L};
-    nanosleep(&ts, NULL);
-}
-
-/* Many runs of a phased job on one pool. */
-static void test_phases(int n, int runs) {
+/* Many runs of a job of n_phases phases on one pool of n threads; now and
+ * then the workers fall asleep between jobs, a thread comes late to the
+ * first barrier, or a worker finishes long after the caller. */
+static void test_phases(int n, int runs, int n_phases) {
     cllm_threadpool *tp = cllm_threadpool_new(n);
     CHECK(tp != NULL);
     if (!tp) return;
@@ -83,22 +97,23 @@ static void test_phases(int n, int runs) {
     }
     int errors = 0, incomplete = 0;
     for (int r = 0; r < runs; r++) {
-        reset_job(&job, tp, n);
-        /* now and then let the workers fall asleep between jobs */
+        reset_job(&job, tp, n, n_phases);
         if (r % 40 == 20) sleep_ms(30);
+        if (r % 40 == 10) job.late_thread = r / 40 % n;
+        if (r % 40 == 30 && n > 1) job.last_thread = 1 + r / 40 % (n - 1);
         cllm_threadpool_run(tp, phase_run, &job);
         errors += atomic_load(&job.errors);
         /* run returned: every thread finished every phase of this run */
-        for (int p = 0; p < N_PHASES; p++) incomplete += atomic_load(&job.done[p]) != n;
+        for (int p = 0; p < n_phases; p++) incomplete += atomic_load(&job.done[p]) != n;
     }
     CHECKF(errors == 0, "%d threads: %d ordering violations", n, errors);
     CHECKF(incomplete == 0, "%d threads: %d phases incomplete when run returned", n, incomplete);
     for (int t = 0; t < n; t++) {
         CHECKF(atomic_load(&job.ran[t]) == runs, "%d threads: thread %d ran %d of %d jobs", n, t,
                atomic_load(&job.ran[t]), runs);
-        CHECKF(atomic_load(&job.phases_seen[t]) == runs * N_PHASES,
+        CHECKF(atomic_load(&job.phases_seen[t]) == runs * n_phases,
                "%d threads: thread %d saw %d of %d phases", n, t, atomic_load(&job.phases_seen[t]),
-               runs * N_PHASES);
+               runs * n_phases);
     }
     cllm_threadpool_free(tp);
 }
@@ -149,11 +164,11 @@ static void test_create_free(int n, int rounds) {
 int main(void) {
     cllm_threadpool_free(NULL); /* does nothing */
     CHECK(cllm_physical_cores() >= 1);
-    for (int n = 1; n <= MAX_THREADS; n++) {
-        /* more threads than cores make every run cost a scheduler time slice:
-         * fewer runs there keep the test at a few seconds */
-        const bool oversubscribed = n > 2;
-        test_phases(n, oversubscribed ? 30 : 120);
+    const int cpus = cllm_cpu_count();
+    for (int n = 1; n <= SMALL_THREADS; n++) {
+        /* pools with more threads than CPUs do not spin: every wait sleeps */
+        const bool oversubscribed = n > cpus;
+        test_phases(n, oversubscribed ? 60 : 120, N_PHASES);
         test_create_free(n, 30);
         cllm_threadpool *tp = cllm_threadpool_new(n);
         CHECK(tp != NULL);
@@ -163,5 +178,10 @@ int main(void) {
             cllm_threadpool_free(tp);
         }
     }
+    /* 64 threads, on most machines far more than CPUs: 300 jobs of 4 phases
+     * (8 barriers each) complete, every thread in every phase */
+    test_phases(OVERSUB_THREADS, 300, 4);
+    test_create_free(OVERSUB_THREADS, 4);
+
     return check_summary("test_threadpool");
 }

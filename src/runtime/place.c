@@ -143,6 +143,14 @@ cllm_status cllm_shape_resolve(const cllm_hparams *hp, const cllm_shape_params *
     sh.n_batch = CLLM_MIN(sh.n_batch, sh.n_ctx);
     sh.n_outputs = p->all_logits ? sh.n_batch : 1;
     if (sh.n_threads == 0) sh.n_threads = cllm_physical_cores();
+    /* threads beyond the CPUs only wait for each other; the workspace is
+     * planned per thread, so the count is settled here, for plan and session */
+    const int n_cpus = cllm_cpu_count();
+    if (sh.n_threads > n_cpus) {
+        CLLM_LOG_WARN("%s: %d threads requested but only %d CPUs available: using %d", who,
+                      sh.n_threads, n_cpus, n_cpus);
+        sh.n_threads = n_cpus;
+    }
     *out = sh;
     return CLLM_OK;
 }

@@ -1,5 +1,5 @@
-/* The CPU thread pool: persistent workers, spin-then-sleep waits, a
- * sense-reversing barrier. */
+/* The CPU thread pool: persistent workers, every wait an adaptive spin then
+ * a sleep on a condition variable, a sense-reversing barrier. */
 #include "backend/cpu/threadpool.h"
 #include "core/hostmem.h"
 #include "core/common.h"
@@ -18,9 +18,50 @@
 #define CPU_RELAX() ((void)0)
 #endif
 
-/* Spins before sleeping (waiting for a job) or yielding (at a barrier). */
-#define SPIN_WAIT_JOB     (1 << 16)
-#define SPIN_WAIT_BARRIER (1 << 10)
+/*
+ * Every wait (a worker for a job, a thread at a barrier, the caller for the
+ * workers) spins, then sleeps until woken. Spinning catches the short waits
+ * of an idle machine without a system call; sleeping keeps a waiting thread
+ * from holding a CPU that a thread with work needs when the machine is busier
+ * than the pool (another process on the cores, or more threads than CPUs):
+ * the sleeper leaves its CPU and its share of CPU time to others, and the
+ * kernel runs the thread that holds the work there. Spinning or yielding
+ * without bound would cost such a thread a scheduler time slice at every
+ * barrier.
+ *
+ * How long to spin adapts to the machine, per pool and kind of wait: a wait
+ * that ends while spinning lets the next one spin 1/8 longer (up to the
+ * maximum); one that has to sleep halves it (down to the minimum). On an idle
+ * machine the other threads arrive within microseconds and the waits spin at
+ * the maximum; when they are preempted, sleeping soon is what helps them. A
+ * pool with more threads than CPUs does not spin at all: some of its threads
+ * are never running.
+ *
+ * A pause takes 10 to 50 ns depending on the CPU: the maximum for barriers is
+ * some 40 to 200 us, far longer than the imbalance between threads at the end
+ * of a node, far shorter than a time slice (milliseconds).
+ */
+#define SPIN_MAX_JOB  (1 << 16)
+#define SPIN_MAX_WAIT (1 << 12) /* at a barrier, or for the workers */
+#define SPIN_MIN      64
+
+typedef struct spin_limit {
+    _Atomic int limit; /* CPU_RELAX()es before sleeping; updated racily */
+    int min, max;
+} spin_limit;
+
+/*
+ * A place to sleep until an atomic word changes. The waker changes the word
+ * (sequentially consistent), then broadcasts only if someone sleeps; the
+ * sleeper counts itself (sequentially consistent) under the mutex before it
+ * looks at the word again: either the waker sees the count, or the sleeper
+ * sees the new value.
+ */
+typedef struct waitq {
+    pthread_mutex_t mutex;
+    pthread_cond_t cond;
+    _Atomic int n_sleeping;
+} waitq;
 
 typedef struct worker {
     cllm_threadpool *tp;
@@ -31,43 +72,87 @@ typedef struct worker {
 struct cllm_threadpool {
     int n_threads;
     worker *workers; /* n_threads - 1 */
+    spin_limit spin_job, spin_wait;
 
-    pthread_mutex_t mutex;
-    pthread_cond_t cond;
-    _Atomic int generation; /* incremented for every job */
-    _Atomic int n_done;     /* workers done with the current job */
+    /* counters that only ever grow (unsigned: they wrap around) */
+    _Atomic unsigned generation; /* incremented for every job, and to stop */
+    _Atomic unsigned done_phase; /* incremented when the last worker is done */
+    _Atomic int n_done;          /* workers done with the current job */
     _Atomic bool stop;
     cllm_threadpool_job job;
     void *arg;
 
     /* barrier */
     _Atomic int barrier_count;
-    _Atomic int barrier_phase;
+    _Atomic unsigned barrier_phase;
+
+    waitq q_job;     /* workers waiting for a job (generation) */
+    waitq q_barrier; /* threads waiting at a barrier (barrier_phase) */
+    waitq q_done;    /* the caller waiting for the workers (done_phase) */
 };
+
+static bool waitq_init(waitq *q) {
+    atomic_init(&q->n_sleeping, 0);
+    if (pthread_mutex_init(&q->mutex, NULL) != 0) return false;
+    if (pthread_cond_init(&q->cond, NULL) != 0) {
+        pthread_mutex_destroy(&q->mutex);
+        return false;
+    }
+    return true;
+}
+
+static void waitq_destroy(waitq *q) {
+    pthread_cond_destroy(&q->cond);
+    pthread_mutex_destroy(&q->mutex);
+}
+
+static void spin_limit_init(spin_limit *sl, int min, int max) {
+    sl->min = min;
+    sl->max = max;
+    atomic_init(&sl->limit, max);
+}
+
+/* Returns once *word != old: spins up to sl's limit, then sleeps on q. */
+static void waitq_wait(waitq *q, _Atomic unsigned *word, unsigned old, spin_limit *sl) {
+    const int limit = atomic_load_explicit(&sl->limit, memory_order_relaxed);
+    for (int i = 0; i < limit; i++) {
+        if (atomic_load_explicit(word, memory_order_acquire) != old) {
+            const int longer = limit + limit / 8 + 1;
+            atomic_store_explicit(&sl->limit, CLLM_MIN(longer, sl->max), memory_order_relaxed);
+            return;
+        }
+        CPU_RELAX();
+    }
+    atomic_store_explicit(&sl->limit, CLLM_MAX(limit / 2, sl->min), memory_order_relaxed);
+    pthread_mutex_lock(&q->mutex);
+    atomic_fetch_add(&q->n_sleeping, 1);
+    while (atomic_load(word) == old) pthread_cond_wait(&q->cond, &q->mutex);
+    atomic_fetch_sub(&q->n_sleeping, 1);
+    pthread_mutex_unlock(&q->mutex);
+}
+
+/* Wakes the sleepers of q; call it after a sequentially consistent change of
+ * the word they wait on. No system call when nobody sleeps. */
+static void waitq_wake(waitq *q) {
+    if (atomic_load(&q->n_sleeping) == 0) return;
+    pthread_mutex_lock(&q->mutex);
+    pthread_cond_broadcast(&q->cond);
+    pthread_mutex_unlock(&q->mutex);
+}
 
 static void *worker_main(void *p) {
     worker *w = p;
     cllm_threadpool *tp = w->tp;
-    int seen = 0;
+    unsigned seen = 0;
     for (;;) {
-        /* wait for a new generation: spin, then sleep on the condition */
-        int spins = 0;
-        while (atomic_load_explicit(&tp->generation, memory_order_acquire) == seen &&
-               !atomic_load_explicit(&tp->stop, memory_order_acquire)) {
-            if (++spins < SPIN_WAIT_JOB) {
-                CPU_RELAX();
-                continue;
-            }
-            pthread_mutex_lock(&tp->mutex);
-            while (atomic_load(&tp->generation) == seen && !atomic_load(&tp->stop)) {
-                pthread_cond_wait(&tp->cond, &tp->mutex);
-            }
-            pthread_mutex_unlock(&tp->mutex);
-        }
-        if (atomic_load(&tp->stop)) break;
+        waitq_wait(&tp->q_job, &tp->generation, seen, &tp->spin_job);
         seen = atomic_load_explicit(&tp->generation, memory_order_acquire);
+        if (atomic_load(&tp->stop)) break;
         tp->job(w->ith, tp->n_threads, tp->arg);
-        atomic_fetch_add_explicit(&tp->n_done, 1, memory_order_release);
+        if (atomic_fetch_add_explicit(&tp->n_done, 1, memory_order_acq_rel) == tp->n_threads - 2) {
+            atomic_fetch_add(&tp->done_phase, 1);
+            waitq_wake(&tp->q_done);
+        }
     }
     return NULL;
 }
@@ -77,10 +162,18 @@ cllm_threadpool *cllm_threadpool_new(int n_threads) {
     cllm_threadpool *tp = cllm_calloc(1, sizeof(*tp));
     if (!tp) return NULL;
     tp->n_threads = n_threads;
+    if (n_threads > cllm_cpu_count()) {
+        spin_limit_init(&tp->spin_job, 0, 0);
+        spin_limit_init(&tp->spin_wait, 0, 0);
+    } else {
+        spin_limit_init(&tp->spin_job, SPIN_MIN, SPIN_MAX_JOB);
+        spin_limit_init(&tp->spin_wait, SPIN_MIN, SPIN_MAX_WAIT);
+    }
     tp->workers = cllm_calloc((size_t)n_threads, sizeof(*tp->workers));
     if (!tp->workers) goto fail_alloc;
-    if (pthread_mutex_init(&tp->mutex, NULL) != 0) goto fail_alloc;
-    if (pthread_cond_init(&tp->cond, NULL) != 0) goto fail_mutex;
+    if (!waitq_init(&tp->q_job)) goto fail_alloc;
+    if (!waitq_init(&tp->q_barrier)) goto fail_q_job;
+    if (!waitq_init(&tp->q_done)) goto fail_q_barrier;
     int started = 0;
     for (; started < n_threads - 1; started++) {
         worker *w = &tp->workers[started];
@@ -95,8 +188,10 @@ cllm_threadpool *cllm_threadpool_new(int n_threads) {
     }
     return tp;
 
-fail_mutex:
-    pthread_mutex_destroy(&tp->mutex);
+fail_q_barrier:
+    waitq_destroy(&tp->q_barrier);
+fail_q_job:
+    waitq_destroy(&tp->q_job);
 fail_alloc:
     cllm_free(tp->workers);
     cllm_free(tp);
@@ -105,13 +200,13 @@ fail_alloc:
 
 void cllm_threadpool_free(cllm_threadpool *tp) {
     if (!tp) return;
-    pthread_mutex_lock(&tp->mutex);
     atomic_store(&tp->stop, true);
-    pthread_cond_broadcast(&tp->cond);
-    pthread_mutex_unlock(&tp->mutex);
+    atomic_fetch_add(&tp->generation, 1);
+    waitq_wake(&tp->q_job);
     for (int i = 0; i < tp->n_threads - 1; i++) pthread_join(tp->workers[i].thread, NULL);
-    pthread_cond_destroy(&tp->cond);
-    pthread_mutex_destroy(&tp->mutex);
+    waitq_destroy(&tp->q_done);
+    waitq_destroy(&tp->q_barrier);
+    waitq_destroy(&tp->q_job);
     cllm_free(tp->workers);
     cllm_free(tp);
 }
@@ -123,44 +218,41 @@ void cllm_threadpool_run(cllm_threadpool *tp, cllm_threadpool_job job, void *arg
         job(0, 1, arg);
         return;
     }
+    /* every worker finished the previous job: nobody reads these now */
     tp->job = job;
     tp->arg = arg;
-    atomic_store(&tp->n_done, 0);
-    atomic_store(&tp->barrier_count, 0);
-    pthread_mutex_lock(&tp->mutex);
-    atomic_fetch_add_explicit(&tp->generation, 1, memory_order_release);
-    pthread_cond_broadcast(&tp->cond);
-    pthread_mutex_unlock(&tp->mutex);
+    atomic_store_explicit(&tp->n_done, 0, memory_order_relaxed);
+    atomic_store_explicit(&tp->barrier_count, 0, memory_order_relaxed);
+    const unsigned done = atomic_load_explicit(&tp->done_phase, memory_order_relaxed);
+    atomic_fetch_add(&tp->generation, 1); /* publishes the above */
+    waitq_wake(&tp->q_job);
 
     job(0, tp->n_threads, arg);
 
-    int spins = 0;
-    while (atomic_load_explicit(&tp->n_done, memory_order_acquire) < tp->n_threads - 1) {
-        if (++spins < SPIN_WAIT_BARRIER) {
-            CPU_RELAX();
-        } else {
-            sched_yield();
-        }
-    }
+    waitq_wait(&tp->q_done, &tp->done_phase, done, &tp->spin_wait);
 }
 
 void cllm_threadpool_barrier(cllm_threadpool *tp) {
     if (tp->n_threads == 1) return;
-    const int phase = atomic_load_explicit(&tp->barrier_phase, memory_order_acquire);
+    const unsigned phase = atomic_load_explicit(&tp->barrier_phase, memory_order_acquire);
     if (atomic_fetch_add_explicit(&tp->barrier_count, 1, memory_order_acq_rel) ==
         tp->n_threads - 1) {
         atomic_store_explicit(&tp->barrier_count, 0, memory_order_relaxed);
-        atomic_store_explicit(&tp->barrier_phase, phase + 1, memory_order_release);
+        atomic_store(&tp->barrier_phase, phase + 1);
+        waitq_wake(&tp->q_barrier);
         return;
     }
-    int spins = 0;
-    while (atomic_load_explicit(&tp->barrier_phase, memory_order_acquire) == phase) {
-        if (++spins < SPIN_WAIT_BARRIER) {
-            CPU_RELAX();
-        } else {
-            sched_yield();
-        }
+    waitq_wait(&tp->q_barrier, &tp->barrier_phase, phase, &tp->spin_wait);
+}
+
+int cllm_cpu_count(void) {
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof(set), &set) == 0) {
+        const int n = CPU_COUNT(&set);
+        if (n > 0) return n;
     }
+    const long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? (int)CLLM_MIN(n, 1 << 20) : 1;
 }
 
 int cllm_physical_cores(void) {

@@ -1,7 +1,9 @@
 /*
  * A persistent thread pool for graph compute: worker threads are created
- * once, wait for a job (spinning briefly, then sleeping), run it, and meet at
- * barriers inside it. No thread is created per token or per node.
+ * once, wait for a job, run it, and meet at barriers inside it. No thread is
+ * created per token or per node. Every wait spins a bounded time, then sleeps
+ * (none spins in a pool with more threads than CPUs): a machine busier than
+ * the pool slows it down in proportion, not by a time slice per barrier.
  *
  *     cllm_threadpool *tp = cllm_threadpool_new(4);     // the caller + 3 workers
  *     cllm_threadpool_run(tp, job, &args);             // job(0..3) in parallel
@@ -32,5 +34,9 @@ void cllm_threadpool_barrier(cllm_threadpool *tp);
 
 /* Number of physical cores (distinct core ids), at least 1. */
 int cllm_physical_cores(void);
+
+/* Number of CPUs this process may run on (its affinity mask; else the online
+ * CPUs), at least 1: the most threads that can run at once. */
+int cllm_cpu_count(void);
 
 #endif /* CLLM_BACKEND_CPU_THREADPOOL_H */

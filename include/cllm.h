@@ -107,8 +107,10 @@ typedef void (*cllm_log_fn)(cllm_log_level level, const char *msg, void *user_da
 /*
  * Routes log messages to `fn` (NULL restores the default, which prints
  * warnings and errors to stderr, and everything at or above the level set by
- * the environment variable CLLM_LOG=debug|info|warn|error). Not thread-safe
- * with respect to concurrent logging; call it at start-up.
+ * the environment variable CLLM_LOG=debug|info|warn|error, one line each,
+ * escaped as CLLM_ESCAPE_TEXT). A callback receives messages of every level,
+ * unescaped. Not thread-safe with respect to concurrent logging; call it at
+ * start-up.
  */
 void cllm_log_set(cllm_log_fn fn, void *user_data);
 
@@ -116,10 +118,60 @@ void cllm_log_set(cllm_log_fn fn, void *user_data);
 void cllm_log_set_level(cllm_log_level level);
 
 /*
+ * The minimum level of the default logger: the one set by
+ * cllm_log_set_level, else the one CLLM_LOG names, else CLLM_LOG_WARN. For
+ * a log callback that filters as the default logger does.
+ */
+cllm_log_level cllm_log_get_level(void);
+
+/*
  * The message of the last error logged on the calling thread ("" if none).
  * The string stays valid until the next error on this thread.
+ *
+ * Messages quote the file's strings (an architecture name, a key) as they
+ * are: they may hold any byte. Print them with cllm_escape_fputs; the
+ * default logger does.
  */
 const char *cllm_last_error(void);
+
+/*
+ * Escaping of untrusted text (strings from a model file, messages that quote
+ * them, paths) so that printing it can neither send control sequences to a
+ * terminal nor break the line or JSON structure around it.
+ *
+ * CLLM_ESCAPE_TEXT (a terminal or a log line): backslash as \\, newline,
+ * carriage return and tab as \n, \r, \t, every other control byte (0x00 to
+ * 0x1f, 0x7f) as \xNN, each byte that is not part of valid UTF-8 (stray
+ * continuation bytes, overlong forms, surrogates, code points past
+ * U+10FFFF, a sequence cut short) as \xNN, and the code points a terminal
+ * may act on as \uXXXX: C1 controls U+0080..U+009F, the line and paragraph
+ * separators U+2028 and U+2029, and the bidirectional controls
+ * U+202A..U+202E and U+2066..U+2069. Other valid UTF-8 stays as it is.
+ *
+ * CLLM_ESCAPE_JSON (the inside of a JSON string; the caller writes the
+ * quotes): " and \ escaped, control bytes as \b \f \n \r \t or \u00NN,
+ * the code points above as \uXXXX, and each byte that is not part of valid
+ * UTF-8 as \ufffd (the replacement character), so that the result is valid
+ * JSON in UTF-8 whatever the input.
+ */
+typedef enum cllm_escape_mode {
+    CLLM_ESCAPE_TEXT = 0,
+    CLLM_ESCAPE_JSON,
+    CLLM_ESCAPE_COUNT
+} cllm_escape_mode;
+
+/*
+ * Escapes the `len` bytes of `s` (which may hold NUL bytes) into
+ * buf[0..size), NUL-terminated, as much as fits in size - 1 bytes; it never
+ * cuts an escape or a UTF-8 character in two. Returns the length of the
+ * whole escaped text (as snprintf: a result >= size means it was cut).
+ * `buf` may be NULL when `size` is 0 (to measure). Thread-safe.
+ */
+size_t cllm_escape(char *buf, size_t size, const char *s, size_t len, cllm_escape_mode mode);
+
+/* Writes the `len` bytes of `s`, escaped as cllm_escape does, to `f`
+ * (errors are the stream's: ferror). Thread-safe as stdio is. */
+void cllm_escape_fputs(FILE *f, const char *s, size_t len, cllm_escape_mode mode);
 
 /* "0.1.0" */
 const char *cllm_version(void);

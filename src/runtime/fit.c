@@ -427,6 +427,13 @@ cllm_status cllm_plan_file(const char *path, const cllm_plan_params *p, cllm_pla
 
 /* ---- printing ---------------------------------------------------------- */
 
+/* Names and paths come from files and the command line: escaped for a
+ * terminal, or for the inside of a JSON string (cut to fit buf). */
+static const char *esc(const char *str, char *buf, size_t size, bool json) {
+    cllm_escape(buf, size, str, strlen(str), json ? CLLM_ESCAPE_JSON : CLLM_ESCAPE_TEXT);
+    return buf;
+}
+
 /* "0-15 cpu, 16-31 test0" */
 static void layer_ranges(const cllm_plan *plan, FILE *f, bool json) {
     const int n = (int)plan->hp.n_layer;
@@ -434,7 +441,8 @@ static void layer_ranges(const cllm_plan *plan, FILE *f, bool json) {
     for (int l = 0; l < n;) {
         int e = l;
         while (e + 1 < n && plan->layer_device[e + 1] == plan->layer_device[l]) e++;
-        const char *name = plan->devices[plan->layer_device[l]].name;
+        char name[64];
+        esc(plan->devices[plan->layer_device[l]].name, name, sizeof(name), json);
         if (json) {
             fprintf(f, "%s{\"first\": %d, \"last\": %d, \"device\": \"%s\"}", first ? "" : ", ", l,
                     e, name);
@@ -454,15 +462,18 @@ static void shape_str(const cllm_tensor *t, char *buf, size_t size) {
 
 void cllm_plan_print(const cllm_plan *plan, FILE *f, bool verbose) {
     char a[32], b[32], c[32], d[32], e[32], g[32];
+    char model[4 * sizeof(plan->model)], arch[4 * sizeof(plan->hp.arch)], dev[64];
     fprintf(f, "plan for %s: %s, %lld layers, context %lld, batch %lld, %d session%s, KV %s\n\n",
-            plan->model, plan->hp.arch, (long long)plan->hp.n_layer, (long long)plan->n_ctx,
-            (long long)plan->n_batch, plan->n_sessions, plan->n_sessions == 1 ? "" : "s",
-            cllm_type_name(plan->kv_type));
+            esc(plan->model, model, sizeof(model), false),
+            esc(plan->hp.arch, arch, sizeof(arch), false), (long long)plan->hp.n_layer,
+            (long long)plan->n_ctx, (long long)plan->n_batch, plan->n_sessions,
+            plan->n_sessions == 1 ? "" : "s", cllm_type_name(plan->kv_type));
     fprintf(f, "  %-10s %6s %11s %11s %11s %11s %11s %11s\n", "device", "layers", "weights",
             "state", "compute", "workspace", "total", "budget");
     for (int i = 0; i < plan->n_devices; i++) {
         const cllm_plan_device *fd = &plan->devices[i];
-        fprintf(f, "  %-10s %6d %11s %11s %11s %11s %11s %11s%s\n", fd->name, fd->n_layers,
+        fprintf(f, "  %-10s %6d %11s %11s %11s %11s %11s %11s%s\n",
+                esc(fd->name, dev, sizeof(dev), false), fd->n_layers,
                 cllm_format_size(fd->bytes[CLLM_MEM_WEIGHTS], a, sizeof(a)),
                 cllm_format_size(fd->bytes[CLLM_MEM_STATE], b, sizeof(b)),
                 cllm_format_size(fd->bytes[CLLM_MEM_COMPUTE], c, sizeof(c)),
@@ -491,64 +502,71 @@ void cllm_plan_print(const cllm_plan *plan, FILE *f, bool verbose) {
         bar[WIDTH] = '\0';
         const double pct =
             fd->budget ? 100.0 * (double)cllm_plan_device_total(plan, i) / (double)fd->budget : 0;
-        fprintf(f, "  %-10s [%s] %5.1f%%\n", fd->name, bar, pct);
+        fprintf(f, "  %-10s [%s] %5.1f%%\n", esc(fd->name, dev, sizeof(dev), false), bar, pct);
     }
     if (plan->use_mmap) {
         fprintf(f, "\n  cpu weights: the whole file is mapped (--no-mmap: only the cpu's layers)");
     }
     fprintf(f, "\n  layers: ");
     layer_ranges(plan, f, false);
+    char dev2[64];
     fprintf(f, "\n  input (token embeddings): %s; output: %s\n",
-            plan->devices[plan->input_device].name, plan->devices[plan->output_device].name);
+            esc(plan->devices[plan->input_device].name, dev, sizeof(dev), false),
+            esc(plan->devices[plan->output_device].name, dev2, sizeof(dev2), false));
     if (verbose) {
         fprintf(f, "\n  %-32s %-6s %-24s %12s  %s\n", "tensor", "type", "shape", "bytes", "device");
         for (int i = 0; i < plan->n_tensors; i++) {
             const cllm_plan_tensor *ft = &plan->tensors[i];
-            char shape[64];
+            char shape[64], name[4 * CLLM_GGUF_MAX_NAME + 1];
             shape_str(ft->t, shape, sizeof(shape));
-            fprintf(f, "  %-32s %-6s %-24s %12zu  %s%s\n", ft->t->name, cllm_type_name(ft->t->type),
-                    shape, ft->bytes, plan->devices[ft->device].name, ft->state ? " (state)" : "");
+            fprintf(f, "  %-32s %-6s %-24s %12zu  %s%s\n",
+                    esc(ft->t->name, name, sizeof(name), false), cllm_type_name(ft->t->type), shape,
+                    ft->bytes, esc(plan->devices[ft->device].name, dev, sizeof(dev), false),
+                    ft->state ? " (state)" : "");
         }
     }
     fprintf(f, "\n  planned in %.1f ms (%d probes)\n", plan->plan_ms, plan->n_probes);
 }
 
 void cllm_plan_print_json(const cllm_plan *plan, FILE *f, bool verbose) {
-    fprintf(f, "{\"model\": \"");
-    for (const char *p = plan->model; *p; p++) {
-        if (*p == '"' || *p == '\\') fputc('\\', f);
-        if ((unsigned char)*p >= 0x20) fputc(*p, f);
-    }
+    char model[6 * sizeof(plan->model)], arch[6 * sizeof(plan->hp.arch)], dev[64], dev2[64];
     fprintf(f,
-            "\", \"arch\": \"%s\", \"n_layer\": %lld, \"n_ctx\": %lld, \"n_batch\": %lld, "
-            "\"n_sessions\": %d, \"kv_type\": \"%s\",\n \"devices\": [",
-            plan->hp.arch, (long long)plan->hp.n_layer, (long long)plan->n_ctx,
-            (long long)plan->n_batch, plan->n_sessions, cllm_type_name(plan->kv_type));
+            "{\"model\": \"%s\", \"arch\": \"%s\", \"n_layer\": %lld, \"n_ctx\": %lld, "
+            "\"n_batch\": %lld, \"n_sessions\": %d, \"kv_type\": \"%s\",\n \"devices\": [",
+            esc(plan->model, model, sizeof(model), true),
+            esc(plan->hp.arch, arch, sizeof(arch), true), (long long)plan->hp.n_layer,
+            (long long)plan->n_ctx, (long long)plan->n_batch, plan->n_sessions,
+            cllm_type_name(plan->kv_type));
     for (int i = 0; i < plan->n_devices; i++) {
         const cllm_plan_device *fd = &plan->devices[i];
         fprintf(f,
                 "%s\n  {\"name\": \"%s\", \"kind\": \"%s\", \"layers\": %d, \"weights\": %zu, "
                 "\"state\": %zu, \"compute\": %zu, \"workspace\": %zu, \"total\": %zu, "
                 "\"budget\": %zu, \"budget_given\": %s}",
-                i ? "," : "", fd->name, cllm_device_kind_str(cllm_device_kind_of(fd->dev)),
-                fd->n_layers, fd->bytes[CLLM_MEM_WEIGHTS], fd->bytes[CLLM_MEM_STATE],
-                fd->bytes[CLLM_MEM_COMPUTE], fd->bytes[CLLM_MEM_WORKSPACE],
-                cllm_plan_device_total(plan, i), fd->budget, fd->budget_given ? "true" : "false");
+                i ? "," : "", esc(fd->name, dev, sizeof(dev), true),
+                cllm_device_kind_str(cllm_device_kind_of(fd->dev)), fd->n_layers,
+                fd->bytes[CLLM_MEM_WEIGHTS], fd->bytes[CLLM_MEM_STATE], fd->bytes[CLLM_MEM_COMPUTE],
+                fd->bytes[CLLM_MEM_WORKSPACE], cllm_plan_device_total(plan, i), fd->budget,
+                fd->budget_given ? "true" : "false");
     }
     fprintf(f, "],\n \"layers\": [");
     layer_ranges(plan, f, true);
     fprintf(f, "],\n \"input\": \"%s\", \"output\": \"%s\", \"plan_ms\": %.3f, \"probes\": %d",
-            plan->devices[plan->input_device].name, plan->devices[plan->output_device].name,
-            plan->plan_ms, plan->n_probes);
+            esc(plan->devices[plan->input_device].name, dev, sizeof(dev), true),
+            esc(plan->devices[plan->output_device].name, dev2, sizeof(dev2), true), plan->plan_ms,
+            plan->n_probes);
     if (verbose) {
         fprintf(f, ",\n \"tensors\": [");
         for (int i = 0; i < plan->n_tensors; i++) {
             const cllm_plan_tensor *ft = &plan->tensors[i];
+            char name[6 * CLLM_GGUF_MAX_NAME + 1];
             fprintf(f,
                     "%s\n  {\"name\": \"%s\", \"type\": \"%s\", \"bytes\": %zu, \"device\": "
                     "\"%s\", \"kind\": \"%s\"}",
-                    i ? "," : "", ft->t->name, cllm_type_name(ft->t->type), ft->bytes,
-                    plan->devices[ft->device].name, ft->state ? "state" : "weights");
+                    i ? "," : "", esc(ft->t->name, name, sizeof(name), true),
+                    cllm_type_name(ft->t->type), ft->bytes,
+                    esc(plan->devices[ft->device].name, dev, sizeof(dev), true),
+                    ft->state ? "state" : "weights");
         }
         fprintf(f, "]");
     }

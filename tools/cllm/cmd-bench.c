@@ -13,7 +13,6 @@
 #include "cllm.h"
 #include "commands.h"
 
-#include <errno.h>
 #include <libgen.h>
 #include <limits.h>
 #include <math.h>
@@ -36,31 +35,54 @@ typedef struct bench_args {
     bench_output output;
 } bench_args;
 
-static bool parse_ll(const char *s, long long min, long long max, long long *out) {
-    char *end;
-    errno = 0;
-    const long long v = s ? strtoll(s, &end, 10) : 0;
-    if (!s || errno || end == s || *end || v < min || v > max) return false;
-    *out = v;
-    return true;
+static void bench_usage(FILE *f) {
+    fprintf(f, "usage: cllm bench -m FILE [options]\n"
+               "\n"
+               "Tokens/s of prompt processing (pp: a batch of -p tokens) and generation (tg: -n\n"
+               "tokens one at a time), mean +- stddev over -r repetitions after a warm-up, for\n"
+               "each thread count. Fixed pseudo-random token ids: neither tokenization nor\n"
+               "sampling is timed.\n"
+               "\n"
+               "  -m FILE                 the model (GGUF)\n"
+               "  -p, --n-prompt N        prompt tokens (default 512; 0: no pp test)\n"
+               "  -n, --n-gen N           generated tokens (default 128; 0: no tg test)\n"
+               "  -t, --threads N[,N...]  thread counts (default: physical cores)\n"
+               "  -r, --repetitions N     repetitions (default 5)\n"
+               "  -b, --batch-size N      batch size (default 512)\n"
+               "  -c, --ctx-size N        context (default: max(p, n) rounded up to 256)\n"
+               "  -o, --output md|csv|json   output format (default md)\n"
+               "  -h, --help              this help\n");
 }
 
 /* "1,2,4" -> threads[] */
-static bool parse_threads(const char *s, bench_args *a) {
-    if (!s) return false;
+static bool parse_threads(const char *o, const char *s, bench_args *a) {
     a->n_threads_list = 0;
     char buf[256];
+    if (strlen(s) >= sizeof(buf) || !*s) {
+        cllm_cli_error("bench", "%s: '%s' is not a list of thread counts (1,2,4)", o, s);
+        return false;
+    }
     snprintf(buf, sizeof(buf), "%s", s);
     for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok;
          tok = strtok_r(NULL, ",", &save)) {
         long long v;
-        if (!parse_ll(tok, 1, 1024, &v) || a->n_threads_list == BENCH_MAX_THREADS) return false;
+        if (!cllm_cli_int("bench", o, tok, 1, 1024, &v)) return false;
+        if (a->n_threads_list == BENCH_MAX_THREADS) {
+            cllm_cli_error("bench", "%s: more than %d thread counts", o, BENCH_MAX_THREADS);
+            return false;
+        }
         a->threads[a->n_threads_list++] = (int)v;
     }
-    return a->n_threads_list > 0;
+    if (a->n_threads_list == 0) {
+        cllm_cli_error("bench", "%s: '%s' is not a list of thread counts (1,2,4)", o, s);
+        return false;
+    }
+    return true;
 }
 
-static bool parse_bench_args(int argc, char **argv, bench_args *a) {
+/* Parses argv[1..] into *a: 0; -1 after printing the help; 2 after printing
+ * the problem. */
+static int parse_bench_args(int argc, char **argv, bench_args *a) {
     memset(a, 0, sizeof(*a));
     a->n_prompt = 512;
     a->n_gen = 128;
@@ -69,52 +91,60 @@ static bool parse_bench_args(int argc, char **argv, bench_args *a) {
     a->threads[0] = cllm_cpu_physical_cores();
     a->n_threads_list = 1;
     for (int i = 1; i < argc; i++) {
-        const char *o = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        const char *o = argv[i];
+        if (cllm_cli_is_help(o)) {
+            bench_usage(stdout);
+            return -1;
+        }
+        /* every option but -h takes a value */
+        if (!cllm_cli_is_one_of(o,
+                                "-m --model -p --n-prompt -n --n-gen -b --batch-size -c --ctx-size "
+                                "-r --repetitions -t --threads -o --output")) {
+            cllm_cli_error("bench", "unknown option '%s' (see cllm bench --help)", o);
+            return 2;
+        }
+        const char *v = cllm_cli_value("bench", argc, argv, &i);
+        if (!v) return 2;
         long long n;
         bool ok;
         if (!strcmp(o, "-m") || !strcmp(o, "--model")) {
             ok = (a->model = v) != NULL;
         } else if (!strcmp(o, "-p") || !strcmp(o, "--n-prompt")) {
-            ok = parse_ll(v, 0, 1 << 20, &n) && ((a->n_prompt = n), true);
+            ok = cllm_cli_int("bench", o, v, 0, 1 << 20, &n) && ((a->n_prompt = n), true);
         } else if (!strcmp(o, "-n") || !strcmp(o, "--n-gen")) {
-            ok = parse_ll(v, 0, 1 << 20, &n) && ((a->n_gen = n), true);
+            ok = cllm_cli_int("bench", o, v, 0, 1 << 20, &n) && ((a->n_gen = n), true);
         } else if (!strcmp(o, "-b") || !strcmp(o, "--batch-size")) {
-            ok = parse_ll(v, 1, 1 << 20, &n) && ((a->n_batch = n), true);
+            ok = cllm_cli_int("bench", o, v, 1, 1 << 20, &n) && ((a->n_batch = n), true);
         } else if (!strcmp(o, "-c") || !strcmp(o, "--ctx-size")) {
-            ok = parse_ll(v, 1, 1 << 24, &n) && ((a->n_ctx = n), true);
+            ok = cllm_cli_int("bench", o, v, 1, 1 << 24, &n) && ((a->n_ctx = n), true);
         } else if (!strcmp(o, "-r") || !strcmp(o, "--repetitions")) {
-            ok = parse_ll(v, 1, 1000, &n) && ((a->reps = (int)n), true);
+            ok = cllm_cli_int("bench", o, v, 1, 1000, &n) && ((a->reps = (int)n), true);
         } else if (!strcmp(o, "-t") || !strcmp(o, "--threads")) {
-            ok = parse_threads(v, a);
-        } else if (!strcmp(o, "-o") || !strcmp(o, "--output")) {
-            ok = v != NULL;
-            if (ok && !strcmp(v, "md"))
+            ok = parse_threads(o, v, a);
+        } else { /* -o, --output */
+            ok = true;
+            if (!strcmp(v, "md")) {
                 a->output = BENCH_MD;
-            else if (ok && !strcmp(v, "csv"))
+            } else if (!strcmp(v, "csv")) {
                 a->output = BENCH_CSV;
-            else if (ok && !strcmp(v, "json"))
+            } else if (!strcmp(v, "json")) {
                 a->output = BENCH_JSON;
-            else
+            } else {
+                cllm_cli_error("bench", "%s: '%s' is not md, csv or json", o, v);
                 ok = false;
-        } else {
-            fprintf(stderr, "cllm bench: unknown option '%s'\n", o);
-            return false;
+            }
         }
-        if (!ok) {
-            fprintf(stderr, "cllm bench: bad or missing value for %s\n", o);
-            return false;
-        }
-        i++;
+        if (!ok) return 2;
     }
     if (!a->model) {
-        fprintf(stderr, "cllm bench: no model given (-m FILE)\n");
-        return false;
+        cllm_cli_error("bench", "no model given (-m FILE)");
+        return 2;
     }
     if (a->n_prompt == 0 && a->n_gen == 0) {
-        fprintf(stderr, "cllm bench: nothing to run (-p 0 -n 0)\n");
-        return false;
+        cllm_cli_error("bench", "nothing to run (-p 0 -n 0)");
+        return 2;
     }
-    return true;
+    return 0;
 }
 
 /* The commit: env CLLM_COMMIT, else git of the tree above the binary. */
@@ -188,6 +218,16 @@ static double run_once(cllm_session *s, const int32_t *ids, int64_t n, bool batc
     return ms > 0 ? (double)n * 1000.0 / ms : 0.0;
 }
 
+/* A quoted CSV field (quotes doubled), then `sep`. */
+static void csv_field(const char *s, const char *sep) {
+    putchar('"');
+    for (; *s; s++) {
+        if (*s == '"') putchar('"');
+        putchar(*s);
+    }
+    printf("\"%s", sep);
+}
+
 static bool run_test(cllm_session *s, const int32_t *ids, int64_t n, bool batch, int reps,
                      bench_result *r) {
     /* warm-up: the whole batch for pp; a few tokens for tg */
@@ -208,8 +248,10 @@ static bool run_test(cllm_session *s, const int32_t *ids, int64_t n, bool batch,
 
 int cllm_cmd_bench(int argc, char **argv) {
     bench_args a;
-    if (!parse_bench_args(argc, argv, &a)) return 2;
+    const int parsed = parse_bench_args(argc, argv, &a);
+    if (parsed != 0) return parsed < 0 ? 0 : parsed;
 
+    int rc = 1;
     cllm_model *m = NULL;
     cllm_session *s = NULL;
     int32_t *ids = NULL;
@@ -222,7 +264,10 @@ int cllm_cmd_bench(int argc, char **argv) {
     const int64_t n_vocab = cllm_model_n_vocab(m);
     const int64_t n_ids = BENCH_MAX(a.n_prompt, a.n_gen);
     ids = malloc((size_t)n_ids * sizeof(*ids));
-    if (!ids) goto fail;
+    if (!ids) {
+        cllm_cli_error("bench", "out of memory for %lld token ids", (long long)n_ids);
+        goto done;
+    }
     uint64_t rng = 0x2545f4914f6cdd1dULL;
     for (int64_t i = 0; i < n_ids; i++) {
         rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
@@ -238,10 +283,15 @@ int cllm_cmd_bench(int argc, char **argv) {
     }
     const char *features = cllm_cpu_features();
     const char *base = strrchr(a.model, '/') ? strrchr(a.model, '/') + 1 : a.model;
+    /* the names as a terminal shows them (a file name may hold any byte) */
+    char commit_t[4 * sizeof(commit)], cpu_t[512], base_t[4 * 256 + 1];
+    cllm_escape(commit_t, sizeof(commit_t), commit, strlen(commit), CLLM_ESCAPE_TEXT);
+    cllm_escape(cpu_t, sizeof(cpu_t), cpu, strlen(cpu), CLLM_ESCAPE_TEXT);
+    cllm_escape(base_t, sizeof(base_t), base, strlen(base), CLLM_ESCAPE_TEXT);
     if (a.output == BENCH_MD) {
-        printf("cllm %s (commit %s), CPU: %s, kernels: %s\n", cllm_version(), commit, cpu,
+        printf("cllm %s (commit %s), CPU: %s, kernels: %s\n", cllm_version(), commit_t, cpu_t,
                features);
-        printf("model: %s, %.2f GiB, %.2f B params, %s\n\n", base, (double)d.bytes / (1u << 30),
+        printf("model: %s, %.2f GiB, %.2f B params, %s\n\n", base_t, (double)d.bytes / (1u << 30),
                (double)d.params / 1e9, cllm_type_name(d.type));
         printf("| model | type | size | threads | test | t/s |\n");
         printf("| --- | --- | ---: | ---: | ---: | ---: |\n");
@@ -266,14 +316,17 @@ int cllm_cmd_bench(int argc, char **argv) {
             if (!run_test(s, ids, n, pp, a.reps, r)) goto fail;
             n_res++;
             if (a.output == BENCH_MD) {
-                printf("| %s | %s | %.2f GiB | %d | %s%lld | %.2f ± %.2f |\n", base,
+                printf("| %s | %s | %.2f GiB | %d | %s%lld | %.2f ± %.2f |\n", base_t,
                        cllm_type_name(d.type), (double)d.bytes / (1u << 30), r->threads,
                        r->test_kind, (long long)n, r->mean, r->sd);
             } else if (a.output == BENCH_CSV) {
-                printf("%s,\"%s\",\"%s\",\"%s\",%s,%llu,%llu,%d,%s%lld,%lld,%.3f,%.3f\n", commit,
-                       cpu, features, base, cllm_type_name(d.type), (unsigned long long)d.bytes,
-                       (unsigned long long)d.params, r->threads, r->test_kind, (long long)n,
-                       (long long)n, r->mean, r->sd);
+                csv_field(commit_t, ",");
+                csv_field(cpu_t, ",");
+                csv_field(features, ",");
+                csv_field(base_t, ",");
+                printf("%s,%llu,%llu,%d,%s%lld,%lld,%.3f,%.3f\n", cllm_type_name(d.type),
+                       (unsigned long long)d.bytes, (unsigned long long)d.params, r->threads,
+                       r->test_kind, (long long)n, (long long)n, r->mean, r->sd);
             }
             fflush(stdout);
         }
@@ -282,10 +335,16 @@ int cllm_cmd_bench(int argc, char **argv) {
     }
 
     if (a.output == BENCH_JSON) {
-        printf("{\"commit\": \"%s\", \"cpu\": \"%s\", \"features\": \"%s\", \"model\": \"%s\", "
-               "\"type\": \"%s\", \"size_bytes\": %llu, \"params\": %llu, \"results\": [",
-               commit, cpu, features, base, cllm_type_name(d.type), (unsigned long long)d.bytes,
-               (unsigned long long)d.params);
+        printf("{\"commit\": ");
+        cllm_cli_json_str(stdout, commit, strlen(commit));
+        printf(", \"cpu\": ");
+        cllm_cli_json_str(stdout, cpu, strlen(cpu));
+        printf(", \"features\": ");
+        cllm_cli_json_str(stdout, features, strlen(features));
+        printf(", \"model\": ");
+        cllm_cli_json_str(stdout, base, strlen(base));
+        printf(", \"type\": \"%s\", \"size_bytes\": %llu, \"params\": %llu, \"results\": [",
+               cllm_type_name(d.type), (unsigned long long)d.bytes, (unsigned long long)d.params);
         for (int i = 0; i < n_res; i++) {
             printf("%s{\"threads\": %d, \"test\": \"%s%lld\", \"n\": %lld, \"tps_mean\": %.3f, "
                    "\"tps_stddev\": %.3f}",
@@ -294,14 +353,13 @@ int cllm_cmd_bench(int argc, char **argv) {
         }
         printf("]}\n");
     }
-    free(ids);
-    cllm_model_free(m);
-    return 0;
-
+    rc = 0;
+    goto done;
 fail:
-    fprintf(stderr, "cllm bench: %s\n", cllm_last_error());
+    cllm_cli_lib_error("bench");
+done:
     cllm_session_free(s);
     free(ids);
     cllm_model_free(m);
-    return 1;
+    return rc;
 }

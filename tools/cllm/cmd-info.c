@@ -5,7 +5,25 @@
 #include <stdio.h>
 #include <string.h>
 
-/* A metadata value on one line: strings quoted and cut at 72 bytes. */
+static void info_usage(FILE *f) {
+    fprintf(f, "usage: cllm info -m FILE\n"
+               "\n"
+               "Prints the metadata (keys and values; strings cut at 72 characters) and the\n"
+               "tensor table of a GGUF file, of any architecture. Strings of the file are\n"
+               "printed escaped (see cllm --help).\n"
+               "\n"
+               "  -m FILE      the file\n"
+               "  -h, --help   this help\n");
+}
+
+/* `len` bytes of s, escaped, then spaces up to `width` columns. */
+static void print_padded(const char *s, size_t len, int width) {
+    const size_t n = cllm_escape(NULL, 0, s, len, CLLM_ESCAPE_TEXT);
+    cllm_escape_fputs(stdout, s, len, CLLM_ESCAPE_TEXT);
+    for (size_t i = n; i < (size_t)width; i++) putchar(' ');
+}
+
+/* A metadata value on one line: strings quoted, escaped, cut at 72 bytes. */
 static void print_value(const cllm_gguf *g, int64_t i) {
     char buf[80];
     const size_t n = cllm_gguf_val_to_str(g, i, buf, sizeof(buf));
@@ -13,34 +31,44 @@ static void print_value(const cllm_gguf *g, int64_t i) {
         printf("%s", buf);
         return;
     }
-    printf("\"%.*s%s\"", (int)(n < 72 ? n : 72), buf, n > 72 ? "..." : "");
+    char esc[73]; /* whole escapes and characters only */
+    const size_t have = n < sizeof(buf) - 1 ? n : sizeof(buf) - 1;
+    const size_t m = cllm_escape(esc, sizeof(esc), buf, have, CLLM_ESCAPE_TEXT);
+    printf("\"%s%s\"", esc, n > have || m >= sizeof(esc) ? "..." : "");
 }
 
 int cllm_cmd_info(int argc, char **argv) {
     const char *path = NULL;
     for (int i = 1; i < argc; i++) {
-        if ((!strcmp(argv[i], "-m") || !strcmp(argv[i], "--model")) && i + 1 < argc) {
-            path = argv[++i];
+        if (cllm_cli_is_help(argv[i])) {
+            info_usage(stdout);
+            return 0;
+        } else if (!strcmp(argv[i], "-m") || !strcmp(argv[i], "--model")) {
+            if (!(path = cllm_cli_value("info", argc, argv, &i))) return 2;
         } else {
-            fprintf(stderr, "cllm info: unknown option '%s'\n", argv[i]);
+            cllm_cli_error("info", "unknown option '%s' (see cllm info --help)", argv[i]);
             return 2;
         }
     }
     if (!path) {
-        fprintf(stderr, "cllm info: no model given (-m FILE)\n");
+        cllm_cli_error("info", "no model given (-m FILE)");
         return 2;
     }
     cllm_gguf *g = NULL;
     if (cllm_gguf_open(path, &g) != CLLM_OK) {
-        fprintf(stderr, "cllm: %s\n", cllm_last_error());
+        cllm_cli_lib_error("info");
         return 1;
     }
-    printf("file: %s\nGGUF version %u, %lld tensors, %lld keys, alignment %zu, data at %llu\n\n",
-           path, cllm_gguf_version(g), (long long)cllm_gguf_n_tensors(g),
-           (long long)cllm_gguf_n_kv(g), cllm_gguf_alignment(g),
-           (unsigned long long)cllm_gguf_data_offset(g));
+    printf("file: ");
+    cllm_escape_fputs(stdout, path, strlen(path), CLLM_ESCAPE_TEXT);
+    printf("\nGGUF version %u, %lld tensors, %lld keys, alignment %zu, data at %llu\n\n",
+           cllm_gguf_version(g), (long long)cllm_gguf_n_tensors(g), (long long)cllm_gguf_n_kv(g),
+           cllm_gguf_alignment(g), (unsigned long long)cllm_gguf_data_offset(g));
     for (int64_t i = 0; i < cllm_gguf_n_kv(g); i++) {
-        printf("  %-44s = ", cllm_gguf_key(g, i));
+        const char *key = cllm_gguf_key(g, i);
+        printf("  ");
+        print_padded(key, strlen(key), 44);
+        printf(" = ");
         print_value(g, i);
         putchar('\n');
     }
@@ -48,15 +76,16 @@ int cllm_cmd_info(int argc, char **argv) {
     uint64_t total = 0;
     for (int64_t i = 0; i < cllm_gguf_n_tensors(g); i++) {
         const cllm_tensor_desc t = cllm_gguf_tensor_desc(g, i);
-        char shape[64];
+        char shape[128]; /* 4 dims of 20 digits at most */
         int n = snprintf(shape, sizeof(shape), "[");
         for (int d = 0; d < t.n_dims; d++) {
             n += snprintf(shape + n, sizeof(shape) - (size_t)n, d ? ", %lld" : "%lld",
                           (long long)t.ne[d]);
         }
         snprintf(shape + n, sizeof(shape) - (size_t)n, "]");
-        printf("  %-5lld %-36s %-8s %-28s %12zu\n", (long long)i, t.name, cllm_type_name(t.type),
-               shape, t.bytes);
+        printf("  %-5lld ", (long long)i);
+        print_padded(t.name, strlen(t.name), 36);
+        printf(" %-8s %-28s %12zu\n", cllm_type_name(t.type), shape, t.bytes);
         total += t.bytes;
     }
     printf("\n  total tensor bytes: %llu\n", (unsigned long long)total);

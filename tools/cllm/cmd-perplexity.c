@@ -19,9 +19,7 @@
 #include "cllm.h"
 #include "commands.h"
 
-#include <errno.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,15 +35,6 @@ typedef struct ppl_args {
     bool no_mmap;
 } ppl_args;
 
-static bool parse_i64(const char *s, long long min, long long max, long long *out) {
-    char *end;
-    errno = 0;
-    const long long v = strtoll(s, &end, 10);
-    if (errno || end == s || *end || v < min || v > max) return false;
-    *out = v;
-    return true;
-}
-
 static void ppl_usage(FILE *f) {
     fprintf(f, "usage: cllm perplexity -m FILE -f TEXT [options]\n"
                "\n"
@@ -53,12 +42,15 @@ static void ppl_usage(FILE *f) {
                "each chunk of -c tokens starts from an empty context (its first token replaced by\n"
                "BOS when the vocabulary adds one) and the second half of it is scored.\n"
                "\n"
-               "  -f FILE        the text (-: standard input)\n"
-               "  -c N           tokens per chunk (default 512, llama-perplexity's default)\n"
+               "  -m FILE        the model (GGUF)\n"
+               "  -f FILE        the text (-: standard input; one trailing newline dropped)\n"
+               "  -c N           tokens per chunk (default 512, llama-perplexity's default; above\n"
+               "                 the model's trained context: a warning)\n"
                "  -b N           tokens per forward pass (default min(512, -c))\n"
                "  -t N           threads (default: physical cores)\n"
                "  --chunks N     score only the first N chunks (default: all)\n"
-               "  --no-mmap      read the weights instead of mapping them\n");
+               "  --no-mmap      read the weights instead of mapping them\n"
+               "  -h, --help     this help\n");
 }
 
 /* Parses argv[1..] into *a: 0; -1 after printing the help; 2 after
@@ -69,101 +61,47 @@ static int parse_ppl_args(int argc, char **argv, ppl_args *a) {
     a->n_chunks = -1;
     for (int i = 1; i < argc; i++) {
         const char *o = argv[i];
-        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (cllm_cli_is_help(o)) {
+            ppl_usage(stdout);
+            return -1;
+        } else if (!strcmp(o, "--no-mmap")) {
+            a->no_mmap = true;
+            continue;
+        }
+        /* the other options take a value */
+        if (!cllm_cli_is_one_of(o, "-m --model -f --file -c -b -t --chunks")) {
+            cllm_cli_error("perplexity", "unknown option '%s' (see cllm perplexity --help)", o);
+            return 2;
+        }
+        const char *v = cllm_cli_value("perplexity", argc, argv, &i);
+        if (!v) return 2;
         long long n;
-        bool ok = true, takes_value = true;
+        bool ok = true;
         if (!strcmp(o, "-m") || !strcmp(o, "--model")) {
             a->model = v;
         } else if (!strcmp(o, "-f") || !strcmp(o, "--file")) {
             a->file = v;
         } else if (!strcmp(o, "-c")) {
-            ok = v && parse_i64(v, 4, 1 << 24, &n) && (a->n_ctx = n, true);
+            ok = cllm_cli_int("perplexity", o, v, 4, 1 << 24, &n) && (a->n_ctx = n, true);
         } else if (!strcmp(o, "-b")) {
-            ok = v && parse_i64(v, 1, 1 << 24, &n) && (a->n_batch = n, true);
+            ok = cllm_cli_int("perplexity", o, v, 1, 1 << 24, &n) && (a->n_batch = n, true);
         } else if (!strcmp(o, "-t")) {
-            ok = v && parse_i64(v, 0, 1024, &n) && (a->n_threads = (int)n, true);
-        } else if (!strcmp(o, "--chunks")) {
-            ok = v && parse_i64(v, -1, INT32_MAX, &n) && (a->n_chunks = n, true);
-        } else {
-            takes_value = false;
-            if (!strcmp(o, "--no-mmap")) {
-                a->no_mmap = true;
-            } else if (!strcmp(o, "-h") || !strcmp(o, "--help")) {
-                ppl_usage(stdout);
-                return -1;
-            } else {
-                fprintf(stderr, "cllm: unknown option '%s' (see cllm perplexity --help)\n", o);
-                return 2;
+            ok = cllm_cli_int("perplexity", o, v, 0, 1024, &n) && (a->n_threads = (int)n, true);
+        } else { /* --chunks */
+            ok = cllm_cli_int("perplexity", o, v, -1, INT32_MAX, &n) && (a->n_chunks = n, true);
+            if (ok && n == 0) {
+                cllm_cli_error("perplexity", "%s 0: nothing to score (-1: all chunks)", o);
+                ok = false;
             }
         }
-        if (takes_value && !v) {
-            fprintf(stderr, "cllm: option '%s' needs a value\n", o);
-            return 2;
-        }
-        if (!ok) {
-            fprintf(stderr, "cllm: bad value '%s' for %s\n", v, o);
-            return 2;
-        }
-        if (takes_value) i++;
+        if (!ok) return 2;
     }
     if (!a->model || !a->file) {
-        fprintf(stderr, "cllm: perplexity needs a model (-m FILE) and a text (-f FILE)\n");
+        cllm_cli_error("perplexity", "needs a model (-m FILE) and a text (-f FILE)");
         return 2;
     }
     if (a->n_batch == 0) a->n_batch = a->n_ctx < 512 ? a->n_ctx : 512;
     return 0;
-}
-
-/* The command's own errors: one line, like the library's. */
-static void say(const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    fputs("cllm: ", stderr);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
-    va_end(ap);
-}
-
-/* Texts longer than this are refused (the tokenizer's limit per call). */
-#define PPL_MAX_TEXT ((size_t)64 << 20)
-
-/* The whole of `path` ("-": standard input) into *out (NUL-terminated);
- * false after printing the problem. */
-static bool read_text(const char *path, char **out, size_t *len) {
-    FILE *f = strcmp(path, "-") ? fopen(path, "rb") : stdin;
-    if (!f) {
-        say("%s: %s", path, strerror(errno));
-        return false;
-    }
-    size_t n = 0, cap = 1 << 16;
-    char *buf = malloc(cap);
-    bool ok = true;
-    while (buf) {
-        if (n + 1 == cap) {
-            if (cap > PPL_MAX_TEXT) {
-                say("%s: longer than %zu bytes", path, PPL_MAX_TEXT);
-                ok = false;
-                break;
-            }
-            char *nb = realloc(buf, cap * 2);
-            if (!nb) break;
-            buf = nb, cap *= 2;
-        }
-        const size_t got = fread(buf + n, 1, cap - 1 - n, f);
-        n += got;
-        if (got == 0) break;
-    }
-    if (!buf) say("out of memory reading %s", path), ok = false;
-    if (ok && ferror(f)) say("%s: read error", path), ok = false;
-    if (f != stdin) fclose(f);
-    if (!ok) {
-        free(buf);
-        return false;
-    }
-    buf[n] = '\0';
-    *out = buf;
-    *len = n;
-    return true;
 }
 
 /* -log softmax(logits)[tok], in double. */
@@ -193,7 +131,7 @@ int cllm_cmd_perplexity(int argc, char **argv) {
     int32_t *ids = NULL, *batch = NULL;
     size_t len = 0, n_ids = 0;
 
-    if (!read_text(a.file, &text, &len)) {
+    if (!cllm_cli_read_text("perplexity", a.file, &text, &len)) {
         said = true;
         goto fail;
     }
@@ -202,11 +140,18 @@ int cllm_cmd_perplexity(int argc, char **argv) {
     cllm_model_params mp = cllm_model_default_params();
     mp.use_mmap = !a.no_mmap;
     if (cllm_model_load(a.model, &mp, &m) != CLLM_OK) goto fail;
+    const int64_t n_train = cllm_model_n_ctx_train(m);
+    if (n_train > 0 && a.n_ctx > n_train) {
+        cllm_cli_warn("perplexity",
+                      "%s: chunks of %lld tokens (-c) are longer than the %lld tokens the model "
+                      "was trained with",
+                      a.model, (long long)a.n_ctx, (long long)n_train);
+    }
     /* count first, then tokenize into an exactly sized array */
     if (cllm_tokenize(m, text, len, true, false, NULL, 0, &n_ids) != CLLM_OK) goto fail;
     ids = malloc((n_ids + 1) * sizeof(*ids));
     if (!ids) {
-        say("out of memory for %zu tokens", n_ids), said = true;
+        cllm_cli_error("perplexity", "out of memory for %zu tokens", n_ids), said = true;
         goto fail;
     }
     if (cllm_tokenize(m, text, len, true, false, ids, n_ids + 1, &n_ids) != CLLM_OK) goto fail;
@@ -214,8 +159,9 @@ int cllm_cmd_perplexity(int argc, char **argv) {
     const int64_t n_ctx = a.n_ctx;
     int64_t n_chunks = (int64_t)n_ids / n_ctx;
     if (n_chunks < 1) {
-        say("%s: %zu tokens, fewer than one chunk of %lld (-c); give a longer text", a.file, n_ids,
-            (long long)n_ctx);
+        cllm_cli_error("perplexity",
+                       "%s: %zu tokens, fewer than one chunk of %lld (-c); give a longer text",
+                       a.file, n_ids, (long long)n_ctx);
         said = true;
         goto fail;
     }
@@ -231,7 +177,7 @@ int cllm_cmd_perplexity(int argc, char **argv) {
     const int64_t n_vocab = cllm_session_n_vocab(s);
     batch = malloc((size_t)n_batch * sizeof(*batch));
     if (!batch) {
-        say("out of memory"), said = true;
+        cllm_cli_error("perplexity", "out of memory"), said = true;
         goto fail;
     }
     const int32_t bos = cllm_token_bos(m);
@@ -279,7 +225,7 @@ int cllm_cmd_perplexity(int argc, char **argv) {
     fprintf(stderr, "perplexity: %lld tokens scored in %.2f s\n", (long long)count, now_s() - t0);
     rc = 0;
 fail:
-    if (rc != 0 && !said) say("%s", cllm_last_error());
+    if (rc != 0 && !said) cllm_cli_lib_error("perplexity");
     free(batch);
     free(ids);
     free(text);

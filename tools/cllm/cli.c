@@ -1,0 +1,175 @@
+/* What the commands share: messages, option values, texts from files. */
+#include "cllm.h"
+#include "commands.h"
+
+#include <errno.h>
+#include <float.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- messages ---------------------------------------------------------- */
+
+static const char *const k_level_names[CLLM_LOG_COUNT] = {"debug", "info", "warning", "error"};
+
+/* The library's messages: errors are left to the command, which prints
+ * cllm_last_error() once when the call fails; the other levels as the
+ * default logger prints them. */
+static void cli_log(cllm_log_level level, const char *msg, void *ud) {
+    (void)ud;
+    if (level >= CLLM_LOG_ERROR || level < cllm_log_get_level()) return;
+    fprintf(stderr, "cllm %s: ", k_level_names[level]);
+    cllm_escape_fputs(stderr, msg, strlen(msg), CLLM_ESCAPE_TEXT);
+    fputc('\n', stderr);
+}
+
+void cllm_cli_init_log(void) { cllm_log_set(cli_log, NULL); }
+
+static void say(const char *cmd, const char *what, const char *fmt, va_list ap) {
+    char msg[2048];
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    fprintf(stderr, "cllm %s: %s", cmd, what);
+    cllm_escape_fputs(stderr, msg, strlen(msg), CLLM_ESCAPE_TEXT);
+    fputc('\n', stderr);
+}
+
+void cllm_cli_error(const char *cmd, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    say(cmd, "", fmt, ap);
+    va_end(ap);
+}
+
+void cllm_cli_warn(const char *cmd, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    say(cmd, "warning: ", fmt, ap);
+    va_end(ap);
+}
+
+void cllm_cli_lib_error(const char *cmd) {
+    const char *msg = cllm_last_error();
+    cllm_cli_error(cmd, "%s", *msg ? msg : "failed (no message)");
+}
+
+void cllm_cli_json_str(FILE *f, const char *s, size_t len) {
+    fputc('"', f);
+    cllm_escape_fputs(f, s, len, CLLM_ESCAPE_JSON);
+    fputc('"', f);
+}
+
+/* ---- options ----------------------------------------------------------- */
+
+bool cllm_cli_is_help(const char *arg) { return !strcmp(arg, "-h") || !strcmp(arg, "--help"); }
+
+bool cllm_cli_is_one_of(const char *arg, const char *words) {
+    const size_t n = strlen(arg);
+    for (const char *w = words; *w;) {
+        const size_t k = strcspn(w, " ");
+        if (k == n && n > 0 && !strncmp(w, arg, n)) return true;
+        w += k;
+        w += strspn(w, " ");
+    }
+    return false;
+}
+
+const char *cllm_cli_value(const char *cmd, int argc, char **argv, int *i) {
+    if (*i + 1 >= argc) {
+        cllm_cli_error(cmd, "option '%s' needs a value (see cllm %s --help)", argv[*i], cmd);
+        return NULL;
+    }
+    return argv[++*i];
+}
+
+bool cllm_cli_int(const char *cmd, const char *opt, const char *v, long long min, long long max,
+                  long long *out) {
+    char *end;
+    errno = 0;
+    const long long x = strtoll(v, &end, 10);
+    if (end == v || *end) {
+        cllm_cli_error(cmd, "%s: '%s' is not a whole number", opt, v);
+        return false;
+    }
+    if (errno == ERANGE || x < min || x > max) {
+        cllm_cli_error(cmd, "%s: %s is out of range (%lld to %lld)", opt, v, min, max);
+        return false;
+    }
+    *out = x;
+    return true;
+}
+
+bool cllm_cli_float(const char *cmd, const char *opt, const char *v, float *out) {
+    char *end;
+    errno = 0;
+    const double x = strtod(v, &end);
+    if (end == v || *end || isnan(x)) {
+        cllm_cli_error(cmd, "%s: '%s' is not a number", opt, v);
+        return false;
+    }
+    if (isinf(x) && errno != ERANGE) {
+        cllm_cli_error(cmd, "%s: %s is out of range: a finite number is needed", opt, v);
+        return false;
+    }
+    /* ERANGE: past the largest double, or nearer 0 than the smallest */
+    if ((errno == ERANGE && fabs(x) >= 1.0) || fabs(x) > FLT_MAX) {
+        cllm_cli_error(cmd, "%s: %s is out of range: too large (at most %g)", opt, v,
+                       (double)FLT_MAX);
+        return false;
+    }
+    if ((errno == ERANGE && fabs(x) < 1.0) || (x != 0.0 && fabs(x) < FLT_MIN)) {
+        cllm_cli_error(cmd, "%s: %s is out of range: too close to 0 (0, or at least %g)", opt, v,
+                       (double)FLT_MIN);
+        return false;
+    }
+    *out = (float)x;
+    return true;
+}
+
+/* ---- texts ------------------------------------------------------------- */
+
+bool cllm_cli_read_text(const char *cmd, const char *path, char **out, size_t *len) {
+    const bool std_in = !strcmp(path, "-");
+    FILE *f = std_in ? stdin : fopen(path, "rb");
+    if (!f) {
+        cllm_cli_error(cmd, "%s: %s", path, strerror(errno));
+        return false;
+    }
+    size_t n = 0, cap = 1 << 16;
+    char *buf = malloc(cap);
+    bool ok = buf != NULL;
+    while (ok) {
+        if (n + 1 == cap) {
+            if (cap > CLLM_CLI_MAX_TEXT) {
+                cllm_cli_error(cmd, "%s: longer than %zu bytes", path, (size_t)CLLM_CLI_MAX_TEXT);
+                ok = false;
+                break;
+            }
+            char *nb = realloc(buf, cap * 2);
+            if (!nb) {
+                cllm_cli_error(cmd, "%s: out of memory after %zu bytes", path, n);
+                ok = false;
+                break;
+            }
+            buf = nb, cap *= 2;
+        }
+        const size_t got = fread(buf + n, 1, cap - 1 - n, f);
+        n += got;
+        if (got == 0) break;
+    }
+    if (!buf) cllm_cli_error(cmd, "%s: out of memory", path);
+    if (ok && ferror(f)) {
+        cllm_cli_error(cmd, "%s: read error: %s", path, strerror(errno));
+        ok = false;
+    }
+    if (!std_in) fclose(f);
+    if (!ok) {
+        free(buf);
+        return false;
+    }
+    buf[n] = '\0';
+    *out = buf;
+    *len = n;
+    return true;
+}

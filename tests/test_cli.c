@@ -403,6 +403,11 @@ static void check_hostile_model(const char *model) {
     o = cli(NULL, "plan -m %s", q(path));
     CHECK_HOSTILE_ERROR(o, "plan, rope scaling");
     cli_free(&o);
+    /* the tokenizer's model name, quoted when refused */
+    CHECK(write_model_copy(model, path, "tokenizer.ggml.model", HOSTILE, NULL, 0));
+    o = cli(NULL, "run -m %s -p hi", q(path));
+    CHECK_HOSTILE_ERROR(o, "run, tokenizer model");
+    cli_free(&o);
 
     /* a model whose own name is hostile, with a token id out of range: the
      * loader's warning quotes the name */

@@ -510,6 +510,18 @@ static void check_temp_on_model(const char *model) {
     cli_free(&o);
 }
 
+/* A text without end (/dev/zero) is refused at the tokenizer's limit, before
+ * the model is opened. */
+static void check_text_limit(const char *meta) {
+    static const char *const cmds[] = {"run", "perplexity"};
+    for (int i = 0; i < 2; i++) {
+        cli_out o = cli("/dev/zero", "%s -m %s -f -", cmds[i], q(meta));
+        CHECKF(o.rc == 1 && one_line(o.err, o.err_len) && strstr(o.err, "longer than 67108864"),
+               "%s -f /dev/zero: rc %d, stderr '%s'", cmds[i], o.rc, show(o.err));
+        cli_free(&o);
+    }
+}
+
 /* -h and --help for every command; an option without its value. */
 static void check_usage(void) {
     static const char *const cmds[] = {"run",   "info",       "devices", "plan",
@@ -675,6 +687,7 @@ int main(int argc, char **argv) {
     check_errors_once(meta);
     check_hostile_meta(meta);
     check_numbers(meta);
+    check_text_limit(meta);
     check_usage();
 
     static const char *files[] = {"stories260K.gguf", NULL};

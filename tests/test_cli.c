@@ -403,6 +403,11 @@ static void check_hostile_model(const char *model) {
     o = cli(NULL, "plan -m %s", q(path));
     CHECK_HOSTILE_ERROR(o, "plan, rope scaling");
     cli_free(&o);
+    /* the tokenizer's model name, quoted when refused */
+    CHECK(write_model_copy(model, path, "tokenizer.ggml.model", HOSTILE, NULL, 0));
+    o = cli(NULL, "run -m %s -p hi", q(path));
+    CHECK_HOSTILE_ERROR(o, "run, tokenizer model");
+    cli_free(&o);
 
     /* a model whose own name is hostile, with a token id out of range: the
      * loader's warning quotes the name */
@@ -503,6 +508,18 @@ static void check_temp_on_model(const char *model) {
                !strstr(o.err, "inf"),
            "--temp 1e39: rc %d, stderr '%s'", o.rc, show(o.err));
     cli_free(&o);
+}
+
+/* A text without end (/dev/zero) is refused at the tokenizer's limit, before
+ * the model is opened. */
+static void check_text_limit(const char *meta) {
+    static const char *const cmds[] = {"run", "perplexity"};
+    for (int i = 0; i < 2; i++) {
+        cli_out o = cli("/dev/zero", "%s -m %s -f -", cmds[i], q(meta));
+        CHECKF(o.rc == 1 && one_line(o.err, o.err_len) && strstr(o.err, "longer than 67108864"),
+               "%s -f /dev/zero: rc %d, stderr '%s'", cmds[i], o.rc, show(o.err));
+        cli_free(&o);
+    }
 }
 
 /* -h and --help for every command; an option without its value. */
@@ -670,6 +687,7 @@ int main(int argc, char **argv) {
     check_errors_once(meta);
     check_hostile_meta(meta);
     check_numbers(meta);
+    check_text_limit(meta);
     check_usage();
 
     static const char *files[] = {"stories260K.gguf", NULL};

@@ -141,11 +141,7 @@ bool cllm_cli_read_text(const char *cmd, const char *path, char **out, size_t *l
     bool ok = buf != NULL;
     while (ok) {
         if (n + 1 == cap) {
-            if (cap > CLLM_CLI_MAX_TEXT) {
-                cllm_cli_error(cmd, "%s: longer than %zu bytes", path, (size_t)CLLM_CLI_MAX_TEXT);
-                ok = false;
-                break;
-            }
+            if (n > CLLM_CLI_MAX_TEXT) break; /* refused below */
             char *nb = realloc(buf, cap * 2);
             if (!nb) {
                 cllm_cli_error(cmd, "%s: out of memory after %zu bytes", path, n);
@@ -159,6 +155,10 @@ bool cllm_cli_read_text(const char *cmd, const char *path, char **out, size_t *l
         if (got == 0) break;
     }
     if (!buf) cllm_cli_error(cmd, "%s: out of memory", path);
+    if (ok && n > CLLM_CLI_MAX_TEXT) {
+        cllm_cli_error(cmd, "%s: longer than %zu bytes", path, (size_t)CLLM_CLI_MAX_TEXT);
+        ok = false;
+    }
     if (ok && ferror(f)) {
         cllm_cli_error(cmd, "%s: read error: %s", path, strerror(errno));
         ok = false;

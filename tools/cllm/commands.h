@@ -65,7 +65,8 @@ bool cllm_cli_int(const char *cmd, const char *opt, const char *v, long long min
  * close to 0 (except 0) are refused with the reason. */
 bool cllm_cli_float(const char *cmd, const char *opt, const char *v, float *out);
 
-/* Texts read by -f are refused past this (the tokenizer's limit per call). */
+/* Texts read by -f longer than this are refused (the tokenizer's limit per
+ * call). */
 #define CLLM_CLI_MAX_TEXT ((size_t)64 << 20)
 
 /* The whole of `path` ("-": standard input) into *out (NUL-terminated, free

@@ -6,6 +6,7 @@
 
 #include <pthread.h>
 #include <sched.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -174,6 +175,14 @@ cllm_threadpool *cllm_threadpool_new(int n_threads) {
     if (!waitq_init(&tp->q_job)) goto fail_alloc;
     if (!waitq_init(&tp->q_barrier)) goto fail_q_job;
     if (!waitq_init(&tp->q_done)) goto fail_q_barrier;
+    /* Workers start with every signal blocked (they inherit the mask), so
+     * that a process-directed signal such as SIGINT goes to one of the
+     * program's own threads, whose blocking calls it interrupts, and never
+     * runs the program's handler on a worker. Signals a worker causes itself
+     * (SIGSEGV, SIGFPE) are delivered to it all the same. */
+    sigset_t all, old;
+    sigfillset(&all);
+    const bool masked = pthread_sigmask(SIG_SETMASK, &all, &old) == 0;
     int started = 0;
     for (; started < n_threads - 1; started++) {
         worker *w = &tp->workers[started];
@@ -181,6 +190,7 @@ cllm_threadpool *cllm_threadpool_new(int n_threads) {
         w->ith = started + 1;
         if (pthread_create(&w->thread, NULL, worker_main, w) != 0) break;
     }
+    if (masked) pthread_sigmask(SIG_SETMASK, &old, NULL);
     if (started < n_threads - 1) {
         tp->n_threads = started + 1; /* stop only what was started */
         cllm_threadpool_free(tp);

@@ -10,61 +10,35 @@
 /* ---- argument parsing -------------------------------------------------- */
 
 typedef struct run_args {
-    const char *model;
-    const char *prompt;
+    cllm_cli_gen g;          /* model, sampling, memory */
+    const char *prompt;      /* -p */
     const char *prompt_file; /* -f: "-" is standard input */
-    const char *system;
-    int n_predict;
-    int64_t n_ctx, n_batch;
-    int n_threads;
-    cllm_sampler_params sp;
-    cllm_type kv_type;
-    bool chat, no_mmap, json;
-    cllm_plan_params fit; /* --mem budgets */
-    bool use_plan;        /* --mem or --test-device: place layers with the fit planner */
+    bool chat, json;
 } run_args;
 
 static void run_usage(FILE *f) {
-    fprintf(f,
-            "usage: cllm run -m FILE (-p TEXT | -f FILE) [options]\n"
-            "\n"
-            "Generates text from a prompt and streams it to standard output as the model\n"
-            "writes it (the timings go to standard error).\n"
-            "\n"
-            "  -m FILE              the model (GGUF)\n"
-            "  -p TEXT              the prompt\n"
-            "  -f FILE              the prompt from a file (-: standard input), without one\n"
-            "                       trailing newline; for prompts longer than a command line\n"
-            "  -n N                 tokens to generate (default 128; -1: until the end)\n"
-            "  -c N                 context size (default: min(model context, 4096); above the\n"
-            "                       model's trained context: a warning)\n"
-            "  -b N                 prompt batch size (default 512)\n"
-            "  -t N                 threads (default: physical cores)\n"
-            "  --temp T             temperature (default 0.8; 0: greedy)\n"
-            "  --top-k K            top-k (default 40; 0: off)\n"
-            "  --top-p P            top-p (default 0.95; 1: off)\n"
-            "  --min-p P            min-p (default 0.05; 0: off)\n"
-            "  --repeat-penalty R   repetition penalty (default 1: off)\n"
-            "  --seed S             sampling seed (default 0)\n"
-            "  --chat               wrap the prompt in the model's chat template\n"
-            "  --system TEXT        system message for --chat\n"
-            "  --kv-type f16|f32    KV cache type (default f16)\n"
-            "  --no-mmap            read the weights instead of mapping them\n"
-            "  --json               print one JSON object instead of streaming text\n"
-            "  --mem DEVICE=SIZE    place layers on devices within budgets (as cllm plan)\n"
-            "  --test-device SPEC   enable the test device (debug; e.g. budget=64MiB,ops=-rope)\n"
-            "  -h, --help           this help\n");
+    fprintf(f, "usage: cllm run -m FILE (-p TEXT | -f FILE) [options]\n"
+               "\n"
+               "Generates text from a prompt and streams it to standard output as the model\n"
+               "writes it (the timings go to standard error).\n"
+               "\n"
+               "  -m FILE              the model (GGUF)\n"
+               "  -p TEXT              the prompt\n"
+               "  -f FILE              the prompt from a file (-: standard input), without one\n"
+               "                       trailing newline; for prompts longer than a command line\n");
+    cllm_cli_gen_usage(f, 128);
+    fprintf(f, "  --chat               wrap the prompt in the model's chat template\n"
+               "  --json               print one JSON object instead of streaming text\n"
+               "  -h, --help           this help\n"
+               "\n"
+               "For a conversation of several turns, see cllm chat.\n");
 }
 
 /* Parses argv[1..] into *a: 0; -1 after printing the help; 2 after printing
  * the problem. */
 static int parse_run_args(int argc, char **argv, run_args *a) {
     memset(a, 0, sizeof(*a));
-    a->n_predict = 128;
-    a->n_batch = 512;
-    a->sp = cllm_sampler_default_params();
-    a->kv_type = CLLM_TYPE_F16;
-    a->fit = cllm_plan_default_params();
+    cllm_cli_gen_init(&a->g, 128);
     for (int i = 1; i < argc; i++) {
         const char *o = argv[i];
         if (cllm_cli_is_help(o)) {
@@ -74,72 +48,26 @@ static int parse_run_args(int argc, char **argv, run_args *a) {
         if (!strcmp(o, "--chat")) {
             a->chat = true;
             continue;
-        } else if (!strcmp(o, "--no-mmap")) {
-            a->no_mmap = true;
-            continue;
         } else if (!strcmp(o, "--json")) {
             a->json = true;
             continue;
         }
-        /* the other options take a value */
-        if (!cllm_cli_is_one_of(
-                o, "-m --model -p --prompt -f --file --system -n -c -b -t --temp --top-k --top-p "
-                   "--min-p --repeat-penalty --seed --mem --test-device --kv-type")) {
+        const int taken = cllm_cli_gen_option("run", &a->g, argc, argv, &i);
+        if (taken == 2) return 2;
+        if (taken == 1) continue;
+        if (!cllm_cli_is_one_of(o, "-p --prompt -f --file")) {
             cllm_cli_error("run", "unknown option '%s' (see cllm run --help)", o);
             return 2;
         }
         const char *v = cllm_cli_value("run", argc, argv, &i);
         if (!v) return 2;
-        long long n;
-        bool ok = true;
-        if (!strcmp(o, "-m") || !strcmp(o, "--model")) {
-            a->model = v;
-        } else if (!strcmp(o, "-p") || !strcmp(o, "--prompt")) {
+        if (!strcmp(o, "-p") || !strcmp(o, "--prompt")) {
             a->prompt = v;
-        } else if (!strcmp(o, "-f") || !strcmp(o, "--file")) {
+        } else {
             a->prompt_file = v;
-        } else if (!strcmp(o, "--system")) {
-            a->system = v;
-        } else if (!strcmp(o, "-n")) {
-            ok = cllm_cli_int("run", o, v, -1, INT32_MAX, &n) && (a->n_predict = (int)n, true);
-        } else if (!strcmp(o, "-c")) {
-            ok = cllm_cli_int("run", o, v, 0, 1 << 24, &n) && (a->n_ctx = n, true);
-        } else if (!strcmp(o, "-b")) {
-            ok = cllm_cli_int("run", o, v, 1, 1 << 24, &n) && (a->n_batch = n, true);
-        } else if (!strcmp(o, "-t")) {
-            ok = cllm_cli_int("run", o, v, 0, 1024, &n) && (a->n_threads = (int)n, true);
-        } else if (!strcmp(o, "--temp")) {
-            ok = cllm_cli_float("run", o, v, &a->sp.temperature);
-        } else if (!strcmp(o, "--top-k")) {
-            ok = cllm_cli_int("run", o, v, 0, INT32_MAX, &n) && (a->sp.top_k = (int32_t)n, true);
-        } else if (!strcmp(o, "--top-p")) {
-            ok = cllm_cli_float("run", o, v, &a->sp.top_p);
-        } else if (!strcmp(o, "--min-p")) {
-            ok = cllm_cli_float("run", o, v, &a->sp.min_p);
-        } else if (!strcmp(o, "--repeat-penalty")) {
-            ok = cllm_cli_float("run", o, v, &a->sp.repeat_penalty);
-        } else if (!strcmp(o, "--seed")) {
-            ok = cllm_cli_int("run", o, v, 0, INT64_MAX, &n) && (a->sp.seed = (uint64_t)n, true);
-        } else if (!strcmp(o, "--mem")) {
-            if (cllm_plan_parse_mem(&a->fit, v) != CLLM_OK) {
-                cllm_cli_lib_error("run");
-                return 2;
-            }
-            a->use_plan = true;
-        } else if (!strcmp(o, "--test-device")) {
-            if (cllm_cli_enable_test_device("run", v) != 0) return 2;
-            a->use_plan = true;
-        } else { /* --kv-type */
-            ok = !strcmp(v, "f16") || !strcmp(v, "f32");
-            if (ok) a->kv_type = !strcmp(v, "f16") ? CLLM_TYPE_F16 : CLLM_TYPE_F32;
-            if (!ok) cllm_cli_error("run", "%s: '%s' is not f16 or f32", o, v);
         }
-        if (!ok) return 2;
     }
-    if (!a->model) {
-        cllm_cli_error("run", "no model given (-m FILE; see cllm run --help)");
-        return 2;
-    }
+    if (!cllm_cli_gen_finish("run", &a->g)) return 2;
     if (!a->prompt == !a->prompt_file) {
         cllm_cli_error("run", a->prompt ? "give the prompt once: -p TEXT or -f FILE, not both"
                                         : "no prompt given (-p TEXT or -f FILE)");
@@ -225,7 +153,7 @@ static cllm_status make_prompt(const run_args *a, const cllm_model *m, char **te
     if (!a->chat) return CLLM_OK;
     cllm_chat_msg msgs[2];
     size_t n = 0;
-    if (a->system) msgs[n++] = (cllm_chat_msg){.role = "system", .content = a->system};
+    if (a->g.system) msgs[n++] = (cllm_chat_msg){.role = "system", .content = a->g.system};
     msgs[n++] = (cllm_chat_msg){.role = "user", .content = *text};
     cllm_chat_style style;
     char *out = NULL;
@@ -258,19 +186,7 @@ int cllm_cmd_run(int argc, char **argv) {
     cllm_generate_result res = {0};
 
     if (!read_prompt(&a, &prompt, &len)) goto done;
-    cllm_model_params mp = cllm_model_default_params();
-    mp.use_mmap = !a.no_mmap;
-    cllm_plan *plan = NULL;
-    if (a.use_plan) {
-        /* the session below has the same shape as the plan */
-        a.fit.n_ctx = a.n_ctx, a.fit.n_batch = a.n_batch, a.fit.n_threads = a.n_threads;
-        a.fit.kv_type = a.kv_type, a.fit.use_mmap = mp.use_mmap;
-        if (cllm_plan_file(a.model, &a.fit, &plan) != CLLM_OK) goto fail;
-        mp.plan = plan;
-    }
-    const cllm_status load_st = cllm_model_load(a.model, &mp, &m);
-    cllm_plan_free(plan); /* the model keeps the placement */
-    if (load_st != CLLM_OK) goto fail;
+    if (!cllm_cli_gen_load("run", &a.g, &m)) goto done;
 
     bool has_bos = false;
     if (make_prompt(&a, m, &prompt, &len, &has_bos) != CLLM_OK) goto fail;
@@ -287,26 +203,14 @@ int cllm_cmd_run(int argc, char **argv) {
         goto fail;
     }
 
-    cllm_session_params sp = cllm_session_default_params();
-    sp.n_ctx = a.n_ctx;
-    sp.n_batch = a.n_batch;
-    sp.n_threads = a.n_threads;
-    sp.kv_type = a.kv_type;
-    if (cllm_session_new(m, &sp, &s) != CLLM_OK) goto fail;
-    const int64_t n_ctx = cllm_session_n_ctx(s), n_train = cllm_model_n_ctx_train(m);
-    if (n_train > 0 && n_ctx > n_train) {
-        cllm_cli_warn("run",
-                      "%s: context %lld is larger than the %lld tokens the model was trained "
-                      "with; past them the output may degrade",
-                      a.model, (long long)n_ctx, (long long)n_train);
-    }
+    if (!cllm_cli_gen_session("run", &a.g, m, &s, &smp)) goto done;
+    const int64_t n_ctx = cllm_session_n_ctx(s);
     if ((int64_t)n_ids > n_ctx) {
-        cllm_cli_error("run", "%s: the prompt has %zu tokens, the context only %lld (-c)", a.model,
-                       n_ids, (long long)n_ctx);
+        cllm_cli_error("run", "%s: the prompt has %zu tokens, the context only %lld (-c)",
+                       a.g.model, n_ids, (long long)n_ctx);
         goto done;
     }
-    if (cllm_sampler_new(&a.sp, cllm_model_n_vocab(m), &smp) != CLLM_OK) goto fail;
-    if (cllm_generate(s, smp, ids, n_ids, a.n_predict, on_text, &sink, &res) != CLLM_OK) {
+    if (cllm_generate(s, smp, ids, n_ids, a.g.n_predict, on_text, &sink, &res) != CLLM_OK) {
         goto fail;
     }
     if (sink.oom) {
@@ -324,7 +228,7 @@ int cllm_cmd_run(int argc, char **argv) {
     if (a.json) {
         FILE *f = stdout;
         fprintf(f, "{\n  \"model\": ");
-        cllm_cli_json_str(f, a.model, strlen(a.model));
+        cllm_cli_json_str(f, a.g.model, strlen(a.g.model));
         fprintf(f, ",\n  \"prompt_ids\": ");
         json_ids(f, ids, n_ids);
         fprintf(f, ",\n  \"generated_ids\": ");
@@ -332,6 +236,7 @@ int cllm_cmd_run(int argc, char **argv) {
         fprintf(f, ",\n  \"text\": ");
         cllm_cli_json_str(f, sink.buf ? sink.buf : "", sink.len);
         fprintf(f, ",\n  \"stop\": \"%s\"", cllm_stop_reason_str(res.stop));
+        fprintf(f, ",\n  \"seed\": %llu", (unsigned long long)a.g.sp.seed);
         fprintf(f,
                 ",\n  \"timings\": {\"prompt_tokens\": %zu, \"prompt_ms\": %.3f, "
                 "\"prompt_tokens_per_s\": %.2f, \"generated_tokens\": %zu, \"generation_ms\": "
@@ -356,7 +261,7 @@ int cllm_cmd_run(int argc, char **argv) {
             first = false;
         }
         fprintf(f, "},\n  \"peak_rss_bytes\": %zu,\n  \"n_ctx\": %lld,\n  \"n_batch\": %lld\n}\n",
-                peak_rss_bytes(), (long long)cllm_session_n_ctx(s), (long long)a.n_batch);
+                peak_rss_bytes(), (long long)cllm_session_n_ctx(s), (long long)a.g.n_batch);
     } else {
         fprintf(stderr, "\n\nprompt: %zu tokens, %.1f tok/s | generation: %zu tokens, %.1f tok/s\n",
                 n_ids, pp_tps, res.n_gen_decoded, tg_tps);

@@ -12,11 +12,14 @@
 #ifndef CLLM_TOOLS_COMMANDS_H
 #define CLLM_TOOLS_COMMANDS_H
 
+#include "cllm.h"
+
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdio.h>
 
 int cllm_cmd_run(int argc, char **argv);
+int cllm_cmd_chat(int argc, char **argv);
 int cllm_cmd_info(int argc, char **argv);
 int cllm_cmd_devices(int argc, char **argv);
 int cllm_cmd_plan(int argc, char **argv);
@@ -72,5 +75,41 @@ bool cllm_cli_float(const char *cmd, const char *opt, const char *v, float *out)
 /* The whole of `path` ("-": standard input) into *out (NUL-terminated, free
  * it) and *len; false after printing the problem. */
 bool cllm_cli_read_text(const char *cmd, const char *path, char **out, size_t *len);
+
+/* ---- what run and chat share (genopts.c) --------------------------------- */
+
+/* The model, sampling and memory options of run and chat. */
+typedef struct cllm_cli_gen {
+    const char *model;  /* -m */
+    const char *system; /* --system */
+    int n_predict;      /* -n: tokens per answer, -1 until the end */
+    int64_t n_ctx, n_batch;
+    int n_threads;
+    cllm_sampler_params sp;
+    bool seed_given; /* --seed; else cllm_cli_gen_finish draws one */
+    cllm_type kv_type;
+    bool no_mmap, verbose;
+    cllm_plan_params fit; /* --mem budgets */
+    bool use_plan;        /* --mem or --test-device: place layers with the fit planner */
+} cllm_cli_gen;
+
+/* The defaults, with `n_predict` tokens per answer. */
+void cllm_cli_gen_init(cllm_cli_gen *g, int n_predict);
+/* The help lines of these options (-n's default as given to init). */
+void cllm_cli_gen_usage(FILE *f, int n_predict);
+/* If argv[*i] is one of these options, takes it (and its value, advancing
+ * *i) and returns 1; 0 if it is not one; 2 after printing what is wrong. */
+int cllm_cli_gen_option(const char *cmd, cllm_cli_gen *g, int argc, char **argv, int *i);
+/* After the options: checks that a model was given and draws a random seed
+ * when none was; false after printing the problem. */
+bool cllm_cli_gen_finish(const char *cmd, cllm_cli_gen *g);
+/* Loads the model (with the fit planner's placement for --mem); false after
+ * printing the error. */
+bool cllm_cli_gen_load(const char *cmd, cllm_cli_gen *g, cllm_model **m);
+/* A session of the options' shape on m, and a sampler with their seed
+ * (the seed printed with --verbose); a context above the trained one gets
+ * a warning. False after printing the error (nothing left allocated). */
+bool cllm_cli_gen_session(const char *cmd, const cllm_cli_gen *g, const cllm_model *m,
+                          cllm_session **s, cllm_sampler **smp);
 
 #endif /* CLLM_TOOLS_COMMANDS_H */

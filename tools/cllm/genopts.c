@@ -1,0 +1,186 @@
+/* What run and chat share: the model, sampling and memory options, the
+ * seed, and loading a model with its session. */
+#include "cllm.h"
+#include "commands.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <time.h>
+#include <unistd.h>
+
+void cllm_cli_gen_init(cllm_cli_gen *g, int n_predict) {
+    memset(g, 0, sizeof(*g));
+    g->n_predict = n_predict;
+    g->n_batch = 512;
+    g->sp = cllm_sampler_default_params();
+    g->kv_type = CLLM_TYPE_F16;
+    g->fit = cllm_plan_default_params();
+}
+
+void cllm_cli_gen_usage(FILE *f, int n_predict) {
+    if (n_predict < 0) {
+        fprintf(f, "  -n N                 tokens to generate per answer (default -1: until the\n"
+                   "                       model ends its turn)\n");
+    } else {
+        fprintf(f, "  -n N                 tokens to generate (default %d; -1: until the end)\n",
+                n_predict);
+    }
+    fprintf(f,
+            "  -c N                 context size (default: min(model context, 4096); above the\n"
+            "                       model's trained context: a warning)\n"
+            "  -b N                 prompt batch size (default 512)\n"
+            "  -t N                 threads (default: physical cores)\n"
+            "  --temp T             temperature (default 0.8; 0: greedy, deterministic)\n"
+            "  --top-k K            top-k (default 40; 0: off)\n"
+            "  --top-p P            top-p (default 0.95; 1: off)\n"
+            "  --min-p P            min-p (default 0.05; 0: off)\n"
+            "  --repeat-penalty R   repetition penalty (default 1: off)\n"
+            "  --seed S             sampling seed (default: a new random seed each run,\n"
+            "                       printed by --verbose; --seed S repeats that run)\n"
+            "  --system TEXT        the system message of the chat template\n"
+            "  --kv-type f16|f32    KV cache type (default f16)\n"
+            "  --no-mmap            read the weights instead of mapping them\n"
+            "  --mem DEVICE=SIZE    place layers on devices within budgets (as cllm plan)\n"
+            "  --test-device SPEC   enable the test device (debug; e.g. budget=64MiB,ops=-rope)\n"
+            "  --verbose            print the seed and the tokens processed to stderr\n");
+}
+
+int cllm_cli_gen_option(const char *cmd, cllm_cli_gen *g, int argc, char **argv, int *i) {
+    const char *o = argv[*i];
+    if (!strcmp(o, "--no-mmap")) {
+        g->no_mmap = true;
+        return 1;
+    }
+    if (!strcmp(o, "--verbose")) {
+        g->verbose = true;
+        return 1;
+    }
+    if (!cllm_cli_is_one_of(o, "-m --model --system -n -c -b -t --temp --top-k --top-p --min-p "
+                               "--repeat-penalty --seed --mem --test-device --kv-type")) {
+        return 0;
+    }
+    const char *v = cllm_cli_value(cmd, argc, argv, i);
+    if (!v) return 2;
+    long long n;
+    bool ok = true;
+    if (!strcmp(o, "-m") || !strcmp(o, "--model")) {
+        g->model = v;
+    } else if (!strcmp(o, "--system")) {
+        g->system = v;
+    } else if (!strcmp(o, "-n")) {
+        ok = cllm_cli_int(cmd, o, v, -1, INT32_MAX, &n) && (g->n_predict = (int)n, true);
+    } else if (!strcmp(o, "-c")) {
+        ok = cllm_cli_int(cmd, o, v, 0, 1 << 24, &n) && (g->n_ctx = n, true);
+    } else if (!strcmp(o, "-b")) {
+        ok = cllm_cli_int(cmd, o, v, 1, 1 << 24, &n) && (g->n_batch = n, true);
+    } else if (!strcmp(o, "-t")) {
+        ok = cllm_cli_int(cmd, o, v, 0, 1024, &n) && (g->n_threads = (int)n, true);
+    } else if (!strcmp(o, "--temp")) {
+        ok = cllm_cli_float(cmd, o, v, &g->sp.temperature);
+    } else if (!strcmp(o, "--top-k")) {
+        ok = cllm_cli_int(cmd, o, v, 0, INT32_MAX, &n) && (g->sp.top_k = (int32_t)n, true);
+    } else if (!strcmp(o, "--top-p")) {
+        ok = cllm_cli_float(cmd, o, v, &g->sp.top_p);
+    } else if (!strcmp(o, "--min-p")) {
+        ok = cllm_cli_float(cmd, o, v, &g->sp.min_p);
+    } else if (!strcmp(o, "--repeat-penalty")) {
+        ok = cllm_cli_float(cmd, o, v, &g->sp.repeat_penalty);
+    } else if (!strcmp(o, "--seed")) {
+        ok = cllm_cli_int(cmd, o, v, 0, INT64_MAX, &n);
+        if (ok) g->sp.seed = (uint64_t)n, g->seed_given = true;
+    } else if (!strcmp(o, "--mem")) {
+        if (cllm_plan_parse_mem(&g->fit, v) != CLLM_OK) {
+            cllm_cli_lib_error(cmd);
+            return 2;
+        }
+        g->use_plan = true;
+    } else if (!strcmp(o, "--test-device")) {
+        if (cllm_cli_enable_test_device(cmd, v) != 0) return 2;
+        g->use_plan = true;
+    } else { /* --kv-type */
+        ok = !strcmp(v, "f16") || !strcmp(v, "f32");
+        if (ok) g->kv_type = !strcmp(v, "f16") ? CLLM_TYPE_F16 : CLLM_TYPE_F32;
+        if (!ok) cllm_cli_error(cmd, "%s: '%s' is not f16 or f32", o, v);
+    }
+    return ok ? 1 : 2;
+}
+
+/* A seed nobody chose: from the kernel's random source, else from the
+ * clock and the process id. Kept within what --seed accepts (63 bits), so
+ * that any reported seed can be given back. */
+static uint64_t random_seed(void) {
+    uint64_t x = 0;
+    if (getrandom(&x, sizeof(x), GRND_NONBLOCK) != (ssize_t)sizeof(x)) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        x = (uint64_t)ts.tv_sec * 1000000007u ^ (uint64_t)ts.tv_nsec ^ (uint64_t)getpid() << 32;
+    }
+    return x & (uint64_t)INT64_MAX;
+}
+
+bool cllm_cli_gen_finish(const char *cmd, cllm_cli_gen *g) {
+    if (!g->model) {
+        cllm_cli_error(cmd, "no model given (-m FILE; see cllm %s --help)", cmd);
+        return false;
+    }
+    if (!g->seed_given) g->sp.seed = random_seed();
+    return true;
+}
+
+bool cllm_cli_gen_load(const char *cmd, cllm_cli_gen *g, cllm_model **m_out) {
+    cllm_model_params mp = cllm_model_default_params();
+    mp.use_mmap = !g->no_mmap;
+    cllm_plan *plan = NULL;
+    if (g->use_plan) {
+        /* the session has the same shape as the plan */
+        g->fit.n_ctx = g->n_ctx, g->fit.n_batch = g->n_batch, g->fit.n_threads = g->n_threads;
+        g->fit.kv_type = g->kv_type, g->fit.use_mmap = mp.use_mmap;
+        if (cllm_plan_file(g->model, &g->fit, &plan) != CLLM_OK) {
+            cllm_cli_lib_error(cmd);
+            return false;
+        }
+        mp.plan = plan;
+    }
+    const cllm_status st = cllm_model_load(g->model, &mp, m_out);
+    cllm_plan_free(plan); /* the model keeps the placement */
+    if (st != CLLM_OK) {
+        cllm_cli_lib_error(cmd);
+        return false;
+    }
+    return true;
+}
+
+bool cllm_cli_gen_session(const char *cmd, const cllm_cli_gen *g, const cllm_model *m,
+                          cllm_session **s_out, cllm_sampler **smp_out) {
+    cllm_session_params sp = cllm_session_default_params();
+    sp.n_ctx = g->n_ctx;
+    sp.n_batch = g->n_batch;
+    sp.n_threads = g->n_threads;
+    sp.kv_type = g->kv_type;
+    cllm_session *s = NULL;
+    if (cllm_session_new(m, &sp, &s) != CLLM_OK) {
+        cllm_cli_lib_error(cmd);
+        return false;
+    }
+    const int64_t n_ctx = cllm_session_n_ctx(s), n_train = cllm_model_n_ctx_train(m);
+    if (n_train > 0 && n_ctx > n_train) {
+        cllm_cli_warn(cmd,
+                      "%s: context %lld is larger than the %lld tokens the model was trained "
+                      "with; past them the output may degrade",
+                      g->model, (long long)n_ctx, (long long)n_train);
+    }
+    cllm_sampler *smp = NULL;
+    if (cllm_sampler_new(&g->sp, cllm_model_n_vocab(m), &smp) != CLLM_OK) {
+        cllm_cli_lib_error(cmd);
+        cllm_session_free(s);
+        return false;
+    }
+    if (g->verbose) {
+        fprintf(stderr, "cllm %s: seed %llu%s, context %lld tokens\n", cmd,
+                (unsigned long long)g->sp.seed, g->seed_given ? "" : " (random)", (long long)n_ctx);
+    }
+    *s_out = s;
+    *smp_out = smp;
+    return true;
+}

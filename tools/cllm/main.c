@@ -2,6 +2,7 @@
  * cllm — the command-line tool: a thin layer over the library.
  *
  *   cllm run  -m FILE -p TEXT [options]    generate text (-f FILE: the prompt from a file)
+ *   cllm chat -m FILE [options]            a conversation in the terminal
  *   cllm info -m FILE                      metadata and tensor table
  *   cllm devices                           devices found, their free and total memory
  *   cllm plan -m FILE [--mem DEV=SIZE]     where the layers go, bytes per device and kind
@@ -22,6 +23,7 @@ static void usage(FILE *f) {
                "\n"
                "commands:\n"
                "  run   -m FILE -p TEXT    generate text from a prompt (-f FILE: from a file)\n"
+               "  chat  -m FILE            a conversation with the model in the terminal\n"
                "  info  -m FILE            print the metadata and the tensor table\n"
                "  devices                  list the devices, their free and total memory\n"
                "  plan  -m FILE            place the layers on the devices, bytes per kind\n"
@@ -49,6 +51,7 @@ int main(int argc, char **argv) {
         int (*fn)(int argc, char **argv);
     } commands[] = {
         {"run", cllm_cmd_run},               /* cmd-run.c */
+        {"chat", cllm_cmd_chat},             /* cmd-chat.c */
         {"info", cllm_cmd_info},             /* cmd-info.c */
         {"devices", cllm_cmd_devices},       /* cmd-devices.c */
         {"plan", cllm_cmd_plan},             /* cmd-plan.c */

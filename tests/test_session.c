@@ -347,6 +347,55 @@ done:
     cllm_session_free(rebuild);
 }
 
+/* The same on a model whose layers live on the test device: the reused
+ * graph has splits and copies between the two backends, which run again
+ * at every token. */
+static void test_graph_reuse_split(void) {
+    cllm_test_device_config cfg = cllm_test_device_config_default();
+    cfg.budget = (size_t)64 << 20;
+    CHECK(cllm_test_device_enable(&cfg, NULL) == CLLM_OK);
+    cllm_plan_params fp = cllm_plan_default_params();
+    fp.n_ctx = 300;
+    fp.n_sessions = 2;
+    fp.n_batch = 16;
+    fp.n_threads = 2;
+    fp.kv_type = CLLM_TYPE_F32;
+    fp.use_mmap = false;
+    cllm_plan *plan = NULL;
+    cllm_model *m = NULL;
+    cllm_session *reuse = NULL, *rebuild = NULL;
+    cllm_status st = cllm_plan_file(g_path, &fp, &plan);
+    CHECKF(st == CLLM_OK, "plan: %s", cllm_last_error());
+    if (st != CLLM_OK) goto done;
+    CHECK(plan->devices[0].n_layers == 5);
+    cllm_model_params mp = cllm_model_default_params();
+    mp.use_mmap = false;
+    mp.plan = plan;
+    st = cllm_model_load(g_path, &mp, &m);
+    CHECKF(st == CLLM_OK, "load: %s", cllm_last_error());
+    if (st != CLLM_OK) goto done;
+    reuse = session_or_null(m, 300, 16, false);
+    rebuild = session_or_null(m, 300, 16, false);
+    if (!reuse || !rebuild) goto done;
+    cllm_session_set_graph_reuse(rebuild, false);
+    CHECK(cllm_session_decode(reuse, k_tokens, 16) == CLLM_OK);
+    CHECK(cllm_session_decode(rebuild, k_tokens, 16) == CLLM_OK);
+    int32_t tok = (int32_t)argmax(cllm_session_logits(reuse), cllm_session_n_vocab(reuse));
+    int64_t last_n_kv = 0;
+    /* over the boundary at 256 and the clamp to 300 */
+    while (cllm_session_n_past(reuse) < 300 && g_checks_failed == 0) {
+        tok = step_both(reuse, rebuild, tok, &last_n_kv);
+    }
+    CHECK(cllm_session_n_past(reuse) == 300);
+    CHECK(cllm_session_graph_builds(reuse) == 3);
+done:
+    cllm_session_free(reuse);
+    cllm_session_free(rebuild);
+    cllm_model_free(m);
+    cllm_plan_free(plan);
+    cllm_test_device_disable();
+}
+
 int main(void) {
     static const char *const files[] = {"stories260K.gguf", NULL};
     if (!refs_have(files)) return check_summary("test_session");
@@ -362,5 +411,6 @@ int main(void) {
     test_graph_reuse(m);
     cllm_model_free(m);
     test_failed_decode_keeps_logits();
+    test_graph_reuse_split();
     return check_summary("test_session");
 }

@@ -2,8 +2,9 @@
  * Sessions on the real stories260K model of ../shared/models: the logits of
  * every position (all_logits) equal those of token-by-token decoding, their
  * memory is planned exactly, truncating the context equals never having
- * seen the forgotten tokens (bit for bit), and failed calls leave the
- * tokens and the logits as they were.
+ * seen the forgotten tokens (bit for bit), failed calls leave the tokens
+ * and the logits as they were, and a graph reused for many tokens gives the
+ * logits of graphs built for each.
  */
 #include "backend/test/test-backend.h"
 #include "common/check.h"
@@ -255,6 +256,146 @@ done:
     cllm_test_device_disable();
 }
 
+static int argmax(const float *x, int64_t n) {
+    int best = 0;
+    for (int64_t i = 1; i < n; i++) {
+        if (x[i] > x[best]) best = (int)i;
+    }
+    return best;
+}
+
+/* Cache rows a one-token batch at n_past attends to: padded to 256, at most
+ * n_ctx (session.c). */
+static int64_t padded_n_kv(int64_t n_past, int64_t n_ctx) {
+    const int64_t n_kv = (n_past + 1 + 255) / 256 * 256;
+    return n_kv < n_ctx ? n_kv : n_ctx;
+}
+
+/* One token from `tok` into both sessions: their logits must be the same
+ * bits; the reusing session builds a graph only when the padded shape
+ * differs from *last_n_kv (that of the previous one-token call; 0 after
+ * another batch), which it updates. Returns the greedy next token. */
+static int32_t step_both(cllm_session *reuse, cllm_session *rebuild, int32_t tok,
+                         int64_t *last_n_kv) {
+    const int64_t n_vocab = cllm_session_n_vocab(reuse), p = cllm_session_n_past(reuse);
+    const int64_t n_kv = padded_n_kv(p, cllm_session_n_ctx(reuse));
+    const uint64_t builds = cllm_session_graph_builds(reuse);
+    CHECK(cllm_session_decode(reuse, &tok, 1) == CLLM_OK);
+    CHECK(cllm_session_decode(rebuild, &tok, 1) == CLLM_OK);
+    const uint64_t built = cllm_session_graph_builds(reuse) - builds;
+    CHECKF(built == (n_kv != *last_n_kv ? 1u : 0u),
+           "graph reuse: the token at %lld built %llu graphs (padded shape %lld, last %lld)",
+           (long long)p, (unsigned long long)built, (long long)n_kv, (long long)*last_n_kv);
+    *last_n_kv = n_kv;
+    const float *a = cllm_session_logits(reuse), *b = cllm_session_logits(rebuild);
+    if (!a || !b) return 0;
+    CHECKF(memcmp(a, b, (size_t)n_vocab * sizeof(float)) == 0,
+           "graph reuse: token at %lld: max |diff| %g from a graph built for it", (long long)p,
+           (double)max_abs_diff(a, b, n_vocab));
+    return (int32_t)argmax(a, n_vocab);
+}
+
+/* Token generation reuses one planned graph per padded cache shape: its
+ * logits are bit for bit those of a session that builds and plans the graph
+ * of every token, across the padding boundaries (255 -> 256, 511 -> 512)
+ * and the clamp to n_ctx, after a truncation back over a boundary, and the
+ * memory stays exactly as planned. */
+static void test_graph_reuse(const cllm_model *m) {
+    const int64_t n_ctx = 600;
+    cllm_session *reuse = session_or_null(m, n_ctx, 32, false);
+    cllm_session *rebuild = session_or_null(m, n_ctx, 32, false);
+    if (!reuse || !rebuild) goto done;
+    cllm_session_set_graph_reuse(rebuild, false);
+
+    CHECK(cllm_session_decode(reuse, k_tokens, N_TOKENS) == CLLM_OK);
+    CHECK(cllm_session_decode(rebuild, k_tokens, N_TOKENS) == CLLM_OK);
+    const uint64_t builds0 = cllm_session_graph_builds(reuse);
+    CHECK(builds0 == 1 && cllm_session_graph_builds(rebuild) == 1);
+    int32_t tok = (int32_t)argmax(cllm_session_logits(reuse), cllm_session_n_vocab(reuse));
+    int64_t last_n_kv = 0;
+    /* greedy to the end of the context: padded shapes 256, 512, then 600 */
+    while (cllm_session_n_past(reuse) < n_ctx && g_checks_failed == 0) {
+        tok = step_both(reuse, rebuild, tok, &last_n_kv);
+    }
+    CHECK(cllm_session_n_past(reuse) == n_ctx);
+    CHECKF(cllm_session_graph_builds(reuse) == builds0 + 3,
+           "graph reuse: %llu graphs built for three padded shapes",
+           (unsigned long long)(cllm_session_graph_builds(reuse) - builds0));
+    CHECK(cllm_session_graph_builds(rebuild) == 1 + (uint64_t)(n_ctx - N_TOKENS));
+
+    /* back over the first boundary: the write position moves down, and the
+     * same graphs serve again */
+    CHECK(cllm_session_truncate(reuse, 250) == CLLM_OK);
+    CHECK(cllm_session_truncate(rebuild, 250) == CLLM_OK);
+    for (int i = 0; i < 12 && g_checks_failed == 0; i++) {
+        tok = step_both(reuse, rebuild, tok, &last_n_kv);
+    }
+    CHECK(cllm_session_n_past(reuse) == 262);
+
+    /* a batch in between (another shape), then one token at a time again */
+    CHECK(cllm_session_decode(reuse, k_tokens, 5) == CLLM_OK);
+    CHECK(cllm_session_decode(rebuild, k_tokens, 5) == CLLM_OK);
+    last_n_kv = 0;
+    for (int i = 0; i < 3 && g_checks_failed == 0; i++) {
+        tok = step_both(reuse, rebuild, tok, &last_n_kv);
+    }
+
+    const cllm_memory_report r = cllm_session_memory(reuse);
+    for (int k = 0; k < CLLM_MEM_COUNT; k++) CHECK(r.planned[k] == r.allocated[k]);
+done:
+    cllm_session_free(reuse);
+    cllm_session_free(rebuild);
+}
+
+/* The same on a model whose layers live on the test device: the reused
+ * graph has splits and copies between the two backends, which run again
+ * at every token. */
+static void test_graph_reuse_split(void) {
+    cllm_test_device_config cfg = cllm_test_device_config_default();
+    cfg.budget = (size_t)64 << 20;
+    CHECK(cllm_test_device_enable(&cfg, NULL) == CLLM_OK);
+    cllm_plan_params fp = cllm_plan_default_params();
+    fp.n_ctx = 300;
+    fp.n_sessions = 2;
+    fp.n_batch = 16;
+    fp.n_threads = 2;
+    fp.kv_type = CLLM_TYPE_F32;
+    fp.use_mmap = false;
+    cllm_plan *plan = NULL;
+    cllm_model *m = NULL;
+    cllm_session *reuse = NULL, *rebuild = NULL;
+    cllm_status st = cllm_plan_file(g_path, &fp, &plan);
+    CHECKF(st == CLLM_OK, "plan: %s", cllm_last_error());
+    if (st != CLLM_OK) goto done;
+    CHECK(plan->devices[0].n_layers == 5);
+    cllm_model_params mp = cllm_model_default_params();
+    mp.use_mmap = false;
+    mp.plan = plan;
+    st = cllm_model_load(g_path, &mp, &m);
+    CHECKF(st == CLLM_OK, "load: %s", cllm_last_error());
+    if (st != CLLM_OK) goto done;
+    reuse = session_or_null(m, 300, 16, false);
+    rebuild = session_or_null(m, 300, 16, false);
+    if (!reuse || !rebuild) goto done;
+    cllm_session_set_graph_reuse(rebuild, false);
+    CHECK(cllm_session_decode(reuse, k_tokens, 16) == CLLM_OK);
+    CHECK(cllm_session_decode(rebuild, k_tokens, 16) == CLLM_OK);
+    int32_t tok = (int32_t)argmax(cllm_session_logits(reuse), cllm_session_n_vocab(reuse));
+    int64_t last_n_kv = 0;
+    /* over the boundary at 256 and the clamp to 300 */
+    while (cllm_session_n_past(reuse) < 300 && g_checks_failed == 0) {
+        tok = step_both(reuse, rebuild, tok, &last_n_kv);
+    }
+    CHECK(cllm_session_n_past(reuse) == 300);
+    CHECK(cllm_session_graph_builds(reuse) == 3);
+done:
+    cllm_session_free(reuse);
+    cllm_session_free(rebuild);
+    cllm_model_free(m);
+    cllm_plan_free(plan);
+    cllm_test_device_disable();
+}
+
 int main(void) {
     static const char *const files[] = {"stories260K.gguf", NULL};
     if (!refs_have(files)) return check_summary("test_session");
@@ -267,7 +408,9 @@ int main(void) {
     test_truncate(m, false, 32);
     test_truncate(m, true, 32);
     test_truncate(m, false, 4); /* A, B and C each in several batches */
+    test_graph_reuse(m);
     cllm_model_free(m);
     test_failed_decode_keeps_logits();
+    test_graph_reuse_split();
     return check_summary("test_session");
 }

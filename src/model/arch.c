@@ -292,6 +292,20 @@ void cllm_fill_causal_mask(float *dst, const cllm_batch_shape *shape) {
 
 /* ---- shared graph pieces ----------------------------------------------- */
 
+void cllm_kv_writes_move(cllm_tensor *const *writes, int n_layer, int64_t n_past) {
+    for (int i = 0; i < n_layer * CLLM_KV_WRITES_PER_LAYER; i++) {
+        cllm_tensor *t = writes[i];
+        CLLM_ASSERTF(t && t->view_src, "kv writes: write %d of %d was not recorded", i,
+                     n_layer * CLLM_KV_WRITES_PER_LAYER);
+        const cllm_tensor *cache = t->view_src; /* a layer's K or V, [n_embd_gqa, n_ctx] */
+        CLLM_ASSERTF(cache->data && n_past >= 0 && n_past + t->ne[1] <= cache->ne[1],
+                     "kv writes: %lld rows at %lld in %s", (long long)t->ne[1], (long long)n_past,
+                     cache->name);
+        t->view_offs = (size_t)n_past * cache->nb[1];
+        t->data = (char *)cache->data + t->view_offs;
+    }
+}
+
 void cllm_build_inputs(const cllm_build_args *args, cllm_graph_io *io) {
     cllm_context *ctx = args->ctx;
     const cllm_batch_shape *sh = &args->shape;
@@ -333,8 +347,13 @@ cllm_tensor *cllm_build_attention(const cllm_build_args *args, cllm_graph_io *io
         cllm_view_2d(ctx, kc, kc->ne[0], sh->n_tokens, kc->nb[1], (size_t)sh->n_past * kc->nb[1]);
     cllm_tensor *v_dst =
         cllm_view_2d(ctx, vc, vc->ne[0], sh->n_tokens, vc->nb[1], (size_t)sh->n_past * vc->nb[1]);
-    cllm_graph_build(args->graph, cllm_cpy(ctx, k, k_dst));
-    cllm_graph_build(args->graph, cllm_cpy(ctx, v, v_dst));
+    cllm_tensor *k_cpy = cllm_cpy(ctx, k, k_dst), *v_cpy = cllm_cpy(ctx, v, v_dst);
+    cllm_graph_build(args->graph, k_cpy);
+    cllm_graph_build(args->graph, v_cpy);
+    if (args->kv_writes) {
+        cllm_tensor **wr = args->kv_writes + (size_t)layer * CLLM_KV_WRITES_PER_LAYER;
+        wr[0] = k_dst, wr[1] = k_cpy, wr[2] = v_dst, wr[3] = v_cpy;
+    }
 
     /* [head_dim, n_kv, n_head_kv] views of the cache */
     const size_t kes = cllm_element_size(kc), ves = cllm_element_size(vc);

@@ -114,6 +114,10 @@ typedef struct cllm_build_args {
     bool unfused_attn; /* reference path: mul_mat + soft_max + mul_mat */
     cllm_context *ctx; /* for the graph's tensors (metadata) */
     cllm_graph *graph; /* nodes are added to it (KV writes first) */
+    /* (optional) [CLLM_KV_WRITES_PER_LAYER * n_layer]: receives, per layer,
+     * the tensors that place this batch's K and V rows in the cache, so that
+     * a graph can be run again at another position (cllm_kv_writes_move) */
+    cllm_tensor **kv_writes;
 } cllm_build_args;
 
 typedef struct cllm_arch {
@@ -196,6 +200,20 @@ cllm_tensor *cllm_build_attention(const cllm_build_args *args, cllm_graph_io *io
 /* The output head: logits = output · x_normed ([n_vocab, n_outputs]),
  * flagged as the graph's output and added to args->graph. */
 cllm_tensor *cllm_build_logits(const cllm_build_args *args, cllm_graph_io *io, cllm_tensor *x);
+
+/* Per layer: the view of the K rows written, the copy into it, then the
+ * same two for V (cllm_build_attention records them in args->kv_writes). */
+enum { CLLM_KV_WRITES_PER_LAYER = 4 };
+
+/*
+ * Points the KV cache writes of a built graph (`writes`, as recorded in
+ * cllm_build_args.kv_writes for n_layer layers) at cache row n_past, so that
+ * the graph, planned once, writes its batch there when it runs again: the
+ * writes are views of the static cache, whose place is their offset alone,
+ * and the rest of the graph reads the cache through views that start at row
+ * 0. The batch's rows must fit the cache (asserted).
+ */
+void cllm_kv_writes_move(cllm_tensor *const *writes, int n_layer, int64_t n_past);
 
 /* Creates the graph inputs of io (tokens, pos, mask, out_ids) in args->ctx. */
 void cllm_build_inputs(const cllm_build_args *args, cllm_graph_io *io);

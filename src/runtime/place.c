@@ -229,12 +229,15 @@ void cllm_instance_free(cllm_instance *in) {
     cllm_kv_cache_free(&in->kv);
     cllm_graph_free(in->graph);
     cllm_context_free(in->gctx);
+    cllm_free(in->kv_writes);
     memset(in, 0, sizeof(*in));
 }
 
 cllm_tensor *cllm_instance_build(cllm_instance *in, const cllm_batch_shape *b, cllm_graph_io *io) {
     cllm_context_reset(in->gctx);
     cllm_graph_reset(in->graph);
+    memset(in->kv_writes, 0,
+           (size_t)CLLM_KV_WRITES_PER_LAYER * (size_t)in->kv.n_layer * sizeof(*in->kv_writes));
     const cllm_build_args args = {
         .hp = in->a.hp,
         .w = in->a.w,
@@ -243,6 +246,7 @@ cllm_tensor *cllm_instance_build(cllm_instance *in, const cllm_batch_shape *b, c
         .unfused_attn = in->a.unfused_attn,
         .ctx = in->gctx,
         .graph = in->graph,
+        .kv_writes = in->kv_writes,
     };
     cllm_tensor *out = in->a.arch->build(&args, io);
     if (in->a.f32_activations) {
@@ -253,6 +257,10 @@ cllm_tensor *cllm_instance_build(cllm_instance *in, const cllm_batch_shape *b, c
         }
     }
     return out;
+}
+
+void cllm_instance_set_write_pos(cllm_instance *in, int64_t n_past) {
+    cllm_kv_writes_move(in->kv_writes, in->kv.n_layer, n_past);
 }
 
 /* The state buffers, per device: measure-mode or real (cleared). */
@@ -310,7 +318,10 @@ cllm_status cllm_instance_init(cllm_instance *in, const cllm_instance_args *args
     const int gsize = args->arch->graph_size(args->hp);
     in->gctx = cllm_context_new(gsize);
     in->graph = cllm_graph_new(gsize);
-    if (!in->gctx || !in->graph) {
+    in->kv_writes =
+        cllm_calloc((size_t)CLLM_KV_WRITES_PER_LAYER * (size_t)CLLM_MAX(args->hp->n_layer, 1),
+                    sizeof(*in->kv_writes));
+    if (!in->gctx || !in->graph || !in->kv_writes) {
         st = cllm_error(CLLM_ERR_NOMEM, "out of host memory for a graph");
         goto fail;
     }

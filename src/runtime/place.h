@@ -148,6 +148,9 @@ typedef struct cllm_instance {
     cllm_sched *sched; /* owns the CLLM_MEM_COMPUTE buffers */
     cllm_context *gctx;
     cllm_graph *graph;
+    /* [CLLM_KV_WRITES_PER_LAYER * n_layer]: the KV writes of the graph last
+     * built (cllm_instance_set_write_pos) */
+    cllm_tensor **kv_writes;
     /* per device: weights (of w under the placement), state, compute and
      * workspace bytes of this instance */
     size_t bytes[CLLM_PLACE_MAX_DEVICES][CLLM_MEM_COUNT];
@@ -166,5 +169,10 @@ void cllm_instance_free(cllm_instance *in);
 /* Builds the forward graph of batch `b` into in->graph (in->gctx holds its
  * tensors); returns the logits tensor. */
 cllm_tensor *cllm_instance_build(cllm_instance *in, const cllm_batch_shape *b, cllm_graph_io *io);
+
+/* Moves the KV cache writes of the graph last built (alloc mode) to cache
+ * row n_past: the graph then runs as one built for the same batch shape
+ * with n_past there, without being built or planned again. */
+void cllm_instance_set_write_pos(cllm_instance *in, int64_t n_past);
 
 #endif /* CLLM_RUNTIME_PLACE_H */

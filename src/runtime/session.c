@@ -28,7 +28,23 @@ struct cllm_session {
     int64_t n_logits; /* rows of `logits` that are valid (0: none) */
     int64_t n_last;   /* tokens of the decode call they come from */
     float *mask_row;  /* [n_ctx]: one row of the mask, staged */
+
+    /* the graph last built and planned (s->graph), run again while batches
+     * keep its shape: only its inputs and KV write position change */
+    bool graph_ready;
+    bool no_reuse;                /* tests: build and plan every batch's graph */
+    cllm_batch_shape graph_shape; /* its shape; n_past is not part of it */
+    cllm_graph_io io;
+    uint64_t n_builds;
 };
+
+/* A one-token batch attends to the cache rows up to the next multiple of
+ * SESSION_KV_PAD (at most n_ctx), the rows past its own hidden by the mask
+ * (-INFINITY: the attention skips them, the softmax gives them exactly 0).
+ * Its graph's shape then changes once every SESSION_KV_PAD tokens, and token
+ * generation reuses one graph in between. The worst-case graphs measured at
+ * creation attend to all n_ctx rows, so a padded graph fits the plan. */
+enum { SESSION_KV_PAD = 256 };
 
 static size_t cllm_buffer_size_or_0(const cllm_buffer *b) { return b ? cllm_buffer_size(b) : 0; }
 
@@ -41,9 +57,32 @@ cllm_session_params cllm_session_default_params(void) {
                                  .all_logits = false};
 }
 
-/* Builds the forward graph for `shape` into the instance's graph. */
-static cllm_tensor *build_graph(cllm_session *s, const cllm_batch_shape *shape, cllm_graph_io *io) {
-    return cllm_instance_build(&s->in, shape, io);
+/* Cache rows a batch of n tokens at n_past attends to. */
+static int64_t batch_n_kv(const cllm_session *s, int64_t n) {
+    const int64_t n_kv = s->n_past + n;
+    if (n != 1) return n_kv;
+    return CLLM_MIN((n_kv + SESSION_KV_PAD - 1) / SESSION_KV_PAD * SESSION_KV_PAD, s->params.n_ctx);
+}
+
+static bool same_graph_shape(const cllm_batch_shape *a, const cllm_batch_shape *b) {
+    return a->n_tokens == b->n_tokens && a->n_kv == b->n_kv && a->n_outputs == b->n_outputs;
+}
+
+/* Makes s->graph (s->io its inputs and output) the planned graph of
+ * `shape`: the last one moved to write at shape->n_past when the shape is
+ * the same, else a new one built and planned. */
+static cllm_status prepare_graph(cllm_session *s, const cllm_batch_shape *shape) {
+    if (s->graph_ready && !s->no_reuse && same_graph_shape(&s->graph_shape, shape)) {
+        cllm_instance_set_write_pos(&s->in, shape->n_past);
+        return CLLM_OK;
+    }
+    s->graph_ready = false;
+    cllm_instance_build(&s->in, shape, &s->io);
+    s->n_builds++;
+    CLLM_TRY(cllm_sched_alloc_graph(s->sched, s->graph));
+    s->graph_shape = *shape;
+    s->graph_ready = true;
+    return CLLM_OK;
 }
 
 cllm_status cllm_session_new(const cllm_model *model, const cllm_session_params *params,
@@ -116,11 +155,11 @@ void cllm_session_free(cllm_session *s) {
 static cllm_status decode_batch(cllm_session *s, const int32_t *tokens, int64_t n, bool keep) {
     const int64_t n_outputs = s->params.all_logits ? n : 1;
     const cllm_batch_shape shape = {
-        .n_tokens = n, .n_past = s->n_past, .n_kv = s->n_past + n, .n_outputs = n_outputs};
-    cllm_graph_io io;
-    build_graph(s, &shape, &io);
-    CLLM_TRY(cllm_sched_alloc_graph(s->sched, s->graph));
+        .n_tokens = n, .n_past = s->n_past, .n_kv = batch_n_kv(s, n), .n_outputs = n_outputs};
+    CLLM_TRY(prepare_graph(s, &shape));
+    const cllm_graph_io io = s->io;
 
+    /* every input is set in full: a reused graph holds the last batch's */
     cllm_tensor_set(io.tokens, tokens, 0, (size_t)n * sizeof(int32_t));
     for (int64_t i = 0; i < n; i++) {
         const int32_t pos = (int32_t)(s->n_past + i);
@@ -137,7 +176,11 @@ static cllm_status decode_batch(cllm_session *s, const int32_t *tokens, int64_t 
         cllm_tensor_set(io.out_ids, &row, (size_t)r * sizeof(row), sizeof(row));
     }
 
-    CLLM_TRY(cllm_sched_graph_compute(s->sched, s->graph));
+    const cllm_status st = cllm_sched_graph_compute(s->sched, s->graph);
+    if (st != CLLM_OK) {
+        s->graph_ready = false; /* built again next time */
+        return st;
+    }
     if (keep) {
         cllm_tensor_get(io.logits, s->logits, 0,
                         (size_t)n_outputs * (size_t)s->model->hp.n_vocab * sizeof(float));
@@ -208,7 +251,8 @@ cllm_status cllm_session_truncate(cllm_session *s, int64_t n_keep) {
                           (long long)n_keep, (long long)s->n_past);
     }
     /* the cache rows from n_keep on are stale: the next decode writes its
-     * rows there before it attends to them (n_kv = n_past + n) */
+     * rows there before it attends to them, and the mask hides the rows
+     * past its own (a one-token batch attends to a padded range) */
     s->n_past = n_keep;
     s->n_logits = 0;
     return CLLM_OK;
@@ -241,3 +285,10 @@ cllm_memory_report cllm_session_memory(const cllm_session *s) {
 }
 
 const cllm_model *cllm_session_model(const cllm_session *s) { return s->model; }
+
+uint64_t cllm_session_graph_builds(const cllm_session *s) { return s->n_builds; }
+
+void cllm_session_set_graph_reuse(cllm_session *s, bool reuse) {
+    s->no_reuse = !reuse;
+    s->graph_ready = false;
+}

@@ -12,6 +12,11 @@
  *     st = cllm_session_decode(s, &next_id, 1);             // one token at a time
  *     cllm_session_free(s);
  *
+ * Graphs: a batch's graph is built and planned once per batch shape and run
+ * again while the shape stays the same (only its inputs and the KV write
+ * position change); one-token batches attend to the cache padded to a
+ * multiple of 256 rows, so token generation builds a graph every 256 tokens.
+ *
  * Memory: at creation the session measures its worst-case graphs (a full
  * batch at a full context, and one token at a full context) through the
  * graph planner, then allocates exactly that: cllm_session_memory() reports
@@ -27,5 +32,13 @@
 #include "runtime/model.h"
 
 /* The session API is public (cllm.h); the layout lives in session.c. */
+
+/* For tests: the graphs s has built and planned so far (a graph run again
+ * for a batch of the same shape is not counted). */
+uint64_t cllm_session_graph_builds(const cllm_session *s);
+
+/* For tests: with reuse off, every batch builds and plans its graph anew
+ * (the reference that reuse must match bit for bit); on by default. */
+void cllm_session_set_graph_reuse(cllm_session *s, bool reuse);
 
 #endif /* CLLM_RUNTIME_SESSION_H */

@@ -114,7 +114,7 @@ AZ_INLINE void az_rows(int nr, const cllm_attn_unit *u, const int64_t *rows, con
 void cllm_cpu_attn_unit_avx512(const cllm_tensor *dst, const cllm_attn_unit *u, float *scratch) {
     const cllm_tensor *k = dst->src[1], *v = dst->src[2], *mask = dst->src[3];
     const float scale = cllm_get_op_param_f32(dst, 0);
-    const int64_t D = k->ne[0], Dv = v->ne[0], n_kv = k->ne[1], nt = u->nt, nh = u->nh;
+    const int64_t D = k->ne[0], Dv = v->ne[0], n_kv = u->n_kv, nt = u->nt, nh = u->nh;
     float *kt = scratch;      /* [D][KB] */
     float *vf = kt + D * KB;  /* [KB][Dv] */
     float *mf = vf + KB * Dv; /* [nt][KB] mask (+ -inf beyond the keys) */

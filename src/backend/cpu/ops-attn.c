@@ -119,6 +119,30 @@ static void attn_axpy(int64_t n, float *acc, float w, const float *v) {
     for (int64_t i = 0; i < n; i++) acc[i] += w * v[i];
 }
 
+/* Keys up to the last one the mask shows to some token of t0 .. t0+nt-1:
+ * those after it are skipped outright, without a look at each. A session
+ * pads the cache rows it attends to (so that one graph serves many tokens)
+ * and hides the padding this way. */
+static int64_t attn_live_keys(const cllm_tensor *mask, int64_t n_kv, int64_t t0, int64_t nt) {
+    if (!mask) return n_kv;
+    const bool plain = mask->type == CLLM_TYPE_F32 && mask->nb[0] == sizeof(float);
+    int64_t end = 0;
+    for (int64_t ti = nt - 1; ti >= 0 && end < n_kv; ti--) {
+        int64_t j = n_kv;
+        if (plain) {
+            const float *row = (const float *)cllm_cpu_elem(mask, 0, t0 + ti, 0, 0);
+            while (j > end && row[j - 1] == -INFINITY) j--;
+        } else {
+            while (j > end && cllm_cpu_load(mask->type, cllm_cpu_elem(mask, j - 1, t0 + ti, 0,
+                                                                      0)) == -INFINITY) {
+                j--;
+            }
+        }
+        end = j;
+    }
+    return end;
+}
+
 void cllm_cpu_attn(const cllm_cpu_params *params, cllm_tensor *dst) {
     const cllm_tensor *q = dst->src[0], *k = dst->src[1], *v = dst->src[2], *mask = dst->src[3];
     const float scale = cllm_get_op_param_f32(dst, 0);
@@ -165,14 +189,22 @@ void cllm_cpu_attn(const cllm_cpu_params *params, cllm_tensor *dst) {
             }
         }
 
+        const int64_t n_live = attn_live_keys(mask, n_kv, t0, nt);
 #if defined(__x86_64__) || defined(__i386__)
         if (fast) {
-            const cllm_attn_unit u = {
-                .g = g, .t0 = t0, .nt = nt, .nh = nh, .q = qf, .acc = acc, .mx = mx, .sum = sum};
+            const cllm_attn_unit u = {.g = g,
+                                      .t0 = t0,
+                                      .nt = nt,
+                                      .nh = nh,
+                                      .n_kv = n_live,
+                                      .q = qf,
+                                      .acc = acc,
+                                      .mx = mx,
+                                      .sum = sum};
             cllm_cpu_attn_unit_avx512(dst, &u, fast);
         }
 #endif
-        for (int64_t j = 0; j < n_kv && !fast; j++) {
+        for (int64_t j = 0; j < n_live && !fast; j++) {
             float mv[ATTN_TB];
             bool any = false;
             for (int64_t ti = 0; ti < nt; ti++) {

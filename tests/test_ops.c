@@ -964,6 +964,48 @@ static void test_get_rows(void) {
     }
 }
 
+/* ---- concat_rows ---------------------------------------------------------- */
+
+/* a [K, N, B, C] and b [K, M, B, C], in every layout: out holds a's rows,
+ * then b's, in each (B, C) plane, exactly. */
+static void run_concat(int layout_a, int layout_b, int nth) {
+    const int64_t ane[4] = {7, 3, 2, 2}, bne[4] = {7, 5, 2, 2}, one[4] = {7, 8, 2, 2};
+    cllm_context *ctx = ctx_new();
+    cllm_tensor *a = new_layout(ctx, CLLM_TYPE_F32, ane, layout_a);
+    cllm_tensor *b = new_layout(ctx, CLLM_TYPE_F32, bne, layout_b);
+    cllm_tensor *out = cllm_concat_rows(ctx, a, b);
+    CHECK(out->ne[0] == 7 && out->ne[1] == 8 && out->ne[2] == 2 && out->ne[3] == 2);
+    cllm_buffer *buf = place_all(ctx);
+    fill_root_uniform(a, -10.0f, 10.0f);
+    fill_root_uniform(b, -10.0f, 10.0f);
+    double *da = read_dense(a), *db = read_dense(b);
+    CHECK(compute(g_be[nth], out) == CLLM_OK);
+    double *got = read_dense(out);
+    double *want = xmalloc((size_t)nel(one) * sizeof(double));
+    for (int64_t c = 0; c < 2; c++)
+        for (int64_t ib = 0; ib < 2; ib++)
+            for (int64_t n = 0; n < 8; n++)
+                for (int64_t k = 0; k < 7; k++) {
+                    want[idx4(one, k, n, ib, c)] =
+                        n < 3 ? da[idx4(ane, k, n, ib, c)] : db[idx4(bne, k, n - 3, ib, c)];
+                }
+    char what[128];
+    snprintf(what, sizeof(what), "concat_rows %s + %s, %d threads", k_layout_names[layout_a],
+             k_layout_names[layout_b], nth);
+    check_close(what, got, want, nel(one), 0.0, 0.0);
+    free(da), free(db), free(got), free(want);
+    ctx_done(ctx, buf);
+}
+
+static void test_concat(void) {
+    rng_seed(11);
+    for (int la = 0; la < LAYOUT_COUNT; la++) {
+        for (int lb = 0; lb < LAYOUT_COUNT; lb++) {
+            for (int nth = 1; nth <= MAX_THREADS; nth++) run_concat(la, lb, nth);
+        }
+    }
+}
+
 /* ---- cpy, cont ------------------------------------------------------------ */
 
 /* Checks dst == src converted to dst's type, element by element in logical
@@ -1447,6 +1489,7 @@ int main(void) {
     test_mul_mat_quantized();
     test_mul_mat_blocked();
     test_get_rows();
+    test_concat();
     test_copy();
     test_attn();
     test_inplace();

@@ -40,6 +40,7 @@ static const cllm_op_traits k_op_traits[] = {
     [CLLM_OP_GELU] = OP("gelu", true, false, true, true, false),
     [CLLM_OP_CPY] = OP("cpy", true, false, false, false, true),
     [CLLM_OP_CONT] = OP("cont", true, false, false, false, true),
+    [CLLM_OP_CONCAT] = OP("concat", true, false, false, false, false),
     [CLLM_OP_GET_ROWS] = OP("get_rows", true, false, false, false, false),
     [CLLM_OP_RMS_NORM] = OP("rms_norm", true, false, true, true, false),
     [CLLM_OP_NORM] = OP("norm", true, false, true, true, false),
@@ -404,6 +405,17 @@ cllm_tensor *cllm_cpy(cllm_context *ctx, cllm_tensor *a, cllm_tensor *b) {
 
 cllm_tensor *cllm_cont(cllm_context *ctx, cllm_tensor *a) {
     return new_result(ctx, CLLM_OP_CONT, a->type, a->ne, a);
+}
+
+cllm_tensor *cllm_concat_rows(cllm_context *ctx, cllm_tensor *a, cllm_tensor *b) {
+    shape_buf sa, sb;
+    CLLM_ASSERTF(a->type == CLLM_TYPE_F32 && b->type == CLLM_TYPE_F32 && a->ne[0] == b->ne[0] &&
+                     a->ne[2] == b->ne[2] && a->ne[3] == b->ne[3],
+                 "concat_rows: %s and %s", SHAPE(a, sa), SHAPE(b, sb));
+    cllm_tensor *t = new_result(ctx, CLLM_OP_CONCAT, CLLM_TYPE_F32,
+                                (int64_t[]){a->ne[0], a->ne[1] + b->ne[1], a->ne[2], a->ne[3]}, a);
+    t->src[1] = b;
+    return t;
 }
 
 cllm_tensor *cllm_get_rows(cllm_context *ctx, cllm_tensor *a, cllm_tensor *ids) {

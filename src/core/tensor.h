@@ -48,8 +48,9 @@ typedef enum cllm_op {
     CLLM_OP_GELU,  /* tanh approximation */
 
     /* copies */
-    CLLM_OP_CPY,  /* copy a into b (types may differ); the result is a view of b */
-    CLLM_OP_CONT, /* a contiguous copy of a */
+    CLLM_OP_CPY,    /* copy a into b (types may differ); the result is a view of b */
+    CLLM_OP_CONT,   /* a contiguous copy of a */
+    CLLM_OP_CONCAT, /* the rows of a, then the rows of b */
 
     /* row-wise */
     CLLM_OP_GET_ROWS, /* rows of a selected by int32 ids */
@@ -226,6 +227,11 @@ cllm_tensor *cllm_gelu(cllm_context *ctx, cllm_tensor *a);
 cllm_tensor *cllm_cpy(cllm_context *ctx, cllm_tensor *a, cllm_tensor *b);
 /* A contiguous copy of a, same type and shape. */
 cllm_tensor *cllm_cont(cllm_context *ctx, cllm_tensor *a);
+/* a: F32 [K, N, B, C], b: F32 [K, M, B, C] (any strides);
+ * out[:, n, b, c] = n < N ? a[:, n, b, c] : b[:, n - N, b, c]; out is F32
+ * [K, N + M, B, C], contiguous. (The tokens of several sequences, each
+ * attended to on its own, joined into one batch again.) */
+cllm_tensor *cllm_concat_rows(cllm_context *ctx, cllm_tensor *a, cllm_tensor *b);
 
 /* a: [K, R, B] any type with to_float; ids: int32 [N, B].
  * out[:, n, b] = float(a[:, ids[n, b], b]); out is F32 [K, N, B]. */

@@ -137,6 +137,7 @@ void cllm_cpu_copy(const cllm_cpu_params *params, cllm_tensor *dst);
 
 /* ops-rows.c */
 void cllm_cpu_get_rows(const cllm_cpu_params *params, cllm_tensor *dst);
+void cllm_cpu_concat_rows(const cllm_cpu_params *params, cllm_tensor *dst);
 
 /* ops-norm.c */
 void cllm_cpu_rms_norm(const cllm_cpu_params *params, cllm_tensor *dst);

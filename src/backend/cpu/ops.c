@@ -61,6 +61,7 @@ bool cllm_cpu_supports_op(const cllm_tensor *node) {
     case CLLM_OP_NORM: return is_f32(node) && is_float(a);
     case CLLM_OP_CPY:
     case CLLM_OP_CONT: return a && cllm_cpu_copy_supported(a, node);
+    case CLLM_OP_CONCAT: return is_f32(node) && is_f32(a) && is_f32(b);
     case CLLM_OP_GET_ROWS: {
         if (!is_f32(node) || !a || !is_i32(b)) return false;
         const cllm_type_traits *tt = cllm_type_traits_of(a->type);
@@ -104,6 +105,7 @@ void cllm_cpu_compute_forward(const cllm_cpu_params *params, cllm_tensor *node) 
     case CLLM_OP_GELU: cllm_cpu_gelu(params, node); break;
     case CLLM_OP_CPY:
     case CLLM_OP_CONT: cllm_cpu_copy(params, node); break;
+    case CLLM_OP_CONCAT: cllm_cpu_concat_rows(params, node); break;
     case CLLM_OP_GET_ROWS: cllm_cpu_get_rows(params, node); break;
     case CLLM_OP_RMS_NORM: cllm_cpu_rms_norm(params, node); break;
     case CLLM_OP_NORM: cllm_cpu_norm(params, node); break;

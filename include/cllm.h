@@ -409,6 +409,7 @@ typedef struct cllm_plan_params {
     int64_t n_ctx;     /* 0: min(model context, 4096) */
     int64_t n_batch;   /* default 512 (at most n_ctx) */
     int n_sessions;    /* default 1 */
+    int n_seq;         /* sequences per session (cllm_session_params), default 1 */
     cllm_type kv_type; /* CLLM_TYPE_F16 (default) or CLLM_TYPE_F32 */
     int n_threads;     /* CPU backend threads (workspace); 0: physical cores */
     bool use_mmap;     /* default true: CPU weights are the mapped file's data section */
@@ -718,6 +719,11 @@ typedef struct cllm_session_params {
     /* keep the logits of every position of each decode (cllm_session_logits_ith);
      * default false: only the last one's (less compute memory) */
     bool all_logits;
+    /* sequences (1 .. 64, default 1; 0 is 1): each has a KV cache of n_ctx
+     * tokens of its own, and one forward pass may decode tokens of several
+     * (cllm_session_decode_seqs) while the weights are read once. The
+     * functions without "seq" in their name act on sequence 0. */
+    int n_seq;
 } cllm_session_params;
 
 /* The defaults given beside each field. Pure; thread-safe. */
@@ -770,8 +776,42 @@ const float *cllm_session_logits_ith(const cllm_session *s, int64_t i);
  */
 cllm_status cllm_session_truncate(cllm_session *s, int64_t n_keep);
 
-/* Forgets the context (n_past = 0) and the logits; keeps all memory. */
+/* Forgets the context (n_past = 0) and the logits of every sequence; keeps
+ * all memory. */
 void cllm_session_reset(cllm_session *s);
+
+/* One sequence's tokens in a batch of several (cllm_session_decode_seqs). */
+typedef struct cllm_seq_tokens {
+    int seq;               /* 0 .. n_seq - 1 */
+    const int32_t *tokens; /* appended to the sequence */
+    int64_t n_tokens;      /* >= 1 */
+} cllm_seq_tokens;
+
+/*
+ * Appends the tokens of several sequences (distinct, in any order) and runs
+ * the model over all of them in one forward pass: every matrix multiply
+ * reads the weights once for the whole batch, and each sequence attends to
+ * its own KV cache only, at its own positions, so its logits do not depend
+ * on the others (up to the rounding of kernels that see more columns).
+ * Afterwards cllm_session_seq_logits(s, seq) holds each one's last token's
+ * logits. The tokens together must fit in one batch (n_batch): the caller
+ * feeds long prompts in chunks. CLLM_ERR_INVALID_ARG for a bad or repeated
+ * sequence, an empty item or a token out of range; CLLM_ERR_TOO_LARGE for
+ * a sequence whose context would overflow or more than n_batch tokens. On
+ * any error no sequence changes (tokens and logits as before).
+ */
+cllm_status cllm_session_decode_seqs(cllm_session *s, const cllm_seq_tokens *items, int n);
+
+/* Logits [n_vocab] of sequence seq's last token decoded (for 0, as
+ * cllm_session_logits); NULL for none or a sequence out of range. Valid
+ * until that sequence's next decode, truncate or the session's reset. */
+const float *cllm_session_seq_logits(const cllm_session *s, int seq);
+/* Tokens in sequence seq's context; -1 out of range. */
+int64_t cllm_session_seq_n_past(const cllm_session *s, int seq);
+/* As cllm_session_truncate, for sequence seq. */
+cllm_status cllm_session_seq_truncate(cllm_session *s, int seq, int64_t n_keep);
+/* The session's sequences (n_seq). */
+int cllm_session_n_seq(const cllm_session *s);
 
 int64_t cllm_session_n_past(const cllm_session *s); /* tokens in the context */
 int64_t cllm_session_n_ctx(const cllm_session *s);  /* its capacity */

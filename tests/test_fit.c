@@ -70,6 +70,38 @@ static void test_cpu_plan_is_exact(void) {
         }
     }
     cllm_plan_free(two);
+
+    /* a session of three sequences: three KV caches, and the compute of
+     * its multi-sequence batches; exactly what such a session allocates */
+    fp.n_sessions = 1;
+    fp.n_seq = 3;
+    cllm_plan *seqs = plan_or_null(&fp);
+    mp.use_mmap = false;
+    m = NULL;
+    s = NULL;
+    sp.n_seq = 3;
+    CHECK(seqs && cllm_model_load(g_path, &mp, &m) == CLLM_OK &&
+          cllm_session_new(m, &sp, &s) == CLLM_OK);
+    if (seqs && s) {
+        CHECK(seqs->devices[0].bytes[CLLM_MEM_STATE] == 3 * plan->devices[0].bytes[CLLM_MEM_STATE]);
+        const cllm_memory_report r = cllm_session_memory(s);
+        for (int k = 0; k < CLLM_MEM_COUNT; k++) {
+            CHECKF(seqs->devices[0].bytes[k] == r.allocated[k] && r.planned[k] == r.allocated[k],
+                   "3 sequences, %s: plan %zu, session %zu", cllm_mem_kind_str(k),
+                   seqs->devices[0].bytes[k], r.allocated[k]);
+        }
+        char *t3 = NULL;
+        size_t n3 = 0;
+        FILE *f3 = open_memstream(&t3, &n3);
+        cllm_plan_print(seqs, f3, true);
+        fclose(f3);
+        CHECK(t3 && strstr(t3, "1 session of 3 sequences") && strstr(t3, "cache_v-4.2"));
+        free(t3);
+    }
+    cllm_session_free(s);
+    cllm_model_free(m);
+    cllm_plan_free(seqs);
+
     /* the verbose listing names every tensor once */
     char *text = NULL;
     size_t len = 0;

@@ -309,16 +309,25 @@ void cllm_kv_writes_move(cllm_tensor *const *writes, int n_layer, int64_t n_past
 void cllm_build_inputs(const cllm_build_args *args, cllm_graph_io *io) {
     cllm_context *ctx = args->ctx;
     const cllm_batch_shape *sh = &args->shape;
+    memset(io, 0, sizeof(*io));
     io->tokens =
         cllm_tensor_set_name(cllm_tensor_new_1d(ctx, CLLM_TYPE_I32, sh->n_tokens), "tokens");
     io->pos = cllm_tensor_set_name(cllm_tensor_new_1d(ctx, CLLM_TYPE_I32, sh->n_tokens), "pos");
-    io->mask = cllm_tensor_set_name(cllm_tensor_new_2d(ctx, CLLM_TYPE_F32, sh->n_kv, sh->n_tokens),
-                                    "mask");
+    if (sh->n_seqs == 0) {
+        io->mask = cllm_tensor_set_name(
+            cllm_tensor_new_2d(ctx, CLLM_TYPE_F32, sh->n_kv, sh->n_tokens), "mask");
+        cllm_tensor_set_input(io->mask);
+    }
+    for (int i = 0; i < sh->n_seqs; i++) {
+        const cllm_seq_shape q = sh->seqs[i];
+        io->seq_mask[i] = cllm_tensor_set_name(
+            cllm_tensor_new_2d(ctx, CLLM_TYPE_F32, q.n_kv, q.n_tokens), "mask-%d", i);
+        cllm_tensor_set_input(io->seq_mask[i]);
+    }
     io->out_ids =
         cllm_tensor_set_name(cllm_tensor_new_1d(ctx, CLLM_TYPE_I32, sh->n_outputs), "out_ids");
     cllm_tensor_set_input(io->tokens);
     cllm_tensor_set_input(io->pos);
-    cllm_tensor_set_input(io->mask);
     cllm_tensor_set_input(io->out_ids);
 }
 
@@ -329,31 +338,31 @@ cllm_tensor *cllm_build_logits(const cllm_build_args *args, cllm_graph_io *io, c
     return io->logits;
 }
 
-cllm_tensor *cllm_build_attention(const cllm_build_args *args, cllm_graph_io *io, int layer,
-                                  cllm_tensor *q, cllm_tensor *k, cllm_tensor *v, float scale) {
+/* One sequence's attention: writes k and v (its n_tokens rows) into its
+ * layer caches kc and vc at n_past, then attends over their first n_kv
+ * rows with `mask`. Returns [head_dim_v * n_head, n_tokens]. With `writes`,
+ * records the KV writes there (cllm_kv_writes_move). */
+static cllm_tensor *attend(const cllm_build_args *args, int layer, cllm_tensor *kc, cllm_tensor *vc,
+                           const cllm_seq_shape *sq, cllm_tensor *q, cllm_tensor *k, cllm_tensor *v,
+                           cllm_tensor *mask, float scale, cllm_tensor **writes) {
     cllm_context *ctx = args->ctx;
     const cllm_hparams *hp = args->hp;
-    const cllm_batch_shape *sh = &args->shape;
-    cllm_tensor *kc = args->kv->k[layer], *vc = args->kv->v[layer];
-    const int64_t hd_k = hp->head_dim_k, hd_v = hp->head_dim_v, n_kv = sh->n_kv;
-    CLLM_ASSERTF(sh->n_past + sh->n_tokens <= kc->ne[1] && n_kv <= kc->ne[1],
+    const int64_t hd_k = hp->head_dim_k, hd_v = hp->head_dim_v, n_kv = sq->n_kv;
+    CLLM_ASSERTF(sq->n_past + sq->n_tokens <= kc->ne[1] && n_kv <= kc->ne[1],
                  "attention: %lld + %lld tokens, %lld attended, in a cache of %lld",
-                 (long long)sh->n_past, (long long)sh->n_tokens, (long long)n_kv,
+                 (long long)sq->n_past, (long long)sq->n_tokens, (long long)n_kv,
                  (long long)kc->ne[1]);
 
     /* write this batch's keys and values at n_past; these copies go into the
      * graph first, so every later read of the cache comes after them */
     cllm_tensor *k_dst =
-        cllm_view_2d(ctx, kc, kc->ne[0], sh->n_tokens, kc->nb[1], (size_t)sh->n_past * kc->nb[1]);
+        cllm_view_2d(ctx, kc, kc->ne[0], sq->n_tokens, kc->nb[1], (size_t)sq->n_past * kc->nb[1]);
     cllm_tensor *v_dst =
-        cllm_view_2d(ctx, vc, vc->ne[0], sh->n_tokens, vc->nb[1], (size_t)sh->n_past * vc->nb[1]);
+        cllm_view_2d(ctx, vc, vc->ne[0], sq->n_tokens, vc->nb[1], (size_t)sq->n_past * vc->nb[1]);
     cllm_tensor *k_cpy = cllm_cpy(ctx, k, k_dst), *v_cpy = cllm_cpy(ctx, v, v_dst);
     cllm_graph_build(args->graph, k_cpy);
     cllm_graph_build(args->graph, v_cpy);
-    if (args->kv_writes) {
-        cllm_tensor **wr = args->kv_writes + (size_t)layer * CLLM_KV_WRITES_PER_LAYER;
-        wr[0] = k_dst, wr[1] = k_cpy, wr[2] = v_dst, wr[3] = v_cpy;
-    }
+    if (writes) writes[0] = k_dst, writes[1] = k_cpy, writes[2] = v_dst, writes[3] = v_cpy;
 
     /* [head_dim, n_kv, n_head_kv] views of the cache */
     const size_t kes = cllm_element_size(kc), ves = cllm_element_size(vc);
@@ -363,14 +372,50 @@ cllm_tensor *cllm_build_attention(const cllm_build_args *args, cllm_graph_io *io
 
     cllm_tensor *out;
     if (!args->unfused_attn) {
-        out = cllm_attn(ctx, qp, K, V, io->mask, scale); /* [hd_v, n_head, n_tokens] */
+        out = cllm_attn(ctx, qp, K, V, mask, scale); /* [hd_v, n_head, n_tokens] */
     } else {
         cllm_tensor *kq = cllm_mul_mat(ctx, K, qp); /* [n_kv, n_tokens, n_head] */
-        kq = cllm_soft_max(ctx, kq, io->mask, scale);
+        kq = cllm_soft_max(ctx, kq, mask, scale);
         cllm_tensor *kqv =
             cllm_mul_mat(ctx, cllm_transpose(ctx, V), kq); /* [hd_v, n_tokens, n_head] */
         out = cllm_cont(ctx, cllm_permute(ctx, kqv, 0, 2, 1, 3));
     }
     cllm_tensor_set_name(out, "attn-%d", layer);
-    return cllm_reshape_2d(ctx, out, hd_v * hp->n_head, sh->n_tokens);
+    return cllm_reshape_2d(ctx, out, hd_v * hp->n_head, sq->n_tokens);
+}
+
+/* Rows [t0, t0 + n) of x [a, b, T] (dim 2): a view. */
+static cllm_tensor *token_rows(cllm_context *ctx, cllm_tensor *x, int64_t t0, int64_t n) {
+    return cllm_view_3d(ctx, x, x->ne[0], x->ne[1], n, x->nb[1], x->nb[2], (size_t)t0 * x->nb[2]);
+}
+
+cllm_tensor *cllm_build_attention(const cllm_build_args *args, cllm_graph_io *io, int layer,
+                                  cllm_tensor *q, cllm_tensor *k, cllm_tensor *v, float scale) {
+    const cllm_batch_shape *sh = &args->shape;
+    const cllm_kv_cache *kv = args->kv;
+    if (sh->n_seqs == 0) {
+        const cllm_seq_shape sq = cllm_batch_seq(sh, 0);
+        cllm_tensor **wr =
+            args->kv_writes ? args->kv_writes + (size_t)layer * CLLM_KV_WRITES_PER_LAYER : NULL;
+        return attend(args, layer, kv->k[layer], kv->v[layer], &sq, q, k, v, io->mask, scale, wr);
+    }
+    /* several sequences: each attends to its own cache; their rows are
+     * joined again in batch order */
+    cllm_tensor *out = NULL;
+    int64_t t0 = 0;
+    for (int i = 0; i < sh->n_seqs; i++) {
+        const cllm_seq_shape sq = sh->seqs[i];
+        CLLM_ASSERTF(sq.seq >= 0 && sq.seq < kv->n_seq, "attention: sequence %d of %d", sq.seq,
+                     kv->n_seq);
+        const size_t c = (size_t)sq.seq * (size_t)kv->n_layer + (size_t)layer;
+        cllm_tensor *a =
+            attend(args, layer, kv->k[c], kv->v[c], &sq, token_rows(args->ctx, q, t0, sq.n_tokens),
+                   token_rows(args->ctx, k, t0, sq.n_tokens),
+                   token_rows(args->ctx, v, t0, sq.n_tokens), io->seq_mask[i], scale, NULL);
+        out = out ? cllm_concat_rows(args->ctx, out, a) : a;
+        t0 += sq.n_tokens;
+    }
+    CLLM_ASSERTF(t0 == sh->n_tokens, "attention: the sequences hold %lld of %lld tokens",
+                 (long long)t0, (long long)sh->n_tokens);
+    return out;
 }

@@ -79,15 +79,29 @@ typedef struct cllm_weights {
     cllm_layer_weights *layers; /* n_layer */
 } cllm_weights;
 
-/* The KV cache of one session: per layer K and V rows, [n_embd_gqa, n_ctx]. */
+/* Sequences of one session at most: each has a KV cache of its own, and a
+ * batch may hold tokens of several (each at its own positions). */
+#define CLLM_MAX_SEQS 64
+
+/* The KV cache of one session: per sequence and layer K and V rows,
+ * [n_embd_gqa, n_ctx]; sequence s, layer l at k[s * n_layer + l]. */
 typedef struct cllm_kv_cache {
     cllm_context *ctx;
     cllm_type type; /* F16 by default, or F32 */
-    int64_t n_ctx;
+    int64_t n_ctx;  /* per sequence */
     int n_layer;
-    cllm_tensor **k; /* n_layer */
-    cllm_tensor **v; /* n_layer */
+    int n_seq;
+    cllm_tensor **k; /* n_seq * n_layer */
+    cllm_tensor **v; /* n_seq * n_layer */
 } cllm_kv_cache;
+
+/* One sequence's part of a batch of several. */
+typedef struct cllm_seq_shape {
+    int seq;          /* its KV cache: 0 .. n_seq - 1 */
+    int64_t n_tokens; /* its tokens: the next n_tokens rows of the batch */
+    int64_t n_past;   /* its tokens already in its cache (write position) */
+    int64_t n_kv;     /* its cache rows attended to: >= n_past + n_tokens */
+} cllm_seq_shape;
 
 /* What a forward pass needs to know about the batch. */
 typedef struct cllm_batch_shape {
@@ -95,15 +109,32 @@ typedef struct cllm_batch_shape {
     int64_t n_past;    /* tokens already in the cache (write position) */
     int64_t n_kv;      /* cache entries attended to: >= n_past + n_tokens */
     int64_t n_outputs; /* rows that need logits (1..n_tokens) */
+    /* 0: the batch is sequence 0's, as the fields above say. Else the
+     * tokens of n_seqs sequences (distinct), seqs[0]'s rows first; n_tokens
+     * is their sum, n_past and n_kv are unused. */
+    int n_seqs;
+    cllm_seq_shape seqs[CLLM_MAX_SEQS];
 } cllm_batch_shape;
+
+/* Sequence i of the batch (i < max(n_seqs, 1)). */
+static inline cllm_seq_shape cllm_batch_seq(const cllm_batch_shape *b, int i) {
+    if (b->n_seqs == 0) {
+        return (cllm_seq_shape){
+            .seq = 0, .n_tokens = b->n_tokens, .n_past = b->n_past, .n_kv = b->n_kv};
+    }
+    return b->seqs[i];
+}
 
 /* The graph's inputs (set by the caller before compute) and its output. */
 typedef struct cllm_graph_io {
     cllm_tensor *tokens;  /* i32 [n_tokens] */
     cllm_tensor *pos;     /* i32 [n_tokens] */
-    cllm_tensor *mask;    /* f32 [n_kv, n_tokens]: 0 or -INFINITY */
+    cllm_tensor *mask;    /* f32 [n_kv, n_tokens]: 0 or -INFINITY (one sequence) */
     cllm_tensor *out_ids; /* i32 [n_outputs]: batch rows that get logits */
     cllm_tensor *logits;  /* f32 [n_vocab, n_outputs] */
+    /* several sequences: sequence i's mask, f32 [its n_kv, its n_tokens]
+     * (mask is then NULL) */
+    cllm_tensor *seq_mask[CLLM_MAX_SEQS];
 } cllm_graph_io;
 
 typedef struct cllm_build_args {

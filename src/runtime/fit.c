@@ -35,6 +35,7 @@ cllm_plan_params cllm_plan_default_params(void) {
     return (cllm_plan_params){.n_ctx = 0,
                               .n_batch = 512,
                               .n_sessions = 1,
+                              .n_seq = 1,
                               .kv_type = CLLM_TYPE_F16,
                               .n_threads = 0,
                               .use_mmap = true};
@@ -124,7 +125,8 @@ static cllm_status set_ctx(fit_ctx *f, int64_t n_ctx) {
     const cllm_shape_params sp = {.n_ctx = n_ctx,
                                   .n_batch = f->p.n_batch,
                                   .kv_type = f->p.kv_type,
-                                  .n_threads = f->p.n_threads};
+                                  .n_threads = f->p.n_threads,
+                                  .n_seq = f->p.n_seq};
     return cllm_shape_resolve(&f->hp, &sp, "plan", &f->shape);
 }
 
@@ -379,7 +381,8 @@ cllm_status cllm_plan_new(const cllm_gguf *g, const cllm_plan_params *params, cl
     plan->output_device = plan->place.output_device;
     plan->input_device = cpu;
     for (int l = 0; l < plan->place.n_layer; l++) plan->devices[plan->layer_device[l]].n_layers++;
-    /* the tensor map: the weights, and one session's KV cache as sessions make it */
+    /* the tensor map: the weights, and one session's KV cache (every
+     * sequence's) as sessions make it */
     if ((st = cllm_kv_cache_init(&plan->kv, &f.hp, &f.shape)) != CLLM_OK) goto fail;
     const int n_w = cllm_context_n_tensors(f.w->ctx), n_kv = cllm_context_n_tensors(plan->kv.ctx);
     plan->tensors = cllm_calloc((size_t)(n_w + n_kv), sizeof(*plan->tensors));
@@ -397,7 +400,7 @@ cllm_status cllm_plan_new(const cllm_gguf *g, const cllm_plan_params *params, cl
     }
     for (int i = 0; i < n_kv; i++) {
         const cllm_tensor *t = cllm_context_tensor(plan->kv.ctx, i);
-        const int d = plan->layer_device[i / 2];
+        const int d = plan->layer_device[(i / 2) % plan->place.n_layer]; /* K, V per layer */
         plan->tensors[plan->n_tensors++] = (cllm_plan_tensor){
             .t = t,
             .device = d,
@@ -463,11 +466,15 @@ static void shape_str(const cllm_tensor *t, char *buf, size_t size) {
 void cllm_plan_print(const cllm_plan *plan, FILE *f, bool verbose) {
     char a[32], b[32], c[32], d[32], e[32], g[32];
     char model[4 * sizeof(plan->model)], arch[4 * sizeof(plan->hp.arch)], dev[64];
-    fprintf(f, "plan for %s: %s, %lld layers, context %lld, batch %lld, %d session%s, KV %s\n\n",
+    char seqs[48] = "";
+    if (plan->shape.n_seq > 1) {
+        snprintf(seqs, sizeof(seqs), " of %d sequences", plan->shape.n_seq);
+    }
+    fprintf(f, "plan for %s: %s, %lld layers, context %lld, batch %lld, %d session%s%s, KV %s\n\n",
             esc(plan->model, model, sizeof(model), false),
             esc(plan->hp.arch, arch, sizeof(arch), false), (long long)plan->hp.n_layer,
             (long long)plan->n_ctx, (long long)plan->n_batch, plan->n_sessions,
-            plan->n_sessions == 1 ? "" : "s", cllm_type_name(plan->kv_type));
+            plan->n_sessions == 1 ? "" : "s", seqs, cllm_type_name(plan->kv_type));
     fprintf(f, "  %-10s %6s %11s %11s %11s %11s %11s %11s\n", "device", "layers", "weights",
             "state", "compute", "workspace", "total", "budget");
     for (int i = 0; i < plan->n_devices; i++) {
@@ -532,10 +539,11 @@ void cllm_plan_print_json(const cllm_plan *plan, FILE *f, bool verbose) {
     char model[6 * sizeof(plan->model)], arch[6 * sizeof(plan->hp.arch)], dev[64], dev2[64];
     fprintf(f,
             "{\"model\": \"%s\", \"arch\": \"%s\", \"n_layer\": %lld, \"n_ctx\": %lld, "
-            "\"n_batch\": %lld, \"n_sessions\": %d, \"kv_type\": \"%s\",\n \"devices\": [",
+            "\"n_batch\": %lld, \"n_sessions\": %d, \"n_seq\": %d, \"kv_type\": \"%s\",\n "
+            "\"devices\": [",
             esc(plan->model, model, sizeof(model), true),
             esc(plan->hp.arch, arch, sizeof(arch), true), (long long)plan->hp.n_layer,
-            (long long)plan->n_ctx, (long long)plan->n_batch, plan->n_sessions,
+            (long long)plan->n_ctx, (long long)plan->n_batch, plan->n_sessions, plan->shape.n_seq,
             cllm_type_name(plan->kv_type));
     for (int i = 0; i < plan->n_devices; i++) {
         const cllm_plan_device *fd = &plan->devices[i];

@@ -103,10 +103,11 @@ size_t cllm_place_mapped_bytes(const cllm_gguf *g) {
     return data < size ? (size_t)(size - data) : 0; /* no tensors: data may lie past the end */
 }
 
-/* K and V of layer l are tensors 2l and 2l + 1 of the cache's context. */
+/* K and V of layer l of sequence s are tensors 2 (s n_layer + l) and one
+ * more of the cache's context. */
 static int kv_dev(const void *ud, int i) {
     const cllm_placement *pl = ud;
-    return pl->layer_device[i / 2];
+    return pl->layer_device[(i / 2) % pl->n_layer];
 }
 
 /* ---- shapes ------------------------------------------------------------ */
@@ -116,7 +117,8 @@ cllm_status cllm_shape_resolve(const cllm_hparams *hp, const cllm_shape_params *
     cllm_shape sh = {.n_ctx = p->n_ctx ? p->n_ctx : CLLM_MIN(hp->n_ctx_train, 4096),
                      .n_batch = p->n_batch ? p->n_batch : 512,
                      .kv_type = p->kv_type,
-                     .n_threads = p->n_threads};
+                     .n_threads = p->n_threads,
+                     .n_seq = p->n_seq ? p->n_seq : 1};
     if (sh.n_ctx < 1 || sh.n_ctx > (1 << 24)) {
         return cllm_error(CLLM_ERR_INVALID_ARG, "%s: context size %lld is out of range [1, %d]",
                           who, (long long)sh.n_ctx, 1 << 24);
@@ -140,8 +142,19 @@ cllm_status cllm_shape_resolve(const cllm_hparams *hp, const cllm_shape_params *
         return cllm_error(CLLM_ERR_INVALID_ARG, "%s: %d threads is out of range [0, 1024]", who,
                           sh.n_threads);
     }
-    sh.n_batch = CLLM_MIN(sh.n_batch, sh.n_ctx);
-    sh.n_outputs = p->all_logits ? sh.n_batch : 1;
+    if (sh.n_seq < 1 || sh.n_seq > CLLM_MAX_SEQS) {
+        return cllm_error(CLLM_ERR_INVALID_ARG, "%s: %d sequences is out of range [1, %d]", who,
+                          sh.n_seq, CLLM_MAX_SEQS);
+    }
+    /* one sequence's batch fits its context; several share the batch */
+    if (sh.n_seq == 1) sh.n_batch = CLLM_MIN(sh.n_batch, sh.n_ctx);
+    if (sh.n_batch < sh.n_seq) {
+        return cllm_error(CLLM_ERR_INVALID_ARG,
+                          "%s: a batch of %lld tokens cannot hold one token of each of %d "
+                          "sequences",
+                          who, (long long)sh.n_batch, sh.n_seq);
+    }
+    sh.n_outputs = p->all_logits ? sh.n_batch : sh.n_seq;
     if (sh.n_threads == 0) sh.n_threads = cllm_physical_cores();
     /* threads beyond the CPUs only wait for each other; the workspace is
      * planned per thread, so the count is settled here, for plan and session */
@@ -162,6 +175,8 @@ cllm_status cllm_shape_check_within(const cllm_shape *sh, const cllm_shape *plan
         what = "context size", have = sh->n_ctx, max = plan->n_ctx;
     } else if (sh->n_batch > plan->n_batch) {
         what = "batch size", have = sh->n_batch, max = plan->n_batch;
+    } else if (sh->n_seq > plan->n_seq) {
+        what = "sequences", have = sh->n_seq, max = plan->n_seq;
     } else if (sh->n_outputs > plan->n_outputs) {
         what = "logit rows per batch (all_logits)", have = sh->n_outputs, max = plan->n_outputs;
     } else if (cllm_type_traits_of(sh->kv_type)->type_size >
@@ -178,13 +193,32 @@ cllm_status cllm_shape_check_within(const cllm_shape *sh, const cllm_shape *plan
                       max);
 }
 
-void cllm_shape_worst(const cllm_shape *sh, cllm_batch_shape out[CLLM_SHAPE_N_WORST]) {
-    out[0] = (cllm_batch_shape){.n_tokens = sh->n_batch,
-                                .n_past = sh->n_ctx - sh->n_batch,
+int cllm_shape_worst(const cllm_shape *sh, cllm_batch_shape out[CLLM_SHAPE_N_WORST]) {
+    const int64_t n_first = CLLM_MIN(sh->n_batch, sh->n_ctx);
+    out[0] = (cllm_batch_shape){.n_tokens = n_first,
+                                .n_past = sh->n_ctx - n_first,
                                 .n_kv = sh->n_ctx,
-                                .n_outputs = sh->n_outputs};
+                                .n_outputs = CLLM_MIN(sh->n_outputs, n_first)};
     out[1] = (cllm_batch_shape){
         .n_tokens = 1, .n_past = sh->n_ctx - 1, .n_kv = sh->n_ctx, .n_outputs = 1};
+    if (sh->n_seq == 1) return 2;
+    /* all sequences in one batch: one takes the tokens the others leave
+     * (at most its context), the others one each; then one token each */
+    const int S = sh->n_seq;
+    cllm_batch_shape *all = &out[2], *step = &out[3];
+    *all = (cllm_batch_shape){.n_seqs = S};
+    *step = (cllm_batch_shape){.n_seqs = S, .n_tokens = S, .n_outputs = S};
+    for (int i = 0; i < S; i++) {
+        const int64_t n =
+            i == 0 ? CLLM_MIN(sh->n_batch - (S - 1), sh->n_ctx) : 1; /* n_batch >= S */
+        all->seqs[i] =
+            (cllm_seq_shape){.seq = i, .n_tokens = n, .n_past = sh->n_ctx - n, .n_kv = sh->n_ctx};
+        all->n_tokens += n;
+        step->seqs[i] =
+            (cllm_seq_shape){.seq = i, .n_tokens = 1, .n_past = sh->n_ctx - 1, .n_kv = sh->n_ctx};
+    }
+    all->n_outputs = sh->n_outputs == sh->n_batch ? all->n_tokens : S;
+    return 4;
 }
 
 /* ---- the KV cache ------------------------------------------------------ */
@@ -194,18 +228,26 @@ cllm_status cllm_kv_cache_init(cllm_kv_cache *kv, const cllm_hparams *hp, const 
     kv->type = sh->kv_type;
     kv->n_ctx = sh->n_ctx;
     kv->n_layer = (int)hp->n_layer;
-    kv->ctx = cllm_context_new(2 * kv->n_layer);
-    kv->k = cllm_calloc((size_t)CLLM_MAX(kv->n_layer, 1), sizeof(*kv->k));
-    kv->v = cllm_calloc((size_t)CLLM_MAX(kv->n_layer, 1), sizeof(*kv->v));
+    kv->n_seq = sh->n_seq;
+    const int n = kv->n_seq * kv->n_layer;
+    kv->ctx = cllm_context_new(2 * n);
+    kv->k = cllm_calloc((size_t)CLLM_MAX(n, 1), sizeof(*kv->k));
+    kv->v = cllm_calloc((size_t)CLLM_MAX(n, 1), sizeof(*kv->v));
     if (!kv->ctx || !kv->k || !kv->v) {
         cllm_kv_cache_free(kv);
         return cllm_error(CLLM_ERR_NOMEM, "out of host memory for a KV cache");
     }
-    for (int l = 0; l < kv->n_layer; l++) {
-        kv->k[l] = cllm_tensor_new_2d(kv->ctx, kv->type, cllm_hparams_n_embd_k_gqa(hp), kv->n_ctx);
-        kv->v[l] = cllm_tensor_new_2d(kv->ctx, kv->type, cllm_hparams_n_embd_v_gqa(hp), kv->n_ctx);
-        cllm_tensor_set_name(kv->k[l], "cache_k-%d", l);
-        cllm_tensor_set_name(kv->v[l], "cache_v-%d", l);
+    for (int i = 0; i < n; i++) {
+        const int l = i % kv->n_layer, seq = i / kv->n_layer;
+        kv->k[i] = cllm_tensor_new_2d(kv->ctx, kv->type, cllm_hparams_n_embd_k_gqa(hp), kv->n_ctx);
+        kv->v[i] = cllm_tensor_new_2d(kv->ctx, kv->type, cllm_hparams_n_embd_v_gqa(hp), kv->n_ctx);
+        if (seq == 0) {
+            cllm_tensor_set_name(kv->k[i], "cache_k-%d", l);
+            cllm_tensor_set_name(kv->v[i], "cache_v-%d", l);
+        } else {
+            cllm_tensor_set_name(kv->k[i], "cache_k-%d.%d", l, seq);
+            cllm_tensor_set_name(kv->v[i], "cache_v-%d.%d", l, seq);
+        }
     }
     return CLLM_OK;
 }
@@ -315,7 +357,11 @@ cllm_status cllm_instance_init(cllm_instance *in, const cllm_instance_args *args
     cllm_place_weights(pl, args->w, wbytes, NULL);
     for (int d = 0; d < pl->n_devices; d++) in->bytes[d][CLLM_MEM_WEIGHTS] = wbytes[d];
 
-    const int gsize = args->arch->graph_size(args->hp);
+    /* with several sequences, each layer's attention is built per sequence
+     * (views, the KV writes, the attention, the join): 32 tensors at most */
+    const int n_seq = args->shape.n_seq;
+    const int gsize = args->arch->graph_size(args->hp) +
+                      (n_seq > 1 ? n_seq * (32 * (int)args->hp->n_layer + 8) : 0);
     in->gctx = cllm_context_new(gsize);
     in->graph = cllm_graph_new(gsize);
     in->kv_writes =
@@ -330,8 +376,8 @@ cllm_status cllm_instance_init(cllm_instance *in, const cllm_instance_args *args
     if ((st = backends_init(in)) != CLLM_OK) goto fail;
 
     cllm_batch_shape worst[CLLM_SHAPE_N_WORST];
-    cllm_shape_worst(&args->shape, worst);
-    for (int i = 0; i < CLLM_SHAPE_N_WORST; i++) {
+    const int n_worst = cllm_shape_worst(&args->shape, worst);
+    for (int i = 0; i < n_worst; i++) {
         cllm_graph_io io;
         cllm_instance_build(in, &worst[i], &io);
         if ((st = cllm_sched_reserve(in->sched, in->graph)) != CLLM_OK) goto fail;

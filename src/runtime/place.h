@@ -85,13 +85,15 @@ typedef struct cllm_shape_params {
     cllm_type kv_type; /* F16 (0 is F32: callers pass it explicitly) */
     bool all_logits;   /* logits of every batch row, not only the last */
     int n_threads;     /* CPU threads; 0: one per physical core */
+    int n_seq;         /* sequences, each with a KV cache of n_ctx; 0: 1 */
 } cllm_shape_params;
 
 typedef struct cllm_shape {
-    int64_t n_ctx, n_batch;
-    int64_t n_outputs; /* logit rows of the largest batch: 1, or n_batch */
+    int64_t n_ctx, n_batch; /* n_ctx per sequence; n_batch tokens of all of them */
+    int64_t n_outputs;      /* logit rows of the largest batch: n_seq, or n_batch */
     cllm_type kv_type;
     int n_threads; /* resolved, >= 1 */
+    int n_seq;     /* 1 .. CLLM_MAX_SEQS, at most n_batch */
 } cllm_shape;
 
 /*
@@ -109,15 +111,18 @@ cllm_status cllm_shape_resolve(const cllm_hparams *hp, const cllm_shape_params *
 cllm_status cllm_shape_check_within(const cllm_shape *sh, const cllm_shape *plan, const char *who);
 
 /* The worst-case batches the compute memory is planned for: a full batch at
- * a full context, and one token at a full context. */
-enum { CLLM_SHAPE_N_WORST = 2 };
-void cllm_shape_worst(const cllm_shape *sh, cllm_batch_shape out[CLLM_SHAPE_N_WORST]);
+ * a full context, and one token at a full context; with several sequences
+ * also a full batch of all of them (one takes what the others leave) and
+ * one token of each, every one at a full context. Returns how many. */
+enum { CLLM_SHAPE_N_WORST = 4 };
+int cllm_shape_worst(const cllm_shape *sh, cllm_batch_shape out[CLLM_SHAPE_N_WORST]);
 
 /* ---- the KV cache ------------------------------------------------------ */
 
-/* Creates the K and V tensors of every layer ([n_embd_gqa, n_ctx] of the
- * shape's KV type, named cache_k-L / cache_v-L, K then V per layer) in a new
- * context kv->ctx; nothing placed. */
+/* Creates the K and V tensors of every sequence and layer ([n_embd_gqa,
+ * n_ctx] of the shape's KV type, named cache_k-L / cache_v-L, and
+ * cache_k-L.S for sequence S >= 1; K then V per layer, sequence by
+ * sequence) in a new context kv->ctx; nothing placed. */
 cllm_status cllm_kv_cache_init(cllm_kv_cache *kv, const cllm_hparams *hp, const cllm_shape *sh);
 void cllm_kv_cache_free(cllm_kv_cache *kv);
 

@@ -21,7 +21,12 @@ struct cllm_session {
     cllm_sched *sched; /* == in.sched */
     cllm_graph *graph; /* == in.graph */
 
-    int64_t n_past;
+    int64_t n_past;                  /* sequence 0's tokens (the single-sequence API's) */
+    int64_t seq_past[CLLM_MAX_SEQS]; /* sequences 1 .. n_seq - 1 ([0] unused) */
+    /* [n_seq][n_vocab]: the logits of each sequence's last token decoded by
+     * cllm_session_decode_seqs (sequence 0's go to `logits` as well) */
+    float *seq_logits;
+    bool seq_has_logits[CLLM_MAX_SEQS];
     /* logits kept by the last successful decode: all_logits: [n_last][n_vocab]
      * (n_batch rows allocated), else [1][n_vocab], the last token's */
     float *logits;
@@ -54,7 +59,8 @@ cllm_session_params cllm_session_default_params(void) {
                                  .kv_type = CLLM_TYPE_F16,
                                  .n_threads = 0,
                                  .unfused_attn = false,
-                                 .all_logits = false};
+                                 .all_logits = false,
+                                 .n_seq = 1};
 }
 
 /* Cache rows a batch of n tokens at n_past attends to. */
@@ -93,7 +99,8 @@ cllm_status cllm_session_new(const cllm_model *model, const cllm_session_params 
                                    .n_batch = p.n_batch,
                                    .kv_type = p.kv_type,
                                    .n_threads = p.n_threads,
-                                   .all_logits = p.all_logits};
+                                   .all_logits = p.all_logits,
+                                   .n_seq = p.n_seq};
     cllm_shape shape;
     CLLM_TRY(cllm_shape_resolve(hp, &shp, "session", &shape));
     if (model->has_limit) {
@@ -115,7 +122,8 @@ cllm_status cllm_session_new(const cllm_model *model, const cllm_session_params 
     cllm_status st = CLLM_ERR_NOMEM;
     s->logits = cllm_malloc((size_t)shape.n_outputs * (size_t)hp->n_vocab * sizeof(float));
     s->mask_row = cllm_malloc((size_t)shape.n_ctx * sizeof(float));
-    if (!s->logits || !s->mask_row) {
+    s->seq_logits = cllm_malloc((size_t)shape.n_seq * (size_t)hp->n_vocab * sizeof(float));
+    if (!s->logits || !s->mask_row || !s->seq_logits) {
         cllm_error(st, "out of host memory for a session");
         goto fail;
     }
@@ -145,6 +153,7 @@ void cllm_session_free(cllm_session *s) {
     cllm_instance_free(&s->in);
     cllm_free(s->logits);
     cllm_free(s->mask_row);
+    cllm_free(s->seq_logits);
     cllm_free(s);
 }
 
@@ -243,6 +252,8 @@ int64_t cllm_session_n_vocab(const cllm_session *s) { return s->model->hp.n_voca
 void cllm_session_reset(cllm_session *s) {
     s->n_past = 0;
     s->n_logits = 0;
+    memset(s->seq_past, 0, sizeof(s->seq_past));
+    memset(s->seq_has_logits, 0, sizeof(s->seq_has_logits));
 }
 
 cllm_status cllm_session_truncate(cllm_session *s, int64_t n_keep) {
@@ -255,6 +266,139 @@ cllm_status cllm_session_truncate(cllm_session *s, int64_t n_keep) {
      * past its own (a one-token batch attends to a padded range) */
     s->n_past = n_keep;
     s->n_logits = 0;
+    s->seq_has_logits[0] = false;
+    return CLLM_OK;
+}
+
+/* ---- several sequences ------------------------------------------------- */
+
+int cllm_session_n_seq(const cllm_session *s) { return s->shape.n_seq; }
+
+int64_t cllm_session_seq_n_past(const cllm_session *s, int seq) {
+    if (seq < 0 || seq >= s->shape.n_seq) return -1;
+    return seq == 0 ? s->n_past : s->seq_past[seq];
+}
+
+const float *cllm_session_seq_logits(const cllm_session *s, int seq) {
+    if (seq < 0 || seq >= s->shape.n_seq) return NULL;
+    if (seq == 0) return cllm_session_logits(s);
+    return s->seq_has_logits[seq] ? s->seq_logits + (size_t)seq * (size_t)s->model->hp.n_vocab
+                                  : NULL;
+}
+
+cllm_status cllm_session_seq_truncate(cllm_session *s, int seq, int64_t n_keep) {
+    if (seq == 0) return cllm_session_truncate(s, n_keep);
+    if (seq < 0 || seq >= s->shape.n_seq) {
+        return cllm_error(CLLM_ERR_INVALID_ARG, "truncate: sequence %d of %d", seq, s->shape.n_seq);
+    }
+    if (n_keep < 0 || n_keep > s->seq_past[seq]) {
+        return cllm_error(CLLM_ERR_INVALID_ARG,
+                          "truncate: %lld tokens of sequence %d to keep, outside [0, %lld]",
+                          (long long)n_keep, seq, (long long)s->seq_past[seq]);
+    }
+    s->seq_past[seq] = n_keep;
+    s->seq_has_logits[seq] = false;
+    return CLLM_OK;
+}
+
+/* Checks a batch of several sequences (see cllm_session_decode_seqs) and
+ * fills its shape. */
+static cllm_status seqs_shape(const cllm_session *s, const cllm_seq_tokens *items, int n,
+                              cllm_batch_shape *shape) {
+    const int64_t n_vocab = s->model->hp.n_vocab;
+    if (n < 1 || n > s->shape.n_seq) {
+        return cllm_error(CLLM_ERR_INVALID_ARG, "decode: %d sequences in a batch, outside [1, %d]",
+                          n, s->shape.n_seq);
+    }
+    *shape = (cllm_batch_shape){.n_seqs = n, .n_outputs = n};
+    bool seen[CLLM_MAX_SEQS] = {false};
+    for (int i = 0; i < n; i++) {
+        const cllm_seq_tokens *it = &items[i];
+        if (it->seq < 0 || it->seq >= s->shape.n_seq || seen[it->seq]) {
+            return cllm_error(CLLM_ERR_INVALID_ARG, "decode: item %d names sequence %d (of %d%s)",
+                              i, it->seq, s->shape.n_seq,
+                              it->seq >= 0 && it->seq < s->shape.n_seq ? ", already in this batch"
+                                                                       : "");
+        }
+        seen[it->seq] = true;
+        if (it->n_tokens <= 0 || !it->tokens) {
+            return cllm_error(CLLM_ERR_INVALID_ARG, "decode: no tokens for sequence %d", it->seq);
+        }
+        for (int64_t j = 0; j < it->n_tokens; j++) {
+            if (it->tokens[j] < 0 || it->tokens[j] >= n_vocab) {
+                return cllm_error(CLLM_ERR_INVALID_ARG,
+                                  "decode: token %lld of sequence %d is %d, outside [0, %lld)",
+                                  (long long)j, it->seq, it->tokens[j], (long long)n_vocab);
+            }
+        }
+        const int64_t past = cllm_session_seq_n_past(s, it->seq);
+        if (it->n_tokens > s->params.n_ctx - past) {
+            return cllm_error(CLLM_ERR_TOO_LARGE,
+                              "context full: sequence %d holds %lld tokens, + %lld new exceed the "
+                              "context of %lld",
+                              it->seq, (long long)past, (long long)it->n_tokens,
+                              (long long)s->params.n_ctx);
+        }
+        shape->seqs[i] = (cllm_seq_shape){
+            .seq = it->seq, .n_tokens = it->n_tokens, .n_past = past, .n_kv = past + it->n_tokens};
+        shape->n_tokens += it->n_tokens;
+        if (shape->n_tokens > s->params.n_batch) {
+            return cllm_error(CLLM_ERR_TOO_LARGE,
+                              "decode: %lld tokens or more in one batch of several sequences, "
+                              "more than the batch size %lld",
+                              (long long)shape->n_tokens, (long long)s->params.n_batch);
+        }
+    }
+    return CLLM_OK;
+}
+
+cllm_status cllm_session_decode_seqs(cllm_session *s, const cllm_seq_tokens *items, int n) {
+    cllm_batch_shape shape;
+    CLLM_TRY(seqs_shape(s, items, n, &shape));
+    const int64_t n_vocab = s->model->hp.n_vocab;
+
+    /* a graph of several sequences is built and planned for each batch */
+    s->graph_ready = false;
+    cllm_graph_io io;
+    cllm_instance_build(&s->in, &shape, &io);
+    s->n_builds++;
+    CLLM_TRY(cllm_sched_alloc_graph(s->sched, s->graph));
+
+    int64_t row = 0;
+    for (int i = 0; i < n; i++) {
+        const cllm_seq_shape *sq = &shape.seqs[i];
+        cllm_tensor_set(io.tokens, items[i].tokens, (size_t)row * sizeof(int32_t),
+                        (size_t)sq->n_tokens * sizeof(int32_t));
+        for (int64_t t = 0; t < sq->n_tokens; t++) {
+            const int32_t pos = (int32_t)(sq->n_past + t);
+            cllm_tensor_set(io.pos, &pos, (size_t)(row + t) * sizeof(pos), sizeof(pos));
+            for (int64_t j = 0; j < sq->n_kv; j++) {
+                s->mask_row[j] = j <= sq->n_past + t ? 0.0f : -INFINITY;
+            }
+            cllm_tensor_set(io.seq_mask[i], s->mask_row, (size_t)t * io.seq_mask[i]->nb[1],
+                            (size_t)sq->n_kv * sizeof(float));
+        }
+        row += sq->n_tokens;
+        const int32_t last = (int32_t)(row - 1); /* output i: the sequence's last token */
+        cllm_tensor_set(io.out_ids, &last, (size_t)i * sizeof(last), sizeof(last));
+    }
+
+    CLLM_TRY(cllm_sched_graph_compute(s->sched, s->graph));
+    for (int i = 0; i < n; i++) {
+        const cllm_seq_shape *sq = &shape.seqs[i];
+        const size_t bytes = (size_t)n_vocab * sizeof(float);
+        if (sq->seq == 0) {
+            cllm_tensor_get(io.logits, s->logits, (size_t)i * bytes, bytes);
+            s->n_logits = 1;
+            s->n_last = sq->n_tokens;
+            s->n_past += sq->n_tokens;
+        } else {
+            cllm_tensor_get(io.logits, s->seq_logits + (size_t)sq->seq * (size_t)n_vocab,
+                            (size_t)i * bytes, bytes);
+            s->seq_has_logits[sq->seq] = true;
+            s->seq_past[sq->seq] += sq->n_tokens;
+        }
+    }
     return CLLM_OK;
 }
 

@@ -1,0 +1,245 @@
+/*
+ * Several sequences in one session (cllm_session_decode_seqs), on the real
+ * models of ../shared/models:
+ *
+ *  - every sequence's logits, after prompts of different lengths decoded in
+ *    one batch and after token steps of all of them (and of some), equal
+ *    those of a session of its own decoding the same tokens, up to the
+ *    kernels' rounding (more columns take other kernels); greedy tokens
+ *    equal (teacher-forced: the reference's token is fed to both, and a
+ *    disagreement is forgiven only at a near-tie of the reference);
+ *  - truncating one sequence equals never having seen its forgotten
+ *    tokens, and leaves the others alone; the single-sequence API is
+ *    sequence 0;
+ *  - a bad batch (a repeated or unknown sequence, no tokens, a token out of
+ *    range, more than a batch, an overflowing context) is refused and
+ *    changes nothing;
+ *  - memory: planned == allocated per kind, and the state is n_seq times a
+ *    one-sequence session's.
+ */
+#include "cllm.h"
+#include "common/check.h"
+#include "common/refs.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { N_SEQ = 3, N_CTX = 96, N_BATCH = 32, N_STEPS = 24 };
+
+static void quiet(cllm_log_level level, const char *msg, void *ud) {
+    (void)level, (void)msg, (void)ud;
+}
+
+static cllm_session *new_session(const cllm_model *m, int n_seq) {
+    cllm_session_params sp = cllm_session_default_params();
+    sp.n_ctx = N_CTX;
+    sp.n_batch = N_BATCH;
+    sp.n_threads = 2;
+    sp.n_seq = n_seq;
+    cllm_session *s = NULL;
+    const cllm_status st = cllm_session_new(m, &sp, &s);
+    CHECKF(st == CLLM_OK, "session of %d sequences: %s", n_seq, cllm_last_error());
+    return st == CLLM_OK ? s : NULL;
+}
+
+static int32_t argmax(const float *x, int64_t n) {
+    int32_t best = 0;
+    for (int64_t i = 1; i < n; i++) {
+        if (x[i] > x[best]) best = (int32_t)i;
+    }
+    return best;
+}
+
+/* max |a - b| / max |b|: the difference on the scale of the logits */
+static double rel_diff(const float *a, const float *b, int64_t n) {
+    double d = 0, scale = 1e-6;
+    for (int64_t i = 0; i < n; i++) {
+        d = fmax(d, fabs((double)a[i] - (double)b[i]));
+        scale = fmax(scale, fabs((double)b[i]));
+    }
+    return d / scale;
+}
+
+typedef struct stats {
+    double worst;  /* largest rel_diff seen */
+    int n_compare; /* logit rows compared */
+    int n_ties;    /* greedy disagreements at near-ties of the reference */
+} stats;
+
+/* Compares sequence seq of s with its reference session. */
+static void compare(const cllm_session *s, int seq, const cllm_session *ref, double tol,
+                    stats *st) {
+    const int64_t n_vocab = cllm_session_n_vocab(ref);
+    const float *a = cllm_session_seq_logits(s, seq), *b = cllm_session_logits(ref);
+    CHECKF(a && b, "sequence %d: logits %p, reference %p", seq, (const void *)a, (const void *)b);
+    if (!a || !b) return;
+    CHECK_EQ_INT(cllm_session_seq_n_past(s, seq), cllm_session_n_past(ref));
+    const double d = rel_diff(a, b, n_vocab);
+    st->worst = fmax(st->worst, d);
+    st->n_compare++;
+    CHECKF(d <= tol, "sequence %d at %lld: logits differ by %g of their scale (tol %g)", seq,
+           (long long)cllm_session_n_past(ref), d, tol);
+    const int32_t ia = argmax(a, n_vocab), ib = argmax(b, n_vocab);
+    if (ia != ib) {
+        /* forgiven where the reference itself hardly chose */
+        const bool tie = fabs((double)b[ia] - (double)b[ib]) <= 2 * tol * fabs((double)b[ib]);
+        st->n_ties += tie;
+        CHECKF(tie, "sequence %d: greedy %d vs reference %d", seq, ia, ib);
+    }
+}
+
+static void check_model(const char *path, double tol) {
+    cllm_model *m = NULL;
+    if (cllm_model_load(path, NULL, &m) != CLLM_OK) {
+        CHECKF(false, "%s: %s", path, cllm_last_error());
+        return;
+    }
+    cllm_session *s = new_session(m, N_SEQ);
+    cllm_session *ref[N_SEQ] = {NULL};
+    for (int i = 0; i < N_SEQ; i++) ref[i] = new_session(m, 1);
+    stats st = {0};
+    if (!s || !ref[0] || !ref[1] || !ref[2]) goto done;
+    CHECK_EQ_INT(cllm_session_n_seq(s), N_SEQ);
+    CHECK(cllm_session_seq_logits(s, 1) == NULL && cllm_session_seq_n_past(s, N_SEQ) == -1);
+
+    /* memory: exact, and n_seq times one sequence's state */
+    const cllm_memory_report mm = cllm_session_memory(s), m1 = cllm_session_memory(ref[0]);
+    for (int k = 0; k < CLLM_MEM_COUNT; k++) CHECK_EQ_INT(mm.planned[k], mm.allocated[k]);
+    CHECK_EQ_INT(mm.planned[CLLM_MEM_STATE], N_SEQ * m1.planned[CLLM_MEM_STATE]);
+
+    /* prompts of different lengths in one batch, listed out of order */
+    const int64_t n_vocab = cllm_model_n_vocab(m);
+    int32_t prompt[N_SEQ][12];
+    const int64_t len[N_SEQ] = {5, 11, 3};
+    for (int i = 0; i < N_SEQ; i++) {
+        prompt[i][0] = cllm_token_bos(m) >= 0 ? cllm_token_bos(m) : 1;
+        for (int j = 1; j < 12; j++) prompt[i][j] = (int32_t)((97 * i + 31 * j + 7) % n_vocab);
+    }
+    const cllm_seq_tokens first[N_SEQ] = {
+        {2, prompt[2], len[2]}, {0, prompt[0], len[0]}, {1, prompt[1], len[1]}};
+    CHECKF(cllm_session_decode_seqs(s, first, N_SEQ) == CLLM_OK, "%s", cllm_last_error());
+    for (int i = 0; i < N_SEQ; i++) {
+        CHECK(cllm_session_decode(ref[i], prompt[i], len[i]) == CLLM_OK);
+        compare(s, i, ref[i], tol, &st);
+    }
+
+    /* token steps: all sequences, then only some, each fed its reference's
+     * greedy token */
+    for (int step = 0; step < N_STEPS; step++) {
+        cllm_seq_tokens items[N_SEQ];
+        int32_t next[N_SEQ];
+        int n = 0;
+        for (int i = 0; i < N_SEQ; i++) {
+            if (step % 3 == 2 && i == 1) continue; /* sequence 1 rests now and then */
+            next[i] = argmax(cllm_session_logits(ref[i]), n_vocab);
+            items[n++] = (cllm_seq_tokens){i, &next[i], 1};
+        }
+        CHECKF(cllm_session_decode_seqs(s, items, n) == CLLM_OK, "%s", cllm_last_error());
+        for (int k = 0; k < n; k++) {
+            const int i = items[k].seq;
+            CHECK(cllm_session_decode(ref[i], &next[i], 1) == CLLM_OK);
+            compare(s, i, ref[i], tol, &st);
+        }
+    }
+
+    /* truncating sequence 1 equals a reference that never saw the rest */
+    const int64_t keep = 8;
+    CHECK(cllm_session_seq_truncate(s, 1, keep) == CLLM_OK);
+    CHECK(cllm_session_seq_logits(s, 1) == NULL);
+    CHECK(cllm_session_seq_logits(s, 2) != NULL); /* the others keep theirs */
+    CHECK(cllm_session_truncate(ref[1], keep) == CLLM_OK);
+    const int32_t again[4] = {prompt[0][1], prompt[0][2], prompt[0][3], prompt[0][4]};
+    const cllm_seq_tokens redo = {1, again, 4};
+    CHECK(cllm_session_decode_seqs(s, &redo, 1) == CLLM_OK);
+    CHECK(cllm_session_decode(ref[1], again, 4) == CLLM_OK);
+    compare(s, 1, ref[1], tol, &st);
+
+    /* sequence 0 is the single-sequence API's */
+    const int32_t tok = again[0];
+    CHECK(cllm_session_decode(s, &tok, 1) == CLLM_OK);
+    CHECK(cllm_session_decode(ref[0], &tok, 1) == CLLM_OK);
+    compare(s, 0, ref[0], tol, &st);
+    CHECK(cllm_session_seq_logits(s, 0) == cllm_session_logits(s));
+
+    /* bad batches change nothing */
+    int64_t past[N_SEQ];
+    for (int i = 0; i < N_SEQ; i++) past[i] = cllm_session_seq_n_past(s, i);
+    const float *l2 = cllm_session_seq_logits(s, 2);
+    float keep2 = l2 ? l2[0] : 0.0f;
+    int32_t many[N_BATCH + 1];
+    for (int j = 0; j <= N_BATCH; j++) many[j] = tok;
+    const int32_t bad_tok = (int32_t)n_vocab;
+    const cllm_seq_tokens twice[2] = {{2, &tok, 1}, {2, &tok, 1}};
+    const cllm_seq_tokens unknown = {N_SEQ, &tok, 1}, empty = {2, &tok, 0},
+                          out_of_range[2] = {{2, &tok, 1}, {0, &bad_tok, 1}},
+                          too_many = {2, many, N_BATCH + 1},
+                          overflow = {2, many,
+                                      N_CTX - past[2] + 1 < N_BATCH ? N_CTX - past[2] + 1
+                                                                    : N_BATCH};
+    cllm_log_set(quiet, NULL);
+    CHECK(cllm_session_decode_seqs(s, twice, 2) == CLLM_ERR_INVALID_ARG);
+    CHECK(cllm_session_decode_seqs(s, &unknown, 1) == CLLM_ERR_INVALID_ARG);
+    CHECK(cllm_session_decode_seqs(s, &empty, 1) == CLLM_ERR_INVALID_ARG);
+    CHECK(cllm_session_decode_seqs(s, out_of_range, 2) == CLLM_ERR_INVALID_ARG);
+    CHECK(cllm_session_decode_seqs(s, &too_many, 1) == CLLM_ERR_TOO_LARGE);
+    CHECK(cllm_session_decode_seqs(s, twice, 0) == CLLM_ERR_INVALID_ARG);
+    if (N_CTX - past[2] + 1 <= N_BATCH) {
+        CHECK(cllm_session_decode_seqs(s, &overflow, 1) == CLLM_ERR_TOO_LARGE);
+    }
+    cllm_log_set(NULL, NULL);
+    for (int i = 0; i < N_SEQ; i++) CHECK_EQ_INT(cllm_session_seq_n_past(s, i), past[i]);
+    CHECK(cllm_session_seq_logits(s, 2) == l2 && l2 && l2[0] == keep2);
+
+    /* reset forgets every sequence */
+    cllm_session_reset(s);
+    for (int i = 0; i < N_SEQ; i++) {
+        CHECK_EQ_INT(cllm_session_seq_n_past(s, i), 0);
+        CHECK(cllm_session_seq_logits(s, i) == NULL);
+    }
+    fprintf(stderr,
+            "%s: %d logit rows compared, largest difference %.3g of the scale, %d near-ties\n",
+            path, st.n_compare, st.worst, st.n_ties);
+done:
+    for (int i = 0; i < N_SEQ; i++) cllm_session_free(ref[i]);
+    cllm_session_free(s);
+    cllm_model_free(m);
+}
+
+/* A session of more sequences than a batch can hold one token of each, or
+ * more than the limit, is refused. */
+static void check_params(const char *path) {
+    cllm_model *m = NULL;
+    if (cllm_model_load(path, NULL, &m) != CLLM_OK) return;
+    cllm_session_params sp = cllm_session_default_params();
+    cllm_session *s = NULL;
+    cllm_log_set(quiet, NULL);
+    sp.n_seq = 65;
+    CHECK(cllm_session_new(m, &sp, &s) == CLLM_ERR_INVALID_ARG && !s);
+    sp.n_seq = 8, sp.n_batch = 4;
+    CHECK(cllm_session_new(m, &sp, &s) == CLLM_ERR_INVALID_ARG && !s);
+    cllm_log_set(NULL, NULL);
+    cllm_model_free(m);
+}
+
+int main(void) {
+    static const struct {
+        const char *file;
+        double tol;
+    } k_models[] = {
+        /* F32 weights: the float kernels of several columns round the
+         * activations differently from the one-column dot (as test_session
+         * finds for a batch against one token at a time) */
+        {"stories260K.gguf", 1e-3},
+        {"TinyLLama-v0.Q4_0.gguf", 2e-3},
+    };
+    for (size_t i = 0; i < sizeof(k_models) / sizeof(k_models[0]); i++) {
+        const char *files[] = {k_models[i].file, NULL};
+        if (!refs_have(files)) continue;
+        char path[4096];
+        refs_model_path(path, sizeof(path), k_models[i].file);
+        check_model(path, k_models[i].tol);
+        if (i == 0) check_params(path);
+    }
+    return check_summary("test_seqs");
+}

@@ -4,6 +4,9 @@
  * Speed of one model, in the manner of llama-bench: for each thread count,
  *  - pp<P>: decode a batch of P tokens into an empty context (tokens/s);
  *  - tg<N>: decode N tokens one at a time from an empty context (tokens/s);
+ *    with -s S, S sequences step together, one token each per forward pass
+ *    (tg<N>x<S>: tokens/s of all of them, the throughput a server's slots
+ *    share);
  * each as mean +- stddev over r repetitions after one warm-up. Token ids are
  * fixed pseudo-random ids fed straight to cllm_session_decode: neither
  * tokenization nor sampling is timed. The header names the commit (env
@@ -32,6 +35,7 @@ typedef struct bench_args {
     int threads[BENCH_MAX_THREADS];
     int n_threads_list;
     int reps;
+    int n_seqs; /* sequences of the tg test */
     bench_output output;
 } bench_args;
 
@@ -50,6 +54,8 @@ static void bench_usage(FILE *f) {
                "  -r, --repetitions N     repetitions (default 5)\n"
                "  -b, --batch-size N      batch size (default 512)\n"
                "  -c, --ctx-size N        context (default: max(p, n) rounded up to 256)\n"
+               "  -s, --seqs N            sequences that generate together in tg, one token\n"
+               "                          each per forward pass (default 1; tokens/s of all)\n"
                "  -o, --output md|csv|json   output format (default md)\n"
                "  -h, --help              this help\n");
 }
@@ -88,6 +94,7 @@ static int parse_bench_args(int argc, char **argv, bench_args *a) {
     a->n_gen = 128;
     a->n_batch = 512;
     a->reps = 5;
+    a->n_seqs = 1;
     a->threads[0] = cllm_cpu_physical_cores();
     a->n_threads_list = 1;
     for (int i = 1; i < argc; i++) {
@@ -99,7 +106,7 @@ static int parse_bench_args(int argc, char **argv, bench_args *a) {
         /* every option but -h takes a value */
         if (!cllm_cli_is_one_of(o,
                                 "-m --model -p --n-prompt -n --n-gen -b --batch-size -c --ctx-size "
-                                "-r --repetitions -t --threads -o --output")) {
+                                "-r --repetitions -t --threads -o --output -s --seqs")) {
             cllm_cli_error("bench", "unknown option '%s' (see cllm bench --help)", o);
             return 2;
         }
@@ -121,6 +128,8 @@ static int parse_bench_args(int argc, char **argv, bench_args *a) {
             ok = cllm_cli_int("bench", o, v, 1, 1000, &n) && ((a->reps = (int)n), true);
         } else if (!strcmp(o, "-t") || !strcmp(o, "--threads")) {
             ok = parse_threads(o, v, a);
+        } else if (!strcmp(o, "-s") || !strcmp(o, "--seqs")) {
+            ok = cllm_cli_int("bench", o, v, 1, 64, &n) && ((a->n_seqs = (int)n), true);
         } else { /* -o, --output */
             ok = true;
             if (!strcmp(v, "md")) {
@@ -192,6 +201,7 @@ typedef struct bench_result {
     const char *test_kind; /* "pp" or "tg" */
     int64_t n;
     int threads;
+    int n_seqs;      /* tg: sequences stepping together */
     double mean, sd; /* tokens/s */
 } bench_result;
 
@@ -203,19 +213,39 @@ static void mean_sd(const double *x, int n, double *mean, double *sd) {
     *sd = n > 1 ? sqrt(s2 / (n - 1)) : 0.0;
 }
 
-/* One timed run: pp decodes ids[0..n) at once, tg one at a time. Returns
- * tokens/s, or -1 on error. */
-static double run_once(cllm_session *s, const int32_t *ids, int64_t n, bool batch) {
+/* One timed run: pp decodes ids[0..n) at once, tg one at a time (with
+ * n_seqs > 1, one token of each sequence per pass, each its own ids).
+ * Returns tokens/s of all sequences, or -1 on error. */
+static double run_once(cllm_session *s, const int32_t *ids, int64_t n, bool batch, int n_seqs) {
     cllm_session_reset(s);
     const double t0 = cllm_time_ms();
     if (batch) {
         if (cllm_session_decode(s, ids, n) != CLLM_OK) return -1;
-    } else {
+    } else if (n_seqs == 1) {
         for (int64_t i = 0; i < n; i++)
             if (cllm_session_decode(s, &ids[i], 1) != CLLM_OK) return -1;
+    } else {
+        cllm_seq_tokens items[64];
+        for (int64_t i = 0; i < n; i++) {
+            for (int k = 0; k < n_seqs; k++) items[k] = (cllm_seq_tokens){k, &ids[(i + k) % n], 1};
+            if (cllm_session_decode_seqs(s, items, n_seqs) != CLLM_OK) return -1;
+        }
     }
     const double ms = cllm_time_ms() - t0;
-    return ms > 0 ? (double)n * 1000.0 / ms : 0.0;
+    return ms > 0 ? (double)n * (batch ? 1 : n_seqs) * 1000.0 / ms : 0.0;
+}
+
+/* "pp512", "tg128", "tg128x4" (a ring of buffers). */
+static const char *test_name(const bench_result *r) {
+    static char ring[4][48];
+    static int next;
+    char *b = ring[next++ % 4];
+    if (r->n_seqs > 1) {
+        snprintf(b, sizeof(ring[0]), "%s%lldx%d", r->test_kind, (long long)r->n, r->n_seqs);
+    } else {
+        snprintf(b, sizeof(ring[0]), "%s%lld", r->test_kind, (long long)r->n);
+    }
+    return b;
 }
 
 /* A quoted CSV field (quotes doubled), then `sep`. */
@@ -228,14 +258,14 @@ static void csv_field(const char *s, const char *sep) {
     printf("\"%s", sep);
 }
 
-static bool run_test(cllm_session *s, const int32_t *ids, int64_t n, bool batch, int reps,
-                     bench_result *r) {
+static bool run_test(cllm_session *s, const int32_t *ids, int64_t n, bool batch, int n_seqs,
+                     int reps, bench_result *r) {
     /* warm-up: the whole batch for pp; a few tokens for tg */
-    if (run_once(s, ids, batch ? n : BENCH_MIN(n, 16), batch) < 0) return false;
+    if (run_once(s, ids, batch ? n : BENCH_MIN(n, 16), batch, n_seqs) < 0) return false;
     double *x = malloc((size_t)reps * sizeof(*x));
     if (!x) return false;
     for (int i = 0; i < reps; i++) {
-        x[i] = run_once(s, ids, n, batch);
+        x[i] = run_once(s, ids, n, batch, n_seqs);
         if (x[i] < 0) {
             free(x);
             return false;
@@ -306,6 +336,8 @@ int cllm_cmd_bench(int argc, char **argv) {
         sp.n_ctx = a.n_ctx ? a.n_ctx : (BENCH_MAX(a.n_prompt, a.n_gen) + 255) / 256 * 256;
         sp.n_batch = BENCH_MIN(a.n_batch, BENCH_MAX(a.n_prompt, 1));
         sp.n_threads = a.threads[ti];
+        sp.n_seq = a.n_seqs;
+        sp.n_batch = BENCH_MAX(sp.n_batch, a.n_seqs);
         if (cllm_session_new(m, &sp, &s) != CLLM_OK) goto fail;
         for (int k = 0; k < 2; k++) {
             const bool pp = k == 0;
@@ -313,20 +345,21 @@ int cllm_cmd_bench(int argc, char **argv) {
             if (n == 0) continue;
             bench_result *r = &res[n_res];
             *r = (bench_result){.test_kind = pp ? "pp" : "tg", .n = n, .threads = a.threads[ti]};
-            if (!run_test(s, ids, n, pp, a.reps, r)) goto fail;
+            r->n_seqs = pp ? 1 : a.n_seqs;
+            if (!run_test(s, ids, n, pp, r->n_seqs, a.reps, r)) goto fail;
             n_res++;
             if (a.output == BENCH_MD) {
-                printf("| %s | %s | %.2f GiB | %d | %s%lld | %.2f ± %.2f |\n", base_t,
+                printf("| %s | %s | %.2f GiB | %d | %s | %.2f ± %.2f |\n", base_t,
                        cllm_type_name(d.type), (double)d.bytes / (1u << 30), r->threads,
-                       r->test_kind, (long long)n, r->mean, r->sd);
+                       test_name(r), r->mean, r->sd);
             } else if (a.output == BENCH_CSV) {
                 csv_field(commit_t, ",");
                 csv_field(cpu_t, ",");
                 csv_field(features, ",");
                 csv_field(base_t, ",");
-                printf("%s,%llu,%llu,%d,%s%lld,%lld,%.3f,%.3f\n", cllm_type_name(d.type),
+                printf("%s,%llu,%llu,%d,%s,%lld,%.3f,%.3f\n", cllm_type_name(d.type),
                        (unsigned long long)d.bytes, (unsigned long long)d.params, r->threads,
-                       r->test_kind, (long long)n, (long long)n, r->mean, r->sd);
+                       test_name(r), (long long)n, r->mean, r->sd);
             }
             fflush(stdout);
         }
@@ -346,10 +379,10 @@ int cllm_cmd_bench(int argc, char **argv) {
         printf(", \"type\": \"%s\", \"size_bytes\": %llu, \"params\": %llu, \"results\": [",
                cllm_type_name(d.type), (unsigned long long)d.bytes, (unsigned long long)d.params);
         for (int i = 0; i < n_res; i++) {
-            printf("%s{\"threads\": %d, \"test\": \"%s%lld\", \"n\": %lld, \"tps_mean\": %.3f, "
-                   "\"tps_stddev\": %.3f}",
-                   i ? ", " : "", res[i].threads, res[i].test_kind, (long long)res[i].n,
-                   (long long)res[i].n, res[i].mean, res[i].sd);
+            printf("%s{\"threads\": %d, \"test\": \"%s\", \"n\": %lld, \"seqs\": %d, "
+                   "\"tps_mean\": %.3f, \"tps_stddev\": %.3f}",
+                   i ? ", " : "", res[i].threads, test_name(&res[i]), (long long)res[i].n,
+                   res[i].n_seqs, res[i].mean, res[i].sd);
         }
         printf("]}\n");
     }

@@ -19,6 +19,8 @@ static void plan_usage(FILE *f) {
                "  --kv-type f16|f32    KV cache type (default f16)\n"
                "  --no-mmap            the weights read, not mapped\n"
                "  --sessions N         sessions sharing the weights (default 1)\n"
+               "  --seqs N             sequences per session, decoded together (default 1;\n"
+               "                       a server's slots): N KV caches, compute for all of them\n"
                "  --mem DEVICE=SIZE    budget of a device (e.g. cpu=16GiB); default: free memory\n"
                "  --test-device SPEC   enable the test device (debug; e.g. budget=64MiB)\n"
                "  -v, --verbose        one line per tensor\n"
@@ -46,8 +48,8 @@ int cllm_cmd_plan(int argc, char **argv) {
             continue;
         }
         /* the other options take a value */
-        if (!cllm_cli_is_one_of(o,
-                                "-m --model -c -b -t --sessions --kv-type --mem --test-device")) {
+        if (!cllm_cli_is_one_of(
+                o, "-m --model -c -b -t --sessions --seqs --kv-type --mem --test-device")) {
             cllm_cli_error("plan", "unknown option '%s' (see cllm plan --help)", o);
             return 2;
         }
@@ -63,6 +65,8 @@ int cllm_cmd_plan(int argc, char **argv) {
             ok = cllm_cli_int("plan", o, v, 1, 1 << 24, &n) && (fp.n_batch = n, true);
         } else if (!strcmp(o, "-t")) {
             ok = cllm_cli_int("plan", o, v, 0, 1024, &n) && (fp.n_threads = (int)n, true);
+        } else if (!strcmp(o, "--seqs")) {
+            ok = cllm_cli_int("plan", o, v, 1, 64, &n) && (fp.n_seq = (int)n, true);
         } else if (!strcmp(o, "--sessions")) {
             ok = cllm_cli_int("plan", o, v, 1, 4096, &n) && (fp.n_sessions = (int)n, true);
         } else if (!strcmp(o, "--kv-type")) {

@@ -651,6 +651,43 @@ static void test_gemm_f(cllm_type t) {
  * weights times the quantized activations, for lengths with and without a
  * partial last group of 4 blocks. */
 
+/* Several columns against one row: each result bit for bit the one-column
+ * kernel's (a step of several sequences gives each what it would get
+ * alone), for 1..6 columns (the kernel takes 4 at a time) and lengths with
+ * partial and unpaired groups. */
+static void test_gemv_n(cllm_type t) {
+    const int64_t qk = cllm_type_traits_of(t)->blck_size;
+    const int64_t lens[] = {1, 3, 4, 5, 8, 12, 18};
+    enum { NC = 6 };
+    for (size_t li = 0; li < CLLM_ARRAY_SIZE(lens); li++) {
+        const int64_t n = lens[li] * qk;
+        if (!cllm_cpu_gemv_available(t, n)) continue;
+        const size_t wbytes = cllm_row_size(t, n), abytes = cllm_cpu_gemv_act_size(t, n);
+        char *w = xmalloc(wbytes), *act = xmalloc(NC * abytes), *act_ref = xmalloc(abytes);
+        float *f = xmalloc((size_t)n * sizeof(float));
+        make_weights(t, 0, w, n);
+        for (int c = 0; c < NC; c++) {
+            make_acts(c % A_KINDS, f, n);
+            for (int64_t i = 0; i < n; i++) f[i] *= 1.0f + 0.25f * (float)c;
+            quantize_as_portable(cllm_cpu_gemv_quantize, t, f, n, act + (size_t)c * abytes, act_ref,
+                                 abytes);
+        }
+        float want[NC], got[2 * NC];
+        for (int c = 0; c < NC; c++) cllm_cpu_gemv(t, n, w, act + (size_t)c * abytes, &want[c]);
+        for (int nc = 1; nc <= NC; nc++) {
+            for (int c = 0; c < 2 * NC; c++) got[c] = NAN;
+            cllm_cpu_gemv_n_kernel(t, n)(t, n, w, act, abytes, nc, got, 2); /* every other */
+            for (int c = 0; c < nc; c++) {
+                CHECKF(memcmp(&got[2 * c], &want[c], sizeof(float)) == 0,
+                       "%s gemv_n n=%lld, %d columns, column %d: %.9g vs %.9g", cllm_type_name(t),
+                       (long long)n, nc, c, got[2 * c], want[c]);
+                CHECK(isnan(got[2 * c + 1]));
+            }
+        }
+        free(w), free(act), free(act_ref), free(f);
+    }
+}
+
 static void test_gemv(cllm_type t) {
     if (t != CLLM_TYPE_Q4_0 && t != CLLM_TYPE_Q4_1 && t != CLLM_TYPE_Q4_K) return;
     const cllm_type_traits *tt = cllm_type_traits_of(t);
@@ -695,6 +732,7 @@ static void test_gemv(cllm_type t) {
         }
         free(w), free(wz), free(act), free(act_ref), free(f), free(x), free(z), free(y);
     }
+    test_gemv_n(t);
 }
 
 /* ---- dispatch ------------------------------------------------------------------ */

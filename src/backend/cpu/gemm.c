@@ -573,6 +573,26 @@ void cllm_cpu_gemv(cllm_type type, int64_t K, const void *row, const void *act, 
     cllm_cpu_gemv_kernel(type, K)(type, K, row, act, out);
 }
 
+/* The columns one by one with the one-column kernel of this level. */
+static void gemv_n_loop(cllm_type type, int64_t K, const void *row, const void *act,
+                        size_t act_stride, int n, float *out, size_t out_stride) {
+    const cllm_gemv_fn gemv = cllm_cpu_gemv_kernel(type, K);
+    for (int c = 0; c < n; c++) {
+        gemv(type, K, row, (const char *)act + (size_t)c * act_stride,
+             out + (size_t)c * out_stride);
+    }
+}
+
+cllm_gemv_n_fn cllm_cpu_gemv_n_kernel(cllm_type type, int64_t K) {
+#if defined(__x86_64__) || defined(__i386__)
+    if (cllm_cpu_gemv_available(type, K) && cllm_cpu_isa_level() >= CLLM_CPU_ISA_AVX512) {
+        return cllm_cpu_gemv_n_avx512;
+    }
+#endif
+    (void)type, (void)K;
+    return gemv_n_loop;
+}
+
 void cllm_cpu_gemm(cllm_type type, int64_t K, const void *panel, const void *act, size_t act_stride,
                    int ncols, float *out, size_t ldo, int nrows) {
     const cllm_gemm_form f = cllm_cpu_gemm_form(type);

@@ -145,6 +145,15 @@ typedef void (*cllm_gemv_fn)(cllm_type type, int64_t K, const void *row, const v
                              float *out);
 cllm_gemv_fn cllm_cpu_gemv_kernel(cllm_type type, int64_t K);
 void cllm_cpu_gemv_act_to_float(cllm_type type, const void *act, float *x, int64_t K);
+/* n columns against one row: out[c * out_stride] = dot(row, act + c *
+ * act_stride) for c < n, each bit for bit what cllm_cpu_gemv gives it (the
+ * AVX-512 kernel unpacks the row once for up to 4 columns: a step of
+ * several sequences reads and unpacks the weights once). */
+typedef void (*cllm_gemv_n_fn)(cllm_type type, int64_t K, const void *row, const void *act,
+                               size_t act_stride, int n, float *out, size_t out_stride);
+cllm_gemv_n_fn cllm_cpu_gemv_n_kernel(cllm_type type, int64_t K);
+void cllm_cpu_gemv_n_avx512(cllm_type type, int64_t K, const void *row, const void *act,
+                            size_t act_stride, int n, float *out, size_t out_stride);
 void cllm_cpu_gemv_avx512(cllm_type type, int64_t K, const void *row, const void *act, float *out);
 /* The same at the AVX2 level (gemm-avx2.c). */
 void cllm_cpu_gemv_avx2(cllm_type type, int64_t K, const void *row, const void *act, float *out);

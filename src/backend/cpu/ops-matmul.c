@@ -298,13 +298,13 @@ static void mm_tile_gemv(const cllm_tensor *a, const cllm_tensor *b, cllm_tensor
     const int64_t K = a->ne[0], N = b->ne[1], B2 = b->ne[2];
     const int64_t r2 = B2 / a->ne[2], r3 = b->ne[3] / a->ne[3];
     const char *b0 = wb + (size_t)(N * (i2 + B2 * i3)) * p->b_row_size;
-    const cllm_gemv_fn gemv = cllm_cpu_gemv_kernel(a->type, K);
+    /* every column of the tile against each weight row, read (and
+     * unpacked) once for all of them */
+    const cllm_gemv_n_fn gemv_n = cllm_cpu_gemv_n_kernel(a->type, K);
     for (int64_t m = m0; m < m1; m++) {
         const char *arow = cllm_cpu_elem(a, 0, m, i2 / r2, i3 / r3);
-        for (int64_t n = n0; n < n1; n++) {
-            gemv(a->type, K, arow, b0 + (size_t)n * p->b_row_size,
-                 (float *)cllm_cpu_elem(dst, m, n, i2, i3));
-        }
+        gemv_n(a->type, K, arow, b0 + (size_t)n0 * p->b_row_size, p->b_row_size, (int)(n1 - n0),
+               (float *)cllm_cpu_elem(dst, m, n0, i2, i3), dst->nb[1] / sizeof(float));
     }
 }
 

@@ -491,6 +491,7 @@ static bool answer_turn(chat *c) {
                         &dropped)) {
             if (first) goto done;
             cut = true; /* the answer so far stays */
+            text_answer = SIZE_MAX; /* `text` is gone: the held text is not known */
             break;
         }
         if (dropped) {

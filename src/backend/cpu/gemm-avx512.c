@@ -363,6 +363,35 @@ GZ_INLINE void gz_gemv(bool q41, int64_t K, const char *row, const char *act, fl
  * column, and each column is summed in the order gz_gemv sums it (even and
  * odd groups apart, the partial last groups with the even ones), so the
  * results equal NC calls of gz_gemv bit for bit. */
+/* One group of 4 blocks (A, B: its bytes) against columns 0 .. nc - 1. */
+GZ_INLINE void gz_gemv_n_group(bool q41, int nc, __m512i A, __m512i B, const char *act,
+                               size_t act_stride, size_t goff, __m512i qidx, __m512i didx,
+                               __m512i midx, __m512 *acc, __m512 *macc) {
+    const __m512i nib = _mm512_set1_epi8(0x0F);
+    const __m512i qs = _mm512_permutex2var_epi16(A, qidx, B);
+    const __m512i lo = _mm512_and_si512(qs, nib);
+    const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(qs, 4), nib);
+    const __m512 dw = _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutexvar_epi16(didx, A)));
+    __m512 mw = dw;
+    if (q41) mw = _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutexvar_epi16(midx, A)));
+    for (int c = 0; c < nc; c++) {
+        const char *g = act + (size_t)c * act_stride + goff;
+        __m512i dot = _mm512_loadu_si512(g + 128);
+        dot = _mm512_dpbusd_epi32(dot, lo, _mm512_loadu_si512(g));
+        dot = _mm512_dpbusd_epi32(dot, hi, _mm512_loadu_si512(g + 64));
+        acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot),
+                                 _mm512_mul_ps(dw, _mm512_loadu_ps(g + 192)), acc[c]);
+        if (q41) macc[c] = _mm512_fmadd_ps(mw, _mm512_loadu_ps(g + 256), macc[c]);
+    }
+}
+
+/* Columns 0 .. nc - 1 (nc <= 4) of a Q4_0 / Q4_1 row at once (act: nc
+ * columns of activations act_stride bytes apart, out: nc results
+ * out_stride floats apart): the weights are loaded and unpacked once per
+ * group for every column, and each column is summed in the order gz_gemv
+ * sums it (pairs of groups in two accumulators, the groups after the last
+ * pair in the first), so the results equal nc calls of gz_gemv bit for
+ * bit. */
 GZ_INLINE void gz_gemv_n(bool q41, int nc, int64_t K, const char *row, const char *act,
                          size_t act_stride, float *out, size_t out_stride) {
     const int bw = q41 ? 10 : 9; /* words per block */
@@ -377,58 +406,40 @@ GZ_INLINE void gz_gemv_n(bool q41, int nc, int64_t K, const char *row, const cha
     for (int l = 16; l < 32; l++) di[l] = mi[l] = 0;
     const __m512i qidx = _mm512_loadu_si512(qi), didx = _mm512_loadu_si512(di);
     const __m512i midx = _mm512_loadu_si512(mi);
-    const __m512i nib = _mm512_set1_epi8(0x0F);
     const size_t gb = (size_t)(2 * bw) * 4; /* bytes of 4 blocks */
     const int64_t nb = K / 32, ng = nb / 4;
-    __m512 acc[2][4], macc[2][4];
-    for (int c = 0; c < 4; c++) {
-        acc[0][c] = acc[1][c] = macc[0][c] = macc[1][c] = _mm512_setzero_ps();
-    }
-    for (int64_t gi = 0; gi * 4 < nb; gi++) {
+    __m512 a0[4], a1[4], m0[4], m1[4];
+    for (int c = 0; c < 4; c++) a0[c] = a1[c] = m0[c] = m1[c] = _mm512_setzero_ps();
+    int64_t gi = 0;
+    for (; gi + 2 <= ng; gi += 2) {
         const char *p = row + (size_t)gi * gb;
-        /* as gz_gemv: pairs of whole groups alternate accumulators, the
-         * groups after the last pair go to the first */
-        const bool paired = (gi & ~(int64_t)1) + 2 <= ng;
-        const int h = paired ? (int)(gi & 1) : 0;
+        _mm_prefetch(p + CLLM_CPU_PREFETCH_AHEAD, _MM_HINT_T0);
+        _mm_prefetch(p + CLLM_CPU_PREFETCH_AHEAD + 64, _MM_HINT_T0);
+        const char *p1 = p + gb;
+        gz_gemv_n_group(q41, nc, _mm512_loadu_si512(p),
+                        _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)(p + 64))), act,
+                        act_stride, (size_t)gi * 320, qidx, didx, midx, a0, m0);
+        gz_gemv_n_group(q41, nc, _mm512_loadu_si512(p1),
+                        _mm512_castsi128_si512(q41 ? _mm_loadu_si128((const __m128i *)(p1 + 64))
+                                                   : _mm_loadl_epi64((const __m128i *)(p1 + 64))),
+                        act, act_stride, (size_t)(gi + 1) * 320, qidx, didx, midx, a1, m1);
+    }
+    for (; gi * 4 < nb; gi++) {
+        const char *p = row + (size_t)gi * gb;
+        const int64_t left = (nb - gi * 4) * 2 * bw; /* bytes of this row left */
         __m512i A, B = _mm512_setzero_si512();
-        if (paired) {
-            if (h == 0) {
-                _mm_prefetch(p + CLLM_CPU_PREFETCH_AHEAD, _MM_HINT_T0);
-                _mm_prefetch(p + CLLM_CPU_PREFETCH_AHEAD + 64, _MM_HINT_T0);
-            }
+        if (left >= (int64_t)gb) {
             A = _mm512_loadu_si512(p);
-            B = _mm512_castsi128_si512(q41 || h == 0 ? _mm_loadu_si128((const __m128i *)(p + 64))
-                                                     : _mm_loadl_epi64((const __m128i *)(p + 64)));
+            B = _mm512_castsi128_si512(
+                _mm_maskz_loadu_epi8(cllm_lanes16((int64_t)gb - 64), p + 64));
         } else {
-            const int64_t left = (nb - gi * 4) * 2 * bw; /* bytes of this row left */
-            if (left >= (int64_t)gb) {
-                A = _mm512_loadu_si512(p);
-                B = _mm512_castsi128_si512(
-                    _mm_maskz_loadu_epi8(cllm_lanes16((int64_t)gb - 64), p + 64));
-            } else {
-                A = _mm512_maskz_loadu_epi8((__mmask64)((1ull << left) - 1ull), p);
-            }
+            A = _mm512_maskz_loadu_epi8((__mmask64)((1ull << left) - 1ull), p);
         }
-        const __m512i qs = _mm512_permutex2var_epi16(A, qidx, B);
-        const __m512i lo = _mm512_and_si512(qs, nib);
-        const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(qs, 4), nib);
-        const __m512 dw =
-            _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutexvar_epi16(didx, A)));
-        const __m512 mw =
-            q41 ? _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutexvar_epi16(midx, A))) : dw;
-        for (int c = 0; c < nc; c++) {
-            const char *g = act + (size_t)c * act_stride + (size_t)gi * 320;
-            __m512i dot = _mm512_loadu_si512(g + 128);
-            dot = _mm512_dpbusd_epi32(dot, lo, _mm512_loadu_si512(g));
-            dot = _mm512_dpbusd_epi32(dot, hi, _mm512_loadu_si512(g + 64));
-            acc[h][c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot),
-                                        _mm512_mul_ps(dw, _mm512_loadu_ps(g + 192)), acc[h][c]);
-            if (q41) macc[h][c] = _mm512_fmadd_ps(mw, _mm512_loadu_ps(g + 256), macc[h][c]);
-        }
+        gz_gemv_n_group(q41, nc, A, B, act, act_stride, (size_t)gi * 320, qidx, didx, midx, a0, m0);
     }
     for (int c = 0; c < nc; c++) {
-        __m512 t = _mm512_add_ps(acc[0][c], acc[1][c]);
-        if (q41) t = _mm512_add_ps(t, _mm512_add_ps(macc[0][c], macc[1][c]));
+        __m512 t = _mm512_add_ps(a0[c], a1[c]);
+        if (q41) t = _mm512_add_ps(t, _mm512_add_ps(m0[c], m1[c]));
         out[(size_t)c * out_stride] = _mm512_reduce_add_ps(t);
     }
 }

@@ -257,7 +257,9 @@ static void slot_finish(srv_engine *e, srv_slot *sl, srv_finish why) {
  * anew, for the logits to sample from). */
 static void slot_start(srv_engine *e, srv_slot *sl, srv_job *j, size_t lcp) {
     if (lcp >= j->n_prompt) lcp = j->n_prompt - 1;
-    if (cllm_session_truncate(sl->s, (int64_t)lcp) != CLLM_OK) {
+    if (lcp == 0) {
+        cllm_session_reset(sl->s);
+    } else if (cllm_session_truncate(sl->s, (int64_t)lcp) != CLLM_OK) {
         cllm_session_reset(sl->s);
         lcp = 0;
     }
@@ -287,10 +289,21 @@ static void slot_start(srv_engine *e, srv_slot *sl, srv_job *j, size_t lcp) {
     }
 }
 
+/*
+ * The prompt tokens a slot can reuse: its whole cache when the prompt
+ * extends it (a chat's next turn), else none.
+ *
+ * TODO(#13): reuse the longest common prefix in every case (truncating the
+ * rest). Today, after cllm_session_truncate drops tokens that differ from
+ * the new ones, greedy output can differ from a fresh session's (seen with
+ * SmolLM2: a token flips a few positions after the cut), so a request's
+ * answer would depend on what its slot ran before; a reset and a full
+ * decode give the fresh answer.
+ */
 static size_t common_prefix(const int32_t *a, size_t na, const int32_t *b, size_t nb) {
     size_t i = 0;
     while (i < na && i < nb && a[i] == b[i]) i++;
-    return i;
+    return i == na ? i : 0;
 }
 
 /* Under the mutex: cancels what must be, then gives queued jobs to idle

@@ -20,6 +20,7 @@
 
 int cllm_cmd_run(int argc, char **argv);
 int cllm_cmd_chat(int argc, char **argv);
+int cllm_cmd_serve(int argc, char **argv);
 int cllm_cmd_info(int argc, char **argv);
 int cllm_cmd_devices(int argc, char **argv);
 int cllm_cmd_plan(int argc, char **argv);

@@ -3,6 +3,7 @@
  *
  *   cllm run  -m FILE -p TEXT [options]    generate text (-f FILE: the prompt from a file)
  *   cllm chat -m FILE [options]            a conversation in the terminal
+ *   cllm serve -m FILE [options]           an OpenAI-compatible HTTP server
  *   cllm info -m FILE                      metadata and tensor table
  *   cllm devices                           devices found, their free and total memory
  *   cllm plan -m FILE [--mem DEV=SIZE]     where the layers go, bytes per device and kind
@@ -24,6 +25,7 @@ static void usage(FILE *f) {
                "commands:\n"
                "  run   -m FILE -p TEXT    generate text from a prompt (-f FILE: from a file)\n"
                "  chat  -m FILE            a conversation with the model in the terminal\n"
+               "  serve -m FILE            an HTTP server with OpenAI's API (cllm serve --help)\n"
                "  info  -m FILE            print the metadata and the tensor table\n"
                "  devices                  list the devices, their free and total memory\n"
                "  plan  -m FILE            place the layers on the devices, bytes per kind\n"
@@ -52,6 +54,7 @@ int main(int argc, char **argv) {
     } commands[] = {
         {"run", cllm_cmd_run},               /* cmd-run.c */
         {"chat", cllm_cmd_chat},             /* cmd-chat.c */
+        {"serve", cllm_cmd_serve},           /* cmd-serve.c, server-*.c */
         {"info", cllm_cmd_info},             /* cmd-info.c */
         {"devices", cllm_cmd_devices},       /* cmd-devices.c */
         {"plan", cllm_cmd_plan},             /* cmd-plan.c */

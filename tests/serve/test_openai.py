@@ -1,0 +1,181 @@
+#!/usr/bin/env python3
+"""cllm serve with the official `openai` Python client, over loopback.
+
+    test_openai.py CLLM VENV_DIR
+
+Makes a virtual environment in VENV_DIR with the `openai` package (pip),
+re-runs itself inside it, starts `cllm serve` on SmolLM2 (scripts/fetch-model)
+on a free port and checks chat and text completions, whole and streamed,
+greedy answers equal between the two, usage (with cached tokens on a second
+turn), and an unknown model (404 NotFoundError). Exits 77 (skipped) when the
+venv, pip or the model cannot be had, unless CLLM_REQUIRE_TEST_DATA is set
+(CI): then that is a failure.
+"""
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+
+SKIP = 77
+
+
+def require_data():
+    v = os.environ.get("CLLM_REQUIRE_TEST_DATA", "")
+    return v not in ("", "0")
+
+
+def missing(what):
+    print(f"test_serve_openai: missing: {what}", file=sys.stderr)
+    sys.exit(1 if require_data() else SKIP)
+
+
+def ensure_venv(venv):
+    """Re-executes this script in a venv that has openai."""
+    if os.environ.get("CLLM_TEST_IN_VENV") == "1":
+        return
+    py = os.path.join(venv, "bin", "python3")
+    if not os.path.exists(py):
+        r = subprocess.run([sys.executable, "-m", "venv", venv], capture_output=True, text=True)
+        if r.returncode != 0:
+            missing(f"python3 -m venv ({r.stderr.strip()[-200:]})")
+    r = subprocess.run([py, "-c", "import openai"], capture_output=True)
+    if r.returncode != 0:
+        r = subprocess.run([py, "-m", "pip", "install", "--quiet", "openai"], capture_output=True,
+                           text=True)
+        if r.returncode != 0:
+            missing(f"pip install openai ({r.stderr.strip()[-300:]})")
+    env = dict(os.environ, CLLM_TEST_IN_VENV="1")
+    os.execve(py, [py] + sys.argv, env)
+
+
+def fetch_smollm2():
+    root = os.environ.get("CLLM_SOURCE_DIR", os.path.join(os.path.dirname(__file__), "..", ".."))
+    r = subprocess.run([os.path.join(root, "scripts", "fetch-model"), "smollm2"],
+                       capture_output=True, text=True)
+    path = r.stdout.strip()
+    if r.returncode != 0 or not path or not os.path.exists(path):
+        missing("SmolLM2 (scripts/fetch-model smollm2 could not fetch it)")
+    return path
+
+
+def start_server(cllm, model):
+    p = subprocess.Popen([cllm, "serve", "-m", model, "--port", "0", "--parallel", "2", "-c",
+                          "512"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    port = None
+    for line in p.stdout:
+        m = re.search(r"http://127\.0\.0\.1:(\d+)", line)
+        if m:
+            port = int(m.group(1))
+            break
+    if port is None:
+        p.kill()
+        raise SystemExit("test_serve_openai: the server did not start")
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as r:
+                if r.status == 200:
+                    return p, port
+        except Exception:
+            time.sleep(0.05)
+    p.kill()
+    raise SystemExit("test_serve_openai: the server is not healthy")
+
+
+failures = 0
+
+
+def check(cond, what):
+    global failures
+    if not cond:
+        failures += 1
+        print(f"test_serve_openai: check failed: {what}", file=sys.stderr)
+
+
+def main():
+    if len(sys.argv) < 3:
+        print("usage: test_openai.py CLLM VENV_DIR", file=sys.stderr)
+        return 2
+    cllm, venv = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2])
+    ensure_venv(venv)
+    import openai
+
+    model = fetch_smollm2()
+    proc, port = start_server(cllm, model)
+    try:
+        client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="none",
+                               max_retries=0, timeout=120)
+        ids = [m.id for m in client.models.list().data]
+        check(ids == [os.path.basename(model)], f"models: {ids}")
+        mid = ids[0]
+        msgs = [{"role": "user", "content": "Name a fruit."}]
+
+        whole = client.chat.completions.create(model=mid, messages=msgs, temperature=0,
+                                               max_tokens=16)
+        text = whole.choices[0].message.content
+        check(whole.object == "chat.completion" and text, f"chat: {whole}")
+        check(whole.choices[0].finish_reason in ("stop", "length"), "finish_reason")
+        check(whole.usage.prompt_tokens > 0 and whole.usage.completion_tokens > 0, "usage")
+
+        parts, usage, finish = [], None, None
+        for chunk in client.chat.completions.create(model=mid, messages=msgs, temperature=0,
+                                                    max_tokens=16, stream=True,
+                                                    stream_options={"include_usage": True}):
+            if chunk.usage:
+                usage = chunk.usage
+            for ch in chunk.choices:
+                if ch.delta.content:
+                    parts.append(ch.delta.content)
+                finish = ch.finish_reason or finish
+        check("".join(parts) == text, f"streamed chat {''.join(parts)!r} vs {text!r}")
+        check(usage is not None and usage.completion_tokens == whole.usage.completion_tokens,
+              f"stream usage {usage}")
+        check(finish == whole.choices[0].finish_reason, "streamed finish_reason")
+
+        # a second turn: the first comes from the cache
+        turn2 = client.chat.completions.create(
+            model=mid, temperature=0, max_tokens=8,
+            messages=msgs + [{"role": "assistant", "content": text},
+                             {"role": "user", "content": "What color is it?"}])
+        cached = turn2.usage.prompt_tokens_details.cached_tokens
+        check(cached >= whole.usage.prompt_tokens, f"cached {cached}")
+
+        comp = client.completions.create(model=mid, prompt="The capital of France is",
+                                         temperature=0, max_tokens=12, logprobs=2)
+        ctext = comp.choices[0].text
+        check(comp.object == "text_completion" and ctext, f"completion: {comp}")
+        lp = comp.choices[0].logprobs
+        check(lp is not None and len(lp.tokens) == comp.usage.completion_tokens
+              and all(v <= 0 for v in lp.token_logprobs), f"logprobs {lp}")
+        streamed = "".join(c.choices[0].text for c in client.completions.create(
+            model=mid, prompt="The capital of France is", temperature=0, max_tokens=12,
+            stream=True) if c.choices)
+        check(streamed == ctext, f"streamed completion {streamed!r} vs {ctext!r}")
+
+        try:
+            client.chat.completions.create(model="gpt-4", messages=msgs, max_tokens=2)
+            check(False, "an unknown model was accepted")
+        except openai.NotFoundError as e:
+            check(e.status_code == 404, "unknown model: 404")
+        try:
+            client.chat.completions.create(model=mid, messages=msgs, max_tokens=2, n=2)
+            check(False, "n = 2 was accepted")
+        except openai.BadRequestError as e:
+            check(e.status_code == 400, "n = 2: 400")
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            rc = proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            rc = -1
+    check(rc == 0, f"exit status {rc} after SIGTERM")
+    print(f"test_serve_openai: {'ok' if failures == 0 else f'{failures} failed'}")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,753 @@
+/*
+ * cllm serve (the executable is argv[1]) end to end, over loopback only,
+ * each server on a port of its own choosing (--port 0) and stopped here:
+ *
+ *  - stories260K: /health, /v1/models, completions whole and streamed (SSE
+ *    framing, include_usage, the streamed text equal to the whole one),
+ *    greedy text equal to `cllm run --temp 0`, stop strings across tokens
+ *    (whole and streamed), and every bad input with its status and error
+ *    object; the server keeps serving;
+ *  - SmolLM2 (a ChatML template): chat equal to `cllm run --temp 0 --chat`,
+ *    a second turn served from the cache (cached_tokens), the API key, a
+ *    client that leaves mid-stream (its slot is freed), a small load test
+ *    (4 streaming clients x 5 requests, some cancelled: every greedy answer
+ *    equal to the one given alone), a full queue (503, Retry-After),
+ *    --timeout, and SIGTERM with a request in flight (exit 0).
+ */
+#include "common/check.h"
+#include "common/json.h"
+#include "common/refs.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+
+static const char *g_cllm;
+static const char *g_key_header = "";
+
+/* ---- a server ----------------------------------------------------------- */
+
+typedef struct server {
+    pid_t pid;
+    int port;
+    int out_fd;
+} server;
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* ---- HTTP over a raw socket --------------------------------------------- */
+
+typedef struct resp {
+    int status;
+    char *head; /* status line and headers */
+    char *body; /* de-chunked, NUL-terminated */
+    size_t body_len;
+} resp;
+
+static void resp_free(resp *r) {
+    free(r->head);
+    free(r->body);
+    memset(r, 0, sizeof(*r));
+}
+
+static int connect_to(int port) {
+    const int fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0) return -1;
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    struct timeval tv = {.tv_sec = 120};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    if (connect(fd, (struct sockaddr *)&a, sizeof(a)) != 0) {
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+static bool send_all(int fd, const char *s, size_t n) {
+    while (n > 0) {
+        const ssize_t k = send(fd, s, n, MSG_NOSIGNAL);
+        if (k <= 0) return false;
+        s += k, n -= (size_t)k;
+    }
+    return true;
+}
+
+/* Sends a request (Connection: close); body may be NULL. */
+static int send_request(int port, const char *method, const char *path, const char *headers,
+                        const char *body, size_t body_len) {
+    const int fd = connect_to(port);
+    if (fd < 0) return -1;
+    char head[2048];
+    const int n =
+        snprintf(head, sizeof(head),
+                 "%s %s HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n%s%s"
+                 "Content-Type: application/json\r\nContent-Length: %zu\r\n\r\n",
+                 method, path, g_key_header, headers ? headers : "", body ? body_len : (size_t)0);
+    if (!send_all(fd, head, (size_t)n) || (body && !send_all(fd, body, body_len))) {
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+static void dechunk(resp *r, char *raw, size_t n) {
+    r->body = malloc(n + 1);
+    size_t o = 0, i = 0;
+    while (i < n) {
+        const unsigned long len = strtoul(raw + i, NULL, 16);
+        char *crlf = strstr(raw + i, "\r\n");
+        if (!crlf || len == 0) break;
+        i = (size_t)(crlf - raw) + 2;
+        const size_t take = i + len <= n ? len : n - i;
+        memcpy(r->body + o, raw + i, take);
+        o += take;
+        i += take + 2;
+    }
+    r->body[o] = '\0';
+    r->body_len = o;
+}
+
+/* Reads the whole response of fd (until the server closes it). */
+static bool read_response(int fd, resp *r) {
+    memset(r, 0, sizeof(*r));
+    size_t cap = 65536, n = 0;
+    char *buf = malloc(cap);
+    for (;;) {
+        if (n + 4096 > cap) buf = realloc(buf, cap *= 2);
+        const ssize_t k = recv(fd, buf + n, cap - n - 1, 0);
+        if (k <= 0) break;
+        n += (size_t)k;
+    }
+    close(fd);
+    buf[n] = '\0';
+    char *sep = strstr(buf, "\r\n\r\n");
+    if (!sep || sscanf(buf, "HTTP/1.%*d %d", &r->status) != 1) {
+        free(buf);
+        return false;
+    }
+    r->head = strndup(buf, (size_t)(sep - buf) + 2);
+    char *body = sep + 4;
+    const size_t body_n = n - (size_t)(body - buf);
+    if (strcasestr(r->head, "Transfer-Encoding: chunked")) {
+        dechunk(r, body, body_n);
+    } else {
+        r->body = strndup(body, body_n);
+        r->body_len = body_n;
+    }
+    free(buf);
+    return true;
+}
+
+static resp http(int port, const char *method, const char *path, const char *body) {
+    resp r = {0};
+    const int fd = send_request(port, method, path, NULL, body, body ? strlen(body) : 0);
+    if (fd < 0 || !read_response(fd, &r)) r.status = -1;
+    if (!r.body) r.body = calloc(1, 1);
+    return r;
+}
+
+/* A server of `cllm serve ARGS... --port 0`, ready (/health 200). */
+static bool server_start(server *s, const char *const *args) {
+    int p[2];
+    if (pipe(p) != 0) return false;
+    const char *argv[64];
+    int n = 0;
+    argv[n++] = g_cllm;
+    argv[n++] = "serve";
+    for (int i = 0; args[i] && n < 60; i++) argv[n++] = args[i];
+    argv[n++] = "--port";
+    argv[n++] = "0";
+    argv[n] = NULL;
+    s->pid = fork();
+    if (s->pid == 0) {
+        dup2(p[1], 1);
+        close(p[0]);
+        close(p[1]);
+        execv(g_cllm, (char *const *)argv);
+        _exit(127);
+    }
+    close(p[1]);
+    s->out_fd = p[0];
+    s->port = 0;
+    char line[512];
+    size_t len = 0;
+    while (len < sizeof(line) - 1) {
+        const ssize_t k = read(p[0], line + len, 1);
+        if (k <= 0) break;
+        if (line[len++] == '\n') {
+            line[len] = '\0';
+            const char *at = strstr(line, "http://127.0.0.1:");
+            if (at) {
+                s->port = atoi(at + strlen("http://127.0.0.1:"));
+                break;
+            }
+            len = 0;
+        }
+    }
+    if (s->port <= 0) return false;
+    for (double t0 = now_s(); now_s() - t0 < 120;) {
+        resp r = http(s->port, "GET", "/health", NULL);
+        const int st = r.status;
+        resp_free(&r);
+        if (st == 200) return true;
+        usleep(50 * 1000);
+    }
+    return false;
+}
+
+/* Sends `sig`, waits (at most 30 s) and returns the exit status (-1: killed
+ * or hung). */
+static int server_stop(server *s, int sig) {
+    kill(s->pid, sig);
+    int st = 0;
+    for (double t0 = now_s(); now_s() - t0 < 30;) {
+        if (waitpid(s->pid, &st, WNOHANG) == s->pid) {
+            close(s->out_fd);
+            return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+        }
+        usleep(20 * 1000);
+    }
+    kill(s->pid, SIGKILL);
+    waitpid(s->pid, &st, 0);
+    close(s->out_fd);
+    return -1;
+}
+
+/* ---- responses ---------------------------------------------------------- */
+
+/* The text of a whole completion (chat or not); a new string or NULL. */
+static char *whole_text(const resp *r, char *finish, size_t finish_size) {
+    json *doc = json_parse(r->body);
+    const json *ch = json_at(json_get(doc, "choices"), 0);
+    const json *msg = json_get(ch, "message");
+    const char *t = msg ? json_str(json_get(msg, "content")) : json_str(json_get(ch, "text"));
+    char *out = t ? strdup(t) : NULL;
+    if (finish) {
+        const char *f = json_str(json_get(ch, "finish_reason"));
+        snprintf(finish, finish_size, "%s", f ? f : "");
+    }
+    json_free(doc);
+    return out;
+}
+
+typedef struct sse {
+    bool framed; /* every event "data: ...\n\n", the last "data: [DONE]" */
+    int n_events;
+    char text[16384]; /* the deltas together */
+    char finish[32];
+    bool has_usage; /* a last chunk with choices [] and usage */
+    long cached, prompt_tokens;
+    bool error; /* an error event */
+} sse;
+
+static void parse_sse(const char *body, sse *s) {
+    memset(s, 0, sizeof(*s));
+    s->framed = true;
+    s->cached = s->prompt_tokens = -1;
+    const char *p = body;
+    bool done = false;
+    while (*p) {
+        const char *end = strstr(p, "\n\n");
+        if (strncmp(p, "data: ", 6) != 0 || !end || done) {
+            s->framed = false;
+            break;
+        }
+        s->n_events++;
+        char *data = strndup(p + 6, (size_t)(end - p - 6));
+        if (!strcmp(data, "[DONE]")) {
+            done = true;
+        } else {
+            json *doc = json_parse(data);
+            if (!doc) s->framed = false;
+            if (json_get(doc, "error")) s->error = true;
+            const json *ch = json_at(json_get(doc, "choices"), 0);
+            const json *delta = json_get(ch, "delta");
+            const char *t =
+                delta ? json_str(json_get(delta, "content")) : json_str(json_get(ch, "text"));
+            if (t) strncat(s->text, t, sizeof(s->text) - strlen(s->text) - 1);
+            const char *f = json_str(json_get(ch, "finish_reason"));
+            if (f) snprintf(s->finish, sizeof(s->finish), "%s", f);
+            const json *u = json_get(doc, "usage");
+            if (u && u->kind == JSON_OBJ && json_len(json_get(doc, "choices")) == 0) {
+                s->has_usage = true;
+                s->prompt_tokens = (long)json_num(json_get(u, "prompt_tokens"));
+                s->cached =
+                    (long)json_num(json_get(json_get(u, "prompt_tokens_details"), "cached_tokens"));
+            }
+            json_free(doc);
+        }
+        free(data);
+        p = end + 2;
+    }
+    if (!done) s->framed = false;
+}
+
+/* The status, and the error object's code (or "") of a response. */
+static bool is_error(const resp *r, int status, const char *code) {
+    json *doc = json_parse(r->body);
+    const json *e = json_get(doc, "error");
+    const char *c = json_str(json_get(e, "code"));
+    const bool ok = r->status == status && e && json_str(json_get(e, "message")) &&
+                    json_str(json_get(e, "type")) && (!code || (c && !strcmp(c, code)));
+    json_free(doc);
+    if (!ok) fprintf(stderr, "  got %d %s (wanted %d %s)\n", r->status, r->body, status, code);
+    return ok;
+}
+
+static long usage_field(const resp *r, const char *field) {
+    json *doc = json_parse(r->body);
+    const json *u = json_get(doc, "usage");
+    long v = !strcmp(field, "cached_tokens")
+                 ? (long)json_num(json_get(json_get(u, "prompt_tokens_details"), field))
+                 : (long)json_num(json_get(u, field));
+    if (!json_get(u, "total_tokens")) v = -1;
+    json_free(doc);
+    return v;
+}
+
+static double metric(int port, const char *name) {
+    resp r = http(port, "GET", "/metrics", NULL);
+    const char *at = strstr(r.body, name);
+    while (at && at > r.body && at[-1] != '\n') at = strstr(at + 1, name);
+    const double v = at ? atof(at + strlen(name)) : -1;
+    resp_free(&r);
+    return v;
+}
+
+/* The text `cllm run ARGS --json` generates. */
+static char *run_text(const char *args) {
+    char cmd[8192];
+    snprintf(cmd, sizeof(cmd), "'%s' run %s --json 2>/dev/null", g_cllm, args);
+    FILE *p = popen(cmd, "r");
+    if (!p) return NULL;
+    char *buf = calloc(1, 1 << 20);
+    const size_t n = fread(buf, 1, (1 << 20) - 1, p);
+    pclose(p);
+    buf[n] = '\0';
+    json *doc = json_parse(buf);
+    const char *t = json_str(json_get(doc, "text"));
+    char *out = t ? strdup(t) : NULL;
+    json_free(doc);
+    free(buf);
+    return out;
+}
+
+/* ---- stories260K: completions and bad input ----------------------------- */
+
+#define STORY_PROMPT "Once upon a time, there was a little girl"
+
+static void check_stories(const char *model) {
+    server s;
+    const char *args[] = {"-m", model, "--parallel", "2", "-c", "256", "--max-body", "4096", NULL};
+    if (!server_start(&s, args)) {
+        CHECKF(false, "the server did not start");
+        return;
+    }
+    resp r = http(s.port, "GET", "/health", NULL);
+    CHECK(r.status == 200);
+    resp_free(&r);
+    r = http(s.port, "GET", "/v1/models", NULL);
+    CHECK(r.status == 200 && strstr(r.body, "\"id\":\"stories260K.gguf\""));
+    resp_free(&r);
+
+    /* greedy, whole: as cllm run */
+    char run_args[8192];
+    snprintf(run_args, sizeof(run_args), "-m '%s' --temp 0 -n 24 -p '%s'", model, STORY_PROMPT);
+    char *ref = run_text(run_args);
+    const char *req = "{\"model\": \"stories260K.gguf\", \"prompt\": \"" STORY_PROMPT
+                      "\", \"max_tokens\": 24, \"temperature\": 0}";
+    r = http(s.port, "POST", "/v1/completions", req);
+    char finish[32];
+    char *whole = whole_text(&r, finish, sizeof(finish));
+    CHECKF(r.status == 200 && whole && ref && !strcmp(whole, ref), "server '%s' vs run '%s'",
+           whole ? whole : "(none)", ref ? ref : "(none)");
+    CHECK(!strcmp(finish, "length") && strstr(r.body, "\"object\":\"text_completion\""));
+    CHECK(usage_field(&r, "completion_tokens") == 24 && usage_field(&r, "prompt_tokens") > 5);
+    resp_free(&r);
+
+    /* streamed: SSE framing, the same text, usage last */
+    r = http(s.port, "POST", "/v1/completions",
+             "{\"prompt\": \"" STORY_PROMPT "\", \"max_tokens\": 24, \"temperature\": 0, "
+             "\"stream\": true, \"stream_options\": {\"include_usage\": true}}");
+    sse ev;
+    parse_sse(r.body, &ev);
+    CHECK(r.status == 200 && strstr(r.head, "text/event-stream"));
+    CHECKF(ev.framed && ev.n_events >= 4, "%s", r.body);
+    CHECKF(whole && !strcmp(ev.text, whole), "streamed '%s' vs '%s'", ev.text, whole);
+    CHECK(!strcmp(ev.finish, "length") && ev.has_usage && ev.cached >= 0);
+    resp_free(&r);
+
+    /* a stop string inside the text, across tokens: cut before it, whole
+     * and streamed (the held-back text released or dropped correctly) */
+    if (whole && strlen(whole) > 30) {
+        char stop[8], body[1024];
+        memcpy(stop, whole + 20, 5);
+        stop[5] = '\0';
+        const size_t cut = (size_t)(strstr(whole, stop) - whole);
+        for (int streamed = 0; streamed < 2; streamed++) {
+            snprintf(body, sizeof(body),
+                     "{\"prompt\": \"" STORY_PROMPT "\", \"max_tokens\": 24, \"temperature\": 0, "
+                     "\"stop\": [\"zzzz\", \"%s\"], \"stream\": %s}",
+                     stop, streamed ? "true" : "false");
+            r = http(s.port, "POST", "/v1/completions", body);
+            char *t = NULL;
+            if (streamed) {
+                parse_sse(r.body, &ev);
+                t = strdup(ev.text);
+                snprintf(finish, sizeof(finish), "%s", ev.finish);
+            } else {
+                t = whole_text(&r, finish, sizeof(finish));
+            }
+            CHECKF(t && strlen(t) == cut && !strncmp(t, whole, cut) && !strcmp(finish, "stop"),
+                   "stop '%s': '%s' (%s)", stop, t ? t : "", finish);
+            free(t);
+            resp_free(&r);
+        }
+    }
+    free(whole);
+    free(ref);
+
+    /* bad input: each an error object with its status; the server goes on */
+    static const struct {
+        const char *path, *body;
+        int status;
+        const char *code;
+    } bad[] = {
+        {"/v1/completions", "{\"prompt\": \"x\", ", 400, "invalid_json"},
+        {"/v1/completions", "[1, 2]", 400, "invalid_type"},
+        {"/v1/completions", "{\"prompt\": 42}", 400, "invalid_type"},
+        {"/v1/completions", "{\"max_tokens\": 4}", 400, "missing_required_parameter"},
+        {"/v1/completions", "{\"prompt\": \"x\", \"temperature\": \"hot\"}", 400, "invalid_type"},
+        {"/v1/completions", "{\"prompt\": \"x\", \"temperature\": 5}", 400, "invalid_value"},
+        {"/v1/completions", "{\"prompt\": \"x\", \"max_tokens\": -1}", 400, "invalid_value"},
+        {"/v1/completions", "{\"prompt\": \"x\", \"max_tokens\": 1.5}", 400, "invalid_type"},
+        {"/v1/completions", "{\"prompt\": \"x\", \"stop\": 7}", 400, "invalid_type"},
+        {"/v1/completions", "{\"prompt\": \"x\", \"stream\": \"yes\"}", 400, "invalid_type"},
+        {"/v1/completions", "{\"prompt\": \"x\", \"n\": 2}", 400, "unsupported_value"},
+        {"/v1/completions", "{\"prompt\": \"x\", \"model\": \"gpt-4\"}", 404, "model_not_found"},
+        {"/v1/completions", "{\"prompt\": \"x\", \"max_tokens\": 1000}", 400,
+         "context_length_exceeded"},
+        {"/v1/completions", "{\"prompt\": \"x\xff\xfe\"}", 400, "invalid_utf8"},
+        {"/v1/chat/completions", "{\"messages\": []}", 400, NULL},
+        {"/v1/chat/completions", "{\"messages\": [{\"role\": \"wizard\", \"content\": \"x\"}]}",
+         400, "invalid_value"},
+        {"/v1/chat/completions", "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}]}", 400,
+         NULL}, /* stories260K has no chat template */
+        {"/v1/nothing", "{}", 404, "not_found"},
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        r = http(s.port, "POST", bad[i].path, bad[i].body);
+        CHECKF(is_error(&r, bad[i].status, bad[i].code), "case %zu: %s", i, bad[i].body);
+        resp_free(&r);
+    }
+    r = http(s.port, "GET", "/v1/completions", NULL);
+    CHECK(is_error(&r, 405, NULL));
+    resp_free(&r);
+    /* a prompt longer than the context, with the numbers */
+    char *longp = malloc(8192);
+    strcpy(longp, "{\"prompt\": \"");
+    for (int i = 0; i < 300; i++) strcat(longp, "cat ");
+    strcat(longp, "\"}");
+    r = http(s.port, "POST", "/v1/completions", longp);
+    CHECK(is_error(&r, 400, "context_length_exceeded") && strstr(r.body, "256"));
+    resp_free(&r);
+    free(longp);
+    /* a body over --max-body */
+    char *big = malloc(10000);
+    memset(big, ' ', 9999);
+    big[9999] = '\0';
+    big[0] = '{', big[9998] = '}';
+    r = http(s.port, "POST", "/v1/completions", big);
+    CHECK(is_error(&r, 413, "request_too_large"));
+    resp_free(&r);
+    free(big);
+    r = http(s.port, "GET", "/health", NULL);
+    CHECK(r.status == 200);
+    resp_free(&r);
+    CHECK(metric(s.port, "cllm_requests_rejected_total ") >= 15);
+    CHECK(metric(s.port, "cllm_memory_bytes{kind=\"state\",what=\"allocated\"} ") > 0);
+    CHECK_EQ_INT(server_stop(&s, SIGINT), 0);
+}
+
+/* ---- SmolLM2: chat, the cache, the key, cancellation, load -------------- */
+
+static char *chat_body(const char *question, const char *answer, const char *question2,
+                       int max_tokens, bool stream) {
+    char *b = malloc(8192);
+    if (answer) {
+        snprintf(b, 8192,
+                 "{\"messages\": [{\"role\": \"user\", \"content\": \"%s\"}, {\"role\": "
+                 "\"assistant\", \"content\": \"%s\"}, {\"role\": \"user\", \"content\": \"%s\"}],"
+                 " \"temperature\": 0, \"max_tokens\": %d, \"stream\": %s}",
+                 question, answer, question2, max_tokens, stream ? "true" : "false");
+    } else {
+        snprintf(b, 8192,
+                 "{\"messages\": [{\"role\": \"user\", \"content\": \"%s\"}], \"temperature\": 0,"
+                 " \"max_tokens\": %d, \"stream\": %s, \"stream_options\": {\"include_usage\": "
+                 "true}}",
+                 question, max_tokens, stream ? "true" : "false");
+    }
+    return b;
+}
+
+/* The JSON string of s (no quotes, ASCII and escapes only as needed). */
+static void json_escape(const char *s, char *out, size_t size) {
+    size_t o = 0;
+    for (; *s && o + 7 < size; s++) {
+        if (*s == '"' || *s == '\\')
+            out[o++] = '\\', out[o++] = *s;
+        else if ((unsigned char)*s < 0x20)
+            o += (size_t)snprintf(out + o, size - o, "\\u%04x", *s);
+        else
+            out[o++] = *s;
+    }
+    out[o] = '\0';
+}
+
+#define N_LOAD_PROMPTS 3
+static const char *const k_load_prompts[N_LOAD_PROMPTS] = {
+    "Name a fruit.", "What is the capital of France?", "Say hello."};
+static char *g_load_ref[N_LOAD_PROMPTS];
+
+typedef struct load_arg {
+    int port, index, errors, mismatches, done;
+} load_arg;
+
+static void *load_client(void *p) {
+    load_arg *a = p;
+    for (int k = 0; k < 5; k++) {
+        const int pi = (a->index + k) % N_LOAD_PROMPTS;
+        char *body = chat_body(k_load_prompts[pi], NULL, NULL, 12, true);
+        const int fd =
+            send_request(a->port, "POST", "/v1/chat/completions", NULL, body, strlen(body));
+        free(body);
+        if (fd < 0) {
+            a->errors++;
+            continue;
+        }
+        if (k == 2 && a->index < 2) { /* leaves after the first event */
+            char buf[512];
+            (void)recv(fd, buf, sizeof(buf), 0);
+            close(fd);
+            continue;
+        }
+        resp r;
+        if (!read_response(fd, &r) || r.status != 200) {
+            a->errors++;
+        } else {
+            sse ev;
+            parse_sse(r.body, &ev);
+            if (!ev.framed || ev.error) {
+                a->errors++;
+            } else if (strcmp(ev.text, g_load_ref[pi]) != 0) {
+                fprintf(stderr, "load: '%s' answered '%s', alone '%s'\n", k_load_prompts[pi],
+                        ev.text, g_load_ref[pi]);
+                a->mismatches++;
+            } else
+                a->done++;
+        }
+        resp_free(&r);
+    }
+    return NULL;
+}
+
+static void check_smollm2(const char *model) {
+    server s;
+    const char *args[] = {"-m", model, "--parallel", "2", "-c", "512", "--api-key", "sekrit", NULL};
+    if (!server_start(&s, args)) {
+        CHECKF(false, "the server did not start");
+        return;
+    }
+    /* the key: /health needs none; others need the right one */
+    g_key_header = "";
+    resp r = http(s.port, "GET", "/v1/models", NULL);
+    CHECK(is_error(&r, 401, "invalid_api_key"));
+    resp_free(&r);
+    g_key_header = "Authorization: Bearer sekriT\r\n";
+    r = http(s.port, "GET", "/v1/models", NULL);
+    CHECK(is_error(&r, 401, "invalid_api_key"));
+    resp_free(&r);
+    g_key_header = "Authorization: Bearer sekrit\r\n";
+    r = http(s.port, "GET", "/v1/models", NULL);
+    CHECK(r.status == 200);
+    resp_free(&r);
+
+    /* greedy chat: as cllm run --chat */
+    char run_args[8192];
+    snprintf(run_args, sizeof(run_args), "-m '%s' --temp 0 --chat -n 24 -p 'Name a fruit.'", model);
+    char *ref = run_text(run_args);
+    char *body = chat_body("Name a fruit.", NULL, NULL, 24, false);
+    r = http(s.port, "POST", "/v1/chat/completions", body);
+    free(body);
+    char *answer = whole_text(&r, NULL, 0);
+    CHECKF(r.status == 200 && answer && ref && !strcmp(answer, ref), "server '%s' vs run '%s'",
+           answer ? answer : r.body, ref ? ref : "(none)");
+    CHECK(strstr(r.body, "\"object\":\"chat.completion\"") != NULL);
+    const long p1 = usage_field(&r, "prompt_tokens");
+    resp_free(&r);
+    free(ref);
+
+    /* the second turn reuses the first from the cache */
+    if (answer) {
+        char esc[4096];
+        json_escape(answer, esc, sizeof(esc));
+        body = chat_body("Name a fruit.", esc, "What color is it?", 16, false);
+        r = http(s.port, "POST", "/v1/chat/completions", body);
+        free(body);
+        const long cached = usage_field(&r, "cached_tokens"), p2 = usage_field(&r, "prompt_tokens");
+        CHECKF(r.status == 200 && cached >= p1 && cached < p2, "cached %ld of %ld (turn 1: %ld)",
+               cached, p2, p1);
+        resp_free(&r);
+    }
+    free(answer);
+
+    /* every load prompt alone, streamed: the reference answers */
+    for (int i = 0; i < N_LOAD_PROMPTS; i++) {
+        body = chat_body(k_load_prompts[i], NULL, NULL, 12, true);
+        r = http(s.port, "POST", "/v1/chat/completions", body);
+        free(body);
+        sse ev;
+        parse_sse(r.body, &ev);
+        CHECKF(r.status == 200 && ev.framed && ev.has_usage && ev.text[0], "%s", r.body);
+        g_load_ref[i] = strdup(ev.text);
+        resp_free(&r);
+    }
+
+    /* a client that leaves mid-stream: its generation stops, its slot frees */
+    const double cancelled0 = metric(s.port, "cllm_requests_cancelled_total ");
+    body = chat_body("Tell me a long story about a dragon.", NULL, NULL, 400, true);
+    int fd = send_request(s.port, "POST", "/v1/chat/completions", NULL, body, strlen(body));
+    free(body);
+    char buf[256];
+    CHECK(fd >= 0 && recv(fd, buf, sizeof(buf), 0) > 0);
+    close(fd);
+    bool freed = false;
+    for (double t0 = now_s(); now_s() - t0 < 10 && !freed; usleep(50 * 1000)) {
+        freed = metric(s.port, "cllm_requests_cancelled_total ") >= cancelled0 + 1 &&
+                metric(s.port, "cllm_slots_busy ") == 0;
+    }
+    CHECKF(freed, "the slot of a client that left is still busy");
+
+    /* load: 4 streaming clients x 5 requests, some leaving early */
+    load_arg la[4];
+    pthread_t th[4];
+    for (int i = 0; i < 4; i++) {
+        la[i] = (load_arg){.port = s.port, .index = i};
+        pthread_create(&th[i], NULL, load_client, &la[i]);
+    }
+    int errors = 0, mismatches = 0, done = 0;
+    for (int i = 0; i < 4; i++) {
+        pthread_join(th[i], NULL);
+        errors += la[i].errors, mismatches += la[i].mismatches, done += la[i].done;
+    }
+    CHECKF(errors == 0 && mismatches == 0 && done == 18, "load: %d errors, %d mismatches, %d done",
+           errors, mismatches, done);
+    for (int i = 0; i < N_LOAD_PROMPTS; i++) free(g_load_ref[i]);
+    r = http(s.port, "GET", "/health", NULL);
+    CHECK(r.status == 200);
+    resp_free(&r);
+
+    /* SIGTERM with a request in flight: it ends, the server exits 0 */
+    body = chat_body("Tell me a long story about a dragon.", NULL, NULL, 400, true);
+    fd = send_request(s.port, "POST", "/v1/chat/completions", NULL, body, strlen(body));
+    free(body);
+    CHECK(fd >= 0 && recv(fd, buf, sizeof(buf), 0) > 0);
+    const double t0 = now_s();
+    CHECK_EQ_INT(server_stop(&s, SIGTERM), 0);
+    CHECKF(now_s() - t0 < 10, "stopping took %.1f s", now_s() - t0);
+    close(fd);
+    g_key_header = "";
+}
+
+/* A full queue (503 with Retry-After) and --timeout (504; an error event). */
+static void check_queue_timeout(const char *model) {
+    server s;
+    const char *args[] = {"-m",          model, "--parallel", "1", "-c", "512",
+                          "--max-queue", "1",   "--timeout",  "2", NULL};
+    if (!server_start(&s, args)) {
+        CHECKF(false, "the server did not start");
+        return;
+    }
+    char *body = chat_body("Tell me a long story about a dragon.", NULL, NULL, 400, true);
+    const int a = send_request(s.port, "POST", "/v1/chat/completions", NULL, body, strlen(body));
+    char buf[256];
+    CHECK(a >= 0 && recv(a, buf, sizeof(buf), MSG_PEEK) > 0); /* running */
+    free(body);
+    body = chat_body("Say hello.", NULL, NULL, 8, false);
+    const int b = send_request(s.port, "POST", "/v1/chat/completions", NULL, body, strlen(body));
+    bool queued = false;
+    for (double t0 = now_s(); now_s() - t0 < 5 && !queued; usleep(20 * 1000)) {
+        queued = metric(s.port, "cllm_queue_length ") == 1;
+    }
+    CHECK(queued);
+    resp r = http(s.port, "POST", "/v1/chat/completions", body);
+    CHECK(is_error(&r, 503, "queue_full") && strstr(r.head, "Retry-After:"));
+    resp_free(&r);
+    free(body);
+    /* both time out: the queued one with 504, the streamed one with an error event */
+    CHECK(read_response(b, &r) && is_error(&r, 504, "timeout"));
+    resp_free(&r);
+    CHECK(read_response(a, &r) && r.status == 200);
+    sse ev;
+    parse_sse(r.body, &ev);
+    CHECKF(ev.framed && ev.error, "%s", r.body);
+    resp_free(&r);
+    CHECK_EQ_INT(server_stop(&s, SIGTERM), 0);
+}
+
+static bool fetch_smollm2(char *path, size_t size) {
+    const char *root = getenv("CLLM_SOURCE_DIR");
+    char cmd[4096];
+    snprintf(cmd, sizeof(cmd), "'%s/scripts/fetch-model' smollm2", root ? root : ".");
+    FILE *p = popen(cmd, "r");
+    path[0] = '\0';
+    if (p && fgets(path, (int)size, p)) path[strcspn(path, "\n")] = '\0';
+    const bool ok = p && pclose(p) == 0 && path[0] && access(path, R_OK) == 0;
+    if (!ok) check_missing("SmolLM2 (scripts/fetch-model smollm2 could not fetch it)");
+    return ok;
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        fprintf(stderr, "usage: test_serve PATH-TO-CLLM\n");
+        return 2;
+    }
+    g_cllm = argv[1];
+    signal(SIGPIPE, SIG_IGN);
+    /* built without libmicrohttpd: the command says so */
+    char cmd[4096];
+    snprintf(cmd, sizeof(cmd), "'%s' serve --help >/dev/null 2>&1", g_cllm);
+    CHECK(system(cmd) == 0);
+#ifndef CLLM_HAVE_SERVE
+    check_missing("cllm serve (built without libmicrohttpd-dev and libjansson-dev)");
+    return check_summary("test_serve");
+#endif
+    static const char *files[] = {"stories260K.gguf", NULL};
+    if (refs_have(files)) {
+        char model[4096];
+        refs_model_path(model, sizeof(model), "stories260K.gguf");
+        check_stories(model);
+    }
+    char smol[4096];
+    if (fetch_smollm2(smol, sizeof(smol))) {
+        check_smollm2(smol);
+        check_queue_timeout(smol);
+    }
+    return check_summary("test_serve");
+}

@@ -1,0 +1,257 @@
+/* cllm serve: an OpenAI-compatible HTTP server (server.h): options, loading
+ * the model and the slots, and the signals that stop it. */
+#include "cllm.h"
+#include "commands.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void serve_usage(FILE *f) {
+    fprintf(f,
+            "usage: cllm serve -m FILE [options]\n"
+            "\n"
+            "Serves the model over HTTP with OpenAI's API: POST /v1/chat/completions,\n"
+            "POST /v1/completions (streamed as server-sent events with \"stream\": true),\n"
+            "GET /v1/models, GET /health (503 while loading), GET /metrics (Prometheus).\n"
+            "\n"
+            "options:\n"
+            "  -m FILE              the model (GGUF)\n"
+            "  --host ADDR          IPv4 address to listen on (default 127.0.0.1)\n"
+            "  --port N             port (default 8080; 0: any free port, printed)\n"
+            "  --parallel N         slots: requests generated at once, each with its own KV\n"
+            "                       cache of -c tokens (default 1)\n"
+            "  -c N                 context per slot (default: min(model context, 4096))\n"
+            "  -b N                 prompt batch size (default 512)\n"
+            "  -t N                 threads (default: physical cores)\n"
+            "  --mem DEVICE=SIZE    place layers on devices within budgets (as cllm plan)\n"
+            "  --kv-type f16|f32    KV cache type (default f16)\n"
+            "  --no-mmap            read the weights instead of mapping them\n"
+            "  --api-key KEY        require 'Authorization: Bearer KEY' (not for /health)\n"
+            "  --api-key-file F     the same, the key read from file F\n"
+            "  --max-queue N        requests that may wait for a slot (default 64); more get\n"
+            "                       503 with Retry-After\n"
+            "  --timeout S          cancel a request that waits and runs longer than S seconds\n"
+            "                       (default 0: never)\n"
+            "  --max-body BYTES     largest request body (default 8388608); larger: 413\n"
+            "  -n N                 max_tokens of requests that give none (default -1: until\n"
+            "                       the model ends or the context is full)\n"
+            "  --temp T, --top-k K, --top-p P, --min-p P, --repeat-penalty R, --seed S\n"
+            "                       sampling of requests that do not set it (defaults: OpenAI's,\n"
+            "                       temperature 1, top_p 1, top_k and min_p off; seed random)\n"
+            "  --test-device SPEC   enable the test device (debug)\n"
+            "  --verbose            log each request and slot to stderr\n");
+}
+
+#ifndef CLLM_HAVE_SERVE
+
+int cllm_cmd_serve(int argc, char **argv) {
+    if (argc > 1 && cllm_cli_is_help(argv[1])) {
+        serve_usage(stdout);
+        return 0;
+    }
+    cllm_cli_error("serve", "this cllm was built without libmicrohttpd and jansson (install "
+                            "libmicrohttpd-dev and libjansson-dev and build again)");
+    return 1;
+}
+
+#else
+
+#include "server.h"
+
+#include <pthread.h>
+#include <signal.h>
+
+typedef struct serve_args {
+    cllm_cli_gen g;
+    srv_http_opts http;
+    int parallel, max_queue;
+    const char *api_key_file;
+} serve_args;
+
+/* The key in file `path`, without trailing white space; NULL after printing
+ * why. */
+static char *read_key(const char *path) {
+    char *text = NULL;
+    size_t len = 0;
+    if (!cllm_cli_read_text("serve", path, &text, &len)) return NULL;
+    while (len > 0 && (text[len - 1] == '\n' || text[len - 1] == '\r' || text[len - 1] == ' ' ||
+                       text[len - 1] == '\t')) {
+        text[--len] = '\0';
+    }
+    if (len == 0 || strlen(text) != len) {
+        cllm_cli_error("serve", "%s: no API key in the file (or a NUL byte)", path);
+        free(text);
+        return NULL;
+    }
+    return text;
+}
+
+/* 0 to go on, -1 after --help, 2 on bad usage. */
+static int parse_serve_args(int argc, char **argv, serve_args *a) {
+    memset(a, 0, sizeof(*a));
+    cllm_cli_gen_init(&a->g, -1);
+    a->parallel = 1;
+    a->max_queue = 64;
+    a->http.host = "127.0.0.1";
+    a->http.port = 8080;
+    a->http.max_body = (size_t)8 << 20;
+    srv_gen_params *d = &a->http.defaults;
+    d->max_tokens = -1;
+    d->sp = cllm_sampler_default_params();
+    d->sp.temperature = 1.0f, d->sp.top_k = 0, d->sp.top_p = 1.0f, d->sp.min_p = 0.0f;
+    for (int i = 1; i < argc; i++) {
+        const char *o = argv[i];
+        if (cllm_cli_is_help(o)) {
+            serve_usage(stdout);
+            return -1;
+        }
+        if (cllm_cli_is_one_of(o, "-m --model -c -b -t --mem --kv-type --no-mmap --test-device "
+                                  "--verbose")) {
+            const int r = cllm_cli_gen_option("serve", &a->g, argc, argv, &i);
+            if (r != 1) return 2;
+            continue;
+        }
+        if (!cllm_cli_is_one_of(o, "--host --port --parallel --api-key --api-key-file "
+                                   "--max-queue --timeout --max-body -n --temp --top-k --top-p "
+                                   "--min-p --repeat-penalty --seed")) {
+            cllm_cli_error("serve", "unknown option '%s' (see cllm serve --help)", o);
+            return 2;
+        }
+        const char *v = cllm_cli_value("serve", argc, argv, &i);
+        if (!v) return 2;
+        long long n = 0;
+        bool ok = true;
+        if (!strcmp(o, "--host")) {
+            a->http.host = v;
+        } else if (!strcmp(o, "--port")) {
+            ok = cllm_cli_int("serve", o, v, 0, 65535, &n) && (a->http.port = (int)n, true);
+        } else if (!strcmp(o, "--parallel")) {
+            ok = cllm_cli_int("serve", o, v, 1, 256, &n) && (a->parallel = (int)n, true);
+        } else if (!strcmp(o, "--api-key")) {
+            ok = v[0] != '\0';
+            if (!ok) cllm_cli_error("serve", "--api-key: the key is empty");
+            a->http.api_key = v;
+        } else if (!strcmp(o, "--api-key-file")) {
+            a->api_key_file = v;
+        } else if (!strcmp(o, "--max-queue")) {
+            ok = cllm_cli_int("serve", o, v, 0, 1 << 20, &n) && (a->max_queue = (int)n, true);
+        } else if (!strcmp(o, "--timeout")) {
+            float t = 0;
+            ok = cllm_cli_float("serve", o, v, &t);
+            if (ok && t < 0) {
+                cllm_cli_error("serve", "--timeout: %s is negative", v);
+                ok = false;
+            }
+            a->http.timeout_s = t;
+        } else if (!strcmp(o, "--max-body")) {
+            ok = cllm_cli_int("serve", o, v, 1, 1LL << 30, &n) &&
+                 (a->http.max_body = (size_t)n, true);
+        } else if (!strcmp(o, "-n")) {
+            ok = cllm_cli_int("serve", o, v, -1, 1 << 30, &n) && (d->max_tokens = (int)n, true);
+        } else if (!strcmp(o, "--temp")) {
+            ok = cllm_cli_float("serve", o, v, &d->sp.temperature);
+        } else if (!strcmp(o, "--top-k")) {
+            ok = cllm_cli_int("serve", o, v, 0, INT32_MAX, &n) && (d->sp.top_k = (int32_t)n, true);
+        } else if (!strcmp(o, "--top-p")) {
+            ok = cllm_cli_float("serve", o, v, &d->sp.top_p);
+        } else if (!strcmp(o, "--min-p")) {
+            ok = cllm_cli_float("serve", o, v, &d->sp.min_p);
+        } else if (!strcmp(o, "--repeat-penalty")) {
+            ok = cllm_cli_float("serve", o, v, &d->sp.repeat_penalty);
+        } else { /* --seed */
+            ok = cllm_cli_int("serve", o, v, 0, INT64_MAX, &n);
+            d->sp.seed = (uint64_t)n;
+            a->http.seed_given = true;
+        }
+        if (!ok) return 2;
+    }
+    if (a->http.api_key && a->api_key_file) {
+        cllm_cli_error("serve", "--api-key and --api-key-file: give one");
+        return 2;
+    }
+    /* the defaults must make a valid sampler */
+    cllm_sampler *probe = NULL;
+    if (cllm_sampler_new(&d->sp, 2, &probe) != CLLM_OK) {
+        cllm_cli_lib_error("serve");
+        return 2;
+    }
+    cllm_sampler_free(probe);
+    a->g.seed_given = true; /* seeds are per request */
+    if (!cllm_cli_gen_finish("serve", &a->g)) return 2;
+    a->http.verbose = a->g.verbose;
+    return 0;
+}
+
+static void print_memory(const srv_engine *e) {
+    const cllm_memory_report r = srv_engine_memory(e);
+    fprintf(stderr, "cllm serve: %d slot%s of %lld tokens; memory (planned / allocated):\n",
+            e->n_slots, e->n_slots == 1 ? "" : "s", (long long)e->n_ctx);
+    for (int k = 0; k < CLLM_MEM_COUNT; k++) {
+        char p[32], al[32];
+        fprintf(stderr, "  %-10s %12s / %s\n", cllm_mem_kind_str((cllm_mem_kind)k),
+                cllm_format_size(r.planned[k], p, sizeof(p)),
+                cllm_format_size(r.allocated[k], al, sizeof(al)));
+    }
+}
+
+int cllm_cmd_serve(int argc, char **argv) {
+    serve_args a;
+    const int parsed = parse_serve_args(argc, argv, &a);
+    if (parsed != 0) return parsed < 0 ? 0 : parsed;
+
+    char *key = NULL;
+    if (a.api_key_file) {
+        if (!(key = read_key(a.api_key_file))) return 1;
+        a.http.api_key = key;
+    }
+    const char *base = strrchr(a.g.model, '/');
+    a.http.model_id = base ? base + 1 : a.g.model;
+
+    /* SIGINT and SIGTERM go to sigwait below: blocked here, before any
+     * thread starts, so that every thread inherits the mask */
+    sigset_t stop_signals;
+    sigemptyset(&stop_signals);
+    sigaddset(&stop_signals, SIGINT);
+    sigaddset(&stop_signals, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &stop_signals, NULL);
+    signal(SIGPIPE, SIG_IGN);
+
+    int rc = 1, port = 0;
+    cllm_model *m = NULL;
+    srv_engine e;
+    bool engine_ok = false;
+    srv_http *h = srv_http_start(&a.http, &port);
+    if (!h) goto done;
+    printf("cllm serve: listening on http://%s:%d\n", a.http.host, port);
+    fflush(stdout);
+
+    a.g.fit.n_sessions = a.parallel;
+    if (!cllm_cli_gen_load("serve", &a.g, &m)) goto done;
+    cllm_session_params sp = cllm_session_default_params();
+    sp.n_ctx = a.g.n_ctx, sp.n_batch = a.g.n_batch, sp.n_threads = a.g.n_threads;
+    sp.kv_type = a.g.kv_type;
+    if (!srv_engine_init(&e, m, a.parallel, &sp, a.max_queue, a.g.verbose)) goto done;
+    engine_ok = true;
+    print_memory(&e);
+    if (!srv_engine_start(&e)) goto done;
+    srv_http_ready(h, &e);
+    printf("cllm serve: ready: model %s\n", a.http.model_id);
+    fflush(stdout);
+
+    int sig = 0;
+    sigwait(&stop_signals, &sig);
+    fprintf(stderr, "cllm serve: %s: stopping\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
+    srv_http_quiesce(h); /* no new connections */
+    rc = 0;
+done:
+    /* cancels every job: the connections waiting on them finish */
+    if (engine_ok) srv_engine_stop(&e);
+    srv_http_stop(h);
+    if (engine_ok) srv_engine_free(&e);
+    cllm_model_free(m);
+    free(key);
+    return rc;
+}
+
+#endif /* CLLM_HAVE_SERVE */

@@ -1,0 +1,168 @@
+/*
+ * cllm serve: an OpenAI-compatible HTTP server over one model and N slots.
+ *
+ * Threads:
+ *  - HTTP threads (libmicrohttpd, one per connection, server-http.c) parse a
+ *    request, render and tokenize its prompt, put a job on the engine's
+ *    bounded queue and wait for its text (streamed or whole).
+ *  - The engine thread (server-engine.c) owns the slots: each a session with
+ *    its own KV cache and the token ids that cache holds. It hands queued
+ *    jobs to idle slots (the one whose cached tokens share the longest
+ *    prefix with the prompt), then advances every busy slot by one step
+ *    (srv_engine_step) until the jobs are done, cancelled or timed out.
+ *  - The main thread (cmd-serve.c) loads the model, starts both, and waits
+ *    for SIGINT/SIGTERM.
+ *
+ * Everything a job shares between an HTTP thread and the engine is guarded
+ * by the engine's mutex; a job is freed when both sides have released it.
+ */
+#ifndef CLLM_TOOLS_SERVER_H
+#define CLLM_TOOLS_SERVER_H
+
+#include "cllm.h"
+
+#include <jansson.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* Most stop strings per request, and their longest length in bytes. */
+#define SRV_MAX_STOP     16
+#define SRV_MAX_STOP_LEN 256
+/* Most top_logprobs per token. */
+#define SRV_MAX_TOP_LOGPROBS 20
+
+/* The generation settings of one request. */
+typedef struct srv_gen_params {
+    int max_tokens; /* -1: until an end token or a full context */
+    cllm_sampler_params sp;
+    float presence_penalty, frequency_penalty; /* OpenAI's, over generated tokens */
+    char *stop[SRV_MAX_STOP];                  /* owned (free) */
+    int n_stop;
+    bool logprobs;
+    int top_logprobs; /* 0..SRV_MAX_TOP_LOGPROBS */
+} srv_gen_params;
+
+typedef enum srv_finish {
+    SRV_FINISH_NONE = 0, /* still running */
+    SRV_FINISH_STOP,     /* an end-of-generation token or a stop string */
+    SRV_FINISH_LENGTH,   /* max_tokens or a full context */
+    SRV_FINISH_CANCELLED,
+    SRV_FINISH_TIMEOUT,
+    SRV_FINISH_ERROR,
+    SRV_FINISH_COUNT
+} srv_finish;
+
+typedef enum srv_job_state { SRV_JOB_QUEUED = 0, SRV_JOB_RUNNING, SRV_JOB_DONE } srv_job_state;
+
+/* One request, from the HTTP thread that made it to the engine and back. */
+typedef struct srv_job {
+    /* set by the HTTP thread before it is queued, then read-only */
+    int32_t *prompt; /* owned */
+    size_t n_prompt;
+    srv_gen_params gp;
+    double deadline_ms; /* cllm_time_ms() past which it is cancelled; 0: none */
+
+    /* under the engine's mutex */
+    srv_job_state state;
+    srv_finish finish;
+    bool cancel; /* set by the HTTP side: the client left */
+    char *out;   /* text produced and not yet taken (valid UTF-8 or not) */
+    size_t out_len, out_cap;
+    json_t *logprobs;    /* array of chat-style entries not yet taken, or NULL */
+    size_t n_cached;     /* prompt tokens reused from the slot's cache */
+    size_t n_completion; /* tokens generated */
+    char error[256];     /* with SRV_FINISH_ERROR */
+    int refs;            /* 2 while both sides hold it */
+    pthread_cond_t cond; /* signalled when something above changed */
+    struct srv_job *next;
+} srv_job;
+
+/* Counters of /metrics (under the engine's mutex). */
+typedef struct srv_stats {
+    uint64_t requests[2];   /* [0] chat, [1] completions: accepted into the queue */
+    uint64_t rejected;      /* 4xx/5xx answered before the queue */
+    uint64_t queue_full;    /* 503 for a full queue */
+    uint64_t cancelled;     /* client gone, timeout or shutdown */
+    uint64_t prompt_tokens; /* prompt tokens of finished jobs */
+    uint64_t prompt_cached; /* of those, reused from a cache */
+    uint64_t completion_tokens;
+} srv_stats;
+
+typedef struct srv_slot srv_slot;
+
+/* The engine: the model, its slots and the queue. */
+typedef struct srv_engine {
+    const cllm_model *model;
+    int n_slots;
+    srv_slot *slots;
+    int64_t n_ctx, n_batch;
+    int max_queue;
+
+    pthread_mutex_t mu;
+    pthread_cond_t work; /* a job was queued or cancelled, or stop was set */
+    srv_job *queue_head, *queue_tail;
+    int n_queued, n_busy;
+    bool stop;
+    srv_stats stats;
+    pthread_t thread;
+    bool started;
+    bool verbose;
+} srv_engine;
+
+/* Creates n slots of sessions with `params` on `model`; false after printing
+ * the error (nothing left allocated). */
+bool srv_engine_init(srv_engine *e, const cllm_model *model, int n_slots,
+                     const cllm_session_params *params, int max_queue, bool verbose);
+/* Starts the engine thread. */
+bool srv_engine_start(srv_engine *e);
+/* Cancels every job and stops the thread (new jobs are refused). */
+void srv_engine_stop(srv_engine *e);
+/* Stops it (if running) and frees the slots. */
+void srv_engine_free(srv_engine *e);
+/* Memory of all slots together (weights once). */
+cllm_memory_report srv_engine_memory(const srv_engine *e);
+
+/* A new job owning `prompt` and the strings of `gp`; NULL when out of memory
+ * (then they are freed). */
+srv_job *srv_job_new(int32_t *prompt, size_t n_prompt, srv_gen_params *gp, double deadline_ms);
+/* Queues the job for a slot; false (the job untouched) when the queue is full
+ * or the engine stops. */
+bool srv_engine_submit(srv_engine *e, srv_job *job);
+/* The HTTP side lets go of the job (cancelling it if it still runs). */
+void srv_job_release(srv_engine *e, srv_job *job);
+/* Frees the strings of gp. */
+void srv_gen_params_free(srv_gen_params *gp);
+
+/* The longest valid-UTF-8 rendering of s[0, n): invalid bytes become U+FFFD;
+ * a new string (free) of length *out_len; NULL when out of memory. */
+char *srv_utf8_clean(const char *s, size_t n, size_t *out_len);
+
+/* ---- HTTP (server-http.c) ----------------------------------------------- */
+
+typedef struct srv_http_opts {
+    const char *host;
+    int port;
+    const char *api_key; /* NULL: none */
+    size_t max_body;
+    double timeout_s; /* 0: none */
+    const char *model_id;
+    srv_gen_params defaults; /* for fields a request leaves out (no stops) */
+    bool seed_given;         /* defaults.sp.seed is the server's --seed */
+    bool verbose;
+} srv_http_opts;
+
+typedef struct srv_http srv_http;
+
+/* Opens the port (503 on every endpoint until srv_http_ready); *port_out gets
+ * the port bound. NULL after printing why. */
+srv_http *srv_http_start(const srv_http_opts *opts, int *port_out);
+/* From now on requests go to `e`. */
+void srv_http_ready(srv_http *h, srv_engine *e);
+/* Stops accepting connections (those open finish). */
+void srv_http_quiesce(srv_http *h);
+/* Closes the port and waits for every connection thread. NULL does nothing. */
+void srv_http_stop(srv_http *h);
+
+#endif /* CLLM_TOOLS_SERVER_H */

@@ -15,7 +15,9 @@
  *    range, more than a batch, an overflowing context) is refused and
  *    changes nothing;
  *  - memory: planned == allocated per kind, and the state is n_seq times a
- *    one-sequence session's.
+ *    one-sequence session's;
+ *  - with each prompt decoded on its own, steps of one token per sequence
+ *    give every sequence bit for bit its logits alone.
  */
 #include "cllm.h"
 #include "common/check.h"
@@ -206,6 +208,48 @@ done:
     cllm_model_free(m);
 }
 
+/* A sequence's logits do not depend on the others: with each prompt decoded
+ * on its own, a step of several sequences (one token each) gives every
+ * sequence bit for bit what a session of its own gives (the columns of a
+ * step are computed as alone: cllm_mul_mat_set_cols_alone). */
+static void check_invariance(const char *path) {
+    cllm_model *m = NULL;
+    if (cllm_model_load(path, NULL, &m) != CLLM_OK) return;
+    const int64_t n_vocab = cllm_model_n_vocab(m);
+    cllm_session *s = new_session(m, N_SEQ);
+    cllm_session *ref[N_SEQ] = {NULL};
+    for (int i = 0; i < N_SEQ; i++) ref[i] = new_session(m, 1);
+    int same = 0, rows = 0;
+    if (!s || !ref[0] || !ref[1] || !ref[2]) goto done;
+    for (int i = 0; i < N_SEQ; i++) {
+        int32_t prompt[9];
+        for (int j = 0; j < 9; j++) prompt[j] = (int32_t)((53 * i + 17 * j + 3) % n_vocab);
+        const cllm_seq_tokens one = {i, prompt, 4 + 2 * i};
+        CHECK(cllm_session_decode_seqs(s, &one, 1) == CLLM_OK);
+        CHECK(cllm_session_decode(ref[i], prompt, 4 + 2 * i) == CLLM_OK);
+    }
+    for (int step = 0; step < 12; step++) {
+        cllm_seq_tokens items[N_SEQ];
+        int32_t next[N_SEQ];
+        for (int i = 0; i < N_SEQ; i++) {
+            const float *a = cllm_session_seq_logits(s, i), *b = cllm_session_logits(ref[i]);
+            CHECK(a && b);
+            if (!a || !b) goto done;
+            rows++;
+            same += memcmp(a, b, (size_t)n_vocab * sizeof(float)) == 0;
+            next[i] = argmax(b, n_vocab);
+            items[i] = (cllm_seq_tokens){i, &next[i], 1};
+        }
+        CHECK(cllm_session_decode_seqs(s, items, N_SEQ) == CLLM_OK);
+        for (int i = 0; i < N_SEQ; i++) CHECK(cllm_session_decode(ref[i], &next[i], 1) == CLLM_OK);
+    }
+    CHECKF(same == rows, "%s: %d of %d logit rows bit for bit as alone", path, same, rows);
+done:
+    for (int i = 0; i < N_SEQ; i++) cllm_session_free(ref[i]);
+    cllm_session_free(s);
+    cllm_model_free(m);
+}
+
 /* A session of more sequences than a batch can hold one token of each, or
  * more than the limit, is refused. */
 static void check_params(const char *path) {
@@ -239,6 +283,7 @@ int main(void) {
         char path[4096];
         refs_model_path(path, sizeof(path), k_models[i].file);
         check_model(path, k_models[i].tol);
+        check_invariance(path);
         if (i == 0) check_params(path);
     }
     return check_summary("test_seqs");

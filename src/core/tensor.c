@@ -504,6 +504,14 @@ void cllm_mul_mat_set_prec(cllm_tensor *t, int prec) {
 
 int cllm_mul_mat_prec(const cllm_tensor *t) { return t->op_params[0]; }
 
+void cllm_mul_mat_set_cols_alone(cllm_tensor *t, bool alone) {
+    CLLM_ASSERTF(t->op == CLLM_OP_MUL_MAT, "set_cols_alone on %s (%s)", t->name,
+                 cllm_op_name(t->op));
+    t->op_params[1] = alone;
+}
+
+bool cllm_mul_mat_cols_alone(const cllm_tensor *t) { return t->op_params[1] != 0; }
+
 cllm_tensor *cllm_attn(cllm_context *ctx, cllm_tensor *q, cllm_tensor *k, cllm_tensor *v,
                        cllm_tensor *mask, float scale) {
     shape_buf sq, sk, sv, sm;

@@ -278,6 +278,14 @@ enum { CLLM_PREC_DEFAULT = 0, CLLM_PREC_F32 = 1 };
 void cllm_mul_mat_set_prec(cllm_tensor *t, int prec);
 int cllm_mul_mat_prec(const cllm_tensor *t);
 
+/* Columns of b computed as they would be alone (op param 1): each output
+ * column bit for bit what a mul_mat with that one column gives, whatever
+ * the other columns (a backend then uses its one-column kernels, however
+ * many columns there are). For a step of several sequences, one token
+ * each, so that no sequence's result depends on the others. */
+void cllm_mul_mat_set_cols_alone(cllm_tensor *t, bool alone);
+bool cllm_mul_mat_cols_alone(const cllm_tensor *t);
+
 /*
  * Fused attention, never storing the n_tokens x n_kv score matrix:
  *   q: [D, n_tokens, n_head, 1] F32; k: [D, n_kv, n_head_kv, 1];

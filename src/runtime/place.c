@@ -291,12 +291,15 @@ cllm_tensor *cllm_instance_build(cllm_instance *in, const cllm_batch_shape *b, c
         .kv_writes = in->kv_writes,
     };
     cllm_tensor *out = in->a.arch->build(&args, io);
-    if (in->a.f32_activations) {
-        for (int i = 0; i < in->graph->n_nodes; i++) {
-            if (in->graph->nodes[i]->op == CLLM_OP_MUL_MAT) {
-                cllm_mul_mat_set_prec(in->graph->nodes[i], CLLM_PREC_F32);
-            }
-        }
+    /* a step of several sequences, one token each: every sequence's columns
+     * as they would be alone, so that none depends on the others */
+    bool step = b->n_seqs > 1;
+    for (int i = 0; i < b->n_seqs; i++) step = step && b->seqs[i].n_tokens == 1;
+    for (int i = 0; i < in->graph->n_nodes; i++) {
+        cllm_tensor *t = in->graph->nodes[i];
+        if (t->op != CLLM_OP_MUL_MAT) continue;
+        if (in->a.f32_activations) cllm_mul_mat_set_prec(t, CLLM_PREC_F32);
+        if (step) cllm_mul_mat_set_cols_alone(t, true);
     }
     return out;
 }

@@ -61,6 +61,7 @@
 #define MM_BLOCK_MAX   64
 
 typedef struct mm_plan {
+    bool alone;                     /* columns as alone: one-column kernels only */
     bool gemv;                      /* one-column plan (gemm.h): b in gemv form, a read in place */
     bool gemm;                      /* panel plan (gemm.h): b quantized by gemm, a packed */
     bool gemm_f;                    /* ... of float weights: b F32, in place if it can be */
@@ -81,9 +82,9 @@ static mm_plan mm_make_plan(const cllm_tensor *dst) {
     const bool a_rows = a->nb[0] == tt->type_size;
     const bool b_rows = b->nb[0] == sizeof(float);
     const cllm_cpu_type_kernels *k = a_rows ? cllm_cpu_kernels(a->type) : NULL;
-    mm_plan p = {.b_type = CLLM_TYPE_F32};
-    if (a_rows && b->ne[1] >= CLLM_GEMM_MIN_COLS && cllm_mul_mat_prec(dst) != CLLM_PREC_F32 &&
-        cllm_cpu_gemm_available(a->type, K)) {
+    mm_plan p = {.b_type = CLLM_TYPE_F32, .alone = cllm_mul_mat_cols_alone(dst)};
+    if (a_rows && !p.alone && b->ne[1] >= CLLM_GEMM_MIN_COLS &&
+        cllm_mul_mat_prec(dst) != CLLM_PREC_F32 && cllm_cpu_gemm_available(a->type, K)) {
         p.gemm = true;
         p.convert_b = true;
         p.b_type = a->type; /* rows of b in the gemm activation form of a's type */
@@ -95,7 +96,8 @@ static mm_plan mm_make_plan(const cllm_tensor *dst) {
                          (b_rows ? 0 : cllm_cpu_ws_round((size_t)K * sizeof(float)));
         return p;
     }
-    if (a_rows && b->ne[1] >= CLLM_GEMM_MIN_COLS && cllm_cpu_gemm_f_available(a->type, K)) {
+    if (a_rows && !p.alone && b->ne[1] >= CLLM_GEMM_MIN_COLS &&
+        cllm_cpu_gemm_f_available(a->type, K)) {
         p.gemm = p.gemm_f = true;
         p.convert_b = !b_rows; /* gathered as F32 */
         p.b_row_size = (size_t)K * sizeof(float);
@@ -200,12 +202,15 @@ static void mm_tile_kernels(const cllm_tensor *a, const cllm_tensor *b, cllm_ten
     const size_t by = p->convert_b ? p->b_row_size : b->nb[1];
     const size_t dn = dst->nb[1]; /* between output columns */
 
-    if (n1 - n0 == 1) {
-        /* one column (generation): stream the weight rows once */
-        const char *bn = b0 + (size_t)n0 * by;
+    if (n1 - n0 == 1 || p->alone) {
+        /* one column (generation), or columns as alone: each weight row
+         * against every column with the one-column dot (read once from
+         * memory, then from L1) */
         for (int64_t m = m0; m < m1; m++) {
-            k->vec_dot(K, (float *)cllm_cpu_elem(dst, m, n0, i2, i3),
-                       cllm_cpu_elem(a, 0, m, i2 / r2, i3 / r3), bn);
+            const char *arow = cllm_cpu_elem(a, 0, m, i2 / r2, i3 / r3);
+            for (int64_t n = n0; n < n1; n++) {
+                k->vec_dot(K, (float *)cllm_cpu_elem(dst, m, n, i2, i3), arow, b0 + (size_t)n * by);
+            }
         }
         return;
     }

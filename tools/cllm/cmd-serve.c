@@ -20,7 +20,8 @@ static void serve_usage(FILE *f) {
             "  --host ADDR          IPv4 address to listen on (default 127.0.0.1)\n"
             "  --port N             port (default 8080; 0: any free port, printed)\n"
             "  --parallel N         slots: requests generated at once, each with its own KV\n"
-            "                       cache of -c tokens (default 1)\n"
+            "                       cache of -c tokens, all in one forward pass per step\n"
+            "                       (default 1, at most 64)\n"
             "  -c N                 context per slot (default: min(model context, 4096))\n"
             "  -b N                 prompt batch size (default 512)\n"
             "  -t N                 threads (default: physical cores)\n"
@@ -127,7 +128,7 @@ static int parse_serve_args(int argc, char **argv, serve_args *a) {
         } else if (!strcmp(o, "--port")) {
             ok = cllm_cli_int("serve", o, v, 0, 65535, &n) && (a->http.port = (int)n, true);
         } else if (!strcmp(o, "--parallel")) {
-            ok = cllm_cli_int("serve", o, v, 1, 256, &n) && (a->parallel = (int)n, true);
+            ok = cllm_cli_int("serve", o, v, 1, 64, &n) && (a->parallel = (int)n, true);
         } else if (!strcmp(o, "--api-key")) {
             ok = v[0] != '\0';
             if (!ok) cllm_cli_error("serve", "--api-key: the key is empty");
@@ -226,7 +227,7 @@ int cllm_cmd_serve(int argc, char **argv) {
     printf("cllm serve: listening on http://%s:%d\n", a.http.host, port);
     fflush(stdout);
 
-    a.g.fit.n_sessions = a.parallel;
+    a.g.fit.n_seq = a.parallel; /* one session, a sequence per slot */
     if (!cllm_cli_gen_load("serve", &a.g, &m)) goto done;
     cllm_session_params sp = cllm_session_default_params();
     sp.n_ctx = a.g.n_ctx, sp.n_batch = a.g.n_batch, sp.n_threads = a.g.n_threads;

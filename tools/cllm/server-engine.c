@@ -11,8 +11,7 @@
 /* One slot: a session, the token ids its KV cache holds, and the state of
  * the job it runs. */
 struct srv_slot {
-    int index;
-    cllm_session *s;
+    int index;       /* also its sequence in the engine's session */
     int32_t *cached; /* [n_ctx]: the ids in the KV cache, n_cached of them */
     size_t n_cached;
 
@@ -186,19 +185,23 @@ bool srv_engine_init(srv_engine *e, const cllm_model *model, int n_slots,
         return false;
     }
     const size_t n_vocab = (size_t)cllm_model_n_vocab(model);
+    /* one session, a sequence (and KV cache) per slot: a step decodes every
+     * busy slot's tokens in one forward pass */
+    cllm_session_params sp = *params;
+    sp.n_seq = n_slots;
+    if (sp.n_batch > 0 && sp.n_batch < n_slots) sp.n_batch = n_slots;
+    if (cllm_session_new(model, &sp, &e->s) != CLLM_OK) {
+        fprintf(stderr, "cllm serve: %d slots: %s\n", n_slots, cllm_last_error());
+        srv_engine_free(e);
+        return false;
+    }
+    const size_t n_ctx = (size_t)cllm_session_n_ctx(e->s);
+    e->n_ctx = (int64_t)n_ctx;
     for (int i = 0; i < n_slots; i++) {
         srv_slot *sl = &e->slots[i];
         sl->index = i;
         sl->pending = -1;
-        if (cllm_session_new(model, params, &sl->s) != CLLM_OK) {
-            fprintf(stderr, "cllm serve: slot %d: %s\n", i, cllm_last_error());
-            e->n_slots = i + 1;
-            srv_engine_free(e);
-            return false;
-        }
         e->n_slots = i + 1;
-        const size_t n_ctx = (size_t)cllm_session_n_ctx(sl->s);
-        e->n_ctx = (int64_t)n_ctx;
         sl->cached = malloc(n_ctx * sizeof(int32_t));
         sl->gen = malloc(n_ctx * sizeof(int32_t));
         sl->counts = calloc(n_vocab, sizeof(int32_t));
@@ -209,23 +212,12 @@ bool srv_engine_init(srv_engine *e, const cllm_model *model, int n_slots,
             return false;
         }
     }
-    e->n_batch = params->n_batch > 0 ? params->n_batch : 512;
+    e->n_batch = sp.n_batch > 0 ? sp.n_batch : 512;
+    if (e->n_batch < n_slots) e->n_batch = n_slots;
     return true;
 }
 
-cllm_memory_report srv_engine_memory(const srv_engine *e) {
-    cllm_memory_report r = {0};
-    for (int i = 0; i < e->n_slots; i++) {
-        const cllm_memory_report s = cllm_session_memory(e->slots[i].s);
-        for (int k = 0; k < CLLM_MEM_COUNT; k++) {
-            const bool shared = k == CLLM_MEM_WEIGHTS;
-            if (shared && i > 0) continue;
-            r.planned[k] += s.planned[k];
-            r.allocated[k] += s.allocated[k];
-        }
-    }
-    return r;
-}
+cllm_memory_report srv_engine_memory(const srv_engine *e) { return cllm_session_memory(e->s); }
 
 /* Under the mutex: the job of slot `sl` ends with `why`; the slot keeps its
  * cache. */
@@ -257,10 +249,8 @@ static void slot_finish(srv_engine *e, srv_slot *sl, srv_finish why) {
  * anew, for the logits to sample from). */
 static void slot_start(srv_engine *e, srv_slot *sl, srv_job *j, size_t lcp) {
     if (lcp >= j->n_prompt) lcp = j->n_prompt - 1;
-    if (lcp == 0) {
-        cllm_session_reset(sl->s);
-    } else if (cllm_session_truncate(sl->s, (int64_t)lcp) != CLLM_OK) {
-        cllm_session_reset(sl->s);
+    if (cllm_session_seq_truncate(e->s, sl->index, (int64_t)lcp) != CLLM_OK) {
+        (void)cllm_session_seq_truncate(e->s, sl->index, 0);
         lcp = 0;
     }
     sl->n_cached = lcp;
@@ -465,7 +455,7 @@ static bool slot_emit(srv_slot *sl, bool final) {
 static void slot_sample(srv_engine *e, srv_slot *sl) {
     srv_job *j = sl->job;
     const int64_t n_vocab = cllm_model_n_vocab(e->model);
-    const float *logits = cllm_session_logits(sl->s);
+    const float *logits = cllm_session_seq_logits(e->s, sl->index);
     if (!logits) {
         snprintf(j->error, sizeof(j->error), "no logits after decoding");
         slot_finish(e, sl, SRV_FINISH_ERROR);
@@ -536,11 +526,32 @@ typedef struct srv_work {
     cllm_status st;
 } srv_work;
 
-/* Decodes every item of the step. Today each slot's session in turn; this
- * is the one place to replace with one batched forward pass over all slots.
- * Called without the mutex (only the engine thread touches sessions). */
-static void engine_decode(srv_work *w, int n) {
-    for (int i = 0; i < n; i++) w[i].st = cllm_session_decode(w[i].slot->s, w[i].ids, w[i].n);
+/*
+ * Decodes the items of a step: the generating slots' tokens (one each, the
+ * first items) in one forward pass over their sequences, which reads the
+ * weights once for all of them while each attends to its own KV cache and
+ * is computed as it would be alone (cllm_mul_mat_set_cols_alone); then each
+ * prompt chunk in a pass of its own, as it would be read alone. So a
+ * request's answer does not depend on the others. If the shared pass
+ * fails, its items are decoded one by one, so that only a slot that cannot
+ * go on fails. Called without the mutex (only the engine thread touches
+ * the session).
+ */
+static void engine_decode(srv_engine *e, srv_work *w, int n) {
+    cllm_seq_tokens items[256];
+    int n_step = 0;
+    for (int i = 0; i < n; i++) {
+        items[i] = (cllm_seq_tokens){w[i].slot->index, w[i].ids, w[i].n};
+        if (w[i].ids == &w[i].slot->pending) n_step = i + 1;
+    }
+    if (n_step > 0) {
+        const cllm_status st = cllm_session_decode_seqs(e->s, items, n_step);
+        for (int i = 0; i < n_step; i++) {
+            w[i].st =
+                st == CLLM_OK || n_step == 1 ? st : cllm_session_decode_seqs(e->s, &items[i], 1);
+        }
+    }
+    for (int i = n_step; i < n; i++) w[i].st = cllm_session_decode_seqs(e->s, &items[i], 1);
 }
 
 /*
@@ -555,27 +566,31 @@ static int srv_engine_step(srv_engine *e) {
     srv_work work[256];
     int n = 0;
     pthread_mutex_lock(&e->mu);
-    for (int i = 0; i < e->n_slots && n < (int)(sizeof(work) / sizeof(work[0])); i++) {
-        srv_slot *sl = &e->slots[i];
-        srv_job *j = sl->job;
-        if (!j) continue;
-        srv_work *w = &work[n++];
-        w->slot = sl;
-        if (sl->n_fed < j->n_prompt) {
-            const size_t left = j->n_prompt - sl->n_fed;
-            w->ids = j->prompt + sl->n_fed;
-            w->n = (int64_t)(left < (size_t)e->n_batch ? left : (size_t)e->n_batch);
-            w->sample = (size_t)w->n == left;
-        } else {
-            w->ids = &sl->pending;
-            w->n = 1;
-            w->sample = true;
+    /* a token of every generating slot, then the next chunk of every
+     * prompt being read (at most n_batch tokens, as it would be alone) */
+    for (int pass = 0; pass < 2; pass++) {
+        for (int i = 0; i < e->n_slots && n < (int)(sizeof(work) / sizeof(work[0])); i++) {
+            srv_slot *sl = &e->slots[i];
+            srv_job *j = sl->job;
+            if (!j || (sl->n_fed < j->n_prompt) != (pass == 1)) continue;
+            srv_work *w = &work[n++];
+            w->slot = sl;
+            if (pass == 1) {
+                const size_t left = j->n_prompt - sl->n_fed;
+                w->ids = j->prompt + sl->n_fed;
+                w->n = (int64_t)(left < (size_t)e->n_batch ? left : (size_t)e->n_batch);
+                w->sample = (size_t)w->n == left;
+            } else {
+                w->ids = &sl->pending;
+                w->n = 1;
+                w->sample = true;
+            }
         }
     }
     pthread_mutex_unlock(&e->mu);
     if (n == 0) return 0;
 
-    engine_decode(work, n);
+    engine_decode(e, work, n);
 
     pthread_mutex_lock(&e->mu);
     for (int i = 0; i < n; i++) {
@@ -584,7 +599,7 @@ static int srv_engine_step(srv_engine *e) {
         if (w->st != CLLM_OK) {
             snprintf(sl->job->error, sizeof(sl->job->error), "decoding failed: %s",
                      cllm_last_error());
-            (void)cllm_session_truncate(sl->s, (int64_t)sl->n_cached);
+            (void)cllm_session_seq_truncate(e->s, sl->index, (int64_t)sl->n_cached);
             slot_finish(e, sl, SRV_FINISH_ERROR);
             continue;
         }
@@ -645,7 +660,6 @@ void srv_engine_free(srv_engine *e) {
     for (int i = 0; i < e->n_slots; i++) {
         srv_slot *sl = &e->slots[i];
         cllm_sampler_free(sl->smp);
-        cllm_session_free(sl->s);
         free(sl->cached);
         free(sl->gen);
         free(sl->counts);
@@ -654,6 +668,8 @@ void srv_engine_free(srv_engine *e) {
     }
     free(e->slots);
     e->slots = NULL;
+    cllm_session_free(e->s);
+    e->s = NULL;
     e->n_slots = 0;
     pthread_cond_destroy(&e->work);
     pthread_mutex_destroy(&e->mu);

@@ -5,11 +5,12 @@
  *  - HTTP threads (libmicrohttpd, one per connection, server-http.c) parse a
  *    request, render and tokenize its prompt, put a job on the engine's
  *    bounded queue and wait for its text (streamed or whole).
- *  - The engine thread (server-engine.c) owns the slots: each a session with
- *    its own KV cache and the token ids that cache holds. It hands queued
- *    jobs to idle slots (the one whose cached tokens share the longest
- *    prefix with the prompt), then advances every busy slot by one step
- *    (srv_engine_step) until the jobs are done, cancelled or timed out.
+ *  - The engine thread (server-engine.c) owns the slots: one session of N
+ *    sequences, a slot each, with its own KV cache, and the token ids that
+ *    cache holds. It hands queued jobs to idle slots (the one whose cached
+ *    tokens share the longest prefix with the prompt), then advances every
+ *    busy slot by one step (srv_engine_step: one forward pass for all of
+ *    them) until the jobs are done, cancelled or timed out.
  *  - The main thread (cmd-serve.c) loads the model, starts both, and waits
  *    for SIGINT/SIGTERM.
  *
@@ -97,6 +98,7 @@ typedef struct srv_engine {
     const cllm_model *model;
     int n_slots;
     srv_slot *slots;
+    cllm_session *s; /* one sequence (KV cache) per slot */
     int64_t n_ctx, n_batch;
     int max_queue;
 

@@ -490,7 +490,7 @@ static bool answer_turn(chat *c) {
         if (!fit_prompt(c, first ? NULL : a.text, answer_room(c), &text, &keep, &ids, &n_ids,
                         &dropped)) {
             if (first) goto done;
-            cut = true; /* the answer so far stays */
+            cut = true;             /* the answer so far stays */
             text_answer = SIZE_MAX; /* `text` is gone: the held text is not known */
             break;
         }

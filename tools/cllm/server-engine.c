@@ -513,7 +513,10 @@ static void slot_sample(srv_engine *e, srv_slot *sl) {
         else
             slot_finish(e, sl, SRV_FINISH_LENGTH);
     }
-    pthread_cond_broadcast(&j->cond);
+    /* a streaming reader takes each token's text; a whole answer's reader
+     * is woken by slot_finish only (a wake-up per token would take a core
+     * from the compute threads) */
+    if (j->stream) pthread_cond_broadcast(&j->cond);
 }
 
 /* What a busy slot decodes in this step: a chunk of its prompt, or the

@@ -687,6 +687,7 @@ static enum MHD_Result completions(srv_http *h, srv_engine *e, struct MHD_Connec
 
     const double deadline = h->o.timeout_s > 0 ? cllm_time_ms() + h->o.timeout_s * 1e3 : 0;
     srv_job *j = srv_job_new(ids, n_ids, &gp, deadline);
+    if (j) j->stream = stream;
     ids = NULL;
     gp.n_stop = 0; /* the job owns the stop strings */
     reply *r = calloc(1, sizeof(*r));

@@ -64,6 +64,7 @@ typedef struct srv_job {
     size_t n_prompt;
     srv_gen_params gp;
     double deadline_ms; /* cllm_time_ms() past which it is cancelled; 0: none */
+    bool stream;        /* the reader takes text as it comes (else: once, at the end) */
 
     /* under the engine's mutex */
     srv_job_state state;

@@ -681,6 +681,8 @@ static void check_smollm2(const char *model) {
         }
         rss[round] = rss_kib(s.pid);
     }
+    fprintf(stderr, "load: server resident memory after each round: %ld, %ld, %ld KiB\n", rss[0],
+            rss[1], rss[2]);
 #if !defined(__SANITIZE_ADDRESS__) /* ASan keeps freed memory in quarantine */
     CHECKF(rss[0] > 0 && rss[2] <= rss[0] + 4096,
            "resident memory grew over load rounds: %ld, %ld, %ld KiB", rss[0], rss[1], rss[2]);

@@ -284,11 +284,14 @@ static void slot_start(srv_engine *e, srv_slot *sl, srv_job *j, size_t lcp) {
  * extends it (a chat's next turn), else none.
  *
  * TODO(#13): reuse the longest common prefix in every case (truncating the
- * rest). Today, after cllm_session_truncate drops tokens that differ from
- * the new ones, greedy output can differ from a fresh session's (seen with
- * SmolLM2: a token flips a few positions after the cut), so a request's
- * answer would depend on what its slot ran before; a reset and a full
- * decode give the fresh answer.
+ * rest). The rows a slot keeps were computed in the batches of its earlier
+ * requests (a prompt chunk, or one token at a time), and the kernels round
+ * a batch of many columns differently from one of few, so after a cut the
+ * greedy tokens can differ from those of a fresh read of the same prompt
+ * (seen with SmolLM2: a token flips a few positions after the cut), and a
+ * request's answer would depend on what its slot ran before. Reusing only
+ * a cache the prompt extends keeps answers reproducible for a given
+ * conversation.
  */
 static size_t common_prefix(const int32_t *a, size_t na, const int32_t *b, size_t nb) {
     size_t i = 0;

@@ -356,6 +356,11 @@ cllm_status cllm_session_decode_seqs(cllm_session *s, const cllm_seq_tokens *ite
     cllm_batch_shape shape;
     CLLM_TRY(seqs_shape(s, items, n, &shape));
     const int64_t n_vocab = s->model->hp.n_vocab;
+    /* sequence 0 alone: the single-sequence path, which keeps its graph for
+     * the next tokens (the same computation: the padded rows are skipped) */
+    if (n == 1 && items[0].seq == 0) {
+        return cllm_session_decode(s, items[0].tokens, items[0].n_tokens);
+    }
 
     /* a graph of several sequences is built and planned for each batch */
     s->graph_ready = false;

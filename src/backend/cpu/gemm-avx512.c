@@ -288,81 +288,6 @@ bool cllm_cpu_gemm_f_pack_avx512(cllm_type type, const void *a, size_t stride, i
 
 /* ---- one column: Q4_0 / Q4_1 rows, 4 blocks per step (layout: gemm.h) ---------- */
 
-GZ_INLINE __m512 gz_gemv_group(bool q41, __m512i A, __m512i B, const char *g, __m512i qidx,
-                               __m512i didx, __m512i midx, __m512 acc, __m512 *macc) {
-    const __m512i nib = _mm512_set1_epi8(0x0F);
-    const __m512i qs = _mm512_permutex2var_epi16(A, qidx, B);
-    const __m512i lo = _mm512_and_si512(qs, nib);
-    const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(qs, 4), nib);
-    __m512i dot = _mm512_loadu_si512(g + 128);
-    dot = _mm512_dpbusd_epi32(dot, lo, _mm512_loadu_si512(g));
-    dot = _mm512_dpbusd_epi32(dot, hi, _mm512_loadu_si512(g + 64));
-    const __m512 dw = _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutexvar_epi16(didx, A)));
-    acc =
-        _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(dw, _mm512_loadu_ps(g + 192)), acc);
-    if (q41) {
-        const __m512 mw =
-            _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutexvar_epi16(midx, A)));
-        *macc = _mm512_fmadd_ps(mw, _mm512_loadu_ps(g + 256), *macc);
-    }
-    return acc;
-}
-
-GZ_INLINE void gz_gemv(bool q41, int64_t K, const char *row, const char *act, float *out) {
-    const int bw = q41 ? 10 : 9; /* words per block */
-    int16_t qi[32], di[32], mi[32];
-    for (int i = 0; i < 4; i++) {
-        for (int w = 0; w < 8; w++) qi[8 * i + w] = (int16_t)(bw * i + (q41 ? 2 : 1) + w);
-        for (int l = 0; l < 4; l++) {
-            di[4 * i + l] = (int16_t)(bw * i);
-            mi[4 * i + l] = (int16_t)(bw * i + 1);
-        }
-    }
-    for (int l = 16; l < 32; l++) di[l] = mi[l] = 0;
-    const __m512i qidx = _mm512_loadu_si512(qi), didx = _mm512_loadu_si512(di);
-    const __m512i midx = _mm512_loadu_si512(mi);
-    const size_t gb = (size_t)(2 * bw) * 4; /* bytes of 4 blocks */
-    const int64_t nb = K / 32, ng = nb / 4;
-    __m512 a0 = _mm512_setzero_ps(), a1 = a0, m0 = a0, m1 = a0;
-    int64_t gi = 0;
-    for (; gi + 2 <= ng; gi += 2) {
-        const char *p = row + (size_t)gi * gb;
-        _mm_prefetch(p + CLLM_CPU_PREFETCH_AHEAD, _MM_HINT_T0);
-        _mm_prefetch(p + CLLM_CPU_PREFETCH_AHEAD + 64, _MM_HINT_T0);
-        const char *p1 = p + gb;
-        a0 = gz_gemv_group(q41, _mm512_loadu_si512(p),
-                           _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)(p + 64))),
-                           act + (size_t)gi * 320, qidx, didx, midx, a0, &m0);
-        a1 =
-            gz_gemv_group(q41, _mm512_loadu_si512(p1),
-                          _mm512_castsi128_si512(q41 ? _mm_loadu_si128((const __m128i *)(p1 + 64))
-                                                     : _mm_loadl_epi64((const __m128i *)(p1 + 64))),
-                          act + (size_t)(gi + 1) * 320, qidx, didx, midx, a1, &m1);
-    }
-    for (; gi * 4 < nb; gi++) {
-        const char *p = row + (size_t)gi * gb;
-        const int64_t left = (nb - gi * 4) * 2 * bw; /* bytes of this row left */
-        __m512i A, B = _mm512_setzero_si512();
-        if (left >= (int64_t)gb) {
-            A = _mm512_loadu_si512(p);
-            B = _mm512_castsi128_si512(
-                _mm_maskz_loadu_epi8(cllm_lanes16((int64_t)gb - 64), p + 64));
-        } else { /* 1..3 blocks: at most 60 bytes, the rest zero (and so is the activation) */
-            A = _mm512_maskz_loadu_epi8((__mmask64)((1ull << left) - 1ull), p);
-        }
-        a0 = gz_gemv_group(q41, A, B, act + (size_t)gi * 320, qidx, didx, midx, a0, &m0);
-    }
-    __m512 t = _mm512_add_ps(a0, a1);
-    if (q41) t = _mm512_add_ps(t, _mm512_add_ps(m0, m1));
-    *out = _mm512_reduce_add_ps(t);
-}
-
-/* Columns 0 .. NC - 1 of a Q4_0 / Q4_1 row at once (act: NC columns of
- * activations act_stride bytes apart, out: NC results out_stride floats
- * apart): the weights are loaded and unpacked once per group for every
- * column, and each column is summed in the order gz_gemv sums it (even and
- * odd groups apart, the partial last groups with the even ones), so the
- * results equal NC calls of gz_gemv bit for bit. */
 /* One group of 4 blocks (A, B: its bytes) against columns 0 .. nc - 1. */
 GZ_INLINE void gz_gemv_n_group(bool q41, int nc, __m512i A, __m512i B, const char *act,
                                size_t act_stride, size_t goff, __m512i qidx, __m512i didx,
@@ -388,10 +313,10 @@ GZ_INLINE void gz_gemv_n_group(bool q41, int nc, __m512i A, __m512i B, const cha
 /* Columns 0 .. nc - 1 (nc <= 4) of a Q4_0 / Q4_1 row at once (act: nc
  * columns of activations act_stride bytes apart, out: nc results
  * out_stride floats apart): the weights are loaded and unpacked once per
- * group for every column, and each column is summed in the order gz_gemv
- * sums it (pairs of groups in two accumulators, the groups after the last
- * pair in the first), so the results equal nc calls of gz_gemv bit for
- * bit. */
+ * group for every column, and each column is summed on its own, always in
+ * the same order (pairs of groups in two accumulators, the groups after the
+ * last pair in the first), so each result is what nc = 1, the one-column
+ * kernel, gives that column, bit for bit. */
 GZ_INLINE void gz_gemv_n(bool q41, int nc, int64_t K, const char *row, const char *act,
                          size_t act_stride, float *out, size_t out_stride) {
     const int bw = q41 ? 10 : 9; /* words per block */
@@ -527,11 +452,9 @@ void cllm_cpu_gemv_avx512(cllm_type type, int64_t K, const void *row, const void
         gz_gemv_q4k(K, row, act, out);
         return;
     }
-    if (type == CLLM_TYPE_Q4_1) {
-        gz_gemv(true, K, row, act, out);
-    } else {
-        gz_gemv(false, K, row, act, out);
-    }
+    /* one column: the multi-column kernel's nc = 1 (its sums are this
+     * kernel's by construction) */
+    gz_gemv_n(type == CLLM_TYPE_Q4_1, 1, K, row, act, 0, out, 0);
 }
 
 /* ---- one-column activations (layouts: gemm.h), as cllm_cpu_gemv_quantize ---- */

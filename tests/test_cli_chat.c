@@ -307,18 +307,6 @@ static void check_context_full(const char *model) {
 
 /* ---- SmolLM2: a real template; the second turn against a fresh run ------- */
 
-static bool fetch_smollm2(char *path, size_t size) {
-    const char *root = getenv("CLLM_SOURCE_DIR");
-    char cmd[4096];
-    snprintf(cmd, sizeof(cmd), "'%s/scripts/fetch-model' smollm2", root ? root : ".");
-    FILE *p = popen(cmd, "r");
-    path[0] = '\0';
-    if (p && fgets(path, (int)size, p)) path[strcspn(path, "\n")] = '\0';
-    const bool ok = p && pclose(p) == 0 && path[0] && access(path, R_OK) == 0;
-    if (!ok) check_missing("SmolLM2 (scripts/fetch-model smollm2 could not fetch it)");
-    return ok;
-}
-
 static void check_smollm2(const char *model) {
     char save[128], input[256];
     snprintf(save, sizeof(save), "%s/smol.json", g_dir);
@@ -570,7 +558,7 @@ int main(int argc, char **argv) {
         check_seeds(model);
     }
     char smol[4096];
-    if (fetch_smollm2(smol, sizeof(smol))) {
+    if (refs_fetch_model("smollm2", smol, sizeof(smol))) {
         check_smollm2(smol);
 #ifdef CLLM_HAVE_LIBEDIT
         check_terminal(smol);

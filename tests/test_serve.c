@@ -740,18 +740,6 @@ static void check_queue_timeout(const char *model) {
     CHECK_EQ_INT(server_stop(&s, SIGTERM), 0);
 }
 
-static bool fetch_smollm2(char *path, size_t size) {
-    const char *root = getenv("CLLM_SOURCE_DIR");
-    char cmd[4096];
-    snprintf(cmd, sizeof(cmd), "'%s/scripts/fetch-model' smollm2", root ? root : ".");
-    FILE *p = popen(cmd, "r");
-    path[0] = '\0';
-    if (p && fgets(path, (int)size, p)) path[strcspn(path, "\n")] = '\0';
-    const bool ok = p && pclose(p) == 0 && path[0] && access(path, R_OK) == 0;
-    if (!ok) check_missing("SmolLM2 (scripts/fetch-model smollm2 could not fetch it)");
-    return ok;
-}
-
 int main(int argc, char **argv) {
     if (argc < 2) {
         fprintf(stderr, "usage: test_serve PATH-TO-CLLM\n");
@@ -774,7 +762,7 @@ int main(int argc, char **argv) {
         check_stories(model);
     }
     char smol[4096];
-    if (fetch_smollm2(smol, sizeof(smol))) {
+    if (refs_fetch_model("smollm2", smol, sizeof(smol))) {
         check_smollm2(smol);
         check_queue_timeout(smol);
     }

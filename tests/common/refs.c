@@ -30,6 +30,22 @@ bool refs_have(const char *const *names) {
     return all;
 }
 
+bool refs_fetch_model(const char *name, char *path, size_t size) {
+    const char *root = getenv("CLLM_SOURCE_DIR");
+    char cmd[4096];
+    snprintf(cmd, sizeof(cmd), "'%s/scripts/fetch-model' '%s'", root ? root : ".", name);
+    FILE *p = popen(cmd, "r");
+    path[0] = '\0';
+    if (p && fgets(path, (int)size, p)) path[strcspn(path, "\n")] = '\0';
+    const bool ok = p && pclose(p) == 0 && path[0] && access(path, R_OK) == 0;
+    if (!ok) {
+        char what[256];
+        snprintf(what, sizeof(what), "%s (scripts/fetch-model %s could not fetch it)", name, name);
+        check_missing(what);
+    }
+    return ok;
+}
+
 char *refs_read_file(const char *path, size_t *size) {
     FILE *f = fopen(path, "rb");
     if (!f) return NULL;

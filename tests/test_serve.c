@@ -20,6 +20,7 @@
 #include "common/refs.h"
 
 #include <errno.h>
+#include <math.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -36,6 +37,7 @@
 
 static const char *g_cllm;
 static const char *g_key_header = "";
+static bool g_ipv6; /* connect to ::1 instead of 127.0.0.1 */
 
 /* ---- a server ----------------------------------------------------------- */
 
@@ -80,13 +82,17 @@ static void resp_free(resp *r) {
 }
 
 static int connect_to(int port) {
-    const int fd = socket(AF_INET, SOCK_STREAM, 0);
+    const int fd = socket(g_ipv6 ? AF_INET6 : AF_INET, SOCK_STREAM, 0);
     if (fd < 0) return -1;
     struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
     a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    struct sockaddr_in6 a6 = {.sin6_family = AF_INET6, .sin6_port = htons((uint16_t)port)};
+    a6.sin6_addr = in6addr_loopback;
     struct timeval tv = {.tv_sec = 120};
     setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-    if (connect(fd, (struct sockaddr *)&a, sizeof(a)) != 0) {
+    const int rc = g_ipv6 ? connect(fd, (struct sockaddr *)&a6, sizeof(a6))
+                          : connect(fd, (struct sockaddr *)&a, sizeof(a));
+    if (rc != 0) {
         close(fd);
         return -1;
     }
@@ -206,9 +212,10 @@ static bool server_start(server *s, const char *const *args) {
         if (k <= 0) break;
         if (line[len++] == '\n') {
             line[len] = '\0';
-            const char *at = strstr(line, "http://127.0.0.1:");
-            if (at) {
-                s->port = atoi(at + strlen("http://127.0.0.1:"));
+            const char *at = strstr(line, "listening on http://");
+            const char *colon = at ? strrchr(at, ':') : NULL;
+            if (colon) {
+                s->port = atoi(colon + 1);
                 break;
             }
             len = 0;
@@ -368,7 +375,8 @@ static char *run_text(const char *args) {
 
 static void check_stories(const char *model) {
     server s;
-    const char *args[] = {"-m", model, "--parallel", "2", "-c", "256", "--max-body", "4096", NULL};
+    const char *args[] = {"-m",  model,        "--parallel", "2",         "-c",
+                          "256", "--max-body", "4096",       "--metrics", NULL};
     if (!server_start(&s, args)) {
         CHECKF(false, "the server did not start");
         return;
@@ -406,6 +414,44 @@ static void check_stories(const char *model) {
     CHECKF(whole && !strcmp(ev.text, whole), "streamed '%s' vs '%s'", ev.text, whole);
     CHECK(!strcmp(ev.finish, "length") && ev.has_usage && ev.cached >= 0);
     resp_free(&r);
+
+    /* sampling as cllm run samples: a seed repeats a text (and another seed
+     * gives another), a repeat penalty changes it the same way */
+    static const struct {
+        const char *fields, *run_flags;
+    } same[] = {
+        {"\"temperature\": 0.9, \"top_k\": 40, \"top_p\": 0.95, \"min_p\": 0.05, \"seed\": 42",
+         "--temp 0.9 --top-k 40 --top-p 0.95 --min-p 0.05 --seed 42"},
+        {"\"temperature\": 0.9, \"top_k\": 40, \"top_p\": 0.95, \"min_p\": 0.05, \"seed\": 43",
+         "--temp 0.9 --top-k 40 --top-p 0.95 --min-p 0.05 --seed 43"},
+        {"\"temperature\": 0, \"repeat_penalty\": 1.5", "--temp 0 --repeat-penalty 1.5"},
+    };
+    char *texts[3] = {NULL, NULL, NULL};
+    for (size_t i = 0; i < 3; i++) {
+        char body[1024];
+        snprintf(body, sizeof(body), "{\"prompt\": \"" STORY_PROMPT "\", \"max_tokens\": 24, %s}",
+                 same[i].fields);
+        snprintf(run_args, sizeof(run_args), "-m '%s' -n 24 %s -p '%s'", model, same[i].run_flags,
+                 STORY_PROMPT);
+        char *want = run_text(run_args);
+        r = http(s.port, "POST", "/v1/completions", body);
+        texts[i] = whole_text(&r, NULL, 0);
+        resp_free(&r);
+        r = http(s.port, "POST", "/v1/completions", body);
+        char *again = whole_text(&r, NULL, 0);
+        resp_free(&r);
+        CHECKF(texts[i] && want && !strcmp(texts[i], want), "%s: server '%s' vs run '%s'",
+               same[i].run_flags, texts[i] ? texts[i] : "(none)", want ? want : "(none)");
+        CHECKF(again && texts[i] && !strcmp(again, texts[i]), "%s: '%s' then '%s'",
+               same[i].run_flags, texts[i] ? texts[i] : "(none)", again ? again : "(none)");
+        free(want);
+        free(again);
+    }
+    CHECKF(texts[0] && texts[1] && strcmp(texts[0], texts[1]), "seeds 42 and 43 gave '%s'",
+           texts[0] ? texts[0] : "(none)");
+    CHECKF(texts[2] && whole && strcmp(texts[2], whole), "repeat_penalty 1.5 changed nothing: '%s'",
+           whole ? whole : "(none)");
+    for (size_t i = 0; i < 3; i++) free(texts[i]);
 
     /* a stop string inside the text, across tokens: cut before it, whole
      * and streamed (the held-back text released or dropped correctly) */
@@ -581,9 +627,84 @@ static void *load_client(void *p) {
     return NULL;
 }
 
+/* Chat logprobs and OpenAI's penalties, from the server's own numbers: with
+ * "logprobs" each generated token has an entry {token, logprob, bytes,
+ * top_logprobs} of the raw distribution. Greedy without penalties takes the
+ * top entry; with frequency_penalty f and presence_penalty p, greedy takes the
+ * token that maximizes logprob - f * count - p * (count > 0) over the tokens
+ * generated before it. That is checked over the 20 top entries wherever it
+ * can be decided (the winner's penalized score is at least the 20th raw
+ * logprob, so no token outside the list can beat it). Returns the number of
+ * steps where the penalty changed the choice. */
+static int check_chat_logprobs(int port, const char *extra, bool penalized, float f, float pp) {
+    char body[1024];
+    snprintf(body, sizeof(body),
+             "{\"messages\": [{\"role\": \"user\", \"content\": \"Write a story about a "
+             "cat and a dog.\"}], \"temperature\": 0, \"max_tokens\": 40, \"logprobs\": true, "
+             "\"top_logprobs\": 20%s}",
+             extra);
+    resp r = http(port, "POST", "/v1/chat/completions", body);
+    json *doc = json_parse(r.body);
+    const json *ch = json_at(json_get(doc, "choices"), 0);
+    const json *content = json_get(json_get(ch, "logprobs"), "content");
+    const char *answer = json_str(json_get(json_get(ch, "message"), "content"));
+    const size_t n = json_len(content);
+    CHECKF(r.status == 200 && answer && n > 0 &&
+               (long)n == (long)json_num(json_get(json_get(doc, "usage"), "completion_tokens")),
+           "%zu entries: %s", n, r.body);
+    char text[8192] = "";
+    const char *seen[64];
+    int changed = 0, decided = 0;
+    for (size_t i = 0; i < n && i < 64; i++) {
+        const json *e = json_at(content, i);
+        const char *tok = json_str(json_get(e, "token"));
+        const double lp = json_num(json_get(e, "logprob"));
+        const json *top = json_get(e, "top_logprobs");
+        const size_t nt = json_len(top);
+        CHECKF(tok && lp <= 0 && nt == 20 && json_len(json_get(e, "bytes")) >= strlen(tok),
+               "entry %zu", i);
+        if (!tok || nt != 20) break;
+        strncat(text, tok, sizeof(text) - strlen(text) - 1);
+        seen[i] = tok;
+        double mass = 0, best = -INFINITY, prev = 0;
+        const char *best_tok = NULL;
+        for (size_t k = 0; k < nt; k++) {
+            const json *t = json_at(top, k);
+            const char *tt = json_str(json_get(t, "token"));
+            const double tl = json_num(json_get(t, "logprob"));
+            CHECKF(tt && tl <= 0 && (k == 0 || tl <= prev), "entry %zu top %zu", i, k);
+            prev = tl, mass += exp(tl);
+            int count = 0;
+            for (size_t j = 0; j < i; j++) count += tt && !strcmp(seen[j], tt);
+            const double score = penalized ? tl - f * count - (count > 0 ? pp : 0) : tl;
+            if (score > best) best = score, best_tok = tt;
+        }
+        CHECKF(mass <= 1.0001, "entry %zu: top mass %g", i, mass);
+        const char *first = json_str(json_get(json_at(top, 0), "token"));
+        if (!penalized) {
+            CHECKF(first && !strcmp(first, tok) &&
+                       fabs(json_num(json_get(json_at(top, 0), "logprob")) - lp) < 1e-6,
+                   "greedy entry %zu: '%s' but top '%s'", i, tok, first ? first : "");
+            continue;
+        }
+        if (best < prev) continue; /* a token outside the list could win */
+        decided++;
+        CHECKF(best_tok && !strcmp(best_tok, tok), "penalized entry %zu: '%s' but '%s' scores best",
+               i, tok, best_tok ? best_tok : "");
+        changed += first && strcmp(first, tok) != 0;
+    }
+    CHECKF(answer && !strcmp(text, answer), "tokens '%s' vs answer '%s'", text,
+           answer ? answer : "");
+    if (penalized) CHECKF(decided * 4 >= (int)n * 3, "decided %d of %zu steps", decided, n);
+    json_free(doc);
+    resp_free(&r);
+    return changed;
+}
+
 static void check_smollm2(const char *model) {
     server s;
-    const char *args[] = {"-m", model, "--parallel", "2", "-c", "512", "--api-key", "sekrit", NULL};
+    const char *args[] = {"-m",  model,       "--parallel", "2",         "-c",
+                          "512", "--api-key", "sekrit",     "--metrics", NULL};
     if (!server_start(&s, args)) {
         CHECKF(false, "the server did not start");
         return;
@@ -630,6 +751,12 @@ static void check_smollm2(const char *model) {
         resp_free(&r);
     }
     free(answer);
+
+    /* logprobs, then frequency and presence penalties checked with them */
+    (void)check_chat_logprobs(s.port, "", false, 0, 0);
+    const int changed = check_chat_logprobs(
+        s.port, ", \"frequency_penalty\": 1.5, \"presence_penalty\": 0.5", true, 1.5f, 0.5f);
+    CHECKF(changed > 0, "the penalties changed no choice");
 
     /* every load prompt alone, streamed: the reference answers */
     for (int i = 0; i < N_LOAD_PROMPTS; i++) {
@@ -707,8 +834,8 @@ static void check_smollm2(const char *model) {
 /* A full queue (503 with Retry-After) and --timeout (504; an error event). */
 static void check_queue_timeout(const char *model) {
     server s;
-    const char *args[] = {"-m",          model, "--parallel", "1", "-c", "512",
-                          "--max-queue", "1",   "--timeout",  "2", NULL};
+    const char *args[] = {"-m",          model, "--parallel", "1", "-c",        "512",
+                          "--max-queue", "1",   "--timeout",  "2", "--metrics", NULL};
     if (!server_start(&s, args)) {
         CHECKF(false, "the server did not start");
         return;
@@ -740,6 +867,50 @@ static void check_queue_timeout(const char *model) {
     CHECK_EQ_INT(server_stop(&s, SIGTERM), 0);
 }
 
+/* ---- IPv6 ----------------------------------------------------------------- */
+
+/* Whether this machine can listen on ::1 (containers often have no IPv6). */
+static bool have_ipv6_loopback(void) {
+    const int fd = socket(AF_INET6, SOCK_STREAM, 0);
+    if (fd < 0) return false;
+    struct sockaddr_in6 a = {.sin6_family = AF_INET6};
+    a.sin6_addr = in6addr_loopback;
+    const bool ok = bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0;
+    close(fd);
+    return ok;
+}
+
+static void check_hosts(const char *model) {
+    /* a name is not an address: a clear error before anything is loaded */
+    char cmd[8192];
+    snprintf(cmd, sizeof(cmd), "'%s' serve -m '%s' --host localhost --port 0 2>&1", g_cllm, model);
+    FILE *p = popen(cmd, "r");
+    char out[1024] = "";
+    const size_t n = p ? fread(out, 1, sizeof(out) - 1, p) : 0;
+    out[n] = '\0';
+    const int st = p ? pclose(p) : -1;
+    CHECKF(WIFEXITED(st) && WEXITSTATUS(st) != 0 && strstr(out, "not an IPv4 or IPv6 address"),
+           "--host localhost: %s", out);
+    /* on ::1 where the machine has IPv6; /metrics off without --metrics */
+    g_ipv6 = have_ipv6_loopback();
+    if (!g_ipv6) printf("test_serve: no IPv6 loopback here: --host ::1 not checked\n");
+    server s;
+    const char *args[] = {"-m", model, "--host", g_ipv6 ? "::1" : "127.0.0.1", "-c", "128", NULL};
+    const bool up = server_start(&s, args);
+    CHECKF(up, "the server did not start on %s", args[3]);
+    if (up) {
+        resp r = http(s.port, "POST", "/v1/completions",
+                      "{\"prompt\": \"Once\", \"max_tokens\": 4, \"temperature\": 0}");
+        CHECK(r.status == 200 && usage_field(&r, "completion_tokens") == 4);
+        resp_free(&r);
+        r = http(s.port, "GET", "/metrics", NULL);
+        CHECK(is_error(&r, 404, "not_found") && strstr(r.body, "--metrics"));
+        resp_free(&r);
+        CHECK_EQ_INT(server_stop(&s, SIGTERM), 0);
+    }
+    g_ipv6 = false;
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) {
         fprintf(stderr, "usage: test_serve PATH-TO-CLLM\n");
@@ -760,6 +931,7 @@ int main(int argc, char **argv) {
         char model[4096];
         refs_model_path(model, sizeof(model), "stories260K.gguf");
         check_stories(model);
+        check_hosts(model);
     }
     char smol[4096];
     if (refs_fetch_model("smollm2", smol, sizeof(smol))) {

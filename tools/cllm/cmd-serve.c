@@ -13,11 +13,13 @@ static void serve_usage(FILE *f) {
             "\n"
             "Serves the model over HTTP with OpenAI's API: POST /v1/chat/completions,\n"
             "POST /v1/completions (streamed as server-sent events with \"stream\": true),\n"
-            "GET /v1/models, GET /health (503 while loading), GET /metrics (Prometheus).\n"
+            "GET /v1/models, GET /health (503 while loading), GET /metrics (Prometheus,\n"
+            "with --metrics).\n"
             "\n"
             "options:\n"
             "  -m FILE              the model (GGUF)\n"
-            "  --host ADDR          IPv4 address to listen on (default 127.0.0.1)\n"
+            "  --host ADDR          IPv4 or IPv6 address to listen on (default 127.0.0.1;\n"
+            "                       0.0.0.0 or :: for every interface)\n"
             "  --port N             port (default 8080; 0: any free port, printed)\n"
             "  --parallel N         slots: requests generated at once, each with its own KV\n"
             "                       cache of -c tokens, all in one forward pass per step\n"
@@ -41,6 +43,7 @@ static void serve_usage(FILE *f) {
             "                       sampling of requests that do not set it (defaults: OpenAI's,\n"
             "                       temperature 1, top_p 1, top_k and min_p off; seed random)\n"
             "  --test-device SPEC   enable the test device (debug)\n"
+            "  --metrics            answer GET /metrics (Prometheus text; off by default)\n"
             "  --verbose            log each request and slot to stderr\n");
 }
 
@@ -111,6 +114,10 @@ static int parse_serve_args(int argc, char **argv, serve_args *a) {
                                   "--verbose")) {
             const int r = cllm_cli_gen_option("serve", &a->g, argc, argv, &i);
             if (r != 1) return 2;
+            continue;
+        }
+        if (!strcmp(o, "--metrics")) {
+            a->http.metrics = true;
             continue;
         }
         if (!cllm_cli_is_one_of(o, "--host --port --parallel --api-key --api-key-file "
@@ -224,7 +231,9 @@ int cllm_cmd_serve(int argc, char **argv) {
     bool engine_ok = false;
     srv_http *h = srv_http_start(&a.http, &port);
     if (!h) goto done;
-    printf("cllm serve: listening on http://%s:%d\n", a.http.host, port);
+    const bool v6 = strchr(a.http.host, ':') != NULL;
+    printf("cllm serve: listening on http://%s%s%s:%d\n", v6 ? "[" : "", a.http.host, v6 ? "]" : "",
+           port);
     fflush(stdout);
 
     a.g.fit.n_seq = a.parallel; /* one session, a sequence per slot */

@@ -25,7 +25,8 @@ struct srv_slot {
     float *logits;   /* [n_vocab] scratch: penalised logits */
     char *text;      /* detokenized gen */
     size_t text_len, text_cap;
-    size_t sent; /* bytes of text handed to the job */
+    size_t sent;      /* bytes of text handed to the job */
+    uint64_t started; /* when its last job started (engine's count); 0: never */
 };
 
 /* ---- UTF-8 -------------------------------------------------------------- */
@@ -262,6 +263,7 @@ static void slot_start(srv_engine *e, srv_slot *sl, srv_job *j, size_t lcp) {
     sl->text_len = 0;
     sl->sent = 0;
     sl->job = j;
+    sl->started = ++e->n_started;
     j->state = SRV_JOB_RUNNING;
     e->n_busy++;
     if (cllm_sampler_new(&j->gp.sp, cllm_model_n_vocab(e->model), &sl->smp) != CLLM_OK) {
@@ -300,7 +302,9 @@ static size_t common_prefix(const int32_t *a, size_t na, const int32_t *b, size_
 }
 
 /* Under the mutex: cancels what must be, then gives queued jobs to idle
- * slots, each to the idle slot sharing the longest prefix with it. */
+ * slots, each to the idle slot whose cache it extends the most; a job that
+ * extends none takes the slot used longest ago (an empty one first), so the
+ * caches of other conversations live as long as they can. */
 static void engine_schedule(srv_engine *e) {
     const double now = cllm_time_ms();
     for (int i = 0; i < e->n_slots; i++) {
@@ -328,7 +332,10 @@ static void engine_schedule(srv_engine *e) {
                 const srv_slot *sl = &e->slots[i];
                 if (sl->job) continue;
                 const size_t lcp = common_prefix(sl->cached, sl->n_cached, j->prompt, j->n_prompt);
-                if (best < 0 || lcp > best_lcp) best = i, best_lcp = lcp;
+                if (best < 0 || lcp > best_lcp ||
+                    (lcp == best_lcp && sl->started < e->slots[best].started)) {
+                    best = i, best_lcp = lcp;
+                }
             }
         }
         if (why == SRV_FINISH_NONE && best < 0) { /* no idle slot: it waits */

@@ -836,7 +836,12 @@ static enum MHD_Result route(srv_http *h, struct MHD_Connection *c, conn *cn, co
     }
     const bool is_chat = !strcmp(url, "/v1/chat/completions");
     const bool is_cmpl = !strcmp(url, "/v1/completions");
-    const bool known = is_chat || is_cmpl || !strcmp(url, "/v1/models") || !strcmp(url, "/metrics");
+    const bool is_metrics = !strcmp(url, "/metrics");
+    if (is_metrics && !h->o.metrics) {
+        fail(&er, 404, NULL, "not_found", "/metrics is off (start the server with --metrics)");
+        return send_error(c, &er);
+    }
+    const bool known = is_chat || is_cmpl || is_metrics || !strcmp(url, "/v1/models");
     if (!known) {
         fail(&er, 404, NULL, "not_found", "no endpoint %.200s %.200s", method, url);
         return send_error(c, &er);
@@ -915,18 +920,24 @@ srv_http *srv_http_start(const srv_http_opts *opts, int *port_out) {
     h->o = *opts;
     atomic_init(&h->engine, NULL);
     atomic_init(&h->next_id, 0);
-    struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = htons((uint16_t)opts->port)};
-    if (inet_pton(AF_INET, opts->host, &addr.sin_addr) != 1) {
-        fprintf(stderr, "cllm serve: --host: '%s' is not an IPv4 address\n", opts->host);
+    /* a numeric address only: IPv4, or IPv6 (which then takes IPv6 only) */
+    struct sockaddr_in a4 = {.sin_family = AF_INET, .sin_port = htons((uint16_t)opts->port)};
+    struct sockaddr_in6 a6 = {.sin6_family = AF_INET6, .sin6_port = htons((uint16_t)opts->port)};
+    unsigned int flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD |
+                         MHD_USE_ERROR_LOG | MHD_USE_ITC;
+    const struct sockaddr *addr = (const struct sockaddr *)&a4;
+    if (inet_pton(AF_INET6, opts->host, &a6.sin6_addr) == 1) {
+        flags |= MHD_USE_IPv6;
+        addr = (const struct sockaddr *)&a6;
+    } else if (inet_pton(AF_INET, opts->host, &a4.sin_addr) != 1) {
+        fprintf(stderr, "cllm serve: --host: '%s' is not an IPv4 or IPv6 address\n", opts->host);
         free(h);
         return NULL;
     }
-    h->d = MHD_start_daemon(MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD |
-                                MHD_USE_ERROR_LOG | MHD_USE_ITC,
-                            (uint16_t)opts->port, NULL, NULL, on_request, h, MHD_OPTION_SOCK_ADDR,
-                            (struct sockaddr *)&addr, MHD_OPTION_NOTIFY_COMPLETED, on_completed, h,
-                            MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, h, MHD_OPTION_CONNECTION_LIMIT,
-                            256u, MHD_OPTION_CONNECTION_TIMEOUT, 600u, MHD_OPTION_END);
+    h->d = MHD_start_daemon(
+        flags, (uint16_t)opts->port, NULL, NULL, on_request, h, MHD_OPTION_SOCK_ADDR, addr,
+        MHD_OPTION_NOTIFY_COMPLETED, on_completed, h, MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, h,
+        MHD_OPTION_CONNECTION_LIMIT, 256u, MHD_OPTION_CONNECTION_TIMEOUT, 600u, MHD_OPTION_END);
     if (!h->d) {
         fprintf(stderr, "cllm serve: cannot listen on %s:%d (in use, or not permitted)\n",
                 opts->host, opts->port);

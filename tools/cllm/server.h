@@ -107,6 +107,7 @@ typedef struct srv_engine {
     pthread_cond_t work; /* a job was queued or cancelled, or stop was set */
     srv_job *queue_head, *queue_tail;
     int n_queued, n_busy;
+    uint64_t n_started; /* jobs given a slot so far */
     bool stop;
     srv_stats stats;
     pthread_t thread;
@@ -153,6 +154,7 @@ typedef struct srv_http_opts {
     const char *model_id;
     srv_gen_params defaults; /* for fields a request leaves out (no stops) */
     bool seed_given;         /* defaults.sp.seed is the server's --seed */
+    bool metrics;            /* GET /metrics answers (--metrics); else 404 */
     bool verbose;
 } srv_http_opts;
 

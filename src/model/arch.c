@@ -11,10 +11,12 @@
 
 extern const cllm_arch cllm_arch_llama;
 extern const cllm_arch cllm_arch_gpt2;
+extern const cllm_arch cllm_arch_gemma3;
 
 static const cllm_arch *const k_archs[] = {
     &cllm_arch_llama,
     &cllm_arch_gpt2,
+    &cllm_arch_gemma3,
 };
 
 const cllm_arch *cllm_arch_find(const char *name) {
@@ -290,6 +292,13 @@ void cllm_fill_causal_mask(float *dst, const cllm_batch_shape *shape) {
     }
 }
 
+void cllm_fill_mask_row(float *dst, int64_t n_kv, int64_t pos, int64_t n_swa) {
+    for (int64_t j = 0; j < n_kv; j++) {
+        const bool seen = j <= pos && (n_swa == 0 || pos - j < n_swa);
+        dst[j] = seen ? 0.0f : -INFINITY;
+    }
+}
+
 /* ---- shared graph pieces ----------------------------------------------- */
 
 void cllm_kv_writes_move(cllm_tensor *const *writes, int n_layer, int64_t n_past) {
@@ -317,12 +326,22 @@ void cllm_build_inputs(const cllm_build_args *args, cllm_graph_io *io) {
         io->mask = cllm_tensor_set_name(
             cllm_tensor_new_2d(ctx, CLLM_TYPE_F32, sh->n_kv, sh->n_tokens), "mask");
         cllm_tensor_set_input(io->mask);
+        if (args->hp->n_swa > 0) {
+            io->swa_mask = cllm_tensor_set_name(
+                cllm_tensor_new_2d(ctx, CLLM_TYPE_F32, sh->n_kv, sh->n_tokens), "swa-mask");
+            cllm_tensor_set_input(io->swa_mask);
+        }
     }
     for (int i = 0; i < sh->n_seqs; i++) {
         const cllm_seq_shape q = sh->seqs[i];
         io->seq_mask[i] = cllm_tensor_set_name(
             cllm_tensor_new_2d(ctx, CLLM_TYPE_F32, q.n_kv, q.n_tokens), "mask-%d", i);
         cllm_tensor_set_input(io->seq_mask[i]);
+        if (args->hp->n_swa > 0) {
+            io->seq_swa_mask[i] = cllm_tensor_set_name(
+                cllm_tensor_new_2d(ctx, CLLM_TYPE_F32, q.n_kv, q.n_tokens), "swa-mask-%d", i);
+            cllm_tensor_set_input(io->seq_swa_mask[i]);
+        }
     }
     io->out_ids =
         cllm_tensor_set_name(cllm_tensor_new_1d(ctx, CLLM_TYPE_I32, sh->n_outputs), "out_ids");

@@ -42,6 +42,13 @@ typedef struct cllm_hparams {
     float rope_freq_base;
     float rope_freq_scale; /* 1 / linear scaling factor */
     bool learned_pos;      /* absolute position embeddings (gpt2): n_ctx <= n_ctx_train */
+    /* sliding-window attention (gemma3): n_swa == 0: none. Layer l attends
+     * to the last n_swa positions only when swa_layer[l]; those layers rotate
+     * with rope_freq_base_swa, the others with rope_freq_base. */
+    int64_t n_swa;
+    float rope_freq_base_swa;
+    bool swa_layer[CLLM_MAX_LAYERS];
+    float attn_scale; /* 0: 1 / sqrt(head_dim_k) */
 } cllm_hparams;
 
 /* K and V rows per token for all KV heads of one layer. */
@@ -60,6 +67,8 @@ typedef struct cllm_layer_weights {
     cllm_tensor *ffn_norm, *ffn_norm_b;
     cllm_tensor *ffn_gate, *ffn_up, *ffn_down;
     cllm_tensor *ffn_up_b, *ffn_down_b;
+    cllm_tensor *attn_q_norm, *attn_k_norm;      /* per-head RMS norms of q and k (gemma3) */
+    cllm_tensor *attn_post_norm, *ffn_post_norm; /* norms of the blocks' outputs (gemma3) */
 } cllm_layer_weights;
 
 /* The part of the model a weight belongs to: a layer index (0 .. n_layer-1)
@@ -135,6 +144,11 @@ typedef struct cllm_graph_io {
     /* several sequences: sequence i's mask, f32 [its n_kv, its n_tokens]
      * (mask is then NULL) */
     cllm_tensor *seq_mask[CLLM_MAX_SEQS];
+    /* sliding-window layers (hp->n_swa > 0), as mask and seq_mask, but
+     * entry j is also hidden from the token at position p when
+     * p - j >= n_swa (cllm_fill_swa_mask); NULL without a window */
+    cllm_tensor *swa_mask;
+    cllm_tensor *seq_swa_mask[CLLM_MAX_SEQS];
 } cllm_graph_io;
 
 typedef struct cllm_build_args {
@@ -217,6 +231,11 @@ void cllm_weights_free(cllm_weights *w);
 /* A causal mask for `shape`: mask[j, t] = 0 if cache entry j may be seen by
  * batch token t (j <= n_past + t), else -INFINITY. dst holds n_kv * n_tokens. */
 void cllm_fill_causal_mask(float *dst, const cllm_batch_shape *shape);
+
+/* One row of a mask over n_kv cache entries for the token at position pos:
+ * 0 where entry j is seen (j <= pos and, with n_swa > 0, pos - j < n_swa),
+ * else -INFINITY. n_swa == 0 gives the causal row. */
+void cllm_fill_mask_row(float *dst, int64_t n_kv, int64_t pos, int64_t n_swa);
 
 /*
  * Shared attention block: writes k and v of this batch into the layer's KV

@@ -161,8 +161,16 @@ cllm_status cllm_chat_apply(const cllm_model *m, const char *style_name, const c
                             cllm_chat_style *style_out) {
     const char *tmpl = cllm_model_chat_template(m);
     cllm_chat_style style;
+    /* Gemma files converted without a template (gemma-3-270m's GGUF has
+     * none) still have the turn markers of Gemma's one template */
+    const bool gemma_markers =
+        !strncmp(m->hp.arch, "gemma", 5) && m->tok &&
+        cllm_tokenizer_find(m->tok, "<start_of_turn>", strlen("<start_of_turn>")) >= 0 &&
+        cllm_tokenizer_find(m->tok, "<end_of_turn>", strlen("<end_of_turn>")) >= 0;
     if (style_name) {
         CLLM_TRY(cllm_chat_style_from_name(style_name, &style));
+    } else if ((!tmpl || !*tmpl) && gemma_markers) {
+        style = CLLM_CHAT_STYLE_GEMMA;
     } else if (!tmpl || !*tmpl) {
         return cllm_error(
             CLLM_ERR_INVALID_ARG,

@@ -178,6 +178,11 @@ static cllm_status decode_batch(cllm_session *s, const int32_t *tokens, int64_t 
         }
         cllm_tensor_set(io.mask, s->mask_row, (size_t)i * io.mask->nb[1],
                         (size_t)shape.n_kv * sizeof(float));
+        if (io.swa_mask) {
+            cllm_fill_mask_row(s->mask_row, shape.n_kv, pos, s->model->hp.n_swa);
+            cllm_tensor_set(io.swa_mask, s->mask_row, (size_t)i * io.swa_mask->nb[1],
+                            (size_t)shape.n_kv * sizeof(float));
+        }
     }
     /* output row r is batch row n - n_outputs + r: all rows, or the last */
     for (int64_t r = 0; r < n_outputs; r++) {
@@ -382,6 +387,12 @@ cllm_status cllm_session_decode_seqs(cllm_session *s, const cllm_seq_tokens *ite
             }
             cllm_tensor_set(io.seq_mask[i], s->mask_row, (size_t)t * io.seq_mask[i]->nb[1],
                             (size_t)sq->n_kv * sizeof(float));
+            if (io.seq_swa_mask[i]) {
+                cllm_fill_mask_row(s->mask_row, sq->n_kv, pos, s->model->hp.n_swa);
+                cllm_tensor_set(io.seq_swa_mask[i], s->mask_row,
+                                (size_t)t * io.seq_swa_mask[i]->nb[1],
+                                (size_t)sq->n_kv * sizeof(float));
+            }
         }
         row += sq->n_tokens;
         const int32_t last = (int32_t)(row - 1); /* output i: the sequence's last token */

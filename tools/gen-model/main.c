@@ -1,5 +1,5 @@
 /*
- * cllm-gen-model — writes a llama or gpt2 GGUF with random weights, of any
+ * cllm-gen-model — writes a llama, gpt2 or gemma3 GGUF with random weights, of any
  * shape and weight type, with the project's own GGUF writer. Tests use small
  * ones (references from llama.cpp on the same file); benchmarks use the
  * shapes of real models, since speed does not depend on the values.
@@ -13,6 +13,8 @@
  *                      biases stay f32)
  *   --seed S           weights are a function of the seed alone
  *   --tied             no output.weight (tied to token_embd)
+ *   --swa N            gemma3: sliding window of N positions on the local
+ *                      layers (every layer but each 6th; 0: none)
  *   --zeros            write zero bytes instead of random weights: seconds
  *                      instead of minutes for big shapes (for `cllm plan`
  *                      and I/O tests; compute on it is meaningless)
@@ -30,7 +32,7 @@
 
 typedef struct opts {
     const char *arch, *vocab, *out;
-    int64_t n_embd, n_layer, n_head, n_head_kv, n_ff, n_ctx;
+    int64_t n_embd, n_layer, n_head, n_head_kv, n_ff, n_ctx, n_swa;
     cllm_type type;
     uint64_t seed;
     bool tied, zeros;
@@ -233,6 +235,8 @@ int main(int argc, char **argv) {
             o.n_ctx = arg_int(v);
         else if (!strcmp(a, "--type"))
             o.type = parse_type(v);
+        else if (!strcmp(a, "--swa"))
+            o.n_swa = arg_int(v);
         else if (!strcmp(a, "--seed"))
             o.seed = (uint64_t)arg_int(v);
         else {
@@ -240,10 +244,11 @@ int main(int argc, char **argv) {
             return 2;
         }
     }
-    const bool gpt2 = !strcmp(o.arch, "gpt2");
-    if (!o.out || !o.vocab || (!gpt2 && strcmp(o.arch, "llama"))) {
-        fprintf(stderr, "usage: cllm-gen-model --arch llama|gpt2 --vocab VOCAB.gguf --out FILE "
-                        "[--preset NAME] [--type T] [--seed S] [shape options]\n");
+    const bool gpt2 = !strcmp(o.arch, "gpt2"), gemma3 = !strcmp(o.arch, "gemma3");
+    if (!o.out || !o.vocab || (!gpt2 && !gemma3 && strcmp(o.arch, "llama"))) {
+        fprintf(stderr,
+                "usage: cllm-gen-model --arch llama|gpt2|gemma3 --vocab VOCAB.gguf --out FILE "
+                "[--preset NAME] [--type T] [--seed S] [shape options]\n");
         return 2;
     }
     const int64_t blck = cllm_type_traits_of(o.type)->blck_size;
@@ -275,8 +280,16 @@ int main(int argc, char **argv) {
     } else {
         cllm_gguf_writer_set_u32(w, KEY("attention.head_count_kv"), (uint32_t)o.n_head_kv);
         cllm_gguf_writer_set_f32(w, KEY("attention.layer_norm_rms_epsilon"), 1e-5f);
-        cllm_gguf_writer_set_f32(w, KEY("rope.freq_base"), 10000.0f);
+        /* gemma3: the global layers' base; the local ones keep 10000 */
+        cllm_gguf_writer_set_f32(w, KEY("rope.freq_base"), gemma3 ? 1000000.0f : 10000.0f);
         cllm_gguf_writer_set_u32(w, KEY("rope.dimension_count"), (uint32_t)(o.n_embd / o.n_head));
+    }
+    if (gemma3) {
+        cllm_gguf_writer_set_u32(w, KEY("attention.key_length"), (uint32_t)(o.n_embd / o.n_head));
+        cllm_gguf_writer_set_u32(w, KEY("attention.value_length"), (uint32_t)(o.n_embd / o.n_head));
+        if (o.n_swa > 0) {
+            cllm_gguf_writer_set_u32(w, KEY("attention.sliding_window"), (uint32_t)o.n_swa);
+        }
     }
 #undef KEY
 
@@ -306,6 +319,12 @@ int main(int argc, char **argv) {
             add(w, N("attn_k.weight"), T, E, KV, ws, 0.0f);
             add(w, N("attn_v.weight"), T, E, KV, ws, 0.0f);
             add(w, N("attn_output.weight"), T, E, E, ws, 0.0f);
+            if (gemma3) {
+                add(w, N("attn_q_norm.weight"), F32, hd, 1, ns, 1.0f);
+                add(w, N("attn_k_norm.weight"), F32, hd, 1, ns, 1.0f);
+                add(w, N("post_attention_norm.weight"), F32, E, 1, ns, 1.0f);
+                add(w, N("post_ffw_norm.weight"), F32, E, 1, ns, 1.0f);
+            }
             add(w, N("ffn_norm.weight"), F32, E, 1, ns, 1.0f);
             add(w, N("ffn_gate.weight"), T, E, F, ws, 0.0f);
             add(w, N("ffn_up.weight"), T, E, F, ws, 0.0f);

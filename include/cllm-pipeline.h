@@ -44,8 +44,8 @@ extern "C" {
 /* ---- the plan of the ranks (no MPI) ------------------------------------ */
 
 typedef struct cllm_pipe_rank_plan {
-    int layer_begin, layer_end; /* its layers: [begin, end) */
-    bool has_input, has_output; /* token embeddings / output layer */
+    int layer_begin, layer_end;   /* its layers: [begin, end) */
+    bool has_input, has_output;   /* token embeddings / output layer */
     size_t bytes[CLLM_MEM_COUNT]; /* its CPU: weights, state, compute, workspace */
     /* the host buffers of the exchange: the activations received and sent
      * (two in flight), the logits sent (last rank) or received (rank 0) */
@@ -98,8 +98,8 @@ cllm_status cllm_pipe_init(int *argc, char ***argv);
 void cllm_pipe_finalize(bool failed);
 
 typedef struct cllm_pipe_opts {
-    double timeout_s;     /* a wait for another rank gives up after this; default 120 */
-    bool quiet;           /* no per-rank report on standard error */
+    double timeout_s; /* a wait for another rank gives up after this; default 120 */
+    bool quiet;       /* no per-rank report on standard error */
 } cllm_pipe_opts;
 
 cllm_pipe_opts cllm_pipe_default_opts(void);
@@ -112,8 +112,8 @@ typedef struct cllm_pipe cllm_pipe;
  * loads this rank's layers and makes its session (the shape of fp).
  * Collective: every rank calls it. On failure *out is untouched.
  */
-cllm_status cllm_pipe_open(const char *path, const cllm_plan_params *fp,
-                           const cllm_pipe_opts *opts, cllm_pipe **out);
+cllm_status cllm_pipe_open(const char *path, const cllm_plan_params *fp, const cllm_pipe_opts *opts,
+                           cllm_pipe **out);
 
 int cllm_pipe_rank(const cllm_pipe *p);
 int cllm_pipe_size(const cllm_pipe *p);
@@ -137,7 +137,7 @@ double cllm_pipe_comm_seconds(const cllm_pipe *p);
 uint64_t cllm_pipe_bytes_sent(const cllm_pipe *p);
 
 typedef struct cllm_pipe_stats {
-    double comm_s[CLLM_PIPE_MAX_RANKS];    /* per rank: waiting for transfers */
+    double comm_s[CLLM_PIPE_MAX_RANKS]; /* per rank: waiting for transfers */
     uint64_t bytes_sent[CLLM_PIPE_MAX_RANKS];
     uint64_t batches[CLLM_PIPE_MAX_RANKS]; /* computed (rank 0: sent) */
 } cllm_pipe_stats;

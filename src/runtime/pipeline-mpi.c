@@ -40,15 +40,15 @@ struct cllm_pipe {
     cllm_model *m;
     cllm_session *s;
     size_t msg_bytes;
-    char *recv_msg;       /* ranks > 0 */
-    char *send_msg[2];    /* all but the last */
+    char *recv_msg;    /* ranks > 0 */
+    char *send_msg[2]; /* all but the last */
     MPI_Request send_req[2];
     int next_slot;
-    float *logits_out;    /* the last rank */
-    double comm_s;        /* waiting for transfers */
+    float *logits_out; /* the last rank */
+    double comm_s;     /* waiting for transfers */
     uint64_t bytes_sent;
-    uint64_t n_batches;   /* batches this rank computed (ranks > 0) */
-    size_t exchange;      /* bytes of the exchange buffers allocated */
+    uint64_t n_batches; /* batches this rank computed (ranks > 0) */
+    size_t exchange;    /* bytes of the exchange buffers allocated */
     /* tests: stall or fail at this rank's batch n (CLLM_PIPE_FAULT) */
     int fault_batch;
     char fault_kind[16];
@@ -195,8 +195,8 @@ static cllm_status link_recv(void *ud, float *logits, int64_t n_outputs) {
     cllm_pipe *p = ud;
     MPI_Request req;
     const int last = p->size - 1;
-    const int rc = MPI_Irecv(logits, (int)((size_t)n_outputs * p->plan.logits_row), MPI_BYTE,
-                             last, TAG_LOGITS, MPI_COMM_WORLD, &req);
+    const int rc = MPI_Irecv(logits, (int)((size_t)n_outputs * p->plan.logits_row), MPI_BYTE, last,
+                             TAG_LOGITS, MPI_COMM_WORLD, &req);
     if (rc != MPI_SUCCESS) return mpi_error(rc, "receiving the logits");
     const cllm_status st = wait_req(p, &req, "(logits) from", last);
     if (st != CLLM_OK) {
@@ -245,8 +245,8 @@ static cllm_status pipe_load(cllm_pipe *p, const char *path, const cllm_plan_par
         }
     }
     if (p->rank == 0) {
-        cllm_session_set_link(p->s, &(cllm_session_link){
-                                        .ud = p, .send = link_send, .recv_logits = link_recv});
+        cllm_session_set_link(
+            p->s, &(cllm_session_link){.ud = p, .send = link_send, .recv_logits = link_recv});
     }
     return CLLM_OK;
 nomem:
@@ -280,8 +280,8 @@ static void read_fault(cllm_pipe *p) {
     }
 }
 
-cllm_status cllm_pipe_open(const char *path, const cllm_plan_params *fp,
-                           const cllm_pipe_opts *opts, cllm_pipe **out) {
+cllm_status cllm_pipe_open(const char *path, const cllm_plan_params *fp, const cllm_pipe_opts *opts,
+                           cllm_pipe **out) {
     int done = 0;
     MPI_Initialized(&done);
     if (!done) return cllm_error(CLLM_ERR_INVALID_ARG, "pipeline: MPI is not started");
@@ -310,8 +310,7 @@ cllm_status cllm_pipe_open(const char *path, const cllm_plan_params *fp,
         st = cllm_error(CLLM_ERR_NOMEM, "pipeline: out of host memory");
         snprintf(mine, sizeof(mine), "%s", cllm_last_error());
     }
-    const int rc =
-        MPI_Gather(mine, ERR_TEXT, MPI_CHAR, all, ERR_TEXT, MPI_CHAR, 0, MPI_COMM_WORLD);
+    const int rc = MPI_Gather(mine, ERR_TEXT, MPI_CHAR, all, ERR_TEXT, MPI_CHAR, 0, MPI_COMM_WORLD);
     int failed = st != CLLM_OK, any = 0;
     if (rc == MPI_SUCCESS) {
         MPI_Allreduce(&failed, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);

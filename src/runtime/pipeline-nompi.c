@@ -5,7 +5,7 @@
 #include <stdlib.h>
 
 #define NO_MPI                                                                                     \
-    cllm_error(CLLM_ERR_UNSUPPORTED, "pipeline: this cllm was built without MPI (see README: "    \
+    cllm_error(CLLM_ERR_UNSUPPORTED, "pipeline: this cllm was built without MPI (see README: "     \
                                      "-DCLLM_MPI=ON with Open MPI installed)")
 
 bool cllm_pipe_have_mpi(void) { return false; }
@@ -22,8 +22,8 @@ void cllm_pipe_finalize(bool failed) { (void)failed; }
 cllm_pipe_opts cllm_pipe_default_opts(void) {
     return (cllm_pipe_opts){.timeout_s = 120.0, .quiet = false};
 }
-cllm_status cllm_pipe_open(const char *path, const cllm_plan_params *fp,
-                           const cllm_pipe_opts *opts, cllm_pipe **out) {
+cllm_status cllm_pipe_open(const char *path, const cllm_plan_params *fp, const cllm_pipe_opts *opts,
+                           cllm_pipe **out) {
     (void)path, (void)fp, (void)opts, (void)out;
     return NO_MPI;
 }

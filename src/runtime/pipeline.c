@@ -149,14 +149,13 @@ cllm_status cllm_pipe_plan_file(const char *path, const cllm_plan_params *fp, in
         const cllm_pipe_rank_plan *rp = &plan.ranks[r];
         if (rp->total <= budget) continue;
         char need[32], have[32], shortb[32];
-        st = cllm_error(CLLM_ERR_TOO_LARGE,
-                        "pipeline: rank %d (layers %d-%d) needs %s, its budget is %s: %s (%zu "
-                        "bytes) short",
-                        r, rp->layer_begin, rp->layer_end - 1,
-                        cllm_format_size(rp->total, need, sizeof(need)),
-                        cllm_format_size(budget, have, sizeof(have)),
-                        cllm_format_size(rp->total - budget, shortb, sizeof(shortb)),
-                        rp->total - budget);
+        st = cllm_error(
+            CLLM_ERR_TOO_LARGE,
+            "pipeline: rank %d (layers %d-%d) needs %s, its budget is %s: %s (%zu "
+            "bytes) short",
+            r, rp->layer_begin, rp->layer_end - 1, cllm_format_size(rp->total, need, sizeof(need)),
+            cllm_format_size(budget, have, sizeof(have)),
+            cllm_format_size(rp->total - budget, shortb, sizeof(shortb)), rp->total - budget);
         break;
     }
 done:
@@ -186,9 +185,9 @@ void cllm_pipe_plan_print(const cllm_pipe_plan *plan, FILE *f) {
             snprintf(b[CLLM_MEM_COUNT + 2], 32, "-");
         }
         fprintf(f, "%-5d %-9s %-6s %10s %10s %10s %10s %10s %10s %10s%s\n", r, layers, holds,
-                b[CLLM_MEM_WEIGHTS], b[CLLM_MEM_STATE], b[CLLM_MEM_COMPUTE],
-                b[CLLM_MEM_WORKSPACE], b[CLLM_MEM_COUNT], b[CLLM_MEM_COUNT + 1],
-                b[CLLM_MEM_COUNT + 2], rp->budget && rp->total > rp->budget ? "  SHORT" : "");
+                b[CLLM_MEM_WEIGHTS], b[CLLM_MEM_STATE], b[CLLM_MEM_COMPUTE], b[CLLM_MEM_WORKSPACE],
+                b[CLLM_MEM_COUNT], b[CLLM_MEM_COUNT + 1], b[CLLM_MEM_COUNT + 2],
+                rp->budget && rp->total > rp->budget ? "  SHORT" : "");
     }
     fprintf(f,
             "per token: %zu bytes of activations from each rank to the next (%d hops), %zu "

@@ -67,8 +67,9 @@ typedef struct cllm_pipe_plan {
  * read): layers split in contiguous ranges of equal size (the first ranks
  * take one more when they do not divide), each rank's part measured on its
  * CPU exactly as a session of the shape of `fp` (n_ctx, n_batch, kv_type,
- * n_threads, use_mmap: a rank maps only the span of the file its weights
- * occupy), plus the exchange buffers. fp's budget "cpu" (cllm_plan_add_budget)
+ * n_threads; fp->use_mmap is ignored: a rank reads only its own tensors into
+ * memory, since a file's tensors need not lie in layer order), plus the
+ * exchange buffers. fp's budget "cpu" (cllm_plan_add_budget)
  * applies to every rank. CLLM_ERR_TOO_LARGE names the rank that is short and
  * by how much (*out is still filled); CLLM_ERR_INVALID_ARG for more ranks
  * than layers; CLLM_ERR_UNSUPPORTED for an architecture that cannot run a

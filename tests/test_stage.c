@@ -4,11 +4,15 @@
  * loaded on its own, the first stage's activations handed to the next
  * through a session link, gives bit for bit the logits and greedy tokens of
  * the whole model; each stage holds only its weights (mapped or read) and
- * its layers' KV cache, planned == allocated; bad stage calls are errors.
+ * its layers' KV cache, planned == allocated, and the plan of the ranks
+ * (cllm_pipe_plan_file, as `cllm plan --ranks N`) predicts each stage's
+ * bytes per kind exactly; a budget below a rank's part names that rank.
+ * Bad stage calls are errors.
  */
 #include "common/check.h"
 #include "common/refs.h"
 #include "runtime/model.h"
+#include "runtime/pipeline-impl.h"
 #include "runtime/session.h"
 
 #include <stdlib.h>
@@ -85,8 +89,16 @@ static void test_split(const cllm_model *whole, int n_stages, bool use_mmap) {
     cllm_model_params mp = cllm_model_default_params();
     mp.use_mmap = use_mmap;
     mp.progress = false;
+    /* the plan of the ranks, for the same shape (it reads, never maps) */
+    cllm_plan_params fp = cllm_plan_default_params();
+    fp.n_ctx = sp.n_ctx, fp.n_batch = sp.n_batch, fp.n_threads = sp.n_threads;
+    fp.kv_type = sp.kv_type;
+    cllm_pipe_plan plan;
+    const bool planned = cllm_pipe_plan_file(g_path, &fp, n_stages, &plan) == CLLM_OK;
+    CHECKF(planned, "plan of %d ranks: %s", n_stages, cllm_last_error());
     for (int i = 0; i < n_stages; i++) {
-        const int b = n_layer * i / n_stages, e = n_layer * (i + 1) / n_stages;
+        int b, e;
+        cllm_pipe_split(n_layer, n_stages, i, &b, &e);
         cllm_placement pl;
         CHECK(cllm_placement_init_cpu(&pl, n_layer) == CLLM_OK);
         cllm_placement_restrict(&pl, b, e);
@@ -104,6 +116,14 @@ static void test_split(const cllm_model *whole, int n_stages, bool use_mmap) {
         for (int k = 0; k < CLLM_MEM_COUNT; k++) {
             CHECKF(r.planned[k] == r.allocated[k], "stage %d %s: planned %zu, allocated %zu", i,
                    cllm_mem_kind_str(k), r.planned[k], r.allocated[k]);
+        }
+        if (planned && !use_mmap) {
+            CHECK(plan.ranks[i].layer_begin == b && plan.ranks[i].layer_end == e);
+            for (int k = 0; k < CLLM_MEM_COUNT; k++) {
+                CHECKF(plan.ranks[i].bytes[k] == r.allocated[k],
+                       "rank %d of %d, %s: the plan says %zu, the stage allocated %zu", i, n_stages,
+                       cllm_mem_kind_str(k), plan.ranks[i].bytes[k], r.allocated[k]);
+            }
         }
         const cllm_memory_report rw = cllm_session_memory(ref);
         CHECKF(r.planned[CLLM_MEM_WEIGHTS] < rw.planned[CLLM_MEM_WEIGHTS] &&
@@ -139,6 +159,28 @@ done:
     cllm_session_free(ref);
 }
 
+/* A budget below one rank's part: CLLM_ERR_TOO_LARGE naming the rank and
+ * the bytes short; the plan is still filled in. */
+static void test_budget(void) {
+    cllm_plan_params fp = cllm_plan_default_params();
+    fp.n_ctx = 256, fp.n_batch = 32, fp.n_threads = 1;
+    cllm_pipe_plan plan;
+    CHECK(cllm_pipe_plan_file(g_path, &fp, 2, &plan) == CLLM_OK);
+    /* between the two ranks' needs: only the larger one is short */
+    const size_t lo = CLLM_MIN(plan.ranks[0].total, plan.ranks[1].total);
+    const size_t hi = CLLM_MAX(plan.ranks[0].total, plan.ranks[1].total);
+    const int big = plan.ranks[0].total > plan.ranks[1].total ? 0 : 1;
+    CHECK(lo < hi);
+    CHECK(cllm_plan_add_budget(&fp, "cpu", (lo + hi) / 2) == CLLM_OK);
+    CHECK(cllm_pipe_plan_file(g_path, &fp, 2, &plan) == CLLM_ERR_TOO_LARGE);
+    char want[64];
+    snprintf(want, sizeof(want), "rank %d (layers %d-%d)", big, plan.ranks[big].layer_begin,
+             plan.ranks[big].layer_end - 1);
+    CHECKF(strstr(cllm_last_error(), want) && strstr(cllm_last_error(), "short"), "%s",
+           cllm_last_error());
+    CHECK(cllm_pipe_plan_file(g_path, &fp, 6, &plan) == CLLM_ERR_INVALID_ARG); /* 5 layers */
+}
+
 int main(void) {
     static const char *const files[] = {"stories260K.gguf", NULL};
     if (!refs_have(files)) return check_summary("test_stage");
@@ -152,6 +194,8 @@ int main(void) {
         test_split(whole, 2, true);
         test_split(whole, 3, true);
         test_split(whole, 3, false);
+        test_split(whole, 2, false);
+        test_budget();
     }
     cllm_model_free(whole);
     return check_summary("test_stage");

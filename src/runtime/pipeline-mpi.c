@@ -215,7 +215,7 @@ static cllm_status pipe_load(cllm_pipe *p, const char *path, const cllm_plan_par
     CLLM_TRY(cllm_placement_init_cpu(&pl, (int)p->plan.n_layer));
     cllm_placement_restrict(&pl, rp->layer_begin, rp->layer_end);
     cllm_model_params mp = cllm_model_default_params();
-    mp.use_mmap = fp->use_mmap;
+    mp.use_mmap = false; /* read, as planned (pipeline.c) */
     mp.progress = false;
     const cllm_status st = cllm_model_load_placed(path, &mp, &pl, &p->m);
     cllm_placement_free(&pl);

@@ -91,7 +91,11 @@ done:
 
 cllm_status cllm_pipe_plan_file(const char *path, const cllm_plan_params *fp, int n_ranks,
                                 cllm_pipe_plan *out) {
-    const cllm_plan_params p = fp ? *fp : cllm_plan_default_params();
+    cllm_plan_params p = fp ? *fp : cllm_plan_default_params();
+    /* a rank reads its tensors: a file's tensors need not lie in layer
+     * order (many are sorted by name: blk.0, blk.1, blk.10, ...), so the
+     * span a rank would map can be most of the file */
+    p.use_mmap = false;
     cllm_gguf *g = NULL;
     cllm_weights *w = NULL;
     cllm_pipe_plan plan;
@@ -190,8 +194,8 @@ void cllm_pipe_plan_print(const cllm_pipe_plan *plan, FILE *f) {
                 rp->budget && rp->total > rp->budget ? "  SHORT" : "");
     }
     fprintf(f,
-            "per token: %zu bytes of activations from each rank to the next (%d hops), %zu "
+            "per token: %zu bytes of activations from each rank to the next (%d hop%s), %zu "
             "bytes of logits from rank %d to rank 0; a batch adds a %zu-byte header per hop\n",
-            plan->act_row, plan->n_ranks - 1, plan->n_ranks > 1 ? plan->logits_row : (size_t)0,
-            plan->n_ranks - 1, plan->act_header);
+            plan->act_row, plan->n_ranks - 1, plan->n_ranks == 2 ? "" : "s",
+            plan->n_ranks > 1 ? plan->logits_row : (size_t)0, plan->n_ranks - 1, plan->act_header);
 }

@@ -40,6 +40,7 @@ extern "C" {
 #endif
 
 #define CLLM_PIPE_MAX_RANKS 64
+#define CLLM_PIPE_MAX_SEQS  64 /* concurrent sequences (fp->n_sessions) */
 
 /* ---- the plan of the ranks (no MPI) ------------------------------------ */
 
@@ -56,6 +57,7 @@ typedef struct cllm_pipe_rank_plan {
 typedef struct cllm_pipe_plan {
     int n_ranks;
     int64_t n_layer, n_embd, n_vocab, n_ctx, n_batch;
+    int n_seq; /* concurrent sequences: sessions per rank */
     /* bytes one batch of n tokens sends between two ranks: act_header +
      * n x act_row; the last rank sends n_outputs x logits_row to rank 0 */
     size_t act_header, act_row, logits_row;
@@ -70,7 +72,9 @@ typedef struct cllm_pipe_plan {
  * n_threads; fp->use_mmap is ignored: a rank reads only its own tensors into
  * memory, since a file's tensors need not lie in layer order), plus the
  * exchange buffers. fp's budget "cpu" (cllm_plan_add_budget)
- * applies to every rank. CLLM_ERR_TOO_LARGE names the rank that is short and
+ * applies to every rank; fp->n_sessions concurrent sequences (sessions per
+ * rank, at most CLLM_PIPE_MAX_SEQS) multiply state, compute and workspace.
+ * CLLM_ERR_TOO_LARGE names the rank that is short and
  * by how much (*out is still filled); CLLM_ERR_INVALID_ARG for more ranks
  * than layers; CLLM_ERR_UNSUPPORTED for an architecture that cannot run a
  * range of its layers.
@@ -125,6 +129,19 @@ const cllm_pipe_plan *cllm_pipe_get_plan(const cllm_pipe *p);
  * tokenizer. */
 cllm_model *cllm_pipe_model(cllm_pipe *p);
 cllm_session *cllm_pipe_session(cllm_pipe *p);
+
+/* Concurrent sequences: fp->n_sessions sessions per rank (each with its
+ * KV cache and compute, planned x n_sessions; the weights shared). On rank
+ * 0 sequence `seq`'s session decodes as above, one sequence at a time. */
+int cllm_pipe_n_seq(const cllm_pipe *p);
+cllm_session *cllm_pipe_session_seq(cllm_pipe *p, int seq);
+
+/* Rank 0: one token for each of sequences 0 .. n-1 (tokens[i] for sequence
+ * i), pipelined: sequence i's token travels down the ranks while rank 0
+ * computes sequence i + 1's, so that the ranks work at the same time; the
+ * logits are collected at the end (cllm_session_logits of each sequence's
+ * session). */
+cllm_status cllm_pipe_decode_seqs(cllm_pipe *p, const int32_t *tokens, int n);
 
 /* Ranks > 0: computes what arrives until rank 0 closes the pipeline.
  * CLLM_ERR_IO for a failed transfer or a wait past the timeout. */

@@ -7,6 +7,10 @@
  *    on stories260K, TinyLLama-v0 (Q4_0) and SmolLM2-135M (Q4_1), with the
  *    prompt in several micro-batches; every rank reports its memory planned
  *    == allocated (weights, state, compute, workspace, exchange buffers);
+ *  - 4 sequences decoded together through the pipeline (each rank's token
+ *    of one sequence computed while the next rank works on another's,
+ *    cllm_pipe_decode_seqs; argv[3] is cllm-pipeline-bench, the driver)
+ *    give every sequence the greedy tokens of the single process;
  *  - a plan that does not fit names the rank that is short and exits 1;
  *  - a rank that fails mid-run is reported by rank 0 ("rank 1 failed"),
  *    and one that stops answering is reported after --pipe-timeout, both
@@ -22,7 +26,7 @@
 #include <time.h>
 #include <unistd.h>
 
-static const char *g_cllm, *g_mpirun;
+static const char *g_cllm, *g_mpirun, *g_driver;
 static char g_dir[64];
 
 typedef struct run_out {
@@ -108,6 +112,39 @@ static void check_model(const char *model, const char *prompt) {
     run_free(&one);
 }
 
+/* The "seq N: ids" lines of the driver's output, in a buffer. */
+static void seq_lines(const char *out, char *buf, size_t size) {
+    size_t n = 0;
+    buf[0] = '\0';
+    for (const char *p = out; (p = strstr(p, "\nseq ")); p++) {
+        const char *e = strchr(p + 1, '\n');
+        const size_t len = e ? (size_t)(e - p) : strlen(p);
+        if (n + len + 1 >= size) break;
+        memcpy(buf + n, p, len);
+        n += len;
+        buf[n] = '\0';
+    }
+}
+
+static void check_seqs(const char *model) {
+#define DRIVER_OPTS "-t 1 -b 4 --pp 8 --tg 6 --seqs 4 --reps 1 --ids"
+    run_out one = run("'%s' -m '%s' " DRIVER_OPTS, g_driver, model);
+    char want[8192], got[8192];
+    seq_lines(one.out, want, sizeof(want));
+    CHECKF(one.rc == 0 && count(want, "seq ") == 5, "%s alone: rc %d: %s%s", model, one.rc, one.out,
+           one.err);
+    for (int np = 2; np <= 3; np++) {
+        run_out o = run("'%s' " MPIRUN_OPTS " -np %d '%s' -m '%s' " DRIVER_OPTS, g_mpirun, np,
+                        g_driver, model);
+        seq_lines(o.out, got, sizeof(got));
+        CHECKF(o.rc == 0 && !strcmp(want, got), "%s, 4 sequences, %d ranks: rc %d\n%s\nvs\n%s\n%s",
+               model, np, o.rc, want, got, o.err);
+        run_free(&o);
+    }
+    run_free(&one);
+#undef DRIVER_OPTS
+}
+
 static void check_failures(const char *model) {
     /* each rank's budget below its part */
     run_out o = run("'%s' " MPIRUN_OPTS " -np 2 '%s' run -m '%s' -p 'Once' -n 4 -t 1 --mem "
@@ -138,7 +175,8 @@ static void check_failures(const char *model) {
 int main(int argc, char **argv) {
     g_cllm = argc > 1 ? argv[1] : "";
     g_mpirun = argc > 2 ? argv[2] : "";
-    if (!g_mpirun[0]) {
+    g_driver = argc > 3 ? argv[3] : "";
+    if (!g_mpirun[0] || !g_driver[0]) {
         check_missing("MPI (cllm was built without it: install libopenmpi-dev openmpi-bin)");
         return check_summary("test_mpi");
     }
@@ -154,12 +192,14 @@ int main(int argc, char **argv) {
     char path[4096];
     if (refs_have(files)) {
         check_model(refs_model_path(path, sizeof(path), "stories260K.gguf"), "Once upon a time");
+        check_seqs(path);
         check_failures(path);
         check_model(refs_model_path(path, sizeof(path), "TinyLLama-v0.Q4_0.gguf"),
                     "Once upon a time, there was");
     }
     if (refs_fetch_model("smollm2", path, sizeof(path))) {
         check_model(path, "The capital of France is");
+        check_seqs(path);
     }
     char rm[128];
     snprintf(rm, sizeof(rm), "rm -rf '%s'", g_dir);

@@ -38,7 +38,15 @@ struct cllm_pipe {
     cllm_pipe_opts o;
     cllm_pipe_plan plan;
     cllm_model *m;
-    cllm_session *s;
+    int n_seq; /* sessions: one per concurrent sequence */
+    cllm_session *s[CLLM_PIPE_MAX_SEQS];
+    struct pipe_seq {
+        struct cllm_pipe *p;
+        int seq;
+    } link_ud[CLLM_PIPE_MAX_SEQS];
+    /* rank 0, cllm_pipe_decode_seqs: logits received later, in order */
+    bool defer;
+    MPI_Request pending[CLLM_PIPE_MAX_SEQS];
     size_t msg_bytes;
     char *recv_msg;    /* ranks > 0 */
     char *send_msg[2]; /* all but the last */
@@ -182,22 +190,30 @@ static cllm_status take_slot(cllm_pipe *p, int *slot) {
 
 static cllm_status link_send(void *ud, int64_t n_past, int64_t n, int64_t n_outputs, bool want,
                              const float *act) {
-    cllm_pipe *p = ud;
+    const struct pipe_seq *ps = ud;
+    cllm_pipe *p = ps->p;
     int slot;
     CLLM_TRY(take_slot(p, &slot));
     memcpy(p->send_msg[slot] + CLLM_PIPE_HEADER_BYTES, act, (size_t)n * p->plan.act_row);
     p->n_batches++;
-    const int64_t h[8] = {OP_BATCH, n_past, n, n_outputs, want, 0, 0, 0};
+    const int64_t h[8] = {OP_BATCH, n_past, n, n_outputs, want, ps->seq, 0, 0};
     return send_batch(p, slot, h, n);
 }
 
 static cllm_status link_recv(void *ud, float *logits, int64_t n_outputs) {
-    cllm_pipe *p = ud;
+    const struct pipe_seq *ps = ud;
+    cllm_pipe *p = ps->p;
     MPI_Request req;
     const int last = p->size - 1;
+    /* messages of one sender and tag arrive in the order sent: the logits
+     * of the sequences of cllm_pipe_decode_seqs come back in their order */
     const int rc = MPI_Irecv(logits, (int)((size_t)n_outputs * p->plan.logits_row), MPI_BYTE, last,
                              TAG_LOGITS, MPI_COMM_WORLD, &req);
     if (rc != MPI_SUCCESS) return mpi_error(rc, "receiving the logits");
+    if (p->defer) {
+        p->pending[ps->seq] = req; /* waited for at the end of the step */
+        return CLLM_OK;
+    }
     const cllm_status st = wait_req(p, &req, "(logits) from", last);
     if (st != CLLM_OK) {
         MPI_Cancel(&req);
@@ -225,7 +241,11 @@ static cllm_status pipe_load(cllm_pipe *p, const char *path, const cllm_plan_par
     sp.n_batch = p->plan.n_batch;
     sp.n_threads = fp->n_threads;
     sp.kv_type = fp->kv_type;
-    CLLM_TRY(cllm_session_new(p->m, &sp, &p->s));
+    p->n_seq = fp->n_sessions;
+    for (int i = 0; i < p->n_seq; i++) {
+        CLLM_TRY(cllm_session_new(p->m, &sp, &p->s[i]));
+        p->pending[i] = MPI_REQUEST_NULL;
+    }
 
     /* the buffers of the exchange, exactly as planned */
     p->msg_bytes = cllm_pipe_msg_bytes(&p->plan);
@@ -244,9 +264,11 @@ static cllm_status pipe_load(cllm_pipe *p, const char *path, const cllm_plan_par
             p->exchange += p->plan.logits_row;
         }
     }
-    if (p->rank == 0) {
-        cllm_session_set_link(
-            p->s, &(cllm_session_link){.ud = p, .send = link_send, .recv_logits = link_recv});
+    for (int i = 0; i < p->n_seq && p->rank == 0; i++) {
+        p->link_ud[i] = (struct pipe_seq){.p = p, .seq = i};
+        cllm_session_set_link(p->s[i], &(cllm_session_link){.ud = &p->link_ud[i],
+                                                            .send = link_send,
+                                                            .recv_logits = link_recv});
     }
     return CLLM_OK;
 nomem:
@@ -257,12 +279,20 @@ nomem:
  * planned == allocated == the plan of the ranks, and the exchange buffers. */
 static bool memory_exact(const cllm_pipe *p, size_t *total) {
     const cllm_pipe_rank_plan *rp = &p->plan.ranks[p->rank];
-    const cllm_memory_report r = cllm_session_memory(p->s);
     bool same = p->exchange == rp->exchange;
     *total = p->exchange;
+    size_t bytes[CLLM_MEM_COUNT] = {0};
+    for (int i = 0; i < p->n_seq; i++) {
+        const cllm_memory_report r = cllm_session_memory(p->s[i]);
+        for (int k = 0; k < CLLM_MEM_COUNT; k++) {
+            same = same && r.planned[k] == r.allocated[k];
+            /* the weights are the model's, shared by the sessions */
+            if (k != CLLM_MEM_WEIGHTS || i == 0) bytes[k] += r.allocated[k];
+        }
+    }
     for (int k = 0; k < CLLM_MEM_COUNT; k++) {
-        same = same && r.planned[k] == r.allocated[k] && rp->bytes[k] == r.allocated[k];
-        *total += r.allocated[k];
+        same = same && rp->bytes[k] == bytes[k];
+        *total += bytes[k];
     }
     return same;
 }
@@ -354,7 +384,38 @@ int cllm_pipe_rank(const cllm_pipe *p) { return p->rank; }
 int cllm_pipe_size(const cllm_pipe *p) { return p->size; }
 const cllm_pipe_plan *cllm_pipe_get_plan(const cllm_pipe *p) { return &p->plan; }
 cllm_model *cllm_pipe_model(cllm_pipe *p) { return p->m; }
-cllm_session *cllm_pipe_session(cllm_pipe *p) { return p->s; }
+cllm_session *cllm_pipe_session(cllm_pipe *p) { return p->s[0]; }
+cllm_session *cllm_pipe_session_seq(cllm_pipe *p, int seq) {
+    return seq >= 0 && seq < p->n_seq ? p->s[seq] : NULL;
+}
+int cllm_pipe_n_seq(const cllm_pipe *p) { return p->n_seq; }
+
+cllm_status cllm_pipe_decode_seqs(cllm_pipe *p, const int32_t *tokens, int n) {
+    if (p->rank != 0 || n < 1 || n > p->n_seq) {
+        return cllm_error(CLLM_ERR_INVALID_ARG,
+                          "pipeline: decode_seqs on rank %d with %d sequences (rank 0, 1 to %d)",
+                          p->rank, n, p->n_seq);
+    }
+    /* each sequence's token goes down the pipeline while rank 0 computes
+     * the next one's; the logits are collected at the end */
+    p->defer = p->size > 1;
+    cllm_status st = CLLM_OK;
+    int sent = 0;
+    for (; sent < n && st == CLLM_OK; sent++)
+        st = cllm_session_decode(p->s[sent], &tokens[sent], 1);
+    p->defer = false;
+    for (int i = 0; i < n; i++) {
+        if (p->pending[i] == MPI_REQUEST_NULL) continue;
+        if (st == CLLM_OK) {
+            st = wait_req(p, &p->pending[i], "(logits) from", p->size - 1);
+        }
+        if (st != CLLM_OK && p->pending[i] != MPI_REQUEST_NULL) {
+            MPI_Cancel(&p->pending[i]);
+            p->pending[i] = MPI_REQUEST_NULL;
+        }
+    }
+    return st;
+}
 double cllm_pipe_comm_seconds(const cllm_pipe *p) { return p->comm_s; }
 uint64_t cllm_pipe_bytes_sent(const cllm_pipe *p) { return p->bytes_sent; }
 
@@ -414,6 +475,11 @@ static cllm_status serve_one(cllm_pipe *p, bool *stop) {
     p->n_batches++;
     const int64_t n_past = h[1], n = h[2], n_outputs = h[3];
     const bool want = h[4] != 0;
+    if (h[5] < 0 || h[5] >= p->n_seq) {
+        return cllm_error(CLLM_ERR_IO, "pipeline: rank %d: sequence %lld of %d", p->rank,
+                          (long long)h[5], p->n_seq);
+    }
+    cllm_session *s = p->s[h[5]];
     const float *act = (const float *)(p->recv_msg + CLLM_PIPE_HEADER_BYTES);
     if (last) {
         /* logits of the last row (n_outputs > 1 needs all_logits, not planned here) */
@@ -421,7 +487,7 @@ static cllm_status serve_one(cllm_pipe *p, bool *stop) {
             return cllm_error(CLLM_ERR_IO, "pipeline: rank %d: %lld logit rows asked, 1 planned",
                               p->rank, (long long)n_outputs);
         }
-        CLLM_TRY(cllm_session_stage_run(p->s, n_past, n, n_outputs, act, p->logits_out));
+        CLLM_TRY(cllm_session_stage_run(s, n_past, n, n_outputs, act, p->logits_out));
         if (!want) return CLLM_OK;
         rc = MPI_Isend(p->logits_out, (int)p->plan.logits_row, MPI_BYTE, 0, TAG_LOGITS,
                        MPI_COMM_WORLD, &req);
@@ -431,7 +497,7 @@ static cllm_status serve_one(cllm_pipe *p, bool *stop) {
     }
     int slot;
     CLLM_TRY(take_slot(p, &slot));
-    st = cllm_session_stage_run(p->s, n_past, n, n_outputs, act,
+    st = cllm_session_stage_run(s, n_past, n, n_outputs, act,
                                 (float *)(p->send_msg[slot] + CLLM_PIPE_HEADER_BYTES));
     if (st != CLLM_OK) return st;
     return send_batch(p, slot, h, n);
@@ -484,7 +550,7 @@ cllm_status cllm_pipe_gather_stats(cllm_pipe *p, cllm_pipe_stats *out) {
 
 void cllm_pipe_free(cllm_pipe *p) {
     if (!p) return;
-    cllm_session_free(p->s);
+    for (int i = 0; i < p->n_seq; i++) cllm_session_free(p->s[i]);
     cllm_model_free(p->m);
     cllm_free(p->recv_msg);
     cllm_free(p->send_msg[0]);

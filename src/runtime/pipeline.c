@@ -38,11 +38,10 @@ static size_t budget_of(const cllm_plan_params *fp) {
     return 0;
 }
 
-/* Measures rank r's part: weights (mapped span or read), and a session's
- * state, compute and workspace, in measure mode. */
-static cllm_status plan_rank(const cllm_gguf *g, const cllm_arch *arch, const cllm_hparams *hp,
-                             cllm_weights *w, const cllm_shape *sh, bool use_mmap,
-                             cllm_pipe_plan *plan, int r) {
+/* Measures rank r's part: its weights (read), and its sessions' state,
+ * compute and workspace, in measure mode. */
+static cllm_status plan_rank(const cllm_arch *arch, const cllm_hparams *hp, cllm_weights *w,
+                             const cllm_shape *sh, int n_sessions, cllm_pipe_plan *plan, int r) {
     cllm_pipe_rank_plan *rp = &plan->ranks[r];
     cllm_pipe_split((int)hp->n_layer, plan->n_ranks, r, &rp->layer_begin, &rp->layer_end);
     cllm_placement pl;
@@ -67,11 +66,9 @@ static cllm_status plan_rank(const cllm_gguf *g, const cllm_arch *arch, const cl
     const cllm_instance_args ia = {
         .arch = arch, .hp = hp, .w = w, .pl = &pl, .shape = *sh, .measure = true};
     if ((st = cllm_instance_init(&in, &ia)) != CLLM_OK) goto done;
-    for (int k = 0; k < CLLM_MEM_COUNT; k++) rp->bytes[k] = in.bytes[cpu][k];
-    if (use_mmap) { /* runtime/model.c maps the span of the rank's weights */
-        uint64_t off, span;
-        cllm_place_mapped_span(&pl, w, g, &off, &span);
-        rp->bytes[CLLM_MEM_WEIGHTS] = (size_t)span;
+    /* per sequence (a session each): state, compute, workspace */
+    for (int k = 0; k < CLLM_MEM_COUNT; k++) {
+        rp->bytes[k] = in.bytes[cpu][k] * (k == CLLM_MEM_WEIGHTS ? 1 : (size_t)n_sessions);
     }
     rp->exchange = cllm_pipe_exchange_bytes(plan, r);
     rp->total = rp->exchange;
@@ -120,6 +117,12 @@ cllm_status cllm_pipe_plan_file(const char *path, const cllm_plan_params *fp, in
                         n_ranks, (long long)hp.n_layer, CLLM_PIPE_MAX_RANKS);
         goto done;
     }
+    if (p.n_sessions < 1 || p.n_sessions > CLLM_PIPE_MAX_SEQS) {
+        st = cllm_error(CLLM_ERR_INVALID_ARG,
+                        "pipeline: %d concurrent sequences is out of range [1, %d]", p.n_sessions,
+                        CLLM_PIPE_MAX_SEQS);
+        goto done;
+    }
     if (n_ranks > 1 && !arch->layer_ranges) {
         st = cllm_error(CLLM_ERR_UNSUPPORTED,
                         "%s: architecture %s cannot run a range of its layers on a rank", path,
@@ -140,12 +143,13 @@ cllm_status cllm_pipe_plan_file(const char *path, const cllm_plan_params *fp, in
     plan.n_vocab = hp.n_vocab;
     plan.n_ctx = sh.n_ctx;
     plan.n_batch = sh.n_batch;
+    plan.n_seq = p.n_sessions;
     plan.act_header = CLLM_PIPE_HEADER_BYTES;
     plan.act_row = (size_t)hp.n_embd * sizeof(float);
     plan.logits_row = (size_t)hp.n_vocab * sizeof(float);
     const size_t budget = budget_of(&p);
     for (int r = 0; r < n_ranks; r++) {
-        if ((st = plan_rank(g, arch, &hp, w, &sh, p.use_mmap, &plan, r)) != CLLM_OK) goto done;
+        if ((st = plan_rank(arch, &hp, w, &sh, p.n_sessions, &plan, r)) != CLLM_OK) goto done;
         plan.ranks[r].budget = budget;
     }
     *out = plan;
@@ -170,8 +174,9 @@ done:
 
 void cllm_pipe_plan_print(const cllm_pipe_plan *plan, FILE *f) {
     char b[CLLM_MEM_COUNT + 3][32];
-    fprintf(f, "pipeline: %d ranks, %lld layers, context %lld, batch %lld\n", plan->n_ranks,
-            (long long)plan->n_layer, (long long)plan->n_ctx, (long long)plan->n_batch);
+    fprintf(f, "pipeline: %d ranks, %lld layers, context %lld, batch %lld, %d sequence%s\n",
+            plan->n_ranks, (long long)plan->n_layer, (long long)plan->n_ctx,
+            (long long)plan->n_batch, plan->n_seq, plan->n_seq == 1 ? "" : "s");
     fprintf(f, "%-5s %-9s %-6s %10s %10s %10s %10s %10s %10s %10s\n", "rank", "layers", "holds",
             "weights", "state", "compute", "workspace", "exchange", "total", "budget");
     for (int r = 0; r < plan->n_ranks; r++) {

@@ -93,8 +93,9 @@ int cllm_cmd_plan(int argc, char **argv) {
         return 2;
     }
     if (n_ranks > 0) {
-        if (fp.n_seq > 1 || fp.n_sessions > 1 || json) {
-            cllm_cli_error("plan", "--ranks plans one session of one sequence, as text");
+        if (fp.n_seq > 1 || json) {
+            cllm_cli_error("plan", "--ranks plans sessions of one sequence (--sessions N: N "
+                                   "concurrent sequences), as text");
             return 2;
         }
         cllm_pipe_plan pp;

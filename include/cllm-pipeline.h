@@ -164,6 +164,11 @@ typedef struct cllm_pipe_stats {
  * others): every rank's figures, into *out on rank 0. */
 cllm_status cllm_pipe_gather_stats(cllm_pipe *p, cllm_pipe_stats *out);
 
+/* Collective, after the pipeline is closed: the one-way time of a message
+ * of `bytes` between ranks 0 and 1 (ping-pong, `reps` round trips, after
+ * one not counted), into *one_way_s on rank 0 (0 with one rank). */
+cllm_status cllm_pipe_measure_transfer(cllm_pipe *p, size_t bytes, int reps, double *one_way_s);
+
 void cllm_pipe_free(cllm_pipe *p);
 
 #ifdef __cplusplus

@@ -548,6 +548,36 @@ cllm_status cllm_pipe_gather_stats(cllm_pipe *p, cllm_pipe_stats *out) {
     return rc == MPI_SUCCESS ? CLLM_OK : mpi_error(rc, "gathering the figures");
 }
 
+cllm_status cllm_pipe_measure_transfer(cllm_pipe *p, size_t bytes, int reps, double *one_way_s) {
+    if (one_way_s) *one_way_s = 0;
+    if (p->size < 2 || p->rank > 1 || reps < 1) return CLLM_OK;
+    char *buf = cllm_malloc(bytes ? bytes : 1);
+    if (!buf) return cllm_error(CLLM_ERR_NOMEM, "pipeline: out of host memory");
+    memset(buf, 0, bytes ? bytes : 1);
+    const int peer = 1 - p->rank, tag = TAG_BATCH + 100;
+    double t0 = 0;
+    int rc = MPI_SUCCESS;
+    for (int i = -1; i < reps && rc == MPI_SUCCESS; i++) { /* i = -1: not counted */
+        if (i == 0) t0 = now_s();
+        if (p->rank == 0) {
+            rc = MPI_Send(buf, (int)bytes, MPI_BYTE, peer, tag, MPI_COMM_WORLD);
+            if (rc == MPI_SUCCESS) {
+                rc = MPI_Recv(buf, (int)bytes, MPI_BYTE, peer, tag, MPI_COMM_WORLD,
+                              MPI_STATUS_IGNORE);
+            }
+        } else {
+            rc = MPI_Recv(buf, (int)bytes, MPI_BYTE, peer, tag, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+            if (rc == MPI_SUCCESS)
+                rc = MPI_Send(buf, (int)bytes, MPI_BYTE, peer, tag, MPI_COMM_WORLD);
+        }
+    }
+    const double t = now_s() - t0;
+    cllm_free(buf);
+    if (rc != MPI_SUCCESS) return mpi_error(rc, "measuring a transfer");
+    if (one_way_s && p->rank == 0) *one_way_s = t / (2.0 * reps);
+    return CLLM_OK;
+}
+
 void cllm_pipe_free(cllm_pipe *p) {
     if (!p) return;
     for (int i = 0; i < p->n_seq; i++) cllm_session_free(p->s[i]);

@@ -46,4 +46,8 @@ cllm_status cllm_pipe_gather_stats(cllm_pipe *p, cllm_pipe_stats *out) {
     (void)p, (void)out;
     return NO_MPI;
 }
+cllm_status cllm_pipe_measure_transfer(cllm_pipe *p, size_t bytes, int reps, double *one_way_s) {
+    (void)p, (void)bytes, (void)reps, (void)one_way_s;
+    return NO_MPI;
+}
 void cllm_pipe_free(cllm_pipe *p) { (void)p; }

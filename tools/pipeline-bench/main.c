@@ -11,7 +11,8 @@
  * greedy tokens on sequence 0), and with --seqs S > 1 S sequences each
  * prefilled with 8 tokens of its own and then --tg greedy steps of all of
  * them, pipelined (cllm_pipe_decode_seqs); each --reps times, as mean ±
- * stddev. Then every rank's time waiting for transfers and bytes sent.
+ * stddev. Then every rank's time waiting on the others and bytes sent, and
+ * the one-way time of a token's activations and logits between ranks 0, 1.
  * --ids prints each sequence's greedy tokens (to compare runs). With -np 1
  * (or no mpirun) the same code runs every layer in one process: the
  * single-process figure.
@@ -44,12 +45,21 @@ static int32_t argmax(const float *l, int32_t n) {
     return best;
 }
 
-static void mean_sd(const double *x, int n, double *mean, double *sd) {
+static int cmp_double(const void *a, const void *b) {
+    const double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* "median M (mean ± sd, n reps)": the machine may be shared and noisy */
+static void print_figure(const char *what, double *x, int n) {
     double s = 0, q = 0;
     for (int i = 0; i < n; i++) s += x[i];
-    *mean = s / n;
-    for (int i = 0; i < n; i++) q += (x[i] - *mean) * (x[i] - *mean);
-    *sd = n > 1 ? sqrt(q / (n - 1)) : 0;
+    const double mean = s / n;
+    for (int i = 0; i < n; i++) q += (x[i] - mean) * (x[i] - mean);
+    qsort(x, (size_t)n, sizeof(*x), cmp_double);
+    const double median = n % 2 ? x[n / 2] : (x[n / 2 - 1] + x[n / 2]) / 2;
+    printf("%s: median %.2f tokens/s (mean %.2f ± %.2f over %d)\n", what, median, mean,
+           n > 1 ? sqrt(q / (n - 1)) : 0.0, n);
 }
 
 #define TRY(x)                                                                                     \
@@ -115,16 +125,16 @@ static bool bench(cllm_pipe *p, const opts *o) {
         free(hist);
     }
     free(prompt);
-    double m, sd;
+    char what[64];
     if (o->pp > 0) {
-        mean_sd(pp, reps, &m, &sd);
-        printf("pp%d: %.2f ± %.2f tokens/s\n", o->pp, m, sd);
+        snprintf(what, sizeof(what), "pp%d", o->pp);
+        print_figure(what, pp, reps);
     }
-    mean_sd(tg, reps, &m, &sd);
-    printf("tg%d: %.2f ± %.2f tokens/s\n", o->tg, m, sd);
+    snprintf(what, sizeof(what), "tg%d", o->tg);
+    print_figure(what, tg, reps);
     if (o->seqs > 1) {
-        mean_sd(agg, reps, &m, &sd);
-        printf("%d sequences x tg%d: %.2f ± %.2f tokens/s in all\n", o->seqs, o->tg, m, sd);
+        snprintf(what, sizeof(what), "%d sequences x tg%d, in all", o->seqs, o->tg);
+        print_figure(what, agg, reps);
     }
     return true;
 }
@@ -199,13 +209,26 @@ int main(int argc, char **argv) {
     }
     cllm_pipe_stats st;
     ok = ok && cllm_pipe_gather_stats(p, &st) == CLLM_OK;
+    /* what one token costs on the link: its activations per hop, and the
+     * logits back (measured between ranks 0 and 1) */
+    const cllm_pipe_plan *plan = cllm_pipe_get_plan(p);
+    double t_act = 0, t_logits = 0;
+    ok = ok &&
+         cllm_pipe_measure_transfer(p, plan->act_header + plan->act_row, 200, &t_act) == CLLM_OK;
+    ok = ok && cllm_pipe_measure_transfer(p, plan->logits_row, 200, &t_logits) == CLLM_OK;
     if (ok && cllm_pipe_rank(p) == 0) {
         const cllm_pipe_plan *pl = cllm_pipe_get_plan(p);
         printf("bytes per token: %zu of activations per hop (%d hops), %zu of logits back\n",
                pl->act_row, pl->n_ranks - 1, pl->n_ranks > 1 ? pl->logits_row : (size_t)0);
+        if (pl->n_ranks > 1) {
+            const double per_token = (pl->n_ranks - 1) * t_act + t_logits;
+            printf("one way, rank 0 <-> 1: a token's activations %.1f us, its logits %.1f us: "
+                   "%.1f us of transfers per generated token\n",
+                   t_act * 1e6, t_logits * 1e6, per_token * 1e6);
+        }
         for (int r = 0; r < cllm_pipe_size(p); r++) {
-            printf("rank %d: layers %d-%d, %llu batches, %llu bytes sent, %.3f s waiting for "
-                   "transfers\n",
+            printf("rank %d: layers %d-%d, %llu batches, %llu bytes sent, %.3f s waiting on other "
+                   "ranks (their compute and the transfers)\n",
                    r, pl->ranks[r].layer_begin, pl->ranks[r].layer_end - 1,
                    (unsigned long long)st.batches[r], (unsigned long long)st.bytes_sent[r],
                    st.comm_s[r]);

@@ -12,6 +12,7 @@
  *    cllm_pipe_decode_seqs; argv[3] is cllm-pipeline-bench, the driver)
  *    give every sequence the greedy tokens of the single process;
  *  - a plan that does not fit names the rank that is short and exits 1;
+ *    another command than run under mpirun is refused;
  *  - a rank that fails mid-run is reported by rank 0 ("rank 1 failed"),
  *    and one that stops answering is reported after --pipe-timeout, both
  *    with a non-zero exit, neither hangs.
@@ -153,6 +154,12 @@ static void check_failures(const char *model) {
     CHECKF(o.rc != 0 && strstr(o.err, "pipeline: rank 0 (layers 0-2) needs") &&
                strstr(o.err, "short"),
            "budget too small: rc %d:\n%s", o.rc, o.err);
+    run_free(&o);
+
+    /* other commands would run a copy per rank: refused */
+    o = run("'%s' " MPIRUN_OPTS " -np 2 '%s' chat -m '%s'", g_mpirun, g_cllm, model);
+    CHECKF(o.rc != 0 && strstr(o.err, "only cllm run runs a model across them"),
+           "chat under mpirun: rc %d:\n%s", o.rc, o.err);
     run_free(&o);
 
     /* rank 1 fails at its third batch: rank 0 says so and the job ends */

@@ -350,6 +350,25 @@ void cllm_build_inputs(const cllm_build_args *args, cllm_graph_io *io) {
     cllm_tensor_set_input(io->out_ids);
 }
 
+cllm_tensor *cllm_build_stage_in(const cllm_build_args *args, cllm_graph_io *io) {
+    if (args->layer_begin <= 0) return NULL;
+    io->act_in = cllm_tensor_set_name(
+        cllm_tensor_new_2d(args->ctx, CLLM_TYPE_F32, args->hp->n_embd, args->shape.n_tokens),
+        "act_in");
+    cllm_tensor_set_input(io->act_in);
+    io->tokens = NULL;
+    return io->act_in;
+}
+
+cllm_tensor *cllm_build_stage_out(const cllm_build_args *args, cllm_graph_io *io, cllm_tensor *x) {
+    io->act_out = cllm_tensor_set_name(x, "act_out");
+    cllm_tensor_set_output(io->act_out);
+    io->out_ids = NULL;
+    io->logits = NULL;
+    cllm_graph_build(args->graph, io->act_out);
+    return io->act_out;
+}
+
 cllm_tensor *cllm_build_logits(const cllm_build_args *args, cllm_graph_io *io, cllm_tensor *x) {
     io->logits = cllm_tensor_set_name(cllm_mul_mat(args->ctx, args->w->output, x), "logits");
     cllm_tensor_set_output(io->logits);

@@ -94,8 +94,8 @@ static cllm_status llama_weights(cllm_weights *w, const cllm_gguf *g, const cllm
     cllm_weights_set_group(w, CLLM_WEIGHT_OUTPUT);
     CLLM_TRY(cllm_weights_tensor(w, g, R, &w->output_norm, 1, SHAPE(E), "output_norm.weight"));
     CLLM_TRY(cllm_weights_tensor(w, g, OPT, &w->output, 2, SHAPE(E, V), "output.weight"));
-    if (!w->output) w->output = w->tok_embd;      /* tied */
-    cllm_weights_set_group(w, CLLM_WEIGHT_INPUT); /* read by every layer; stays with the input */
+    if (!w->output) w->output = w->tok_embd;       /* tied */
+    cllm_weights_set_group(w, CLLM_WEIGHT_SHARED); /* read by every layer */
     CLLM_TRY(cllm_weights_tensor(w, g, OPT, &w->rope_freqs, 1, SHAPE(hp->n_rot / 2),
                                  "rope_freqs.weight"));
     for (int l = 0; l < w->n_layer; l++) {
@@ -139,9 +139,11 @@ static cllm_tensor *llama_build(const cllm_build_args *args, cllm_graph_io *io) 
     const float scale = 1.0f / sqrtf((float)hp->head_dim_k);
 
     cllm_build_inputs(args, io);
-    cllm_tensor *x = cllm_get_rows(ctx, w->tok_embd, io->tokens); /* [n_embd, T] */
+    cllm_tensor *x = cllm_build_stage_in(args, io);          /* a later stage of a pipeline */
+    if (!x) x = cllm_get_rows(ctx, w->tok_embd, io->tokens); /* [n_embd, T] */
 
-    for (int l = 0; l < w->n_layer; l++) {
+    const int l_end = cllm_build_layer_end(args);
+    for (int l = args->layer_begin; l < l_end; l++) {
         const cllm_layer_weights *L = &w->layers[l];
         cllm_tensor *h = cllm_mul(ctx, cllm_rms_norm(ctx, x, hp->norm_eps), L->attn_norm);
 
@@ -166,6 +168,7 @@ static cllm_tensor *llama_build(const cllm_build_args *args, cllm_graph_io *io) 
         cllm_tensor_set_name(x, "x-%d", l);
     }
 
+    if (l_end < w->n_layer) return cllm_build_stage_out(args, io, x); /* sent on */
     x = cllm_get_rows(ctx, x, io->out_ids); /* only the rows that need logits */
     x = cllm_mul(ctx, cllm_rms_norm(ctx, x, hp->norm_eps), w->output_norm);
     return cllm_build_logits(args, io, x);
@@ -179,4 +182,5 @@ const cllm_arch cllm_arch_llama = {
     .create_weights = llama_weights,
     .build = llama_build,
     .graph_size = llama_graph_size,
+    .layer_ranges = true,
 };

@@ -74,7 +74,9 @@ typedef struct cllm_layer_weights {
 /* The part of the model a weight belongs to: a layer index (0 .. n_layer-1)
  * or one of these. Recorded by the architecture when it creates the weight;
  * the placement puts the input group on the CPU. */
-enum { CLLM_WEIGHT_INPUT = -1, CLLM_WEIGHT_OUTPUT = -2 };
+enum { CLLM_WEIGHT_INPUT = -1, CLLM_WEIGHT_OUTPUT = -2, CLLM_WEIGHT_SHARED = -3 };
+/* CLLM_WEIGHT_SHARED: read by every layer (rope frequency factors); kept
+ * wherever any layer is, e.g. by every stage of a pipeline (runtime/mpi.h). */
 
 typedef struct cllm_weights {
     cllm_context *ctx; /* weight tensors (metadata only) */
@@ -149,6 +151,11 @@ typedef struct cllm_graph_io {
      * p - j >= n_swa (cllm_fill_swa_mask); NULL without a window */
     cllm_tensor *swa_mask;
     cllm_tensor *seq_swa_mask[CLLM_MAX_SEQS];
+    /* a stage of a pipeline (cllm_build_args.layer_begin/end): the
+     * activations received, f32 [n_embd, n_tokens] (tokens is then NULL),
+     * and those to send on, f32 [n_embd, n_tokens] (logits and out_ids are
+     * then NULL) */
+    cllm_tensor *act_in, *act_out;
 } cllm_graph_io;
 
 typedef struct cllm_build_args {
@@ -163,6 +170,11 @@ typedef struct cllm_build_args {
      * the tensors that place this batch's K and V rows in the cache, so that
      * a graph can be run again at another position (cllm_kv_writes_move) */
     cllm_tensor **kv_writes;
+    /* (optional) the layers of this graph, [layer_begin, layer_end); 0, 0:
+     * all. A graph from layer_begin > 0 starts from the activations of
+     * io->act_in, one that ends before the last layer returns io->act_out
+     * (a stage of a pipeline over several hosts, runtime/mpi.h). */
+    int layer_begin, layer_end;
 } cllm_build_args;
 
 typedef struct cllm_arch {
@@ -175,6 +187,8 @@ typedef struct cllm_arch {
     cllm_tensor *(*build)(const cllm_build_args *args, cllm_graph_io *io);
     /* Upper bound on the tensors (and graph nodes) one forward pass creates. */
     int (*graph_size)(const cllm_hparams *hp);
+    /* build honours cllm_build_args.layer_begin/layer_end */
+    bool layer_ranges;
 } cllm_arch;
 
 /* The architecture named `name`, or NULL. */
@@ -250,6 +264,22 @@ cllm_tensor *cllm_build_attention(const cllm_build_args *args, cllm_graph_io *io
 /* The output head: logits = output · x_normed ([n_vocab, n_outputs]),
  * flagged as the graph's output and added to args->graph. */
 cllm_tensor *cllm_build_logits(const cllm_build_args *args, cllm_graph_io *io, cllm_tensor *x);
+
+/* The end of the graph's layer range (cllm_build_args.layer_end, or every
+ * layer). */
+static inline int cllm_build_layer_end(const cllm_build_args *args) {
+    return args->layer_end > 0 ? args->layer_end : args->w->n_layer;
+}
+
+/* A graph of a later stage of a pipeline (layer_begin > 0): creates
+ * io->act_in, f32 [n_embd, n_tokens], the graph's input, drops io->tokens,
+ * and returns it; NULL for a graph from the first layer. */
+cllm_tensor *cllm_build_stage_in(const cllm_build_args *args, cllm_graph_io *io);
+
+/* The output of a stage that ends before the last layer: x, f32 [n_embd,
+ * n_tokens], flagged as the graph's output (io->act_out); io->logits and
+ * io->out_ids are NULL. */
+cllm_tensor *cllm_build_stage_out(const cllm_build_args *args, cllm_graph_io *io, cllm_tensor *x);
 
 /* Per layer: the view of the K rows written, the copy into it, then the
  * same two for V (cllm_build_attention records them in args->kv_writes). */

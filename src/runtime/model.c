@@ -22,7 +22,15 @@ cllm_model_params cllm_model_default_params(void) {
 
 /* The placement: the plan's (whose shape then bounds the sessions), or
  * every layer on the CPU. */
-static cllm_status init_placement(cllm_model *m, const cllm_plan *plan, bool use_mmap) {
+static cllm_status init_placement(cllm_model *m, const cllm_plan *plan, bool use_mmap,
+                                  const cllm_placement *placed) {
+    if (placed) {
+        if (placed->n_layer != (int)m->hp.n_layer) {
+            return cllm_error(CLLM_ERR_INVALID_ARG, "%s: the placement is not one for this model",
+                              m->path);
+        }
+        return cllm_placement_copy(&m->place, placed);
+    }
     if (!plan) return cllm_placement_init_cpu(&m->place, (int)m->hp.n_layer);
     const cllm_placement *pp = &plan->place;
     if (plan->hp.n_layer != m->hp.n_layer || pp->n_layer != (int)m->hp.n_layer ||
@@ -49,8 +57,10 @@ static cllm_status alloc_weights(cllm_model *m, bool use_mmap) {
     const int cpu = cllm_placement_cpu(pl);
     size_t bytes[CLLM_PLACE_MAX_DEVICES];
     cllm_place_weights(pl, m->weights, bytes, NULL);
+    uint64_t span_off, span = cllm_place_mapped_bytes(m->gguf);
+    if (m->partial) cllm_place_mapped_span(pl, m->weights, m->gguf, &span_off, &span);
     for (int d = 0; d < pl->n_devices; d++) {
-        m->weights_planned[d] = d == cpu && use_mmap ? cllm_place_mapped_bytes(m->gguf) : bytes[d];
+        m->weights_planned[d] = d == cpu && use_mmap ? (size_t)span : bytes[d];
         if (!bytes[d] || (d == cpu && use_mmap)) continue;
         const cllm_status st = cllm_buffer_type_alloc(cllm_placement_buft(pl, d), bytes[d],
                                                       CLLM_MEM_WEIGHTS, &m->weights_buf[d]);
@@ -79,17 +89,27 @@ static void progress(size_t done, size_t total, bool show) {
  * other devices' weights (already placed) are copied from the mapping. */
 static cllm_status place_mapped(cllm_model *m, int fd) {
     const cllm_gguf *g = m->gguf;
-    const size_t size = (size_t)cllm_gguf_file_size(g);
-    void *map = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
+    size_t size = (size_t)cllm_gguf_file_size(g);
+    uint64_t data = CLLM_MIN(cllm_gguf_data_offset(g), (uint64_t)size);
+    /* a stage of a pipeline maps only the span of its own weights: from the
+     * page that holds its first byte; tensor offsets stay relative to data */
+    uint64_t map_off = 0, span_off = 0, span = size - data;
+    if (m->partial) {
+        cllm_place_mapped_span(&m->place, m->weights, g, &span_off, &span);
+        const uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
+        map_off = (data + span_off) / page * page;
+        size = (size_t)(data + span_off + span - map_off);
+        data = data + span_off - map_off; /* the span's start in the mapping */
+    }
+    void *map = size ? mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, (off_t)map_off) : NULL;
     if (map == MAP_FAILED) {
         return cllm_error(CLLM_ERR_IO, "%s: cannot map %zu bytes: %s", m->path, size,
                           strerror(errno));
     }
-    const uint64_t data = CLLM_MIN(cllm_gguf_data_offset(g), (uint64_t)size);
     const int cpu = cllm_placement_cpu(&m->place);
     cllm_buffer *buf = NULL;
     cllm_status st =
-        cllm_cpu_buffer_from_ptr((char *)map + data, size - data, CLLM_MEM_WEIGHTS, &buf);
+        cllm_cpu_buffer_from_ptr((char *)map + data, (size_t)span, CLLM_MEM_WEIGHTS, &buf);
     if (st != CLLM_OK) {
         munmap(map, size);
         return st;
@@ -98,10 +118,13 @@ static cllm_status place_mapped(cllm_model *m, int fd) {
     for (int i = 0; i < cllm_context_n_tensors(ctx); i++) {
         cllm_tensor *t = cllm_context_tensor(ctx, i);
         const cllm_gguf_tensor_info *ti = cllm_gguf_tensor(g, cllm_gguf_find_tensor(g, t->name));
-        if (cllm_placement_weight_device(&m->place, m->weights, i) == cpu) {
-            cllm_buffer_place_tensor(buf, t, (size_t)ti->offset);
+        const int d = cllm_placement_weight_device(&m->place, m->weights, i);
+        if (d == CLLM_PLACE_NONE) continue; /* another host's */
+        if (d == cpu) {
+            cllm_buffer_place_tensor(buf, t, (size_t)(ti->offset - span_off));
         } else {
-            cllm_tensor_set(t, (const char *)map + data + ti->offset, 0, cllm_nbytes(t));
+            cllm_tensor_set(t, (const char *)map + data + (ti->offset - span_off), 0,
+                            cllm_nbytes(t));
         }
     }
     m->map = map;
@@ -119,6 +142,7 @@ static cllm_status place_read(cllm_model *m, int fd, bool show_progress) {
     size_t stage_size = 0;
     for (int i = 0; i < cllm_context_n_tensors(ctx); i++) {
         const cllm_tensor *t = cllm_context_tensor(ctx, i);
+        if (!t->buffer) continue; /* another host's (a pipeline stage) */
         total += cllm_nbytes(t);
         if (!cllm_buffer_type_is_host(cllm_buffer_buft(t->buffer))) {
             stage_size = CLLM_MAX(stage_size, cllm_nbytes(t));
@@ -131,6 +155,7 @@ static cllm_status place_read(cllm_model *m, int fd, bool show_progress) {
     size_t done = 0;
     for (int i = 0; i < cllm_context_n_tensors(ctx); i++) {
         cllm_tensor *t = cllm_context_tensor(ctx, i);
+        if (!t->buffer) continue;
         const cllm_gguf_tensor_info *ti = cllm_gguf_tensor(g, cllm_gguf_find_tensor(g, t->name));
         const off_t base = (off_t)(cllm_gguf_data_offset(g) + ti->offset);
         const bool host = cllm_buffer_type_is_host(cllm_buffer_buft(t->buffer));
@@ -153,7 +178,23 @@ static cllm_status place_read(cllm_model *m, int fd, bool show_progress) {
     return CLLM_OK;
 }
 
+static cllm_status model_load(const char *path, const cllm_model_params *params,
+                              const cllm_placement *placed, cllm_model **out);
+
 cllm_status cllm_model_load(const char *path, const cllm_model_params *params, cllm_model **out) {
+    return model_load(path, params, NULL, out);
+}
+
+cllm_status cllm_model_load_placed(const char *path, const cllm_model_params *p,
+                                   const cllm_placement *pl, cllm_model **out) {
+    if (p && p->plan) {
+        return cllm_error(CLLM_ERR_INVALID_ARG, "%s: a placed load takes no plan", path);
+    }
+    return model_load(path, p, pl, out);
+}
+
+static cllm_status model_load(const char *path, const cllm_model_params *params,
+                              const cllm_placement *placed, cllm_model **out) {
     const cllm_model_params p = params ? *params : cllm_model_default_params();
     cllm_model *m = cllm_calloc(1, sizeof(*m));
     if (!m) return cllm_error(CLLM_ERR_NOMEM, "%s: out of host memory", path);
@@ -181,7 +222,10 @@ cllm_status cllm_model_load(const char *path, const cllm_model_params *params, c
         (st = cllm_tokenizer_new_from_gguf(m->gguf, &m->tok)) != CLLM_OK) {
         goto fail;
     }
-    if ((st = init_placement(m, p.plan, p.use_mmap)) != CLLM_OK) goto fail;
+    if ((st = init_placement(m, p.plan, p.use_mmap, placed)) != CLLM_OK) goto fail;
+    int l0, l1;
+    cllm_placement_layer_range(&m->place, &l0, &l1);
+    m->partial = l0 > 0 || l1 < m->place.n_layer;
     if ((st = alloc_weights(m, p.use_mmap)) != CLLM_OK) goto fail;
 
     /* O_NONBLOCK: should the path have become a FIFO since it was parsed,

@@ -47,6 +47,17 @@ struct cllm_model {
     cllm_shape limit;
     int limit_sessions;
     _Atomic int n_sessions; /* open sessions */
+    bool partial;           /* a stage of a pipeline: some layers are elsewhere */
 };
+
+/*
+ * Loads the part of a model that placement `pl` keeps on this host (a stage
+ * of a pipeline, cllm_placement_restrict): only its weights are read, or
+ * mapped (then only the span of the file that holds them,
+ * cllm_place_mapped_span); sessions of the model compute its layer range.
+ * `pl` is copied. p->plan must be NULL.
+ */
+cllm_status cllm_model_load_placed(const char *path, const cllm_model_params *p,
+                                   const cllm_placement *pl, cllm_model **out);
 
 #endif /* CLLM_RUNTIME_MODEL_H */

@@ -60,7 +60,29 @@ void cllm_placement_free(cllm_placement *pl) {
 int cllm_placement_weight_device(const cllm_placement *pl, const cllm_weights *w, int i) {
     const int g = cllm_weights_group(w, i);
     if (g >= 0) return pl->layer_device[g];
-    return g == CLLM_WEIGHT_OUTPUT ? pl->output_device : cllm_placement_cpu(pl);
+    if (g == CLLM_WEIGHT_OUTPUT) return pl->output_device;
+    if (g == CLLM_WEIGHT_INPUT && pl->no_input) {
+        /* the last stage computes the logits with embeddings tied to them */
+        const bool tied = w->output == w->tok_embd && pl->output_device != CLLM_PLACE_NONE;
+        return tied ? pl->output_device : CLLM_PLACE_NONE;
+    }
+    return cllm_placement_cpu(pl);
+}
+
+void cllm_placement_restrict(cllm_placement *pl, int begin, int end) {
+    for (int l = 0; l < pl->n_layer; l++) {
+        if (l < begin || l >= end) pl->layer_device[l] = CLLM_PLACE_NONE;
+    }
+    if (end < pl->n_layer) pl->output_device = CLLM_PLACE_NONE;
+    pl->no_input = begin > 0;
+}
+
+void cllm_placement_layer_range(const cllm_placement *pl, int *begin, int *end) {
+    int b = 0, e = pl->n_layer;
+    while (b < e && pl->layer_device[b] == CLLM_PLACE_NONE) b++;
+    while (e > b && pl->layer_device[e - 1] == CLLM_PLACE_NONE) e--;
+    *begin = b;
+    *end = e;
 }
 
 cllm_buffer_type *cllm_placement_buft(const cllm_placement *pl, int d) {
@@ -74,6 +96,7 @@ static void lay_out(const cllm_placement *pl, cllm_context *ctx, int (*dev_of)(c
     for (int i = 0; i < cllm_context_n_tensors(ctx); i++) {
         cllm_tensor *t = cllm_context_tensor(ctx, i);
         const int d = dev_of(ud, i);
+        if (d == CLLM_PLACE_NONE) continue; /* another host's */
         cllm_buffer_type *buft = cllm_placement_buft(pl, d);
         off[d] = cllm_align_up(off[d], cllm_buffer_type_alignment(buft));
         if (bufs && bufs[d]) cllm_buffer_place_tensor(bufs[d], t, off[d]);
@@ -101,6 +124,20 @@ void cllm_place_weights(const cllm_placement *pl, const cllm_weights *w, size_t 
 size_t cllm_place_mapped_bytes(const cllm_gguf *g) {
     const uint64_t size = cllm_gguf_file_size(g), data = cllm_gguf_data_offset(g);
     return data < size ? (size_t)(size - data) : 0; /* no tensors: data may lie past the end */
+}
+
+void cllm_place_mapped_span(const cllm_placement *pl, const cllm_weights *w, const cllm_gguf *g,
+                            uint64_t *off, uint64_t *size) {
+    uint64_t lo = UINT64_MAX, hi = 0;
+    for (int i = 0; i < cllm_context_n_tensors(w->ctx); i++) {
+        if (cllm_placement_weight_device(pl, w, i) == CLLM_PLACE_NONE) continue;
+        const cllm_tensor *t = cllm_context_tensor(w->ctx, i);
+        const cllm_gguf_tensor_info *ti = cllm_gguf_tensor(g, cllm_gguf_find_tensor(g, t->name));
+        lo = CLLM_MIN(lo, ti->offset);
+        hi = CLLM_MAX(hi, ti->offset + ti->size);
+    }
+    *off = lo < hi ? lo : 0;
+    *size = lo < hi ? hi - lo : 0;
 }
 
 /* K and V of layer l of sequence s are tensors 2 (s n_layer + l) and one
@@ -280,7 +317,11 @@ cllm_tensor *cllm_instance_build(cllm_instance *in, const cllm_batch_shape *b, c
     cllm_graph_reset(in->graph);
     memset(in->kv_writes, 0,
            (size_t)CLLM_KV_WRITES_PER_LAYER * (size_t)in->kv.n_layer * sizeof(*in->kv_writes));
+    int l0, l1;
+    cllm_placement_layer_range(in->a.pl, &l0, &l1);
     const cllm_build_args args = {
+        .layer_begin = l0,
+        .layer_end = l1,
         .hp = in->a.hp,
         .w = in->a.w,
         .kv = &in->kv,
@@ -305,7 +346,9 @@ cllm_tensor *cllm_instance_build(cllm_instance *in, const cllm_batch_shape *b, c
 }
 
 void cllm_instance_set_write_pos(cllm_instance *in, int64_t n_past) {
-    cllm_kv_writes_move(in->kv_writes, in->kv.n_layer, n_past);
+    int l0, l1; /* a stage of a pipeline writes only its layers */
+    cllm_placement_layer_range(in->a.pl, &l0, &l1);
+    cllm_kv_writes_move(in->kv_writes + (size_t)l0 * CLLM_KV_WRITES_PER_LAYER, l1 - l0, n_past);
 }
 
 /* The state buffers, per device: measure-mode or real (cleared). */
@@ -356,6 +399,14 @@ cllm_status cllm_instance_init(cllm_instance *in, const cllm_instance_args *args
     in->a = *args;
     const cllm_placement *pl = args->pl;
     cllm_status st;
+    int l0, l1;
+    cllm_placement_layer_range(pl, &l0, &l1);
+    if ((l0 > 0 || l1 < pl->n_layer) && !args->arch->layer_ranges) {
+        memset(in, 0, sizeof(*in));
+        return cllm_error(CLLM_ERR_UNSUPPORTED,
+                          "architecture %s cannot run a range of its layers (a pipeline stage)",
+                          args->arch->name);
+    }
     size_t wbytes[CLLM_PLACE_MAX_DEVICES];
     cllm_place_weights(pl, args->w, wbytes, NULL);
     for (int d = 0; d < pl->n_devices; d++) in->bytes[d][CLLM_MEM_WEIGHTS] = wbytes[d];

@@ -39,13 +39,30 @@
 
 #define CLLM_PLACE_MAX_DEVICES CLLM_SCHED_MAX_BACKENDS
 
+/* A layer (or the output layer) held by another host of a pipeline
+ * (runtime/mpi.h): its weights and KV cache are not placed here. */
+enum { CLLM_PLACE_NONE = -1 };
+
 typedef struct cllm_placement {
     int n_devices; /* the CPU is the last */
     cllm_device *devices[CLLM_PLACE_MAX_DEVICES];
     int n_layer;
-    int *layer_device; /* [n_layer]: index into devices */
-    int output_device;
+    int *layer_device; /* [n_layer]: index into devices, or CLLM_PLACE_NONE */
+    int output_device; /* or CLLM_PLACE_NONE */
+    /* a stage of a pipeline after the first: the token embeddings are on
+     * another host (kept here all the same when the output is tied to them
+     * and output_device is not CLLM_PLACE_NONE) */
+    bool no_input;
 } cllm_placement;
+
+/* Keeps only layers [begin, end) here (a stage of a pipeline): the other
+ * layers become CLLM_PLACE_NONE, the output layer too unless end is the
+ * last, and the token embeddings unless begin is 0. */
+void cllm_placement_restrict(cllm_placement *pl, int begin, int end);
+
+/* The layers held here: [*begin, *end), contiguous (0, n_layer without a
+ * restriction). */
+void cllm_placement_layer_range(const cllm_placement *pl, int *begin, int *end);
 
 /* Every device of the registry, the CPU last (the only place that decides
  * the order), with every layer on the CPU. CLLM_ERR_BACKEND without a CPU. */
@@ -59,7 +76,8 @@ void cllm_placement_free(cllm_placement *pl);
 static inline int cllm_placement_cpu(const cllm_placement *pl) { return pl->n_devices - 1; }
 
 /* The device index of the i-th weight of w (creation order), from the layer
- * the architecture recorded for it. */
+ * the architecture recorded for it; CLLM_PLACE_NONE when another host of a
+ * pipeline holds it. */
 int cllm_placement_weight_device(const cllm_placement *pl, const cllm_weights *w, int i);
 
 /* The buffer type static tensors use on device d. */
@@ -76,6 +94,12 @@ void cllm_place_weights(const cllm_placement *pl, const cllm_weights *w, size_t 
 
 /* CPU weights of a mapped file: its whole data section. */
 size_t cllm_place_mapped_bytes(const cllm_gguf *g);
+
+/* The span of the file's data section that holds the weights placed on
+ * this host (any device), [*off, *off + *size) relative to the data offset: what a stage of a
+ * pipeline maps (0, 0 when it has none). */
+void cllm_place_mapped_span(const cllm_placement *pl, const cllm_weights *w, const cllm_gguf *g,
+                            uint64_t *off, uint64_t *size);
 
 /* ---- the shape of a session -------------------------------------------- */
 

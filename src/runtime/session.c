@@ -41,6 +41,12 @@ struct cllm_session {
     cllm_batch_shape graph_shape; /* its shape; n_past is not part of it */
     cllm_graph_io io;
     uint64_t n_builds;
+
+    /* a stage of a pipeline that is not the last: the next stage, and the
+     * activations of a batch staged for it ([n_batch][n_embd]) */
+    bool has_link;
+    cllm_session_link link;
+    float *act;
 };
 
 /* A one-token batch attends to the cache rows up to the next multiple of
@@ -123,7 +129,10 @@ cllm_status cllm_session_new(const cllm_model *model, const cllm_session_params 
     s->logits = cllm_malloc((size_t)shape.n_outputs * (size_t)hp->n_vocab * sizeof(float));
     s->mask_row = cllm_malloc((size_t)shape.n_ctx * sizeof(float));
     s->seq_logits = cllm_malloc((size_t)shape.n_seq * (size_t)hp->n_vocab * sizeof(float));
-    if (!s->logits || !s->mask_row || !s->seq_logits) {
+    if (model->partial) {
+        s->act = cllm_malloc((size_t)shape.n_batch * (size_t)hp->n_embd * sizeof(float));
+    }
+    if (!s->logits || !s->mask_row || !s->seq_logits || (model->partial && !s->act)) {
         cllm_error(st, "out of host memory for a session");
         goto fail;
     }
@@ -154,8 +163,12 @@ void cllm_session_free(cllm_session *s) {
     cllm_free(s->logits);
     cllm_free(s->mask_row);
     cllm_free(s->seq_logits);
+    cllm_free(s->act);
     cllm_free(s);
 }
+
+static cllm_status stage_batch(cllm_session *s, const int32_t *tokens, const float *act_in,
+                               int64_t n, int64_t n_outputs, bool keep, float *act_out);
 
 /* Runs one batch of n tokens at n_past. With `keep`, copies the logits of
  * the batch's outputs (all its tokens with all_logits, else the last one)
@@ -163,13 +176,26 @@ void cllm_session_free(cllm_session *s) {
  * logits untouched. Does not change n_past. */
 static cllm_status decode_batch(cllm_session *s, const int32_t *tokens, int64_t n, bool keep) {
     const int64_t n_outputs = s->params.all_logits ? n : 1;
+    return stage_batch(s, tokens, NULL, n, n_outputs, keep, NULL);
+}
+
+/* decode_batch for every stage of a pipeline too: the input is tokens or
+ * (a later stage) the activations act_in; a stage that is not the last
+ * copies its activations to act_out, or sends them through its link. */
+static cllm_status stage_batch(cllm_session *s, const int32_t *tokens, const float *act_in,
+                               int64_t n, int64_t n_outputs, bool keep, float *act_out) {
     const cllm_batch_shape shape = {
         .n_tokens = n, .n_past = s->n_past, .n_kv = batch_n_kv(s, n), .n_outputs = n_outputs};
     CLLM_TRY(prepare_graph(s, &shape));
     const cllm_graph_io io = s->io;
 
     /* every input is set in full: a reused graph holds the last batch's */
-    cllm_tensor_set(io.tokens, tokens, 0, (size_t)n * sizeof(int32_t));
+    const size_t act_bytes = (size_t)n * (size_t)s->model->hp.n_embd * sizeof(float);
+    if (io.tokens) {
+        cllm_tensor_set(io.tokens, tokens, 0, (size_t)n * sizeof(int32_t));
+    } else {
+        cllm_tensor_set(io.act_in, act_in, 0, act_bytes);
+    }
     for (int64_t i = 0; i < n; i++) {
         const int32_t pos = (int32_t)(s->n_past + i);
         cllm_tensor_set(io.pos, &pos, (size_t)i * sizeof(pos), sizeof(pos));
@@ -185,7 +211,7 @@ static cllm_status decode_batch(cllm_session *s, const int32_t *tokens, int64_t 
         }
     }
     /* output row r is batch row n - n_outputs + r: all rows, or the last */
-    for (int64_t r = 0; r < n_outputs; r++) {
+    for (int64_t r = 0; io.out_ids && r < n_outputs; r++) {
         const int32_t row = (int32_t)(n - n_outputs + r);
         cllm_tensor_set(io.out_ids, &row, (size_t)r * sizeof(row), sizeof(row));
     }
@@ -194,6 +220,30 @@ static cllm_status decode_batch(cllm_session *s, const int32_t *tokens, int64_t 
     if (st != CLLM_OK) {
         s->graph_ready = false; /* built again next time */
         return st;
+    }
+    if (io.act_out) { /* a stage that is not the last */
+        if (act_out) {
+            cllm_tensor_get(io.act_out, act_out, 0, act_bytes);
+            return CLLM_OK;
+        }
+        if (!s->has_link) {
+            return cllm_error(CLLM_ERR_INVALID_ARG,
+                              "decode: the model holds only some layers and the session has no "
+                              "link to the next stage");
+        }
+        cllm_tensor_get(io.act_out, s->act, 0, act_bytes);
+        CLLM_TRY(s->link.send(s->link.ud, s->n_past, n, n_outputs, keep, s->act));
+        if (keep) {
+            CLLM_TRY(s->link.recv_logits(s->link.ud, s->logits, n_outputs));
+            s->n_logits = n_outputs;
+            s->n_last = n;
+        }
+        return CLLM_OK;
+    }
+    if (act_out) {
+        cllm_tensor_get(io.logits, act_out, 0,
+                        (size_t)n_outputs * (size_t)s->model->hp.n_vocab * sizeof(float));
+        return CLLM_OK;
     }
     if (keep) {
         cllm_tensor_get(io.logits, s->logits, 0,
@@ -204,9 +254,41 @@ static cllm_status decode_batch(cllm_session *s, const int32_t *tokens, int64_t 
     return CLLM_OK;
 }
 
+void cllm_session_set_link(cllm_session *s, const cllm_session_link *link) {
+    s->has_link = link != NULL;
+    if (link) s->link = *link;
+}
+
+bool cllm_session_is_last_stage(const cllm_session *s) {
+    return s->model->place.output_device != CLLM_PLACE_NONE;
+}
+
+cllm_status cllm_session_stage_run(cllm_session *s, int64_t n_past, int64_t n, int64_t n_outputs,
+                                   const float *act_in, float *out) {
+    if (n < 1 || n > s->params.n_batch || n_past < 0 || n_past > s->params.n_ctx - n ||
+        n_outputs < 1 || n_outputs > n || n_outputs > s->shape.n_outputs) {
+        return cllm_error(CLLM_ERR_INVALID_ARG,
+                          "stage: a batch of %lld tokens at %lld with %lld outputs does not fit "
+                          "the session (context %lld, batch %lld)",
+                          (long long)n, (long long)n_past, (long long)n_outputs,
+                          (long long)s->params.n_ctx, (long long)s->params.n_batch);
+    }
+    if (!s->model->place.no_input) {
+        return cllm_error(CLLM_ERR_INVALID_ARG, "stage: the first stage decodes tokens");
+    }
+    s->n_past = n_past;
+    CLLM_TRY(stage_batch(s, NULL, act_in, n, n_outputs, false, out));
+    s->n_past = n_past + n;
+    return CLLM_OK;
+}
+
 cllm_status cllm_session_decode(cllm_session *s, const int32_t *tokens, int64_t n) {
     const int64_t n_vocab = s->model->hp.n_vocab;
     if (n <= 0) return cllm_error(CLLM_ERR_INVALID_ARG, "decode: no tokens");
+    if (s->model->place.no_input) {
+        return cllm_error(CLLM_ERR_INVALID_ARG,
+                          "decode: a later stage of a pipeline takes activations, not tokens");
+    }
     for (int64_t i = 0; i < n; i++) {
         if (tokens[i] < 0 || tokens[i] >= n_vocab) {
             return cllm_error(CLLM_ERR_INVALID_ARG, "decode: token %lld is %d, outside [0, %lld)",
@@ -365,6 +447,11 @@ cllm_status cllm_session_decode_seqs(cllm_session *s, const cllm_seq_tokens *ite
      * the next tokens (the same computation: the padded rows are skipped) */
     if (n == 1 && items[0].seq == 0) {
         return cllm_session_decode(s, items[0].tokens, items[0].n_tokens);
+    }
+    if (s->model->partial) {
+        return cllm_error(CLLM_ERR_UNSUPPORTED,
+                          "decode: a pipeline stage decodes sequence 0 alone (several sequences "
+                          "across hosts are not supported yet)");
     }
 
     /* a graph of several sequences is built and planned for each batch */

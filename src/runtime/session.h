@@ -41,4 +41,42 @@ uint64_t cllm_session_graph_builds(const cllm_session *s);
  * (the reference that reuse must match bit for bit); on by default. */
 void cllm_session_set_graph_reuse(cllm_session *s, bool reuse);
 
+/* ---- a stage of a pipeline over several hosts (runtime/mpi.c) ---------
+ *
+ * A session of a model loaded with some of its layers (cllm_model_load_placed)
+ * computes only those. The first stage (which holds the token embeddings)
+ * decodes with the ordinary API; each batch's activations go to the next
+ * stage through its link, and the logits of the batches that keep them come
+ * back through it. The later stages run their part with
+ * cllm_session_stage_run. Sequence 0 only. */
+
+typedef struct cllm_session_link {
+    void *ud;
+    /* Sends the activations of a batch, act [n][n_embd] f32, of n tokens at
+     * n_past with n_outputs logit rows; `want`: the logits of this batch are
+     * received next (recv_logits). act is only valid during the call. */
+    cllm_status (*send)(void *ud, int64_t n_past, int64_t n, int64_t n_outputs, bool want,
+                        const float *act);
+    /* Receives the logits of the batch last sent with `want`,
+     * [n_outputs][n_vocab]. */
+    cllm_status (*recv_logits)(void *ud, float *logits, int64_t n_outputs);
+} cllm_session_link;
+
+/* Sets the link of a first stage (copied); NULL removes it. */
+void cllm_session_set_link(cllm_session *s, const cllm_session_link *link);
+
+/*
+ * A later stage: runs its layers on the activations of a batch, act_in
+ * [n][n_embd] f32, of n tokens at n_past (the first stage's position; the
+ * session's own follows it), with n_outputs logit rows. out receives the
+ * activations to send on ([n][n_embd]), or, at the last stage, the logits
+ * [n_outputs][n_vocab]. CLLM_ERR_INVALID_ARG for a position or size outside
+ * the session's.
+ */
+cllm_status cllm_session_stage_run(cllm_session *s, int64_t n_past, int64_t n, int64_t n_outputs,
+                                   const float *act_in, float *out);
+
+/* Whether the session's model holds the last layer (computes logits). */
+bool cllm_session_is_last_stage(const cllm_session *s);
+
 #endif /* CLLM_RUNTIME_SESSION_H */

@@ -1,5 +1,6 @@
 /* cllm plan: where a model's layers go and how many bytes of each kind every
  * device will hold, from the GGUF metadata alone (the plan API of cllm.h). */
+#include "cllm-pipeline.h"
 #include "cllm.h"
 #include "commands.h"
 
@@ -23,6 +24,9 @@ static void plan_usage(FILE *f) {
                "                       a server's slots): N KV caches, compute for all of them\n"
                "  --mem DEVICE=SIZE    budget of a device (e.g. cpu=16GiB); default: free memory\n"
                "  --test-device SPEC   enable the test device (debug; e.g. budget=64MiB)\n"
+               "  --ranks N            a pipeline over N hosts (mpirun -np N): contiguous\n"
+               "                       layers per rank, each rank's CPU planned (--mem cpu=SIZE\n"
+               "                       is every rank's budget), the activations exchanged\n"
                "  -v, --verbose        one line per tensor\n"
                "  --json               one JSON object\n"
                "  -h, --help           this help\n");
@@ -31,6 +35,7 @@ static void plan_usage(FILE *f) {
 int cllm_cmd_plan(int argc, char **argv) {
     const char *path = NULL;
     bool verbose = false, json = false;
+    int n_ranks = 0;
     cllm_plan_params fp = cllm_plan_default_params();
     for (int i = 1; i < argc; i++) {
         const char *o = argv[i];
@@ -49,7 +54,7 @@ int cllm_cmd_plan(int argc, char **argv) {
         }
         /* the other options take a value */
         if (!cllm_cli_is_one_of(
-                o, "-m --model -c -b -t --sessions --seqs --kv-type --mem --test-device")) {
+                o, "-m --model -c -b -t --sessions --seqs --kv-type --mem --test-device --ranks")) {
             cllm_cli_error("plan", "unknown option '%s' (see cllm plan --help)", o);
             return 2;
         }
@@ -65,6 +70,8 @@ int cllm_cmd_plan(int argc, char **argv) {
             ok = cllm_cli_int("plan", o, v, 1, 1 << 24, &n) && (fp.n_batch = n, true);
         } else if (!strcmp(o, "-t")) {
             ok = cllm_cli_int("plan", o, v, 0, 1024, &n) && (fp.n_threads = (int)n, true);
+        } else if (!strcmp(o, "--ranks")) {
+            ok = cllm_cli_int("plan", o, v, 1, CLLM_PIPE_MAX_RANKS, &n) && (n_ranks = (int)n, true);
         } else if (!strcmp(o, "--seqs")) {
             ok = cllm_cli_int("plan", o, v, 1, 64, &n) && (fp.n_seq = (int)n, true);
         } else if (!strcmp(o, "--sessions")) {
@@ -84,6 +91,21 @@ int cllm_cmd_plan(int argc, char **argv) {
     if (!path) {
         cllm_cli_error("plan", "no model given (-m FILE)");
         return 2;
+    }
+    if (n_ranks > 0) {
+        if (fp.n_seq > 1 || json) {
+            cllm_cli_error("plan", "--ranks plans sessions of one sequence (--sessions N: N "
+                                   "concurrent sequences), as text");
+            return 2;
+        }
+        cllm_pipe_plan pp;
+        const cllm_status st = cllm_pipe_plan_file(path, &fp, n_ranks, &pp);
+        if (st == CLLM_OK || st == CLLM_ERR_TOO_LARGE) cllm_pipe_plan_print(&pp, stdout);
+        if (st != CLLM_OK) {
+            cllm_cli_lib_error("plan");
+            return 1;
+        }
+        return 0;
     }
     cllm_plan *plan = NULL;
     if (cllm_plan_file(path, &fp, &plan) != CLLM_OK) {

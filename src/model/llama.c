@@ -10,6 +10,16 @@
  *   x   = x + W_down (silu(W_gate h) * (W_up h))
  * then logits = output · (rms_norm(x) * output_norm), output tied to
  * token_embd when the file has no output.weight.
+ *
+ * Llama 3.x rope scaling comes as rope_freqs.weight ([n_rot/2] factors that
+ * divide each frequency). Mistral files are llama files; llama.cpp's llama
+ * graph has no sliding window either (attention sees the whole context).
+ *
+ * The same graph, with options, runs the members of the family that differ
+ * in small ways (each registered under its own name, keys "<arch>.*"):
+ *   qwen2: q, k, v have biases; rope rotates NeoX halves.
+ *   qwen3: q and k get a per-head RMS norm before rope (attn_q_norm,
+ *          attn_k_norm, [head_dim]); no biases; NeoX rope.
  */
 #include "model/model.h"
 
@@ -17,8 +27,11 @@
 #include <stdio.h>
 #include <string.h>
 
-static cllm_status llama_hparams(const cllm_gguf *g, cllm_hparams *hp) {
-    const char *a = "llama";
+/* The hyper-parameters of the llama family under the key prefix `a`;
+ * rope_mode is the architecture's (GGUF stores llama's Q/K permuted for
+ * adjacent pairs, the qwen models keep the NeoX halves). */
+static cllm_status family_hparams(const cllm_gguf *g, const char *a, int rope_mode,
+                                  cllm_hparams *hp) {
     cllm_hparams h = {0};
     snprintf(h.arch, sizeof(h.arch), "%s", a);
     CLLM_TRY(cllm_hp_get_vocab(g, a, &h.n_vocab));
@@ -34,12 +47,13 @@ static cllm_status llama_hparams(const cllm_gguf *g, cllm_hparams *hp) {
                           cllm_gguf_name(g), (long long)h.n_head, (long long)h.n_head_kv);
     }
     /* the head size is n_embd / n_head unless the file gives it */
-    if (cllm_gguf_find_key(g, "llama.attention.key_length") < 0 && h.n_embd % h.n_head != 0) {
+    char key[128];
+    snprintf(key, sizeof(key), "%s.attention.key_length", a);
+    if (cllm_gguf_find_key(g, key) < 0 && h.n_embd % h.n_head != 0) {
         return cllm_error(CLLM_ERR_FORMAT,
-                          "%s: llama.embedding_length %lld is not a multiple of "
-                          "llama.attention.head_count %lld (and llama.attention.key_length, the "
-                          "head size, is not set)",
-                          cllm_gguf_name(g), (long long)h.n_embd, (long long)h.n_head);
+                          "%s: %s.embedding_length %lld is not a multiple of "
+                          "%s.attention.head_count %lld (and %s, the head size, is not set)",
+                          cllm_gguf_name(g), a, (long long)h.n_embd, a, (long long)h.n_head, key);
     }
     h.head_dim_k = h.n_embd / h.n_head;
     CLLM_TRY(cllm_hp_get_int_opt(g, a, "attention.key_length", 1, 1 << 14, &h.head_dim_k));
@@ -52,24 +66,23 @@ static cllm_status llama_hparams(const cllm_gguf *g, cllm_hparams *hp) {
     int64_t n_rot = h.head_dim_k;
     CLLM_TRY(cllm_hp_get_int_opt(g, a, "rope.dimension_count", 2, h.head_dim_k, &n_rot));
     if (n_rot % 2 != 0) {
-        return cllm_error(CLLM_ERR_FORMAT, "%s: llama.rope.dimension_count = %lld is odd",
-                          cllm_gguf_name(g), (long long)n_rot);
+        return cllm_error(CLLM_ERR_FORMAT, "%s: %s.rope.dimension_count = %lld is odd",
+                          cllm_gguf_name(g), a, (long long)n_rot);
     }
     h.n_rot = (int)n_rot;
-    h.rope_mode = CLLM_ROPE_NORMAL;
+    h.rope_mode = rope_mode;
     h.rope_freq_base = 10000.0f;
     h.rope_freq_scale = 1.0f;
     CLLM_TRY(cllm_hp_get_f32_opt(g, a, "rope.freq_base", &h.rope_freq_base));
     const char *scaling = NULL;
-    if (cllm_gguf_find_key(g, "llama.rope.scaling.type") >= 0) {
-        CLLM_TRY(cllm_gguf_get_str(g, "llama.rope.scaling.type", &scaling));
-    }
+    snprintf(key, sizeof(key), "%s.rope.scaling.type", a);
+    if (cllm_gguf_find_key(g, key) >= 0) CLLM_TRY(cllm_gguf_get_str(g, key, &scaling));
     if (scaling && strcmp(scaling, "linear") == 0) {
         float factor = 1.0f;
         CLLM_TRY(cllm_hp_get_f32_opt(g, a, "rope.scaling.factor", &factor));
         if (!(factor > 0.0f)) {
-            return cllm_error(CLLM_ERR_FORMAT, "%s: llama.rope.scaling.factor must be positive",
-                              cllm_gguf_name(g));
+            return cllm_error(CLLM_ERR_FORMAT, "%s: %s.rope.scaling.factor must be positive",
+                              cllm_gguf_name(g), a);
         }
         h.rope_freq_scale = 1.0f / factor;
     } else if (scaling && strcmp(scaling, "none") != 0) {
@@ -84,7 +97,14 @@ static cllm_status llama_hparams(const cllm_gguf *g, cllm_hparams *hp) {
     return CLLM_OK;
 }
 
-static cllm_status llama_weights(cllm_weights *w, const cllm_gguf *g, const cllm_hparams *hp) {
+/* What a member of the family adds to llama's weights. */
+enum {
+    FAM_QKV_BIAS = 1 << 0, /* attn_q/k/v.bias required (qwen2) */
+    FAM_QK_NORM = 1 << 1,  /* attn_q_norm / attn_k_norm [head_dim] required (qwen3) */
+};
+
+static cllm_status family_weights(cllm_weights *w, const cllm_gguf *g, const cllm_hparams *hp,
+                                  int fam) {
     const int64_t E = hp->n_embd, V = hp->n_vocab, F = hp->n_ff;
     const int64_t Q = hp->head_dim_k * hp->n_head, K = cllm_hparams_n_embd_k_gqa(hp);
     const int64_t KV = cllm_hparams_n_embd_v_gqa(hp), O = hp->head_dim_v * hp->n_head;
@@ -108,9 +128,14 @@ static cllm_status llama_weights(cllm_weights *w, const cllm_gguf *g, const cllm
         CLLM_TRY(cllm_weights_tensor(w, g, R, &L->wv, 2, SHAPE(E, KV), "blk.%d.attn_v.weight", l));
         CLLM_TRY(
             cllm_weights_tensor(w, g, R, &L->wo, 2, SHAPE(O, E), "blk.%d.attn_output.weight", l));
-        CLLM_TRY(cllm_weights_tensor(w, g, OPT, &L->bq, 1, SHAPE(Q), "blk.%d.attn_q.bias", l));
-        CLLM_TRY(cllm_weights_tensor(w, g, OPT, &L->bk, 1, SHAPE(K), "blk.%d.attn_k.bias", l));
-        CLLM_TRY(cllm_weights_tensor(w, g, OPT, &L->bv, 1, SHAPE(KV), "blk.%d.attn_v.bias", l));
+        const int B = fam & FAM_QKV_BIAS ? R : OPT, N = fam & FAM_QK_NORM ? R : OPT;
+        CLLM_TRY(cllm_weights_tensor(w, g, B, &L->bq, 1, SHAPE(Q), "blk.%d.attn_q.bias", l));
+        CLLM_TRY(cllm_weights_tensor(w, g, B, &L->bk, 1, SHAPE(K), "blk.%d.attn_k.bias", l));
+        CLLM_TRY(cllm_weights_tensor(w, g, B, &L->bv, 1, SHAPE(KV), "blk.%d.attn_v.bias", l));
+        CLLM_TRY(cllm_weights_tensor(w, g, N, &L->attn_q_norm, 1, SHAPE(hp->head_dim_k),
+                                     "blk.%d.attn_q_norm.weight", l));
+        CLLM_TRY(cllm_weights_tensor(w, g, N, &L->attn_k_norm, 1, SHAPE(hp->head_dim_k),
+                                     "blk.%d.attn_k_norm.weight", l));
         CLLM_TRY(cllm_weights_tensor(w, g, OPT, &L->bo, 1, SHAPE(E), "blk.%d.attn_output.bias", l));
         CLLM_TRY(
             cllm_weights_tensor(w, g, R, &L->ffn_norm, 1, SHAPE(E), "blk.%d.ffn_norm.weight", l));
@@ -151,6 +176,8 @@ static cllm_tensor *llama_build(const cllm_build_args *args, cllm_graph_io *io) 
         q = cllm_reshape_3d(ctx, q, hp->head_dim_k, hp->n_head, T);
         k = cllm_reshape_3d(ctx, k, hp->head_dim_k, hp->n_head_kv, T);
         v = cllm_reshape_3d(ctx, v, hp->head_dim_v, hp->n_head_kv, T);
+        if (L->attn_q_norm) q = cllm_mul(ctx, cllm_rms_norm(ctx, q, hp->norm_eps), L->attn_q_norm);
+        if (L->attn_k_norm) k = cllm_mul(ctx, cllm_rms_norm(ctx, k, hp->norm_eps), L->attn_k_norm);
         q = cllm_rope(ctx, q, io->pos, w->rope_freqs, hp->n_rot, hp->rope_mode, hp->rope_freq_base,
                       hp->rope_freq_scale);
         k = cllm_rope(ctx, k, io->pos, w->rope_freqs, hp->n_rot, hp->rope_mode, hp->rope_freq_base,
@@ -173,10 +200,50 @@ static cllm_tensor *llama_build(const cllm_build_args *args, cllm_graph_io *io) 
 
 static int llama_graph_size(const cllm_hparams *hp) { return 64 * (int)hp->n_layer + 64; }
 
+static cllm_status llama_hparams(const cllm_gguf *g, cllm_hparams *hp) {
+    return family_hparams(g, "llama", CLLM_ROPE_NORMAL, hp);
+}
+static cllm_status llama_weights(cllm_weights *w, const cllm_gguf *g, const cllm_hparams *hp) {
+    return family_weights(w, g, hp, 0);
+}
+
 const cllm_arch cllm_arch_llama = {
     .name = "llama",
     .load_hparams = llama_hparams,
     .create_weights = llama_weights,
+    .build = llama_build,
+    .graph_size = llama_graph_size,
+};
+
+/* qwen2: llama with biases on q, k and v and NeoX rope. */
+static cllm_status qwen2_hparams(const cllm_gguf *g, cllm_hparams *hp) {
+    return family_hparams(g, "qwen2", CLLM_ROPE_NEOX, hp);
+}
+static cllm_status qwen2_weights(cllm_weights *w, const cllm_gguf *g, const cllm_hparams *hp) {
+    return family_weights(w, g, hp, FAM_QKV_BIAS);
+}
+
+const cllm_arch cllm_arch_qwen2 = {
+    .name = "qwen2",
+    .load_hparams = qwen2_hparams,
+    .create_weights = qwen2_weights,
+    .build = llama_build,
+    .graph_size = llama_graph_size,
+};
+
+/* qwen3: llama with per-head RMS norms of q and k (before rope), no biases,
+ * NeoX rope; the head size is usually not n_embd / n_head (key_length). */
+static cllm_status qwen3_hparams(const cllm_gguf *g, cllm_hparams *hp) {
+    return family_hparams(g, "qwen3", CLLM_ROPE_NEOX, hp);
+}
+static cllm_status qwen3_weights(cllm_weights *w, const cllm_gguf *g, const cllm_hparams *hp) {
+    return family_weights(w, g, hp, FAM_QK_NORM);
+}
+
+const cllm_arch cllm_arch_qwen3 = {
+    .name = "qwen3",
+    .load_hparams = qwen3_hparams,
+    .create_weights = qwen3_weights,
     .build = llama_build,
     .graph_size = llama_graph_size,
 };

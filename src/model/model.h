@@ -60,6 +60,7 @@ typedef struct cllm_layer_weights {
     cllm_tensor *ffn_norm, *ffn_norm_b;
     cllm_tensor *ffn_gate, *ffn_up, *ffn_down;
     cllm_tensor *ffn_up_b, *ffn_down_b;
+    cllm_tensor *attn_q_norm, *attn_k_norm; /* per-head RMS norms of q and k (qwen3) */
 } cllm_layer_weights;
 
 /* The part of the model a weight belongs to: a layer index (0 .. n_layer-1)

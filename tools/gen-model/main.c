@@ -1,10 +1,13 @@
 /*
- * cllm-gen-model — writes a llama or gpt2 GGUF with random weights, of any
+ * cllm-gen-model — writes a llama, qwen2, qwen3 or gpt2 GGUF with random weights, of any
  * shape and weight type, with the project's own GGUF writer. Tests use small
  * ones (references from llama.cpp on the same file); benchmarks use the
  * shapes of real models, since speed does not depend on the values.
  *
  *   cllm-gen-model --arch llama --vocab VOCAB.gguf --out FILE [options]
+ *
+ *   --arch A           llama (default), qwen2 (q/k/v biases), qwen3 (q/k
+ *                      norms), gpt2
  *
  *   --preset NAME      tinyllama-1.1b | llama-7b | tiny (sets the shape)
  *   --n-embd N --n-layer N --n-head N --n-head-kv N --n-ff N --n-ctx N
@@ -13,6 +16,15 @@
  *                      biases stay f32)
  *   --seed S           weights are a function of the seed alone
  *   --tied             no output.weight (tied to token_embd)
+ *   --head-dim N       head size (default n_embd / n_head; qwen3 often differs)
+ *   --rope-base F      rope.freq_base (default 10000)
+ *   --qk-std F         standard deviation of the q and k weights (default
+ *                      0.02, as every matrix); larger values make attention
+ *                      peaked, so that positions (rope) change the logits
+ *   --llama3-rope N    rope_freqs.weight with Llama 3.1's frequency factors
+ *                      for an original context of N (Llama 3.1: 8192; factor
+ *                      8, low 1, high 4); a small N scales the frequencies
+ *                      that the positions of short test prompts reach
  *   --zeros            write zero bytes instead of random weights: seconds
  *                      instead of minutes for big shapes (for `cllm plan`
  *                      and I/O tests; compute on it is meaningless)
@@ -30,11 +42,36 @@
 
 typedef struct opts {
     const char *arch, *vocab, *out;
-    int64_t n_embd, n_layer, n_head, n_head_kv, n_ff, n_ctx;
+    int64_t n_embd, n_layer, n_head, n_head_kv, n_ff, n_ctx, head_dim;
     cllm_type type;
     uint64_t seed;
+    double rope_base, qk_std;
+    int64_t llama3_rope; /* original context; 0: no rope_freqs */
     bool tied, zeros;
 } opts;
+
+/* Llama 3.1's rope frequency factors (its converter's formula): each
+ * frequency's wavelength decides whether it is kept (short), divided by
+ * `factor` (long) or blended between the two. */
+static float *llama3_factors(int64_t n_rot, double base, double n_orig) {
+    const double factor = 8.0, low = 1.0, high = 4.0;
+    const double low_wavelen = n_orig / low, high_wavelen = n_orig / high;
+    float *f = malloc((size_t)(n_rot / 2) * sizeof(float));
+    if (!f) return NULL;
+    for (int64_t i = 0; i < n_rot / 2; i++) {
+        const double freq = 1.0 / pow(base, (double)(2 * i) / (double)n_rot);
+        const double wavelen = 2.0 * 3.141592653589793 / freq;
+        if (wavelen < high_wavelen) {
+            f[i] = 1.0f;
+        } else if (wavelen > low_wavelen) {
+            f[i] = (float)factor;
+        } else {
+            const double smooth = (n_orig / wavelen - low) / (high - low);
+            f[i] = (float)(1.0 / ((1.0 - smooth) / factor + smooth));
+        }
+    }
+    return f;
+}
 
 /* splitmix64 -> uniform -> Box-Muller normals */
 static uint64_t g_rng;
@@ -198,7 +235,8 @@ static int64_t copy_vocab(cllm_gguf_writer *w, const char *path) {
 }
 
 int main(int argc, char **argv) {
-    opts o = {.arch = "llama", .type = CLLM_TYPE_F32, .seed = 1};
+    opts o = {
+        .arch = "llama", .type = CLLM_TYPE_F32, .seed = 1, .rope_base = 10000.0, .qk_std = 0.02};
     preset(&o, "tiny");
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -233,6 +271,14 @@ int main(int argc, char **argv) {
             o.n_ctx = arg_int(v);
         else if (!strcmp(a, "--type"))
             o.type = parse_type(v);
+        else if (!strcmp(a, "--head-dim"))
+            o.head_dim = arg_int(v);
+        else if (!strcmp(a, "--llama3-rope"))
+            o.llama3_rope = arg_int(v);
+        else if (!strcmp(a, "--qk-std"))
+            o.qk_std = atof(v);
+        else if (!strcmp(a, "--rope-base"))
+            o.rope_base = atof(v);
         else if (!strcmp(a, "--seed"))
             o.seed = (uint64_t)arg_int(v);
         else {
@@ -240,9 +286,11 @@ int main(int argc, char **argv) {
             return 2;
         }
     }
-    const bool gpt2 = !strcmp(o.arch, "gpt2");
-    if (!o.out || !o.vocab || (!gpt2 && strcmp(o.arch, "llama"))) {
-        fprintf(stderr, "usage: cllm-gen-model --arch llama|gpt2 --vocab VOCAB.gguf --out FILE "
+    const bool gpt2 = !strcmp(o.arch, "gpt2"), qwen2 = !strcmp(o.arch, "qwen2");
+    const bool qwen3 = !strcmp(o.arch, "qwen3");
+    if (!o.out || !o.vocab || (!gpt2 && !qwen2 && !qwen3 && strcmp(o.arch, "llama"))) {
+        fprintf(stderr, "usage: cllm-gen-model --arch llama|qwen2|qwen3|gpt2 --vocab VOCAB.gguf "
+                        "--out FILE "
                         "[--preset NAME] [--type T] [--seed S] [shape options]\n");
         return 2;
     }
@@ -252,6 +300,11 @@ int main(int argc, char **argv) {
                 "cllm-gen-model: n_embd %lld and n_ff %lld must be multiples of %lld (%s), "
                 "n_embd of n_head, n_head of n_head_kv\n",
                 (long long)o.n_embd, (long long)o.n_ff, (long long)blck, cllm_type_name(o.type));
+        return 2;
+    }
+    if (!o.head_dim) o.head_dim = o.n_embd / o.n_head;
+    if (gpt2 && o.head_dim != o.n_embd / o.n_head) {
+        fprintf(stderr, "cllm-gen-model: gpt2 heads are n_embd / n_head\n");
         return 2;
     }
     g_rng = o.seed;
@@ -275,16 +328,29 @@ int main(int argc, char **argv) {
     } else {
         cllm_gguf_writer_set_u32(w, KEY("attention.head_count_kv"), (uint32_t)o.n_head_kv);
         cllm_gguf_writer_set_f32(w, KEY("attention.layer_norm_rms_epsilon"), 1e-5f);
-        cllm_gguf_writer_set_f32(w, KEY("rope.freq_base"), 10000.0f);
-        cllm_gguf_writer_set_u32(w, KEY("rope.dimension_count"), (uint32_t)(o.n_embd / o.n_head));
+        cllm_gguf_writer_set_f32(w, KEY("rope.freq_base"), (float)o.rope_base);
+        cllm_gguf_writer_set_u32(w, KEY("rope.dimension_count"), (uint32_t)o.head_dim);
+        if (o.head_dim != o.n_embd / o.n_head) {
+            cllm_gguf_writer_set_u32(w, KEY("attention.key_length"), (uint32_t)o.head_dim);
+            cllm_gguf_writer_set_u32(w, KEY("attention.value_length"), (uint32_t)o.head_dim);
+        }
     }
 #undef KEY
 
-    const int64_t E = o.n_embd, F = o.n_ff, hd = o.n_embd / o.n_head, KV = hd * o.n_head_kv;
+    const int64_t E = o.n_embd, F = o.n_ff, hd = o.head_dim, KV = hd * o.n_head_kv;
+    const int64_t Q = hd * o.n_head;
     const cllm_type T = o.type, F32 = CLLM_TYPE_F32;
     const float ws = 0.02f, ns = 0.1f; /* matrix std, norm noise */
     add(w, "token_embd.weight", T, E, n_vocab, 1.0f, 0.0f);
     if (gpt2) add(w, "position_embd.weight", F32, E, o.n_ctx, 0.1f, 0.0f);
+    if (o.llama3_rope) {
+        float *f = keep(llama3_factors(hd, o.rope_base, (double)o.llama3_rope));
+        if (cllm_gguf_writer_add_tensor(w, "rope_freqs.weight", F32, 1, (int64_t[]){hd / 2}, f) !=
+            CLLM_OK) {
+            fprintf(stderr, "cllm-gen-model: %s\n", cllm_last_error());
+            return 1;
+        }
+    }
     char name[96];
     for (int64_t l = 0; l < o.n_layer; l++) {
 #define N(s) (snprintf(name, sizeof(name), "blk.%lld.%s", (long long)l, s), name)
@@ -302,10 +368,19 @@ int main(int argc, char **argv) {
             add(w, N("ffn_down.weight"), T, F, E, ws, 0.0f);
             add(w, N("ffn_down.bias"), F32, E, 1, ns, 0.0f);
         } else {
-            add(w, N("attn_q.weight"), T, E, E, ws, 0.0f);
-            add(w, N("attn_k.weight"), T, E, KV, ws, 0.0f);
+            add(w, N("attn_q.weight"), T, E, Q, (float)o.qk_std, 0.0f);
+            add(w, N("attn_k.weight"), T, E, KV, (float)o.qk_std, 0.0f);
             add(w, N("attn_v.weight"), T, E, KV, ws, 0.0f);
-            add(w, N("attn_output.weight"), T, E, E, ws, 0.0f);
+            if (qwen2) {
+                add(w, N("attn_q.bias"), F32, Q, 1, ns, 0.0f);
+                add(w, N("attn_k.bias"), F32, KV, 1, ns, 0.0f);
+                add(w, N("attn_v.bias"), F32, KV, 1, ns, 0.0f);
+            }
+            if (qwen3) {
+                add(w, N("attn_q_norm.weight"), F32, hd, 1, ns, 1.0f);
+                add(w, N("attn_k_norm.weight"), F32, hd, 1, ns, 1.0f);
+            }
+            add(w, N("attn_output.weight"), T, Q, E, ws, 0.0f);
             add(w, N("ffn_norm.weight"), F32, E, 1, ns, 1.0f);
             add(w, N("ffn_gate.weight"), T, E, F, ws, 0.0f);
             add(w, N("ffn_up.weight"), T, E, F, ws, 0.0f);

@@ -78,6 +78,22 @@ GENERATED_QWEN = [
                          "--llama3-rope", "32", "--qk-std", "0.3", "--seed", "33"]),
 ]
 
+# Tokenizer prompts for the "qwen" set: llama.cpp's ids with the vocabulary
+# fixtures that scripts/fetch-vocab fetches (test_tokenizer checks them).
+TOKENIZER_VOCABS = ["ggml-vocab-qwen2.gguf", "ggml-vocab-llama-bpe.gguf", "ggml-vocab-phi-3.gguf"]
+TOKENIZER_PROMPTS = [
+    "Grüße aus Köln: Äpfel, Öl und Straße; ça coûte 12,50 € (naïve café)",
+    "数字 1234567890 und 3.14159, 1e-9, -42, 0x1F, ٣٤٥ and ½ ⅔",
+    "def f(x):\n\treturn {'a': x**2, \"b\": [1, 2, 3]}  # comment\n",
+    "    indented\n\n\n   \t  mixed   whitespace \r\n end  ",
+    "emoji 🦙🔥👍🏽 family 👨‍👩‍👧 flags 🇫🇷 ✔️",
+    "I'm sure they'll say THEY'VE done it; you'D think it's fine",
+    "中文分词测试：你好，世界！日本語のテキスト。한국어 텍스트",
+    "<|im_start|>user\nnot special here<|im_end|> <|eot_id|> <s> </s>",
+    "   leading spaces and trailing spaces   ",
+    "URL https://example.com/a_b-c?d=1&e=%20f#g and e-mail a.b@c.org",
+]
+
 N_TOP = 40
 N_SAMPLE = 64
 N_GREEDY = 24
@@ -153,7 +169,24 @@ def main():
                            **run_case(path, PROMPTS, add_bos)}
         if args.set == "main":
             add_smollm2(cases, tmp)
-    write(args.out, cases)
+    write(args.out, cases, tokenizers(args.set))
+
+
+def tokenizers(set_name):
+    """llama.cpp's ids of TOKENIZER_PROMPTS with each fixture (no BOS)."""
+    if set_name != "qwen":
+        return None
+    vocab_dir = subprocess.run([os.path.join(HERE, "fetch-vocab")], check=True,
+                               capture_output=True, text=True).stdout.strip()
+    out = {}
+    for name in TOKENIZER_VOCABS:
+        llm = Llama(model_path=os.path.join(vocab_dir, name), vocab_only=True, verbose=False)
+        out[name] = [{"text": t, "ids": [int(i) for i in llm.tokenize(t.encode("utf-8"),
+                                                                      add_bos=False,
+                                                                      special=False)]}
+                     for t in TOKENIZER_PROMPTS]
+        del llm
+    return out
 
 
 def add_smollm2(cases, tmp):
@@ -168,13 +201,15 @@ def add_smollm2(cases, tmp):
                               **run_case(exact, PROMPTS, False)}
 
 
-def write(out, cases):
+def write(out, cases, toks=None):
     doc = {
         "about": "llama.cpp outputs on the same GGUF files, made by scripts/make-references.py",
         "llama_cpp_python": llama_cpp_version,
         "kv_cache": "f16",
         "cases": cases,
     }
+    if toks:
+        doc["tokenizers"] = toks
     os.makedirs(os.path.dirname(out), exist_ok=True)
     with open(out, "w") as f:
         json.dump(doc, f, indent=1)

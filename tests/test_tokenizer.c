@@ -5,6 +5,7 @@
  * malformed metadata.
  */
 #include "common/check.h"
+#include "common/json.h"
 #include "common/refs.h"
 #include "gguf/gguf.h"
 #include "runtime/tokenizer-impl.h"
@@ -19,7 +20,14 @@
 
 /* ---- helpers ---- */
 
-static void model_path(char *buf, size_t cap, const char *rel) { refs_model_path(buf, cap, rel); }
+/* rel under ../shared/models, or an absolute path as it is. */
+static void model_path(char *buf, size_t cap, const char *rel) {
+    if (rel[0] == '/') {
+        snprintf(buf, cap, "%s", rel);
+    } else {
+        refs_model_path(buf, cap, rel);
+    }
+}
 
 static char *read_file(const char *path, size_t *len) {
     FILE *f = fopen(path, "rb");
@@ -99,9 +107,10 @@ static uint32_t rnd(void) {
 
 /* ---- fixtures ---- */
 
-static void test_fixture(const char *vocab, int decode_flags) {
-    char rel[256], path[4096];
-    snprintf(rel, sizeof(rel), "vocab/%s", vocab);
+/* The fixture `vocab` in `dir` (NULL: ../shared/models/vocab). */
+static void test_fixture(const char *dir, const char *vocab, int decode_flags) {
+    char rel[4096], path[4096];
+    snprintf(rel, sizeof(rel), "%s/%s", dir ? dir : "vocab", vocab);
     cllm_tokenizer *tok = load_tokenizer(rel);
     if (!tok) return;
 
@@ -150,7 +159,7 @@ static void test_fixture(const char *vocab, int decode_flags) {
         }
         n_match += same;
 
-        /* Both vocabs are lossless on these strings. */
+        /* Every vocab here is lossless on these strings. */
         size_t dl = 0;
         char *d = ids ? decode(tok, ids, n, decode_flags, &dl) : NULL;
         bool rt = d && dl == len && memcmp(d, s, len) == 0;
@@ -169,6 +178,54 @@ done:
     free(inp);
     free(out);
     cllm_tokenizer_free(tok);
+}
+
+/* Prompts of our own (non-ASCII, digits, code, whitespace runs, emoji, text
+ * that looks like special tokens) with each fetched fixture: llama.cpp's ids
+ * from tests/data/references-qwen.json ("tokenizers", made by
+ * scripts/make-references.py --set qwen). */
+static void test_llama_cpp_prompts(const char dir[4096]) {
+    const char *root = getenv("CLLM_SOURCE_DIR");
+    char path[4096];
+    snprintf(path, sizeof(path), "%s/tests/data/references-qwen.json", root ? root : ".");
+    size_t len;
+    char *text = read_file(path, &len);
+    json *doc = text ? json_parse(text) : NULL;
+    const json *vocabs = json_get(doc, "tokenizers");
+    CHECKF(json_len(vocabs) == 3, "%s: no tokenizer prompts", path);
+    for (size_t v = 0; v < json_len(vocabs); v++) {
+        char file[8192];
+        snprintf(file, sizeof(file), "%s/%s", dir, json_key(vocabs, v));
+        cllm_tokenizer *tok = load_tokenizer(file);
+        if (!tok) continue;
+        const json *prompts = json_at(vocabs, v);
+        int n_match = 0;
+        for (size_t i = 0; i < json_len(prompts); i++) {
+            const json *p = json_at(prompts, i), *want = json_get(p, "ids");
+            const char *s = json_str(json_get(p, "text"));
+            size_t n = 0;
+            int32_t *ids = encode(tok, s, strlen(s), false, false, &n);
+            bool same = ids && n == json_len(want);
+            for (size_t k = 0; same && k < n; k++) same = ids[k] == json_num(json_at(want, k));
+            CHECKF(same, "%s: \"%s\": %zu ids, llama.cpp %zu", json_key(vocabs, v), s, n,
+                   json_len(want));
+            if (!same && ids) {
+                fprintf(stderr, "  got:     ");
+                for (size_t k = 0; k < n; k++) fprintf(stderr, " %d", ids[k]);
+                fprintf(stderr, "\n  llama.cpp:");
+                for (size_t k = 0; k < json_len(want); k++)
+                    fprintf(stderr, " %d", (int)json_num(json_at(want, k)));
+                fprintf(stderr, "\n");
+            }
+            n_match += same;
+            free(ids);
+        }
+        printf("%s: %d/%zu of our prompts as llama.cpp\n", json_key(vocabs, v), n_match,
+               json_len(prompts));
+        cllm_tokenizer_free(tok);
+    }
+    json_free(doc);
+    free(text);
 }
 
 /* ---- reference prompts ---- */
@@ -543,7 +600,9 @@ static void check_split(cllm_pretok kind, const char *text, const char *expect) 
  * tokenizer.h; '|' ends each piece. */
 static void test_pretokenizers(void) {
     const cllm_pretok G = CLLM_PRETOK_GPT2, L = CLLM_PRETOK_LLAMA3, S = CLLM_PRETOK_SMOLLM;
+    const cllm_pretok Q = CLLM_PRETOK_QWEN2;
     const char *t1 = "Hello world, I'M here 1234567 x";
+    check_split(Q, t1, "Hello| world|,| I|'M| here| |1|2|3|4|5|6|7| x|");
     check_split(L, t1, "Hello| world|,| I|'M| here| |123|456|7| x|");
     check_split(S, t1, "Hello| world|,| I|'|M| here| |1|2|3|4|5|6|7| x|");
     check_split(G, t1, "Hello| world|,| I|'|M| here| 1234567| x|");
@@ -553,6 +612,7 @@ static void test_pretokenizers(void) {
     check_split(G, t2, "it|'s|\r\n\n  |\t|foo|\n\n\n| bar|!!|\n|");
     const char *t3 = "a  3.14 \xC3\xA9\xC2\xBD 12ab"; /* é ½ */
     check_split(L, t3, "a| | |3|.|14| \xC3\xA9|\xC2\xBD| |12|ab|");
+    check_split(Q, t3, "a| | |3|.|1|4| \xC3\xA9|\xC2\xBD| |1|2|ab|");
     check_split(S, t3, "a|  |3|.|1|4| \xC3\xA9|\xC2\xBD| |1|2|ab|");
     check_split(G, t3, "a| | 3|.|14| \xC3\xA9|\xC2\xBD| 12|ab|");
     const char *t4 = " ?!\r\nx";
@@ -736,6 +796,17 @@ static void test_synthetic(void) {
         cllm_tokenizer_free(tok);
         tok = NULL;
     }
+    /* qwen2: digits one by one ("1 2" is a merge, never reached); unlike
+     * llama3 the merges run on a pre-token that is a whole token. */
+    st = build(synthetic_bpe("qwen2"), &tok);
+    CHECKF(st == CLLM_OK, "%s", cllm_last_error());
+    if (st == CLLM_OK) {
+        CHECK(cllm_tokenizer_pretok(tok) == CLLM_PRETOK_QWEN2);
+        check_ids(tok, "ab12", false, (int32_t[]){257, ONE, TWO}, 3);
+        check_ids(tok, "xyz", false, (int32_t[]){'x', 'y', 'z'}, 3);
+        cllm_tokenizer_free(tok);
+        tok = NULL;
+    }
     /* No pre key: GPT-2 with a warning. */
     st = build(synthetic_bpe(NULL), &tok);
     CHECK(st == CLLM_OK && tok && cllm_tokenizer_pretok(tok) == CLLM_PRETOK_GPT2);
@@ -899,8 +970,16 @@ int main(void) {
                                         "llama-2-tiny-random.gguf",
                                         NULL};
     if (!refs_have(files)) return check_summary("test_tokenizer");
-    test_fixture("ggml-vocab-llama-spm.gguf", CLLM_DETOK_STRIP_PREFIX);
-    test_fixture("ggml-vocab-gpt-2.gguf", 0);
+    test_fixture(NULL, "ggml-vocab-llama-spm.gguf", CLLM_DETOK_STRIP_PREFIX);
+    test_fixture(NULL, "ggml-vocab-gpt-2.gguf", 0);
+    /* Qwen2, Llama 3 and Phi-3: fetched by scripts/fetch-vocab */
+    char dir[4096];
+    if (refs_fetch_vocab(dir, sizeof(dir))) {
+        test_fixture(dir, "ggml-vocab-qwen2.gguf", 0);
+        test_fixture(dir, "ggml-vocab-llama-bpe.gguf", 0);
+        test_fixture(dir, "ggml-vocab-phi-3.gguf", CLLM_DETOK_STRIP_PREFIX);
+        test_llama_cpp_prompts(dir);
+    }
     test_reference_prompts();
 
     cllm_tokenizer *spm = load_tokenizer("vocab/ggml-vocab-llama-spm.gguf");

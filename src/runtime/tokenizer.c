@@ -577,8 +577,10 @@ static int32_t match_special(const cllm_tokenizer *tok, const char *text, size_t
     return best;
 }
 
-/* Texts that end a turn (checked against control and user-defined tokens). */
+/* Texts that end a turn (checked against control and user-defined tokens).
+ * "</s>" is one for Phi-3, whose file marks it user-defined. */
 static const char *const k_eog_texts[] = {
+    "</s>",
     "<|eot_id|>",
     "<|eom_id|>",
     "<|im_end|>",
@@ -656,15 +658,19 @@ static cllm_status load(cllm_tokenizer *tok, const cllm_gguf *g) {
             if (st != CLLM_OK) return st;
             if (strcmp(pre, "default") == 0 || strcmp(pre, "gpt-2") == 0) {
                 tok->pretok = CLLM_PRETOK_GPT2;
-            } else if (strcmp(pre, "llama3") == 0 || strcmp(pre, "llama-bpe") == 0) {
+            } else if (strcmp(pre, "llama3") == 0 || strcmp(pre, "llama-bpe") == 0 ||
+                       strcmp(pre, "llama-v3") == 0) {
                 tok->pretok = CLLM_PRETOK_LLAMA3;
                 tok->ignore_merges = true;
+            } else if (strcmp(pre, "qwen2") == 0 || strcmp(pre, "deepseek-r1-qwen") == 0) {
+                tok->pretok = CLLM_PRETOK_QWEN2;
             } else if (strcmp(pre, "smollm") == 0) {
                 tok->pretok = CLLM_PRETOK_SMOLLM;
             } else {
                 return cllm_error(CLLM_ERR_UNSUPPORTED,
                                   "%s: %s: pre-tokenizer \"%s\" is not supported (supported: "
-                                  "default, gpt-2, llama3, llama-bpe, smollm)",
+                                  "default, gpt-2, llama3, llama-bpe, llama-v3, qwen2, "
+                                  "deepseek-r1-qwen, smollm)",
                                   name, KEY_PRE, pre);
             }
         }
@@ -732,6 +738,13 @@ static cllm_status load(cllm_tokenizer *tok, const cllm_gguf *g) {
     for (size_t k = 0; k < CLLM_ARRAY_SIZE(k_eog_texts); k++) {
         int32_t id = find_turn_token(tok, k_eog_texts[k]);
         if (id >= 0) tok->tokens[id].flags |= CLLM_TOKF_EOG;
+    }
+    /* A user-defined token that ends a turn is a control token, as llama.cpp
+     * makes it: plain text that spells it (e.g. Phi-3's "</s>") is text. */
+    for (int32_t id = 0; id < n; id++) {
+        cllm_token_data *t = &tok->tokens[id];
+        if ((t->flags & CLLM_TOKF_EOG) && t->type == CLLM_TOKEN_TYPE_USER_DEFINED)
+            t->type = CLLM_TOKEN_TYPE_CONTROL;
     }
 
     make_pieces(tok);

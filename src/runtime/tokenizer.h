@@ -45,11 +45,13 @@
  *       's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
  *     (an absent key logs a warning; note that llama.cpp's "default" is a
  *     different, older pattern, and GPT-2's is what such files expect)
- *   - "llama3", "llama-bpe": the Llama 3 pattern
+ *   - "llama3", "llama-bpe", "llama-v3": the Llama 3 pattern
  *       (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|
  *       ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
  *     and, as Llama 3 does, a pre-token that is a whole vocab token is emitted
  *     as is without running the merges;
+ *   - "qwen2", "deepseek-r1-qwen": Qwen2's pattern, Llama 3's with \p{N}
+ *     for \p{N}{1,3} (every digit a pre-token); the merges always run;
  *   - "smollm": SmolLM / SmolLM2's Hugging Face pre-tokenizer, a Sequence of
  *     Digits(individual_digits = true) and ByteLevel(add_prefix_space = false,
  *     use_regex = true): every \p{N} code point is a pre-token of its own and
@@ -101,6 +103,7 @@ typedef enum cllm_pretok {
     CLLM_PRETOK_GPT2,
     CLLM_PRETOK_LLAMA3,
     CLLM_PRETOK_SMOLLM,
+    CLLM_PRETOK_QWEN2,
     CLLM_PRETOK_COUNT
 } cllm_pretok;
 

@@ -64,18 +64,33 @@ for qtype in ["q2_k", "q3_k", "q4_k", "q5_k", "q6_k", "q4_0", "q4_1", "q5_0", "q
 GENERATED_QWEN = [
     ("qwen2-f32", ["--arch", "qwen2", "--vocab", "ggml-vocab-gpt-2.gguf", "--n-embd", "64",
                    "--n-layer", "2", "--n-head", "4", "--n-head-kv", "2", "--n-ff", "128",
-                   "--n-ctx", "256", "--type", "f32", "--tied", "--qk-std", "0.3", "--seed", "31"]),
+                   "--n-ctx", "256", "--type", "f32", "--qk-std", "0.3", "--seed", "31"]),
     ("qwen2-q8_0", ["--arch", "qwen2", "--vocab", "ggml-vocab-gpt-2.gguf", "--n-embd", "64",
                     "--n-layer", "2", "--n-head", "4", "--n-head-kv", "2", "--n-ff", "128",
                     "--n-ctx", "256", "--type", "q8_0", "--tied", "--qk-std", "0.3", "--seed", "34"]),
     ("qwen3-f32", ["--arch", "qwen3", "--vocab", "ggml-vocab-gpt-2.gguf", "--n-embd", "64",
                    "--n-layer", "2", "--n-head", "4", "--n-head-kv", "2", "--head-dim", "32",
-                   "--n-ff", "128", "--n-ctx", "256", "--type", "f32", "--tied", "--qk-std", "0.3",
+                   "--n-ff", "128", "--n-ctx", "256", "--type", "f32", "--qk-std", "0.3",
                    "--seed", "32"]),
     ("llama3-rope-f32", ["--arch", "llama", "--vocab", "ggml-vocab-gpt-2.gguf", "--n-embd", "128",
                          "--n-layer", "2", "--n-head", "2", "--n-head-kv", "1", "--n-ff", "256",
-                         "--n-ctx", "256", "--type", "f32", "--tied", "--rope-base", "500000",
+                         "--n-ctx", "256", "--type", "f32", "--rope-base", "500000",
                          "--llama3-rope", "32", "--qk-std", "0.3", "--seed", "33"]),
+    # YaRN: factor 4 over an original context of 32 (the prompts pass it)
+    ("qwen2-yarn-f32", ["--arch", "qwen2", "--vocab", "ggml-vocab-gpt-2.gguf", "--n-embd", "64",
+                        "--n-layer", "2", "--n-head", "4", "--n-head-kv", "2", "--n-ff", "128",
+                        "--n-ctx", "256", "--type", "f32", "--qk-std", "0.3",
+                        "--yarn", "4", "32", "--seed", "42"]),
+    # phi3 on the Llama 2 SPM vocabulary: the test's context (256) is past the
+    # original 128, so the long LongRoPE factors apply; with 4096, the short
+    ("phi3-f32", ["--arch", "phi3", "--vocab", "ggml-vocab-llama-spm.gguf", "--n-embd", "96",
+                  "--n-layer", "2", "--n-head", "2", "--n-head-kv", "2", "--n-ff", "128",
+                  "--n-ctx", "512", "--type", "f32", "--longrope", "128", "--qk-std", "0.3",
+                  "--seed", "41"]),
+    ("phi3-short-q8_0", ["--arch", "phi3", "--vocab", "ggml-vocab-llama-spm.gguf", "--n-embd",
+                         "96", "--n-layer", "2", "--n-head", "3", "--n-head-kv", "1", "--n-ff",
+                         "128", "--n-ctx", "512", "--type", "q8_0", "--longrope", "4096",
+                         "--qk-std", "0.3", "--seed", "43"]),
 ]
 
 # Tokenizer prompts for the "qwen" set: llama.cpp's ids with the vocabulary
@@ -162,7 +177,7 @@ def main():
             gen_args = [os.path.join(VOCAB, a) if a.endswith(".gguf") else a for a in gen_args]
             path = os.path.join(tmp, name + ".gguf")
             subprocess.run([args.gen_model, *gen_args, "--out", path], check=True)
-            add_bos = name.startswith("llama") and "ggml-vocab-llama-spm.gguf" in " ".join(gen_args)
+            add_bos = "ggml-vocab-llama-spm.gguf" in " ".join(gen_args)
             print(f"{name}: llama.cpp", file=sys.stderr)
             cases[name] = {"generate": [a if not a.endswith(".gguf") else os.path.basename(a)
                                         for a in gen_args], "add_bos": add_bos,

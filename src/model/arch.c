@@ -13,12 +13,10 @@ extern const cllm_arch cllm_arch_llama;
 extern const cllm_arch cllm_arch_gpt2;
 extern const cllm_arch cllm_arch_qwen2;
 extern const cllm_arch cllm_arch_qwen3;
+extern const cllm_arch cllm_arch_phi3;
 
 static const cllm_arch *const k_archs[] = {
-    &cllm_arch_llama,
-    &cllm_arch_gpt2,
-    &cllm_arch_qwen2,
-    &cllm_arch_qwen3,
+    &cllm_arch_llama, &cllm_arch_gpt2, &cllm_arch_qwen2, &cllm_arch_qwen3, &cllm_arch_phi3,
 };
 
 const cllm_arch *cllm_arch_find(const char *name) {

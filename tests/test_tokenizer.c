@@ -7,7 +7,9 @@
 #include "common/check.h"
 #include "common/json.h"
 #include "common/refs.h"
+#include "core/hostmem.h"
 #include "gguf/gguf.h"
+#include "runtime/chat.h"
 #include "runtime/tokenizer-impl.h"
 #include "runtime/tokenizer.h"
 #include "runtime/unicode.h"
@@ -180,6 +182,81 @@ done:
     cllm_tokenizer_free(tok);
 }
 
+/* Conversations through the fixtures' own chat templates (the "chat" entries
+ * of references-qwen.json: the template rendered by jinja2, then tokenized by
+ * llama.cpp with special tokens): the style cllm recognises, with the
+ * template's default system message when there is none, renders the same
+ * text (the BOS text aside, which cllm adds as a token) and the same ids. */
+static void test_llama_cpp_chats(const char dir[4096], const json *chats) {
+    CHECKF(json_len(chats) >= 4, "references-qwen.json: %zu chat entries", json_len(chats));
+    for (size_t c = 0; c < json_len(chats); c++) {
+        const json *e = json_at(chats, c);
+        const char *vocab = json_str(json_get(e, "vocab"));
+        char file[8192];
+        snprintf(file, sizeof(file), "%s/%s", dir, vocab);
+        cllm_gguf *g = NULL;
+        cllm_tokenizer *tok = NULL;
+        char *def_sys = NULL, *text = NULL;
+        int32_t *ids = NULL;
+        if (cllm_gguf_open(file, &g) != CLLM_OK ||
+            cllm_tokenizer_new_from_gguf(g, &tok) != CLLM_OK) {
+            CHECKF(false, "%s: %s", vocab, cllm_last_error());
+            goto next;
+        }
+        const int64_t k = cllm_gguf_find_key(g, "tokenizer.chat_template");
+        const char *tmpl = k >= 0 ? cllm_gguf_val_str(g, k) : NULL;
+        cllm_chat_style style;
+        if (cllm_chat_style_detect(tmpl, &style) != CLLM_OK ||
+            cllm_chat_default_system(tmpl, &def_sys) != CLLM_OK) {
+            CHECKF(false, "%s: %s", vocab, cllm_last_error());
+            goto next;
+        }
+        cllm_chat_msg msgs[8];
+        size_t n = 0;
+        const json *conv = json_get(e, "messages");
+        if (def_sys) msgs[n++] = (cllm_chat_msg){.role = "system", .content = def_sys};
+        for (size_t i = 0; i < json_len(conv) && n < 8; i++) {
+            msgs[n++] = (cllm_chat_msg){.role = json_str(json_get(json_at(conv, i), "role")),
+                                        .content = json_str(json_get(json_at(conv, i), "content"))};
+        }
+        size_t len = 0;
+        if (cllm_chat_render_alloc(style, msgs, n, true, &text, &len) != CLLM_OK) {
+            CHECKF(false, "%s: %s", vocab, cllm_last_error());
+            goto next;
+        }
+        const bool add_bos = !cllm_chat_style_has_bos_text(style) && cllm_tokenizer_add_bos(tok);
+        const char *want = json_str(json_get(e, "text"));
+        size_t bos_len = 0;
+        const char *bos =
+            add_bos ? cllm_tokenizer_token_to_piece(tok, cllm_tokenizer_bos(tok), true, &bos_len)
+                    : "";
+        if (add_bos && strncmp(want, bos, bos_len) == 0) want += bos_len;
+        CHECKF(strcmp(text, want) == 0, "%s (%s): rendered \"%s\", jinja2 \"%s\"", vocab,
+               cllm_chat_style_name(style), text, want);
+        size_t n_ids = 0;
+        ids = encode(tok, text, len, add_bos, true, &n_ids);
+        const json *want_ids = json_get(e, "ids");
+        bool same = ids && n_ids == json_len(want_ids);
+        for (size_t i = 0; same && i < n_ids; i++) same = ids[i] == json_num(json_at(want_ids, i));
+        CHECKF(same, "%s (%s): %zu ids of the chat, llama.cpp %zu", vocab,
+               cllm_chat_style_name(style), n_ids, json_len(want_ids));
+        if (!same && ids) {
+            fprintf(stderr, "  got:     ");
+            for (size_t i = 0; i < n_ids; i++) fprintf(stderr, " %d", ids[i]);
+            fprintf(stderr, "\n  llama.cpp:");
+            for (size_t i = 0; i < json_len(want_ids); i++)
+                fprintf(stderr, " %d", (int)json_num(json_at(want_ids, i)));
+            fprintf(stderr, "\n");
+        }
+    next:
+        free(ids);
+        cllm_free(text);
+        cllm_free(def_sys);
+        cllm_tokenizer_free(tok);
+        cllm_gguf_free(g);
+    }
+}
+
 /* Prompts of our own (non-ASCII, digits, code, whitespace runs, emoji, text
  * that looks like special tokens) with each fetched fixture: llama.cpp's ids
  * from tests/data/references-qwen.json ("tokenizers", made by
@@ -192,8 +269,12 @@ static void test_llama_cpp_prompts(const char dir[4096]) {
     char *text = read_file(path, &len);
     json *doc = text ? json_parse(text) : NULL;
     const json *vocabs = json_get(doc, "tokenizers");
-    CHECKF(json_len(vocabs) == 3, "%s: no tokenizer prompts", path);
+    CHECKF(json_len(vocabs) == 4, "%s: no tokenizer prompts", path);
     for (size_t v = 0; v < json_len(vocabs); v++) {
+        if (strcmp(json_key(vocabs, v), "chat") == 0) {
+            test_llama_cpp_chats(dir, json_at(vocabs, v));
+            continue;
+        }
         char file[8192];
         snprintf(file, sizeof(file), "%s/%s", dir, json_key(vocabs, v));
         cllm_tokenizer *tok = load_tokenizer(file);

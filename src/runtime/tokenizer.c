@@ -632,6 +632,36 @@ static bool spm_words_independent(const cllm_tokenizer *tok) {
     return true;
 }
 
+/* Phi-3's special tokens eat the ASCII whitespace that follows them in the
+ * text (Hugging Face's rstrip of its added tokens), except <unk>, <s> and
+ * <|endoftext|>. llama.cpp applies it to a file whose general.name contains
+ * "phi-3" or "phi3" (any case); so does this. */
+static void phi3_rstrip(cllm_tokenizer *tok, const cllm_gguf *g) {
+    const int64_t k = cllm_gguf_find_key(g, "general.name");
+    if (k < 0 || cllm_gguf_kv_type(g, k) != CLLM_GGUF_STRING) return;
+    char name[128];
+    const char *s = cllm_gguf_val_str(g, k);
+    size_t n = 0;
+    for (; s[n] && n + 1 < sizeof(name); n++) {
+        name[n] = (char)(s[n] >= 'A' && s[n] <= 'Z' ? s[n] - 'A' + 'a' : s[n]);
+    }
+    name[n] = '\0';
+    if (!strstr(name, "phi-3") && !strstr(name, "phi3")) return;
+    for (int32_t id = 0; id < tok->n_vocab; id++) {
+        const uint8_t y = tok->tokens[id].type;
+        if (y == CLLM_TOKEN_TYPE_CONTROL || y == CLLM_TOKEN_TYPE_USER_DEFINED ||
+            y == CLLM_TOKEN_TYPE_UNKNOWN)
+            tok->tokens[id].flags |= CLLM_TOKF_RSTRIP;
+    }
+    static const char *const keep[] = {"<unk>", "<s>", "<|endoftext|>"};
+    const int32_t eos = cllm_tok_lookup(tok, "</s>", 4);
+    if (eos >= 0) tok->tokens[eos].flags |= CLLM_TOKF_RSTRIP;
+    for (size_t i = 0; i < CLLM_ARRAY_SIZE(keep); i++) {
+        const int32_t id = cllm_tok_lookup(tok, keep[i], strlen(keep[i]));
+        if (id >= 0) tok->tokens[id].flags &= (uint8_t)~CLLM_TOKF_RSTRIP;
+    }
+}
+
 static cllm_status load(cllm_tokenizer *tok, const cllm_gguf *g) {
     const char *name = cllm_gguf_name(g);
     const char *model;
@@ -747,6 +777,7 @@ static cllm_status load(cllm_tokenizer *tok, const cllm_gguf *g) {
             t->type = CLLM_TOKEN_TYPE_CONTROL;
     }
 
+    phi3_rstrip(tok, g);
     make_pieces(tok);
     return build_trie(tok);
 }
@@ -824,6 +855,10 @@ cllm_status cllm_tokenizer_encode(const cllm_tokenizer *tok, const char *text, s
             cllm_tok_out_push(&out, id);
             after_special = true;
             pos += mlen;
+            if (tok->tokens[id].flags & CLLM_TOKF_RSTRIP) {
+                while (pos < len && (text[pos] == ' ' || (text[pos] >= '\t' && text[pos] <= '\r')))
+                    pos++;
+            }
             start = pos;
         }
     }

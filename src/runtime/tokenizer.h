@@ -63,6 +63,12 @@
  * Any other name is CLLM_ERR_UNSUPPORTED (a wrong pre-tokenizer silently
  * gives different ids, so it is refused rather than guessed).
  *
+ * As llama.cpp does: a user-defined token whose text ends a turn (e.g.
+ * Phi-3's "</s>") is a control token, matched only with parse_special; in a
+ * file whose general.name contains "phi-3" or "phi3", the special tokens
+ * other than <unk>, <s> and <|endoftext|> eat the ASCII whitespace after
+ * them ("<|user|>\n" is one token).
+ *
  * Thread safety: a built tokenizer is immutable; any number of threads may
  * call the const functions on it at once. A detokenizer is one stream's state
  * and must not be used by two threads at once.

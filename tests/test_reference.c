@@ -8,7 +8,8 @@
  * scripts/fetch-model when missing).
  *
  * For the references-qwen.json cases, the fit planner's CPU plan equals
- * what a session allocates, kind by kind.
+ * what a session allocates, kind by kind, and a session split across the
+ * test device (no rope, no rms_norm there) gives the CPU's logits.
  *
  * For each prompt: our tokens equal llama.cpp's; after decoding llama.cpp's
  * prompt ids, our logits at its 40 largest and at 64 fixed other ids agree
@@ -16,6 +17,7 @@
  *
  * usage: test_reference GEN_MODEL_EXE
  */
+#include "backend/test/test-backend.h"
 #include "common/check.h"
 #include "common/json.h"
 #include "common/refs.h"
@@ -104,6 +106,71 @@ static bool is_float_path(const char *name, const json *c) {
 static double tolerance(const char *name, const json *c) {
     if (is_float_path(name, c)) return 1e-3;
     return strstr(name, "smollm2") ? 5e-2 : 1e-2;
+}
+
+/* Decodes `ids` in a session of the model at `path` loaded with `plan`
+ * (NULL: all on the CPU); a copy of the logits (free()), NULL on failure. */
+static float *split_logits(const char *path, const cllm_plan *plan, const int32_t *ids, size_t n,
+                           int64_t *n_vocab) {
+    cllm_model_params mp = cllm_model_default_params();
+    mp.use_mmap = false;
+    mp.plan = plan;
+    cllm_session_params sp = cllm_session_default_params();
+    sp.n_ctx = 256;
+    sp.n_batch = 64;
+    sp.n_threads = 2;
+    cllm_model *m = NULL;
+    cllm_session *s = NULL;
+    float *out = NULL;
+    if (cllm_model_load(path, &mp, &m) == CLLM_OK && cllm_session_new(m, &sp, &s) == CLLM_OK &&
+        cllm_session_decode(s, ids, (int64_t)n) == CLLM_OK) {
+        *n_vocab = m->hp.n_vocab;
+        out = malloc((size_t)*n_vocab * sizeof(float));
+        if (out) memcpy(out, cllm_session_logits(s), (size_t)*n_vocab * sizeof(float));
+    }
+    CHECKF(out != NULL, "%s: %s", path, cllm_last_error());
+    cllm_session_free(s);
+    cllm_model_free(m);
+    return out;
+}
+
+/* The scheduler knows the graphs too: every layer and the output on the
+ * test device, which lacks rope and rms_norm (so the graph splits around
+ * the q/k norms, the rope of views of a fused product, ...), gives the CPU's
+ * logits. */
+static void check_split(const char *name, const char *path, const json *prompt_ids) {
+    int32_t ids[512];
+    const size_t n = json_len(prompt_ids) < 512 ? json_len(prompt_ids) : 512;
+    for (size_t i = 0; i < n; i++) ids[i] = (int32_t)json_num(json_at(prompt_ids, i));
+    int64_t nv_cpu = 0, nv_split = 0;
+    float *cpu = split_logits(path, NULL, ids, n, &nv_cpu);
+    cllm_test_device_config cfg;
+    CHECK(cllm_test_device_config_parse("budget=1GiB,ops=-rope-rms_norm", &cfg) == CLLM_OK);
+    CHECK(cllm_test_device_enable(&cfg, NULL) == CLLM_OK);
+    cllm_plan_params fp = cllm_plan_default_params();
+    fp.n_ctx = 256;
+    fp.n_batch = 64;
+    fp.n_threads = 2;
+    fp.use_mmap = false;
+    cllm_plan *plan = NULL;
+    float *split = NULL;
+    if (cllm_plan_file(path, &fp, &plan) == CLLM_OK) {
+        CHECKF(plan->n_devices == 2 && plan->devices[0].n_layers == plan->hp.n_layer &&
+                   plan->output_device == 0,
+               "%s: not every layer on the test device", name);
+        split = split_logits(path, plan, ids, n, &nv_split);
+    } else {
+        CHECKF(false, "%s: plan with the test device: %s", name, cllm_last_error());
+    }
+    double worst = 0;
+    for (int64_t i = 0; cpu && split && i < nv_cpu; i++)
+        worst = fmax(worst, fabs(cpu[i] - split[i]));
+    CHECKF(cpu && split && nv_cpu == nv_split && worst <= 1e-4,
+           "%s: split across the test device: logits differ by %.3g", name, worst);
+    free(cpu);
+    free(split);
+    cllm_plan_free(plan);
+    cllm_test_device_disable();
 }
 
 /* The fit planner knows the architecture's graphs (biases, q/k norms, fused
@@ -235,7 +302,10 @@ static void check_case(const char *gen_exe, const char *name, const json *c, boo
     printf(
         "%-14s max logit difference %.2e of the logit scale; greedy: %d/%d agree, %d near-ties\n",
         name, worst, greedy_same, greedy_total, greedy_ties);
-    if (plan) check_plan(name, path);
+    if (plan) {
+        check_plan(name, path);
+        check_split(name, path, json_get(json_at(prompts, 0), "prompt_ids"));
+    }
 done:
     cllm_session_free(s);
     cllm_tokenizer_free(tok);

@@ -273,6 +273,14 @@ static void test_rope_scaling(void) {
         expect_refused("rope factor -2", CLLM_ERR_FORMAT, NULL,
                        NEEDLES("llama.rope.scaling.factor (-2)"));
     }
+    /* an architecture cllm does not have: the message lists those it has */
+    w = tiny_writer(&k_tiny);
+    if (w) cllm_gguf_writer_set_str(w, "general.architecture", "mamba");
+    if (write_file(w)) {
+        expect_refused("arch mamba", CLLM_ERR_UNSUPPORTED, NULL,
+                       NEEDLES("architecture \"mamba\" is not supported (supported: llama",
+                               "qwen2, qwen3, phi3"));
+    }
     static const char *const types[] = {NULL, "yarn", "longrope", "none"};
     for (size_t i = 0; i < sizeof(types) / sizeof(types[0]); i++) {
         w = tiny_writer(&k_tiny);

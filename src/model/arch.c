@@ -26,6 +26,15 @@ const cllm_arch *cllm_arch_find(const char *name) {
     return NULL;
 }
 
+const char *cllm_arch_names(char *buf, size_t size) {
+    size_t n = 0;
+    if (size) buf[0] = '\0';
+    for (size_t i = 0; i < CLLM_ARRAY_SIZE(k_archs) && n < size; i++) {
+        n += (size_t)snprintf(buf + n, size - n, i ? ", %s" : "%s", k_archs[i]->name);
+    }
+    return buf;
+}
+
 /* ---- hyper-parameters -------------------------------------------------- */
 
 static void key_of(char *key, size_t size, const char *arch, const char *suffix) {

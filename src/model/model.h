@@ -171,6 +171,10 @@ typedef struct cllm_arch {
 /* The architecture named `name`, or NULL. */
 const cllm_arch *cllm_arch_find(const char *name);
 
+/* The names of the architectures, ", "-separated, into buf (truncated to
+ * size); returns buf. For error messages. */
+const char *cllm_arch_names(char *buf, size_t size);
+
 /* ---- helpers shared by the architectures (arch.c) ---------------------- */
 
 /* Reads "<arch>.<suffix>" as an integer in [min, max] (CLLM_ERR_FORMAT names

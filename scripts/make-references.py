@@ -76,18 +76,24 @@ GENERATED_QWEN = [
                          "--n-layer", "2", "--n-head", "2", "--n-head-kv", "1", "--n-ff", "256",
                          "--n-ctx", "256", "--type", "f32", "--rope-base", "500000",
                          "--llama3-rope", "32", "--qk-std", "0.3", "--seed", "33"]),
+    # Qwen2's own vocabulary (fetched, 151936 tokens; Q8_0 keeps the file small)
+    ("qwen2-vocab-q8_0", ["--arch", "qwen2", "--vocab", "ggml-vocab-qwen2.gguf", "--n-embd", "64",
+                          "--n-layer", "2", "--n-head", "4", "--n-head-kv", "2", "--n-ff", "128",
+                          "--n-ctx", "256", "--type", "q8_0", "--tied", "--qk-std", "0.3",
+                          "--seed", "35"]),
     # YaRN: factor 4 over an original context of 32 (the prompts pass it)
     ("qwen2-yarn-f32", ["--arch", "qwen2", "--vocab", "ggml-vocab-gpt-2.gguf", "--n-embd", "64",
                         "--n-layer", "2", "--n-head", "4", "--n-head-kv", "2", "--n-ff", "128",
                         "--n-ctx", "256", "--type", "f32", "--qk-std", "0.3",
                         "--yarn", "4", "32", "--seed", "42"]),
-    # phi3 on the Llama 2 SPM vocabulary: the test's context (256) is past the
-    # original 128, so the long LongRoPE factors apply; with 4096, the short
+    # phi3 on the Llama 2 SPM vocabulary, then on Phi-3's own (fetched): the
+    # test's context (256) is past the original 128, so the long LongRoPE
+    # factors apply; with 4096, the short
     ("phi3-f32", ["--arch", "phi3", "--vocab", "ggml-vocab-llama-spm.gguf", "--n-embd", "96",
                   "--n-layer", "2", "--n-head", "2", "--n-head-kv", "2", "--n-ff", "128",
                   "--n-ctx", "512", "--type", "f32", "--longrope", "128", "--qk-std", "0.3",
                   "--seed", "41"]),
-    ("phi3-short-q8_0", ["--arch", "phi3", "--vocab", "ggml-vocab-llama-spm.gguf", "--n-embd",
+    ("phi3-short-q8_0", ["--arch", "phi3", "--vocab", "ggml-vocab-phi-3.gguf", "--n-embd",
                          "96", "--n-layer", "2", "--n-head", "3", "--n-head-kv", "1", "--n-ff",
                          "128", "--n-ctx", "512", "--type", "q8_0", "--longrope", "4096",
                          "--qk-std", "0.3", "--seed", "43"]),
@@ -121,6 +127,18 @@ CHAT_CONVERSATIONS = [
 N_TOP = 40
 N_SAMPLE = 64
 N_GREEDY = 24
+
+
+FETCHED_VOCABS = {"ggml-vocab-qwen2.gguf", "ggml-vocab-llama-bpe.gguf", "ggml-vocab-phi-3.gguf"}
+
+
+def vocab_path(name):
+    """../shared/models/vocab, or scripts/fetch-vocab's cache for the fixtures it fetches."""
+    if name in FETCHED_VOCABS:
+        out = subprocess.run([os.path.join(HERE, "fetch-vocab")], check=True,
+                             capture_output=True, text=True)
+        return os.path.join(out.stdout.strip(), name)
+    return os.path.join(VOCAB, name)
 
 
 def fetch_smollm2():
@@ -183,10 +201,11 @@ def main():
     cases = {}
     with tempfile.TemporaryDirectory() as tmp:
         for name, gen_args in (GENERATED if args.set == "main" else GENERATED_QWEN):
-            gen_args = [os.path.join(VOCAB, a) if a.endswith(".gguf") else a for a in gen_args]
+            gen_args = [vocab_path(a) if a.endswith(".gguf") else a for a in gen_args]
             path = os.path.join(tmp, name + ".gguf")
             subprocess.run([args.gen_model, *gen_args, "--out", path], check=True)
-            add_bos = "ggml-vocab-llama-spm.gguf" in " ".join(gen_args)
+            add_bos = any(v in " ".join(gen_args) for v in ("ggml-vocab-llama-spm.gguf",
+                                                            "ggml-vocab-phi-3.gguf"))
             print(f"{name}: llama.cpp", file=sys.stderr)
             cases[name] = {"generate": [a if not a.endswith(".gguf") else os.path.basename(a)
                                         for a in gen_args], "add_bos": add_bos,

@@ -49,6 +49,12 @@ static bool run_cmd(const char *cmd, char *out, size_t size) {
     return pclose(p) == 0;
 }
 
+/* Whether scripts/fetch-vocab provides the vocabulary fixture `name`. */
+static bool vocab_is_fetched(const char *name) {
+    return !strcmp(name, "ggml-vocab-qwen2.gguf") || !strcmp(name, "ggml-vocab-llama-bpe.gguf") ||
+           !strcmp(name, "ggml-vocab-phi-3.gguf");
+}
+
 /* The model file of a case: written by cllm-gen-model (1), or fetched (1);
  * -1 when its data cannot be had (recorded with check_missing: the test is
  * then skipped), 0 when writing it failed. */
@@ -75,10 +81,19 @@ static int case_model(const char *gen_exe, const char *name, const json *c, char
         const char *a = json_str(json_at(gen, i));
         char rel[512], vocab[2048];
         if (strstr(a, ".gguf")) {
+            /* ../shared/models/vocab, or the fixtures scripts/fetch-vocab
+             * fetches (Qwen2, Llama 3, Phi-3) */
             snprintf(rel, sizeof(rel), "vocab/%s", a);
-            const char *const need[] = {rel, NULL};
-            if (!refs_have(need)) return -1;
-            a = refs_model_path(vocab, sizeof(vocab), rel);
+            if (vocab_is_fetched(a)) {
+                static char dir[1024];
+                if (!dir[0] && !refs_fetch_vocab(dir, sizeof(dir))) return -1;
+                snprintf(vocab, sizeof(vocab), "%s/%s", dir, a);
+            } else {
+                const char *const need[] = {rel, NULL};
+                if (!refs_have(need)) return -1;
+                refs_model_path(vocab, sizeof(vocab), rel);
+            }
+            a = vocab;
         }
         n += snprintf(cmd + n, sizeof(cmd) - (size_t)n, " '%s'", a);
     }

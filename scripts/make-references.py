@@ -81,6 +81,11 @@ GENERATED_QWEN = [
                           "--n-layer", "2", "--n-head", "4", "--n-head-kv", "2", "--n-ff", "128",
                           "--n-ctx", "256", "--type", "q8_0", "--tied", "--qk-std", "0.3",
                           "--seed", "35"]),
+    # Llama 3's own vocabulary (fetched, 128256 tokens, BOS <|begin_of_text|>)
+    ("llama3-vocab-q8_0", ["--arch", "llama", "--vocab", "ggml-vocab-llama-bpe.gguf", "--n-embd",
+                           "128", "--n-layer", "2", "--n-head", "2", "--n-head-kv", "1", "--n-ff",
+                           "256", "--n-ctx", "256", "--type", "q8_0", "--tied", "--rope-base",
+                           "500000", "--llama3-rope", "32", "--qk-std", "0.3", "--seed", "36"]),
     # YaRN: factor 4 over an original context of 32 (the prompts pass it)
     ("qwen2-yarn-f32", ["--arch", "qwen2", "--vocab", "ggml-vocab-gpt-2.gguf", "--n-embd", "64",
                         "--n-layer", "2", "--n-head", "4", "--n-head-kv", "2", "--n-ff", "128",
@@ -205,7 +210,8 @@ def main():
             path = os.path.join(tmp, name + ".gguf")
             subprocess.run([args.gen_model, *gen_args, "--out", path], check=True)
             add_bos = any(v in " ".join(gen_args) for v in ("ggml-vocab-llama-spm.gguf",
-                                                            "ggml-vocab-phi-3.gguf"))
+                                                            "ggml-vocab-phi-3.gguf",
+                                                            "ggml-vocab-llama-bpe.gguf"))
             print(f"{name}: llama.cpp", file=sys.stderr)
             cases[name] = {"generate": [a if not a.endswith(".gguf") else os.path.basename(a)
                                         for a in gen_args], "add_bos": add_bos,

@@ -15,7 +15,10 @@ write byte-identical files itself and needs only this JSON.
         --set qwen --out tests/data/references-qwen.json
 
 The SmolLM2 cases need scripts/fetch-model smollm2 (its path is taken from it).
-The "qwen" set holds random-weight qwen2, qwen3 and Llama 3 rope models.
+The "qwen" set holds random-weight qwen2, qwen3, phi3, Llama 3 rope and YaRN
+models, and llama.cpp's ids of our tokenizer prompts and of conversations
+rendered by the fixtures' chat templates (jinja2); it needs scripts/fetch-vocab
+(the Qwen2, Llama 3 and Phi-3 vocabulary fixtures).
 "smollm2" is llama.cpp on the Q4_1 file as it is (activations quantized to
 Q8_1); "smollm2-exact" is llama.cpp on its own F32 dequantization of that file
 (float activations), which the test compares with cllm's F32-activation path.
@@ -56,9 +59,10 @@ for qtype in ["q2_k", "q3_k", "q4_k", "q5_k", "q6_k", "q4_0", "q4_1", "q5_0", "q
         "--n-layer", "2", "--n-head", "4", "--n-head-kv", "2", "--n-ff", "512",
         "--n-ctx", "256", "--type", qtype, "--seed", "21"]))
 
-# The "qwen" set: the architectures of the qwen family and Llama 3's rope
-# frequency factors, on the GPT-2 vocabulary (small; the architecture does
-# not care which byte-level BPE vocabulary it has). The q and k weights are
+# The "qwen" set: the architectures of the qwen family, phi3, Llama 3's rope
+# frequency factors and YaRN, mostly on the GPT-2 vocabulary (small; the
+# architecture does not care which vocabulary it has), and some on the
+# model's own vocabulary. The q and k weights are
 # larger than the others (--qk-std) so that attention is peaked and the rope
 # (NeoX halves, frequency factors) changes the logits well past the tolerance.
 GENERATED_QWEN = [

@@ -583,7 +583,8 @@ bool cllm_token_add_bos(const cllm_model *m);
  * on. The library does not run Jinja: it recognises the family of the
  * file's tokenizer.chat_template by distinctive markers and renders that
  * family in C, as Hugging Face's apply_chat_template would (with the
- * generation prompt): chatml (SmolLM2, Qwen2), llama2, llama3, gemma, zephyr.
+ * generation prompt): chatml (SmolLM2, Qwen2), llama2, llama3, gemma, zephyr,
+ * phi3.
  *
  *     cllm_chat_msg msgs[] = {{"user", "Hi!"}};
  *     char *text;
@@ -605,6 +606,7 @@ typedef enum cllm_chat_style {
     CLLM_CHAT_STYLE_LLAMA3,
     CLLM_CHAT_STYLE_GEMMA,
     CLLM_CHAT_STYLE_ZEPHYR,
+    CLLM_CHAT_STYLE_PHI3,
     CLLM_CHAT_STYLE_COUNT
 } cllm_chat_style;
 
@@ -619,7 +621,7 @@ typedef struct cllm_chat_msg {
  * (release it with free()) of length *out_len (`out_len` may be NULL), and,
  * if `add_assistant_prompt`, the opening of the assistant's turn. The style
  * is the one of the model's template, or the one named by `style_name`
- * ("chatml", "llama2", "llama3", "gemma", "zephyr") when it is not NULL;
+ * ("chatml", "llama2", "llama3", "gemma", "zephyr", "phi3") when it is not NULL;
  * it goes to *style_out (may be NULL). When the messages have no system
  * message and a ChatML template carries a default one (SmolLM2, Qwen2.5), it
  * is inserted first, as the template would.
@@ -647,7 +649,8 @@ const char *cllm_model_chat_template(const cllm_model *m);
  */
 cllm_status cllm_chat_style_detect(const char *template_src, cllm_chat_style *out);
 
-/* "chatml", "llama2", "llama3", "gemma" or "zephyr" ("unknown" out of range). */
+/* "chatml", "llama2", "llama3", "gemma", "zephyr" or "phi3" ("unknown" out of
+ * range). */
 const char *cllm_chat_style_name(cllm_chat_style style);
 
 /* Parses a style name, ASCII case-insensitive; also "llama-2", "llama-3",

@@ -137,6 +137,14 @@ static const char k_tmpl_phi3[] =
     "{% endfor %}{% if add_generation_prompt %}{{ '<|assistant|>\n' }}{% else %}"
     "{{ eos_token }}{% endif %}";
 
+/* Phi-3-mini-4k-instruct (as in llama.cpp's ggml-vocab-phi-3.gguf): no
+ * system turn, the generation prompt after every user turn. */
+static const char k_tmpl_phi3_mini[] =
+    "{{ bos_token }}{% for message in messages %}{% if (message['role'] == 'user') %}"
+    "{{'<|user|>' + '\n' + message['content'] + '<|end|>' + '\n' + '<|assistant|>' + '\n'}}"
+    "{% elif (message['role'] == 'assistant') %}{{message['content'] + '<|end|>' + '\n'}}"
+    "{% endif %}{% endfor %}";
+
 static void test_detect(void) {
     const struct {
         const char *name;
@@ -153,6 +161,8 @@ static void test_detect(void) {
         {"llama2", k_tmpl_llama2, CLLM_CHAT_STYLE_LLAMA2},
         {"zephyr", k_tmpl_zephyr, CLLM_CHAT_STYLE_ZEPHYR},
         {"zephyr-literal", k_tmpl_zephyr_literal, CLLM_CHAT_STYLE_ZEPHYR},
+        {"phi3.5", k_tmpl_phi3, CLLM_CHAT_STYLE_PHI3},
+        {"phi3-mini", k_tmpl_phi3_mini, CLLM_CHAT_STYLE_PHI3},
     };
     for (size_t i = 0; i < N(ok); i++) {
         cllm_chat_style style = CLLM_CHAT_STYLE_COUNT;
@@ -170,7 +180,6 @@ static void test_detect(void) {
         {"NULL", NULL, CLLM_ERR_INVALID_ARG, "no chat template"},
         {"empty", "", CLLM_ERR_INVALID_ARG, "no chat template"},
         {"mistral", k_tmpl_mistral, CLLM_ERR_UNSUPPORTED, "Mistral"},
-        {"phi3", k_tmpl_phi3, CLLM_ERR_UNSUPPORTED, "Phi-3"},
         {"plain", "{% for message in messages %}{{ message['content'] }}{% endfor %}",
          CLLM_ERR_UNSUPPORTED, "unrecognised chat template \"{% for message in messages %}"},
         {"llama4", "{{- '<|header_start|>' + message['role'] + '<|header_end|>\\n\\n' }}",
@@ -265,7 +274,8 @@ static void test_names(void) {
         cllm_chat_style want;
     } aliases[] = {{"ChatML", CLLM_CHAT_STYLE_CHATML},  {"LLAMA-2", CLLM_CHAT_STYLE_LLAMA2},
                    {"llama-3", CLLM_CHAT_STYLE_LLAMA3}, {"Gemma3", CLLM_CHAT_STYLE_GEMMA},
-                   {"gemma2", CLLM_CHAT_STYLE_GEMMA},   {"ZEPHYR", CLLM_CHAT_STYLE_ZEPHYR}};
+                   {"gemma2", CLLM_CHAT_STYLE_GEMMA},   {"ZEPHYR", CLLM_CHAT_STYLE_ZEPHYR},
+                   {"Phi-3", CLLM_CHAT_STYLE_PHI3}};
     for (size_t i = 0; i < N(aliases); i++) {
         cllm_chat_style s = CLLM_CHAT_STYLE_COUNT;
         CHECKF(cllm_chat_style_from_name(aliases[i].name, &s) == CLLM_OK && s == aliases[i].want,
@@ -293,6 +303,8 @@ static void test_names(void) {
     CHECK(strcmp(cllm_chat_style_eot(CLLM_CHAT_STYLE_LLAMA3), "<|eot_id|>") == 0);
     CHECK(strcmp(cllm_chat_style_eot(CLLM_CHAT_STYLE_GEMMA), "<end_of_turn>") == 0);
     CHECK(strcmp(cllm_chat_style_eot(CLLM_CHAT_STYLE_ZEPHYR), "</s>") == 0);
+    CHECK(strcmp(cllm_chat_style_eot(CLLM_CHAT_STYLE_PHI3), "<|end|>") == 0);
+    CHECK(!cllm_chat_style_has_bos_text(CLLM_CHAT_STYLE_PHI3));
     CHECK(strcmp(cllm_chat_style_eot(CLLM_CHAT_STYLE_COUNT), "") == 0);
 }
 
@@ -440,6 +452,27 @@ static void test_render_zephyr(void) {
         "<|system|>\n Sys \n</s>\n<|user|>\n  padded\t\n</s>\n<|assistant|>\n\n ok \n</s>\n");
 }
 
+/* Expected texts: Phi-3.5-mini-instruct's template (k_tmpl_phi3) rendered
+ * by jinja2, without the EOS text it appends when there is no generation
+ * prompt (chat.h). Phi-3-mini's (k_tmpl_phi3_mini) renders the same without
+ * the system turn. */
+static void test_render_phi3(void) {
+    const cllm_chat_style s = CLLM_CHAT_STYLE_PHI3;
+    check_render("sys+user", s, k_conv1, N(k_conv1), true,
+                 "<|system|>\nYou are a pirate.<|end|>\n<|user|>\nHello!<|end|>\n<|assistant|>\n");
+    check_render("multi-turn", s, k_conv2, N(k_conv2), true,
+                 "<|system|>\nBe brief.<|end|>\n<|user|>\nWhat is 2+2?<|end|>\n"
+                 "<|assistant|>\n4.<|end|>\n<|user|>\nAnd 3+3?<|end|>\n<|assistant|>\n");
+    check_render("no prompt", s, k_conv3, N(k_conv3), false,
+                 "<|user|>\nHi<|end|>\n<|assistant|>\nHello, how can I help?<|end|>\n");
+    check_render("whitespace", s, k_conv4, N(k_conv4), false,
+                 "<|system|>\n Sys \n<|end|>\n<|user|>\n  padded\t\n<|end|>\n<|assistant|>\n\n "
+                 "ok \n<|end|>\n");
+    const cllm_chat_msg empty_sys[] = {SYS(""), USER("Hi")};
+    check_render("empty system", s, empty_sys, N(empty_sys), true,
+                 "<|user|>\nHi<|end|>\n<|assistant|>\n");
+}
+
 /* ---- buffer sizes and invalid input ---- */
 
 static void test_buffer(void) {
@@ -544,6 +577,7 @@ int main(void) {
     test_render_llama3();
     test_render_gemma();
     test_render_zephyr();
+    test_render_phi3();
     test_buffer();
     test_invalid();
     return check_summary("test_chat");

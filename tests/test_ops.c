@@ -551,8 +551,29 @@ static void test_soft_max(void) {
 
 /* ---- rope ----------------------------------------------------------------- */
 
+/* YaRN, written from its definition: the angle blends interpolation
+ * (theta * fscale) and extrapolation (theta) by a ramp over the dims whose
+ * wavelength makes between beta_slow and beta_fast turns in the original
+ * context; the magnitude grows by 0.1 ln(1 / fscale). */
+static double ref_yarn_theta(const cllm_rope_yarn *y, int n_dims, double base, double fscale, int i,
+                             double theta_e, double *m) {
+    *m = y && y->attn_factor != 0.0f ? y->attn_factor : 1.0;
+    if (!y || y->ext_factor == 0.0f) return theta_e * fscale;
+    const double two_pi = 6.283185307179586;
+    const double d_fast = n_dims * log(y->n_ctx_orig / (two_pi * y->beta_fast)) / (2 * log(base));
+    const double d_slow = n_dims * log(y->n_ctx_orig / (two_pi * y->beta_slow)) / (2 * log(base));
+    const double lo = floor(d_fast) < 0 ? 0 : floor(d_fast);
+    const double hi = ceil(d_slow) > n_dims - 1 ? n_dims - 1 : ceil(d_slow);
+    double t = (i - lo) / (hi - lo > 0.001 ? hi - lo : 0.001);
+    t = t < 0 ? 0 : t > 1 ? 1 : t;
+    const double mix = (1 - t) * y->ext_factor;
+    *m *= 1 + 0.1 * log(1 / fscale);
+    return theta_e * fscale * (1 - mix) + theta_e * mix;
+}
+
 static void ref_rope(const double *a, const int64_t *ne, const int32_t *pos, const double *ff,
-                     int n_dims, int mode, double base, double fscale, double *out) {
+                     int n_dims, int mode, double base, double fscale, const cllm_rope_yarn *yarn,
+                     double *out) {
     for (int64_t i3 = 0; i3 < ne[3]; i3++)
         for (int64_t i2 = 0; i2 < ne[2]; i2++)
             for (int64_t i1 = 0; i1 < ne[1]; i1++) {
@@ -560,12 +581,13 @@ static void ref_rope(const double *a, const int64_t *ne, const int32_t *pos, con
                 double *y = out + idx4(ne, 0, i1, i2, i3);
                 for (int64_t i0 = 0; i0 < ne[0]; i0++) y[i0] = x[i0];
                 for (int i = 0; i < n_dims / 2; i++) {
-                    double theta = pos[i2] * fscale * pow(base, -2.0 * i / n_dims);
+                    double theta = pos[i2] * pow(base, -2.0 * i / n_dims), m;
                     if (ff) theta /= ff[i];
+                    theta = ref_yarn_theta(yarn, n_dims, base, fscale, i, theta, &m);
                     const int j0 = mode == CLLM_ROPE_NEOX ? i : 2 * i;
                     const int j1 = mode == CLLM_ROPE_NEOX ? i + n_dims / 2 : 2 * i + 1;
-                    y[j0] = x[j0] * cos(theta) - x[j1] * sin(theta);
-                    y[j1] = x[j0] * sin(theta) + x[j1] * cos(theta);
+                    y[j0] = m * (x[j0] * cos(theta) - x[j1] * sin(theta));
+                    y[j1] = m * (x[j0] * sin(theta) + x[j1] * cos(theta));
                 }
             }
 }
@@ -577,6 +599,7 @@ typedef struct rope_case {
     float base, fscale;
     bool freq_factors;
     int layout; /* LAYOUT_*, or LAYOUT_COUNT: the K part of a fused QKV tensor */
+    const cllm_rope_yarn *yarn;
 } rope_case;
 
 static void run_rope(const rope_case *c, int nth, bool inplace) {
@@ -597,7 +620,9 @@ static void run_rope(const rope_case *c, int nth, bool inplace) {
     cllm_tensor *pos = cllm_tensor_new_1d(ctx, CLLM_TYPE_I32, n_tokens);
     cllm_tensor *ff =
         c->freq_factors ? cllm_tensor_new_1d(ctx, CLLM_TYPE_F32, c->n_dims / 2 + 1) : NULL;
-    cllm_tensor *out = cllm_rope(ctx, a, pos, ff, c->n_dims, c->mode, c->base, c->fscale);
+    cllm_tensor *out =
+        c->yarn ? cllm_rope_ext(ctx, a, pos, ff, c->n_dims, c->mode, c->base, c->fscale, c->yarn)
+                : cllm_rope(ctx, a, pos, ff, c->n_dims, c->mode, c->base, c->fscale);
     cllm_buffer *buf = place_all(ctx);
     if (inplace) make_inplace(out);
     fill_root_uniform(a, -1.0f, 1.0f);
@@ -609,11 +634,12 @@ static void run_rope(const rope_case *c, int nth, bool inplace) {
     CHECK(compute(g_be[nth], out) == CLLM_OK);
     double *got = read_dense(out);
     double *want = xmalloc((size_t)nel(ne) * sizeof(double));
-    ref_rope(da, ne, p, dff, c->n_dims, c->mode, c->base, c->fscale, want);
+    ref_rope(da, ne, p, dff, c->n_dims, c->mode, c->base, c->fscale, c->yarn, want);
     char what[200];
-    snprintf(what, sizeof(what), "rope %s head %lld dims %d base %g scale %g%s %s, %d threads%s",
+    snprintf(what, sizeof(what), "rope %s head %lld dims %d base %g scale %g%s%s %s, %d threads%s",
              c->mode == CLLM_ROPE_NEOX ? "neox" : "normal", (long long)c->head_dim, c->n_dims,
              (double)c->base, (double)c->fscale, ff ? " freq_factors" : "",
+             c->yarn ? (c->yarn->ext_factor != 0.0f ? " yarn" : " attn_factor") : "",
              c->layout == LAYOUT_COUNT ? "qkv view" : k_layout_names[c->layout], nth,
              inplace ? ", in place" : "");
     check_close(what, got, want, nel(ne), 1e-5, 0.0);
@@ -626,13 +652,21 @@ static void run_rope(const rope_case *c, int nth, bool inplace) {
 
 static void test_rope(void) {
     const rope_case cases[] = {
-        {64, 64, CLLM_ROPE_NORMAL, 10000.0f, 1.0f, false, LAYOUT_CONTIGUOUS},
-        {64, 64, CLLM_ROPE_NEOX, 10000.0f, 1.0f, false, LAYOUT_CONTIGUOUS},
-        {64, 24, CLLM_ROPE_NORMAL, 500000.0f, 0.25f, true, LAYOUT_COUNT},
-        {64, 24, CLLM_ROPE_NEOX, 1000000.0f, 1.0f, true, LAYOUT_PERMUTED},
-        {18, 18, CLLM_ROPE_NEOX, 10000.0f, 0.5f, false, LAYOUT_TRANSPOSED},
-        {18, 2, CLLM_ROPE_NORMAL, 10000.0f, 1.0f, true, LAYOUT_OFFSET},
-        {80, 40, CLLM_ROPE_NEOX, 10000.0f, 1.0f, false, LAYOUT_COUNT},
+        {64, 64, CLLM_ROPE_NORMAL, 10000.0f, 1.0f, false, LAYOUT_CONTIGUOUS, NULL},
+        {64, 64, CLLM_ROPE_NEOX, 10000.0f, 1.0f, false, LAYOUT_CONTIGUOUS, NULL},
+        {64, 24, CLLM_ROPE_NORMAL, 500000.0f, 0.25f, true, LAYOUT_COUNT, NULL},
+        {64, 24, CLLM_ROPE_NEOX, 1000000.0f, 1.0f, true, LAYOUT_PERMUTED, NULL},
+        {18, 18, CLLM_ROPE_NEOX, 10000.0f, 0.5f, false, LAYOUT_TRANSPOSED, NULL},
+        {18, 2, CLLM_ROPE_NORMAL, 10000.0f, 1.0f, true, LAYOUT_OFFSET, NULL},
+        {80, 40, CLLM_ROPE_NEOX, 10000.0f, 1.0f, false, LAYOUT_COUNT, NULL},
+        /* YaRN (factor 4 over 64 positions: dims on both sides of the ramp),
+         * and a magnitude factor alone (LongRoPE) */
+        {64, 64, CLLM_ROPE_NEOX, 10000.0f, 0.25f, false, LAYOUT_CONTIGUOUS,
+         &(cllm_rope_yarn){64, 1.0f, 0.9f, 32.0f, 1.0f}},
+        {64, 32, CLLM_ROPE_NORMAL, 1000000.0f, 0.125f, true, LAYOUT_PERMUTED,
+         &(cllm_rope_yarn){256, 1.0f, 1.0f, 32.0f, 1.0f}},
+        {48, 48, CLLM_ROPE_NEOX, 10000.0f, 1.0f, true, LAYOUT_CONTIGUOUS,
+         &(cllm_rope_yarn){4096, 0.0f, 1.19f, 0.0f, 0.0f}},
     };
     rng_seed(4);
     for (size_t c = 0; c < CLLM_ARRAY_SIZE(cases); c++) {
@@ -1353,8 +1387,8 @@ static void test_inplace(void) {
     const int64_t norm_ne[4] = {33, 7, 3, 1};
     const sm_case sm = {LAYOUT_CONTIGUOUS, CLLM_TYPE_F32, 5, 1, 1, 1};
     const rope_case ropes[] = {
-        {64, 32, CLLM_ROPE_NEOX, 10000.0f, 1.0f, true, LAYOUT_CONTIGUOUS},
-        {64, 64, CLLM_ROPE_NORMAL, 10000.0f, 1.0f, false, LAYOUT_CONTIGUOUS},
+        {64, 32, CLLM_ROPE_NEOX, 10000.0f, 1.0f, true, LAYOUT_CONTIGUOUS, NULL},
+        {64, 64, CLLM_ROPE_NORMAL, 10000.0f, 1.0f, false, LAYOUT_CONTIGUOUS, NULL},
     };
     rng_seed(10);
     for (int nth = 1; nth <= MAX_THREADS; nth++) {

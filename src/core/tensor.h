@@ -262,6 +262,31 @@ cllm_tensor *cllm_rope(cllm_context *ctx, cllm_tensor *a, cllm_tensor *pos,
                        cllm_tensor *freq_factors, int n_dims, int mode, float freq_base,
                        float freq_scale);
 
+/* YaRN's part of a rope (cllm_rope_ext); {0} is plain rope. */
+typedef struct cllm_rope_yarn {
+    int n_ctx_orig;    /* the context the model was trained for */
+    float ext_factor;  /* 0: off; 1: YaRN's ramp between interpolation and extrapolation */
+    float attn_factor; /* multiplies cos and sin (0 means 1) */
+    float beta_fast, beta_slow;
+} cllm_rope_yarn;
+
+/*
+ * cllm_rope with YaRN and a magnitude factor (as llama.cpp's rope_ext):
+ *   theta_e = pos * base^(-2i/n_dims) / ff[i]       (extrapolated)
+ *   theta_i = freq_scale * theta_e                   (interpolated)
+ *   ext_factor == 0: theta = theta_i, m = attn_factor
+ *   else: dims [lo, hi] from n_ctx_orig and beta_fast / beta_slow:
+ *         d(beta) = n_dims * ln(n_ctx_orig / (2 pi beta)) / (2 ln base),
+ *         lo = max(0, floor(d(beta_fast))), hi = min(n_dims - 1, ceil(d(beta_slow)));
+ *         r = (1 - clamp((i - lo) / max(0.001, hi - lo), 0, 1)) * ext_factor,
+ *         theta = theta_i (1 - r) + theta_e r,
+ *         m = attn_factor * (1 + 0.1 ln(1 / freq_scale))
+ *   pairs rotated by theta, then scaled by m.
+ */
+cllm_tensor *cllm_rope_ext(cllm_context *ctx, cllm_tensor *a, cllm_tensor *pos,
+                           cllm_tensor *freq_factors, int n_dims, int mode, float freq_base,
+                           float freq_scale, const cllm_rope_yarn *yarn);
+
 /*
  * a: [K, M, A2, A3] (F32, F16, BF16, later quantized), b: [K, N, B2, B3] F32
  * with B2 % A2 == 0 and B3 % A3 == 0.

@@ -12,11 +12,13 @@
 extern const cllm_arch cllm_arch_llama;
 extern const cllm_arch cllm_arch_gpt2;
 extern const cllm_arch cllm_arch_gemma3;
+extern const cllm_arch cllm_arch_qwen2;
+extern const cllm_arch cllm_arch_qwen3;
+extern const cllm_arch cllm_arch_phi3;
 
 static const cllm_arch *const k_archs[] = {
-    &cllm_arch_llama,
-    &cllm_arch_gpt2,
-    &cllm_arch_gemma3,
+    &cllm_arch_llama, &cllm_arch_gpt2,  &cllm_arch_gemma3,
+    &cllm_arch_qwen2, &cllm_arch_qwen3, &cllm_arch_phi3,
 };
 
 const cllm_arch *cllm_arch_find(const char *name) {
@@ -24,6 +26,15 @@ const cllm_arch *cllm_arch_find(const char *name) {
         if (strcmp(k_archs[i]->name, name) == 0) return k_archs[i];
     }
     return NULL;
+}
+
+const char *cllm_arch_names(char *buf, size_t size) {
+    size_t n = 0;
+    if (size) buf[0] = '\0';
+    for (size_t i = 0; i < CLLM_ARRAY_SIZE(k_archs) && n < size; i++) {
+        n += (size_t)snprintf(buf + n, size - n, i ? ", %s" : "%s", k_archs[i]->name);
+    }
+    return buf;
 }
 
 /* ---- hyper-parameters -------------------------------------------------- */

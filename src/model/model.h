@@ -40,8 +40,10 @@ typedef struct cllm_hparams {
     int n_rot;
     int rope_mode; /* CLLM_ROPE_NORMAL or CLLM_ROPE_NEOX */
     float rope_freq_base;
-    float rope_freq_scale; /* 1 / linear scaling factor */
-    bool learned_pos;      /* absolute position embeddings (gpt2): n_ctx <= n_ctx_train */
+    float rope_freq_scale;    /* 1 / linear scaling factor */
+    int64_t n_ctx_orig;       /* rope.scaling.original_context_length (else n_ctx_train) */
+    cllm_rope_yarn rope_yarn; /* YaRN (ext_factor 1) and the magnitude factor of cos/sin */
+    bool learned_pos;         /* absolute position embeddings (gpt2): n_ctx <= n_ctx_train */
     /* sliding-window attention (gemma3): n_swa == 0: none. Layer l attends
      * to the last n_swa positions only when swa_layer[l]; those layers rotate
      * with rope_freq_base_swa, the others with rope_freq_base. */
@@ -67,7 +69,7 @@ typedef struct cllm_layer_weights {
     cllm_tensor *ffn_norm, *ffn_norm_b;
     cllm_tensor *ffn_gate, *ffn_up, *ffn_down;
     cllm_tensor *ffn_up_b, *ffn_down_b;
-    cllm_tensor *attn_q_norm, *attn_k_norm;      /* per-head RMS norms of q and k (gemma3) */
+    cllm_tensor *attn_q_norm, *attn_k_norm;      /* per-head RMS norms of q and k (qwen3, gemma3) */
     cllm_tensor *attn_post_norm, *ffn_post_norm; /* norms of the blocks' outputs (gemma3) */
 } cllm_layer_weights;
 
@@ -86,6 +88,8 @@ typedef struct cllm_weights {
     cllm_tensor *output_norm, *output_norm_b;
     cllm_tensor *output;     /* == tok_embd when the output is tied */
     cllm_tensor *rope_freqs; /* optional frequency factors (llama-3 rope scaling) */
+    /* optional LongRoPE factors (phi3): long for a context past n_ctx_orig */
+    cllm_tensor *rope_long, *rope_short;
     int n_layer;
     cllm_layer_weights *layers; /* n_layer */
 } cllm_weights;
@@ -193,6 +197,10 @@ typedef struct cllm_arch {
 
 /* The architecture named `name`, or NULL. */
 const cllm_arch *cllm_arch_find(const char *name);
+
+/* The names of the architectures, ", "-separated, into buf (truncated to
+ * size); returns buf. For error messages. */
+const char *cllm_arch_names(char *buf, size_t size);
 
 /* ---- helpers shared by the architectures (arch.c) ---------------------- */
 

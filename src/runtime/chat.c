@@ -8,14 +8,14 @@
 static const char *const k_style_names[] = {
     [CLLM_CHAT_STYLE_CHATML] = "chatml", [CLLM_CHAT_STYLE_LLAMA2] = "llama2",
     [CLLM_CHAT_STYLE_LLAMA3] = "llama3", [CLLM_CHAT_STYLE_GEMMA] = "gemma",
-    [CLLM_CHAT_STYLE_ZEPHYR] = "zephyr",
+    [CLLM_CHAT_STYLE_ZEPHYR] = "zephyr", [CLLM_CHAT_STYLE_PHI3] = "phi3",
 };
 _Static_assert(CLLM_ARRAY_SIZE(k_style_names) == CLLM_CHAT_STYLE_COUNT, "chat style names");
 
 static const char *const k_style_eot[] = {
     [CLLM_CHAT_STYLE_CHATML] = "<|im_end|>", [CLLM_CHAT_STYLE_LLAMA2] = "</s>",
     [CLLM_CHAT_STYLE_LLAMA3] = "<|eot_id|>", [CLLM_CHAT_STYLE_GEMMA] = "<end_of_turn>",
-    [CLLM_CHAT_STYLE_ZEPHYR] = "</s>",
+    [CLLM_CHAT_STYLE_ZEPHYR] = "</s>",       [CLLM_CHAT_STYLE_PHI3] = "<|end|>",
 };
 _Static_assert(CLLM_ARRAY_SIZE(k_style_eot) == CLLM_CHAT_STYLE_COUNT, "chat style eot");
 
@@ -38,7 +38,7 @@ static chat_role role_of(const cllm_chat_msg *m) {
     return ROLE_COUNT;
 }
 
-#define STYLE_LIST "chatml, llama2, llama3, gemma, zephyr"
+#define STYLE_LIST "chatml, llama2, llama3, gemma, zephyr, phi3"
 
 /* Longest default system prompt cllm_chat_default_system extracts (bytes). */
 #define CHAT_MAX_DEFAULT_SYSTEM 4096
@@ -80,7 +80,8 @@ cllm_status cllm_chat_style_from_name(const char *name, cllm_chat_style *out) {
         {"llama-2", CLLM_CHAT_STYLE_LLAMA2}, {"llama3", CLLM_CHAT_STYLE_LLAMA3},
         {"llama-3", CLLM_CHAT_STYLE_LLAMA3}, {"gemma", CLLM_CHAT_STYLE_GEMMA},
         {"gemma2", CLLM_CHAT_STYLE_GEMMA},   {"gemma3", CLLM_CHAT_STYLE_GEMMA},
-        {"zephyr", CLLM_CHAT_STYLE_ZEPHYR},
+        {"zephyr", CLLM_CHAT_STYLE_ZEPHYR},  {"phi3", CLLM_CHAT_STYLE_PHI3},
+        {"phi-3", CLLM_CHAT_STYLE_PHI3},
     };
     if (name) {
         for (size_t i = 0; i < CLLM_ARRAY_SIZE(k_names); i++) {
@@ -114,6 +115,8 @@ cllm_status cllm_chat_style_detect(const char *template_src, cllm_chat_style *ou
     } else if (strstr(t, "<|user|>") && strstr(t, "<|assistant|>") && !strstr(t, "<|end|>") &&
                (strstr(t, "</s>") || strstr(t, "eos_token"))) {
         style = CLLM_CHAT_STYLE_ZEPHYR;
+    } else if (strstr(t, "<|user|>") && strstr(t, "<|assistant|>") && strstr(t, "<|end|>")) {
+        style = CLLM_CHAT_STYLE_PHI3;
     } else {
         /* Quote the start of the template on one line. */
         char head[48];
@@ -127,8 +130,6 @@ cllm_status cllm_chat_style_detect(const char *template_src, cllm_chat_style *ou
         if (strstr(t, "[INST]")) {
             hint = " ([INST] without <<SYS>>: a Mistral-style template; 'llama2' is close "
                    "but not identical)";
-        } else if (strstr(t, "<|user|>") && strstr(t, "<|end|>")) {
-            hint = " (<|user|> with <|end|>: a Phi-3-style template)";
         }
         return cllm_error(CLLM_ERR_UNSUPPORTED,
                           "chat: unrecognised chat template \"%s%s\"%s; choose a style by "
@@ -358,12 +359,31 @@ static void render_zephyr(sink *k, const cllm_chat_msg *msgs, size_t n, bool gen
     if (gen) put(k, "<|assistant|>\n");
 }
 
+/*
+ * Phi-3 / Phi-3.5: "<|role|>\n{content}<|end|>\n" per message (contents
+ * verbatim), prompt "<|assistant|>\n". Phi-3.5's template drops an empty
+ * system message and Phi-3's drops every system message (both render the
+ * rest alike); here a system message with content is kept, as in Phi-3.5
+ * and llama.cpp. BOS comes from the tokenizer (Phi-3's "{{ bos_token }}").
+ */
+static void render_phi3(sink *k, const cllm_chat_msg *msgs, size_t n, bool gen) {
+    for (size_t i = 0; i < n; i++) {
+        if (role_of(&msgs[i]) == ROLE_SYSTEM && !msgs[i].content[0]) continue;
+        put(k, "<|");
+        put(k, msgs[i].role);
+        put(k, "|>\n");
+        put(k, msgs[i].content);
+        put(k, "<|end|>\n");
+    }
+    if (gen) put(k, "<|assistant|>\n");
+}
+
 typedef void (*render_fn)(sink *k, const cllm_chat_msg *msgs, size_t n, bool gen);
 
 static const render_fn k_renderers[] = {
     [CLLM_CHAT_STYLE_CHATML] = render_chatml, [CLLM_CHAT_STYLE_LLAMA2] = render_llama2,
     [CLLM_CHAT_STYLE_LLAMA3] = render_llama3, [CLLM_CHAT_STYLE_GEMMA] = render_gemma,
-    [CLLM_CHAT_STYLE_ZEPHYR] = render_zephyr,
+    [CLLM_CHAT_STYLE_ZEPHYR] = render_zephyr, [CLLM_CHAT_STYLE_PHI3] = render_phi3,
 };
 _Static_assert(CLLM_ARRAY_SIZE(k_renderers) == CLLM_CHAT_STYLE_COUNT, "chat renderers");
 

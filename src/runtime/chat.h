@@ -44,6 +44,9 @@
  *   zephyr  (Zephyr, TinyLlama chat)  no BOS in the text
  *       <|system|>\n{S}</s>\n<|user|>\n{U}</s>\n<|assistant|>\n{A}</s>\n ...
  *       prompt: <|assistant|>\n
+ *   phi3  (Phi-3, Phi-3.5 instruct)  no BOS in the text (the tokenizer adds it)
+ *       <|system|>\n{S}<|end|>\n<|user|>\n{U}<|end|>\n<|assistant|>\n{A}<|end|>\n ...
+ *       prompt: <|assistant|>\n   (an empty system message is left out)
  *
  * Known differences from the reference templates: a default system prompt
  * that a template inserts when the conversation has none (SmolLM2's "You are
@@ -52,7 +55,9 @@
  * caller can pass it. Llama 3.1's date header is not reproduced. zephyr
  * always ends turns with "</s>" (the EOS of zephyr-7b and TinyLlama; a model
  * of this family with another EOS needs a style of its own). Trimming strips
- * ASCII whitespace only. Tool calls and multi-part contents are not
+ * ASCII whitespace only. phi3 keeps a system message, which Phi-3's first
+ * template (mini-4k) drops; without the generation prompt Phi-3.5 ends with
+ * its EOS text, which phi3 leaves out. Tool calls and multi-part contents are not
  * supported.
  *
  * The text carries special-token text ("<|im_start|>", ...) that the

@@ -331,8 +331,10 @@ cllm_status cllm_plan_new(const cllm_gguf *g, const cllm_plan_params *params, cl
     if ((st = cllm_gguf_get_str(g, "general.architecture", &arch_name)) != CLLM_OK) goto fail;
     f.arch = cllm_arch_find(arch_name);
     if (!f.arch) {
-        st = cllm_error(CLLM_ERR_UNSUPPORTED, "%s: architecture \"%s\" is not supported",
-                        cllm_gguf_name(g), arch_name);
+        char names[256];
+        st = cllm_error(CLLM_ERR_UNSUPPORTED,
+                        "%s: architecture \"%s\" is not supported (supported: %s)",
+                        cllm_gguf_name(g), arch_name, cllm_arch_names(names, sizeof(names)));
         goto fail;
     }
     if ((st = f.arch->load_hparams(g, &f.hp)) != CLLM_OK) goto fail;

@@ -211,8 +211,10 @@ static cllm_status model_load(const char *path, const cllm_model_params *params,
     if ((st = cllm_gguf_get_str(m->gguf, "general.architecture", &arch_name)) != CLLM_OK) goto fail;
     m->arch = cllm_arch_find(arch_name);
     if (!m->arch) {
-        st = cllm_error(CLLM_ERR_UNSUPPORTED, "%s: architecture \"%s\" is not supported", path,
-                        arch_name);
+        char names[256];
+        st = cllm_error(CLLM_ERR_UNSUPPORTED,
+                        "%s: architecture \"%s\" is not supported (supported: %s)", path, arch_name,
+                        cllm_arch_names(names, sizeof(names)));
         goto fail;
     }
     if ((st = m->arch->load_hparams(m->gguf, &m->hp)) != CLLM_OK) goto fail;

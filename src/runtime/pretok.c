@@ -9,6 +9,7 @@
  * Llama 3:
  *   (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}
  *   | ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
+ * Qwen2: Llama 3's with \p{N} instead of \p{N}{1,3} (every digit alone).
  * SmolLM: every \p{N} code point alone, then GPT-2 on the stretches between.
  *
  * A match is always tried at the end of the previous one, and every position
@@ -112,7 +113,8 @@ static size_t pt_gpt2(const char *s, size_t end, size_t i) {
     return pt_space_tail(s, end, i);
 }
 
-static size_t pt_llama3(const char *s, size_t end, size_t i) {
+/* Llama 3's pattern, whose numbers are runs of up to max_digits. */
+static size_t pt_llama3(const char *s, size_t end, size_t i, int max_digits) {
     pt_char c0 = pt_at(s, end, i);
     if (c0.cp == '\'') {
         size_t e = pt_contraction(s, end, i, true);
@@ -124,10 +126,10 @@ static size_t pt_llama3(const char *s, size_t end, size_t i) {
         pt_char c1 = pt_at(s, end, i + c0.len);
         if (c1.cls == CL_LETTER) return pt_run(s, end, i + c0.len, CL_LETTER);
     }
-    /* \p{N}{1,3} */
+    /* \p{N}{1,3} (qwen2: \p{N}) */
     if (c0.cls == CL_NUMBER) {
         size_t j = i + c0.len;
-        for (int k = 1; k < 3; k++) {
+        for (int k = 1; k < max_digits; k++) {
             pt_char c = pt_at(s, end, j);
             if (c.cls != CL_NUMBER) break;
             j += c.len;
@@ -177,8 +179,9 @@ cllm_status cllm_pretok_split(cllm_pretok kind, const char *text, size_t len, cl
             }
         }
         while (i < stretch_end) {
-            size_t e = kind == CLLM_PRETOK_LLAMA3 ? pt_llama3(text, stretch_end, i)
-                                                  : pt_gpt2(text, stretch_end, i);
+            size_t e = kind == CLLM_PRETOK_LLAMA3  ? pt_llama3(text, stretch_end, i, 3)
+                       : kind == CLLM_PRETOK_QWEN2 ? pt_llama3(text, stretch_end, i, 1)
+                                                   : pt_gpt2(text, stretch_end, i);
             CLLM_ASSERT(e > i && e <= stretch_end);
             cllm_status st = fn(user_data, i, e);
             if (st != CLLM_OK) return st;

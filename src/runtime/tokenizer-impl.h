@@ -12,6 +12,7 @@
 enum {
     CLLM_TOKF_EOG = 1,       /* ends generation */
     CLLM_TOKF_MATCHABLE = 2, /* may be produced from plain text (normal, user-defined) */
+    CLLM_TOKF_RSTRIP = 4,    /* a special token that eats the whitespace after it (Phi-3) */
 };
 
 typedef struct cllm_token_data {

@@ -577,8 +577,10 @@ static int32_t match_special(const cllm_tokenizer *tok, const char *text, size_t
     return best;
 }
 
-/* Texts that end a turn (checked against control and user-defined tokens). */
+/* Texts that end a turn (checked against control and user-defined tokens).
+ * "</s>" is one for Phi-3, whose file marks it user-defined. */
 static const char *const k_eog_texts[] = {
+    "</s>",
     "<|eot_id|>",
     "<|eom_id|>",
     "<|im_end|>",
@@ -630,6 +632,36 @@ static bool spm_words_independent(const cllm_tokenizer *tok) {
     return true;
 }
 
+/* Phi-3's special tokens eat the ASCII whitespace that follows them in the
+ * text (Hugging Face's rstrip of its added tokens), except <unk>, <s> and
+ * <|endoftext|>. llama.cpp applies it to a file whose general.name contains
+ * "phi-3" or "phi3" (any case); so does this. */
+static void phi3_rstrip(cllm_tokenizer *tok, const cllm_gguf *g) {
+    const int64_t k = cllm_gguf_find_key(g, "general.name");
+    if (k < 0 || cllm_gguf_kv_type(g, k) != CLLM_GGUF_STRING) return;
+    char name[128];
+    const char *s = cllm_gguf_val_str(g, k);
+    size_t n = 0;
+    for (; s[n] && n + 1 < sizeof(name); n++) {
+        name[n] = (char)(s[n] >= 'A' && s[n] <= 'Z' ? s[n] - 'A' + 'a' : s[n]);
+    }
+    name[n] = '\0';
+    if (!strstr(name, "phi-3") && !strstr(name, "phi3")) return;
+    for (int32_t id = 0; id < tok->n_vocab; id++) {
+        const uint8_t y = tok->tokens[id].type;
+        if (y == CLLM_TOKEN_TYPE_CONTROL || y == CLLM_TOKEN_TYPE_USER_DEFINED ||
+            y == CLLM_TOKEN_TYPE_UNKNOWN)
+            tok->tokens[id].flags |= CLLM_TOKF_RSTRIP;
+    }
+    static const char *const keep[] = {"<unk>", "<s>", "<|endoftext|>"};
+    const int32_t eos = cllm_tok_lookup(tok, "</s>", 4);
+    if (eos >= 0) tok->tokens[eos].flags |= CLLM_TOKF_RSTRIP;
+    for (size_t i = 0; i < CLLM_ARRAY_SIZE(keep); i++) {
+        const int32_t id = cllm_tok_lookup(tok, keep[i], strlen(keep[i]));
+        if (id >= 0) tok->tokens[id].flags &= (uint8_t)~CLLM_TOKF_RSTRIP;
+    }
+}
+
 static cllm_status load(cllm_tokenizer *tok, const cllm_gguf *g) {
     const char *name = cllm_gguf_name(g);
     const char *model;
@@ -656,15 +688,19 @@ static cllm_status load(cllm_tokenizer *tok, const cllm_gguf *g) {
             if (st != CLLM_OK) return st;
             if (strcmp(pre, "default") == 0 || strcmp(pre, "gpt-2") == 0) {
                 tok->pretok = CLLM_PRETOK_GPT2;
-            } else if (strcmp(pre, "llama3") == 0 || strcmp(pre, "llama-bpe") == 0) {
+            } else if (strcmp(pre, "llama3") == 0 || strcmp(pre, "llama-bpe") == 0 ||
+                       strcmp(pre, "llama-v3") == 0) {
                 tok->pretok = CLLM_PRETOK_LLAMA3;
                 tok->ignore_merges = true;
+            } else if (strcmp(pre, "qwen2") == 0 || strcmp(pre, "deepseek-r1-qwen") == 0) {
+                tok->pretok = CLLM_PRETOK_QWEN2;
             } else if (strcmp(pre, "smollm") == 0) {
                 tok->pretok = CLLM_PRETOK_SMOLLM;
             } else {
                 return cllm_error(CLLM_ERR_UNSUPPORTED,
                                   "%s: %s: pre-tokenizer \"%s\" is not supported (supported: "
-                                  "default, gpt-2, llama3, llama-bpe, smollm)",
+                                  "default, gpt-2, llama3, llama-bpe, llama-v3, qwen2, "
+                                  "deepseek-r1-qwen, smollm)",
                                   name, KEY_PRE, pre);
             }
         }
@@ -733,7 +769,15 @@ static cllm_status load(cllm_tokenizer *tok, const cllm_gguf *g) {
         int32_t id = find_turn_token(tok, k_eog_texts[k]);
         if (id >= 0) tok->tokens[id].flags |= CLLM_TOKF_EOG;
     }
+    /* A user-defined token that ends a turn is a control token, as llama.cpp
+     * makes it: plain text that spells it (e.g. Phi-3's "</s>") is text. */
+    for (int32_t id = 0; id < n; id++) {
+        cllm_token_data *t = &tok->tokens[id];
+        if ((t->flags & CLLM_TOKF_EOG) && t->type == CLLM_TOKEN_TYPE_USER_DEFINED)
+            t->type = CLLM_TOKEN_TYPE_CONTROL;
+    }
 
+    phi3_rstrip(tok, g);
     make_pieces(tok);
     return build_trie(tok);
 }
@@ -811,6 +855,10 @@ cllm_status cllm_tokenizer_encode(const cllm_tokenizer *tok, const char *text, s
             cllm_tok_out_push(&out, id);
             after_special = true;
             pos += mlen;
+            if (tok->tokens[id].flags & CLLM_TOKF_RSTRIP) {
+                while (pos < len && (text[pos] == ' ' || (text[pos] >= '\t' && text[pos] <= '\r')))
+                    pos++;
+            }
             start = pos;
         }
     }

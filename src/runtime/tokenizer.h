@@ -45,11 +45,13 @@
  *       's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
  *     (an absent key logs a warning; note that llama.cpp's "default" is a
  *     different, older pattern, and GPT-2's is what such files expect)
- *   - "llama3", "llama-bpe": the Llama 3 pattern
+ *   - "llama3", "llama-bpe", "llama-v3": the Llama 3 pattern
  *       (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|
  *       ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
  *     and, as Llama 3 does, a pre-token that is a whole vocab token is emitted
  *     as is without running the merges;
+ *   - "qwen2", "deepseek-r1-qwen": Qwen2's pattern, Llama 3's with \p{N}
+ *     for \p{N}{1,3} (every digit a pre-token); the merges always run;
  *   - "smollm": SmolLM / SmolLM2's Hugging Face pre-tokenizer, a Sequence of
  *     Digits(individual_digits = true) and ByteLevel(add_prefix_space = false,
  *     use_regex = true): every \p{N} code point is a pre-token of its own and
@@ -60,6 +62,12 @@
  *     pattern), as do StarCoder-style vocabularies.
  * Any other name is CLLM_ERR_UNSUPPORTED (a wrong pre-tokenizer silently
  * gives different ids, so it is refused rather than guessed).
+ *
+ * As llama.cpp does: a user-defined token whose text ends a turn (e.g.
+ * Phi-3's "</s>") is a control token, matched only with parse_special; in a
+ * file whose general.name contains "phi-3" or "phi3", the special tokens
+ * other than <unk>, <s> and <|endoftext|> eat the ASCII whitespace after
+ * them ("<|user|>\n" is one token).
  *
  * Thread safety: a built tokenizer is immutable; any number of threads may
  * call the const functions on it at once. A detokenizer is one stream's state
@@ -101,6 +109,7 @@ typedef enum cllm_pretok {
     CLLM_PRETOK_GPT2,
     CLLM_PRETOK_LLAMA3,
     CLLM_PRETOK_SMOLLM,
+    CLLM_PRETOK_QWEN2,
     CLLM_PRETOK_COUNT
 } cllm_pretok;
 

@@ -30,21 +30,31 @@ bool refs_have(const char *const *names) {
     return all;
 }
 
-bool refs_fetch_model(const char *name, char *path, size_t size) {
+/* Runs "<root>/scripts/<script> <arg>" and takes its output line as a path
+ * that must exist. */
+static bool fetch(const char *script, const char *arg, char *path, size_t size) {
     const char *root = getenv("CLLM_SOURCE_DIR");
     char cmd[4096];
-    snprintf(cmd, sizeof(cmd), "'%s/scripts/fetch-model' '%s'", root ? root : ".", name);
+    snprintf(cmd, sizeof(cmd), "'%s/scripts/%s' %s", root ? root : ".", script, arg);
     FILE *p = popen(cmd, "r");
     path[0] = '\0';
     if (p && fgets(path, (int)size, p)) path[strcspn(path, "\n")] = '\0';
     const bool ok = p && pclose(p) == 0 && path[0] && access(path, R_OK) == 0;
     if (!ok) {
-        char what[256];
-        snprintf(what, sizeof(what), "%s (scripts/fetch-model %s could not fetch it)", name, name);
+        char what[1024];
+        snprintf(what, sizeof(what), "scripts/%s %s could not fetch its files", script, arg);
         check_missing(what);
     }
     return ok;
 }
+
+bool refs_fetch_model(const char *name, char *path, size_t size) {
+    char arg[512];
+    snprintf(arg, sizeof(arg), "'%s'", name);
+    return fetch("fetch-model", arg, path, size);
+}
+
+bool refs_fetch_vocab(char *dir, size_t size) { return fetch("fetch-vocab", "", dir, size); }
 
 char *refs_read_file(const char *path, size_t *size) {
     FILE *f = fopen(path, "rb");

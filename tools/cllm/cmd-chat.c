@@ -737,7 +737,8 @@ static void chat_usage(FILE *f) {
                "  -m FILE              the model (GGUF)\n");
     cllm_cli_gen_usage(f, -1);
     fprintf(f,
-            "  --template STYLE     the chat template (chatml, llama2, llama3, gemma, zephyr)\n"
+            "  --template STYLE     the chat template (chatml, llama2, llama3, gemma, zephyr,\n"
+            "                       phi3)\n"
             "                       instead of the one the model names\n"
             "  -h, --help           this help\n"
             "\n"

@@ -1,10 +1,15 @@
 /*
- * cllm-gen-model — writes a llama, gpt2 or gemma3 GGUF with random weights, of any
- * shape and weight type, with the project's own GGUF writer. Tests use small
- * ones (references from llama.cpp on the same file); benchmarks use the
- * shapes of real models, since speed does not depend on the values.
+ * cllm-gen-model — writes a llama, qwen2, qwen3, phi3, gemma3 or gpt2 GGUF with
+ * random weights, of any shape and weight type, with the project's own GGUF
+ * writer. Tests use small ones (references from llama.cpp on the same file);
+ * benchmarks use the shapes of real models, since speed does not depend on
+ * the values.
  *
  *   cllm-gen-model --arch llama --vocab VOCAB.gguf --out FILE [options]
+ *
+ *   --arch A           llama (default), qwen2 (q/k/v biases), qwen3 (q/k
+ *                      norms), phi3 (fused attn_qkv and gate|up ffn_up),
+ *                      gemma3 (q/k norms, post-block norms, --swa), gpt2
  *
  *   --preset NAME      tinyllama-1.1b | llama-7b | tiny (sets the shape)
  *   --n-embd N --n-layer N --n-head N --n-head-kv N --n-ff N --n-ctx N
@@ -13,6 +18,19 @@
  *                      biases stay f32)
  *   --seed S           weights are a function of the seed alone
  *   --tied             no output.weight (tied to token_embd)
+ *   --head-dim N       head size (default n_embd / n_head; qwen3 often differs)
+ *   --rope-base F      rope.freq_base (default 10000)
+ *   --yarn F N         rope.scaling.type yarn, factor F, original context N
+ *   --longrope N       phi3: rope_factors_short/_long (random, 1 to 4) and
+ *                      rope.scaling.original_context_length N,
+ *                      rope.scaling.attn_factor 1.1
+ *   --qk-std F         standard deviation of the q and k weights (default
+ *                      0.02, as every matrix); larger values make attention
+ *                      peaked, so that positions (rope) change the logits
+ *   --llama3-rope N    rope_freqs.weight with Llama 3.1's frequency factors
+ *                      for an original context of N (Llama 3.1: 8192; factor
+ *                      8, low 1, high 4); a small N scales the frequencies
+ *                      that the positions of short test prompts reach
  *   --swa N            gemma3: sliding window of N positions on the local
  *                      layers (every layer but each 6th; 0: none)
  *   --zeros            write zero bytes instead of random weights: seconds
@@ -32,11 +50,38 @@
 
 typedef struct opts {
     const char *arch, *vocab, *out;
-    int64_t n_embd, n_layer, n_head, n_head_kv, n_ff, n_ctx, n_swa;
+    int64_t n_embd, n_layer, n_head, n_head_kv, n_ff, n_ctx, head_dim, n_swa;
     cllm_type type;
     uint64_t seed;
+    double rope_base, qk_std;
+    int64_t llama3_rope; /* original context; 0: no rope_freqs */
+    double yarn_factor;  /* 0: no YaRN */
+    int64_t yarn_orig, longrope;
     bool tied, zeros;
 } opts;
+
+/* Llama 3.1's rope frequency factors (its converter's formula): each
+ * frequency's wavelength decides whether it is kept (short), divided by
+ * `factor` (long) or blended between the two. */
+static float *llama3_factors(int64_t n_rot, double base, double n_orig) {
+    const double factor = 8.0, low = 1.0, high = 4.0;
+    const double low_wavelen = n_orig / low, high_wavelen = n_orig / high;
+    float *f = malloc((size_t)(n_rot / 2) * sizeof(float));
+    if (!f) return NULL;
+    for (int64_t i = 0; i < n_rot / 2; i++) {
+        const double freq = 1.0 / pow(base, (double)(2 * i) / (double)n_rot);
+        const double wavelen = 2.0 * 3.141592653589793 / freq;
+        if (wavelen < high_wavelen) {
+            f[i] = 1.0f;
+        } else if (wavelen > low_wavelen) {
+            f[i] = (float)factor;
+        } else {
+            const double smooth = (n_orig / wavelen - low) / (high - low);
+            f[i] = (float)(1.0 / ((1.0 - smooth) / factor + smooth));
+        }
+    }
+    return f;
+}
 
 /* splitmix64 -> uniform -> Box-Muller normals */
 static uint64_t g_rng;
@@ -200,8 +245,10 @@ static int64_t copy_vocab(cllm_gguf_writer *w, const char *path) {
 }
 
 int main(int argc, char **argv) {
-    opts o = {.arch = "llama", .type = CLLM_TYPE_F32, .seed = 1};
+    opts o = {
+        .arch = "llama", .type = CLLM_TYPE_F32, .seed = 1, .rope_base = 10000.0, .qk_std = 0.02};
     preset(&o, "tiny");
+    bool rope_base_given = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--tied") || !strcmp(a, "--zeros")) {
@@ -235,6 +282,19 @@ int main(int argc, char **argv) {
             o.n_ctx = arg_int(v);
         else if (!strcmp(a, "--type"))
             o.type = parse_type(v);
+        else if (!strcmp(a, "--head-dim"))
+            o.head_dim = arg_int(v);
+        else if (!strcmp(a, "--yarn") && i + 1 < argc) {
+            o.yarn_factor = atof(v);
+            o.yarn_orig = arg_int(argv[++i]);
+        } else if (!strcmp(a, "--longrope"))
+            o.longrope = arg_int(v);
+        else if (!strcmp(a, "--llama3-rope"))
+            o.llama3_rope = arg_int(v);
+        else if (!strcmp(a, "--qk-std"))
+            o.qk_std = atof(v);
+        else if (!strcmp(a, "--rope-base"))
+            o.rope_base = atof(v), rope_base_given = true;
         else if (!strcmp(a, "--swa"))
             o.n_swa = arg_int(v);
         else if (!strcmp(a, "--seed"))
@@ -244,11 +304,14 @@ int main(int argc, char **argv) {
             return 2;
         }
     }
-    const bool gpt2 = !strcmp(o.arch, "gpt2"), gemma3 = !strcmp(o.arch, "gemma3");
-    if (!o.out || !o.vocab || (!gpt2 && !gemma3 && strcmp(o.arch, "llama"))) {
-        fprintf(stderr,
-                "usage: cllm-gen-model --arch llama|gpt2|gemma3 --vocab VOCAB.gguf --out FILE "
-                "[--preset NAME] [--type T] [--seed S] [shape options]\n");
+    const bool gpt2 = !strcmp(o.arch, "gpt2"), qwen2 = !strcmp(o.arch, "qwen2");
+    const bool qwen3 = !strcmp(o.arch, "qwen3"), phi3 = !strcmp(o.arch, "phi3");
+    const bool gemma3 = !strcmp(o.arch, "gemma3");
+    if (!o.out || !o.vocab ||
+        (!gpt2 && !qwen2 && !qwen3 && !phi3 && !gemma3 && strcmp(o.arch, "llama"))) {
+        fprintf(stderr, "usage: cllm-gen-model --arch llama|qwen2|qwen3|phi3|gemma3|gpt2 --vocab "
+                        "VOCAB.gguf --out FILE "
+                        "[--preset NAME] [--type T] [--seed S] [shape options]\n");
         return 2;
     }
     const int64_t blck = cllm_type_traits_of(o.type)->blck_size;
@@ -257,6 +320,11 @@ int main(int argc, char **argv) {
                 "cllm-gen-model: n_embd %lld and n_ff %lld must be multiples of %lld (%s), "
                 "n_embd of n_head, n_head of n_head_kv\n",
                 (long long)o.n_embd, (long long)o.n_ff, (long long)blck, cllm_type_name(o.type));
+        return 2;
+    }
+    if (!o.head_dim) o.head_dim = o.n_embd / o.n_head;
+    if (gpt2 && o.head_dim != o.n_embd / o.n_head) {
+        fprintf(stderr, "cllm-gen-model: gpt2 heads are n_embd / n_head\n");
         return 2;
     }
     g_rng = o.seed;
@@ -280,9 +348,26 @@ int main(int argc, char **argv) {
     } else {
         cllm_gguf_writer_set_u32(w, KEY("attention.head_count_kv"), (uint32_t)o.n_head_kv);
         cllm_gguf_writer_set_f32(w, KEY("attention.layer_norm_rms_epsilon"), 1e-5f);
-        /* gemma3: the global layers' base; the local ones keep 10000 */
-        cllm_gguf_writer_set_f32(w, KEY("rope.freq_base"), gemma3 ? 1000000.0f : 10000.0f);
-        cllm_gguf_writer_set_u32(w, KEY("rope.dimension_count"), (uint32_t)(o.n_embd / o.n_head));
+        /* gemma3: the global layers' base (1e6 unless --rope-base); the local
+         * ones keep 10000 */
+        cllm_gguf_writer_set_f32(w, KEY("rope.freq_base"),
+                                 gemma3 && !rope_base_given ? 1000000.0f : (float)o.rope_base);
+        cllm_gguf_writer_set_u32(w, KEY("rope.dimension_count"), (uint32_t)o.head_dim);
+        if (o.yarn_factor > 0) {
+            cllm_gguf_writer_set_str(w, KEY("rope.scaling.type"), "yarn");
+            cllm_gguf_writer_set_f32(w, KEY("rope.scaling.factor"), (float)o.yarn_factor);
+            cllm_gguf_writer_set_u32(w, KEY("rope.scaling.original_context_length"),
+                                     (uint32_t)o.yarn_orig);
+        }
+        if (o.longrope) {
+            cllm_gguf_writer_set_u32(w, KEY("rope.scaling.original_context_length"),
+                                     (uint32_t)o.longrope);
+            cllm_gguf_writer_set_f32(w, KEY("rope.scaling.attn_factor"), 1.1f);
+        }
+        if (o.head_dim != o.n_embd / o.n_head) {
+            cllm_gguf_writer_set_u32(w, KEY("attention.key_length"), (uint32_t)o.head_dim);
+            cllm_gguf_writer_set_u32(w, KEY("attention.value_length"), (uint32_t)o.head_dim);
+        }
     }
     if (gemma3) {
         cllm_gguf_writer_set_u32(w, KEY("attention.key_length"), (uint32_t)(o.n_embd / o.n_head));
@@ -293,11 +378,33 @@ int main(int argc, char **argv) {
     }
 #undef KEY
 
-    const int64_t E = o.n_embd, F = o.n_ff, hd = o.n_embd / o.n_head, KV = hd * o.n_head_kv;
+    const int64_t E = o.n_embd, F = o.n_ff, hd = o.head_dim, KV = hd * o.n_head_kv;
+    const int64_t Q = hd * o.n_head;
     const cllm_type T = o.type, F32 = CLLM_TYPE_F32;
     const float ws = 0.02f, ns = 0.1f; /* matrix std, norm noise */
     add(w, "token_embd.weight", T, E, n_vocab, 1.0f, 0.0f);
     if (gpt2) add(w, "position_embd.weight", F32, E, o.n_ctx, 0.1f, 0.0f);
+    if (o.longrope) { /* factors uniform in [1, 4), from the seed */
+        static const char *const names[] = {"rope_factors_long.weight",
+                                            "rope_factors_short.weight"};
+        for (int k = 0; k < 2; k++) {
+            float *f = keep(malloc((size_t)(hd / 2) * sizeof(float)));
+            for (int64_t i = 0; i < hd / 2; i++) f[i] = 1.0f + 3.0f * (float)uniform();
+            if (cllm_gguf_writer_add_tensor(w, names[k], F32, 1, (int64_t[]){hd / 2}, f) !=
+                CLLM_OK) {
+                fprintf(stderr, "cllm-gen-model: %s\n", cllm_last_error());
+                return 1;
+            }
+        }
+    }
+    if (o.llama3_rope) {
+        float *f = keep(llama3_factors(hd, o.rope_base, (double)o.llama3_rope));
+        if (cllm_gguf_writer_add_tensor(w, "rope_freqs.weight", F32, 1, (int64_t[]){hd / 2}, f) !=
+            CLLM_OK) {
+            fprintf(stderr, "cllm-gen-model: %s\n", cllm_last_error());
+            return 1;
+        }
+    }
     char name[96];
     for (int64_t l = 0; l < o.n_layer; l++) {
 #define N(s) (snprintf(name, sizeof(name), "blk.%lld.%s", (long long)l, s), name)
@@ -314,11 +421,26 @@ int main(int argc, char **argv) {
             add(w, N("ffn_up.bias"), F32, F, 1, ns, 0.0f);
             add(w, N("ffn_down.weight"), T, F, E, ws, 0.0f);
             add(w, N("ffn_down.bias"), F32, E, 1, ns, 0.0f);
+        } else if (phi3) {
+            add(w, N("attn_qkv.weight"), T, E, Q + 2 * KV, (float)o.qk_std, 0.0f);
+            add(w, N("attn_output.weight"), T, Q, E, ws, 0.0f);
+            add(w, N("ffn_norm.weight"), F32, E, 1, ns, 1.0f);
+            add(w, N("ffn_up.weight"), T, E, 2 * F, ws, 0.0f);
+            add(w, N("ffn_down.weight"), T, F, E, ws, 0.0f);
         } else {
-            add(w, N("attn_q.weight"), T, E, E, ws, 0.0f);
-            add(w, N("attn_k.weight"), T, E, KV, ws, 0.0f);
+            add(w, N("attn_q.weight"), T, E, Q, (float)o.qk_std, 0.0f);
+            add(w, N("attn_k.weight"), T, E, KV, (float)o.qk_std, 0.0f);
             add(w, N("attn_v.weight"), T, E, KV, ws, 0.0f);
-            add(w, N("attn_output.weight"), T, E, E, ws, 0.0f);
+            if (qwen2) {
+                add(w, N("attn_q.bias"), F32, Q, 1, ns, 0.0f);
+                add(w, N("attn_k.bias"), F32, KV, 1, ns, 0.0f);
+                add(w, N("attn_v.bias"), F32, KV, 1, ns, 0.0f);
+            }
+            if (qwen3) {
+                add(w, N("attn_q_norm.weight"), F32, hd, 1, ns, 1.0f);
+                add(w, N("attn_k_norm.weight"), F32, hd, 1, ns, 1.0f);
+            }
+            add(w, N("attn_output.weight"), T, Q, E, ws, 0.0f);
             if (gemma3) {
                 add(w, N("attn_q_norm.weight"), F32, hd, 1, ns, 1.0f);
                 add(w, N("attn_k_norm.weight"), F32, hd, 1, ns, 1.0f);

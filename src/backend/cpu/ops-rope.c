@@ -1,12 +1,14 @@
 /*
  * Rotary position embedding. a: [head_dim, n_head, n_tokens, ne3] F32, any
  * strides; pos: int32 [n_tokens]; freq_factors: optional F32 [>= n_dims/2].
- * Op params: n_dims, mode, freq_base, freq_scale.
+ * Op params: n_dims, mode, freq_base, freq_scale, n_ctx_orig, ext_factor,
+ * attn_factor, beta_fast, beta_slow (YaRN: see cllm_rope_ext in tensor.h).
  *
  *   theta_i = pos * freq_scale * freq_base^(-2i / n_dims) / ff[i],  i < n_dims/2
+ *   (with ext_factor != 0, YaRN's blend of that and the unscaled angle)
  *   NORMAL: (x[2i], x[2i+1])          -> rotated by theta_i
  *   NEOX:   (x[i],  x[i + n_dims/2])  -> rotated by theta_i
- *   rotation: (x0, x1) -> (x0 cos - x1 sin, x0 sin + x1 cos)
+ *   rotation: (x0, x1) -> (x0 cos - x1 sin, x0 sin + x1 cos) * attn_factor
  *   x[j] for j >= n_dims passes through (partial rotary).
  *
  * Angles are computed in double once per token into a per-thread table
@@ -22,15 +24,47 @@ size_t cllm_cpu_rope_workspace(const cllm_tensor *dst, int n_threads) {
     return (size_t)n_threads * cllm_cpu_ws_round((size_t)n_dims * sizeof(float));
 }
 
-/* cs[i] = cos(theta_i), cs[n_dims/2 + i] = sin(theta_i) for position p. */
+typedef struct rope_yarn {
+    double ext_factor, mscale; /* mscale: attn_factor, times YaRN's correction */
+    double lo, hi;             /* the dims YaRN ramps between */
+} rope_yarn;
+
+/* YaRN's correction dims: where a dim's wavelength is beta rotations over
+ * the original context. */
+static double yarn_corr_dim(int n_dims, int n_ctx_orig, double beta, double base) {
+    return n_dims * log(n_ctx_orig / (beta * 2.0 * 3.14159265358979323846)) / (2.0 * log(base));
+}
+
+static rope_yarn yarn_of(const cllm_tensor *dst, int n_dims, double base, double scale) {
+    rope_yarn y = {.ext_factor = cllm_get_op_param_f32(dst, 5),
+                   .mscale = cllm_get_op_param_f32(dst, 6)};
+    if (y.ext_factor != 0.0) {
+        const int n_ctx_orig = cllm_get_op_param_i32(dst, 4);
+        const double beta_fast = cllm_get_op_param_f32(dst, 7);
+        const double beta_slow = cllm_get_op_param_f32(dst, 8);
+        y.lo = fmax(0.0, floor(yarn_corr_dim(n_dims, n_ctx_orig, beta_fast, base)));
+        y.hi = fmin(n_dims - 1, ceil(yarn_corr_dim(n_dims, n_ctx_orig, beta_slow, base)));
+        y.mscale *= 1.0 + 0.1 * log(1.0 / scale);
+    }
+    return y;
+}
+
+/* cs[i] = cos(theta_i) m, cs[n_dims/2 + i] = sin(theta_i) m for position p. */
 static void rope_table(float *cs, int n_dims, int32_t p, double base, double scale,
-                       const cllm_tensor *ff) {
+                       const cllm_tensor *ff, const rope_yarn *y) {
     const int half = n_dims / 2;
     for (int i = 0; i < half; i++) {
-        double theta = (double)p * scale * pow(base, -2.0 * i / n_dims);
-        if (ff) theta /= (double)cllm_cpu_load(CLLM_TYPE_F32, cllm_cpu_elem(ff, i, 0, 0, 0));
-        cs[i] = (float)cos(theta);
-        cs[half + i] = (float)sin(theta);
+        double theta_e = (double)p * pow(base, -2.0 * i / n_dims);
+        if (ff) theta_e /= (double)cllm_cpu_load(CLLM_TYPE_F32, cllm_cpu_elem(ff, i, 0, 0, 0));
+        double theta = scale * theta_e;
+        if (y->ext_factor != 0.0) {
+            const double r =
+                (1.0 - fmin(1.0, fmax(0.0, (i - y->lo) / fmax(0.001, y->hi - y->lo)))) *
+                y->ext_factor;
+            theta = theta * (1.0 - r) + theta_e * r;
+        }
+        cs[i] = (float)(cos(theta) * y->mscale);
+        cs[half + i] = (float)(sin(theta) * y->mscale);
     }
 }
 
@@ -42,6 +76,7 @@ void cllm_cpu_rope(const cllm_cpu_params *params, cllm_tensor *dst) {
     const double scale = cllm_get_op_param_f32(dst, 3);
     const int64_t head_dim = dst->ne[0], ne1 = dst->ne[1], ne2 = dst->ne[2];
     const int half = n_dims / 2;
+    const rope_yarn yarn = yarn_of(dst, n_dims, base, scale);
 
     const size_t slice = cllm_cpu_ws_round((size_t)n_dims * sizeof(float));
     float *cs = cllm_cpu_ws(params, dst, (size_t)params->ith * slice, slice);
@@ -55,7 +90,7 @@ void cllm_cpu_rope(const cllm_cpu_params *params, cllm_tensor *dst) {
         if (table_of != r / ne1) {
             int32_t p;
             memcpy(&p, cllm_cpu_elem(pos, i2, 0, 0, 0), sizeof(p));
-            rope_table(cs, n_dims, p, base, scale, ff);
+            rope_table(cs, n_dims, p, base, scale, ff, &yarn);
             table_of = r / ne1;
         }
         float *y = (float *)cllm_cpu_elem(dst, 0, i1, i2, i3);

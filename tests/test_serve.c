@@ -832,30 +832,42 @@ static void check_smollm2(const char *model) {
 }
 
 /* A full queue (503 with Retry-After) and --timeout (504; an error event). */
-static void check_queue_timeout(const char *model) {
+/* A full queue (503) and --timeout (504, and an error event mid-stream).
+ * Returns false, checking nothing, when the machine was too busy to keep the
+ * scenario's timing (request C must arrive while B still waits, within B's
+ * timeout): the caller runs it again. */
+static bool check_queue_timeout(const char *model) {
     server s;
     const char *args[] = {"-m",          model, "--parallel", "1", "-c",        "512",
                           "--max-queue", "1",   "--timeout",  "2", "--metrics", NULL};
     if (!server_start(&s, args)) {
         CHECKF(false, "the server did not start");
-        return;
+        return true;
     }
     char *body = chat_body("Tell me a long story about a dragon.", NULL, NULL, 400, true);
     const int a = send_request(s.port, "POST", "/v1/chat/completions", NULL, body, strlen(body));
-    char buf[256];
-    CHECK(a >= 0 && recv(a, buf, sizeof(buf), MSG_PEEK) > 0); /* running */
     free(body);
+    /* A holds the only slot (not the queue) before B comes */
+    bool running = false;
+    for (double t0 = now_s(); now_s() - t0 < 5 && !running; usleep(20 * 1000)) {
+        running = metric(s.port, "cllm_slots_busy ") == 1;
+    }
+    CHECK(a >= 0 && running);
     body = chat_body("Say hello.", NULL, NULL, 8, false);
+    const double t_b = now_s();
     const int b = send_request(s.port, "POST", "/v1/chat/completions", NULL, body, strlen(body));
     bool queued = false;
     for (double t0 = now_s(); now_s() - t0 < 5 && !queued; usleep(20 * 1000)) {
         queued = metric(s.port, "cllm_queue_length ") == 1;
     }
-    CHECK(queued);
     resp r = http(s.port, "POST", "/v1/chat/completions", body);
-    CHECK(is_error(&r, 503, "queue_full") && strstr(r.head, "Retry-After:"));
-    resp_free(&r);
     free(body);
+    const bool in_time = now_s() - t_b < 1.5;
+    if (in_time) {
+        CHECK(queued);
+        CHECK(is_error(&r, 503, "queue_full") && strstr(r.head, "Retry-After:"));
+    }
+    resp_free(&r);
     /* both time out: the queued one with 504, the streamed one with an error event */
     CHECK(read_response(b, &r) && is_error(&r, 504, "timeout"));
     resp_free(&r);
@@ -865,6 +877,8 @@ static void check_queue_timeout(const char *model) {
     CHECKF(ev.framed && ev.error, "%s", r.body);
     resp_free(&r);
     CHECK_EQ_INT(server_stop(&s, SIGTERM), 0);
+    if (!in_time) printf("test_serve: the queue check came too late (busy machine): again\n");
+    return in_time;
 }
 
 /* ---- IPv6 ----------------------------------------------------------------- */
@@ -936,7 +950,9 @@ int main(int argc, char **argv) {
     char smol[4096];
     if (refs_fetch_model("smollm2", smol, sizeof(smol))) {
         check_smollm2(smol);
-        check_queue_timeout(smol);
+        bool decided = false;
+        for (int i = 0; i < 3 && !decided; i++) decided = check_queue_timeout(smol);
+        CHECKF(decided, "the machine stayed too busy for the queue check");
     }
     return check_summary("test_serve");
 }

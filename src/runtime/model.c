@@ -29,7 +29,7 @@ static cllm_status init_placement(cllm_model *m, const cllm_plan *plan, bool use
         strcmp(plan->hp.arch, m->hp.arch) != 0 || plan->hp.n_embd != m->hp.n_embd) {
         return cllm_error(CLLM_ERR_INVALID_ARG, "%s: the plan is not one for this model", m->path);
     }
-    if (plan->use_mmap != use_mmap) {
+    if (plan->use_mmap != use_mmap && !plan->n_streamed) {
         return cllm_error(CLLM_ERR_INVALID_ARG,
                           "%s: the plan was made for %s weights, the load asks for %s", m->path,
                           plan->use_mmap ? "mapped" : "read", use_mmap ? "mapped" : "read");
@@ -63,6 +63,18 @@ static cllm_status alloc_weights(cllm_model *m, bool use_mmap) {
         }
     }
     cllm_place_weights(pl, m->weights, bytes, m->weights_buf);
+    return CLLM_OK;
+}
+
+/* The ring of the streamed layers: laid out, allocated (counted as the
+ * CPU's weights, planned and allocated), its I/O thread started, and the
+ * streamed tensors placed in it. */
+static cllm_status start_stream(cllm_model *m, int n_slots) {
+    const int cpu = cllm_placement_cpu(&m->place);
+    CLLM_TRY(cllm_stream_layout_init(&m->stream_lay, m->gguf, m->weights, &m->place, n_slots));
+    CLLM_TRY(cllm_stream_new(m->path, m->gguf, m->weights, &m->stream_lay, &m->stream));
+    cllm_stream_place(&m->stream_lay, m->weights, cllm_stream_buffer(m->stream));
+    m->weights_planned[cpu] += m->stream_lay.ring_bytes;
     return CLLM_OK;
 }
 
@@ -117,8 +129,10 @@ static cllm_status place_read(cllm_model *m, int fd, bool show_progress) {
     size_t total = 0;
     void *stage = NULL; /* host staging for tensors in device memory */
     size_t stage_size = 0;
+    const bool streaming = m->place.streamed != NULL;
     for (int i = 0; i < cllm_context_n_tensors(ctx); i++) {
         const cllm_tensor *t = cllm_context_tensor(ctx, i);
+        if (cllm_placement_weight_streamed(&m->place, m->weights, i)) continue;
         total += cllm_nbytes(t);
         if (!cllm_buffer_type_is_host(cllm_buffer_buft(t->buffer))) {
             stage_size = CLLM_MAX(stage_size, cllm_nbytes(t));
@@ -131,6 +145,7 @@ static cllm_status place_read(cllm_model *m, int fd, bool show_progress) {
     size_t done = 0;
     for (int i = 0; i < cllm_context_n_tensors(ctx); i++) {
         cllm_tensor *t = cllm_context_tensor(ctx, i);
+        if (cllm_placement_weight_streamed(&m->place, m->weights, i)) continue; /* the ring's */
         const cllm_gguf_tensor_info *ti = cllm_gguf_tensor(g, cllm_gguf_find_tensor(g, t->name));
         const off_t base = (off_t)(cllm_gguf_data_offset(g) + ti->offset);
         const bool host = cllm_buffer_type_is_host(cllm_buffer_buft(t->buffer));
@@ -145,6 +160,8 @@ static cllm_status place_read(cllm_model *m, int fd, bool show_progress) {
             off += (size_t)r;
         }
         if (!host) cllm_tensor_set(t, stage, 0, ti->size);
+        /* under a budget the page cache counts too: drop what was read */
+        if (streaming) posix_fadvise(fd, base, (off_t)ti->size, POSIX_FADV_DONTNEED);
         done += ti->size;
         progress(done, total, show_progress);
     }
@@ -181,8 +198,10 @@ cllm_status cllm_model_load(const char *path, const cllm_model_params *params, c
         (st = cllm_tokenizer_new_from_gguf(m->gguf, &m->tok)) != CLLM_OK) {
         goto fail;
     }
-    if ((st = init_placement(m, p.plan, p.use_mmap)) != CLLM_OK) goto fail;
-    if ((st = alloc_weights(m, p.use_mmap)) != CLLM_OK) goto fail;
+    /* a plan that streams layers reads the resident ones (model.h) */
+    const bool use_mmap = p.use_mmap && !(p.plan && p.plan->n_streamed);
+    if ((st = init_placement(m, p.plan, use_mmap)) != CLLM_OK) goto fail;
+    if ((st = alloc_weights(m, use_mmap)) != CLLM_OK) goto fail;
 
     /* O_NONBLOCK: should the path have become a FIFO since it was parsed,
      * the open must not block (it has no effect on a regular file) */
@@ -197,8 +216,9 @@ cllm_status cllm_model_load(const char *path, const cllm_model_params *params, c
         st = cllm_error(CLLM_ERR_IO, "%s: the file changed while loading", path);
         goto fail;
     }
-    st = p.use_mmap ? place_mapped(m, fd) : place_read(m, fd, p.progress);
+    st = use_mmap ? place_mapped(m, fd) : place_read(m, fd, p.progress);
     if (st != CLLM_OK) goto fail;
+    if (m->place.streamed && (st = start_stream(m, p.plan->stream_slots)) != CLLM_OK) goto fail;
     close(fd);
     *out = m;
     return CLLM_OK;
@@ -211,6 +231,8 @@ fail:
 
 void cllm_model_free(cllm_model *m) {
     if (!m) return;
+    cllm_stream_free(m->stream);
+    cllm_stream_layout_free(&m->stream_lay);
     for (int d = 0; d < CLLM_PLACE_MAX_DEVICES; d++) cllm_buffer_free(m->weights_buf[d]);
     cllm_placement_free(&m->place);
     if (m->map) munmap(m->map, m->map_size);

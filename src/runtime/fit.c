@@ -173,7 +173,7 @@ static cllm_status probe(fit_ctx *f, probe_result *r) {
         if ((st = cllm_stream_layout_init(&lay, f->g, f->w, pl, f->p.stream_slots)) != CLLM_OK) {
             goto done;
         }
-        ring = cllm_buffer_new_measure(cllm_placement_buft(pl, cpu), lay.ring_bytes);
+        ring = cllm_buffer_new_measure(cllm_cpu_mapped_buffer_type(), lay.ring_bytes);
         if (!ring) {
             st = cllm_error(CLLM_ERR_NOMEM, "plan: out of host memory");
             goto done;

@@ -180,6 +180,9 @@ struct cllm_stream {
     /* under mu */
     bool stop;
     bool reading;
+    bool reopen;                           /* open the path again before the next read */
+    bool paused;                           /* after a reset, no reads until a pass begins */
+    bool direct_seen;                      /* direct I/O used by the last read (for reports) */
     uint64_t gen;                          /* bumped by a reset: a read in flight is thrown away */
     int next;                              /* the streamed layer the I/O thread reads next */
     bool keep_all;                         /* no more layers than slots: each read once */
@@ -239,6 +242,18 @@ static bool read_run(cllm_stream *st, const cllm_stream_run *r, char *dst, uint6
     return true;
 }
 
+/* Opens the path again (direct I/O when it can); keeps the old descriptor
+ * if that fails (the next read then reports the error). */
+static void reopen_file(cllm_stream *st) {
+    int fd = open(st->path, O_RDONLY | O_CLOEXEC | O_DIRECT);
+    bool direct = fd >= 0;
+    if (fd < 0) fd = open(st->path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return;
+    close(st->fd);
+    st->fd = fd;
+    st->direct = direct;
+}
+
 static void *io_main(void *arg) {
     cllm_stream *st = arg;
     const cllm_stream_layout *lay = st->lay;
@@ -246,7 +261,7 @@ static void *io_main(void *arg) {
     pthread_mutex_lock(&st->mu);
     while (!st->stop) {
         const int j = st->next;
-        if (st->keep_all && j >= lay->n_layers) {
+        if (st->paused || (st->keep_all && j >= lay->n_layers)) {
             pthread_cond_wait(&st->cv, &st->mu);
             continue;
         }
@@ -256,8 +271,11 @@ static void *io_main(void *arg) {
             continue;
         }
         const uint64_t gen = st->gen;
+        const bool reopen = st->reopen;
+        st->reopen = false;
         st->reading = true;
         pthread_mutex_unlock(&st->mu);
+        if (reopen) reopen_file(st); /* after a failed pass: the path may name a new file */
 
         const cllm_stream_layer *sl = &lay->layers[j];
         char *slot = (char *)st->ring + (size_t)s * lay->slot_bytes;
@@ -272,6 +290,7 @@ static void *io_main(void *arg) {
         pthread_mutex_lock(&st->mu);
         st->reading = false;
         st->bytes_read += n_read;
+        st->direct_seen = st->direct;
         if (st->gen == gen) {
             st->slot_layer[s] = j;
             st->slot_failed[s] = !ok;
@@ -293,6 +312,8 @@ static void reset_locked(cllm_stream *st) {
         st->slot_failed[s] = false;
     }
     st->next = 0;
+    st->reopen = true;
+    st->paused = true; /* until the next pass: its reads are then fresh */
     pthread_cond_broadcast(&st->cv);
 }
 
@@ -326,7 +347,7 @@ cllm_status cllm_stream_new(const char *path, const cllm_gguf *g, const cllm_wei
         goto fail;
     }
     st->fd = open(path, O_RDONLY | O_CLOEXEC | O_DIRECT);
-    st->direct = st->fd >= 0;
+    st->direct = st->direct_seen = st->fd >= 0;
     if (st->fd < 0) st->fd = open(path, O_RDONLY | O_CLOEXEC);
     if (st->fd < 0) {
         rc = cllm_error(CLLM_ERR_IO, "%s: %s", path, strerror(errno));
@@ -381,7 +402,13 @@ void cllm_stream_free(cllm_stream *st) {
 }
 
 cllm_buffer *cllm_stream_buffer(const cllm_stream *st) { return st->buf; }
-bool cllm_stream_direct_io(const cllm_stream *st) { return st->direct; }
+bool cllm_stream_direct_io(const cllm_stream *st) {
+    cllm_stream *m = (cllm_stream *)st;
+    pthread_mutex_lock(&m->mu);
+    const bool direct = m->direct_seen;
+    pthread_mutex_unlock(&m->mu);
+    return direct;
+}
 
 void cllm_stream_stats(const cllm_stream *st, uint64_t *bytes_read, double *wait_s) {
     cllm_stream *m = (cllm_stream *)st;
@@ -493,6 +520,12 @@ cllm_status cllm_stream_begin(cllm_stream *st, cllm_sched *sched, const cllm_gra
             .node = g->nodes[st->evs[e].node], .id = st->evs[e].j, .after = st->evs[e].after};
     }
     st->n_released = 0;
+    pthread_mutex_lock(&st->mu);
+    if (st->paused) {
+        st->paused = false;
+        pthread_cond_broadcast(&st->cv);
+    }
+    pthread_mutex_unlock(&st->mu);
     cllm_sched_set_gates(sched, st->gates, 2 * n, gate, st);
     return CLLM_OK;
 }

@@ -33,8 +33,9 @@
  * all); else pread() followed by posix_fadvise(DONTNEED), which drops the
  * pages read from the cache. A read error or a file that is now shorter is
  * returned from the wait as CLLM_ERR_IO naming the layer; the pass stops,
- * cllm_stream_end(st, false) resets the ring, and the next pass reads again
- * from the file (so a restored file works again).
+ * cllm_stream_end(st, false) resets the ring, and the next pass opens the
+ * path again and reads from layer 0 (so a restored file works again, whether
+ * written back in place or renamed over the path).
  *
  * Thread safety: one pass at a time; cllm_stream_begin takes a lock that
  * cllm_stream_end releases, so sessions of one model take turns.

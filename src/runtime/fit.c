@@ -485,8 +485,8 @@ cllm_status cllm_plan_new(const cllm_gguf *g, const cllm_plan_params *params, cl
             /* best effort: a plan from metadata in memory has no file to probe */
             double bw = 0;
             bool direct = false;
-            if (cllm_stream_probe_read_bw(cllm_gguf_name(g), (size_t)256 << 20, &bw, &direct) ==
-                CLLM_OK) {
+            if (cllm_stream_probe_read_bw(cllm_gguf_name(g), (size_t)256 << 20, plan->slot_bytes,
+                                          &bw, &direct) == CLLM_OK) {
                 plan->read_bw = bw;
                 plan->read_bw_probed = true;
                 plan->read_bw_direct = direct;

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #define PROGRESS_MIN_BYTES ((size_t)100 << 20)
+#define READ_PIECE         ((size_t)4 << 20) /* page cache held at once while loading a streamed plan */
 
 cllm_model_params cllm_model_default_params(void) {
     return (cllm_model_params){.use_mmap = true, .progress = true, .plan = NULL};
@@ -141,6 +142,16 @@ static cllm_status place_read(cllm_model *m, int fd, bool show_progress) {
     if (stage_size && !(stage = cllm_malloc(stage_size))) {
         return cllm_error(CLLM_ERR_NOMEM, "%s: out of host memory", m->path);
     }
+    /* with streamed layers the page cache counts against the budget too:
+     * read with direct I/O through a bounce buffer where the file system
+     * allows it, else in pieces dropped from the cache as they are read */
+    int dfd = -1;
+    void *bounce = NULL;
+    if (streaming && (bounce = cllm_aligned_alloc(CLLM_STREAM_BLOCK, READ_PIECE)) &&
+        (dfd = open(m->path, O_RDONLY | O_CLOEXEC | O_DIRECT)) < 0) {
+        cllm_free(bounce);
+        bounce = NULL;
+    }
     show_progress = show_progress && total >= PROGRESS_MIN_BYTES && isatty(2);
     size_t done = 0;
     for (int i = 0; i < cllm_context_n_tensors(ctx); i++) {
@@ -150,22 +161,41 @@ static cllm_status place_read(cllm_model *m, int fd, bool show_progress) {
         const off_t base = (off_t)(cllm_gguf_data_offset(g) + ti->offset);
         const bool host = cllm_buffer_type_is_host(cllm_buffer_buft(t->buffer));
         char *dst = host ? (char *)t->data : (char *)stage;
-        for (size_t off = 0; off < ti->size;) {
-            const ssize_t r = pread(fd, dst + off, ti->size - off, base + (off_t)off);
+        if (dfd >= 0) {
+            int err =
+                cllm_stream_read_direct(dfd, bounce, READ_PIECE, (uint64_t)base, ti->size, dst);
+            if (err == EINVAL) { /* refused after all: the buffered path */
+                close(dfd);
+                dfd = -1;
+            } else if (err) {
+                close(dfd);
+                cllm_free(bounce);
+                cllm_free(stage);
+                return cllm_error(CLLM_ERR_IO, "%s: reading tensor %s: %s", m->path, t->name,
+                                  err == EIO ? "unexpected end of file" : strerror(err));
+            }
+        }
+        for (size_t off = dfd >= 0 ? ti->size : 0; off < ti->size;) {
+            /* under a budget the page cache counts too: with streamed
+             * layers, read in pieces and drop each from the cache */
+            const size_t want = streaming ? CLLM_MIN(ti->size - off, READ_PIECE) : ti->size - off;
+            const ssize_t r = pread(fd, dst + off, want, base + (off_t)off);
             if (r <= 0) {
                 cllm_free(stage);
+                cllm_free(bounce);
                 return cllm_error(CLLM_ERR_IO, "%s: reading tensor %s: %s", m->path, t->name,
                                   r == 0 ? "unexpected end of file" : strerror(errno));
             }
+            if (streaming) posix_fadvise(fd, base + (off_t)off, (off_t)r, POSIX_FADV_DONTNEED);
             off += (size_t)r;
         }
         if (!host) cllm_tensor_set(t, stage, 0, ti->size);
-        /* under a budget the page cache counts too: drop what was read */
-        if (streaming) posix_fadvise(fd, base, (off_t)ti->size, POSIX_FADV_DONTNEED);
         done += ti->size;
         progress(done, total, show_progress);
     }
     progress(total, total, show_progress);
+    if (dfd >= 0) close(dfd);
+    cllm_free(bounce);
     cllm_free(stage);
     return CLLM_OK;
 }

@@ -538,11 +538,31 @@ void cllm_stream_end(cllm_stream *st, cllm_sched *sched, bool ok) {
     pthread_mutex_unlock(&st->pass_mu);
 }
 
+int cllm_stream_read_direct(int fd, void *bounce, size_t bounce_size, uint64_t off, size_t size,
+                            void *dst) {
+    const uint64_t end = off + size;
+    uint64_t at = off / CLLM_STREAM_BLOCK * CLLM_STREAM_BLOCK;
+    while (at < end) {
+        const size_t want =
+            CLLM_MIN(bounce_size, cllm_align_up((size_t)(end - at), CLLM_STREAM_BLOCK));
+        const ssize_t n = pread(fd, bounce, want, (off_t)at);
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) return errno;
+        if (n == 0) return EIO; /* the end of the file before the data's */
+        const uint64_t from = CLLM_MAX(at, off), to = CLLM_MIN(at + (uint64_t)n, end);
+        if (to > from) memcpy((char *)dst + (from - off), (char *)bounce + (from - at), to - from);
+        at += (uint64_t)n;
+        if ((size_t)n % CLLM_STREAM_BLOCK && at < end) return EIO;
+    }
+    return 0;
+}
+
 /* ---- read bandwidth ------------------------------------------------------ */
 
-cllm_status cllm_stream_probe_read_bw(const char *path, size_t max_bytes, double *bytes_per_s,
-                                      bool *direct) {
-    enum { CHUNK = 4 << 20 };
+cllm_status cllm_stream_probe_read_bw(const char *path, size_t max_bytes, size_t chunk,
+                                      double *bytes_per_s, bool *direct) {
+    const size_t CHUNK = cllm_align_up(CLLM_MAX(CLLM_MIN(chunk, (size_t)64 << 20), (size_t)1 << 20),
+                                       CLLM_STREAM_BLOCK);
     int fd = open(path, O_RDONLY | O_CLOEXEC | O_DIRECT);
     bool dio = fd >= 0;
     if (fd < 0) fd = open(path, O_RDONLY | O_CLOEXEC);

@@ -128,12 +128,22 @@ void cllm_stream_end(cllm_stream *st, cllm_sched *sched, bool ok);
 void cllm_stream_stats(const cllm_stream *st, uint64_t *bytes_read, double *wait_s);
 
 /*
- * Measures the read bandwidth of `path` (bytes/s): up to `max_bytes` read
- * with direct I/O in 4 MiB blocks spread over the file (pread +
- * posix_fadvise(DONTNEED) where direct I/O is refused, after dropping the
- * range from the cache). CLLM_ERR_IO with the reason.
+ * Reads `size` bytes at file offset `off` of `fd` (opened with O_DIRECT)
+ * into dst through `bounce` (block-aligned, bounce_size a multiple of
+ * CLLM_STREAM_BLOCK): no page cache is used. 0, or an errno (EIO for an
+ * end of file before the data's end).
  */
-cllm_status cllm_stream_probe_read_bw(const char *path, size_t max_bytes, double *bytes_per_s,
-                                      bool *direct);
+int cllm_stream_read_direct(int fd, void *bounce, size_t bounce_size, uint64_t off, size_t size,
+                            void *dst);
+
+/*
+ * Measures the read bandwidth of `path` (bytes/s): up to `max_bytes` read
+ * with direct I/O in reads of `chunk` bytes (what a slot takes: 1 .. 64
+ * MiB) spread over the file (pread + posix_fadvise(DONTNEED) where direct
+ * I/O is refused, after dropping the file from the cache). CLLM_ERR_IO with
+ * the reason.
+ */
+cllm_status cllm_stream_probe_read_bw(const char *path, size_t max_bytes, size_t chunk,
+                                      double *bytes_per_s, bool *direct);
 
 #endif /* CLLM_RUNTIME_STREAM_H */

@@ -1,6 +1,7 @@
 /*
  * Streamed layers (runtime/stream.h): a model planned under a budget that
- * its layers do not fit streams them through a ring of 2 slots, and
+ * its layers do not fit streams them through a ring of 2 slots (and once of
+ * 3), and
  *  - gives the logits of the resident model bit for bit (same kernels, same
  *    order): a prompt in several batches, then greedy tokens one by one, on
  *    every model of ../shared/models and on random-weight models written by
@@ -40,13 +41,15 @@ static void quiet(cllm_log_level level, const char *msg, void *ud) {
     (void)level, (void)msg, (void)ud;
 }
 
+static int g_slots = 2; /* ring slots of the plans made next */
+
 static cllm_plan_params plan_params(size_t budget) {
     cllm_plan_params fp = cllm_plan_default_params();
     fp.n_ctx = N_CTX;
     fp.n_batch = N_BATCH;
     fp.n_threads = 2;
     fp.use_mmap = false;
-    fp.stream_slots = 2;
+    fp.stream_slots = g_slots;
     fp.read_bw = 1e9; /* no probe: the bound is not what these tests check */
     if (budget) cllm_plan_add_budget(&fp, "cpu", budget);
     return fp;
@@ -152,7 +155,7 @@ static void check_model(const char *path) {
                "%s: %d of %d layers streamed", path, plan->n_streamed, n_layer);
         fprintf(stderr, "%s: %d of %d layers streamed, ring of %d\n", path, plan->n_streamed,
                 n_layer, plan->stream_slots);
-        CHECK(plan->stream_slots == CLLM_MIN(2, plan->n_streamed));
+        CHECK(plan->stream_slots == CLLM_MIN(g_slots, plan->n_streamed));
         CHECK((str->stream != NULL) == (plan->n_streamed > 0));
         CHECK(str->stream_lay.n_slots == plan->stream_slots);
         float *a = run(res), *b = run(str);
@@ -402,6 +405,9 @@ int main(int argc, char **argv) {
         if (gen_model(small, "--n-embd 128 --n-layer 6 --n-head 4 --n-head-kv 2 --n-ff 512 "
                              "--n-ctx 256 --type q8_0 --seed 3")) {
             check_model(small);
+            g_slots = 3; /* and a ring of 3 */
+            check_model(small);
+            g_slots = 2;
             check_truncated(small);
             check_too_small(small);
         }

@@ -188,13 +188,14 @@ static void check_model(const char *path) {
 
 static bool gen_model(const char *out, const char *shape) {
     char vocab[4096], cmd[8192];
-    refs_model_path(vocab, sizeof(vocab), "vocab/ggml-vocab-llama-spm.gguf");
+    refs_model_path(vocab, sizeof(vocab),
+                    strstr(shape, "gpt2") ? "vocab/ggml-vocab-gpt-2.gguf"
+                                          : "vocab/ggml-vocab-llama-spm.gguf");
     if (access(vocab, R_OK) != 0) {
         check_missing(vocab);
         return false;
     }
-    snprintf(cmd, sizeof(cmd), "'%s' --arch llama --vocab '%s' --out '%s' %s", g_gen, vocab, out,
-             shape);
+    snprintf(cmd, sizeof(cmd), "'%s' --vocab '%s' --out '%s' %s", g_gen, vocab, out, shape);
     const int rc = system(cmd);
     CHECKF(rc == 0, "%s", cmd);
     return rc == 0;
@@ -379,7 +380,7 @@ int main(int argc, char **argv) {
     /* first, while the process holds little: 12 layers of 3.4 MB and 17 MB
      * of embeddings (58 MB) under a budget of 32 MiB */
     if (g_gen && gen_model(big, "--n-embd 256 --n-layer 12 --n-head 4 --n-head-kv 2 "
-                                "--n-ff 4096 --n-ctx 256 --type q8_0 --seed 4")) {
+                                "--n-ff 4096 --n-ctx 256 --type q8_0 --seed 4 --arch llama")) {
         check_hwm(big, (size_t)32 << 20);
     }
     static const char *const models[] = {
@@ -403,7 +404,7 @@ int main(int argc, char **argv) {
         check_missing("cllm-gen-model (argv[1])");
     } else {
         if (gen_model(small, "--n-embd 128 --n-layer 6 --n-head 4 --n-head-kv 2 --n-ff 512 "
-                             "--n-ctx 256 --type q8_0 --seed 3")) {
+                             "--n-ctx 256 --type q8_0 --seed 3 --arch llama")) {
             check_model(small);
             g_slots = 3; /* and a ring of 3 */
             check_model(small);
@@ -411,6 +412,13 @@ int main(int argc, char **argv) {
             check_truncated(small);
             check_too_small(small);
         }
+        char gpt2[512];
+        snprintf(gpt2, sizeof(gpt2), "%s/small-gpt2.gguf", g_dir);
+        if (gen_model(gpt2, "--arch gpt2 --n-embd 128 --n-layer 5 --n-head 4 --n-ff 512 "
+                            "--n-ctx 256 --type f16 --seed 5")) {
+            check_model(gpt2);
+        }
+        unlink(gpt2);
     }
     unlink(small);
     unlink(big);

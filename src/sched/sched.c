@@ -665,6 +665,10 @@ cllm_status cllm_sched_graph_compute(cllm_sched *s, cllm_graph *g) {
         }
     }
     for (int b = 0; b < s->n_backends; b++) cllm_backend_synchronize(s->backends[b]);
+    if (gate < s->n_gates) {
+        return cllm_error(CLLM_ERR_INVALID_ARG, "sched: gate %d of %d (node %s) was not reached",
+                          gate, s->n_gates, label(s->gates[gate].node));
+    }
     return CLLM_OK;
 }
 

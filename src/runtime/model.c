@@ -73,7 +73,7 @@ static cllm_status alloc_weights(cllm_model *m, bool use_mmap) {
 static cllm_status start_stream(cllm_model *m, int n_slots) {
     const int cpu = cllm_placement_cpu(&m->place);
     CLLM_TRY(cllm_stream_layout_init(&m->stream_lay, m->gguf, m->weights, &m->place, n_slots));
-    CLLM_TRY(cllm_stream_new(m->path, m->gguf, m->weights, &m->stream_lay, &m->stream));
+    CLLM_TRY(cllm_stream_new(m->path, m->weights, &m->stream_lay, &m->stream));
     cllm_stream_place(&m->stream_lay, m->weights, cllm_stream_buffer(m->stream));
     m->weights_planned[cpu] += m->stream_lay.ring_bytes;
     return CLLM_OK;

@@ -317,9 +317,8 @@ static void reset_locked(cllm_stream *st) {
     pthread_cond_broadcast(&st->cv);
 }
 
-cllm_status cllm_stream_new(const char *path, const cllm_gguf *g, const cllm_weights *w,
-                            const cllm_stream_layout *lay, cllm_stream **out) {
-    (void)g;
+cllm_status cllm_stream_new(const char *path, const cllm_weights *w, const cllm_stream_layout *lay,
+                            cllm_stream **out) {
     if (lay->n_layers == 0) {
         return cllm_error(CLLM_ERR_INVALID_ARG, "stream: no streamed layers");
     }

@@ -8,7 +8,7 @@
  *     ... a buffer of lay.ring_bytes (measure mode, or cllm_stream_new's) ...
  *     cllm_stream_place(&lay, w, ring_buf);              // streamed tensors point into it
  *     cllm_stream *st;
- *     st = cllm_stream_new("model.gguf", g, w, &lay, &st); // reads ahead on its own thread
+ *     st = cllm_stream_new("model.gguf", w, &lay, &st); // reads ahead on its own thread
  *     cllm_stream_place(&lay, w, cllm_stream_buffer(st));
  *     ... per forward pass, around cllm_sched_graph_compute:
  *     cllm_stream_begin(st, sched, graph); compute; cllm_stream_end(st, sched, ok);
@@ -101,11 +101,11 @@ typedef struct cllm_stream cllm_stream;
 /*
  * Allocates the ring (lay->ring_bytes, CLLM_MEM_WEIGHTS, block-aligned),
  * opens `path` for reading (direct I/O when it can) and starts the I/O
- * thread, which begins reading the first layers. `lay` and `g` must outlive
+ * thread, which begins reading the first layers. `lay` and `w` must outlive
  * the stream. On failure *out is untouched and nothing stays allocated.
  */
-cllm_status cllm_stream_new(const char *path, const cllm_gguf *g, const cllm_weights *w,
-                            const cllm_stream_layout *lay, cllm_stream **out);
+cllm_status cllm_stream_new(const char *path, const cllm_weights *w, const cllm_stream_layout *lay,
+                            cllm_stream **out);
 /* Stops the I/O thread, closes the file, frees the ring. NULL does nothing. */
 void cllm_stream_free(cllm_stream *st);
 

@@ -29,6 +29,7 @@ typedef struct fit_ctx {
 typedef struct probe_result {
     size_t bytes[CLLM_PLACE_MAX_DEVICES][CLLM_MEM_COUNT];
     size_t ring_bytes, slot_bytes, stream_bytes; /* with streamed layers */
+    uint64_t stream_lo, stream_hi;               /* the file bytes they span */
     int n_slots;
 } probe_result;
 
@@ -211,6 +212,11 @@ static cllm_status probe(fit_ctx *f, probe_result *r) {
     r->slot_bytes = lay.slot_bytes;
     r->n_slots = lay.n_slots;
     r->stream_bytes = lay.read_bytes;
+    for (int i = 0; i < lay.n_runs; i++) {
+        const cllm_stream_run *run = &lay.runs[i];
+        r->stream_lo = i ? CLLM_MIN(r->stream_lo, run->file_off) : run->file_off;
+        r->stream_hi = CLLM_MAX(r->stream_hi, run->file_off + run->len);
+    }
 done:
     cllm_stream_layout_free(&lay);
     cllm_buffer_free(ring);
@@ -480,6 +486,8 @@ cllm_status cllm_plan_new(const cllm_gguf *g, const cllm_plan_params *params, cl
         plan->slot_bytes = r.slot_bytes;
         plan->ring_bytes = r.ring_bytes;
         plan->stream_bytes = r.stream_bytes;
+        plan->stream_file_lo = r.stream_lo;
+        plan->stream_file_hi = r.stream_hi;
         plan->read_bw = f.p.read_bw;
         if (plan->read_bw <= 0) {
             /* best effort: a plan from metadata in memory has no file to probe */
@@ -724,10 +732,12 @@ void cllm_plan_print_json(const cllm_plan *plan, FILE *f, bool verbose) {
         fprintf(f,
                 ",\n \"stream\": {\"layers\": %d, \"slots\": %d, \"slot_bytes\": %zu, "
                 "\"ring_bytes\": %zu, \"bytes_per_token\": %zu, \"read_bw\": %.0f, "
-                "\"read_bw_measured\": %s, \"tokens_per_s_bound\": %.4f}",
+                "\"read_bw_measured\": %s, \"tokens_per_s_bound\": %.4f, \"file_range\": "
+                "[%llu, %llu]}",
                 plan->n_streamed, plan->stream_slots, plan->slot_bytes, plan->ring_bytes,
                 plan->stream_bytes, plan->read_bw, plan->read_bw_probed ? "true" : "false",
-                stream_bound(plan));
+                stream_bound(plan), (unsigned long long)plan->stream_file_lo,
+                (unsigned long long)plan->stream_file_hi);
     }
     if (verbose) {
         fprintf(f, ",\n \"tensors\": [");

@@ -84,8 +84,9 @@ struct cllm_plan {
     int n_streamed;
     int stream_slots;
     size_t slot_bytes, ring_bytes;
-    size_t stream_bytes; /* read from the file per forward pass */
-    double read_bw;      /* bytes/s: given, or measured (read_bw_probed) */
+    size_t stream_bytes;                     /* read from the file per forward pass */
+    uint64_t stream_file_lo, stream_file_hi; /* the file bytes the streamed layers span */
+    double read_bw;                          /* bytes/s: given, or measured (read_bw_probed) */
     bool read_bw_probed, read_bw_direct;
     /* owned: the tensors of the map */
     cllm_weights *weights;

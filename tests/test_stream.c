@@ -369,7 +369,7 @@ static void check_too_small(const char *path) {
 int main(int argc, char **argv) {
     g_gen = argc > 1 ? argv[1] : NULL;
     const char *tmp = getenv("TMPDIR");
-    snprintf(g_dir, sizeof(g_dir), "%s/cllm-test-stream-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+    snprintf(g_dir, sizeof(g_dir), "%s/cllm-test-stream-XXXXXX", tmp && *tmp ? tmp : P_tmpdir);
     if (!mkdtemp(g_dir)) {
         fprintf(stderr, "mkdtemp: %s\n", strerror(errno));
         return 1;

@@ -415,6 +415,12 @@ typedef struct cllm_plan_params {
     bool use_mmap;     /* default true: CPU weights are the mapped file's data section */
     int n_budgets;
     cllm_plan_budget budgets[CLLM_PLAN_MAX_BUDGETS]; /* overrides of free memory */
+    /* streaming: when the CPU's budget cannot hold its layers, the first
+     * ones are streamed through a ring of this many slots (2..64; default
+     * 2; 0: never stream, refuse the plan instead). A streamed plan reads
+     * the resident weights (use_mmap is set false). */
+    int stream_slots;
+    double read_bw; /* storage read bandwidth in bytes/s for the bound; 0: measured */
 } cllm_plan_params;
 
 /* The defaults given beside each field. Pure; thread-safe. */
@@ -435,7 +441,12 @@ cllm_status cllm_plan_parse_mem(cllm_plan_params *p, const char *arg);
  * parameters or a budget naming an unknown device; CLLM_ERR_TOO_LARGE when
  * the CPU (the last resort) cannot hold the rest: the message names the
  * device, the bytes needed and the budget, how many bytes are short, and the
- * largest context that would fit. On failure *out is untouched. Free the
+ * largest context that would fit. With streaming (p->stream_slots > 0) the
+ * CPU keeps as many layers resident as fit and streams the first ones
+ * through a ring of slots (counted as weights); too large is then a budget
+ * that cannot hold even the ring, the state and the compute. With streamed
+ * layers and p->read_bw == 0 the file's read bandwidth is measured (a short
+ * direct-I/O read). On failure *out is untouched. Free the
  * result with cllm_plan_free.
  */
 cllm_status cllm_plan_new(const cllm_gguf *g, const cllm_plan_params *p, cllm_plan **out);

@@ -165,6 +165,7 @@ static void test_split_plan(void) {
 static void test_impossible(void) {
     cllm_plan_params fp = cllm_plan_default_params();
     fp.n_ctx = 2048;
+    fp.stream_slots = 0; /* refuse rather than stream (test_stream covers streaming) */
     CHECK(cllm_plan_parse_mem(&fp, "cpu=3MiB") == CLLM_OK);
     cllm_plan *plan = (cllm_plan *)0x1;
     cllm_log_set(quiet, NULL);

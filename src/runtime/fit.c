@@ -4,6 +4,7 @@
 #include "runtime/fit.h"
 #include "backend/backend.h"
 #include "backend/cpu/cpu.h"
+#include "runtime/stream.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -27,6 +28,9 @@ typedef struct fit_ctx {
 
 typedef struct probe_result {
     size_t bytes[CLLM_PLACE_MAX_DEVICES][CLLM_MEM_COUNT];
+    size_t ring_bytes, slot_bytes, stream_bytes; /* with streamed layers */
+    uint64_t stream_lo, stream_hi;               /* the file bytes they span */
+    int n_slots;
 } probe_result;
 
 /* ---- parameters -------------------------------------------------------- */
@@ -38,7 +42,9 @@ cllm_plan_params cllm_plan_default_params(void) {
                               .n_seq = 1,
                               .kv_type = CLLM_TYPE_F16,
                               .n_threads = 0,
-                              .use_mmap = true};
+                              .use_mmap = true,
+                              .stream_slots = 2,
+                              .read_bw = 0};
 }
 
 cllm_status cllm_plan_add_budget(cllm_plan_params *p, const char *device, size_t bytes) {
@@ -150,6 +156,8 @@ static cllm_status probe(fit_ctx *f, probe_result *r) {
     size_t wbytes[CLLM_PLACE_MAX_DEVICES];
     cllm_buffer *wbufs[CLLM_PLACE_MAX_DEVICES] = {0};
     cllm_instance in = {0};
+    cllm_stream_layout lay = {0};
+    cllm_buffer *ring = NULL;
     cllm_status st = CLLM_OK;
     cllm_place_weights(pl, f->w, wbytes, NULL);
     for (int d = 0; d < pl->n_devices; d++) {
@@ -160,6 +168,19 @@ static cllm_status probe(fit_ctx *f, probe_result *r) {
         }
     }
     cllm_place_weights(pl, f->w, wbytes, wbufs);
+    if (pl->streamed) {
+        /* the streamed layers in a measure buffer of the ring: nodes that
+         * read them are scheduled as on any CPU weight */
+        if ((st = cllm_stream_layout_init(&lay, f->g, f->w, pl, f->p.stream_slots)) != CLLM_OK) {
+            goto done;
+        }
+        ring = cllm_buffer_new_measure(cllm_cpu_mapped_buffer_type(), lay.ring_bytes);
+        if (!ring) {
+            st = cllm_error(CLLM_ERR_NOMEM, "plan: out of host memory");
+            goto done;
+        }
+        cllm_stream_place(&lay, f->w, ring);
+    }
     for (int d = 0; d < pl->n_devices; d++) {
         if (f->backends[d]) continue;
         /* a device takes part when it holds something (the CPU always); its
@@ -186,7 +207,19 @@ static cllm_status probe(fit_ctx *f, probe_result *r) {
                                             : in.bytes[d][CLLM_MEM_WEIGHTS];
         for (int k = CLLM_MEM_STATE; k < CLLM_MEM_COUNT; k++) r->bytes[d][k] = in.bytes[d][k] * ns;
     }
+    r->bytes[cpu][CLLM_MEM_WEIGHTS] += lay.ring_bytes; /* the ring is weights memory */
+    r->ring_bytes = lay.ring_bytes;
+    r->slot_bytes = lay.slot_bytes;
+    r->n_slots = lay.n_slots;
+    r->stream_bytes = lay.read_bytes;
+    for (int i = 0; i < lay.n_runs; i++) {
+        const cllm_stream_run *run = &lay.runs[i];
+        r->stream_lo = i ? CLLM_MIN(r->stream_lo, run->file_off) : run->file_off;
+        r->stream_hi = CLLM_MAX(r->stream_hi, run->file_off + run->len);
+    }
 done:
+    cllm_stream_layout_free(&lay);
+    cllm_buffer_free(ring);
     cllm_instance_free(&in);
     unplace(f->w->ctx);
     for (int d = 0; d < CLLM_PLACE_MAX_DEVICES; d++) cllm_buffer_free(wbufs[d]);
@@ -260,6 +293,64 @@ static cllm_status place(fit_ctx *f, probe_result *r) {
         taken += best; /* the next device takes the layers before these */
     }
     return probe(f, r);
+}
+
+/* ---- streaming ----------------------------------------------------------- */
+
+/* The CPU's layers (those place() left it, 0 .. m-1) do not fit: stream the
+ * first s of them, the fewest that make the CPU fit (bisection; a probe
+ * each), reading the rest. *fitted false when even all m streamed do not
+ * fit (r then holds that probe). */
+static cllm_status stream_fit(fit_ctx *f, probe_result *r, bool *fitted) {
+    cllm_placement *pl = &f->pl;
+    const int cpu = cllm_placement_cpu(pl);
+    int m = 0;
+    while (m < pl->n_layer && pl->layer_device[m] == cpu) m++;
+    *fitted = false;
+    if (m == 0) return CLLM_OK;
+    f->p.use_mmap = false; /* resident weights read: exactly what is counted */
+    CLLM_TRY(cllm_placement_set_streamed(pl, 0, 0));
+    CLLM_TRY(cllm_placement_set_streamed(pl, 0, m));
+    CLLM_TRY(probe(f, r));
+    if (!fits(f, r, cpu)) return CLLM_OK;
+    int lo = 0, hi = m; /* lo streamed does not fit, hi does */
+    probe_result rr;
+    while (hi - lo > 1) {
+        const int mid = lo + (hi - lo) / 2;
+        CLLM_TRY(cllm_placement_set_streamed(pl, 0, 0));
+        CLLM_TRY(cllm_placement_set_streamed(pl, 0, mid));
+        CLLM_TRY(probe(f, &rr));
+        if (fits(f, &rr, cpu)) {
+            hi = mid;
+        } else {
+            lo = mid;
+        }
+    }
+    CLLM_TRY(cllm_placement_set_streamed(pl, 0, 0));
+    CLLM_TRY(cllm_placement_set_streamed(pl, 0, hi));
+    CLLM_TRY(probe(f, r));
+    *fitted = fits(f, r, cpu);
+    return CLLM_OK;
+}
+
+static cllm_status stream_short_error(fit_ctx *f, const probe_result *r) {
+    const int cpu = cllm_placement_cpu(&f->pl);
+    char need[32], have[32], ring[32], sb[32], cb[32], wb[32], other[32];
+    const size_t total = total_of(r, cpu);
+    const size_t rest = r->bytes[cpu][CLLM_MEM_WEIGHTS] - r->ring_bytes;
+    return cllm_error(
+        CLLM_ERR_TOO_LARGE,
+        "plan: %s needs %s (%zu bytes) even with every layer streamed (ring of %d slots %s, other "
+        "weights %s, state %s, compute %s, workspace %s) but its budget is %s (%zu bytes): %zu "
+        "bytes short; lower the context (-c) or the batch (-b)",
+        cllm_device_name(f->pl.devices[cpu]), cllm_format_size(total, need, sizeof(need)), total,
+        r->n_slots, cllm_format_size(r->ring_bytes, ring, sizeof(ring)),
+        cllm_format_size(rest, other, sizeof(other)),
+        cllm_format_size(r->bytes[cpu][CLLM_MEM_STATE], sb, sizeof(sb)),
+        cllm_format_size(r->bytes[cpu][CLLM_MEM_COMPUTE], cb, sizeof(cb)),
+        cllm_format_size(r->bytes[cpu][CLLM_MEM_WORKSPACE], wb, sizeof(wb)),
+        cllm_format_size(f->budget[cpu], have, sizeof(have)), f->budget[cpu],
+        total - f->budget[cpu]);
 }
 
 /* ---- the plan ---------------------------------------------------------- */
@@ -351,10 +442,23 @@ cllm_status cllm_plan_new(const cllm_gguf *g, const cllm_plan_params *params, cl
         st = cllm_error(CLLM_ERR_NOMEM, "plan: out of host memory");
         goto fail;
     }
+    if (f.p.stream_slots != 0 &&
+        (f.p.stream_slots < 2 || f.p.stream_slots > CLLM_STREAM_MAX_SLOTS)) {
+        st = cllm_error(CLLM_ERR_INVALID_ARG, "plan: %d stream slots is out of range [2, %d]",
+                        f.p.stream_slots, CLLM_STREAM_MAX_SLOTS);
+        goto fail;
+    }
     probe_result r;
     if ((st = place(&f, &r)) != CLLM_OK) goto fail;
     const int cpu = cllm_placement_cpu(&f.pl);
-    if (!fits(&f, &r, cpu)) {
+    if (!fits(&f, &r, cpu) && f.p.stream_slots > 0) {
+        bool fitted = false;
+        if ((st = stream_fit(&f, &r, &fitted)) != CLLM_OK) goto fail;
+        if (!fitted) {
+            st = stream_short_error(&f, &r);
+            goto fail;
+        }
+    } else if (!fits(&f, &r, cpu)) {
         st = short_error(&f, &r);
         goto fail;
     }
@@ -377,8 +481,31 @@ cllm_status cllm_plan_new(const cllm_gguf *g, const cllm_plan_params *params, cl
         fd->budget_given = f.given[d];
         memcpy(fd->bytes, r.bytes[d], sizeof(fd->bytes));
     }
+    plan->n_streamed = cllm_placement_n_streamed(&f.pl);
+    if (plan->n_streamed) {
+        plan->use_mmap = false;
+        plan->stream_slots = r.n_slots;
+        plan->slot_bytes = r.slot_bytes;
+        plan->ring_bytes = r.ring_bytes;
+        plan->stream_bytes = r.stream_bytes;
+        plan->stream_file_lo = r.stream_lo;
+        plan->stream_file_hi = r.stream_hi;
+        plan->read_bw = f.p.read_bw;
+        if (plan->read_bw <= 0) {
+            /* best effort: a plan from metadata in memory has no file to probe */
+            double bw = 0;
+            bool direct = false;
+            if (cllm_stream_probe_read_bw(cllm_gguf_name(g), (size_t)256 << 20, plan->slot_bytes,
+                                          &bw, &direct) == CLLM_OK) {
+                plan->read_bw = bw;
+                plan->read_bw_probed = true;
+                plan->read_bw_direct = direct;
+            }
+        }
+    }
     plan->place = f.pl; /* moved */
     f.pl.layer_device = NULL;
+    f.pl.streamed = NULL;
     plan->layer_device = plan->place.layer_device;
     plan->output_device = plan->place.output_device;
     plan->input_device = cpu;
@@ -398,7 +525,8 @@ cllm_status cllm_plan_new(const cllm_gguf *g, const cllm_plan_params *params, cl
         plan->tensors[plan->n_tensors++] = (cllm_plan_tensor){
             .t = t,
             .device = d,
-            .bytes = cllm_buffer_type_alloc_size(cllm_placement_buft(&plan->place, d), t)};
+            .bytes = cllm_buffer_type_alloc_size(cllm_placement_buft(&plan->place, d), t),
+            .streamed = cllm_placement_weight_streamed(&plan->place, f.w, i)};
     }
     for (int i = 0; i < n_kv; i++) {
         const cllm_tensor *t = cllm_context_tensor(plan->kv.ctx, i);
@@ -444,17 +572,23 @@ static void layer_ranges(const cllm_plan *plan, FILE *f, bool json) {
     const int n = (int)plan->hp.n_layer;
     bool first = true;
     for (int l = 0; l < n;) {
+        const unsigned char *str = plan->place.streamed;
         int e = l;
-        while (e + 1 < n && plan->layer_device[e + 1] == plan->layer_device[l]) e++;
+        while (e + 1 < n && plan->layer_device[e + 1] == plan->layer_device[l] &&
+               (!str || str[e + 1] == str[l])) {
+            e++;
+        }
         char name[64];
         esc(plan->devices[plan->layer_device[l]].name, name, sizeof(name), json);
+        const bool streamed = str && str[l];
         if (json) {
-            fprintf(f, "%s{\"first\": %d, \"last\": %d, \"device\": \"%s\"}", first ? "" : ", ", l,
-                    e, name);
+            fprintf(f, "%s{\"first\": %d, \"last\": %d, \"device\": \"%s\", \"streamed\": %s}",
+                    first ? "" : ", ", l, e, name, streamed ? "true" : "false");
         } else if (l == e) {
-            fprintf(f, "%s%d %s", first ? "" : ", ", l, name);
+            fprintf(f, "%s%d %s%s", first ? "" : ", ", l, name, streamed ? " (streamed)" : "");
         } else {
-            fprintf(f, "%s%d-%d %s", first ? "" : ", ", l, e, name);
+            fprintf(f, "%s%d-%d %s%s", first ? "" : ", ", l, e, name,
+                    streamed ? " (streamed)" : "");
         }
         first = false;
         l = e + 1;
@@ -463,6 +597,34 @@ static void layer_ranges(const cllm_plan *plan, FILE *f, bool json) {
 
 static void shape_str(const cllm_tensor *t, char *buf, size_t size) {
     cllm_shape_str(t, buf, size);
+}
+
+/* Tokens/s of generation that reading the streamed layers allows (each
+ * token reads them once), or 0 when the bandwidth is unknown. */
+static double stream_bound(const cllm_plan *plan) {
+    return plan->read_bw > 0 && plan->stream_bytes ? plan->read_bw / (double)plan->stream_bytes : 0;
+}
+
+static void print_stream(const cllm_plan *plan, FILE *f) {
+    char a[32], b[32], c[32];
+    fprintf(f,
+            "\n  streamed: %d of %lld layers, read per pass through a ring of %d slots x %s = %s "
+            "(counted as cpu weights)\n",
+            plan->n_streamed, (long long)plan->hp.n_layer, plan->stream_slots,
+            cllm_format_size(plan->slot_bytes, a, sizeof(a)),
+            cllm_format_size(plan->ring_bytes, b, sizeof(b)));
+    fprintf(f, "  read per token (and per prompt batch): %s",
+            cllm_format_size(plan->stream_bytes, c, sizeof(c)));
+    if (plan->read_bw > 0) {
+        fprintf(f, "; read bandwidth %.0f MB/s (%s) -> generation bound %.2f tokens/s\n",
+                plan->read_bw / 1e6,
+                plan->read_bw_probed ? (plan->read_bw_direct ? "measured, direct I/O"
+                                                             : "measured, page cache dropped")
+                                     : "--read-bw",
+                stream_bound(plan));
+    } else {
+        fprintf(f, "; read bandwidth unknown (--read-bw BYTES/s gives it)\n");
+    }
 }
 
 void cllm_plan_print(const cllm_plan *plan, FILE *f, bool verbose) {
@@ -522,6 +684,7 @@ void cllm_plan_print(const cllm_plan *plan, FILE *f, bool verbose) {
     fprintf(f, "\n  input (token embeddings): %s; output: %s\n",
             esc(plan->devices[plan->input_device].name, dev, sizeof(dev), false),
             esc(plan->devices[plan->output_device].name, dev2, sizeof(dev2), false));
+    if (plan->n_streamed) print_stream(plan, f);
     if (verbose) {
         fprintf(f, "\n  %-32s %-6s %-24s %12s  %s\n", "tensor", "type", "shape", "bytes", "device");
         for (int i = 0; i < plan->n_tensors; i++) {
@@ -531,7 +694,9 @@ void cllm_plan_print(const cllm_plan *plan, FILE *f, bool verbose) {
             fprintf(f, "  %-32s %-6s %-24s %12zu  %s%s\n",
                     esc(ft->t->name, name, sizeof(name), false), cllm_type_name(ft->t->type), shape,
                     ft->bytes, esc(plan->devices[ft->device].name, dev, sizeof(dev), false),
-                    ft->state ? " (state)" : "");
+                    ft->state      ? " (state)"
+                    : ft->streamed ? " (streamed)"
+                                   : "");
         }
     }
     fprintf(f, "\n  planned in %.1f ms (%d probes)\n", plan->plan_ms, plan->n_probes);
@@ -565,6 +730,17 @@ void cllm_plan_print_json(const cllm_plan *plan, FILE *f, bool verbose) {
             esc(plan->devices[plan->input_device].name, dev, sizeof(dev), true),
             esc(plan->devices[plan->output_device].name, dev2, sizeof(dev2), true), plan->plan_ms,
             plan->n_probes);
+    if (plan->n_streamed) {
+        fprintf(f,
+                ",\n \"stream\": {\"layers\": %d, \"slots\": %d, \"slot_bytes\": %zu, "
+                "\"ring_bytes\": %zu, \"bytes_per_token\": %zu, \"read_bw\": %.0f, "
+                "\"read_bw_measured\": %s, \"tokens_per_s_bound\": %.4f, \"file_range\": "
+                "[%llu, %llu]}",
+                plan->n_streamed, plan->stream_slots, plan->slot_bytes, plan->ring_bytes,
+                plan->stream_bytes, plan->read_bw, plan->read_bw_probed ? "true" : "false",
+                stream_bound(plan), (unsigned long long)plan->stream_file_lo,
+                (unsigned long long)plan->stream_file_hi);
+    }
     if (verbose) {
         fprintf(f, ",\n \"tensors\": [");
         for (int i = 0; i < plan->n_tensors; i++) {
@@ -576,7 +752,9 @@ void cllm_plan_print_json(const cllm_plan *plan, FILE *f, bool verbose) {
                     i ? "," : "", esc(ft->t->name, name, sizeof(name), true),
                     cllm_type_name(ft->t->type), ft->bytes,
                     esc(plan->devices[ft->device].name, dev, sizeof(dev), true),
-                    ft->state ? "state" : "weights");
+                    ft->state      ? "state"
+                    : ft->streamed ? "streamed"
+                                   : "weights");
         }
         fprintf(f, "]");
     }

@@ -59,6 +59,7 @@ typedef struct cllm_plan_tensor {
     int device;           /* index into devices */
     size_t bytes;         /* on that device */
     bool state;           /* KV cache, else a weight */
+    bool streamed;        /* a weight of a streamed layer (read into the ring per pass) */
 } cllm_plan_tensor;
 
 struct cllm_plan {
@@ -79,6 +80,14 @@ struct cllm_plan {
     double plan_ms;       /* wall time of the planning (probes included) */
     cllm_placement place; /* layer_device and output_device are its */
     cllm_shape shape;     /* the session shape planned (limits the model's sessions) */
+    /* streaming (place.streamed marks the layers): the ring and the bound */
+    int n_streamed;
+    int stream_slots;
+    size_t slot_bytes, ring_bytes;
+    size_t stream_bytes;                     /* read from the file per forward pass */
+    uint64_t stream_file_lo, stream_file_hi; /* the file bytes the streamed layers span */
+    double read_bw;                          /* bytes/s: given, or measured (read_bw_probed) */
+    bool read_bw_probed, read_bw_direct;
     /* owned: the tensors of the map */
     cllm_weights *weights;
     cllm_kv_cache kv;

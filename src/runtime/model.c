@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #define PROGRESS_MIN_BYTES ((size_t)100 << 20)
+#define READ_PIECE         ((size_t)4 << 20) /* page cache held at once while loading a streamed plan */
 
 cllm_model_params cllm_model_default_params(void) {
     return (cllm_model_params){.use_mmap = true, .progress = true, .plan = NULL};
@@ -37,7 +38,7 @@ static cllm_status init_placement(cllm_model *m, const cllm_plan *plan, bool use
         strcmp(plan->hp.arch, m->hp.arch) != 0 || plan->hp.n_embd != m->hp.n_embd) {
         return cllm_error(CLLM_ERR_INVALID_ARG, "%s: the plan is not one for this model", m->path);
     }
-    if (plan->use_mmap != use_mmap) {
+    if (plan->use_mmap != use_mmap && !plan->n_streamed) {
         return cllm_error(CLLM_ERR_INVALID_ARG,
                           "%s: the plan was made for %s weights, the load asks for %s", m->path,
                           plan->use_mmap ? "mapped" : "read", use_mmap ? "mapped" : "read");
@@ -73,6 +74,18 @@ static cllm_status alloc_weights(cllm_model *m, bool use_mmap) {
         }
     }
     cllm_place_weights(pl, m->weights, bytes, m->weights_buf);
+    return CLLM_OK;
+}
+
+/* The ring of the streamed layers: laid out, allocated (counted as the
+ * CPU's weights, planned and allocated), its I/O thread started, and the
+ * streamed tensors placed in it. */
+static cllm_status start_stream(cllm_model *m, int n_slots) {
+    const int cpu = cllm_placement_cpu(&m->place);
+    CLLM_TRY(cllm_stream_layout_init(&m->stream_lay, m->gguf, m->weights, &m->place, n_slots));
+    CLLM_TRY(cllm_stream_new(m->path, m->weights, &m->stream_lay, &m->stream));
+    cllm_stream_place(&m->stream_lay, m->weights, cllm_stream_buffer(m->stream));
+    m->weights_planned[cpu] += m->stream_lay.ring_bytes;
     return CLLM_OK;
 }
 
@@ -140,9 +153,11 @@ static cllm_status place_read(cllm_model *m, int fd, bool show_progress) {
     size_t total = 0;
     void *stage = NULL; /* host staging for tensors in device memory */
     size_t stage_size = 0;
+    const bool streaming = m->place.streamed != NULL;
     for (int i = 0; i < cllm_context_n_tensors(ctx); i++) {
         const cllm_tensor *t = cllm_context_tensor(ctx, i);
-        if (!t->buffer) continue; /* another host's (a pipeline stage) */
+        /* another host's (a pipeline stage), or the ring's (streamed) */
+        if (!t->buffer || cllm_placement_weight_streamed(&m->place, m->weights, i)) continue;
         total += cllm_nbytes(t);
         if (!cllm_buffer_type_is_host(cllm_buffer_buft(t->buffer))) {
             stage_size = CLLM_MAX(stage_size, cllm_nbytes(t));
@@ -151,22 +166,51 @@ static cllm_status place_read(cllm_model *m, int fd, bool show_progress) {
     if (stage_size && !(stage = cllm_malloc(stage_size))) {
         return cllm_error(CLLM_ERR_NOMEM, "%s: out of host memory", m->path);
     }
+    /* with streamed layers the page cache counts against the budget too:
+     * read with direct I/O through a bounce buffer where the file system
+     * allows it, else in pieces dropped from the cache as they are read */
+    int dfd = -1;
+    void *bounce = NULL;
+    if (streaming && (bounce = cllm_aligned_alloc(CLLM_STREAM_BLOCK, READ_PIECE)) &&
+        (dfd = open(m->path, O_RDONLY | O_CLOEXEC | O_DIRECT)) < 0) {
+        cllm_free(bounce);
+        bounce = NULL;
+    }
     show_progress = show_progress && total >= PROGRESS_MIN_BYTES && isatty(2);
     size_t done = 0;
     for (int i = 0; i < cllm_context_n_tensors(ctx); i++) {
         cllm_tensor *t = cllm_context_tensor(ctx, i);
-        if (!t->buffer) continue;
+        if (!t->buffer || cllm_placement_weight_streamed(&m->place, m->weights, i)) continue;
         const cllm_gguf_tensor_info *ti = cllm_gguf_tensor(g, cllm_gguf_find_tensor(g, t->name));
         const off_t base = (off_t)(cllm_gguf_data_offset(g) + ti->offset);
         const bool host = cllm_buffer_type_is_host(cllm_buffer_buft(t->buffer));
         char *dst = host ? (char *)t->data : (char *)stage;
-        for (size_t off = 0; off < ti->size;) {
-            const ssize_t r = pread(fd, dst + off, ti->size - off, base + (off_t)off);
+        if (dfd >= 0) {
+            int err =
+                cllm_stream_read_direct(dfd, bounce, READ_PIECE, (uint64_t)base, ti->size, dst);
+            if (err == EINVAL) { /* refused after all: the buffered path */
+                close(dfd);
+                dfd = -1;
+            } else if (err) {
+                close(dfd);
+                cllm_free(bounce);
+                cllm_free(stage);
+                return cllm_error(CLLM_ERR_IO, "%s: reading tensor %s: %s", m->path, t->name,
+                                  err == EIO ? "unexpected end of file" : strerror(err));
+            }
+        }
+        for (size_t off = dfd >= 0 ? ti->size : 0; off < ti->size;) {
+            /* under a budget the page cache counts too: with streamed
+             * layers, read in pieces and drop each from the cache */
+            const size_t want = streaming ? CLLM_MIN(ti->size - off, READ_PIECE) : ti->size - off;
+            const ssize_t r = pread(fd, dst + off, want, base + (off_t)off);
             if (r <= 0) {
                 cllm_free(stage);
+                cllm_free(bounce);
                 return cllm_error(CLLM_ERR_IO, "%s: reading tensor %s: %s", m->path, t->name,
                                   r == 0 ? "unexpected end of file" : strerror(errno));
             }
+            if (streaming) posix_fadvise(fd, base + (off_t)off, (off_t)r, POSIX_FADV_DONTNEED);
             off += (size_t)r;
         }
         if (!host) cllm_tensor_set(t, stage, 0, ti->size);
@@ -174,6 +218,8 @@ static cllm_status place_read(cllm_model *m, int fd, bool show_progress) {
         progress(done, total, show_progress);
     }
     progress(total, total, show_progress);
+    if (dfd >= 0) close(dfd);
+    cllm_free(bounce);
     cllm_free(stage);
     return CLLM_OK;
 }
@@ -224,11 +270,13 @@ static cllm_status model_load(const char *path, const cllm_model_params *params,
         (st = cllm_tokenizer_new_from_gguf(m->gguf, &m->tok)) != CLLM_OK) {
         goto fail;
     }
-    if ((st = init_placement(m, p.plan, p.use_mmap, placed)) != CLLM_OK) goto fail;
+    /* a plan that streams layers reads the resident ones (model.h) */
+    const bool use_mmap = p.use_mmap && !(p.plan && p.plan->n_streamed);
+    if ((st = init_placement(m, p.plan, use_mmap, placed)) != CLLM_OK) goto fail;
     int l0, l1;
     cllm_placement_layer_range(&m->place, &l0, &l1);
     m->partial = l0 > 0 || l1 < m->place.n_layer;
-    if ((st = alloc_weights(m, p.use_mmap)) != CLLM_OK) goto fail;
+    if ((st = alloc_weights(m, use_mmap)) != CLLM_OK) goto fail;
 
     /* O_NONBLOCK: should the path have become a FIFO since it was parsed,
      * the open must not block (it has no effect on a regular file) */
@@ -243,8 +291,9 @@ static cllm_status model_load(const char *path, const cllm_model_params *params,
         st = cllm_error(CLLM_ERR_IO, "%s: the file changed while loading", path);
         goto fail;
     }
-    st = p.use_mmap ? place_mapped(m, fd) : place_read(m, fd, p.progress);
+    st = use_mmap ? place_mapped(m, fd) : place_read(m, fd, p.progress);
     if (st != CLLM_OK) goto fail;
+    if (m->place.streamed && (st = start_stream(m, p.plan->stream_slots)) != CLLM_OK) goto fail;
     close(fd);
     *out = m;
     return CLLM_OK;
@@ -257,6 +306,8 @@ fail:
 
 void cllm_model_free(cllm_model *m) {
     if (!m) return;
+    cllm_stream_free(m->stream);
+    cllm_stream_layout_free(&m->stream_lay);
     for (int d = 0; d < CLLM_PLACE_MAX_DEVICES; d++) cllm_buffer_free(m->weights_buf[d]);
     cllm_placement_free(&m->place);
     if (m->map) munmap(m->map, m->map_size);

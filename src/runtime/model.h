@@ -11,7 +11,11 @@
  *
  * Weights are mapped from the file (zero copy, read-only) by default, or read
  * into an allocated CPU buffer with use_mmap = false. Either way their bytes
- * are counted as CLLM_MEM_WEIGHTS on the CPU device.
+ * are counted as CLLM_MEM_WEIGHTS on the CPU device. With a plan that
+ * streams layers, the resident weights are always read (an allocated buffer
+ * is exactly what the plan counts; a mapping's pages would be the kernel's
+ * to keep or drop), the streamed ones pass through the ring, and the file
+ * pages read while loading are dropped from the page cache.
  */
 #ifndef CLLM_RUNTIME_MODEL_H
 #define CLLM_RUNTIME_MODEL_H
@@ -19,6 +23,7 @@
 #include "backend/backend.h"
 #include "model/model.h"
 #include "runtime/place.h"
+#include "runtime/stream.h"
 
 struct cllm_plan;
 
@@ -41,6 +46,11 @@ struct cllm_model {
     cllm_placement place;
     cllm_buffer *weights_buf[CLLM_PLACE_MAX_DEVICES];
     size_t weights_planned[CLLM_PLACE_MAX_DEVICES];
+
+    /* streamed layers (a plan's place.streamed): their slot layout and the
+     * ring with its I/O thread (runtime/stream.h); NULL without */
+    cllm_stream_layout stream_lay;
+    struct cllm_stream *stream;
 
     /* with a plan: the largest session shape and count it was made for */
     bool has_limit;

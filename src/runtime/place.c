@@ -45,9 +45,18 @@ cllm_status cllm_placement_init_cpu(cllm_placement *pl, int n_layer) {
 cllm_status cllm_placement_copy(cllm_placement *dst, const cllm_placement *src) {
     *dst = *src;
     dst->layer_device = NULL;
+    dst->streamed = NULL;
     CLLM_TRY(placement_layers(dst, src->n_layer));
     memcpy(dst->layer_device, src->layer_device, (size_t)src->n_layer * sizeof(int));
     dst->output_device = src->output_device;
+    if (src->streamed) {
+        dst->streamed = cllm_malloc((size_t)CLLM_MAX(src->n_layer, 1));
+        if (!dst->streamed) {
+            cllm_placement_free(dst);
+            return cllm_error(CLLM_ERR_NOMEM, "out of host memory");
+        }
+        memcpy(dst->streamed, src->streamed, (size_t)src->n_layer);
+    }
     return CLLM_OK;
 }
 
@@ -55,6 +64,30 @@ void cllm_placement_free(cllm_placement *pl) {
     if (!pl) return;
     cllm_free(pl->layer_device);
     pl->layer_device = NULL;
+    cllm_free(pl->streamed);
+    pl->streamed = NULL;
+}
+
+cllm_status cllm_placement_set_streamed(cllm_placement *pl, int first, int n) {
+    if (!pl->streamed) {
+        if (n == 0) return CLLM_OK;
+        pl->streamed = cllm_calloc((size_t)CLLM_MAX(pl->n_layer, 1), 1);
+        if (!pl->streamed) return cllm_error(CLLM_ERR_NOMEM, "out of host memory");
+    }
+    if (n == 0) memset(pl->streamed, 0, (size_t)pl->n_layer);
+    for (int l = first; l < first + n && l < pl->n_layer; l++) pl->streamed[l] = 1;
+    return CLLM_OK;
+}
+
+bool cllm_placement_weight_streamed(const cllm_placement *pl, const cllm_weights *w, int i) {
+    const int g = cllm_weights_group(w, i);
+    return pl->streamed && g >= 0 && g < pl->n_layer && pl->streamed[g];
+}
+
+int cllm_placement_n_streamed(const cllm_placement *pl) {
+    int n = 0;
+    for (int l = 0; pl->streamed && l < pl->n_layer; l++) n += pl->streamed[l] != 0;
+    return n;
 }
 
 int cllm_placement_weight_device(const cllm_placement *pl, const cllm_weights *w, int i) {
@@ -96,7 +129,7 @@ static void lay_out(const cllm_placement *pl, cllm_context *ctx, int (*dev_of)(c
     for (int i = 0; i < cllm_context_n_tensors(ctx); i++) {
         cllm_tensor *t = cllm_context_tensor(ctx, i);
         const int d = dev_of(ud, i);
-        if (d == CLLM_PLACE_NONE) continue; /* another host's */
+        if (d < 0) continue; /* another host's (CLLM_PLACE_NONE), or streamed */
         cllm_buffer_type *buft = cllm_placement_buft(pl, d);
         off[d] = cllm_align_up(off[d], cllm_buffer_type_alignment(buft));
         if (bufs && bufs[d]) cllm_buffer_place_tensor(bufs[d], t, off[d]);
@@ -112,6 +145,7 @@ typedef struct weights_of {
 
 static int weight_dev(const void *ud, int i) {
     const weights_of *wo = ud;
+    if (cllm_placement_weight_streamed(wo->pl, wo->w, i)) return -1;
     return cllm_placement_weight_device(wo->pl, wo->w, i);
 }
 

@@ -53,6 +53,10 @@ typedef struct cllm_placement {
      * another host (kept here all the same when the output is tied to them
      * and output_device is not CLLM_PLACE_NONE) */
     bool no_input;
+    /* [n_layer], or NULL when none: layers whose weights are not laid out
+     * with their device's weights but read per pass into a ring of slots
+     * (runtime/stream.h); their KV cache stays on their device (the CPU) */
+    unsigned char *streamed;
 } cllm_placement;
 
 /* Keeps only layers [begin, end) here (a stage of a pipeline): the other
@@ -75,6 +79,13 @@ void cllm_placement_free(cllm_placement *pl);
 
 static inline int cllm_placement_cpu(const cllm_placement *pl) { return pl->n_devices - 1; }
 
+/* Marks layers [first, first + n) streamed (allocating pl->streamed on first
+ * use; n = 0 clears every mark). CLLM_ERR_NOMEM. */
+cllm_status cllm_placement_set_streamed(cllm_placement *pl, int first, int n);
+/* Whether the i-th weight of w belongs to a streamed layer. */
+bool cllm_placement_weight_streamed(const cllm_placement *pl, const cllm_weights *w, int i);
+int cllm_placement_n_streamed(const cllm_placement *pl);
+
 /* The device index of the i-th weight of w (creation order), from the layer
  * the architecture recorded for it; CLLM_PLACE_NONE when another host of a
  * pipeline holds it. */
@@ -88,6 +99,7 @@ cllm_buffer_type *cllm_placement_buft(const cllm_placement *pl, int d);
  * entries) receives device d's size. With `bufs`, each tensor is also placed
  * in bufs[d] (measure-mode or real buffers of at least bytes[d]); devices
  * whose bufs[d] is NULL are skipped (e.g. the CPU when the file is mapped).
+ * Weights of streamed layers are left out (cllm_stream_place places them).
  */
 void cllm_place_weights(const cllm_placement *pl, const cllm_weights *w, size_t *bytes,
                         cllm_buffer *const *bufs);

@@ -170,6 +170,17 @@ void cllm_session_free(cllm_session *s) {
 static cllm_status stage_batch(cllm_session *s, const int32_t *tokens, const float *act_in,
                                int64_t n, int64_t n_outputs, bool keep, float *act_out);
 
+/* Computes the graph last prepared; with streamed layers the pass waits
+ * for each one's weights and frees its slot after it (runtime/stream.h). */
+static cllm_status session_compute(cllm_session *s) {
+    cllm_stream *st = s->model->stream;
+    if (!st) return cllm_sched_graph_compute(s->sched, s->graph);
+    CLLM_TRY(cllm_stream_begin(st, s->sched, s->graph));
+    const cllm_status rc = cllm_sched_graph_compute(s->sched, s->graph);
+    cllm_stream_end(st, s->sched, rc == CLLM_OK);
+    return rc;
+}
+
 /* Runs one batch of n tokens at n_past. With `keep`, copies the logits of
  * the batch's outputs (all its tokens with all_logits, else the last one)
  * into s->logits once the graph has run, so a failure leaves the previous
@@ -216,7 +227,7 @@ static cllm_status stage_batch(cllm_session *s, const int32_t *tokens, const flo
         cllm_tensor_set(io.out_ids, &row, (size_t)r * sizeof(row), sizeof(row));
     }
 
-    const cllm_status st = cllm_sched_graph_compute(s->sched, s->graph);
+    const cllm_status st = session_compute(s);
     if (st != CLLM_OK) {
         s->graph_ready = false; /* built again next time */
         return st;
@@ -486,7 +497,7 @@ cllm_status cllm_session_decode_seqs(cllm_session *s, const cllm_seq_tokens *ite
         cllm_tensor_set(io.out_ids, &last, (size_t)i * sizeof(last), sizeof(last));
     }
 
-    CLLM_TRY(cllm_sched_graph_compute(s->sched, s->graph));
+    CLLM_TRY(session_compute(s));
     for (int i = 0; i < n; i++) {
         const cllm_seq_shape *sq = &shape.seqs[i];
         const size_t bytes = (size_t)n_vocab * sizeof(float);
@@ -517,6 +528,9 @@ cllm_memory_report cllm_session_memory_on(const cllm_session *s, const cllm_devi
     for (int k = 0; k < CLLM_MEM_COUNT; k++) r.planned[k] = s->in.bytes[d][k];
     r.planned[CLLM_MEM_WEIGHTS] = m->weights_planned[d];
     r.allocated[CLLM_MEM_WEIGHTS] = cllm_buffer_size_or_0(m->weights_buf[d]);
+    if (m->stream && d == cllm_placement_cpu(pl)) {
+        r.allocated[CLLM_MEM_WEIGHTS] += cllm_buffer_size(cllm_stream_buffer(m->stream));
+    }
     r.allocated[CLLM_MEM_STATE] = cllm_buffer_size_or_0(s->in.kv_buf[d]);
     for (int b = 0; b < s->in.n_backends; b++) {
         if (s->in.backend_device[b] != d) continue;

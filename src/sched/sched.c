@@ -66,6 +66,12 @@ struct cllm_sched {
     int cg_cap;
 
     uint64_t n_runs;
+
+    /* (optional) gates of the graph computed next (cllm_sched_set_gates) */
+    const cllm_sched_gate *gates;
+    int n_gates;
+    cllm_sched_gate_fn gate_fn;
+    void *gate_user;
 };
 
 /* ---- small containers -------------------------------------------------- */
@@ -589,10 +595,58 @@ cllm_status cllm_sched_alloc_graph(cllm_sched *s, cllm_graph *g) {
     return CLLM_OK;
 }
 
+void cllm_sched_set_gates(cllm_sched *s, const cllm_sched_gate *gates, int n, cllm_sched_gate_fn fn,
+                          void *user) {
+    s->gates = n > 0 ? gates : NULL;
+    s->n_gates = n > 0 ? n : 0;
+    s->gate_fn = fn;
+    s->gate_user = user;
+}
+
+/* Runs the nodes of split view sg in pieces cut at the gates (*next: the
+ * next gate not yet passed, in graph order). */
+static cllm_status compute_gated(cllm_sched *s, int b, const cllm_graph *sg, int *next) {
+    int from = 0;
+    for (int i = 0; i < sg->n_nodes; i++) {
+        const cllm_tensor *t = sg->nodes[i];
+        while (*next < s->n_gates && s->gates[*next].node == t && !s->gates[*next].after) {
+            if (i > from) {
+                cllm_graph part = {
+                    .n_nodes = i - from, .max_nodes = i - from, .nodes = sg->nodes + from};
+                CLLM_TRY(cllm_backend_graph_compute(s->backends[b], &part));
+                from = i;
+            }
+            CLLM_TRY(s->gate_fn(s->gate_user, s->gates[*next].id, false));
+            (*next)++;
+        }
+        bool ran = false;
+        while (*next < s->n_gates && s->gates[*next].node == t && s->gates[*next].after) {
+            if (!ran) {
+                cllm_graph part = {
+                    .n_nodes = i + 1 - from, .max_nodes = i + 1 - from, .nodes = sg->nodes + from};
+                CLLM_TRY(cllm_backend_graph_compute(s->backends[b], &part));
+                cllm_backend_synchronize(s->backends[b]);
+                from = i + 1;
+                ran = true;
+            }
+            CLLM_TRY(s->gate_fn(s->gate_user, s->gates[*next].id, true));
+            (*next)++;
+        }
+    }
+    if (sg->n_nodes > from) {
+        cllm_graph part = {.n_nodes = sg->n_nodes - from,
+                           .max_nodes = sg->n_nodes - from,
+                           .nodes = sg->nodes + from};
+        CLLM_TRY(cllm_backend_graph_compute(s->backends[b], &part));
+    }
+    return CLLM_OK;
+}
+
 cllm_status cllm_sched_graph_compute(cllm_sched *s, cllm_graph *g) {
     if (!g || g != s->g) {
         return cllm_error(CLLM_ERR_INVALID_ARG, "sched: compute of a graph not allocated");
     }
+    int gate = 0;
     const int inst = (int)(s->n_runs++ % (uint64_t)s->params.n_copies);
     for (int k = 0; k < s->n_copies; k++) {
         sched_copy *c = &s->copies[k];
@@ -604,9 +658,17 @@ cllm_status cllm_sched_graph_compute(cllm_sched *s, cllm_graph *g) {
             CLLM_TRY(cllm_tensor_copy(s->copies[k].src, s->copies[k].dst[0]));
         }
         cllm_graph sg = split_view(s, i);
-        CLLM_TRY(cllm_backend_graph_compute(s->backends[sp->backend], &sg));
+        if (s->n_gates) {
+            CLLM_TRY(compute_gated(s, sp->backend, &sg, &gate));
+        } else {
+            CLLM_TRY(cllm_backend_graph_compute(s->backends[sp->backend], &sg));
+        }
     }
     for (int b = 0; b < s->n_backends; b++) cllm_backend_synchronize(s->backends[b]);
+    if (gate < s->n_gates) {
+        return cllm_error(CLLM_ERR_INVALID_ARG, "sched: gate %d of %d (node %s) was not reached",
+                          gate, s->n_gates, label(s->gates[gate].node));
+    }
     return CLLM_OK;
 }
 

@@ -111,6 +111,27 @@ cllm_status cllm_sched_alloc_graph(cllm_sched *s, cllm_graph *g);
  * cllm_sched_alloc_graph (which must be g). */
 cllm_status cllm_sched_graph_compute(cllm_sched *s, cllm_graph *g);
 
+/*
+ * Gates (optional): points in the graph computed next where the executor
+ * stops to call fn(user, id, after) — before the node (after == false) or
+ * once the node and everything before it has run (after == true). The
+ * gates are given in graph order (for one node: those before it first) and
+ * name compute nodes (not views) of the graph. The nodes between two gates
+ * run as one piece on their backend, so a gate costs one more dispatch. A
+ * gate that returns an error stops the compute with it. Streamed layers use
+ * them (runtime/stream.h): wait for a layer before its first node, release
+ * its slot after its last. The array is the caller's and must stay valid
+ * until the gates are cleared (n = 0).
+ */
+typedef struct cllm_sched_gate {
+    const cllm_tensor *node;
+    int id;
+    bool after;
+} cllm_sched_gate;
+typedef cllm_status (*cllm_sched_gate_fn)(void *user, int id, bool after);
+void cllm_sched_set_gates(cllm_sched *s, const cllm_sched_gate *gates, int n, cllm_sched_gate_fn fn,
+                          void *user);
+
 /* ---- reports ----------------------------------------------------------- */
 
 int cllm_sched_n_backends(const cllm_sched *s);

@@ -37,6 +37,8 @@ typedef struct bench_args {
     int reps;
     int n_seqs; /* sequences of the tg test */
     bench_output output;
+    bool use_plan;        /* --mem: load with a plan within these budgets */
+    cllm_plan_params fit; /* (streams the layers that do not fit) */
 } bench_args;
 
 static void bench_usage(FILE *f) {
@@ -57,6 +59,8 @@ static void bench_usage(FILE *f) {
                "  -s, --seqs N            sequences that generate together in tg, one token\n"
                "                          each per forward pass (default 1; tokens/s of all)\n"
                "  -o, --output md|csv|json   output format (default md)\n"
+               "  --mem DEVICE=SIZE       load with a plan within budgets (as cllm plan; the\n"
+               "                          layers that do not fit are streamed)\n"
                "  -h, --help              this help\n");
 }
 
@@ -95,6 +99,7 @@ static int parse_bench_args(int argc, char **argv, bench_args *a) {
     a->n_batch = 512;
     a->reps = 5;
     a->n_seqs = 1;
+    a->fit = cllm_plan_default_params();
     a->threads[0] = cllm_cpu_physical_cores();
     a->n_threads_list = 1;
     for (int i = 1; i < argc; i++) {
@@ -106,7 +111,7 @@ static int parse_bench_args(int argc, char **argv, bench_args *a) {
         /* every option but -h takes a value */
         if (!cllm_cli_is_one_of(o,
                                 "-m --model -p --n-prompt -n --n-gen -b --batch-size -c --ctx-size "
-                                "-r --repetitions -t --threads -o --output -s --seqs")) {
+                                "-r --repetitions -t --threads -o --output -s --seqs --mem")) {
             cllm_cli_error("bench", "unknown option '%s' (see cllm bench --help)", o);
             return 2;
         }
@@ -130,6 +135,10 @@ static int parse_bench_args(int argc, char **argv, bench_args *a) {
             ok = parse_threads(o, v, a);
         } else if (!strcmp(o, "-s") || !strcmp(o, "--seqs")) {
             ok = cllm_cli_int("bench", o, v, 1, 64, &n) && ((a->n_seqs = (int)n), true);
+        } else if (!strcmp(o, "--mem")) {
+            ok = cllm_plan_parse_mem(&a->fit, v) == CLLM_OK;
+            if (!ok) cllm_cli_lib_error("bench");
+            a->use_plan = true;
         } else { /* -o, --output */
             ok = true;
             if (!strcmp(v, "md")) {
@@ -283,12 +292,27 @@ int cllm_cmd_bench(int argc, char **argv) {
 
     int rc = 1;
     cllm_model *m = NULL;
+    cllm_plan *plan = NULL;
     cllm_session *s = NULL;
     int32_t *ids = NULL;
     bench_result res[2 * BENCH_MAX_THREADS];
     int n_res = 0;
 
     cllm_model_params mp = cllm_model_default_params();
+    if (a.use_plan) {
+        /* a plan for the largest session the runs make (layers that do not
+         * fit the budgets are streamed) */
+        a.fit.n_ctx = a.n_ctx ? a.n_ctx : (BENCH_MAX(a.n_prompt, a.n_gen) + 255) / 256 * 256;
+        a.fit.n_batch = BENCH_MAX(BENCH_MIN(a.n_batch, BENCH_MAX(a.n_prompt, 1)), a.n_seqs);
+        a.fit.n_seq = a.n_seqs;
+        a.fit.n_threads = 1;
+        for (int i = 0; i < a.n_threads_list; i++) {
+            a.fit.n_threads = BENCH_MAX(a.fit.n_threads, a.threads[i]);
+        }
+        if (cllm_plan_file(a.model, &a.fit, &plan) != CLLM_OK) goto fail;
+        mp.plan = plan;
+        mp.progress = false;
+    }
     if (cllm_model_load(a.model, &mp, &m) != CLLM_OK) goto fail;
     const model_desc d = describe(m);
     const int64_t n_vocab = cllm_model_n_vocab(m);
@@ -394,5 +418,6 @@ done:
     cllm_session_free(s);
     free(ids);
     cllm_model_free(m);
+    cllm_plan_free(plan);
     return rc;
 }

@@ -23,6 +23,11 @@ static void plan_usage(FILE *f) {
                "  --seqs N             sequences per session, decoded together (default 1;\n"
                "                       a server's slots): N KV caches, compute for all of them\n"
                "  --mem DEVICE=SIZE    budget of a device (e.g. cpu=16GiB); default: free memory\n"
+               "  --stream-slots N     when the cpu's layers do not fit its budget, stream the\n"
+               "                       first ones through a ring of N slots (default 2)\n"
+               "  --no-stream          never stream: refuse a plan that does not fit\n"
+               "  --read-bw MB/S       storage read bandwidth for the streaming bound (MB/s);\n"
+               "                       default: measured on the file (direct I/O)\n"
                "  --test-device SPEC   enable the test device (debug; e.g. budget=64MiB)\n"
                "  --ranks N            a pipeline over N hosts (mpirun -np N): contiguous\n"
                "                       layers per rank, each rank's CPU planned (--mem cpu=SIZE\n"
@@ -45,6 +50,9 @@ int cllm_cmd_plan(int argc, char **argv) {
         } else if (!strcmp(o, "--no-mmap")) {
             fp.use_mmap = false;
             continue;
+        } else if (!strcmp(o, "--no-stream")) {
+            fp.stream_slots = 0;
+            continue;
         } else if (!strcmp(o, "--verbose") || !strcmp(o, "-v")) {
             verbose = true;
             continue;
@@ -54,7 +62,8 @@ int cllm_cmd_plan(int argc, char **argv) {
         }
         /* the other options take a value */
         if (!cllm_cli_is_one_of(
-                o, "-m --model -c -b -t --sessions --seqs --kv-type --mem --test-device --ranks")) {
+                o, "-m --model -c -b -t --sessions --seqs --kv-type --mem --test-device "
+                   "--stream-slots --read-bw --ranks")) {
             cllm_cli_error("plan", "unknown option '%s' (see cllm plan --help)", o);
             return 2;
         }
@@ -83,6 +92,16 @@ int cllm_cmd_plan(int argc, char **argv) {
         } else if (!strcmp(o, "--mem")) {
             ok = cllm_plan_parse_mem(&fp, v) == CLLM_OK;
             if (!ok) cllm_cli_lib_error("plan");
+        } else if (!strcmp(o, "--stream-slots")) {
+            ok = cllm_cli_int("plan", o, v, 2, 64, &n) && (fp.stream_slots = (int)n, true);
+        } else if (!strcmp(o, "--read-bw")) {
+            float mbps = 0;
+            ok = cllm_cli_float("plan", o, v, &mbps);
+            if (ok && !(mbps > 0)) {
+                cllm_cli_error("plan", "%s: '%s' is not a positive bandwidth in MB/s", o, v);
+                ok = false;
+            }
+            if (ok) fp.read_bw = (double)mbps * 1e6;
         } else { /* --test-device */
             ok = cllm_cli_enable_test_device("plan", v) == 0;
         }

@@ -143,6 +143,8 @@ static cllm_buffer_type g_cpu_mapped_buft = {
     .context = NULL,
 };
 
+cllm_buffer_type *cllm_cpu_mapped_buffer_type(void) { return &g_cpu_mapped_buft; }
+
 cllm_status cllm_cpu_buffer_from_ptr(void *ptr, size_t size, cllm_mem_kind kind,
                                      cllm_buffer **out) {
     CLLM_ASSERT((unsigned)kind < CLLM_MEM_COUNT);

@@ -29,6 +29,9 @@ cllm_buffer_type *cllm_cpu_buffer_type(void);
  * ("cpu_mapped") imposes no alignment: tensors sit where the file puts them.
  */
 cllm_status cllm_cpu_buffer_from_ptr(void *ptr, size_t size, cllm_mem_kind kind, cllm_buffer **out);
+/* The buffer type of those buffers (for measure-mode buffers that stand for
+ * one, e.g. the ring of streamed layers, whose tensors sit at file offsets). */
+cllm_buffer_type *cllm_cpu_mapped_buffer_type(void);
 
 /* The CPU backend's registry entry (one device, "cpu"); a built-in backend
  * (CLLM_BUILTIN_BACKENDS in CMakeLists.txt), so the registry lists it first. */

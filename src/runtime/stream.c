@@ -1,0 +1,615 @@
+/* Streamed layers (stream.h): the slot layout, the I/O thread that fills
+ * the ring, the gates that make the executor wait for a layer, and the
+ * read-bandwidth probe. */
+#include "core/hostmem.h"
+#include "runtime/stream.h"
+#include "backend/cpu/cpu.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+/* Tensors of one layer closer than this in the file are read with one call
+ * (the gap read and thrown away) rather than two. */
+#define RUN_GAP ((uint64_t)64 << 10)
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* ---- layout ------------------------------------------------------------ */
+
+typedef struct span {
+    uint64_t off; /* absolute file offset */
+    size_t size;
+    int weight; /* index in w->ctx */
+} span;
+
+static int span_cmp(const void *a, const void *b) {
+    const span *x = a, *y = b;
+    return x->off < y->off ? -1 : x->off > y->off;
+}
+
+void cllm_stream_layout_free(cllm_stream_layout *lay) {
+    if (!lay) return;
+    cllm_free(lay->layers);
+    cllm_free(lay->runs);
+    cllm_free(lay->weight_layer);
+    cllm_free(lay->weight_off);
+    memset(lay, 0, sizeof(*lay));
+}
+
+cllm_status cllm_stream_layout_init(cllm_stream_layout *lay, const cllm_gguf *g,
+                                    const cllm_weights *w, const cllm_placement *pl, int n_slots) {
+    memset(lay, 0, sizeof(*lay));
+    if (n_slots < 2 || n_slots > CLLM_STREAM_MAX_SLOTS) {
+        return cllm_error(CLLM_ERR_INVALID_ARG, "stream: %d slots is out of range [2, %d]", n_slots,
+                          CLLM_STREAM_MAX_SLOTS);
+    }
+    const int n_w = cllm_context_n_tensors(w->ctx);
+    const int n_str = cllm_placement_n_streamed(pl);
+    span *spans = NULL;
+    int *layer_index = NULL;
+    lay->n_weights = n_w;
+    lay->weight_layer = cllm_malloc((size_t)CLLM_MAX(n_w, 1) * sizeof(int));
+    lay->weight_off = cllm_calloc((size_t)CLLM_MAX(n_w, 1), sizeof(size_t));
+    lay->layers = cllm_calloc((size_t)CLLM_MAX(n_str, 1), sizeof(*lay->layers));
+    lay->runs =
+        cllm_calloc((size_t)CLLM_MAX(n_w, 1), sizeof(*lay->runs)); /* a run per tensor at most */
+    spans = cllm_malloc((size_t)CLLM_MAX(n_w, 1) * sizeof(*spans));
+    layer_index = cllm_malloc((size_t)CLLM_MAX(pl->n_layer, 1) * sizeof(int));
+    if (!lay->weight_layer || !lay->weight_off || !lay->layers || !lay->runs || !spans ||
+        !layer_index) {
+        cllm_free(spans);
+        cllm_free(layer_index);
+        cllm_stream_layout_free(lay);
+        return cllm_error(CLLM_ERR_NOMEM, "stream: out of host memory");
+    }
+    for (int l = 0; l < pl->n_layer; l++) {
+        layer_index[l] = -1;
+        if (pl->streamed && pl->streamed[l]) {
+            layer_index[l] = lay->n_layers;
+            lay->layers[lay->n_layers++].layer = l;
+        }
+    }
+    for (int i = 0; i < n_w; i++) lay->weight_layer[i] = -1;
+    const uint64_t data = cllm_gguf_data_offset(g);
+    for (int j = 0; j < lay->n_layers; j++) {
+        cllm_stream_layer *sl = &lay->layers[j];
+        int n = 0;
+        for (int i = 0; i < n_w; i++) {
+            if (cllm_weights_group(w, i) != sl->layer) continue;
+            const cllm_tensor *t = cllm_context_tensor(w->ctx, i);
+            const cllm_gguf_tensor_info *ti =
+                cllm_gguf_tensor(g, cllm_gguf_find_tensor(g, t->name));
+            spans[n++] = (span){.off = data + ti->offset, .size = ti->size, .weight = i};
+            lay->weight_layer[i] = j;
+            sl->bytes += ti->size;
+        }
+        qsort(spans, (size_t)n, sizeof(*spans), span_cmp);
+        sl->first_run = lay->n_runs;
+        size_t slot_off = 0;
+        for (int a = 0; a < n;) {
+            uint64_t end = spans[a].off + spans[a].size;
+            int b = a + 1;
+            while (b < n && spans[b].off <= end + RUN_GAP) {
+                end = CLLM_MAX(end, spans[b].off + spans[b].size);
+                b++;
+            }
+            cllm_stream_run *r = &lay->runs[lay->n_runs++];
+            r->file_off = spans[a].off / CLLM_STREAM_BLOCK * CLLM_STREAM_BLOCK;
+            r->len = (size_t)(cllm_align_up((size_t)end, CLLM_STREAM_BLOCK) - r->file_off);
+            r->slot_off = slot_off;
+            r->need_end = end;
+            for (int c = a; c < b; c++) {
+                lay->weight_off[spans[c].weight] = slot_off + (size_t)(spans[c].off - r->file_off);
+            }
+            slot_off += r->len;
+            lay->read_bytes += r->len;
+            a = b;
+        }
+        sl->n_runs = lay->n_runs - sl->first_run;
+        lay->slot_bytes = CLLM_MAX(lay->slot_bytes, slot_off);
+        lay->tensor_bytes += sl->bytes;
+    }
+    lay->n_slots = lay->n_layers ? CLLM_MIN(n_slots, lay->n_layers) : 0;
+    lay->ring_bytes = (size_t)lay->n_slots * lay->slot_bytes;
+    cllm_free(spans);
+    cllm_free(layer_index);
+    return CLLM_OK;
+}
+
+void cllm_stream_place(const cllm_stream_layout *lay, const cllm_weights *w, cllm_buffer *ring) {
+    for (int i = 0; i < lay->n_weights; i++) {
+        const int j = lay->weight_layer[i];
+        if (j < 0) continue;
+        const size_t slot = (size_t)(j % lay->n_slots);
+        cllm_buffer_place_tensor(ring, cllm_context_tensor(w->ctx, i),
+                                 slot * lay->slot_bytes + lay->weight_off[i]);
+    }
+}
+
+/* ---- the ring ----------------------------------------------------------- */
+
+typedef struct tensor_layer {
+    const cllm_tensor *t;
+    int j;
+} tensor_layer;
+
+static int tl_cmp(const void *a, const void *b) {
+    const uintptr_t x = (uintptr_t)((const tensor_layer *)a)->t;
+    const uintptr_t y = (uintptr_t)((const tensor_layer *)b)->t;
+    return x < y ? -1 : x > y;
+}
+
+typedef struct gate_ev {
+    int node; /* index in the graph's nodes */
+    bool after;
+    int j;
+} gate_ev;
+
+static int ev_cmp(const void *a, const void *b) {
+    const gate_ev *x = a, *y = b;
+    if (x->node != y->node) return x->node < y->node ? -1 : 1;
+    if (x->after != y->after) return x->after ? 1 : -1;
+    return x->j < y->j ? -1 : x->j > y->j;
+}
+
+struct cllm_stream {
+    const cllm_stream_layout *lay;
+    char *path;
+    int fd;
+    bool direct;
+    void *ring;
+    cllm_buffer *buf;
+    tensor_layer *tl; /* streamed weights by address, for the gates */
+    int n_tl;
+
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    pthread_mutex_t pass_mu;
+    pthread_t io;
+    bool io_started;
+    /* under mu */
+    bool stop;
+    bool reading;
+    bool reopen;                           /* open the path again before the next read */
+    bool paused;                           /* after a reset, no reads until a pass begins */
+    bool direct_seen;                      /* direct I/O used by the last read (for reports) */
+    uint64_t gen;                          /* bumped by a reset: a read in flight is thrown away */
+    int next;                              /* the streamed layer the I/O thread reads next */
+    bool keep_all;                         /* no more layers than slots: each read once */
+    int slot_layer[CLLM_STREAM_MAX_SLOTS]; /* layer held (ready), or -1 */
+    bool slot_failed[CLLM_STREAM_MAX_SLOTS];
+    char slot_err[CLLM_STREAM_MAX_SLOTS][256];
+    uint64_t bytes_read;
+    double wait_s;
+
+    /* the pass in progress */
+    cllm_sched_gate *gates;
+    gate_ev *evs;
+    int *first, *last;
+    int cap_gates;
+    int n_released;
+};
+
+/* Reads run r into dst: O_DIRECT, or pread + DONTNEED; adds the bytes read
+ * to *n_read. False with the reason in err. */
+static bool read_run(cllm_stream *st, const cllm_stream_run *r, char *dst, uint64_t *n_read,
+                     char *err, size_t err_size) {
+    size_t got = 0;
+    while (got < r->len) {
+        const ssize_t n = pread(st->fd, dst + got, r->len - got, (off_t)(r->file_off + got));
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0 && errno == EINVAL && st->direct) {
+            /* the file system refuses direct I/O after all: fall back */
+            const int fd = open(st->path, O_RDONLY | O_CLOEXEC);
+            if (fd < 0) {
+                snprintf(err, err_size, "%s", strerror(errno));
+                return false;
+            }
+            close(st->fd);
+            st->fd = fd;
+            st->direct = false;
+            continue;
+        }
+        if (n < 0) {
+            snprintf(err, err_size, "%s", strerror(errno));
+            return false;
+        }
+        if (n == 0) break;
+        got += (size_t)n;
+        if (st->direct && (size_t)n % CLLM_STREAM_BLOCK) break; /* end of file */
+    }
+    if (!st->direct) posix_fadvise(st->fd, (off_t)r->file_off, (off_t)r->len, POSIX_FADV_DONTNEED);
+    if (r->file_off + got < r->need_end) {
+        struct stat sb;
+        const long long size = fstat(st->fd, &sb) == 0 ? (long long)sb.st_size : -1;
+        snprintf(err, err_size,
+                 "the file ends at byte %lld but the layer's weights reach byte %llu (was it "
+                 "truncated or replaced?)",
+                 size, (unsigned long long)r->need_end);
+        return false;
+    }
+    *n_read += got;
+    return true;
+}
+
+/* Opens the path again (direct I/O when it can); keeps the old descriptor
+ * if that fails (the next read then reports the error). */
+static void reopen_file(cllm_stream *st) {
+    int fd = open(st->path, O_RDONLY | O_CLOEXEC | O_DIRECT);
+    bool direct = fd >= 0;
+    if (fd < 0) fd = open(st->path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return;
+    close(st->fd);
+    st->fd = fd;
+    st->direct = direct;
+}
+
+static void *io_main(void *arg) {
+    cllm_stream *st = arg;
+    const cllm_stream_layout *lay = st->lay;
+    char err[256];
+    pthread_mutex_lock(&st->mu);
+    while (!st->stop) {
+        const int j = st->next;
+        if (st->paused || (st->keep_all && j >= lay->n_layers)) {
+            pthread_cond_wait(&st->cv, &st->mu);
+            continue;
+        }
+        const int s = j % lay->n_slots;
+        if (st->slot_layer[s] != -1) {
+            pthread_cond_wait(&st->cv, &st->mu);
+            continue;
+        }
+        const uint64_t gen = st->gen;
+        const bool reopen = st->reopen;
+        st->reopen = false;
+        st->reading = true;
+        pthread_mutex_unlock(&st->mu);
+        if (reopen) reopen_file(st); /* after a failed pass: the path may name a new file */
+
+        const cllm_stream_layer *sl = &lay->layers[j];
+        char *slot = (char *)st->ring + (size_t)s * lay->slot_bytes;
+        bool ok = true;
+        uint64_t n_read = 0;
+        err[0] = '\0';
+        for (int r = sl->first_run; r < sl->first_run + sl->n_runs && ok; r++) {
+            ok = read_run(st, &lay->runs[r], slot + lay->runs[r].slot_off, &n_read, err,
+                          sizeof(err));
+        }
+
+        pthread_mutex_lock(&st->mu);
+        st->reading = false;
+        st->bytes_read += n_read;
+        st->direct_seen = st->direct;
+        if (st->gen == gen) {
+            st->slot_layer[s] = j;
+            st->slot_failed[s] = !ok;
+            snprintf(st->slot_err[s], sizeof(st->slot_err[s]), "%s", err);
+            st->next = st->keep_all ? j + 1 : (j + 1) % lay->n_layers;
+        }
+        pthread_cond_broadcast(&st->cv);
+    }
+    pthread_mutex_unlock(&st->mu);
+    return NULL;
+}
+
+/* Under mu: forget every slot; the I/O thread starts again at layer 0. */
+static void reset_locked(cllm_stream *st) {
+    st->gen++;
+    while (st->reading) pthread_cond_wait(&st->cv, &st->mu);
+    for (int s = 0; s < CLLM_STREAM_MAX_SLOTS; s++) {
+        st->slot_layer[s] = -1;
+        st->slot_failed[s] = false;
+    }
+    st->next = 0;
+    st->reopen = true;
+    st->paused = true; /* until the next pass: its reads are then fresh */
+    pthread_cond_broadcast(&st->cv);
+}
+
+cllm_status cllm_stream_new(const char *path, const cllm_weights *w, const cllm_stream_layout *lay,
+                            cllm_stream **out) {
+    if (lay->n_layers == 0) {
+        return cllm_error(CLLM_ERR_INVALID_ARG, "stream: no streamed layers");
+    }
+    cllm_stream *st = cllm_calloc(1, sizeof(*st));
+    if (!st) return cllm_error(CLLM_ERR_NOMEM, "stream: out of host memory");
+    cllm_status rc = CLLM_ERR_NOMEM;
+    st->fd = -1;
+    st->lay = lay;
+    st->keep_all = lay->n_layers <= lay->n_slots;
+    for (int s = 0; s < CLLM_STREAM_MAX_SLOTS; s++) st->slot_layer[s] = -1;
+    st->path = cllm_strdup(path);
+    st->ring = cllm_aligned_alloc(CLLM_STREAM_BLOCK, lay->ring_bytes);
+    st->tl = cllm_malloc((size_t)CLLM_MAX(lay->n_weights, 1) * sizeof(*st->tl));
+    if (!st->path || !st->ring || !st->tl) {
+        cllm_error(rc, "stream: out of host memory for a ring of %zu bytes", lay->ring_bytes);
+        goto fail;
+    }
+    for (int i = 0; i < lay->n_weights; i++) {
+        if (lay->weight_layer[i] < 0) continue;
+        st->tl[st->n_tl++] = (tensor_layer){cllm_context_tensor(w->ctx, i), lay->weight_layer[i]};
+    }
+    qsort(st->tl, (size_t)st->n_tl, sizeof(*st->tl), tl_cmp);
+    if ((rc = cllm_cpu_buffer_from_ptr(st->ring, lay->ring_bytes, CLLM_MEM_WEIGHTS, &st->buf)) !=
+        CLLM_OK) {
+        goto fail;
+    }
+    st->fd = open(path, O_RDONLY | O_CLOEXEC | O_DIRECT);
+    st->direct = st->direct_seen = st->fd >= 0;
+    if (st->fd < 0) st->fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (st->fd < 0) {
+        rc = cllm_error(CLLM_ERR_IO, "%s: %s", path, strerror(errno));
+        goto fail;
+    }
+    pthread_mutex_init(&st->mu, NULL);
+    pthread_cond_init(&st->cv, NULL);
+    pthread_mutex_init(&st->pass_mu, NULL);
+    if (pthread_create(&st->io, NULL, io_main, st) != 0) {
+        rc = cllm_error(CLLM_ERR_BACKEND, "stream: cannot start the I/O thread");
+        pthread_mutex_destroy(&st->mu);
+        pthread_cond_destroy(&st->cv);
+        pthread_mutex_destroy(&st->pass_mu);
+        goto fail;
+    }
+    st->io_started = true;
+    *out = st;
+    return CLLM_OK;
+fail:
+    if (st->fd >= 0) close(st->fd);
+    cllm_buffer_free(st->buf);
+    cllm_free(st->ring);
+    cllm_free(st->tl);
+    cllm_free(st->path);
+    cllm_free(st);
+    return rc;
+}
+
+void cllm_stream_free(cllm_stream *st) {
+    if (!st) return;
+    if (st->io_started) {
+        pthread_mutex_lock(&st->mu);
+        st->stop = true;
+        st->gen++;
+        pthread_cond_broadcast(&st->cv);
+        pthread_mutex_unlock(&st->mu);
+        pthread_join(st->io, NULL);
+        pthread_mutex_destroy(&st->mu);
+        pthread_cond_destroy(&st->cv);
+        pthread_mutex_destroy(&st->pass_mu);
+    }
+    if (st->fd >= 0) close(st->fd);
+    cllm_buffer_free(st->buf);
+    cllm_free(st->ring);
+    cllm_free(st->tl);
+    cllm_free(st->gates);
+    cllm_free(st->evs);
+    cllm_free(st->first);
+    cllm_free(st->last);
+    cllm_free(st->path);
+    cllm_free(st);
+}
+
+cllm_buffer *cllm_stream_buffer(const cllm_stream *st) { return st->buf; }
+bool cllm_stream_direct_io(const cllm_stream *st) {
+    cllm_stream *m = (cllm_stream *)st;
+    pthread_mutex_lock(&m->mu);
+    const bool direct = m->direct_seen;
+    pthread_mutex_unlock(&m->mu);
+    return direct;
+}
+
+void cllm_stream_stats(const cllm_stream *st, uint64_t *bytes_read, double *wait_s) {
+    cllm_stream *m = (cllm_stream *)st;
+    pthread_mutex_lock(&m->mu);
+    if (bytes_read) *bytes_read = m->bytes_read;
+    if (wait_s) *wait_s = m->wait_s;
+    pthread_mutex_unlock(&m->mu);
+}
+
+/* The gate callback: wait for streamed layer j, or release its slot. */
+static cllm_status gate(void *user, int j, bool after) {
+    cllm_stream *st = user;
+    const cllm_stream_layout *lay = st->lay;
+    const int s = j % lay->n_slots;
+    pthread_mutex_lock(&st->mu);
+    if (after) {
+        if (!st->keep_all) st->slot_layer[s] = -1;
+        st->n_released++;
+        pthread_cond_broadcast(&st->cv);
+        pthread_mutex_unlock(&st->mu);
+        return CLLM_OK;
+    }
+    const double t0 = now_s();
+    while (st->slot_layer[s] != j) pthread_cond_wait(&st->cv, &st->mu);
+    st->wait_s += now_s() - t0;
+    if (st->slot_failed[s]) {
+        char err[256];
+        snprintf(err, sizeof(err), "%s", st->slot_err[s]);
+        pthread_mutex_unlock(&st->mu);
+        return cllm_error(CLLM_ERR_IO, "%s: reading streamed layer %d: %s", st->path,
+                          lay->layers[j].layer, err);
+    }
+    pthread_mutex_unlock(&st->mu);
+    return CLLM_OK;
+}
+
+static int layer_of(const cllm_stream *st, const cllm_tensor *t) {
+    while (t->view_src) t = t->view_src;
+    size_t lo = 0, hi = (size_t)st->n_tl;
+    while (lo < hi) {
+        const size_t mid = (lo + hi) / 2;
+        if ((uintptr_t)st->tl[mid].t < (uintptr_t)t) {
+            lo = mid + 1;
+        } else {
+            hi = mid;
+        }
+    }
+    return lo < (size_t)st->n_tl && st->tl[lo].t == t ? st->tl[lo].j : -1;
+}
+
+cllm_status cllm_stream_begin(cllm_stream *st, cllm_sched *sched, const cllm_graph *g) {
+    const int n = st->lay->n_layers;
+    pthread_mutex_lock(&st->pass_mu);
+    if (!st->first || st->cap_gates < 2 * n) {
+        cllm_free(st->gates);
+        cllm_free(st->evs);
+        cllm_free(st->first);
+        cllm_free(st->last);
+        st->gates = cllm_malloc((size_t)(2 * n) * sizeof(*st->gates));
+        st->evs = cllm_malloc((size_t)(2 * n) * sizeof(*st->evs));
+        st->first = cllm_malloc((size_t)n * sizeof(int));
+        st->last = cllm_malloc((size_t)n * sizeof(int));
+        st->cap_gates = 2 * n;
+        if (!st->gates || !st->evs || !st->first || !st->last) {
+            cllm_free(st->gates);
+            cllm_free(st->evs);
+            cllm_free(st->first);
+            cllm_free(st->last);
+            st->gates = NULL;
+            st->evs = NULL;
+            st->first = st->last = NULL;
+            st->cap_gates = 0;
+            pthread_mutex_unlock(&st->pass_mu);
+            return cllm_error(CLLM_ERR_NOMEM, "stream: out of host memory");
+        }
+    }
+    for (int j = 0; j < n; j++) st->first[j] = st->last[j] = -1;
+    for (int i = 0; i < g->n_nodes; i++) {
+        const cllm_tensor *t = g->nodes[i];
+        if (cllm_op_is_view(t->op)) continue;
+        for (int k = 0; k < CLLM_MAX_SRC; k++) {
+            if (!t->src[k]) continue;
+            const int j = layer_of(st, t->src[k]);
+            if (j < 0) continue;
+            if (st->first[j] < 0) st->first[j] = i;
+            st->last[j] = i;
+        }
+    }
+    /* every streamed layer read, in order, each done before the one that
+     * takes its slot next starts: else the ring could not serve the graph */
+    for (int j = 0; j < n; j++) {
+        const int jn = j + st->lay->n_slots;
+        if (st->first[j] < 0 || (j > 0 && st->first[j] < st->first[j - 1]) ||
+            (jn < n && !st->keep_all && st->last[j] >= st->first[jn])) {
+            pthread_mutex_unlock(&st->pass_mu);
+            return cllm_error(CLLM_ERR_UNSUPPORTED,
+                              "stream: the graph does not read the streamed layers one after "
+                              "another (layer %d)",
+                              st->lay->layers[j].layer);
+        }
+    }
+    for (int j = 0; j < n; j++) {
+        st->evs[2 * j] = (gate_ev){st->first[j], false, j};
+        st->evs[2 * j + 1] = (gate_ev){st->last[j], true, j};
+    }
+    qsort(st->evs, (size_t)(2 * n), sizeof(*st->evs), ev_cmp);
+    for (int e = 0; e < 2 * n; e++) {
+        st->gates[e] = (cllm_sched_gate){
+            .node = g->nodes[st->evs[e].node], .id = st->evs[e].j, .after = st->evs[e].after};
+    }
+    st->n_released = 0;
+    pthread_mutex_lock(&st->mu);
+    if (st->paused) {
+        st->paused = false;
+        pthread_cond_broadcast(&st->cv);
+    }
+    pthread_mutex_unlock(&st->mu);
+    cllm_sched_set_gates(sched, st->gates, 2 * n, gate, st);
+    return CLLM_OK;
+}
+
+void cllm_stream_end(cllm_stream *st, cllm_sched *sched, bool ok) {
+    cllm_sched_set_gates(sched, NULL, 0, NULL, NULL);
+    pthread_mutex_lock(&st->mu);
+    if (!ok || st->n_released != st->lay->n_layers) reset_locked(st);
+    pthread_mutex_unlock(&st->mu);
+    pthread_mutex_unlock(&st->pass_mu);
+}
+
+int cllm_stream_read_direct(int fd, void *bounce, size_t bounce_size, uint64_t off, size_t size,
+                            void *dst) {
+    const uint64_t end = off + size;
+    uint64_t at = off / CLLM_STREAM_BLOCK * CLLM_STREAM_BLOCK;
+    while (at < end) {
+        const size_t want =
+            CLLM_MIN(bounce_size, cllm_align_up((size_t)(end - at), CLLM_STREAM_BLOCK));
+        const ssize_t n = pread(fd, bounce, want, (off_t)at);
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) return errno;
+        if (n == 0) return EIO; /* the end of the file before the data's */
+        const uint64_t from = CLLM_MAX(at, off), to = CLLM_MIN(at + (uint64_t)n, end);
+        if (to > from) memcpy((char *)dst + (from - off), (char *)bounce + (from - at), to - from);
+        at += (uint64_t)n;
+        if ((size_t)n % CLLM_STREAM_BLOCK && at < end) return EIO;
+    }
+    return 0;
+}
+
+/* ---- read bandwidth ------------------------------------------------------ */
+
+cllm_status cllm_stream_probe_read_bw(const char *path, size_t max_bytes, size_t chunk,
+                                      double *bytes_per_s, bool *direct) {
+    const size_t CHUNK = cllm_align_up(CLLM_MAX(CLLM_MIN(chunk, (size_t)64 << 20), (size_t)1 << 20),
+                                       CLLM_STREAM_BLOCK);
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_DIRECT);
+    bool dio = fd >= 0;
+    if (fd < 0) fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return cllm_error(CLLM_ERR_IO, "%s: %s", path, strerror(errno));
+    struct stat sb;
+    if (fstat(fd, &sb) != 0) {
+        close(fd);
+        return cllm_error(CLLM_ERR_IO, "%s: %s", path, strerror(errno));
+    }
+    const uint64_t size = (uint64_t)sb.st_size / CLLM_STREAM_BLOCK * CLLM_STREAM_BLOCK;
+    void *buf = cllm_aligned_alloc(CLLM_STREAM_BLOCK, CHUNK);
+    if (!buf) {
+        close(fd);
+        return cllm_error(CLLM_ERR_NOMEM, "stream: out of host memory");
+    }
+    const uint64_t n_chunks = CLLM_MAX(size / CHUNK, 1);
+    const uint64_t want = CLLM_MAX(CLLM_MIN((uint64_t)max_bytes / CHUNK, n_chunks), 1);
+    uint64_t total = 0;
+    cllm_status rc = CLLM_OK;
+    if (!dio) posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+    const double t0 = now_s();
+    for (uint64_t c = 0; c < want; c++) {
+        const uint64_t off = (n_chunks / want) * c * CHUNK;
+        const size_t len = (size_t)CLLM_MIN((uint64_t)CHUNK, size > off ? size - off : 0);
+        if (!len) break;
+        ssize_t n = pread(fd, buf, len, (off_t)off);
+        if (n < 0 && errno == EINVAL && dio) {
+            close(fd);
+            fd = open(path, O_RDONLY | O_CLOEXEC);
+            dio = false;
+            if (fd < 0) break;
+            posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+            n = pread(fd, buf, len, (off_t)off);
+        }
+        if (n <= 0) {
+            rc = cllm_error(CLLM_ERR_IO, "%s: read-bandwidth probe: %s", path,
+                            n == 0 ? "unexpected end of file" : strerror(errno));
+            break;
+        }
+        total += (uint64_t)n;
+    }
+    const double dt = now_s() - t0;
+    if (!dio && fd >= 0) posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+    if (fd >= 0) close(fd);
+    cllm_free(buf);
+    if (rc != CLLM_OK) return rc;
+    if (fd < 0) return cllm_error(CLLM_ERR_IO, "%s: %s", path, strerror(errno));
+    *bytes_per_s = dt > 0 ? (double)total / dt : 0;
+    if (direct) *direct = dio;
+    return CLLM_OK;
+}

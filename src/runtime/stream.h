@@ -1,0 +1,149 @@
+/*
+ * Streamed layers: weights that do not fit a device's budget are read from
+ * the file, layer by layer, into a ring of slot buffers while the layers
+ * before them compute.
+ *
+ *     cllm_stream_layout lay;
+ *     st = cllm_stream_layout_init(&lay, g, w, &pl, 2);   // pl.streamed marks the layers
+ *     ... a buffer of lay.ring_bytes (measure mode, or cllm_stream_new's) ...
+ *     cllm_stream_place(&lay, w, ring_buf);              // streamed tensors point into it
+ *     cllm_stream *st;
+ *     st = cllm_stream_new("model.gguf", w, &lay, &st); // reads ahead on its own thread
+ *     cllm_stream_place(&lay, w, cllm_stream_buffer(st));
+ *     ... per forward pass, around cllm_sched_graph_compute:
+ *     cllm_stream_begin(st, sched, graph); compute; cllm_stream_end(st, sched, ok);
+ *     cllm_stream_free(st);
+ *     cllm_stream_layout_free(&lay);
+ *
+ * Slots. Streamed layer j (the j-th streamed layer in model order) always
+ * lives in slot j % n_slots, so its tensors keep one address for the life of
+ * the model and a graph built once runs again unchanged. A slot is as large
+ * as the largest streamed layer: the layer's tensors, grouped into runs of
+ * adjacent file bytes, each run read as whole 4 KiB blocks (direct I/O needs
+ * block-aligned offsets, lengths and addresses).
+ *
+ * Order. The I/O thread reads streamed layers 0, 1, .., n-1, 0, 1, .. into
+ * their slots, each one as soon as the slot's previous layer has been
+ * released. The executor waits before the first node that reads a streamed
+ * layer (cllm_sched_set_gates) and releases the slot after its last node, so
+ * that layer j + n_slots is read while layers j .. j + n_slots - 1 compute.
+ * With no more streamed layers than slots every layer is read once and kept.
+ *
+ * Reading. With O_DIRECT where the file system takes it (no page cache at
+ * all); else pread() followed by posix_fadvise(DONTNEED), which drops the
+ * pages read from the cache. A read error or a file that is now shorter is
+ * returned from the wait as CLLM_ERR_IO naming the layer; the pass stops,
+ * cllm_stream_end(st, false) resets the ring, and the next pass opens the
+ * path again and reads from layer 0 (so a restored file works again, whether
+ * written back in place or renamed over the path).
+ *
+ * Thread safety: one pass at a time; cllm_stream_begin takes a lock that
+ * cllm_stream_end releases, so sessions of one model take turns.
+ */
+#ifndef CLLM_RUNTIME_STREAM_H
+#define CLLM_RUNTIME_STREAM_H
+
+#include "gguf/gguf.h"
+#include "model/model.h"
+#include "runtime/place.h"
+#include "sched/sched.h"
+
+#define CLLM_STREAM_BLOCK     ((size_t)4096) /* alignment of direct I/O */
+#define CLLM_STREAM_MAX_SLOTS 64
+
+/* A run of file bytes read with one call into a slot. */
+typedef struct cllm_stream_run {
+    uint64_t file_off; /* absolute, a multiple of CLLM_STREAM_BLOCK */
+    size_t len;        /* a multiple of CLLM_STREAM_BLOCK (may reach past the end of the file) */
+    size_t slot_off;   /* where it goes in the slot, a multiple of CLLM_STREAM_BLOCK */
+    uint64_t need_end; /* the run's last tensor byte + 1 (absolute): a read short of it fails */
+} cllm_stream_run;
+
+typedef struct cllm_stream_layer {
+    int layer; /* index in the model */
+    int first_run, n_runs;
+    size_t bytes; /* tensor bytes (the part a pass needs) */
+} cllm_stream_layer;
+
+typedef struct cllm_stream_layout {
+    int n_layers; /* streamed layers, in model order */
+    cllm_stream_layer *layers;
+    int n_runs;
+    cllm_stream_run *runs;
+    int n_slots;
+    size_t slot_bytes; /* a multiple of CLLM_STREAM_BLOCK */
+    size_t ring_bytes; /* n_slots * slot_bytes */
+    size_t read_bytes; /* bytes read per pass (runs of every streamed layer) */
+    size_t tensor_bytes;
+    /* per weight tensor of w (creation order): its streamed layer (index into
+     * layers) and its offset in that layer's slot; -1 if resident */
+    int n_weights;
+    int *weight_layer;
+    size_t *weight_off;
+} cllm_stream_layout;
+
+/* Lays out the layers that pl->streamed marks (none: an empty layout) for
+ * a ring of n_slots (2 .. CLLM_STREAM_MAX_SLOTS; fewer when fewer layers
+ * are streamed). CLLM_ERR_NOMEM, or CLLM_ERR_INVALID_ARG for a bad slot
+ * count. */
+cllm_status cllm_stream_layout_init(cllm_stream_layout *lay, const cllm_gguf *g,
+                                    const cllm_weights *w, const cllm_placement *pl, int n_slots);
+void cllm_stream_layout_free(cllm_stream_layout *lay);
+
+/* Places every streamed tensor of w at its fixed address in `ring` (a
+ * measure-mode or real buffer of at least lay->ring_bytes). */
+void cllm_stream_place(const cllm_stream_layout *lay, const cllm_weights *w, cllm_buffer *ring);
+
+/* ---- the running ring ---------------------------------------------------- */
+
+typedef struct cllm_stream cllm_stream;
+
+/*
+ * Allocates the ring (lay->ring_bytes, CLLM_MEM_WEIGHTS, block-aligned),
+ * opens `path` for reading (direct I/O when it can) and starts the I/O
+ * thread, which begins reading the first layers. `lay` and `w` must outlive
+ * the stream. On failure *out is untouched and nothing stays allocated.
+ */
+cllm_status cllm_stream_new(const char *path, const cllm_weights *w, const cllm_stream_layout *lay,
+                            cllm_stream **out);
+/* Stops the I/O thread, closes the file, frees the ring. NULL does nothing. */
+void cllm_stream_free(cllm_stream *st);
+
+cllm_buffer *cllm_stream_buffer(const cllm_stream *st);
+bool cllm_stream_direct_io(const cllm_stream *st);
+
+/*
+ * Starts a pass over graph g (scheduled in `sched`, not yet computed): sets
+ * the scheduler's gates so that each node reading a streamed layer waits for
+ * it and the slot is released after its last reader. Takes the stream's
+ * pass lock (released by cllm_stream_end). CLLM_ERR_NOMEM.
+ */
+cllm_status cllm_stream_begin(cllm_stream *st, cllm_sched *sched, const cllm_graph *g);
+/* Ends the pass: clears the gates; with ok false (the compute failed or
+ * stopped halfway) the ring is reset and the next pass reads from layer 0. */
+void cllm_stream_end(cllm_stream *st, cllm_sched *sched, bool ok);
+
+/* Totals since the stream was made: bytes read from the file, and seconds
+ * the executor waited for a layer. */
+void cllm_stream_stats(const cllm_stream *st, uint64_t *bytes_read, double *wait_s);
+
+/*
+ * Reads `size` bytes at file offset `off` of `fd` (opened with O_DIRECT)
+ * into dst through `bounce` (block-aligned, bounce_size a multiple of
+ * CLLM_STREAM_BLOCK): no page cache is used. 0, or an errno (EIO for an
+ * end of file before the data's end).
+ */
+int cllm_stream_read_direct(int fd, void *bounce, size_t bounce_size, uint64_t off, size_t size,
+                            void *dst);
+
+/*
+ * Measures the read bandwidth of `path` (bytes/s): up to `max_bytes` read
+ * with direct I/O in reads of `chunk` bytes (what a slot takes: 1 .. 64
+ * MiB) spread over the file (pread + posix_fadvise(DONTNEED) where direct
+ * I/O is refused, after dropping the file from the cache). CLLM_ERR_IO with
+ * the reason.
+ */
+cllm_status cllm_stream_probe_read_bw(const char *path, size_t max_bytes, size_t chunk,
+                                      double *bytes_per_s, bool *direct);
+
+#endif /* CLLM_RUNTIME_STREAM_H */

@@ -1,0 +1,427 @@
+/*
+ * Streamed layers (runtime/stream.h): a model planned under a budget that
+ * its layers do not fit streams them through a ring of 2 slots (and once of
+ * 3), and
+ *  - gives the logits of the resident model bit for bit (same kernels, same
+ *    order): a prompt in several batches, then greedy tokens one by one, on
+ *    every model of ../shared/models and on random-weight models written by
+ *    cllm-gen-model (argv[1]);
+ *  - allocates what it planned, kind by kind;
+ *  - keeps the process's peak resident memory (VmHWM) within the budget plus
+ *    a stated allowance, on a model twice the budget's size (a child
+ *    process, so that nothing else the test did counts);
+ *  - turns a file truncated after loading into CLLM_ERR_IO from decode, and
+ *    decodes again once the file is restored (in place, or renamed over);
+ *  - refuses a budget too small for the ring, the state and the compute
+ *    with an error that says so.
+ */
+#include "common/check.h"
+#include "common/refs.h"
+#include "runtime/fit.h"
+#include "runtime/model.h"
+#include "runtime/session.h"
+#include "runtime/stream.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define N_CTX    64
+#define N_BATCH  8
+#define N_PROMPT 19 /* three batches: 8, 8, 3 */
+#define N_GEN    12
+
+static const char *g_gen;
+static char g_dir[256];
+
+static void quiet(cllm_log_level level, const char *msg, void *ud) {
+    (void)level, (void)msg, (void)ud;
+}
+
+static int g_slots = 2; /* ring slots of the plans made next */
+
+static cllm_plan_params plan_params(size_t budget) {
+    cllm_plan_params fp = cllm_plan_default_params();
+    fp.n_ctx = N_CTX;
+    fp.n_batch = N_BATCH;
+    fp.n_threads = 2;
+    fp.use_mmap = false;
+    fp.stream_slots = g_slots;
+    fp.read_bw = 1e9; /* no probe: the bound is not what these tests check */
+    if (budget) cllm_plan_add_budget(&fp, "cpu", budget);
+    return fp;
+}
+
+/* The plan at the smallest cpu budget that plans (bisection): it streams
+ * as many layers as streaming can take. NULL on failure. */
+static cllm_plan *smallest_plan(const char *path) {
+    cllm_plan_params fp = plan_params(0);
+    cllm_plan *all = NULL;
+    if (cllm_plan_file(path, &fp, &all) != CLLM_OK) {
+        CHECKF(false, "%s: %s", path, cllm_last_error());
+        return NULL;
+    }
+    size_t hi = cllm_plan_device_total(all, all->n_devices - 1), lo = 0; /* hi fits */
+    cllm_plan_free(all);
+    cllm_log_set(quiet, NULL);
+    while (hi - lo > 4096) {
+        const size_t mid = lo + (hi - lo) / 2;
+        fp = plan_params(mid);
+        cllm_plan *p = NULL;
+        if (cllm_plan_file(path, &fp, &p) == CLLM_OK) {
+            hi = mid;
+        } else {
+            lo = mid;
+        }
+        cllm_plan_free(p);
+    }
+    cllm_log_set(NULL, NULL);
+    fp = plan_params(hi);
+    cllm_plan *p = NULL;
+    CHECKF(cllm_plan_file(path, &fp, &p) == CLLM_OK, "%s: %s", path, cllm_last_error());
+    return p;
+}
+
+static cllm_session *new_session(const cllm_model *m) {
+    cllm_session_params sp = cllm_session_default_params();
+    sp.n_ctx = N_CTX;
+    sp.n_batch = N_BATCH;
+    sp.n_threads = 2;
+    cllm_session *s = NULL;
+    CHECKF(cllm_session_new(m, &sp, &s) == CLLM_OK, "session: %s", cllm_last_error());
+    return s;
+}
+
+static int32_t argmax(const float *x, int64_t n) {
+    int64_t best = 0;
+    for (int64_t i = 1; i < n; i++) {
+        if (x[i] > x[best]) best = i;
+    }
+    return (int32_t)best;
+}
+
+/* The logits after the prompt and after each of N_GEN greedy tokens:
+ * (1 + N_GEN) x n_vocab floats (malloc), or NULL on a failed decode. */
+static float *run(const cllm_model *m) {
+    cllm_session *s = new_session(m);
+    if (!s) return NULL;
+    const int64_t nv = cllm_session_n_vocab(s);
+    float *out = malloc((size_t)(1 + N_GEN) * (size_t)nv * sizeof(float));
+    int32_t prompt[N_PROMPT];
+    for (int i = 0; i < N_PROMPT; i++) prompt[i] = 1 + (int32_t)((i * 37 + 11) % (nv - 1));
+    bool ok = out && cllm_session_decode(s, prompt, N_PROMPT) == CLLM_OK;
+    for (int t = 0; ok && t <= N_GEN; t++) {
+        const float *lg = cllm_session_logits(s);
+        memcpy(out + (size_t)t * (size_t)nv, lg, (size_t)nv * sizeof(float));
+        if (t == N_GEN) break;
+        const int32_t tok = argmax(lg, nv);
+        ok = cllm_session_decode(s, &tok, 1) == CLLM_OK;
+    }
+    CHECKF(ok, "decode: %s", cllm_last_error());
+    cllm_session_free(s);
+    if (!ok) {
+        free(out);
+        return NULL;
+    }
+    return out;
+}
+
+static int64_t vocab_of(const cllm_model *m) { return m->hp.n_vocab; }
+
+/* Streamed (ring of 2, every layer that streaming can take) == resident
+ * (mapped), bit for bit; planned == allocated per kind. */
+static void check_model(const char *path) {
+    cllm_model_params mp = cllm_model_default_params();
+    mp.progress = false;
+    cllm_model *res = NULL;
+    if (cllm_model_load(path, &mp, &res) != CLLM_OK) {
+        CHECKF(false, "%s: %s", path, cllm_last_error());
+        return;
+    }
+    cllm_plan *plan = smallest_plan(path);
+    cllm_model *str = NULL;
+    if (plan) {
+        mp.plan = plan;
+        mp.use_mmap = plan->use_mmap;
+        CHECKF(cllm_model_load(path, &mp, &str) == CLLM_OK, "%s: %s", path, cllm_last_error());
+    }
+    if (plan && str) {
+        const int n_layer = (int)plan->hp.n_layer;
+        /* a model of one layer gains nothing from streaming it */
+        CHECKF(n_layer == 1 || plan->n_streamed >= CLLM_MIN(3, n_layer),
+               "%s: %d of %d layers streamed", path, plan->n_streamed, n_layer);
+        fprintf(stderr, "%s: %d of %d layers streamed, ring of %d\n", path, plan->n_streamed,
+                n_layer, plan->stream_slots);
+        CHECK(plan->stream_slots == CLLM_MIN(g_slots, plan->n_streamed));
+        CHECK((str->stream != NULL) == (plan->n_streamed > 0));
+        CHECK(str->stream_lay.n_slots == plan->stream_slots);
+        float *a = run(res), *b = run(str);
+        const size_t n = (size_t)(1 + N_GEN) * (size_t)vocab_of(res);
+        CHECKF(a && b && memcmp(a, b, n * sizeof(float)) == 0,
+               "%s: streamed logits differ from resident ones", path);
+        /* planned == allocated, kind by kind, plan and session */
+        cllm_session *s = new_session(str);
+        if (s) {
+            const cllm_memory_report r = cllm_session_memory(s);
+            const cllm_plan_device *pd = &plan->devices[plan->n_devices - 1];
+            for (int k = 0; k < CLLM_MEM_COUNT; k++) {
+                CHECKF(r.planned[k] == r.allocated[k] && pd->bytes[k] == r.allocated[k],
+                       "%s %s: plan %zu, session planned %zu, allocated %zu", path,
+                       cllm_mem_kind_str(k), pd->bytes[k], r.planned[k], r.allocated[k]);
+            }
+            CHECK(cllm_plan_device_total(plan, plan->n_devices - 1) <= pd->budget);
+        }
+        cllm_session_free(s);
+        uint64_t bytes = 0;
+        if (str->stream) cllm_stream_stats(str->stream, &bytes, NULL);
+        CHECK(bytes >= str->stream_lay.tensor_bytes);
+        free(a);
+        free(b);
+    }
+    cllm_model_free(str);
+    cllm_model_free(res);
+    cllm_plan_free(plan);
+}
+
+static bool gen_model(const char *out, const char *shape) {
+    char vocab[4096], cmd[8192];
+    refs_model_path(vocab, sizeof(vocab),
+                    strstr(shape, "gpt2") ? "vocab/ggml-vocab-gpt-2.gguf"
+                                          : "vocab/ggml-vocab-llama-spm.gguf");
+    if (access(vocab, R_OK) != 0) {
+        check_missing(vocab);
+        return false;
+    }
+    snprintf(cmd, sizeof(cmd), "'%s' --vocab '%s' --out '%s' %s", g_gen, vocab, out, shape);
+    const int rc = system(cmd);
+    CHECKF(rc == 0, "%s", cmd);
+    return rc == 0;
+}
+
+static long vm_kib(const char *key) {
+    FILE *f = fopen("/proc/self/status", "r");
+    if (!f) return -1;
+    char line[256];
+    long v = -1;
+    const size_t n = strlen(key);
+    while (fgets(line, sizeof(line), f)) {
+        if (!strncmp(line, key, n) && line[n] == ':') v = atol(line + n + 1);
+    }
+    fclose(f);
+    return v;
+}
+
+/* Sanitizers keep shadow memory and quarantines: no peak to check there. */
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define HWM_CHECKED 0
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer) ||                         \
+    __has_feature(memory_sanitizer)
+#define HWM_CHECKED 0
+#endif
+#endif
+#ifndef HWM_CHECKED
+#define HWM_CHECKED 1
+#endif
+
+/* The allowance over the budget: host memory that is no tensor (the
+ * file's metadata and vocabulary, the tokenizer, graphs, logits, thread
+ * stacks, the allocator's slack). */
+#define HWM_ALLOWANCE_KIB (8L << 10)
+
+/* In a child: load `path` under `budget` (streamed), decode, and check the
+ * peak resident memory. */
+static void check_hwm(const char *path, size_t budget) {
+    fflush(NULL);
+    const pid_t pid = fork();
+    if (pid == 0) {
+        const long base = vm_kib("VmRSS");
+        cllm_plan_params fp = plan_params(budget);
+        cllm_plan *plan = NULL;
+        cllm_model *m = NULL;
+        int rc = 1;
+        if (cllm_plan_file(path, &fp, &plan) != CLLM_OK) {
+            fprintf(stderr, "hwm plan: %s\n", cllm_last_error());
+            _exit(1);
+        }
+        cllm_model_params mp = cllm_model_default_params();
+        mp.progress = false;
+        mp.plan = plan;
+        if (cllm_model_load(path, &mp, &m) != CLLM_OK) {
+            fprintf(stderr, "hwm load: %s\n", cllm_last_error());
+            _exit(1);
+        }
+        float *lg = run(m);
+        const long hwm = vm_kib("VmHWM");
+        const long limit = base + (long)(budget >> 10) + HWM_ALLOWANCE_KIB;
+        fprintf(stderr,
+                "stream hwm: %d of %lld layers streamed, file %lld KiB, budget %zu KiB, "
+                "VmRSS at start %ld KiB, VmHWM %ld KiB (over the start: %ld KiB), limit %ld KiB\n",
+                plan->n_streamed, (long long)plan->hp.n_layer,
+                (long long)cllm_gguf_file_size(m->gguf) >> 10, budget >> 10, base, hwm, hwm - base,
+                limit);
+        if (!HWM_CHECKED) fprintf(stderr, "stream hwm: not checked under a sanitizer\n");
+        if (lg && plan->n_streamed > 2 && hwm > 0 && (hwm <= limit || !HWM_CHECKED)) rc = 0;
+        free(lg);
+        cllm_model_free(m);
+        cllm_plan_free(plan);
+        _exit(rc);
+    }
+    int status = 0;
+    CHECK(pid > 0 && waitpid(pid, &status, 0) == pid);
+    CHECKF(WIFEXITED(status) && WEXITSTATUS(status) == 0, "peak memory over budget (see above)");
+}
+
+static bool copy_file(const char *from, const char *to) {
+    size_t n = 0;
+    char *data = refs_read_file(from, &n);
+    if (!data) return false;
+    FILE *f = fopen(to, "wb"); /* in place when it exists: same inode */
+    const bool ok = f && fwrite(data, 1, n, f) == n;
+    if (f) fclose(f);
+    free(data);
+    return ok;
+}
+
+/* A file truncated after loading: decode fails with a clear error and the
+ * session stays usable; after the file is restored, decoding goes on and
+ * gives the resident logits. */
+static void check_truncated(const char *orig) {
+    char path[512], spare[512];
+    snprintf(path, sizeof(path), "%s/trunc.gguf", g_dir);
+    snprintf(spare, sizeof(spare), "%s/spare.gguf", g_dir);
+    if (!copy_file(orig, path)) {
+        CHECKF(false, "copy %s", orig);
+        return;
+    }
+    cllm_model_params mp = cllm_model_default_params();
+    mp.progress = false;
+    cllm_model *res = NULL;
+    CHECK(cllm_model_load(orig, &mp, &res) == CLLM_OK);
+    float *ref = res ? run(res) : NULL;
+    cllm_plan *plan = smallest_plan(path);
+    cllm_model *m = NULL;
+    mp.plan = plan;
+    if (plan) CHECK(cllm_model_load(path, &mp, &m) == CLLM_OK);
+    cllm_session *s = m ? new_session(m) : NULL;
+    if (!s || !ref) goto done;
+    const int64_t nv = cllm_session_n_vocab(s);
+    int32_t prompt[N_PROMPT];
+    for (int i = 0; i < N_PROMPT; i++) prompt[i] = 1 + (int32_t)((i * 37 + 11) % (nv - 1));
+    CHECK(cllm_session_decode(s, prompt, N_PROMPT) == CLLM_OK);
+    int32_t tok = argmax(cllm_session_logits(s), nv);
+
+    for (int round = 0; round < 2; round++) {
+        struct stat sb;
+        CHECK(stat(path, &sb) == 0);
+        CHECK(truncate(path, sb.st_size / 2) == 0);
+        cllm_log_set(quiet, NULL);
+        for (int again = 0; again < 2; again++) {
+            const cllm_status st = cllm_session_decode(s, &tok, 1);
+            const char *msg = cllm_last_error();
+            CHECKF(st == CLLM_ERR_IO && strstr(msg, "streamed layer") && strstr(msg, "truncated"),
+                   "status %d: %s", (int)st, msg);
+            CHECK(cllm_session_n_past(s) == N_PROMPT);
+        }
+        cllm_log_set(NULL, NULL);
+        if (round == 0) {
+            CHECK(copy_file(orig, path)); /* written back in place */
+        } else {
+            CHECK(copy_file(orig, spare) && rename(spare, path) == 0); /* a new file */
+        }
+        CHECKF(cllm_session_decode(s, &tok, 1) == CLLM_OK, "after restore: %s", cllm_last_error());
+        CHECKF(memcmp(cllm_session_logits(s), ref + (size_t)nv, (size_t)nv * sizeof(float)) == 0,
+               "logits after the restore differ from the resident ones");
+        CHECK(cllm_session_truncate(s, N_PROMPT) == CLLM_OK);
+    }
+done:
+    cllm_session_free(s);
+    cllm_model_free(m);
+    cllm_model_free(res);
+    cllm_plan_free(plan);
+    free(ref);
+    unlink(path);
+}
+
+/* A budget that cannot hold even the ring, the state and the compute. */
+static void check_too_small(const char *path) {
+    cllm_plan_params fp = plan_params((size_t)1 << 20);
+    cllm_plan *plan = (cllm_plan *)0x1;
+    cllm_log_set(quiet, NULL);
+    CHECK(cllm_plan_file(path, &fp, &plan) == CLLM_ERR_TOO_LARGE);
+    cllm_log_set(NULL, NULL);
+    CHECK(plan == (cllm_plan *)0x1);
+    const char *msg = cllm_last_error();
+    CHECKF(strstr(msg, "every layer streamed") && strstr(msg, "ring of 2 slots") &&
+               strstr(msg, "short"),
+           "%s", msg);
+    /* bad slot counts */
+    fp = plan_params(0);
+    fp.stream_slots = 1;
+    CHECK(cllm_plan_file(path, &fp, &plan) == CLLM_ERR_INVALID_ARG);
+    fp.stream_slots = CLLM_STREAM_MAX_SLOTS + 1;
+    CHECK(cllm_plan_file(path, &fp, &plan) == CLLM_ERR_INVALID_ARG);
+}
+
+int main(int argc, char **argv) {
+    g_gen = argc > 1 ? argv[1] : NULL;
+    const char *tmp = getenv("TMPDIR");
+    snprintf(g_dir, sizeof(g_dir), "%s/cllm-test-stream-XXXXXX", tmp && *tmp ? tmp : P_tmpdir);
+    if (!mkdtemp(g_dir)) {
+        fprintf(stderr, "mkdtemp: %s\n", strerror(errno));
+        return 1;
+    }
+    char small[512], big[512];
+    snprintf(small, sizeof(small), "%s/small-q8.gguf", g_dir);
+    snprintf(big, sizeof(big), "%s/big-q8.gguf", g_dir);
+    /* first, while the process holds little: 12 layers of 3.4 MB and 17 MB
+     * of embeddings (58 MB) under a budget of 32 MiB */
+    if (g_gen && gen_model(big, "--n-embd 256 --n-layer 12 --n-head 4 --n-head-kv 2 "
+                                "--n-ff 4096 --n-ctx 256 --type q8_0 --seed 4 --arch llama")) {
+        check_hwm(big, (size_t)32 << 20);
+    }
+    static const char *const models[] = {
+        /* (not tinyllamas-stories-260k-q8_0.gguf: its Q8_0 rows are not
+         * whole blocks, and cllm does not load it at all) */
+        "stories260K.gguf",
+        "tinyllamas-stories-260k-f32.gguf",
+        "TinyLLama-v0.Q4_0.gguf",
+        "llama-2-tiny-random.gguf",
+    };
+    char path[4096];
+    for (size_t i = 0; i < sizeof(models) / sizeof(models[0]); i++) {
+        refs_model_path(path, sizeof(path), models[i]);
+        if (access(path, R_OK) != 0) {
+            check_missing(path);
+            continue;
+        }
+        check_model(path);
+    }
+    if (!g_gen) {
+        check_missing("cllm-gen-model (argv[1])");
+    } else {
+        if (gen_model(small, "--n-embd 128 --n-layer 6 --n-head 4 --n-head-kv 2 --n-ff 512 "
+                             "--n-ctx 256 --type q8_0 --seed 3 --arch llama")) {
+            check_model(small);
+            g_slots = 3; /* and a ring of 3 */
+            check_model(small);
+            g_slots = 2;
+            check_truncated(small);
+            check_too_small(small);
+        }
+        char gpt2[512];
+        snprintf(gpt2, sizeof(gpt2), "%s/small-gpt2.gguf", g_dir);
+        if (gen_model(gpt2, "--arch gpt2 --n-embd 128 --n-layer 5 --n-head 4 --n-ff 512 "
+                            "--n-ctx 256 --type f16 --seed 5")) {
+            check_model(gpt2);
+        }
+        unlink(gpt2);
+    }
+    unlink(small);
+    unlink(big);
+    rmdir(g_dir);
+    return check_summary("test_stream");
+}

@@ -151,7 +151,12 @@ int main(void) {
         if (m) {
             test_hparams(m);
             test_chat(m);
-            test_window(m);
+            /* three passes of 640 tokens with float activations on the
+             * 270M model: about 12 minutes under AddressSanitizer; the
+             * window's code runs there in test_reference_gemma3 */
+            if (!CHECK_SANITIZED) test_window(m);
+            if (CHECK_SANITIZED)
+                printf("test_gemma3: the window check is left to the release run\n");
         }
         cllm_model_free(m);
     }

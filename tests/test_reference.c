@@ -387,8 +387,16 @@ int main(int argc, char **argv) {
         CHECKF(doc != NULL, "cannot read %s", path);
         const json *cases = doc ? json_get(doc, "cases") : NULL;
         for (size_t i = 0; i < json_len(cases); i++) {
-            check_case(argv[1], json_key(cases, i), json_at(cases, i),
-                       strstr(files[f], "references-qwen") != NULL);
+            const json *c = json_at(cases, i);
+            const char *model = json_str(json_get(c, "model"));
+            /* Gemma 3 270M with float activations: about 8 minutes under
+             * AddressSanitizer, for code its quantized case runs too */
+            if (CHECK_SANITIZED && model && !strcmp(model, "gemma3") &&
+                json_get(c, "f32_activations")) {
+                printf("%s: left to the release run (sanitized build)\n", json_key(cases, i));
+                continue;
+            }
+            check_case(argv[1], json_key(cases, i), c, strstr(files[f], "references-qwen") != NULL);
         }
         json_free(doc);
         free(text);

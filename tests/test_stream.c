@@ -215,17 +215,7 @@ static long vm_kib(const char *key) {
 }
 
 /* Sanitizers keep shadow memory and quarantines: no peak to check there. */
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-#define HWM_CHECKED 0
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer) ||                         \
-    __has_feature(memory_sanitizer)
-#define HWM_CHECKED 0
-#endif
-#endif
-#ifndef HWM_CHECKED
-#define HWM_CHECKED 1
-#endif
+#define HWM_CHECKED (!CHECK_SANITIZED)
 
 /* The allowance over the budget: host memory that is no tensor (the
  * file's metadata and vocabulary, the tokenizer, graphs, logits, thread

@@ -46,6 +46,22 @@ extern int g_checks_failed;
 #include <stdbool.h>
 bool check_aborts_with(void (*fn)(void), const char *needle);
 
+/* CHECK_SANITIZED: 1 in a build with AddressSanitizer, ThreadSanitizer or
+ * MemorySanitizer (shadow memory, quarantines, and 3-50x slower), else 0.
+ * Tests leave out there what measures memory, and the long runs of real
+ * models whose code the release run and shorter sanitized cases cover. */
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define CHECK_SANITIZED 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer) ||                         \
+    __has_feature(memory_sanitizer)
+#define CHECK_SANITIZED 1
+#endif
+#endif
+#ifndef CHECK_SANITIZED
+#define CHECK_SANITIZED 0
+#endif
+
 /* The exit status of a test that could not run everything because its data
  * is missing: CTest reports it as skipped (SKIP_RETURN_CODE in
  * CMakeLists.txt), neither passed nor failed. */

@@ -36,59 +36,14 @@
 static cllm_status gemma3_hparams(const cllm_gguf *g, cllm_hparams *hp) {
     const char *a = "gemma3";
     const char *name = cllm_gguf_name(g);
-    cllm_hparams h = {0};
-    snprintf(h.arch, sizeof(h.arch), "%s", a);
-    CLLM_TRY(cllm_hp_get_vocab(g, a, &h.n_vocab));
-    CLLM_TRY(cllm_hp_get_int(g, a, "context_length", 1, INT32_MAX, &h.n_ctx_train));
-    CLLM_TRY(cllm_hp_get_int(g, a, "embedding_length", 1, 1 << 20, &h.n_embd));
-    CLLM_TRY(cllm_hp_get_int(g, a, "block_count", 1, CLLM_MAX_LAYERS, &h.n_layer));
-    CLLM_TRY(cllm_hp_get_int(g, a, "feed_forward_length", 1, 1 << 22, &h.n_ff));
-    CLLM_TRY(cllm_hp_get_int(g, a, "attention.head_count", 1, 1 << 14, &h.n_head));
-    h.n_head_kv = h.n_head;
-    CLLM_TRY(cllm_hp_get_int_opt(g, a, "attention.head_count_kv", 1, h.n_head, &h.n_head_kv));
-    if (h.n_head % h.n_head_kv != 0) {
-        return cllm_error(CLLM_ERR_FORMAT, "%s: %lld heads do not group into %lld KV heads", name,
-                          (long long)h.n_head, (long long)h.n_head_kv);
-    }
-    if (cllm_gguf_find_key(g, "gemma3.attention.key_length") < 0 && h.n_embd % h.n_head != 0) {
-        return cllm_error(CLLM_ERR_FORMAT,
-                          "%s: gemma3.embedding_length %lld is not a multiple of "
-                          "gemma3.attention.head_count %lld (and gemma3.attention.key_length, the "
-                          "head size, is not set)",
-                          name, (long long)h.n_embd, (long long)h.n_head);
-    }
-    h.head_dim_k = h.n_embd / h.n_head;
-    CLLM_TRY(cllm_hp_get_int_opt(g, a, "attention.key_length", 1, 1 << 14, &h.head_dim_k));
-    h.head_dim_v = h.head_dim_k;
-    CLLM_TRY(cllm_hp_get_int_opt(g, a, "attention.value_length", 1, 1 << 14, &h.head_dim_v));
-    if (h.head_dim_k == 0 || h.head_dim_v == 0) {
-        return cllm_error(CLLM_ERR_FORMAT, "%s: head size is zero", name);
-    }
-    CLLM_TRY(cllm_hp_get_f32(g, a, "attention.layer_norm_rms_epsilon", &h.norm_eps));
-    int64_t n_rot = h.head_dim_k;
-    CLLM_TRY(cllm_hp_get_int_opt(g, a, "rope.dimension_count", 2, h.head_dim_k, &n_rot));
-    if (n_rot % 2 != 0) {
-        return cllm_error(CLLM_ERR_FORMAT, "%s: gemma3.rope.dimension_count = %lld is odd", name,
-                          (long long)n_rot);
-    }
-    h.n_rot = (int)n_rot;
-    h.rope_mode = CLLM_ROPE_NEOX;
-    h.rope_freq_base = 10000.0f;
-    h.rope_freq_scale = 1.0f;
-    CLLM_TRY(cllm_hp_get_f32_opt(g, a, "rope.freq_base", &h.rope_freq_base));
+    cllm_hparams h;
+    CLLM_TRY(cllm_hp_llama_family(g, a, CLLM_ROPE_NEOX, &h));
+    /* the graph scales the global layers' positions linearly, nothing else */
     const char *scaling = NULL;
     if (cllm_gguf_find_key(g, "gemma3.rope.scaling.type") >= 0) {
         CLLM_TRY(cllm_gguf_get_str(g, "gemma3.rope.scaling.type", &scaling));
     }
-    if (scaling && strcmp(scaling, "linear") == 0) {
-        float factor = 1.0f;
-        CLLM_TRY(cllm_hp_get_f32_opt(g, a, "rope.scaling.factor", &factor));
-        if (!(factor > 0.0f)) {
-            return cllm_error(CLLM_ERR_FORMAT, "%s: gemma3.rope.scaling.factor must be positive",
-                              name);
-        }
-        h.rope_freq_scale = 1.0f / factor; /* the global layers only */
-    } else if (scaling && strcmp(scaling, "none") != 0) {
+    if (scaling && strcmp(scaling, "linear") != 0 && strcmp(scaling, "none") != 0) {
         return cllm_error(CLLM_ERR_UNSUPPORTED, "%s: rope scaling \"%s\" is not supported", name,
                           scaling);
     }

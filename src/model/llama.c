@@ -85,11 +85,8 @@ static cllm_status rope_scaling(const cllm_gguf *g, const char *a, cllm_hparams 
     return CLLM_OK;
 }
 
-/* The hyper-parameters of the llama family under the key prefix `a`;
- * rope_mode is the architecture's (GGUF stores llama's Q/K permuted for
- * adjacent pairs, the qwen models keep the NeoX halves). */
-static cllm_status family_hparams(const cllm_gguf *g, const char *a, int rope_mode,
-                                  cllm_hparams *hp) {
+cllm_status cllm_hp_llama_family(const cllm_gguf *g, const char *a, int rope_mode,
+                                 cllm_hparams *hp) {
     cllm_hparams h = {0};
     snprintf(h.arch, sizeof(h.arch), "%s", a);
     CLLM_TRY(cllm_hp_get_vocab(g, a, &h.n_vocab));
@@ -295,7 +292,7 @@ static cllm_tensor *llama_build(const cllm_build_args *args, cllm_graph_io *io) 
 static int llama_graph_size(const cllm_hparams *hp) { return 64 * (int)hp->n_layer + 64; }
 
 static cllm_status llama_hparams(const cllm_gguf *g, cllm_hparams *hp) {
-    return family_hparams(g, "llama", CLLM_ROPE_NORMAL, hp);
+    return cllm_hp_llama_family(g, "llama", CLLM_ROPE_NORMAL, hp);
 }
 static cllm_status llama_weights(cllm_weights *w, const cllm_gguf *g, const cllm_hparams *hp) {
     return family_weights(w, g, hp, 0);
@@ -312,7 +309,7 @@ const cllm_arch cllm_arch_llama = {
 
 /* qwen2: llama with biases on q, k and v and NeoX rope. */
 static cllm_status qwen2_hparams(const cllm_gguf *g, cllm_hparams *hp) {
-    return family_hparams(g, "qwen2", CLLM_ROPE_NEOX, hp);
+    return cllm_hp_llama_family(g, "qwen2", CLLM_ROPE_NEOX, hp);
 }
 static cllm_status qwen2_weights(cllm_weights *w, const cllm_gguf *g, const cllm_hparams *hp) {
     return family_weights(w, g, hp, FAM_QKV_BIAS);
@@ -329,7 +326,7 @@ const cllm_arch cllm_arch_qwen2 = {
 /* qwen3: llama with per-head RMS norms of q and k (before rope), no biases,
  * NeoX rope; the head size is usually not n_embd / n_head (key_length). */
 static cllm_status qwen3_hparams(const cllm_gguf *g, cllm_hparams *hp) {
-    return family_hparams(g, "qwen3", CLLM_ROPE_NEOX, hp);
+    return cllm_hp_llama_family(g, "qwen3", CLLM_ROPE_NEOX, hp);
 }
 static cllm_status qwen3_weights(cllm_weights *w, const cllm_gguf *g, const cllm_hparams *hp) {
     return family_weights(w, g, hp, FAM_QK_NORM);
@@ -339,7 +336,7 @@ static cllm_status qwen3_weights(cllm_weights *w, const cllm_gguf *g, const cllm
  * frequency factors (rope_factors_short, or _long past the original
  * context) and rope.scaling.attn_factor. */
 static cllm_status phi3_hparams(const cllm_gguf *g, cllm_hparams *hp) {
-    return family_hparams(g, "phi3", CLLM_ROPE_NEOX, hp);
+    return cllm_hp_llama_family(g, "phi3", CLLM_ROPE_NEOX, hp);
 }
 static cllm_status phi3_weights(cllm_weights *w, const cllm_gguf *g, const cllm_hparams *hp) {
     return family_weights(w, g, hp, FAM_FUSED);

@@ -204,6 +204,14 @@ const char *cllm_arch_names(char *buf, size_t size);
 
 /* ---- helpers shared by the architectures (arch.c) ---------------------- */
 
+/* The hyper-parameters of the llama family (llama, qwen2, qwen3, phi3, and
+ * gemma3's common part) under the key prefix `a`: sizes, heads and head
+ * sizes, norm epsilon, rope dimensions, base and scaling by type (none,
+ * linear, yarn, longrope). rope_mode is the architecture's (GGUF stores
+ * llama's Q/K permuted for adjacent pairs, the others keep NeoX halves). */
+cllm_status cllm_hp_llama_family(const cllm_gguf *g, const char *a, int rope_mode,
+                                 cllm_hparams *hp);
+
 /* Reads "<arch>.<suffix>" as an integer in [min, max] (CLLM_ERR_FORMAT names
  * the key when it is missing, has a wrong type or is out of range). */
 cllm_status cllm_hp_get_int(const cllm_gguf *g, const char *arch, const char *suffix, int64_t min,

@@ -763,7 +763,10 @@ void cllm_session_free(cllm_session *s);
  * Token ids out of range: CLLM_ERR_INVALID_ARG. A context that would
  * overflow, or with all_logits more than n_batch tokens in one call (the
  * caller feeds batches): CLLM_ERR_TOO_LARGE, and nothing is processed. On
- * any error the session keeps the tokens and the logits it had before.
+ * any error the session keeps the tokens and the logits it had before, with
+ * one exception: when a pass fails after earlier batches of the same call
+ * overwrote the window of a sliding-window layer (see
+ * cllm_session_truncate), the context is cleared and the error says so.
  */
 cllm_status cllm_session_decode(cllm_session *s, const int32_t *tokens, int64_t n);
 
@@ -787,6 +790,13 @@ const float *cllm_session_logits_ith(const cllm_session *s, int64_t i);
  * to a common prefix. CLLM_ERR_INVALID_ARG when n_keep < 0 or > n_past
  * (nothing changes). Keeps all memory. The logits of the last decode are
  * no longer valid afterwards.
+ *
+ * A model with sliding-window layers (gemma3) keeps only the last window +
+ * n_batch - 1 positions in their caches: going back more than n_batch
+ * positions from the furthest one decoded would need positions those caches
+ * no longer hold, and gives CLLM_ERR_UNSUPPORTED (nothing changes; the
+ * caller decodes the tokens to keep again after truncating to 0, which
+ * always works).
  */
 cllm_status cllm_session_truncate(cllm_session *s, int64_t n_keep);
 

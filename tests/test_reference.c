@@ -260,6 +260,8 @@ static void check_case(const char *gen_exe, const char *name, const json *c, boo
     }
     cllm_session_params sp = cllm_session_default_params();
     sp.n_ctx = json_get(c, "n_ctx") ? (int64_t)json_num(json_get(c, "n_ctx")) : 256;
+    /* a smaller batch wraps the rings of sliding-window layers (cllm_kv_cache) */
+    if (json_get(c, "n_batch")) sp.n_batch = (int64_t)json_num(json_get(c, "n_batch"));
     sp.f32_activations = json_num(json_get(c, "f32_activations")) != 0;
     if (cllm_session_new(m, &sp, &s) != CLLM_OK) {
         CHECKF(false, "%s: %s", name, cllm_last_error());

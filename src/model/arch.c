@@ -310,6 +310,16 @@ void cllm_fill_mask_row(float *dst, int64_t n_kv, int64_t pos, int64_t n_swa) {
     }
 }
 
+void cllm_fill_swa_row(float *dst, int64_t n_kv, int64_t n_ring, int64_t end, int64_t pos,
+                       int64_t n_swa) {
+    for (int64_t j = 0; j < n_kv; j++) {
+        /* the last position before `end` that lands in row j */
+        const int64_t p = end - 1 - ((end - 1 - j) % n_ring + n_ring) % n_ring;
+        const bool seen = p >= 0 && p <= pos && pos - p < n_swa;
+        dst[j] = seen ? 0.0f : -INFINITY;
+    }
+}
+
 /* ---- shared graph pieces ----------------------------------------------- */
 
 void cllm_kv_writes_move(cllm_tensor *const *writes, int n_layer, int64_t n_past) {
@@ -317,13 +327,21 @@ void cllm_kv_writes_move(cllm_tensor *const *writes, int n_layer, int64_t n_past
         cllm_tensor *t = writes[i];
         CLLM_ASSERTF(t && t->view_src, "kv writes: write %d of %d was not recorded", i,
                      n_layer * CLLM_KV_WRITES_PER_LAYER);
-        const cllm_tensor *cache = t->view_src; /* a layer's K or V, [n_embd_gqa, n_ctx] */
-        CLLM_ASSERTF(cache->data && n_past >= 0 && n_past + t->ne[1] <= cache->ne[1],
+        const cllm_tensor *cache = t->view_src; /* a layer's K or V, [n_embd_gqa, rows] */
+        /* rows == n_ctx > n_past, or a ring */
+        const int64_t row = n_past >= 0 ? n_past % cache->ne[1] : -1;
+        CLLM_ASSERTF(cache->data && row >= 0 && row + t->ne[1] <= cache->ne[1],
                      "kv writes: %lld rows at %lld in %s", (long long)t->ne[1], (long long)n_past,
                      cache->name);
-        t->view_offs = (size_t)n_past * cache->nb[1];
+        t->view_offs = (size_t)row * cache->nb[1];
         t->data = (char *)cache->data + t->view_offs;
     }
+}
+
+/* Rows a sliding-window layer attends to when the others attend to n_kv:
+ * at most its ring. */
+static int64_t swa_n_kv(const cllm_kv_cache *kv, int64_t n_kv) {
+    return n_kv < kv->n_ring ? n_kv : kv->n_ring;
 }
 
 void cllm_build_inputs(const cllm_build_args *args, cllm_graph_io *io) {
@@ -339,7 +357,8 @@ void cllm_build_inputs(const cllm_build_args *args, cllm_graph_io *io) {
         cllm_tensor_set_input(io->mask);
         if (args->hp->n_swa > 0) {
             io->swa_mask = cllm_tensor_set_name(
-                cllm_tensor_new_2d(ctx, CLLM_TYPE_F32, sh->n_kv, sh->n_tokens), "swa-mask");
+                cllm_tensor_new_2d(ctx, CLLM_TYPE_F32, swa_n_kv(args->kv, sh->n_kv), sh->n_tokens),
+                "swa-mask");
             cllm_tensor_set_input(io->swa_mask);
         }
     }
@@ -350,7 +369,8 @@ void cllm_build_inputs(const cllm_build_args *args, cllm_graph_io *io) {
         cllm_tensor_set_input(io->seq_mask[i]);
         if (args->hp->n_swa > 0) {
             io->seq_swa_mask[i] = cllm_tensor_set_name(
-                cllm_tensor_new_2d(ctx, CLLM_TYPE_F32, q.n_kv, q.n_tokens), "swa-mask-%d", i);
+                cllm_tensor_new_2d(ctx, CLLM_TYPE_F32, swa_n_kv(args->kv, q.n_kv), q.n_tokens),
+                "swa-mask-%d", i);
             cllm_tensor_set_input(io->seq_swa_mask[i]);
         }
     }
@@ -387,31 +407,50 @@ cllm_tensor *cllm_build_logits(const cllm_build_args *args, cllm_graph_io *io, c
     return io->logits;
 }
 
+/* Rows [t0, t0 + n) of x [a, b, T] (dim 2): a view. */
+static cllm_tensor *token_rows(cllm_context *ctx, cllm_tensor *x, int64_t t0, int64_t n) {
+    return cllm_view_3d(ctx, x, x->ne[0], x->ne[1], n, x->nb[1], x->nb[2], (size_t)t0 * x->nb[2]);
+}
+
 /* One sequence's attention: writes k and v (its n_tokens rows) into its
- * layer caches kc and vc at n_past, then attends over their first n_kv
- * rows with `mask`. Returns [head_dim_v * n_head, n_tokens]. With `writes`,
- * records the KV writes there (cllm_kv_writes_move). */
+ * layer caches kc and vc at position n_past (a ring wraps them, see
+ * cllm_kv_cache), then attends over their first n_kv rows (at most all of
+ * them) with `mask`. Returns [head_dim_v * n_head, n_tokens]. With
+ * `writes`, records the KV writes there (cllm_kv_writes_move) unless they
+ * wrap. */
 static cllm_tensor *attend(const cllm_build_args *args, int layer, cllm_tensor *kc, cllm_tensor *vc,
                            const cllm_seq_shape *sq, cllm_tensor *q, cllm_tensor *k, cllm_tensor *v,
                            cllm_tensor *mask, float scale, cllm_tensor **writes) {
     cllm_context *ctx = args->ctx;
     const cllm_hparams *hp = args->hp;
-    const int64_t hd_k = hp->head_dim_k, hd_v = hp->head_dim_v, n_kv = sq->n_kv;
-    CLLM_ASSERTF(sq->n_past + sq->n_tokens <= kc->ne[1] && n_kv <= kc->ne[1],
-                 "attention: %lld + %lld tokens, %lld attended, in a cache of %lld",
-                 (long long)sq->n_past, (long long)sq->n_tokens, (long long)n_kv,
-                 (long long)kc->ne[1]);
+    const int64_t rows = kc->ne[1], n = sq->n_tokens;
+    const int64_t hd_k = hp->head_dim_k, hd_v = hp->head_dim_v;
+    const int64_t n_kv = sq->n_kv < rows ? sq->n_kv : rows;
+    const bool ring = rows < args->kv->n_ctx;
+    CLLM_ASSERTF(ring ? n + hp->n_swa - 1 <= rows : sq->n_past + n <= rows,
+                 "attention: %lld + %lld tokens in a %s of %lld rows", (long long)sq->n_past,
+                 (long long)n, ring ? "ring" : "cache", (long long)rows);
+    CLLM_ASSERTF(mask->ne[0] == n_kv, "attention: a mask of %lld rows for %lld",
+                 (long long)mask->ne[0], (long long)n_kv);
 
-    /* write this batch's keys and values at n_past; these copies go into the
-     * graph first, so every later read of the cache comes after them */
-    cllm_tensor *k_dst =
-        cllm_view_2d(ctx, kc, kc->ne[0], sq->n_tokens, kc->nb[1], (size_t)sq->n_past * kc->nb[1]);
-    cllm_tensor *v_dst =
-        cllm_view_2d(ctx, vc, vc->ne[0], sq->n_tokens, vc->nb[1], (size_t)sq->n_past * vc->nb[1]);
-    cllm_tensor *k_cpy = cllm_cpy(ctx, k, k_dst), *v_cpy = cllm_cpy(ctx, v, v_dst);
-    cllm_graph_build(args->graph, k_cpy);
-    cllm_graph_build(args->graph, v_cpy);
-    if (writes) writes[0] = k_dst, writes[1] = k_cpy, writes[2] = v_dst, writes[3] = v_cpy;
+    /* write this batch's keys and values at n_past (in a ring, the rows
+     * past its end go to its start); these copies go into the graph first,
+     * so every later read of the cache comes after them */
+    const int64_t at = sq->n_past % rows;
+    const int64_t n1 = at + n <= rows ? n : rows - at; /* before the end */
+    cllm_tensor *src[2] = {k, v}, *cache[2] = {kc, vc};
+    for (int i = 0; i < 2; i++) {
+        cllm_tensor *c = cache[i];
+        cllm_tensor *dst = cllm_view_2d(ctx, c, c->ne[0], n1, c->nb[1], (size_t)at * c->nb[1]);
+        cllm_tensor *part = n1 == n ? src[i] : token_rows(ctx, src[i], 0, n1);
+        cllm_tensor *cpy = cllm_cpy(ctx, part, dst);
+        cllm_graph_build(args->graph, cpy);
+        if (writes && n1 == n) writes[2 * i] = dst, writes[2 * i + 1] = cpy;
+        if (n1 < n) {
+            cllm_tensor *dst2 = cllm_view_2d(ctx, c, c->ne[0], n - n1, c->nb[1], 0);
+            cllm_graph_build(args->graph, cllm_cpy(ctx, token_rows(ctx, src[i], n1, n - n1), dst2));
+        }
+    }
 
     /* [head_dim, n_kv, n_head_kv] views of the cache */
     const size_t kes = cllm_element_size(kc), ves = cllm_element_size(vc);
@@ -430,12 +469,7 @@ static cllm_tensor *attend(const cllm_build_args *args, int layer, cllm_tensor *
         out = cllm_cont(ctx, cllm_permute(ctx, kqv, 0, 2, 1, 3));
     }
     cllm_tensor_set_name(out, "attn-%d", layer);
-    return cllm_reshape_2d(ctx, out, hd_v * hp->n_head, sq->n_tokens);
-}
-
-/* Rows [t0, t0 + n) of x [a, b, T] (dim 2): a view. */
-static cllm_tensor *token_rows(cllm_context *ctx, cllm_tensor *x, int64_t t0, int64_t n) {
-    return cllm_view_3d(ctx, x, x->ne[0], x->ne[1], n, x->nb[1], x->nb[2], (size_t)t0 * x->nb[2]);
+    return cllm_reshape_2d(ctx, out, hd_v * hp->n_head, n);
 }
 
 cllm_tensor *cllm_build_attention(const cllm_build_args *args, cllm_graph_io *io, int layer,

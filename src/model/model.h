@@ -98,17 +98,42 @@ typedef struct cllm_weights {
  * batch may hold tokens of several (each at its own positions). */
 #define CLLM_MAX_SEQS 64
 
-/* The KV cache of one session: per sequence and layer K and V rows,
- * [n_embd_gqa, n_ctx]; sequence s, layer l at k[s * n_layer + l]. */
+/*
+ * The KV cache of one session: per sequence and layer K and V rows,
+ * [n_embd_gqa, rows]; sequence s, layer l at k[s * n_layer + l].
+ *
+ * A layer that attends to the whole context has n_ctx rows, position p in
+ * row p. A sliding-window layer (hp->n_swa > 0) has n_ring rows, a ring:
+ * position p in row p % n_ring. A batch of n <= n_batch tokens ending at
+ * position `end` (exclusive) needs, for its first token, the n_swa - 1
+ * positions before it, so n_swa + n_batch - 1 rows hold all it can see
+ * (cllm_kv_ring_rows); the mask tells each row's position (cllm_fill_swa_row).
+ */
 typedef struct cllm_kv_cache {
     cllm_context *ctx;
     cllm_type type; /* F16 by default, or F32 */
     int64_t n_ctx;  /* per sequence */
+    int64_t n_ring; /* rows of a sliding-window layer's cache (n_ctx: no ring) */
     int n_layer;
     int n_seq;
     cllm_tensor **k; /* n_seq * n_layer */
     cllm_tensor **v; /* n_seq * n_layer */
 } cllm_kv_cache;
+
+/* Rows of a sliding-window layer's cache for a context of n_ctx positions
+ * decoded at most n_batch at a time: n_swa + n_batch - 1, or n_ctx when that
+ * is no more (every position has its own row then). n_ctx without a window. */
+static inline int64_t cllm_kv_ring_rows(const cllm_hparams *hp, int64_t n_ctx, int64_t n_batch) {
+    if (hp->n_swa <= 0) return n_ctx;
+    const int64_t ring = hp->n_swa + n_batch - 1;
+    return ring < n_ctx ? ring : n_ctx;
+}
+
+/* Whether writing n rows at position n_past wraps around the end of a
+ * sliding-window layer's ring (two copies instead of one). */
+static inline bool cllm_kv_write_wraps(const cllm_kv_cache *kv, int64_t n_past, int64_t n) {
+    return kv->n_ring < kv->n_ctx && n_past % kv->n_ring + n > kv->n_ring;
+}
 
 /* One sequence's part of a batch of several. */
 typedef struct cllm_seq_shape {
@@ -267,6 +292,16 @@ void cllm_fill_causal_mask(float *dst, const cllm_batch_shape *shape);
  * else -INFINITY. n_swa == 0 gives the causal row. */
 void cllm_fill_mask_row(float *dst, int64_t n_kv, int64_t pos, int64_t n_swa);
 
+/* One row of a sliding-window layer's mask over the first n_kv rows of its
+ * ring of n_ring rows, for the token at position pos of a batch whose last
+ * position is end - 1 (its rows written): row j holds the last position
+ * p < end with p % n_ring == j (none when p < 0), seen when p <= pos and
+ * pos - p < n_swa. Rows the ring still holds from a longer context that was
+ * truncated get a position out of every window (cllm_session_truncate keeps
+ * that true). With n_ring >= end this is cllm_fill_mask_row. */
+void cllm_fill_swa_row(float *dst, int64_t n_kv, int64_t n_ring, int64_t end, int64_t pos,
+                       int64_t n_swa);
+
 /*
  * Shared attention block: writes k and v of this batch into the layer's KV
  * cache (at n_past), then attends over the first n_kv cache entries.
@@ -303,7 +338,8 @@ enum { CLLM_KV_WRITES_PER_LAYER = 4 };
 
 /*
  * Points the KV cache writes of a built graph (`writes`, as recorded in
- * cllm_build_args.kv_writes for n_layer layers) at cache row n_past, so that
+ * cllm_build_args.kv_writes for n_layer layers) at position n_past (row
+ * n_past, or n_past % n_ring in a ring that it must not wrap), so that
  * the graph, planned once, writes its batch there when it runs again: the
  * writes are views of the static cache, whose place is their offset alone,
  * and the rest of the graph reads the cache through views that start at row

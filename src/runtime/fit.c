@@ -639,6 +639,15 @@ void cllm_plan_print(const cllm_plan *plan, FILE *f, bool verbose) {
             esc(plan->hp.arch, arch, sizeof(arch), false), (long long)plan->hp.n_layer,
             (long long)plan->n_ctx, (long long)plan->n_batch, plan->n_sessions,
             plan->n_sessions == 1 ? "" : "s", seqs, cllm_type_name(plan->kv_type));
+    if (plan->kv.n_ring < plan->n_ctx) {
+        int n_swa = 0;
+        for (int64_t l = 0; l < plan->hp.n_layer; l++) n_swa += plan->hp.swa_layer[l];
+        fprintf(f,
+                "  KV of the %d sliding-window layers (of %lld): the last %lld positions (window "
+                "%lld + batch %lld - 1), not %lld\n\n",
+                n_swa, (long long)plan->hp.n_layer, (long long)plan->kv.n_ring,
+                (long long)plan->hp.n_swa, (long long)plan->n_batch, (long long)plan->n_ctx);
+    }
     fprintf(f, "  %-10s %6s %11s %11s %11s %11s %11s %11s\n", "device", "layers", "weights",
             "state", "compute", "workspace", "total", "budget");
     for (int i = 0; i < plan->n_devices; i++) {
@@ -706,12 +715,12 @@ void cllm_plan_print_json(const cllm_plan *plan, FILE *f, bool verbose) {
     char model[6 * sizeof(plan->model)], arch[6 * sizeof(plan->hp.arch)], dev[64], dev2[64];
     fprintf(f,
             "{\"model\": \"%s\", \"arch\": \"%s\", \"n_layer\": %lld, \"n_ctx\": %lld, "
-            "\"n_batch\": %lld, \"n_sessions\": %d, \"n_seq\": %d, \"kv_type\": \"%s\",\n "
-            "\"devices\": [",
+            "\"n_batch\": %lld, \"n_sessions\": %d, \"n_seq\": %d, \"kv_type\": \"%s\", "
+            "\"kv_ring\": %lld,\n \"devices\": [",
             esc(plan->model, model, sizeof(model), true),
             esc(plan->hp.arch, arch, sizeof(arch), true), (long long)plan->hp.n_layer,
             (long long)plan->n_ctx, (long long)plan->n_batch, plan->n_sessions, plan->shape.n_seq,
-            cllm_type_name(plan->kv_type));
+            cllm_type_name(plan->kv_type), (long long)plan->kv.n_ring);
     for (int i = 0; i < plan->n_devices; i++) {
         const cllm_plan_device *fd = &plan->devices[i];
         fprintf(f,

@@ -298,6 +298,7 @@ cllm_status cllm_kv_cache_init(cllm_kv_cache *kv, const cllm_hparams *hp, const 
     memset(kv, 0, sizeof(*kv));
     kv->type = sh->kv_type;
     kv->n_ctx = sh->n_ctx;
+    kv->n_ring = cllm_kv_ring_rows(hp, sh->n_ctx, sh->n_batch);
     kv->n_layer = (int)hp->n_layer;
     kv->n_seq = sh->n_seq;
     const int n = kv->n_seq * kv->n_layer;
@@ -310,8 +311,9 @@ cllm_status cllm_kv_cache_init(cllm_kv_cache *kv, const cllm_hparams *hp, const 
     }
     for (int i = 0; i < n; i++) {
         const int l = i % kv->n_layer, seq = i / kv->n_layer;
-        kv->k[i] = cllm_tensor_new_2d(kv->ctx, kv->type, cllm_hparams_n_embd_k_gqa(hp), kv->n_ctx);
-        kv->v[i] = cllm_tensor_new_2d(kv->ctx, kv->type, cllm_hparams_n_embd_v_gqa(hp), kv->n_ctx);
+        const int64_t rows = hp->n_swa > 0 && hp->swa_layer[l] ? kv->n_ring : kv->n_ctx;
+        kv->k[i] = cllm_tensor_new_2d(kv->ctx, kv->type, cllm_hparams_n_embd_k_gqa(hp), rows);
+        kv->v[i] = cllm_tensor_new_2d(kv->ctx, kv->type, cllm_hparams_n_embd_v_gqa(hp), rows);
         if (seq == 0) {
             cllm_tensor_set_name(kv->k[i], "cache_k-%d", l);
             cllm_tensor_set_name(kv->v[i], "cache_v-%d", l);

@@ -7,6 +7,7 @@
 #include <stdatomic.h>
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -23,6 +24,9 @@ struct cllm_session {
 
     int64_t n_past;                  /* sequence 0's tokens (the single-sequence API's) */
     int64_t seq_past[CLLM_MAX_SEQS]; /* sequences 1 .. n_seq - 1 ([0] unused) */
+    /* per sequence: the end of the furthest position written since the last
+     * reset, which bounds what a sliding-window ring still holds */
+    int64_t seq_high[CLLM_MAX_SEQS];
     /* [n_seq][n_vocab]: the logits of each sequence's last token decoded by
      * cllm_session_decode_seqs (sequence 0's go to `logits` as well) */
     float *seq_logits;
@@ -37,6 +41,7 @@ struct cllm_session {
     /* the graph last built and planned (s->graph), run again while batches
      * keep its shape: only its inputs and KV write position change */
     bool graph_ready;
+    bool graph_wraps;             /* its KV writes wrap a ring: it is not moved */
     bool no_reuse;                /* tests: build and plan every batch's graph */
     cllm_batch_shape graph_shape; /* its shape; n_past is not part of it */
     cllm_graph_io io;
@@ -84,7 +89,9 @@ static bool same_graph_shape(const cllm_batch_shape *a, const cllm_batch_shape *
  * `shape`: the last one moved to write at shape->n_past when the shape is
  * the same, else a new one built and planned. */
 static cllm_status prepare_graph(cllm_session *s, const cllm_batch_shape *shape) {
-    if (s->graph_ready && !s->no_reuse && same_graph_shape(&s->graph_shape, shape)) {
+    const bool wraps = cllm_kv_write_wraps(&s->in.kv, shape->n_past, shape->n_tokens);
+    if (s->graph_ready && !s->no_reuse && !s->graph_wraps && !wraps &&
+        same_graph_shape(&s->graph_shape, shape)) {
         cllm_instance_set_write_pos(&s->in, shape->n_past);
         return CLLM_OK;
     }
@@ -93,8 +100,25 @@ static cllm_status prepare_graph(cllm_session *s, const cllm_batch_shape *shape)
     s->n_builds++;
     CLLM_TRY(cllm_sched_alloc_graph(s->sched, s->graph));
     s->graph_shape = *shape;
+    s->graph_wraps = wraps;
     s->graph_ready = true;
     return CLLM_OK;
+}
+
+/* Fills row t of the masks of a batch's sequence whose tokens end at
+ * position `end` (exclusive): the causal one over n_kv rows and, for the
+ * sliding-window layers, theirs over their ring. */
+static void fill_masks(cllm_session *s, cllm_tensor *mask, cllm_tensor *swa_mask, int64_t t,
+                       int64_t pos, int64_t end) {
+    const int64_t n_kv = mask->ne[0];
+    for (int64_t j = 0; j < n_kv; j++) s->mask_row[j] = j <= pos ? 0.0f : -INFINITY;
+    cllm_tensor_set(mask, s->mask_row, (size_t)t * mask->nb[1], (size_t)n_kv * sizeof(float));
+    if (swa_mask) {
+        const int64_t n = swa_mask->ne[0];
+        cllm_fill_swa_row(s->mask_row, n, s->in.kv.n_ring, end, pos, s->model->hp.n_swa);
+        cllm_tensor_set(swa_mask, s->mask_row, (size_t)t * swa_mask->nb[1],
+                        (size_t)n * sizeof(float));
+    }
 }
 
 cllm_status cllm_session_new(const cllm_model *model, const cllm_session_params *params,
@@ -199,6 +223,8 @@ static cllm_status stage_batch(cllm_session *s, const int32_t *tokens, const flo
         .n_tokens = n, .n_past = s->n_past, .n_kv = batch_n_kv(s, n), .n_outputs = n_outputs};
     CLLM_TRY(prepare_graph(s, &shape));
     const cllm_graph_io io = s->io;
+    /* the rows are written even when the pass fails later */
+    s->seq_high[0] = CLLM_MAX(s->seq_high[0], s->n_past + n);
 
     /* every input is set in full: a reused graph holds the last batch's */
     const size_t act_bytes = (size_t)n * (size_t)s->model->hp.n_embd * sizeof(float);
@@ -210,16 +236,7 @@ static cllm_status stage_batch(cllm_session *s, const int32_t *tokens, const flo
     for (int64_t i = 0; i < n; i++) {
         const int32_t pos = (int32_t)(s->n_past + i);
         cllm_tensor_set(io.pos, &pos, (size_t)i * sizeof(pos), sizeof(pos));
-        for (int64_t j = 0; j < shape.n_kv; j++) {
-            s->mask_row[j] = j <= s->n_past + i ? 0.0f : -INFINITY;
-        }
-        cllm_tensor_set(io.mask, s->mask_row, (size_t)i * io.mask->nb[1],
-                        (size_t)shape.n_kv * sizeof(float));
-        if (io.swa_mask) {
-            cllm_fill_mask_row(s->mask_row, shape.n_kv, pos, s->model->hp.n_swa);
-            cllm_tensor_set(io.swa_mask, s->mask_row, (size_t)i * io.swa_mask->nb[1],
-                            (size_t)shape.n_kv * sizeof(float));
-        }
+        fill_masks(s, io.mask, io.swa_mask, i, pos, s->n_past + n);
     }
     /* output row r is batch row n - n_outputs + r: all rows, or the last */
     for (int64_t r = 0; io.out_ids && r < n_outputs; r++) {
@@ -265,6 +282,26 @@ static cllm_status stage_batch(cllm_session *s, const int32_t *tokens, const flo
     return CLLM_OK;
 }
 
+/*
+ * Whether sequence seq can go back to n_keep tokens. A sliding-window
+ * layer's ring must still hold the n_swa - 1 positions before n_keep, and
+ * the rows it holds from the positions past n_keep (up to seq_high) must
+ * look out of every later window to cllm_fill_swa_row: both hold while
+ * nothing was overwritten (seq_high <= n_ring), or when the positions
+ * dropped are at most a batch (n_ring - n_swa + 1) past n_keep.
+ */
+static cllm_status check_keep(const cllm_session *s, int seq, int64_t n_keep) {
+    const cllm_kv_cache *kv = &s->in.kv;
+    const int64_t high = s->seq_high[seq], slack = kv->n_ring - s->model->hp.n_swa + 1;
+    if (kv->n_ring >= kv->n_ctx || high <= kv->n_ring || high - n_keep <= slack) return CLLM_OK;
+    return cllm_error(CLLM_ERR_UNSUPPORTED,
+                      "truncate: the sliding-window layers keep the last %lld positions of the "
+                      "%lld decoded, no longer the window before position %lld (keep at least "
+                      "%lld tokens, or none)",
+                      (long long)kv->n_ring, (long long)high, (long long)n_keep,
+                      (long long)(high - slack));
+}
+
 void cllm_session_set_link(cllm_session *s, const cllm_session_link *link) {
     s->has_link = link != NULL;
     if (link) s->link = *link;
@@ -287,6 +324,7 @@ cllm_status cllm_session_stage_run(cllm_session *s, int64_t n_past, int64_t n, i
     if (!s->model->place.no_input) {
         return cllm_error(CLLM_ERR_INVALID_ARG, "stage: the first stage decodes tokens");
     }
+    if (n_past < s->n_past) CLLM_TRY(check_keep(s, 0, n_past)); /* a rewind */
     s->n_past = n_past;
     CLLM_TRY(stage_batch(s, NULL, act_in, n, n_outputs, false, out));
     s->n_past = n_past + n;
@@ -325,7 +363,18 @@ cllm_status cllm_session_decode(cllm_session *s, const int32_t *tokens, int64_t 
         const cllm_status st = decode_batch(s, tokens + i, chunk, i + chunk == n);
         if (st != CLLM_OK) {
             s->n_past = start;
-            return st;
+            char why[512];
+            snprintf(why, sizeof(why), "%s", cllm_last_error());
+            if (i > 0 && check_keep(s, 0, start) != CLLM_OK) {
+                /* the batches that ran overwrote the window before `start`
+                 * in the sliding-window rings: the context is lost */
+                cllm_session_reset(s);
+                return cllm_error(st,
+                                  "%s (the sliding-window layers no longer hold the context: it "
+                                  "was cleared)",
+                                  why);
+            }
+            return cllm_error(st, "%s", why);
         }
         s->n_past += chunk;
     }
@@ -351,6 +400,7 @@ void cllm_session_reset(cllm_session *s) {
     s->n_past = 0;
     s->n_logits = 0;
     memset(s->seq_past, 0, sizeof(s->seq_past));
+    memset(s->seq_high, 0, sizeof(s->seq_high));
     memset(s->seq_has_logits, 0, sizeof(s->seq_has_logits));
 }
 
@@ -359,6 +409,8 @@ cllm_status cllm_session_truncate(cllm_session *s, int64_t n_keep) {
         return cllm_error(CLLM_ERR_INVALID_ARG, "truncate: %lld tokens to keep, outside [0, %lld]",
                           (long long)n_keep, (long long)s->n_past);
     }
+    if (n_keep == 0) s->seq_high[0] = 0; /* nothing of the ring is seen again */
+    CLLM_TRY(check_keep(s, 0, n_keep));
     /* the cache rows from n_keep on are stale: the next decode writes its
      * rows there before it attends to them, and the mask hides the rows
      * past its own (a one-token batch attends to a padded range) */
@@ -394,6 +446,8 @@ cllm_status cllm_session_seq_truncate(cllm_session *s, int seq, int64_t n_keep) 
                           "truncate: %lld tokens of sequence %d to keep, outside [0, %lld]",
                           (long long)n_keep, seq, (long long)s->seq_past[seq]);
     }
+    if (n_keep == 0) s->seq_high[seq] = 0;
+    CLLM_TRY(check_keep(s, seq, n_keep));
     s->seq_past[seq] = n_keep;
     s->seq_has_logits[seq] = false;
     return CLLM_OK;
@@ -480,19 +534,10 @@ cllm_status cllm_session_decode_seqs(cllm_session *s, const cllm_seq_tokens *ite
         for (int64_t t = 0; t < sq->n_tokens; t++) {
             const int32_t pos = (int32_t)(sq->n_past + t);
             cllm_tensor_set(io.pos, &pos, (size_t)(row + t) * sizeof(pos), sizeof(pos));
-            for (int64_t j = 0; j < sq->n_kv; j++) {
-                s->mask_row[j] = j <= sq->n_past + t ? 0.0f : -INFINITY;
-            }
-            cllm_tensor_set(io.seq_mask[i], s->mask_row, (size_t)t * io.seq_mask[i]->nb[1],
-                            (size_t)sq->n_kv * sizeof(float));
-            if (io.seq_swa_mask[i]) {
-                cllm_fill_mask_row(s->mask_row, sq->n_kv, pos, s->model->hp.n_swa);
-                cllm_tensor_set(io.seq_swa_mask[i], s->mask_row,
-                                (size_t)t * io.seq_swa_mask[i]->nb[1],
-                                (size_t)sq->n_kv * sizeof(float));
-            }
+            fill_masks(s, io.seq_mask[i], io.seq_swa_mask[i], t, pos, sq->n_past + sq->n_tokens);
         }
         row += sq->n_tokens;
+        s->seq_high[sq->seq] = CLLM_MAX(s->seq_high[sq->seq], sq->n_past + sq->n_tokens);
         const int32_t last = (int32_t)(row - 1); /* output i: the sequence's last token */
         cllm_tensor_set(io.out_ids, &last, (size_t)i * sizeof(last), sizeof(last));
     }

@@ -502,13 +502,29 @@ static bool answer_turn(chat *c) {
                     first ? "" : "\n", dropped, dropped == 1 ? " is" : "s are", n_ids);
         }
         text_answer = first ? 0 : a.len;
-        if (first) reused = keep;
-        first = false;
-        if (cllm_session_truncate(c->s, (int64_t)keep) != CLLM_OK) {
+        cllm_status tst = cllm_session_truncate(c->s, (int64_t)keep);
+        if (tst != CLLM_OK && keep > 0) {
+            /* the sliding-window layers no longer hold the window before
+             * `keep`: the held tokens are processed again */
+            int32_t *all = malloc((keep + n_ids) * sizeof(*all));
+            if (!all) {
+                free(ids);
+                cllm_cli_error("chat", "out of memory");
+                goto done;
+            }
+            memcpy(all, c->held, keep * sizeof(*all));
+            memcpy(all + keep, ids, n_ids * sizeof(*all));
+            free(ids);
+            ids = all, n_ids += keep, keep = 0;
+            tst = cllm_session_truncate(c->s, 0);
+        }
+        if (tst != CLLM_OK) {
             free(ids);
             cllm_cli_lib_error("chat");
             goto done;
         }
+        if (first) reused = keep;
+        first = false;
         c->n_held = keep;
         cllm_generate_result res;
         const cllm_status st =

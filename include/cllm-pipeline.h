@@ -95,8 +95,12 @@ bool cllm_pipe_have_mpi(void);
 bool cllm_pipe_launched(void);
 
 /* Starts MPI (once per process); errors on the world communicator are
- * returned, not fatal. */
+ * returned, not fatal. It asks for MPI_THREAD_SERIALIZED, so that a thread
+ * other than the one that started MPI may drive the pipeline (one at a
+ * time: a server's engine thread); cllm_pipe_any_thread() says whether the
+ * MPI library granted it. */
 cllm_status cllm_pipe_init(int *argc, char ***argv);
+bool cllm_pipe_any_thread(void);
 
 /* Ends MPI: MPI_Finalize, or after a failure MPI_Abort, so that no rank
  * waits for one that has given up (the process then exits non-zero). */
@@ -104,7 +108,11 @@ void cllm_pipe_finalize(bool failed);
 
 typedef struct cllm_pipe_opts {
     double timeout_s; /* a wait for another rank gives up after this; default 120 */
-    bool quiet;       /* no per-rank report on standard error */
+    /* ranks > 0 waiting for the next batch from the rank before them: no
+     * limit (a server's ranks are idle between requests; rank 0 still gives
+     * up after timeout_s when a batch does not come back) */
+    bool idle_forever;
+    bool quiet; /* no per-rank report on standard error */
 } cllm_pipe_opts;
 
 cllm_pipe_opts cllm_pipe_default_opts(void);
@@ -142,6 +150,14 @@ cllm_session *cllm_pipe_session_seq(cllm_pipe *p, int seq);
  * logits are collected at the end (cllm_session_logits of each sequence's
  * session). */
 cllm_status cllm_pipe_decode_seqs(cllm_pipe *p, const int32_t *tokens, int n);
+
+/* Rank 0: the tokens of several sequences (distinct; each item's n_tokens
+ * decoded in its sequence's session, n_batch at a time), pipelined as
+ * cllm_pipe_decode_seqs: an item's batches travel down the ranks while
+ * rank 0 computes the next item's; afterwards each session's logits are its
+ * last token's. cllm_pipe_decode_seqs is this with one token per sequence
+ * 0 .. n-1. */
+cllm_status cllm_pipe_decode_items(cllm_pipe *p, const cllm_seq_tokens *items, int n);
 
 /* Ranks > 0: computes what arrives until rank 0 closes the pipeline.
  * CLLM_ERR_IO for a failed transfer or a wait past the timeout. */

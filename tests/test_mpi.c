@@ -15,9 +15,14 @@
  *    another command than run under mpirun is refused;
  *  - a rank that fails mid-run is reported by rank 0 ("rank 1 failed"),
  *    and one that stops answering is reported after --pipe-timeout, both
- *    with a non-zero exit, neither hangs.
+ *    with a non-zero exit, neither hangs;
+ *  - cllm serve under mpirun (with curl): 2 and 3 ranks, 2 slots, three
+ *    requests at once answer cllm run's greedy text, a longer prompt reuses
+ *    a slot's cache, SIGTERM to mpirun stops every rank with exit 0; a rank
+ *    that fails makes the request a 500 and the server exit non-zero.
  */
 #include "common/check.h"
+#include "common/json.h"
 #include "common/refs.h"
 
 #include <stdarg.h>
@@ -71,9 +76,9 @@ static void run_free(run_out *o) {
 }
 
 /* The "generated_ids": [...] of cllm run --json, as text ("" if absent). */
-static void ids_of(const char *json, char *buf, size_t size) {
+static void ids_of(const char *text, char *buf, size_t size) {
     buf[0] = '\0';
-    const char *p = strstr(json, "\"generated_ids\": [");
+    const char *p = strstr(text, "\"generated_ids\": [");
     if (!p) return;
     const char *e = strchr(p, ']');
     if (!e) return;
@@ -159,7 +164,7 @@ static void check_failures(const char *model) {
 
     /* other commands would run a copy per rank: refused */
     o = run("%s'%s' " MPIRUN_OPTS " -np 2 '%s' chat -m '%s'", g_mpi_env, g_mpirun, g_cllm, model);
-    CHECKF(o.rc != 0 && strstr(o.err, "only cllm run runs a model across them"),
+    CHECKF(o.rc != 0 && strstr(o.err, "only cllm run and cllm serve run a model across them"),
            "chat under mpirun: rc %d:\n%s", o.rc, o.err);
     run_free(&o);
 
@@ -178,6 +183,209 @@ static void check_failures(const char *model) {
     CHECKF(o.rc != 0 && strstr(o.err, "within 2 s") && o.seconds < 30,
            "stalling rank: rc %d after %.1f s:\n%s", o.rc, o.seconds, o.err);
     run_free(&o);
+}
+
+/* ---- cllm serve under mpirun ---- */
+
+typedef struct mpi_server {
+    char out[160], err[160], pid[160], rc[160];
+    char url[64];
+} mpi_server;
+
+/* Starts `mpirun -np np ENV cllm serve ...` in the background; false (with
+ * the reason checked) when it does not say it is ready within 60 s. */
+static bool mpi_serve_start(mpi_server *sv, int np, const char *env, const char *model) {
+    snprintf(sv->out, sizeof(sv->out), "%s/serve.out", g_dir);
+    snprintf(sv->err, sizeof(sv->err), "%s/serve.err", g_dir);
+    snprintf(sv->pid, sizeof(sv->pid), "%s/serve.pid", g_dir);
+    snprintf(sv->rc, sizeof(sv->rc), "%s/serve.rc", g_dir);
+    char cmd[8192];
+    snprintf(cmd, sizeof(cmd),
+             "rm -f '%s' '%s'; (%s'%s' " MPIRUN_OPTS " -np %d %s '%s' serve -m '%s' --port 0 "
+             "--parallel 2 -c 128 -b 4 -t 1 --pipe-timeout 20 </dev/null >'%s' 2>'%s' & "
+             "echo $! >'%s'; wait $!; echo $? >'%s') >/dev/null 2>&1 &",
+             sv->rc, sv->out, g_mpi_env, g_mpirun, np, env, g_cllm, model, sv->out, sv->err,
+             sv->pid, sv->rc);
+    CHECK(system(cmd) == 0);
+    for (int i = 0; i < 600; i++) {
+        char *out = slurp(sv->out);
+        const char *at = strstr(out, "listening on http://");
+        const bool ready = strstr(out, "cllm serve: ready") != NULL;
+        if (at && ready) {
+            sscanf(at + strlen("listening on "), "%63s", sv->url);
+            free(out);
+            return true;
+        }
+        free(out);
+        if (access(sv->rc, R_OK) == 0) break; /* it ended */
+        const struct timespec ts = {0, 100 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    char *err = slurp(sv->err);
+    CHECKF(false, "cllm serve under mpirun -np %d did not start:\n%s", np, err);
+    free(err);
+    return false;
+}
+
+/* Waits (up to `seconds`) for mpirun to end; its exit status, or -1. */
+static int mpi_serve_wait(const mpi_server *sv, int seconds) {
+    for (int i = 0; i < seconds * 10; i++) {
+        char *rc = slurp(sv->rc);
+        if (rc[0]) {
+            const int v = atoi(rc);
+            free(rc);
+            return v;
+        }
+        free(rc);
+        const struct timespec ts = {0, 100 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    return -1;
+}
+
+static void mpi_serve_kill(const mpi_server *sv, const char *sig) {
+    char cmd[256];
+    snprintf(cmd, sizeof(cmd), "kill -%s $(cat '%s') 2>/dev/null", sig, sv->pid);
+    if (system(cmd) != 0) fprintf(stderr, "test_mpi: %s\n", cmd);
+}
+
+/* SIGTERM to the rank 0 process of mpirun's job. */
+static void mpi_serve_term_rank0(const mpi_server *sv) {
+    char cmd[512];
+    snprintf(cmd, sizeof(cmd),
+             "for p in $(pgrep -P $(cat '%s')); do tr '\\0' '\\n' </proc/$p/environ | "
+             "grep -qx OMPI_COMM_WORLD_RANK=0 && kill -TERM $p; done; true",
+             sv->pid);
+    CHECK(system(cmd) == 0);
+}
+
+/* POSTs {"prompt": P, "max_tokens": 12, "temperature": 0} for each prompt
+ * at once (curl); each answer's HTTP status and body into files k of g_dir. */
+static void post_all(const mpi_server *sv, const char *const *prompts, int n) {
+    char cmd[8192];
+    int len = 0;
+    for (int k = 0; k < n; k++) {
+        len += snprintf(cmd + len, sizeof(cmd) - (size_t)len,
+                        "curl -s -m 120 -o '%s/body%d' -w '%%{http_code}' -X POST "
+                        "'%s/v1/completions' -H 'Content-Type: application/json' -d "
+                        "'{\"prompt\": \"%s\", \"max_tokens\": 12, \"temperature\": 0}' "
+                        ">'%s/code%d' & ",
+                        g_dir, k, sv->url, prompts[k], g_dir, k);
+    }
+    snprintf(cmd + len, sizeof(cmd) - (size_t)len, "wait");
+    CHECK(system(cmd) == 0);
+}
+
+/* Answer k of post_all: its HTTP status, and (status 200) its text and
+ * cached prompt tokens. */
+static int answer(int k, char *text, size_t size, long *cached) {
+    char path[256];
+    snprintf(path, sizeof(path), "%s/code%d", g_dir, k);
+    char *code = slurp(path);
+    const int status = atoi(code);
+    free(code);
+    text[0] = '\0';
+    *cached = -1;
+    snprintf(path, sizeof(path), "%s/body%d", g_dir, k);
+    char *body = slurp(path);
+    json *j = json_parse(body);
+    const char *t = json_str(json_get(json_at(json_get(j, "choices"), 0), "text"));
+    if (t) snprintf(text, size, "%s", t);
+    const json *d = json_get(json_get(j, "usage"), "prompt_tokens_details");
+    if (d) *cached = (long)json_num(json_get(d, "cached_tokens"));
+    json_free(j);
+    free(body);
+    return status;
+}
+
+static void check_serve(const char *model) {
+    run_out probe = run("command -v curl && '%s' serve --help", g_cllm);
+    const bool have = probe.rc == 0 && !strstr(probe.err, "built without");
+    run_free(&probe);
+    run_out built = run("'%s' serve -m /nonexistent.gguf --port 0", g_cllm);
+    const bool served = !strstr(built.err, "built without");
+    run_free(&built);
+    if (!have || !served) {
+        check_missing("curl and cllm serve (libmicrohttpd, jansson)");
+        return;
+    }
+    static const char *const prompts[3] = {"Once upon a time", "The little dog",
+                                           "Lily and Ben went"};
+    char want[3][512];
+    for (int k = 0; k < 3; k++) {
+        run_out o =
+            run("'%s' run -m '%s' -p '%s' -n 12 --temp 0 -c 128", g_cllm, model, prompts[k]);
+        CHECKF(o.rc == 0, "run alone: %s", o.err);
+        snprintf(want[k], sizeof(want[k]), "%s", o.out);
+        run_free(&o);
+    }
+    for (int np = 2; np <= 3; np++) {
+        mpi_server sv;
+        if (!mpi_serve_start(&sv, np, "", model)) {
+            mpi_serve_kill(&sv, "KILL");
+            continue;
+        }
+        /* three requests on two slots: one waits for a slot */
+        post_all(&sv, prompts, 3);
+        for (int k = 0; k < 3; k++) {
+            char text[512];
+            long cached;
+            const int status = answer(k, text, sizeof(text), &cached);
+            CHECKF(status == 200 && !strcmp(text, want[k]),
+                   "serve, %d ranks, \"%s\": status %d\n  got  \"%s\"\n  want \"%s\"", np,
+                   prompts[k], status, text, want[k]);
+        }
+        /* the first prompt again, then it and its answer extended: the
+         * slot's cache is reused (the prompt decoded past it only) */
+        const char *const first[1] = {prompts[0]};
+        post_all(&sv, first, 1);
+        char text[512];
+        long cached;
+        int status = answer(0, text, sizeof(text), &cached);
+        CHECKF(status == 200 && !strcmp(text, want[0]), "serve, %d ranks, again: status %d", np,
+               status);
+        char longer[600], want_longer[512];
+        snprintf(longer, sizeof(longer), "%s%s", prompts[0], want[0]);
+        run_out o = run("'%s' run -m '%s' -p '%s' -n 12 --temp 0 -c 128", g_cllm, model, longer);
+        snprintf(want_longer, sizeof(want_longer), "%s", o.out);
+        run_free(&o);
+        const char *const one[1] = {longer};
+        post_all(&sv, one, 1);
+        status = answer(0, text, sizeof(text), &cached);
+        CHECKF(status == 200 && !strcmp(text, want_longer) && cached > 0,
+               "serve, %d ranks, a longer prompt: status %d, %ld cached\n  got  \"%s\"\n  want "
+               "\"%s\"",
+               np, status, cached, text, want_longer);
+        /* SIGTERM to rank 0 (as a user's Ctrl-C on its host): it stops
+         * the other ranks, and mpirun exits 0 (mpirun itself, signalled,
+         * forwards the signal and exits 1 however its ranks end) */
+        mpi_serve_term_rank0(&sv);
+        const int rc = mpi_serve_wait(&sv, 60);
+        char *err = slurp(sv.err);
+        char line[64];
+        snprintf(line, sizeof(line), "pipeline rank %d:", np - 1);
+        CHECKF(rc == 0 && strstr(err, "SIGTERM: stopping") && strstr(err, line),
+               "serve, %d ranks: SIGTERM: exit %d:\n%s", np, rc, err);
+        free(err);
+        if (rc < 0) mpi_serve_kill(&sv, "KILL");
+    }
+
+    /* rank 1 fails at its third batch: the request fails (500) and the
+     * server reports the pipeline's failure and exits non-zero */
+    mpi_server sv;
+    if (mpi_serve_start(&sv, 2, "-x CLLM_PIPE_FAULT=1:2:fail", model)) {
+        post_all(&sv, prompts, 1);
+        char text[512];
+        long cached;
+        const int status = answer(0, text, sizeof(text), &cached);
+        const int rc = mpi_serve_wait(&sv, 60);
+        char *err = slurp(sv.err);
+        CHECKF(status == 500 && rc != 0 && rc != -1 &&
+                   strstr(err, "the pipeline failed: pipeline: rank 1 failed"),
+               "serve, failing rank: status %d, exit %d:\n%s", status, rc, err);
+        free(err);
+        if (rc < 0) mpi_serve_kill(&sv, "KILL");
+    }
 }
 
 int main(int argc, char **argv) {
@@ -211,6 +419,7 @@ int main(int argc, char **argv) {
         check_model(refs_model_path(path, sizeof(path), "stories260K.gguf"), "Once upon a time");
         check_seqs(path);
         check_failures(path);
+        check_serve(path);
         check_model(refs_model_path(path, sizeof(path), "TinyLLama-v0.Q4_0.gguf"),
                     "Once upon a time, there was");
     }

@@ -77,6 +77,11 @@ static cllm_status mpi_error(int rc, const char *what) {
 
 bool cllm_pipe_have_mpi(void) { return true; }
 
+/* MPI_THREAD_SERIALIZED was granted (cllm_pipe_init) */
+static bool g_any_thread;
+
+bool cllm_pipe_any_thread(void) { return g_any_thread; }
+
 bool cllm_pipe_launched(void) {
     static const char *const vars[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "MPI_LOCALNRANKS"};
     for (size_t i = 0; i < sizeof(vars) / sizeof(vars[0]); i++) {
@@ -91,8 +96,9 @@ cllm_status cllm_pipe_init(int *argc, char ***argv) {
     MPI_Initialized(&done);
     if (done) return CLLM_OK;
     int provided = 0;
-    int rc = MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided);
+    int rc = MPI_Init_thread(argc, argv, MPI_THREAD_SERIALIZED, &provided);
     if (rc != MPI_SUCCESS) return cllm_error(CLLM_ERR_IO, "pipeline: MPI_Init failed (%d)", rc);
+    g_any_thread = provided >= MPI_THREAD_SERIALIZED;
     rc = MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
     if (rc != MPI_SUCCESS) return mpi_error(rc, "MPI_Comm_set_errhandler");
     return CLLM_OK;
@@ -112,13 +118,14 @@ void cllm_pipe_finalize(bool failed) {
 }
 
 cllm_pipe_opts cllm_pipe_default_opts(void) {
-    return (cllm_pipe_opts){.timeout_s = 120.0, .quiet = false};
+    return (cllm_pipe_opts){.timeout_s = 120.0, .idle_forever = false, .quiet = false};
 }
 
 /* Waits for req until the deadline, polling (a short sleep between polls,
  * so that ranks sharing cores leave them to the ones computing). Rank 0
  * also watches for another rank's error report. */
-static cllm_status wait_req(cllm_pipe *p, MPI_Request *req, const char *what, int peer) {
+static cllm_status wait_req_for(cllm_pipe *p, MPI_Request *req, const char *what, int peer,
+                                double timeout_s) {
     const double t0 = now_s();
     for (long i = 0;; i++) {
         int flag = 0;
@@ -143,21 +150,26 @@ static cllm_status wait_req(cllm_pipe *p, MPI_Request *req, const char *what, in
             }
         }
         const double waited = now_s() - t0;
-        if (waited > p->o.timeout_s) {
+        if (timeout_s > 0 && waited > timeout_s) {
             p->comm_s += waited;
             /* the request stays posted: the pipeline is given up */
             return cllm_error(CLLM_ERR_IO,
                               "pipeline: rank %d: nothing %s rank %d within %.0f s (it stopped, "
                               "stalls, or a rank before it does)",
-                              p->rank, what, peer, p->o.timeout_s);
+                              p->rank, what, peer, timeout_s);
         }
         if (i > 256) {
-            const struct timespec ts = {0, 50 * 1000}; /* 50 us */
+            /* 50 us; 2 ms once idle for a second (a server between requests) */
+            const struct timespec ts = {0, waited > 1.0 ? 2000 * 1000 : 50 * 1000};
             nanosleep(&ts, NULL);
         }
     }
     p->comm_s += now_s() - t0;
     return CLLM_OK;
+}
+
+static cllm_status wait_req(cllm_pipe *p, MPI_Request *req, const char *what, int peer) {
+    return wait_req_for(p, req, what, peer, p->o.timeout_s);
 }
 
 /* Sends a batch message from slot buffer `slot` (header filled here). */
@@ -390,31 +402,48 @@ cllm_session *cllm_pipe_session_seq(cllm_pipe *p, int seq) {
 }
 int cllm_pipe_n_seq(const cllm_pipe *p) { return p->n_seq; }
 
-cllm_status cllm_pipe_decode_seqs(cllm_pipe *p, const int32_t *tokens, int n) {
+cllm_status cllm_pipe_decode_items(cllm_pipe *p, const cllm_seq_tokens *items, int n) {
     if (p->rank != 0 || n < 1 || n > p->n_seq) {
         return cllm_error(CLLM_ERR_INVALID_ARG,
-                          "pipeline: decode_seqs on rank %d with %d sequences (rank 0, 1 to %d)",
+                          "pipeline: decode on rank %d with %d sequences (rank 0, 1 to %d)",
                           p->rank, n, p->n_seq);
     }
-    /* each sequence's token goes down the pipeline while rank 0 computes
+    bool seen[CLLM_PIPE_MAX_SEQS] = {false};
+    for (int i = 0; i < n; i++) {
+        const int q = items[i].seq;
+        if (q < 0 || q >= p->n_seq || seen[q]) {
+            return cllm_error(CLLM_ERR_INVALID_ARG, "pipeline: item %d names sequence %d (of %d%s)",
+                              i, q, p->n_seq,
+                              q >= 0 && q < p->n_seq ? ", already in this call" : "");
+        }
+        seen[q] = true;
+    }
+    /* each sequence's batches go down the pipeline while rank 0 computes
      * the next one's; the logits are collected at the end */
     p->defer = p->size > 1;
     cllm_status st = CLLM_OK;
-    int sent = 0;
-    for (; sent < n && st == CLLM_OK; sent++)
-        st = cllm_session_decode(p->s[sent], &tokens[sent], 1);
+    for (int i = 0; i < n && st == CLLM_OK; i++) {
+        st = cllm_session_decode(p->s[items[i].seq], items[i].tokens, items[i].n_tokens);
+    }
     p->defer = false;
-    for (int i = 0; i < n; i++) {
-        if (p->pending[i] == MPI_REQUEST_NULL) continue;
+    for (int q = 0; q < p->n_seq; q++) {
+        if (p->pending[q] == MPI_REQUEST_NULL) continue;
         if (st == CLLM_OK) {
-            st = wait_req(p, &p->pending[i], "(logits) from", p->size - 1);
+            st = wait_req(p, &p->pending[q], "(logits) from", p->size - 1);
         }
-        if (st != CLLM_OK && p->pending[i] != MPI_REQUEST_NULL) {
-            MPI_Cancel(&p->pending[i]);
-            p->pending[i] = MPI_REQUEST_NULL;
+        if (st != CLLM_OK && p->pending[q] != MPI_REQUEST_NULL) {
+            MPI_Cancel(&p->pending[q]);
+            p->pending[q] = MPI_REQUEST_NULL;
         }
     }
     return st;
+}
+
+cllm_status cllm_pipe_decode_seqs(cllm_pipe *p, const int32_t *tokens, int n) {
+    cllm_seq_tokens items[CLLM_PIPE_MAX_SEQS];
+    if (n < 1 || n > CLLM_PIPE_MAX_SEQS) return cllm_pipe_decode_items(p, NULL, n); /* refused */
+    for (int i = 0; i < n; i++) items[i] = (cllm_seq_tokens){i, &tokens[i], 1};
+    return cllm_pipe_decode_items(p, items, n);
 }
 double cllm_pipe_comm_seconds(const cllm_pipe *p) { return p->comm_s; }
 uint64_t cllm_pipe_bytes_sent(const cllm_pipe *p) { return p->bytes_sent; }
@@ -445,7 +474,8 @@ static cllm_status serve_one(cllm_pipe *p, bool *stop) {
     int rc = MPI_Irecv(p->recv_msg, (int)p->msg_bytes, MPI_BYTE, p->rank - 1, TAG_BATCH,
                        MPI_COMM_WORLD, &req);
     if (rc != MPI_SUCCESS) return mpi_error(rc, "receiving a batch");
-    cllm_status st = wait_req(p, &req, "(a batch) from", p->rank - 1);
+    cllm_status st = wait_req_for(p, &req, "(a batch) from", p->rank - 1,
+                                  p->o.idle_forever ? 0.0 : p->o.timeout_s);
     if (st != CLLM_OK) {
         MPI_Cancel(&req);
         return st;

@@ -19,8 +19,9 @@ cllm_status cllm_pipe_init(int *argc, char ***argv) {
     return NO_MPI;
 }
 void cllm_pipe_finalize(bool failed) { (void)failed; }
+bool cllm_pipe_any_thread(void) { return false; }
 cllm_pipe_opts cllm_pipe_default_opts(void) {
-    return (cllm_pipe_opts){.timeout_s = 120.0, .quiet = false};
+    return (cllm_pipe_opts){.timeout_s = 120.0, .idle_forever = false, .quiet = false};
 }
 cllm_status cllm_pipe_open(const char *path, const cllm_plan_params *fp, const cllm_pipe_opts *opts,
                            cllm_pipe **out) {
@@ -36,6 +37,10 @@ int cllm_pipe_n_seq(const cllm_pipe *p) { return (void)p, 0; }
 cllm_session *cllm_pipe_session_seq(cllm_pipe *p, int seq) { return (void)p, (void)seq, NULL; }
 cllm_status cllm_pipe_decode_seqs(cllm_pipe *p, const int32_t *tokens, int n) {
     (void)p, (void)tokens, (void)n;
+    return NO_MPI;
+}
+cllm_status cllm_pipe_decode_items(cllm_pipe *p, const cllm_seq_tokens *items, int n) {
+    (void)p, (void)items, (void)n;
     return NO_MPI;
 }
 cllm_status cllm_pipe_serve(cllm_pipe *p) { return (void)p, NO_MPI; }

@@ -183,69 +183,6 @@ static size_t peak_rss_bytes(void) {
     return getrusage(RUSAGE_SELF, &ru) == 0 ? (size_t)ru.ru_maxrss * 1024 : 0;
 }
 
-/* ---- under mpirun: a pipeline across the ranks ---------------------------- */
-
-/* Starts MPI and opens the pipeline (every rank). Rank 0 gets -1 and
- * *out; the other ranks serve until rank 0 closes and get their exit
- * status; any rank gets 1 when the pipeline cannot start (rank 0 says why). */
-static int open_pipe(run_args *a, cllm_pipe **out) {
-    if (cllm_pipe_init(NULL, NULL) != CLLM_OK) {
-        cllm_cli_lib_error("run");
-        return 1;
-    }
-    cllm_plan_params fp = a->g.fit; /* --mem cpu=SIZE: each rank's budget */
-    fp.n_ctx = a->g.n_ctx, fp.n_batch = a->g.n_batch, fp.n_threads = a->g.n_threads;
-    fp.kv_type = a->g.kv_type, fp.use_mmap = !a->g.no_mmap;
-    cllm_pipe_opts po = cllm_pipe_default_opts();
-    if (a->pipe_timeout > 0) po.timeout_s = a->pipe_timeout;
-    po.quiet = !a->g.verbose;
-    cllm_pipe *p = NULL;
-    if (cllm_pipe_open(a->g.model, &fp, &po, &p) != CLLM_OK) {
-        /* every rank knows; rank 0 reports the first failure */
-        int rank = 0;
-        const char *r = getenv("OMPI_COMM_WORLD_RANK");
-        if (r) rank = atoi(r);
-        if (rank == 0) cllm_cli_lib_error("run");
-        cllm_pipe_finalize(false);
-        return 1;
-    }
-    if (cllm_pipe_rank(p) == 0) {
-        *out = p;
-        return -1;
-    }
-    cllm_status st = cllm_pipe_serve(p);
-    if (st == CLLM_OK) st = cllm_pipe_gather_stats(p, NULL);
-    cllm_pipe_free(p);
-    if (st != CLLM_OK) {
-        /* rank 0 reports it (and ends the job); if it cannot, say it here */
-        cllm_cli_lib_error("run");
-        sleep(5);
-    }
-    cllm_pipe_finalize(st != CLLM_OK);
-    return st == CLLM_OK ? 0 : 1;
-}
-
-/* Rank 0 after the generation: stops the other ranks and prints what the
- * pipeline sent and waited (standard error; with --json too). */
-static bool close_pipe(cllm_pipe *p, bool json) {
-    if (cllm_pipe_close(p) != CLLM_OK) {
-        cllm_cli_lib_error("run");
-        return false;
-    }
-    cllm_pipe_stats stats;
-    if (cllm_pipe_gather_stats(p, &stats) != CLLM_OK) {
-        cllm_cli_lib_error("run");
-        return false;
-    }
-    (void)json;
-    for (int r = 0; r < cllm_pipe_size(p); r++) {
-        fprintf(stderr, "pipeline rank %d: %llu batches, %llu bytes sent, %.3f s waiting\n", r,
-                (unsigned long long)stats.batches[r], (unsigned long long)stats.bytes_sent[r],
-                stats.comm_s[r]);
-    }
-    return true;
-}
-
 int cllm_cmd_run(int argc, char **argv) {
     run_args a;
     const int parsed = parse_run_args(argc, argv, &a);
@@ -263,7 +200,7 @@ int cllm_cmd_run(int argc, char **argv) {
     bool piped = cllm_pipe_launched(); /* under mpirun: layers across the ranks */
 
     if (piped) {
-        const int prc = open_pipe(&a, &pipe);
+        const int prc = cllm_cli_pipe_open("run", &a.g, 1, a.pipe_timeout, false, &pipe);
         if (prc >= 0) return prc; /* a rank > 0 served, or the pipeline failed */
         m = cllm_pipe_model(pipe);
     }
@@ -354,7 +291,7 @@ int cllm_cmd_run(int argc, char **argv) {
                 n_ids, pp_tps, res.n_gen_decoded, tg_tps);
     }
     rc = 0;
-    if (piped && !close_pipe(pipe, a.json)) rc = 1;
+    if (piped && !cllm_cli_pipe_close("run", pipe)) rc = 1;
     goto done;
 fail:
     cllm_cli_lib_error("run");

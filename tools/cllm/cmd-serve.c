@@ -1,5 +1,6 @@
 /* cllm serve: an OpenAI-compatible HTTP server (server.h): options, loading
  * the model and the slots, and the signals that stop it. */
+#include "cllm-pipeline.h"
 #include "cllm.h"
 #include "commands.h"
 
@@ -44,7 +45,12 @@ static void serve_usage(FILE *f) {
             "                       temperature 1, top_p 1, top_k and min_p off; seed random)\n"
             "  --test-device SPEC   enable the test device (debug)\n"
             "  --metrics            answer GET /metrics (Prometheus text; off by default)\n"
-            "  --verbose            log each request and slot to stderr\n");
+            "  --pipe-timeout S     under mpirun: give up when a rank does not answer within\n"
+            "                       S seconds (default 120)\n"
+            "  --verbose            log each request and slot to stderr\n"
+            "\n"
+            "Under mpirun -np N the model's layers are spread over the N ranks (see cllm\n"
+            "run); rank 0 serves HTTP, each rank holds a session per slot.\n");
 }
 
 #ifndef CLLM_HAVE_SERVE
@@ -71,6 +77,7 @@ typedef struct serve_args {
     srv_http_opts http;
     int parallel, max_queue;
     const char *api_key_file;
+    float pipe_timeout;
 } serve_args;
 
 /* The key in file `path`, without trailing white space; NULL after printing
@@ -122,7 +129,7 @@ static int parse_serve_args(int argc, char **argv, serve_args *a) {
         }
         if (!cllm_cli_is_one_of(o, "--host --port --parallel --api-key --api-key-file "
                                    "--max-queue --timeout --max-body -n --temp --top-k --top-p "
-                                   "--min-p --repeat-penalty --seed")) {
+                                   "--min-p --repeat-penalty --seed --pipe-timeout")) {
             cllm_cli_error("serve", "unknown option '%s' (see cllm serve --help)", o);
             return 2;
         }
@@ -152,6 +159,12 @@ static int parse_serve_args(int argc, char **argv, serve_args *a) {
                 ok = false;
             }
             a->http.timeout_s = t;
+        } else if (!strcmp(o, "--pipe-timeout")) {
+            ok = cllm_cli_float("serve", o, v, &a->pipe_timeout);
+            if (ok && !(a->pipe_timeout > 0)) {
+                cllm_cli_error("serve", "--pipe-timeout wants seconds > 0, not '%s'", v);
+                ok = false;
+            }
         } else if (!strcmp(o, "--max-body")) {
             ok = cllm_cli_int("serve", o, v, 1, 1LL << 30, &n) &&
                  (a->http.max_body = (size_t)n, true);
@@ -229,7 +242,24 @@ int cllm_cmd_serve(int argc, char **argv) {
     cllm_model *m = NULL;
     srv_engine e;
     bool engine_ok = false;
-    srv_http *h = srv_http_start(&a.http, &port);
+    srv_http *h = NULL;
+    /* under mpirun: every rank loads its layers first; the ranks but 0
+     * compute what rank 0 sends until it stops */
+    cllm_pipe *pipe = NULL;
+    if (cllm_pipe_launched()) {
+        const int prc = cllm_cli_pipe_open("serve", &a.g, a.parallel, a.pipe_timeout, true, &pipe);
+        if (prc >= 0) {
+            free(key);
+            return prc;
+        }
+        if (!cllm_pipe_any_thread()) {
+            cllm_cli_error("serve", "the MPI library does not let the engine thread use it "
+                                    "(MPI_THREAD_SERIALIZED was not granted)");
+            goto done;
+        }
+        cllm_pipe_plan_print(cllm_pipe_get_plan(pipe), stderr);
+    }
+    h = srv_http_start(&a.http, &port);
     if (!h) goto done;
     const bool v6 = strchr(a.http.host, ':') != NULL;
     printf("cllm serve: listening on http://%s%s%s:%d\n", v6 ? "[" : "", a.http.host, v6 ? "]" : "",
@@ -237,11 +267,11 @@ int cllm_cmd_serve(int argc, char **argv) {
     fflush(stdout);
 
     a.g.fit.n_seq = a.parallel; /* one session, a sequence per slot */
-    if (!cllm_cli_gen_load("serve", &a.g, &m)) goto done;
+    if (!pipe && !cllm_cli_gen_load("serve", &a.g, &m)) goto done;
     cllm_session_params sp = cllm_session_default_params();
     sp.n_ctx = a.g.n_ctx, sp.n_batch = a.g.n_batch, sp.n_threads = a.g.n_threads;
     sp.kv_type = a.g.kv_type;
-    if (!srv_engine_init(&e, m, a.parallel, &sp, a.max_queue, a.g.verbose)) goto done;
+    if (!srv_engine_init(&e, m, pipe, a.parallel, &sp, a.max_queue, a.g.verbose)) goto done;
     engine_ok = true;
     print_memory(&e);
     if (!srv_engine_start(&e)) goto done;
@@ -251,15 +281,30 @@ int cllm_cmd_serve(int argc, char **argv) {
 
     int sig = 0;
     sigwait(&stop_signals, &sig);
-    fprintf(stderr, "cllm serve: %s: stopping\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
     srv_http_quiesce(h); /* no new connections */
-    rc = 0;
+    pthread_mutex_lock(&e.mu);
+    const bool failed = e.failed;
+    pthread_mutex_unlock(&e.mu);
+    if (failed) {
+        cllm_cli_error("serve", "stopping: the pipeline failed: %s", e.failure);
+    } else {
+        fprintf(stderr, "cllm serve: %s: stopping\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
+        rc = 0;
+    }
 done:
     /* cancels every job: the connections waiting on them finish */
     if (engine_ok) srv_engine_stop(&e);
+    srv_http_drain(h, 5.0); /* their answers (or errors) go out */
     srv_http_stop(h);
     if (engine_ok) srv_engine_free(&e);
-    cllm_model_free(m);
+    if (pipe) {
+        /* the other ranks stop with rank 0; after a failure they are ended */
+        if (rc == 0 && !cllm_cli_pipe_close("serve", pipe)) rc = 1;
+        cllm_pipe_free(pipe);
+        cllm_pipe_finalize(rc != 0);
+    } else {
+        cllm_model_free(m);
+    }
     free(key);
     return rc;
 }

@@ -113,4 +113,22 @@ bool cllm_cli_gen_load(const char *cmd, cllm_cli_gen *g, cllm_model **m);
 bool cllm_cli_gen_session(const char *cmd, const cllm_cli_gen *g, const cllm_model *m,
                           cllm_session **s, cllm_sampler **smp);
 
+/* ---- under mpirun: run and serve across the ranks (pipe.c) --------------- */
+
+typedef struct cllm_pipe cllm_pipe;
+
+/*
+ * Starts MPI and opens the pipeline of g's model on every rank, with
+ * n_sessions concurrent sequences and waits for another rank of timeout_s
+ * (0: the default); for a server, ranks > 0 wait for the next batch without
+ * limit. Rank 0 gets -1 and *out; the other ranks serve until rank 0 closes
+ * and get their exit status; every rank gets 1 when the pipeline cannot
+ * start (rank 0 says why).
+ */
+int cllm_cli_pipe_open(const char *cmd, const cllm_cli_gen *g, int n_sessions, double timeout_s,
+                       bool server, cllm_pipe **out);
+/* Rank 0 at the end: stops the other ranks and prints what each sent and
+ * waited (standard error); false after printing the error. */
+bool cllm_cli_pipe_close(const char *cmd, cllm_pipe *p);
+
 #endif /* CLLM_TOOLS_COMMANDS_H */

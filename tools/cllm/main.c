@@ -65,11 +65,11 @@ int main(int argc, char **argv) {
     for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++) {
         if (strcmp(cmd, commands[i].name) != 0) continue;
         /* under mpirun every rank would run its own copy of the command:
-         * only run spreads one model over the ranks */
-        if (cllm_pipe_launched() && strcmp(cmd, "run") != 0) {
+         * only run and serve spread one model over the ranks */
+        if (cllm_pipe_launched() && strcmp(cmd, "run") != 0 && strcmp(cmd, "serve") != 0) {
             fprintf(stderr,
-                    "cllm %s: started by mpirun with several ranks, but only cllm run runs a "
-                    "model across them (see README: Across hosts)\n",
+                    "cllm %s: started by mpirun with several ranks, but only cllm run and cllm "
+                    "serve run a model across them (see README: Across hosts)\n",
                     cmd);
             return 2;
         }

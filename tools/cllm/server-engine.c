@@ -3,10 +3,12 @@
 #include "server.h"
 
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 /* One slot: a session, the token ids its KV cache holds, and the state of
  * the job it runs. */
@@ -172,10 +174,15 @@ static bool job_put(srv_job *j, const char *s, size_t n) {
 
 /* ---- slots -------------------------------------------------------------- */
 
-bool srv_engine_init(srv_engine *e, const cllm_model *model, int n_slots,
+bool srv_engine_init(srv_engine *e, const cllm_model *model, cllm_pipe *pipe, int n_slots,
                      const cllm_session_params *params, int max_queue, bool verbose) {
     memset(e, 0, sizeof(*e));
+    if (pipe) {
+        model = cllm_pipe_model(pipe);
+        n_slots = cllm_pipe_n_seq(pipe);
+    }
     e->model = model;
+    e->pipe = pipe;
     e->max_queue = max_queue;
     e->verbose = verbose;
     pthread_mutex_init(&e->mu, NULL);
@@ -191,12 +198,14 @@ bool srv_engine_init(srv_engine *e, const cllm_model *model, int n_slots,
     cllm_session_params sp = *params;
     sp.n_seq = n_slots;
     if (sp.n_batch > 0 && sp.n_batch < n_slots) sp.n_batch = n_slots;
-    if (cllm_session_new(model, &sp, &e->s) != CLLM_OK) {
+    if (pipe) {
+        sp.n_batch = cllm_pipe_get_plan(pipe)->n_batch;
+    } else if (cllm_session_new(model, &sp, &e->s) != CLLM_OK) {
         fprintf(stderr, "cllm serve: %d slots: %s\n", n_slots, cllm_last_error());
         srv_engine_free(e);
         return false;
     }
-    const size_t n_ctx = (size_t)cllm_session_n_ctx(e->s);
+    const size_t n_ctx = (size_t)cllm_session_n_ctx(pipe ? cllm_pipe_session(pipe) : e->s);
     e->n_ctx = (int64_t)n_ctx;
     for (int i = 0; i < n_slots; i++) {
         srv_slot *sl = &e->slots[i];
@@ -218,7 +227,31 @@ bool srv_engine_init(srv_engine *e, const cllm_model *model, int n_slots,
     return true;
 }
 
-cllm_memory_report srv_engine_memory(const srv_engine *e) { return cllm_session_memory(e->s); }
+cllm_memory_report srv_engine_memory(const srv_engine *e) {
+    if (!e->pipe) return cllm_session_memory(e->s);
+    /* this rank's: the weights once, the rest per slot's session */
+    cllm_memory_report r = {0};
+    for (int i = 0; i < e->n_slots; i++) {
+        const cllm_memory_report q = cllm_session_memory(cllm_pipe_session_seq(e->pipe, i));
+        for (int k = 0; k < CLLM_MEM_COUNT; k++) {
+            const bool once = k == CLLM_MEM_WEIGHTS;
+            r.planned[k] = once ? q.planned[k] : r.planned[k] + q.planned[k];
+            r.allocated[k] = once ? q.allocated[k] : r.allocated[k] + q.allocated[k];
+        }
+    }
+    return r;
+}
+
+/* The slot's sequence: going back to n_keep tokens, and its last logits. */
+static cllm_status slot_truncate(srv_engine *e, const srv_slot *sl, int64_t n_keep) {
+    if (e->pipe) return cllm_session_truncate(cllm_pipe_session_seq(e->pipe, sl->index), n_keep);
+    return cllm_session_seq_truncate(e->s, sl->index, n_keep);
+}
+
+static const float *slot_logits(srv_engine *e, const srv_slot *sl) {
+    if (e->pipe) return cllm_session_logits(cllm_pipe_session_seq(e->pipe, sl->index));
+    return cllm_session_seq_logits(e->s, sl->index);
+}
 
 /* Under the mutex: the job of slot `sl` ends with `why`; the slot keeps its
  * cache. */
@@ -250,8 +283,8 @@ static void slot_finish(srv_engine *e, srv_slot *sl, srv_finish why) {
  * anew, for the logits to sample from). */
 static void slot_start(srv_engine *e, srv_slot *sl, srv_job *j, size_t lcp) {
     if (lcp >= j->n_prompt) lcp = j->n_prompt - 1;
-    if (cllm_session_seq_truncate(e->s, sl->index, (int64_t)lcp) != CLLM_OK) {
-        (void)cllm_session_seq_truncate(e->s, sl->index, 0);
+    if (slot_truncate(e, sl, (int64_t)lcp) != CLLM_OK) {
+        (void)slot_truncate(e, sl, 0);
         lcp = 0;
     }
     sl->n_cached = lcp;
@@ -310,7 +343,7 @@ static void engine_schedule(srv_engine *e) {
     for (int i = 0; i < e->n_slots; i++) {
         srv_slot *sl = &e->slots[i];
         if (!sl->job) continue;
-        if (sl->job->cancel || e->stop)
+        if (sl->job->cancel || e->stop || e->failed)
             slot_finish(e, sl, SRV_FINISH_CANCELLED);
         else if (sl->job->deadline_ms > 0 && now > sl->job->deadline_ms) {
             slot_finish(e, sl, SRV_FINISH_TIMEOUT);
@@ -321,7 +354,7 @@ static void engine_schedule(srv_engine *e) {
     while (*pp) {
         srv_job *j = *pp;
         srv_finish why = SRV_FINISH_NONE;
-        if (j->cancel || e->stop)
+        if (j->cancel || e->stop || e->failed)
             why = SRV_FINISH_CANCELLED;
         else if (j->deadline_ms > 0 && now > j->deadline_ms)
             why = SRV_FINISH_TIMEOUT;
@@ -465,7 +498,7 @@ static bool slot_emit(srv_slot *sl, bool final) {
 static void slot_sample(srv_engine *e, srv_slot *sl) {
     srv_job *j = sl->job;
     const int64_t n_vocab = cllm_model_n_vocab(e->model);
-    const float *logits = cllm_session_seq_logits(e->s, sl->index);
+    const float *logits = slot_logits(e, sl);
     if (!logits) {
         snprintf(j->error, sizeof(j->error), "no logits after decoding");
         slot_finish(e, sl, SRV_FINISH_ERROR);
@@ -557,6 +590,14 @@ static void engine_decode(srv_engine *e, srv_work *w, int n) {
         items[i] = (cllm_seq_tokens){w[i].slot->index, w[i].ids, w[i].n};
         if (w[i].ids == &w[i].slot->pending) n_step = i + 1;
     }
+    if (e->pipe) {
+        /* a session per slot on each rank: every item goes down the
+         * pipeline while rank 0 computes the next one; a failure is the
+         * pipeline's (a rank or a transfer), fatal for all of them */
+        const cllm_status st = cllm_pipe_decode_items(e->pipe, items, n);
+        for (int i = 0; i < n; i++) w[i].st = st;
+        return;
+    }
     if (n_step > 0) {
         const cllm_status st = cllm_session_decode_seqs(e->s, items, n_step);
         for (int i = 0; i < n_step; i++) {
@@ -612,7 +653,13 @@ static int srv_engine_step(srv_engine *e) {
         if (w->st != CLLM_OK) {
             snprintf(sl->job->error, sizeof(sl->job->error), "decoding failed: %s",
                      cllm_last_error());
-            (void)cllm_session_seq_truncate(e->s, sl->index, (int64_t)sl->n_cached);
+            if (e->pipe && !e->failed) {
+                /* the main thread reports it and exits non-zero */
+                e->failed = true;
+                snprintf(e->failure, sizeof(e->failure), "%s", cllm_last_error());
+                kill(getpid(), SIGTERM);
+            }
+            (void)slot_truncate(e, sl, (int64_t)sl->n_cached);
             slot_finish(e, sl, SRV_FINISH_ERROR);
             continue;
         }

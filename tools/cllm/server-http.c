@@ -21,6 +21,7 @@ struct srv_http {
     srv_http_opts o;
     _Atomic(srv_engine *) engine; /* NULL while loading */
     atomic_ulong next_id;
+    atomic_int n_open; /* requests received and not yet answered in full */
 };
 
 /* What the connection's handler keeps between its calls: the body so far. */
@@ -869,6 +870,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     if (!cn) {
         if (!(cn = calloc(1, sizeof(*cn)))) return MHD_NO;
         *con_cls = cn;
+        atomic_fetch_add(&h->n_open, 1);
         const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
         if (cl && strtoull(cl, NULL, 10) > h->o.max_body) cn->too_large = true;
         return MHD_YES;
@@ -898,12 +900,14 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 
 static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
                          enum MHD_RequestTerminationCode toe) {
-    (void)cls, (void)c, (void)toe;
+    (void)c, (void)toe;
+    srv_http *h = cls;
     conn *cn = *con_cls;
     if (cn) {
         free(cn->body);
         free(cn);
         *con_cls = NULL;
+        atomic_fetch_sub(&h->n_open, 1);
     }
 }
 
@@ -920,6 +924,7 @@ srv_http *srv_http_start(const srv_http_opts *opts, int *port_out) {
     h->o = *opts;
     atomic_init(&h->engine, NULL);
     atomic_init(&h->next_id, 0);
+    atomic_init(&h->n_open, 0);
     /* a numeric address only: IPv4, or IPv6 (which then takes IPv6 only) */
     struct sockaddr_in a4 = {.sin_family = AF_INET, .sin_port = htons((uint16_t)opts->port)};
     struct sockaddr_in6 a6 = {.sin6_family = AF_INET6, .sin6_port = htons((uint16_t)opts->port)};
@@ -953,6 +958,13 @@ void srv_http_ready(srv_http *h, srv_engine *e) { atomic_store(&h->engine, e); }
 
 void srv_http_quiesce(srv_http *h) {
     if (h) (void)MHD_quiesce_daemon(h->d);
+}
+
+void srv_http_drain(srv_http *h, double max_s) {
+    for (int i = 0; h && atomic_load(&h->n_open) > 0 && i < (int)(max_s * 100); i++) {
+        const struct timespec ts = {0, 10 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
 }
 
 void srv_http_stop(srv_http *h) {

@@ -10,7 +10,10 @@
  *    cache holds. It hands queued jobs to idle slots (the one whose cached
  *    tokens share the longest prefix with the prompt), then advances every
  *    busy slot by one step (srv_engine_step: one forward pass for all of
- *    them) until the jobs are done, cancelled or timed out.
+ *    them) until the jobs are done, cancelled or timed out. Under mpirun
+ *    the layers are spread over the ranks (cllm-pipeline.h): each slot is
+ *    a session on every rank, and a step sends each slot's batch down the
+ *    pipeline while rank 0 computes the next one's.
  *  - The main thread (cmd-serve.c) loads the model, starts both, and waits
  *    for SIGINT/SIGTERM.
  *
@@ -20,6 +23,7 @@
 #ifndef CLLM_TOOLS_SERVER_H
 #define CLLM_TOOLS_SERVER_H
 
+#include "cllm-pipeline.h"
 #include "cllm.h"
 
 #include <jansson.h>
@@ -110,14 +114,22 @@ typedef struct srv_engine {
     uint64_t n_started; /* jobs given a slot so far */
     bool stop;
     srv_stats stats;
+    /* under mpirun: the pipeline across the ranks, a session per slot on
+     * each (NULL: one session of n_slots sequences, s); a decoding failure
+     * of the pipeline is fatal: the engine records it, raises SIGTERM and
+     * takes no more work */
+    cllm_pipe *pipe;
+    bool failed;
+    char failure[512];
     pthread_t thread;
     bool started;
     bool verbose;
 } srv_engine;
 
-/* Creates n slots of sessions with `params` on `model`; false after printing
- * the error (nothing left allocated). */
-bool srv_engine_init(srv_engine *e, const cllm_model *model, int n_slots,
+/* Creates n slots of sessions with `params` on `model`, or (pipe not NULL)
+ * a slot per session of the pipeline, which holds the model; false after
+ * printing the error (nothing left allocated). */
+bool srv_engine_init(srv_engine *e, const cllm_model *model, cllm_pipe *pipe, int n_slots,
                      const cllm_session_params *params, int max_queue, bool verbose);
 /* Starts the engine thread. */
 bool srv_engine_start(srv_engine *e);
@@ -167,6 +179,9 @@ srv_http *srv_http_start(const srv_http_opts *opts, int *port_out);
 void srv_http_ready(srv_http *h, srv_engine *e);
 /* Stops accepting connections (those open finish). */
 void srv_http_quiesce(srv_http *h);
+/* Waits until every request received has been answered (the engine
+ * stopped: its jobs ended), at most max_s seconds. */
+void srv_http_drain(srv_http *h, double max_s);
 /* Closes the port and waits for every connection thread. NULL does nothing. */
 void srv_http_stop(srv_http *h);
 

@@ -735,6 +735,35 @@ static void test_gemv(cllm_type t) {
     test_gemv_n(t);
 }
 
+/* The AVX-512 level's 256-bit one-column kernel is the AVX2 one with
+ * vpdpbusd for vpmaddubsw + vpmaddwd: the same integer sums and float
+ * steps, so the same results bit for bit (and each is checked against the
+ * exact sum by test_gemv, with cllm_cpu_set_gemv_ymm choosing it). */
+static void test_gemv_256(cllm_type t) {
+    if (t != CLLM_TYPE_Q4_0 && t != CLLM_TYPE_Q4_1) return;
+    const int64_t lens[] = {1, 2, 3, 4, 5, 7, 8, 18, 64};
+    for (size_t li = 0; li < CLLM_ARRAY_SIZE(lens); li++) {
+        const int64_t n = lens[li] * 32;
+        const size_t wbytes = cllm_row_size(t, n), abytes = cllm_cpu_gemv_act_size(t, n);
+        char *w = xmalloc(wbytes), *act = xmalloc(abytes), *act_ref = xmalloc(abytes);
+        float *f = xmalloc((size_t)n * sizeof(float));
+        for (int wk = 0; wk < W_KINDS; wk++) {
+            for (int ak = 0; ak < A_KINDS; ak++) {
+                make_weights(t, wk, w, n);
+                make_acts(ak, f, n);
+                quantize_as_portable(cllm_cpu_gemv_quantize, t, f, n, act, act_ref, abytes);
+                float a2 = NAN, a512 = NAN;
+                cllm_cpu_gemv_avx2(t, n, w, act, &a2);
+                cllm_cpu_gemv_avx512vl(t, n, w, act, &a512);
+                CHECKF(memcmp(&a2, &a512, sizeof(float)) == 0,
+                       "%s gemv n=%lld w%d a%d: AVX2 %.9g, AVX-512 at 256 bits %.9g",
+                       cllm_type_name(t), (long long)n, wk, ak, a2, a512);
+            }
+        }
+        free(w), free(act), free(act_ref), free(f);
+    }
+}
+
 /* ---- dispatch ------------------------------------------------------------------ */
 
 static void test_dispatch(cllm_cpu_isa best) {
@@ -771,6 +800,14 @@ int main(void) {
             test_gemm(k_types[i]);
             test_gemm_extremes(k_types[i]);
             test_gemv(k_types[i]);
+            if (level == CLLM_CPU_ISA_AVX512) {
+                /* both kernels of the level, whichever this CPU uses */
+                const int dflt = cllm_cpu_set_gemv_ymm(!cllm_cpu_gemv_ymm());
+                test_gemv(k_types[i]);
+                cllm_cpu_set_gemv_ymm(-1);
+                CHECK(cllm_cpu_gemv_ymm() == (dflt != 0));
+                test_gemv_256(k_types[i]);
+            }
             test_gemm_f(k_types[i]);
         }
     }

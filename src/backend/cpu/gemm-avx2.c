@@ -297,75 +297,25 @@ void cllm_cpu_gemm_f_pack_avx2(cllm_type type, const void *a, size_t stride, int
     }
 }
 
-/* ---- one column (generation): Q4_0 and Q4_1 ----------------------------------------
- * The activation layout of gemm.h (per 128 elements: 4 blocks' low halves,
- * their high halves, per-lane -8 sums, per-lane scales, per-block d * sum),
- * read half a group at a time: two weight blocks' 16 bytes of nibbles in
- * the two 128-bit lanes, so their low nibbles meet elements 0..15 and their
- * high nibbles elements 16..31 of the two blocks. Per two blocks: two
- * vpmaddubsw summed in s16 (u <= 15), one vpmaddwd, the -8 sums added in
- * int32, one conversion, two multiplies (activation and weight scales) and
- * one FMA; Q4_1 adds one FMA of its mins with the d * sum lanes. */
+/* ---- one column (generation): Q4_0 and Q4_1 (gemv-x86.h) -------------------------- */
 
-/* Weight scales (and Q4_1 mins) of blocks b and b + 1 (or 0 past the row)
- * in lanes 0..3 and 4..7. */
-GY_INLINE void gy_gemv_scales(bool q41, const char *x0, size_t bsz, bool two, __m256 *dw,
-                              __m256 *mw) {
-    uint16_t h[4] = {0, 0, 0, 0};
-    memcpy(h, x0, q41 ? 4 : 2);
-    if (two) memcpy(h + 2, x0 + bsz, q41 ? 4 : 2);
-    int64_t bits;
-    memcpy(&bits, h, 8);
-    const __m256 f = _mm256_castps128_ps256(_mm_cvtph_ps(_mm_cvtsi64_si128(bits)));
-    *dw = _mm256_permutevar8x32_ps(f, _mm256_setr_epi32(0, 0, 0, 0, 2, 2, 2, 2));
-    if (q41) *mw = _mm256_permutevar8x32_ps(f, _mm256_setr_epi32(1, 1, 1, 1, 3, 3, 3, 3));
-}
+#define GV_VNNI 0
+#include "backend/cpu/gemv-x86.h"
 
-GY_INLINE void gy_gemv_pair(bool q41, const char *x0, size_t bsz, bool two, const char *g,
-                            __m256 *acc, __m256 *accm) {
-    const size_t qoff = q41 ? 4 : 2;
-    const __m128i q0 = _mm_loadu_si128((const __m128i *)(x0 + qoff));
-    const __m128i q1 =
-        two ? _mm_loadu_si128((const __m128i *)(x0 + bsz + qoff)) : _mm_setzero_si128();
-    const __m256i v = _mm256_set_m128i(q1, q0), m4 = _mm256_set1_epi8(0x0F);
-    const __m256i lo = _mm256_and_si256(v, m4);
-    const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
-    const __m256i p =
-        _mm256_add_epi16(_mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)g)),
-                         _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(g + 64))));
-    __m256i sum = _mm256_madd_epi16(p, _mm256_set1_epi16(1));
-    if (!q41) sum = _mm256_add_epi32(sum, _mm256_loadu_si256((const __m256i *)(g + 128)));
-    __m256 dw, mw;
-    gy_gemv_scales(q41, x0, bsz, two, &dw, &mw);
-    const __m256 da = _mm256_loadu_ps((const float *)(g + 192));
-    *acc = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(sum), da), dw, *acc);
-    if (q41) *accm = _mm256_fmadd_ps(mw, _mm256_loadu_ps((const float *)(g + 256)), *accm);
-}
-
-GY_INLINE float gy_hsum(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
-
-GY_INLINE void gy_gemv(bool q41, int64_t K, const char *row, const char *act, float *out) {
-    const size_t bsz = q41 ? 20 : 18, group = 320;
-    const int64_t nb = K / 32;
-    __m256 a0 = _mm256_setzero_ps(), a1 = a0, m0 = a0, m1 = a0;
-    int64_t b = 0;
-    for (; b + 4 <= nb; b += 4) {
-        const char *x0 = row + (size_t)b * bsz, *g = act + (size_t)(b / 4) * group;
-        _mm_prefetch(x0 + CLLM_CPU_PREFETCH_AHEAD, _MM_HINT_T0);
-        _mm_prefetch(x0 + CLLM_CPU_PREFETCH_AHEAD + 64, _MM_HINT_T0);
-        gy_gemv_pair(q41, x0, bsz, true, g, &a0, &m0);
-        gy_gemv_pair(q41, x0 + 2 * bsz, bsz, true, g + 32, &a1, &m1);
+void cllm_cpu_gemv_n_avx2(cllm_type type, int64_t K, const void *row, const void *act,
+                          size_t act_stride, int n, float *out, size_t out_stride) {
+    if (type == CLLM_TYPE_Q4_K) { /* one column at a time */
+        for (int c = 0; c < n; c++) {
+            cllm_cpu_gemv_avx2(type, K, row, (const char *)act + (size_t)c * act_stride,
+                               out + (size_t)c * out_stride);
+        }
+        return;
     }
-    for (; b < nb; b += 2) {
-        const char *g = act + (size_t)(b / 4) * group + 32 * ((b % 4) / 2);
-        gy_gemv_pair(q41, row + (size_t)b * bsz, bsz, b + 1 < nb, g, &a0, &m0);
+    if (type == CLLM_TYPE_Q4_1) {
+        gv_gemv_cols(true, K, row, act, act_stride, n, out, out_stride);
+    } else {
+        gv_gemv_cols(false, K, row, act, act_stride, n, out, out_stride);
     }
-    *out = gy_hsum(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(m0, m1)));
 }
 
 /* Q4_K, per super-block (gemm.h's 288-byte activation: sub-blocks in the
@@ -428,16 +378,16 @@ static void gy_gemv_q4_k(int64_t K, const void *row, const void *act, float *out
                                             _mm_loadu_si128((const __m128i *)(a + 256)));
         accm = _mm_fmadd_ps(_mm_cvtepi32_ps(mins), _mm_set1_ps(-_cvtsh_ss(b->dmin) * dy), accm);
     }
-    *out = gy_hsum(_mm256_add_ps(acc, _mm256_castps128_ps256(accm)));
+    *out = gv_hsum(_mm256_add_ps(acc, _mm256_castps128_ps256(accm)));
 }
 
 void cllm_cpu_gemv_avx2(cllm_type type, int64_t K, const void *row, const void *act, float *out) {
     if (type == CLLM_TYPE_Q4_K) {
         gy_gemv_q4_k(K, row, act, out);
     } else if (type == CLLM_TYPE_Q4_1) {
-        gy_gemv(true, K, row, act, out);
+        gv_gemv_n(true, 1, K, row, act, 0, out, 0);
     } else {
-        gy_gemv(false, K, row, act, out);
+        gv_gemv_n(false, 1, K, row, act, 0, out, 0);
     }
 }
 

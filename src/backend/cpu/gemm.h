@@ -155,8 +155,27 @@ cllm_gemv_n_fn cllm_cpu_gemv_n_kernel(cllm_type type, int64_t K);
 void cllm_cpu_gemv_n_avx512(cllm_type type, int64_t K, const void *row, const void *act,
                             size_t act_stride, int n, float *out, size_t out_stride);
 void cllm_cpu_gemv_avx512(cllm_type type, int64_t K, const void *row, const void *act, float *out);
-/* The same at the AVX2 level (gemm-avx2.c). */
+/* The same at the AVX2 level (gemm-avx2.c; several columns: the row
+ * unpacked once for 2 of them, Q4_K one by one). */
 void cllm_cpu_gemv_avx2(cllm_type type, int64_t K, const void *row, const void *act, float *out);
+void cllm_cpu_gemv_n_avx2(cllm_type type, int64_t K, const void *row, const void *act,
+                          size_t act_stride, int n, float *out, size_t out_stride);
+/* Q4_0 / Q4_1 at the AVX-512 level on 256-bit registers (gemv-x86.h: the
+ * AVX2 kernel with vpdpbusd, equal to it bit for bit; 4 columns at once). */
+void cllm_cpu_gemv_avx512vl(cllm_type type, int64_t K, const void *row, const void *act,
+                            float *out);
+void cllm_cpu_gemv_n_avx512vl(cllm_type type, int64_t K, const void *row, const void *act,
+                              size_t act_stride, int n, float *out, size_t out_stride);
+/*
+ * Whether the AVX-512 level runs the Q4_0 / Q4_1 one-column kernels at 256
+ * bits (cllm_cpu_gemv_avx512vl) rather than 512: on CPUs that execute
+ * 512-bit operations as two 256-bit halves (AMD family 19h, Zen 4), where
+ * the 256-bit kernel is the faster one. CLLM_CPU_GEMV=ymm or zmm decides
+ * instead (benchmarks); tests set it with cllm_cpu_set_gemv_ymm (0 or 1;
+ * -1: back to the default), which returns the previous choice.
+ */
+bool cllm_cpu_gemv_ymm(void);
+int cllm_cpu_set_gemv_ymm(int ymm);
 void cllm_cpu_gemv_quantize_avx512(cllm_type type, const float *x, void *act, int64_t K);
 
 /* ---- float weights (F16, BF16) against F32 columns --------------------------------

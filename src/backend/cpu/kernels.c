@@ -134,6 +134,7 @@ typedef struct cpu_features {
     bool avx512f, avx512bw, avx512vl, avx512dq; /* the AVX-512 level ... */
     bool avx512vnni;                            /* ... needs VNNI too */
     bool avx512bf16, avxvnni;                   /* detected; no kernel uses them yet */
+    bool halves512; /* 512-bit operations run as two 256-bit halves (AMD family 19h) */
 } cpu_features;
 
 static cpu_features g_cpu;
@@ -151,7 +152,16 @@ static uint64_t read_xcr0(void) {
 static void detect_cpu(cpu_features *f) {
     *f = (cpu_features){0};
     unsigned a, b, c, d;
+    bool amd = false;
+    if (__get_cpuid(0, &a, &b, &c, &d)) {
+        char vendor[13];
+        memcpy(vendor, &b, 4), memcpy(vendor + 4, &d, 4), memcpy(vendor + 8, &c, 4);
+        vendor[12] = '\0';
+        amd = strcmp(vendor, "AuthenticAMD") == 0;
+    }
     if (!__get_cpuid(1, &a, &b, &c, &d)) return;
+    const unsigned family = ((a >> 8) & 0xF) == 0xF ? 0xF + ((a >> 20) & 0xFF) : (a >> 8) & 0xF;
+    f->halves512 = amd && family == 0x19; /* Zen 4 (Zen 3, also 19h, has no AVX-512) */
     const bool osxsave = c & (1u << 27), avx = c & (1u << 28);
     if (!osxsave || !avx) return;
     const uint64_t xcr0 = read_xcr0();
@@ -242,6 +252,11 @@ cllm_cpu_isa cllm_cpu_isa_level(void) {
 const char *cllm_cpu_features_str(void) {
     init();
     return g_features;
+}
+
+bool cllm_cpu_halves_512(void) {
+    init();
+    return g_cpu.halves512;
 }
 
 cllm_cpu_isa cllm_cpu_set_isa_limit(cllm_cpu_isa max) {

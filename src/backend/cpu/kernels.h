@@ -67,6 +67,9 @@ const cllm_cpu_type_kernels *cllm_cpu_kernels(cllm_type type);
 /* The level in use, and a description of the features used ("avx512 vnni bf16"). */
 cllm_cpu_isa cllm_cpu_isa_level(void);
 const char *cllm_cpu_features_str(void);
+/* Whether the CPU runs 512-bit operations as two 256-bit halves (AMD Zen 4):
+ * kernels may prefer 256-bit registers there (gemm.h, cllm_cpu_gemv_ymm). */
+bool cllm_cpu_halves_512(void);
 
 /* Caps the level (for tests and benchmarks that compare levels); returns the
  * level actually in use afterwards. Not thread-safe with running compute. */

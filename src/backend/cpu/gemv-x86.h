@@ -1,0 +1,145 @@
+/*
+ * The one-column kernels of Q4_0 / Q4_1 (generation) at 256 bits, for two
+ * levels: included by gemm-avx2.c with GV_VNNI 0 (AVX2: vpmaddubsw, then
+ * vpmaddwd against ones) and by gemm-avx512.c with GV_VNNI 1 (vpdpbusd on
+ * ymm registers, AVX512-VL + VNNI), each after its target pragma. Both read
+ * the activation layout of gemm.h (per 128 elements: 4 blocks' low halves,
+ * their high halves, per-lane -8 sums, per-lane scales, per-block d * sum)
+ * half a group at a time: two weight blocks' 16 bytes of nibbles in the two
+ * 128-bit lanes, so their low nibbles meet elements 0..15 and their high
+ * nibbles elements 16..31 of the two blocks.
+ *
+ * Per two blocks: the int32 sums of 4 adjacent products of each lane (the
+ * -8 sums added for Q4_0): two vpmaddubsw summed in s16 (u <= 15, no
+ * saturation), one vpmaddwd and one add, or two vpdpbusd; the two give the
+ * same integers. Then one conversion, two multiplies (activation and weight
+ * scales) and one FMA; Q4_1 adds one FMA of its mins with the d * sum lanes.
+ * So the two levels' results are equal bit for bit.
+ *
+ * gv_gemv_n does nc columns against one row: the row's nibbles and scales
+ * are unpacked once per pair of blocks for all of them, and each column is
+ * summed on its own in the order of nc = 1 (pairs of blocks alternating
+ * between two accumulators, a pair after the last group of 4 in the first),
+ * so each result is the one-column kernel's, bit for bit.
+ *
+ * Why 256 bits at the AVX-512 level: on CPUs that run 512-bit operations as
+ * two 256-bit halves (AMD Zen 4), this kernel generated TinyLlama Q4_0 at
+ * 30.5 tokens/s with 1 thread and 50.8 with 2, the 512-bit one (gemm-avx512.c)
+ * at 26.1 and 42.1 (cllm_cpu_gemv_ymm chooses).
+ */
+#ifndef CLLM_BACKEND_CPU_GEMV_X86_H
+#define CLLM_BACKEND_CPU_GEMV_X86_H
+
+#ifndef GV_VNNI
+#error "define GV_VNNI (0: AVX2, 1: AVX512-VL + VNNI) before including gemv-x86.h"
+#endif
+
+#include <immintrin.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <string.h>
+
+#define GV_INLINE static inline __attribute__((always_inline))
+/* columns at once: per column 2 float accumulators (4 for Q4_1); the AVX2
+ * level has 16 registers, the AVX-512 level 32 */
+#define GV_COLS (GV_VNNI ? 4 : 2)
+
+/* Weight scales (and Q4_1 mins) of blocks b and b + 1 (or 0 past the row)
+ * in lanes 0..3 and 4..7. */
+GV_INLINE void gv_scales(bool q41, const char *x0, size_t bsz, bool two, __m256 *dw, __m256 *mw) {
+    uint16_t h[4] = {0, 0, 0, 0};
+    memcpy(h, x0, q41 ? 4 : 2);
+    if (two) memcpy(h + 2, x0 + bsz, q41 ? 4 : 2);
+    int64_t bits;
+    memcpy(&bits, h, 8);
+    const __m256 f = _mm256_castps128_ps256(_mm_cvtph_ps(_mm_cvtsi64_si128(bits)));
+    *dw = _mm256_permutevar8x32_ps(f, _mm256_setr_epi32(0, 0, 0, 0, 2, 2, 2, 2));
+    if (q41) *mw = _mm256_permutevar8x32_ps(f, _mm256_setr_epi32(1, 1, 1, 1, 3, 3, 3, 3));
+}
+
+/* Two blocks (b, and b + 1 when `two`) against nc columns: g is the pair's
+ * place in column 0's activations, act_stride the bytes between columns. */
+GV_INLINE void gv_pair(bool q41, int nc, const char *x0, size_t bsz, bool two, const char *g,
+                       size_t act_stride, __m256 *acc, __m256 *accm) {
+    const size_t qoff = q41 ? 4 : 2;
+    const __m128i q0 = _mm_loadu_si128((const __m128i *)(x0 + qoff));
+    const __m128i q1 =
+        two ? _mm_loadu_si128((const __m128i *)(x0 + bsz + qoff)) : _mm_setzero_si128();
+    const __m256i v = _mm256_set_m128i(q1, q0), m4 = _mm256_set1_epi8(0x0F);
+    const __m256i lo = _mm256_and_si256(v, m4);
+    const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+    __m256 dw, mw;
+    gv_scales(q41, x0, bsz, two, &dw, &mw);
+    for (int c = 0; c < nc; c++) {
+        const char *gc = g + (size_t)c * act_stride;
+        const __m256i ga = _mm256_loadu_si256((const __m256i *)gc);
+        const __m256i gb = _mm256_loadu_si256((const __m256i *)(gc + 64));
+#if GV_VNNI
+        __m256i sum =
+            q41 ? _mm256_setzero_si256() : _mm256_loadu_si256((const __m256i *)(gc + 128));
+        sum = _mm256_dpbusd_epi32(sum, lo, ga);
+        sum = _mm256_dpbusd_epi32(sum, hi, gb);
+#else
+        const __m256i p =
+            _mm256_add_epi16(_mm256_maddubs_epi16(lo, ga), _mm256_maddubs_epi16(hi, gb));
+        __m256i sum = _mm256_madd_epi16(p, _mm256_set1_epi16(1));
+        if (!q41) sum = _mm256_add_epi32(sum, _mm256_loadu_si256((const __m256i *)(gc + 128)));
+#endif
+        const __m256 da = _mm256_loadu_ps((const float *)(gc + 192));
+        acc[c] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(sum), da), dw, acc[c]);
+        if (q41) accm[c] = _mm256_fmadd_ps(mw, _mm256_loadu_ps((const float *)(gc + 256)), accm[c]);
+    }
+}
+
+GV_INLINE float gv_hsum(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+/* out[c * out_stride] = dot(row, act + c * act_stride) for c < nc (<= GV_COLS,
+ * a constant after inlining). */
+GV_INLINE void gv_gemv_n(bool q41, int nc, int64_t K, const char *row, const char *act,
+                         size_t act_stride, float *out, size_t out_stride) {
+    const size_t bsz = q41 ? 20 : 18, group = 320;
+    const int64_t nb = K / 32;
+    __m256 a0[GV_COLS], a1[GV_COLS], m0[GV_COLS], m1[GV_COLS];
+    for (int c = 0; c < nc; c++) a0[c] = a1[c] = m0[c] = m1[c] = _mm256_setzero_ps();
+    int64_t b = 0;
+    for (; b + 4 <= nb; b += 4) {
+        const char *x0 = row + (size_t)b * bsz, *g = act + (size_t)(b / 4) * group;
+        _mm_prefetch(x0 + CLLM_CPU_PREFETCH_AHEAD, _MM_HINT_T0);
+        _mm_prefetch(x0 + CLLM_CPU_PREFETCH_AHEAD + 64, _MM_HINT_T0);
+        gv_pair(q41, nc, x0, bsz, true, g, act_stride, a0, m0);
+        gv_pair(q41, nc, x0 + 2 * bsz, bsz, true, g + 32, act_stride, a1, m1);
+    }
+    for (; b < nb; b += 2) {
+        const char *g = act + (size_t)(b / 4) * group + 32 * ((b % 4) / 2);
+        gv_pair(q41, nc, row + (size_t)b * bsz, bsz, b + 1 < nb, g, act_stride, a0, m0);
+    }
+    for (int c = 0; c < nc; c++) {
+        out[(size_t)c * out_stride] =
+            gv_hsum(_mm256_add_ps(_mm256_add_ps(a0[c], a1[c]), _mm256_add_ps(m0[c], m1[c])));
+    }
+}
+
+/* Any number of columns, GV_COLS at a time (constant counts, so that each
+ * loop over them unrolls). */
+GV_INLINE void gv_gemv_cols(bool q41, int64_t K, const char *row, const char *act,
+                            size_t act_stride, int n, float *out, size_t out_stride) {
+    for (int c0 = 0; c0 < n; c0 += GV_COLS) {
+        const char *a = act + (size_t)c0 * act_stride;
+        float *o = out + (size_t)c0 * out_stride;
+        switch (n - c0 < GV_COLS ? n - c0 : GV_COLS) {
+        case 1: gv_gemv_n(q41, 1, K, row, a, act_stride, o, out_stride); break;
+#if GV_COLS > 2
+        case 2: gv_gemv_n(q41, 2, K, row, a, act_stride, o, out_stride); break;
+        case 3: gv_gemv_n(q41, 3, K, row, a, act_stride, o, out_stride); break;
+#endif
+        default: gv_gemv_n(q41, GV_COLS, K, row, a, act_stride, o, out_stride); break;
+        }
+    }
+}
+
+#endif /* CLLM_BACKEND_CPU_GEMV_X86_H */

@@ -738,7 +738,7 @@ static void test_gemv(cllm_type t) {
 /* The AVX-512 level's 256-bit one-column kernel is the AVX2 one with
  * vpdpbusd for vpmaddubsw + vpmaddwd: the same integer sums and float
  * steps, so the same results bit for bit (and each is checked against the
- * exact sum by test_gemv, with cllm_cpu_set_gemv_ymm choosing it). */
+ * exact sum by test_gemv, with cllm_cpu_set_prefer_256 choosing it). */
 static void test_gemv_256(cllm_type t) {
     if (t != CLLM_TYPE_Q4_0 && t != CLLM_TYPE_Q4_1) return;
     const int64_t lens[] = {1, 2, 3, 4, 5, 7, 8, 18, 64};
@@ -801,11 +801,13 @@ int main(void) {
             test_gemm_extremes(k_types[i]);
             test_gemv(k_types[i]);
             if (level == CLLM_CPU_ISA_AVX512) {
-                /* both kernels of the level, whichever this CPU uses */
-                const int dflt = cllm_cpu_set_gemv_ymm(!cllm_cpu_gemv_ymm());
+                /* the level's kernels of the other width too, whichever
+                 * this CPU uses */
+                const bool dflt = cllm_cpu_set_prefer_256(!cllm_cpu_prefer_256());
+                test_dot(level, k_types[i]);
                 test_gemv(k_types[i]);
-                cllm_cpu_set_gemv_ymm(-1);
-                CHECK(cllm_cpu_gemv_ymm() == (dflt != 0));
+                cllm_cpu_set_prefer_256(dflt);
+                CHECK(cllm_cpu_prefer_256() == dflt);
                 test_gemv_256(k_types[i]);
             }
             test_gemm_f(k_types[i]);

@@ -9,8 +9,6 @@
 #include "core/quants.h"
 
 #include <math.h>
-#include <stdatomic.h>
-#include <stdlib.h>
 #include <string.h>
 
 /* ---- forms and decoders --------------------------------------------------------
@@ -561,30 +559,8 @@ void cllm_cpu_gemv_ref(cllm_type type, int64_t K, const void *row, const void *a
     *out = acc;
 }
 
-/* 0 or 1 as set (cllm_cpu_set_gemv_ymm); -1: the default, from CLLM_CPU_GEMV
- * or the CPU, worked out once into g_gemv_default (-1 until then) */
-static _Atomic int g_gemv_ymm = -1, g_gemv_default = -1;
-
-bool cllm_cpu_gemv_ymm(void) {
-    const int set = atomic_load_explicit(&g_gemv_ymm, memory_order_relaxed);
-    if (set >= 0) return set != 0;
-    int d = atomic_load_explicit(&g_gemv_default, memory_order_relaxed);
-    if (d < 0) { /* racing threads work out the same value */
-        const char *v = getenv("CLLM_CPU_GEMV");
-        d = v && !strcmp(v, "ymm") ? 1 : v && !strcmp(v, "zmm") ? 0 : cllm_cpu_halves_512();
-        atomic_store_explicit(&g_gemv_default, d, memory_order_relaxed);
-    }
-    return d != 0;
-}
-
-int cllm_cpu_set_gemv_ymm(int ymm) {
-    const int old = cllm_cpu_gemv_ymm();
-    atomic_store(&g_gemv_ymm, ymm < 0 ? -1 : ymm != 0);
-    return old;
-}
-
-/* The AVX-512 level's Q4_0 / Q4_1 kernels at 256 bits (cllm_cpu_gemv_ymm). */
-static bool gemv_ymm(cllm_type type) { return type != CLLM_TYPE_Q4_K && cllm_cpu_gemv_ymm(); }
+/* The AVX-512 level's Q4_0 / Q4_1 kernels at 256 bits (cllm_cpu_prefer_256). */
+static bool gemv_ymm(cllm_type type) { return type != CLLM_TYPE_Q4_K && cllm_cpu_prefer_256(); }
 
 cllm_gemv_fn cllm_cpu_gemv_kernel(cllm_type type, int64_t K) {
 #if defined(__x86_64__) || defined(__i386__)

@@ -166,16 +166,7 @@ void cllm_cpu_gemv_avx512vl(cllm_type type, int64_t K, const void *row, const vo
                             float *out);
 void cllm_cpu_gemv_n_avx512vl(cllm_type type, int64_t K, const void *row, const void *act,
                               size_t act_stride, int n, float *out, size_t out_stride);
-/*
- * Whether the AVX-512 level runs the Q4_0 / Q4_1 one-column kernels at 256
- * bits (cllm_cpu_gemv_avx512vl) rather than 512: on CPUs that execute
- * 512-bit operations as two 256-bit halves (AMD family 19h, Zen 4), where
- * the 256-bit kernel is the faster one. CLLM_CPU_GEMV=ymm or zmm decides
- * instead (benchmarks); tests set it with cllm_cpu_set_gemv_ymm (0 or 1;
- * -1: back to the default), which returns the previous choice.
- */
-bool cllm_cpu_gemv_ymm(void);
-int cllm_cpu_set_gemv_ymm(int ymm);
+/* (which of the two widths the AVX-512 level uses: cllm_cpu_prefer_256, kernels.h) */
 void cllm_cpu_gemv_quantize_avx512(cllm_type type, const float *x, void *act, int64_t K);
 
 /* ---- float weights (F16, BF16) against F32 columns --------------------------------

@@ -25,7 +25,7 @@
  * Why 256 bits at the AVX-512 level: on CPUs that run 512-bit operations as
  * two 256-bit halves (AMD Zen 4), this kernel generated TinyLlama Q4_0 at
  * 30.5 tokens/s with 1 thread and 50.8 with 2, the 512-bit one (gemm-avx512.c)
- * at 26.1 and 42.1 (cllm_cpu_gemv_ymm chooses).
+ * at 26.1 and 42.1 (cllm_cpu_prefer_256 chooses).
  */
 #ifndef CLLM_BACKEND_CPU_GEMV_X86_H
 #define CLLM_BACKEND_CPU_GEMV_X86_H

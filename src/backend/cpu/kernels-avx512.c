@@ -118,8 +118,9 @@ static void kz_vec_dot_n_bf16(int64_t n, float *out, const void *x, const void *
     kz_dot_half_n(KX_BF16, n, out, x, y, by, ncols);
 }
 
-void cllm_cpu_kernels_fill_avx512(cllm_cpu_type_kernels tab[CLLM_TYPE_COUNT]) {
+void cllm_cpu_kernels_fill_avx512(cllm_cpu_type_kernels tab[CLLM_TYPE_COUNT], bool prefer_256) {
     kx_fill(tab);
+    if (prefer_256) return; /* the float dots of kernels-x86.h, at 256 bits */
     kx_set(tab, CLLM_TYPE_F16, kz_vec_dot_f16, kz_vec_dot_n_f16);
     kx_set(tab, CLLM_TYPE_BF16, kz_vec_dot_bf16, kz_vec_dot_n_bf16);
     kx_set(tab, CLLM_TYPE_F32, kz_vec_dot_f32, kz_vec_dot_n_f32);

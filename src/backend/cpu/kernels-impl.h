@@ -21,8 +21,9 @@
 /* AVX2 + FMA + F16C. */
 void cllm_cpu_kernels_fill_avx2(cllm_cpu_type_kernels tab[CLLM_TYPE_COUNT]);
 /* AVX-512 F/BW/VL/DQ + VNNI (256-bit VNNI for the integer dots, 512-bit for
- * the float kernels and the activation quantizers). */
-void cllm_cpu_kernels_fill_avx512(cllm_cpu_type_kernels tab[CLLM_TYPE_COUNT]);
+ * the float kernels unless prefer_256, and for the activation quantizers). */
+/* prefer_256 (cllm_cpu_prefer_256): the float dots stay at 256 bits. */
+void cllm_cpu_kernels_fill_avx512(cllm_cpu_type_kernels tab[CLLM_TYPE_COUNT], bool prefer_256);
 #else
 #define CLLM_CPU_X86 0
 #endif

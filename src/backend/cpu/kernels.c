@@ -137,6 +137,9 @@ typedef struct cpu_features {
     bool halves512; /* 512-bit operations run as two 256-bit halves (AMD family 19h) */
 } cpu_features;
 
+/* The AVX-512 level's choice of 256-bit kernels (cllm_cpu_prefer_256). */
+static bool g_prefer_256;
+
 static cpu_features g_cpu;
 static cllm_cpu_isa g_best = CLLM_CPU_ISA_PORTABLE; /* best level the CPU supports */
 static const char *g_features = "portable";
@@ -206,9 +209,9 @@ static void fill_level(cllm_cpu_isa level) {
         g_features = "avx2 fma f16c";
     }
     if (level >= CLLM_CPU_ISA_AVX512) {
-        cllm_cpu_kernels_fill_avx512(g_kernels);
+        cllm_cpu_kernels_fill_avx512(g_kernels, g_prefer_256);
         g_level = CLLM_CPU_ISA_AVX512;
-        g_features = "avx512 vnni";
+        g_features = g_prefer_256 ? "avx512 vnni, 256-bit float and gemv" : "avx512 vnni";
     }
 #else
     CLLM_UNUSED(level);
@@ -226,10 +229,20 @@ static cllm_cpu_isa env_limit(void) {
     return CLLM_CPU_ISA_COUNT;
 }
 
+/* CLLM_CPU_WIDTH=256|512 chooses the AVX-512 level's kernels where it has
+ * both widths; else the CPU decides (cllm_cpu_prefer_256). */
+static bool env_prefer_256(bool dflt) {
+    const char *v = getenv("CLLM_CPU_WIDTH");
+    if (v && strcmp(v, "256") == 0) return true;
+    if (v && strcmp(v, "512") == 0) return false;
+    return dflt;
+}
+
 static void init_once(void) {
 #if CLLM_CPU_X86
     detect_cpu(&g_cpu);
 #endif
+    g_prefer_256 = env_prefer_256(g_cpu.halves512);
     g_best = best_level(&g_cpu);
     const cllm_cpu_isa cap = env_limit();
     if (cap < g_best) g_best = cap;
@@ -254,9 +267,17 @@ const char *cllm_cpu_features_str(void) {
     return g_features;
 }
 
-bool cllm_cpu_halves_512(void) {
+bool cllm_cpu_prefer_256(void) {
     init();
-    return g_cpu.halves512;
+    return g_prefer_256;
+}
+
+bool cllm_cpu_set_prefer_256(bool prefer) {
+    init();
+    const bool old = g_prefer_256;
+    g_prefer_256 = prefer;
+    if (prefer != old) fill_level(g_level);
+    return old;
 }
 
 cllm_cpu_isa cllm_cpu_set_isa_limit(cllm_cpu_isa max) {

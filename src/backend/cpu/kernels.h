@@ -67,9 +67,20 @@ const cllm_cpu_type_kernels *cllm_cpu_kernels(cllm_type type);
 /* The level in use, and a description of the features used ("avx512 vnni bf16"). */
 cllm_cpu_isa cllm_cpu_isa_level(void);
 const char *cllm_cpu_features_str(void);
-/* Whether the CPU runs 512-bit operations as two 256-bit halves (AMD Zen 4):
- * kernels may prefer 256-bit registers there (gemm.h, cllm_cpu_gemv_ymm). */
-bool cllm_cpu_halves_512(void);
+/*
+ * Whether the AVX-512 level uses its 256-bit kernels where it has both
+ * widths: the float dots of F16 / BF16 / F32 rows (kernels-x86.h rather than
+ * kernels-avx512.c's) and the Q4_0 / Q4_1 one-column kernels (gemv-x86.h
+ * rather than gemm-avx512.c's). True on CPUs that run 512-bit operations as
+ * two 256-bit halves (AMD family 19h: Zen 4), where the 256-bit ones are
+ * faster (measured on Zen 4, 1 / 2 threads: TinyLlama F16 generation 11.4 /
+ * 20.6 tokens/s against 5.7 / 10.8, Q4_0 28.5 / 48.4 against 25 / 40.8).
+ * CLLM_CPU_WIDTH=256 or 512 decides instead. cllm_cpu_set_prefer_256
+ * (tests) changes it and fills the kernels again; returns the previous
+ * choice. Not thread-safe with running compute.
+ */
+bool cllm_cpu_prefer_256(void);
+bool cllm_cpu_set_prefer_256(bool prefer);
 
 /* Caps the level (for tests and benchmarks that compare levels); returns the
  * level actually in use afterwards. Not thread-safe with running compute. */

@@ -110,9 +110,13 @@ static void test_window(cllm_model *m) {
     cllm_session_params sp = cllm_session_default_params();
     sp.n_ctx = 1024;
     sp.n_seq = 2;
-    /* float activations: the three ways compute the same sums (with Q8
-     * activations the one-token and the batch kernels round differently, by
-     * up to 5 % of the logit scale on this model, window or not) */
+    /* float activations: the three ways compute nearly the same sums (with
+     * Q8 activations the one-token and the batch kernels round differently,
+     * by up to 5 % of the logit scale on this model, window or not). At the
+     * AVX-512 level they agree bit for bit; at the AVX2 level the one-token
+     * path differs by 2.4e-4 of the scale (the attention sums its rows in
+     * another order), hence the tolerance of 5e-4; a window that hid the
+     * wrong rows moves the logits by tenths of the scale. */
     sp.f32_activations = true;
     cllm_session *s = NULL;
     CHECKF(cllm_session_new(m, &sp, &s) == CLLM_OK, "%s", cllm_last_error());
@@ -129,7 +133,7 @@ static void test_window(cllm_model *m) {
     double scale, d = max_abs_diff(cllm_session_logits(s), ref, n_vocab, &scale);
     printf("one token at a time past the window: max logit difference %.3g (scale %.3g)\n", d,
            scale);
-    CHECKF(d <= 1e-4 * scale, "one at a time: %.4g", d);
+    CHECKF(d <= 5e-4 * scale, "one at a time: %.4g", d);
 
     /* sequence 1, in chunks that share each forward pass with sequence 0 */
     cllm_session_reset(s);
@@ -144,7 +148,7 @@ static void test_window(cllm_model *m) {
     if (l1) {
         d = max_abs_diff(l1, ref, n_vocab, &scale);
         printf("sequence 1 of 2: max logit difference %.3g (scale %.3g)\n", d, scale);
-        CHECKF(d <= 1e-4 * scale, "sequence 1: %.4g", d);
+        CHECKF(d <= 5e-4 * scale, "sequence 1: %.4g", d);
     }
 done:
     cllm_session_free(s);
@@ -270,7 +274,7 @@ static void test_ring(const char *gen) {
     cllm_session_reset(p.full);
     for (int i = 0; i < 20; i++) ring_step(&p, 3, 5);
     printf("ring after truncations and resets: logits within %.3g of the full cache's\n", p.worst);
-    CHECKF(p.worst <= 1e-5, "the rings' logits differ by %.3g of the largest", p.worst);
+    CHECKF(p.worst <= 1e-4, "the rings' logits differ by %.3g of the largest", p.worst);
 done:
     if (p.ring) cllm_session_free(p.ring);
     if (p.full) cllm_session_free(p.full);

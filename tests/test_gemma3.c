@@ -205,7 +205,9 @@ static void ring_step(ring_pair *p, int64_t n0, int64_t n1) {
 }
 
 static void test_ring(const char *gen) {
-    char dir[] = "/tmp/cllm-test-gemma3-XXXXXX", path[512], vocab[4096], cmd[8192];
+    char dir[512], path[1024], vocab[4096], cmd[8192];
+    const char *tmp = getenv("TMPDIR");
+    snprintf(dir, sizeof(dir), "%s/cllm-test-gemma3-XXXXXX", tmp && *tmp ? tmp : P_tmpdir);
     refs_model_path(vocab, sizeof(vocab), "vocab/ggml-vocab-llama-spm.gguf");
     if (!gen || access(vocab, R_OK) != 0) {
         check_missing(gen ? vocab : "cllm-gen-model (argv[1])");

@@ -111,7 +111,7 @@ static cllm_status prepare_graph(cllm_session *s, const cllm_batch_shape *shape)
 static void fill_masks(cllm_session *s, cllm_tensor *mask, cllm_tensor *swa_mask, int64_t t,
                        int64_t pos, int64_t end) {
     const int64_t n_kv = mask->ne[0];
-    for (int64_t j = 0; j < n_kv; j++) s->mask_row[j] = j <= pos ? 0.0f : -INFINITY;
+    cllm_fill_mask_row(s->mask_row, n_kv, pos, 0);
     cllm_tensor_set(mask, s->mask_row, (size_t)t * mask->nb[1], (size_t)n_kv * sizeof(float));
     if (swa_mask) {
         const int64_t n = swa_mask->ne[0];
@@ -290,10 +290,17 @@ static cllm_status stage_batch(cllm_session *s, const int32_t *tokens, const flo
  * nothing was overwritten (seq_high <= n_ring), or when the positions
  * dropped are at most a batch (n_ring - n_swa + 1) past n_keep.
  */
-static cllm_status check_keep(const cllm_session *s, int seq, int64_t n_keep) {
+static bool can_keep(const cllm_session *s, int seq, int64_t n_keep) {
     const cllm_kv_cache *kv = &s->in.kv;
     const int64_t high = s->seq_high[seq], slack = kv->n_ring - s->model->hp.n_swa + 1;
-    if (kv->n_ring >= kv->n_ctx || high <= kv->n_ring || high - n_keep <= slack) return CLLM_OK;
+    return kv->n_ring >= kv->n_ctx || high <= kv->n_ring || high - n_keep <= slack;
+}
+
+/* can_keep, or CLLM_ERR_UNSUPPORTED saying why not. */
+static cllm_status check_keep(const cllm_session *s, int seq, int64_t n_keep) {
+    if (can_keep(s, seq, n_keep)) return CLLM_OK;
+    const cllm_kv_cache *kv = &s->in.kv;
+    const int64_t high = s->seq_high[seq], slack = kv->n_ring - s->model->hp.n_swa + 1;
     return cllm_error(CLLM_ERR_UNSUPPORTED,
                       "truncate: the sliding-window layers keep the last %lld positions of the "
                       "%lld decoded, no longer the window before position %lld (keep at least "
@@ -363,18 +370,18 @@ cllm_status cllm_session_decode(cllm_session *s, const int32_t *tokens, int64_t 
         const cllm_status st = decode_batch(s, tokens + i, chunk, i + chunk == n);
         if (st != CLLM_OK) {
             s->n_past = start;
-            char why[512];
-            snprintf(why, sizeof(why), "%s", cllm_last_error());
-            if (i > 0 && check_keep(s, 0, start) != CLLM_OK) {
+            if (i > 0 && !can_keep(s, 0, start)) {
                 /* the batches that ran overwrote the window before `start`
                  * in the sliding-window rings: the context is lost */
+                char why[512];
+                snprintf(why, sizeof(why), "%s", cllm_last_error());
                 cllm_session_reset(s);
                 return cllm_error(st,
                                   "%s (the sliding-window layers no longer hold the context: it "
                                   "was cleared)",
                                   why);
             }
-            return cllm_error(st, "%s", why);
+            return st;
         }
         s->n_past += chunk;
     }

@@ -304,18 +304,7 @@ void cllm_cpu_gemm_f_pack_avx2(cllm_type type, const void *a, size_t stride, int
 
 void cllm_cpu_gemv_n_avx2(cllm_type type, int64_t K, const void *row, const void *act,
                           size_t act_stride, int n, float *out, size_t out_stride) {
-    if (type == CLLM_TYPE_Q4_K) { /* one column at a time */
-        for (int c = 0; c < n; c++) {
-            cllm_cpu_gemv_avx2(type, K, row, (const char *)act + (size_t)c * act_stride,
-                               out + (size_t)c * out_stride);
-        }
-        return;
-    }
-    if (type == CLLM_TYPE_Q4_1) {
-        gv_gemv_cols(true, K, row, act, act_stride, n, out, out_stride);
-    } else {
-        gv_gemv_cols(false, K, row, act, act_stride, n, out, out_stride);
-    }
+    gv_gemv_type(type, K, row, act, act_stride, n, out, out_stride);
 }
 
 /* Q4_K, per super-block (gemm.h's 288-byte activation: sub-blocks in the
@@ -384,10 +373,8 @@ static void gy_gemv_q4_k(int64_t K, const void *row, const void *act, float *out
 void cllm_cpu_gemv_avx2(cllm_type type, int64_t K, const void *row, const void *act, float *out) {
     if (type == CLLM_TYPE_Q4_K) {
         gy_gemv_q4_k(K, row, act, out);
-    } else if (type == CLLM_TYPE_Q4_1) {
-        gv_gemv_n(true, 1, K, row, act, 0, out, 0);
     } else {
-        gv_gemv_n(false, 1, K, row, act, 0, out, 0);
+        gv_gemv_type(type, K, row, act, 0, 1, out, 0);
     }
 }
 

@@ -454,20 +454,12 @@ static void gz_gemv_q4k(int64_t K, const char *row, const char *act, float *out)
 
 void cllm_cpu_gemv_n_avx512vl(cllm_type type, int64_t K, const void *row, const void *act,
                               size_t act_stride, int n, float *out, size_t out_stride) {
-    if (type == CLLM_TYPE_Q4_1) {
-        gv_gemv_cols(true, K, row, act, act_stride, n, out, out_stride);
-    } else {
-        gv_gemv_cols(false, K, row, act, act_stride, n, out, out_stride);
-    }
+    gv_gemv_type(type, K, row, act, act_stride, n, out, out_stride);
 }
 
 void cllm_cpu_gemv_avx512vl(cllm_type type, int64_t K, const void *row, const void *act,
                             float *out) {
-    if (type == CLLM_TYPE_Q4_1) {
-        gv_gemv_n(true, 1, K, row, act, 0, out, 0);
-    } else {
-        gv_gemv_n(false, 1, K, row, act, 0, out, 0);
-    }
+    gv_gemv_type(type, K, row, act, 0, 1, out, 0);
 }
 
 void cllm_cpu_gemv_avx512(cllm_type type, int64_t K, const void *row, const void *act, float *out) {

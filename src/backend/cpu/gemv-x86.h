@@ -34,6 +34,8 @@
 #error "define GV_VNNI (0: AVX2, 1: AVX512-VL + VNNI) before including gemv-x86.h"
 #endif
 
+#include "backend/cpu/kernels.h" /* CLLM_CPU_PREFETCH_AHEAD, cllm_type */
+
 #include <immintrin.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -139,6 +141,17 @@ GV_INLINE void gv_gemv_cols(bool q41, int64_t K, const char *row, const char *ac
 #endif
         default: gv_gemv_n(q41, GV_COLS, K, row, a, act_stride, o, out_stride); break;
         }
+    }
+}
+
+/* A level's entry point: n columns of a Q4_0 or Q4_1 row (n = 1: the
+ * one-column kernel). */
+GV_INLINE void gv_gemv_type(cllm_type type, int64_t K, const void *row, const void *act,
+                            size_t act_stride, int n, float *out, size_t out_stride) {
+    if (type == CLLM_TYPE_Q4_1) {
+        gv_gemv_cols(true, K, row, act, act_stride, n, out, out_stride);
+    } else {
+        gv_gemv_cols(false, K, row, act, act_stride, n, out, out_stride);
     }
 }
 

@@ -12,6 +12,8 @@
  *    magnitudes), 0x80 bytes (Q8 weights of -128, the one value whose
  *    magnitude does not fit int8) and zeros, against Gaussian, wide-range and
  *    +-127 activations;
+ *  - vec_dot_cols (columns as alone, where a level has it) must give each
+ *    column's vec_dot result bit for bit;
  *  - vec_dot_mxn (tiles of 1..4 strided weight rows x 1..8 strided columns)
  *    must equal the reference dot of each pair, writing nothing else.
  *
@@ -354,6 +356,20 @@ static void test_dot(cllm_cpu_isa level, cllm_type t) {
                         fails += !ok;
                     }
                     CHECK(isnan(out[nc])); /* writes nothing past ncols */
+                    if (!k->vec_dot_cols) continue;
+                    /* columns as alone: each equal to vec_dot's, bit for bit */
+                    for (int c = 0; c <= CLLM_CPU_MAX_COLS; c++) out[c] = NAN;
+                    k->vec_dot_cols(n, out, w, act, by, nc);
+                    for (int c = 0; c < nc; c++) {
+                        float one = NAN;
+                        k->vec_dot(n, &one, w, act + (size_t)c * by);
+                        const bool ok = memcmp(&one, &out[c], sizeof(float)) == 0;
+                        CHECKF(ok, "%s %s vec_dot_cols n=%lld w%d a%d nc=%d col %d: %.9g vs %.9g",
+                               level_name(level), cllm_type_name(t), (long long)n, wk, ak, nc, c,
+                               out[c], one);
+                        fails += !ok;
+                    }
+                    CHECK(isnan(out[nc]));
                 }
                 if (fails > 20) break; /* one broken kernel: enough said */
             }

@@ -17,15 +17,19 @@
  *  - memory: planned == allocated per kind, and the state is n_seq times a
  *    one-sequence session's;
  *  - with each prompt decoded on its own, steps of one token per sequence
- *    give every sequence bit for bit its logits alone.
+ *    give every sequence bit for bit its logits alone; also on random
+ *    models written by cllm-gen-model (argv[1]) whose matrices take the
+ *    kernels plan (Q8_0, Q5_1, Q6_K), rows of 5 and 17 blocks.
  */
 #include "cllm.h"
 #include "common/check.h"
 #include "common/refs.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 enum { N_SEQ = 3, N_CTX = 96, N_BATCH = 32, N_STEPS = 24 };
 
@@ -214,7 +218,8 @@ done:
  * step are computed as alone: cllm_mul_mat_set_cols_alone). */
 static void check_invariance(const char *path) {
     cllm_model *m = NULL;
-    if (cllm_model_load(path, NULL, &m) != CLLM_OK) return;
+    CHECKF(cllm_model_load(path, NULL, &m) == CLLM_OK, "%s: %s", path, cllm_last_error());
+    if (!m) return;
     const int64_t n_vocab = cllm_model_n_vocab(m);
     cllm_session *s = new_session(m, N_SEQ);
     cllm_session *ref[N_SEQ] = {NULL};
@@ -266,7 +271,36 @@ static void check_params(const char *path) {
     cllm_model_free(m);
 }
 
-int main(void) {
+/* check_invariance on random llama files of the types whose steps go
+ * through the kernels plan (written by cllm-gen-model at `gen`). */
+static void check_invariance_types(const char *gen) {
+    char vocab[4096], dir[512], path[1024], cmd[8192];
+    refs_model_path(vocab, sizeof(vocab), "vocab/ggml-vocab-llama-spm.gguf");
+    if (!gen || !*gen || access(vocab, R_OK) != 0) {
+        check_missing(gen && *gen ? vocab : "cllm-gen-model (argv[1])");
+        return;
+    }
+    const char *tmp = getenv("TMPDIR");
+    snprintf(dir, sizeof(dir), "%s/cllm-test-seqs-XXXXXX", tmp && *tmp ? tmp : P_tmpdir);
+    CHECK(mkdtemp(dir) != NULL);
+    static const char *const types[] = {"q8_0", "q5_1", "q6_k"};
+    for (size_t i = 0; i < sizeof(types) / sizeof(types[0]); i++) {
+        snprintf(path, sizeof(path), "%s/llama-%s.gguf", dir, types[i]);
+        /* n_embd 160: rows of 5 blocks of 32; n_ff 544: 17 (Q6_K: 256
+         * elements a block, so n_embd 256 and n_ff 768) */
+        const bool k = !strcmp(types[i], "q6_k");
+        snprintf(cmd, sizeof(cmd),
+                 "'%s' --vocab '%s' --out '%s' --n-embd %d --n-layer 2 --n-head 4 --n-head-kv 2 "
+                 "--n-ff %d --n-ctx 128 --type %s --seed 3",
+                 gen, vocab, path, k ? 256 : 160, k ? 768 : 544, types[i]);
+        CHECKF(system(cmd) == 0, "%s", cmd);
+        check_invariance(path);
+        remove(path);
+    }
+    rmdir(dir);
+}
+
+int main(int argc, char **argv) {
     static const struct {
         const char *file;
         double tol;
@@ -286,5 +320,6 @@ int main(void) {
         check_invariance(path);
         if (i == 0) check_params(path);
     }
+    check_invariance_types(argc > 1 ? argv[1] : NULL);
     return check_summary("test_seqs");
 }

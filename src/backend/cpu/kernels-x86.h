@@ -356,6 +356,100 @@ KX_DEFINE_DOT32(q5_1, KX_Q5_1)
 KX_DEFINE_DOT32(q8_0, KX_Q8_0)
 KX_DEFINE_DOT32(q8_1, KX_Q8_1)
 
+/* ---- columns as alone: vec_dot_cols for 32-element blocks x Q8_0 -------------
+ * A step of several sequences (one token each) needs every column computed
+ * exactly as it would be alone, so that no sequence depends on the others.
+ * kx_dot32_cols sums each column as kx_dot32 sums one (4 accumulators,
+ * block i into accumulator i % 4, the tail into the first; the same
+ * operations per block in the same order), so each result equals vec_dot's
+ * bit for bit, while a weight block is loaded and unpacked once for all
+ * the columns. Per column 4 accumulators: 4 columns at a time at the
+ * AVX-512 level (32 registers), 2 at the AVX2 level (16). */
+#define KX_ALONE_COLS (KX_VNNI ? 4 : 2)
+
+/* Block i of the row against column c of nc, into acc[c][j]. */
+KX_INLINE void kx_step32_cols(int t, int nc, const void *vx, const char *y, size_t by, int64_t i,
+                              int j, __m256 acc[][4]) {
+    if (t == KX_Q4_0) { /* kx_step_q4_0, its weight half hoisted */
+        const cllm_block_q4_0 *xb = (const cllm_block_q4_0 *)vx + i;
+        const __m256i q = kx_nibbles32(xb->qs), zero = _mm256_setzero_si256();
+        const __m256 dx = kx_h2f8(&xb->d);
+        for (int c = 0; c < nc; c++) {
+            const cllm_block_q8_0 *yb = (const cllm_block_q8_0 *)(y + (size_t)c * by) + i;
+            const __m256i yq = _mm256_loadu_si256((const __m256i *)yb->qs);
+            const __m256i s8 = _mm256_sub_epi32(zero, kx_dot_u8s8(zero, _mm256_set1_epi8(8), yq));
+            const __m256i p = kx_dot_u8s8(s8, q, yq);
+            const __m256 d = _mm256_mul_ps(dx, kx_h2f8(&yb->d));
+            acc[c][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), d, acc[c][j]);
+        }
+        return;
+    }
+    /* kx_step32, its weight half hoisted */
+    cllm_fp16 hd = 0, hm = 0;
+    const __m256i w = kx_unpack32(t, vx, i, &hd, &hm);
+    const __m256i u = kx_affine32(t) ? w : _mm256_sign_epi8(w, w);
+    const __m256 dx = kx_h2f8(&hd), mx = kx_h2f8(&hm);
+    for (int c = 0; c < nc; c++) {
+        const cllm_block_q8_0 *yb = (const cllm_block_q8_0 *)(y + (size_t)c * by) + i;
+        const __m256 dy = kx_h2f8(&yb->d);
+        const __m256 sd = _mm256_mul_ps(dx, dy);
+        const __m256 sm = kx_affine32(t) ? _mm256_mul_ps(mx, dy) : sd;
+        acc[c][j] = kx_block32(t, w, u, sd, sm, yb, acc[c][j]);
+    }
+}
+
+/* out[c] = dot(x, y + c * by) for c < nc (<= KX_ALONE_COLS, a constant after
+ * inlining), each as kx_dot32 with nc = 1 computes it. */
+KX_INLINE void kx_dot32_cols(int t, int nc, int64_t nb, float *out, const void *vx, const char *y,
+                             size_t by) {
+    __m256 acc[KX_ALONE_COLS][4];
+    for (int c = 0; c < nc; c++) {
+        for (int j = 0; j < 4; j++) acc[c][j] = _mm256_setzero_ps();
+    }
+    int64_t i = 0;
+    for (; i + 4 <= nb; i += 4) {
+        /* the one-column loops' prefetch */
+        const char *ahead = (const char *)vx + (size_t)i * kx_bytes32(t);
+        if (t == KX_Q4_0) {
+            _mm_prefetch(ahead + 1024, _MM_HINT_T0);
+        } else {
+            _mm_prefetch(ahead + CLLM_CPU_PREFETCH_AHEAD, _MM_HINT_T0);
+            _mm_prefetch(ahead + CLLM_CPU_PREFETCH_AHEAD + 64, _MM_HINT_T0);
+            _mm_prefetch(ahead + CLLM_CPU_PREFETCH_AHEAD + 128, _MM_HINT_T0);
+        }
+        for (int j = 0; j < 4; j++) kx_step32_cols(t, nc, vx, y, by, i + j, j, acc);
+    }
+    for (; i < nb; i++) kx_step32_cols(t, nc, vx, y, by, i, 0, acc);
+    for (int c = 0; c < nc; c++) {
+        out[c] = kx_hsum(_mm256_add_ps(_mm256_add_ps(acc[c][0], acc[c][1]),
+                                       _mm256_add_ps(acc[c][2], acc[c][3])));
+    }
+}
+
+#define KX_DEFINE_COLS32(name, t)                                                                  \
+    static void kx_vec_dot_cols_##name(int64_t n, float *out, const void *x, const void *y,        \
+                                       size_t by, int ncols) {                                     \
+        for (int c0 = 0; c0 < ncols; c0 += KX_ALONE_COLS) {                                        \
+            const char *yc = (const char *)y + (size_t)c0 * by;                                    \
+            if (ncols - c0 >= KX_ALONE_COLS) {                                                     \
+                kx_dot32_cols(t, KX_ALONE_COLS, n / 32, out + c0, x, yc, by);                      \
+            } else if (KX_ALONE_COLS > 2 && ncols - c0 == 3) {                                     \
+                kx_dot32_cols(t, 3, n / 32, out + c0, x, yc, by);                                  \
+            } else if (KX_ALONE_COLS > 2 && ncols - c0 == 2) {                                     \
+                kx_dot32_cols(t, 2, n / 32, out + c0, x, yc, by);                                  \
+            } else {                                                                               \
+                kx_dot32(t, 1, n / 32, out + c0, x, yc, 0);                                        \
+            }                                                                                      \
+        }                                                                                          \
+    }
+
+KX_DEFINE_COLS32(q4_0, KX_Q4_0)
+KX_DEFINE_COLS32(q4_1, KX_Q4_1)
+KX_DEFINE_COLS32(q5_0, KX_Q5_0)
+KX_DEFINE_COLS32(q5_1, KX_Q5_1)
+KX_DEFINE_COLS32(q8_0, KX_Q8_0)
+KX_DEFINE_COLS32(q8_1, KX_Q8_1)
+
 /* ---- register-tiled vec_dot_mxn for 32-element blocks x Q8_0 ----------------
  * A tile of nr weight rows x nc activation columns: per block, each weight
  * row is unpacked once (and its scales converted once) for all nc columns,
@@ -758,12 +852,17 @@ KX_INLINE void kx_set(cllm_cpu_type_kernels *tab, cllm_type t, cllm_vec_dot_fn d
     if (!tab[t].vec_dot) return; /* no reference: the type is not computable */
     tab[t].vec_dot = dot;
     tab[t].vec_dot_n = dot_n;
+    tab[t].vec_dot_cols = NULL; /* kx_set_cols, for a vec_dot of this file */
     if (tab[t].vec_dot_type == CLLM_TYPE_Q8_0) tab[t].from_float = kx_quantize_row_q8_0;
     if (tab[t].vec_dot_type == CLLM_TYPE_Q8_K) tab[t].from_float = kx_quantize_row_q8_K;
 }
 
 KX_INLINE void kx_set_mxn(cllm_cpu_type_kernels *tab, cllm_type t, cllm_vec_dot_mxn_fn mxn) {
     if (tab[t].vec_dot) tab[t].vec_dot_mxn = mxn;
+}
+
+KX_INLINE void kx_set_cols(cllm_cpu_type_kernels *tab, cllm_type t, cllm_vec_dot_n_fn cols) {
+    if (tab[t].vec_dot) tab[t].vec_dot_cols = cols;
 }
 
 KX_INLINE void kx_fill(cllm_cpu_type_kernels *tab) {
@@ -788,4 +887,10 @@ KX_INLINE void kx_fill(cllm_cpu_type_kernels *tab) {
     kx_set(tab, CLLM_TYPE_F16, kx_vec_dot_f16, kx_vec_dot_n_f16);
     kx_set(tab, CLLM_TYPE_BF16, kx_vec_dot_bf16, kx_vec_dot_n_bf16);
     kx_set(tab, CLLM_TYPE_F32, kx_vec_dot_f32, kx_vec_dot_n_f32);
+    kx_set_cols(tab, CLLM_TYPE_Q4_0, kx_vec_dot_cols_q4_0);
+    kx_set_cols(tab, CLLM_TYPE_Q4_1, kx_vec_dot_cols_q4_1);
+    kx_set_cols(tab, CLLM_TYPE_Q5_0, kx_vec_dot_cols_q5_0);
+    kx_set_cols(tab, CLLM_TYPE_Q5_1, kx_vec_dot_cols_q5_1);
+    kx_set_cols(tab, CLLM_TYPE_Q8_0, kx_vec_dot_cols_q8_0);
+    kx_set_cols(tab, CLLM_TYPE_Q8_1, kx_vec_dot_cols_q8_1);
 }

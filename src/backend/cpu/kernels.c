@@ -122,6 +122,7 @@ static void fill_portable(void) {
                             : cllm_type_traits_of(tt->vec_dot_type)->from_float;
         k->vec_dot = tt->vec_dot;
         k->vec_dot_n = portable_dot_n_for((cllm_type)t);
+        k->vec_dot_cols = k->vec_dot_n; /* vec_dot column by column */
         k->vec_dot_mxn = fallback_dot_mxn_for((cllm_type)t);
         k->to_float = tt->to_float;
     }

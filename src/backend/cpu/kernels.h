@@ -41,6 +41,7 @@ typedef struct cllm_cpu_type_kernels {
     cllm_from_float_fn from_float;   /* F32 activations -> vec_dot_type (NULL if F32) */
     cllm_vec_dot_fn vec_dot;         /* row of this type . row of vec_dot_type */
     cllm_vec_dot_n_fn vec_dot_n;     /* one row . ncols rows */
+    cllm_vec_dot_n_fn vec_dot_cols;  /* the same, each column bit for bit vec_dot's; or NULL */
     cllm_vec_dot_mxn_fn vec_dot_mxn; /* nrows rows . ncols rows */
     cllm_to_float_fn to_float;       /* dequantize a row */
 } cllm_cpu_type_kernels;

@@ -38,7 +38,10 @@
  * (generation) this degenerates into streaming each weight row exactly once
  * with vec_dot (a 4 x 1 tile was measured no faster there, and 2x slower
  * without software prefetch: four interleaved row streams defeat the
- * hardware prefetcher).
+ * hardware prefetcher). Columns as alone (a step of several sequences) go
+ * through vec_dot_cols where the level has it (each weight row unpacked
+ * once for a chunk of columns, each column summed as vec_dot sums it),
+ * else through one vec_dot per column.
  *
  * Work split: the outputs of all batches form a grid of tiles (a range of
  * weight rows x a range of columns), about eight per thread: whole columns
@@ -202,6 +205,21 @@ static void mm_tile_kernels(const cllm_tensor *a, const cllm_tensor *b, cllm_ten
     const size_t by = p->convert_b ? p->b_row_size : b->nb[1];
     const size_t dn = dst->nb[1]; /* between output columns */
 
+    if (p->alone && n1 - n0 > 1 && k->vec_dot_cols) {
+        /* columns as alone: each weight row unpacked once for a chunk of
+         * columns, each column summed as the one-column dot sums it */
+        float tmp[CLLM_CPU_MAX_COLS];
+        for (int64_t m = m0; m < m1; m++) {
+            const char *arow = cllm_cpu_elem(a, 0, m, i2 / r2, i3 / r3);
+            for (int64_t nb = n0; nb < n1; nb += CLLM_CPU_MAX_COLS) {
+                const int nc = (int)CLLM_MIN((int64_t)CLLM_CPU_MAX_COLS, n1 - nb);
+                k->vec_dot_cols(K, tmp, arow, b0 + (size_t)nb * by, by, nc);
+                char *out = cllm_cpu_elem(dst, m, nb, i2, i3);
+                for (int j = 0; j < nc; j++) *(float *)(out + (size_t)j * dn) = tmp[j];
+            }
+        }
+        return;
+    }
     if (n1 - n0 == 1 || p->alone) {
         /* one column (generation), or columns as alone: each weight row
          * against every column with the one-column dot (read once from

@@ -364,7 +364,9 @@ KX_DEFINE_DOT32(q8_1, KX_Q8_1)
  * operations per block in the same order), so each result equals vec_dot's
  * bit for bit, while a weight block is loaded and unpacked once for all
  * the columns. Per column 4 accumulators: 4 columns at a time at the
- * AVX-512 level (32 registers), 2 at the AVX2 level (16). */
+ * AVX-512 level (32 registers), 2 at the AVX2 level (16). The K-quants'
+ * vec_dot_n already sums each column as it sums one, and serves as their
+ * vec_dot_cols. */
 #define KX_ALONE_COLS (KX_VNNI ? 4 : 2)
 
 /* Block i of the row against column c of nc, into acc[c][j]. */
@@ -893,4 +895,11 @@ KX_INLINE void kx_fill(cllm_cpu_type_kernels *tab) {
     kx_set_cols(tab, CLLM_TYPE_Q5_1, kx_vec_dot_cols_q5_1);
     kx_set_cols(tab, CLLM_TYPE_Q8_0, kx_vec_dot_cols_q8_0);
     kx_set_cols(tab, CLLM_TYPE_Q8_1, kx_vec_dot_cols_q8_1);
+    /* kx_dot_k sums every column as it sums one */
+    kx_set_cols(tab, CLLM_TYPE_Q2_K, kx_vec_dot_n_q2_K);
+    kx_set_cols(tab, CLLM_TYPE_Q3_K, kx_vec_dot_n_q3_K);
+    kx_set_cols(tab, CLLM_TYPE_Q4_K, kx_vec_dot_n_q4_K);
+    kx_set_cols(tab, CLLM_TYPE_Q5_K, kx_vec_dot_n_q5_K);
+    kx_set_cols(tab, CLLM_TYPE_Q6_K, kx_vec_dot_n_q6_K);
+    kx_set_cols(tab, CLLM_TYPE_Q8_K, kx_vec_dot_n_q8_K);
 }

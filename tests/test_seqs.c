@@ -16,10 +16,12 @@
  *    changes nothing;
  *  - memory: planned == allocated per kind, and the state is n_seq times a
  *    one-sequence session's;
+ *  - a prompt read in chunks aligned to 8 positions, of at least 8 tokens
+ *    each, gives bit for bit the logits of the prompt read whole;
  *  - with each prompt decoded on its own, steps of one token per sequence
  *    give every sequence bit for bit its logits alone; also on random
  *    models written by cllm-gen-model (argv[1]) whose matrices take the
- *    kernels plan (Q8_0, Q5_1, Q6_K), rows of 5 and 17 blocks.
+ *    kernels plan (Q8_0, Q5_1, Q6_K) and F32, rows of 5 and 17 blocks.
  */
 #include "cllm.h"
 #include "common/check.h"
@@ -271,6 +273,46 @@ static void check_params(const char *path) {
     cllm_model_free(m);
 }
 
+/* A prompt read in chunks that start at multiples of 8 positions and hold
+ * at least 8 tokens (the last one too) gives bit for bit the logits of the
+ * prompt read whole: what lets cllm serve reuse a cut cache. */
+static void check_chunks(const char *path) {
+    cllm_model *m = NULL;
+    CHECKF(cllm_model_load(path, NULL, &m) == CLLM_OK, "%s: %s", path, cllm_last_error());
+    if (!m) return;
+    enum { N = 203 };
+    static const int cuts[][4] = {{48}, {96, 160}, {8, 16, 24}, {192}};
+    const int64_t n_vocab = cllm_model_n_vocab(m);
+    int32_t prompt[N];
+    for (int j = 0; j < N; j++) prompt[j] = (int32_t)((7919 * j + 13) % (n_vocab - 10) + 5);
+    cllm_session_params sp = cllm_session_default_params();
+    sp.n_ctx = 256;
+    sp.n_batch = 256;
+    sp.n_threads = 2;
+    float *whole = malloc((size_t)n_vocab * sizeof(float));
+    cllm_session *s = NULL;
+    CHECKF(cllm_session_new(m, &sp, &s) == CLLM_OK, "%s", cllm_last_error());
+    if (!s || !whole) goto done;
+    CHECK(cllm_session_decode(s, prompt, N) == CLLM_OK);
+    memcpy(whole, cllm_session_logits(s), (size_t)n_vocab * sizeof(float));
+    for (size_t c = 0; c < sizeof(cuts) / sizeof(cuts[0]); c++) {
+        cllm_session_reset(s);
+        int at = 0;
+        for (int k = 0; k <= 4 && at < N; k++) {
+            const int end = k < 4 && cuts[c][k] > 0 ? cuts[c][k] : N;
+            CHECK(cllm_session_decode(s, prompt + at, end - at) == CLLM_OK);
+            at = end;
+        }
+        const float *got = cllm_session_logits(s);
+        CHECKF(got && !memcmp(got, whole, (size_t)n_vocab * sizeof(float)),
+               "%s: chunks from %d: the logits differ from the whole prompt's", path, cuts[c][0]);
+    }
+done:
+    free(whole);
+    cllm_session_free(s);
+    cllm_model_free(m);
+}
+
 /* check_invariance on random llama files of the types whose steps go
  * through the kernels plan (written by cllm-gen-model at `gen`). */
 static void check_invariance_types(const char *gen) {
@@ -283,7 +325,7 @@ static void check_invariance_types(const char *gen) {
     const char *tmp = getenv("TMPDIR");
     snprintf(dir, sizeof(dir), "%s/cllm-test-seqs-XXXXXX", tmp && *tmp ? tmp : P_tmpdir);
     CHECK(mkdtemp(dir) != NULL);
-    static const char *const types[] = {"q8_0", "q5_1", "q6_k"};
+    static const char *const types[] = {"q8_0", "q5_1", "q6_k", "f32"};
     for (size_t i = 0; i < sizeof(types) / sizeof(types[0]); i++) {
         snprintf(path, sizeof(path), "%s/llama-%s.gguf", dir, types[i]);
         /* n_embd 160: rows of 5 blocks of 32; n_ff 544: 17 (Q6_K: 256
@@ -295,6 +337,7 @@ static void check_invariance_types(const char *gen) {
                  gen, vocab, path, k ? 256 : 160, k ? 768 : 544, types[i]);
         CHECKF(system(cmd) == 0, "%s", cmd);
         check_invariance(path);
+        check_chunks(path);
         remove(path);
     }
     rmdir(dir);
@@ -318,6 +361,7 @@ int main(int argc, char **argv) {
         refs_model_path(path, sizeof(path), k_models[i].file);
         check_model(path, k_models[i].tol);
         check_invariance(path);
+        check_chunks(path);
         if (i == 0) check_params(path);
     }
     check_invariance_types(argc > 1 ? argv[1] : NULL);

@@ -8,7 +8,9 @@
  *    (whole and streamed), and every bad input with its status and error
  *    object; the server keeps serving;
  *  - SmolLM2 (a ChatML template): chat equal to `cllm run --temp 0 --chat`,
- *    a second turn served from the cache (cached_tokens), the API key, a
+ *    a second turn served from the cache (cached_tokens), a prompt that
+ *    shares a beginning with a slot's cache (its rows reused, the answer
+ *    unchanged), the API key, a
  *    client that leaves mid-stream (its slot is freed), a small load test
  *    (4 streaming clients x 5 requests, some cancelled: every greedy answer
  *    equal to the one given alone; three rounds, the server's resident
@@ -751,6 +753,24 @@ static void check_smollm2(const char *model) {
         resp_free(&r);
     }
     free(answer);
+
+    /* a question that shares the first one's beginning reuses the rows of
+     * that prompt (cut to a multiple of 8), and answers as a fresh read */
+    snprintf(run_args, sizeof(run_args),
+             "-m '%s' --temp 0 --chat -n 24 -p 'Name a fruit and a color.'", model);
+    ref = run_text(run_args);
+    body = chat_body("Name a fruit and a color.", NULL, NULL, 24, false);
+    r = http(s.port, "POST", "/v1/chat/completions", body);
+    free(body);
+    answer = whole_text(&r, NULL, 0);
+    const long cut = usage_field(&r, "cached_tokens");
+    CHECKF(r.status == 200 && cut > 0 && cut < p1 && cut % 8 == 0, "cached %ld (turn 1: %ld)", cut,
+           p1);
+    CHECKF(answer && ref && !strcmp(answer, ref), "reused: server '%s' vs run '%s'",
+           answer ? answer : r.body, ref ? ref : "(none)");
+    resp_free(&r);
+    free(answer);
+    free(ref);
 
     /* logprobs, then frequency and presence penalties checked with them */
     (void)check_chat_logprobs(s.port, "", false, 0, 0);

@@ -16,6 +16,7 @@ struct srv_slot {
     int index;       /* also its sequence in the engine's session */
     int32_t *cached; /* [n_ctx]: the ids in the KV cache, n_cached of them */
     size_t n_cached;
+    size_t n_fresh; /* the first rows, computed as a fresh read computes them */
 
     srv_job *job; /* NULL: idle */
     cllm_sampler *smp;
@@ -224,6 +225,7 @@ bool srv_engine_init(srv_engine *e, const cllm_model *model, cllm_pipe *pipe, in
     }
     e->n_batch = sp.n_batch > 0 ? sp.n_batch : 512;
     if (e->n_batch < n_slots) e->n_batch = n_slots;
+    e->aligned = e->n_batch >= 2 * SRV_ALIGN;
     return true;
 }
 
@@ -288,6 +290,7 @@ static void slot_start(srv_engine *e, srv_slot *sl, srv_job *j, size_t lcp) {
         lcp = 0;
     }
     sl->n_cached = lcp;
+    if (sl->n_fresh > lcp) sl->n_fresh = lcp;
     sl->n_fed = lcp;
     j->n_cached = lcp;
     for (size_t i = 0; i < sl->n_gen; i++) sl->counts[sl->gen[i]] = 0;
@@ -315,29 +318,48 @@ static void slot_start(srv_engine *e, srv_slot *sl, srv_job *j, size_t lcp) {
 }
 
 /*
- * The prompt tokens a slot can reuse: its whole cache when the prompt
- * extends it (a chat's next turn), else none.
+ * The prompt tokens a slot can reuse.
  *
- * TODO(#13): reuse the longest common prefix in every case (truncating the
- * rest). The rows a slot keeps were computed in the batches of its earlier
- * requests (a prompt chunk, or one token at a time), and the kernels round
- * a batch of many columns differently from one of few, so after a cut the
- * greedy tokens can differ from those of a fresh read of the same prompt
- * (seen with SmolLM2: a token flips a few positions after the cut), and a
- * request's answer would depend on what its slot ran before. Reusing only
- * a cache the prompt extends keeps answers reproducible for a given
- * conversation.
+ * - Its whole cache, when the prompt extends it: a conversation's next
+ *   turn. The rows of the earlier answer were computed one token at a
+ *   time, which the kernels round differently from a prompt chunk, so the
+ *   answer is that of this conversation in this order (as with any chat
+ *   engine), not always bit for bit that of a fresh read of the prompt.
+ * - Otherwise the longest common prefix, cut back to rows computed as a
+ *   fresh read of the prompt computes them (n_fresh) and to a multiple of
+ *   SRV_ALIGN, with at least SRV_ALIGN tokens left to decode. Prompt chunks
+ *   start at multiples of SRV_ALIGN and hold at least SRV_ALIGN tokens
+ *   (prompt_chunk), and decoding the same tokens in any such chunks gives
+ *   the same rows and logits bit for bit (the kernels sum every column the
+ *   same way in groups of 8 columns from the chunk's start; test_session
+ *   checks it), so such a reuse does not change any answer: a shared system
+ *   prompt, a regenerated or edited last message.
  */
-static size_t common_prefix(const int32_t *a, size_t na, const int32_t *b, size_t nb) {
-    size_t i = 0;
-    while (i < na && i < nb && a[i] == b[i]) i++;
-    return i == na ? i : 0;
+static size_t slot_reuse(const srv_engine *e, const srv_slot *sl, const srv_job *j) {
+    size_t lcp = 0;
+    while (lcp < sl->n_cached && lcp < j->n_prompt && sl->cached[lcp] == j->prompt[lcp]) lcp++;
+    if (lcp == sl->n_cached) return lcp;
+    if (!e->aligned || j->n_prompt < 2 * SRV_ALIGN) return 0;
+    size_t r = lcp < sl->n_fresh ? lcp : sl->n_fresh;
+    if (r > j->n_prompt - SRV_ALIGN) r = j->n_prompt - SRV_ALIGN;
+    return r - r % SRV_ALIGN;
+}
+
+/* The next chunk of a prompt with `left` tokens to read: n_batch rounded
+ * down to a multiple of SRV_ALIGN, one alignment less when the rest would
+ * be shorter than SRV_ALIGN, the whole rest when it fits. */
+static int64_t prompt_chunk(const srv_engine *e, size_t left) {
+    if (!e->aligned) return (int64_t)(left < (size_t)e->n_batch ? left : (size_t)e->n_batch);
+    const size_t b = (size_t)e->n_batch - (size_t)e->n_batch % SRV_ALIGN;
+    if (left <= b) return (int64_t)left;
+    return (int64_t)(left - b < SRV_ALIGN ? b - SRV_ALIGN : b);
 }
 
 /* Under the mutex: cancels what must be, then gives queued jobs to idle
- * slots, each to the idle slot whose cache it extends the most; a job that
- * extends none takes the slot used longest ago (an empty one first), so the
- * caches of other conversations live as long as they can. */
+ * slots, each to the idle slot of which it can reuse the most tokens
+ * (slot_reuse); a job that can reuse none takes the slot used longest ago
+ * (an empty one first), so the caches of other conversations live as long
+ * as they can. */
 static void engine_schedule(srv_engine *e) {
     const double now = cllm_time_ms();
     for (int i = 0; i < e->n_slots; i++) {
@@ -364,7 +386,7 @@ static void engine_schedule(srv_engine *e) {
             for (int i = 0; i < e->n_slots; i++) {
                 const srv_slot *sl = &e->slots[i];
                 if (sl->job) continue;
-                const size_t lcp = common_prefix(sl->cached, sl->n_cached, j->prompt, j->n_prompt);
+                const size_t lcp = slot_reuse(e, sl, j);
                 if (best < 0 || lcp > best_lcp ||
                     (lcp == best_lcp && sl->started < e->slots[best].started)) {
                     best = i, best_lcp = lcp;
@@ -632,7 +654,7 @@ static int srv_engine_step(srv_engine *e) {
             if (pass == 1) {
                 const size_t left = j->n_prompt - sl->n_fed;
                 w->ids = j->prompt + sl->n_fed;
-                w->n = (int64_t)(left < (size_t)e->n_batch ? left : (size_t)e->n_batch);
+                w->n = prompt_chunk(e, left);
                 w->sample = (size_t)w->n == left;
             } else {
                 w->ids = &sl->pending;
@@ -664,6 +686,11 @@ static int srv_engine_step(srv_engine *e) {
             continue;
         }
         memcpy(sl->cached + sl->n_cached, w->ids, (size_t)w->n * sizeof(int32_t));
+        /* an aligned prompt chunk after fresh rows: its rows are fresh too */
+        if (w->ids != &sl->pending && e->aligned && sl->n_fresh == sl->n_cached &&
+            sl->n_cached % SRV_ALIGN == 0 && w->n >= SRV_ALIGN) {
+            sl->n_fresh += (size_t)w->n;
+        }
         sl->n_cached += (size_t)w->n;
         if (sl->n_fed < sl->job->n_prompt) sl->n_fed += (size_t)w->n;
         if (w->sample) slot_sample(e, sl);

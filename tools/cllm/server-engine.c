@@ -225,7 +225,9 @@ bool srv_engine_init(srv_engine *e, const cllm_model *model, cllm_pipe *pipe, in
     }
     e->n_batch = sp.n_batch > 0 ? sp.n_batch : 512;
     if (e->n_batch < n_slots) e->n_batch = n_slots;
-    e->aligned = e->n_batch >= 2 * SRV_ALIGN;
+    /* not across ranks: a rank whose layers slide a window may refuse a
+     * rewind that rank 0 accepted, which would end the pipeline */
+    e->aligned = !pipe && e->n_batch >= 2 * SRV_ALIGN;
     return true;
 }
 

@@ -109,8 +109,9 @@ typedef struct srv_engine {
     cllm_session *s; /* one sequence (KV cache) per slot */
     int64_t n_ctx, n_batch;
     /* prompt chunks start at multiples of SRV_ALIGN and hold at least
-     * SRV_ALIGN tokens (n_batch >= 2 * SRV_ALIGN), so that a cut cache can
-     * be reused as a fresh read would compute it (server-engine.c) */
+     * SRV_ALIGN tokens (n_batch >= 2 * SRV_ALIGN, one process), so that a
+     * cut cache can be reused as a fresh read would compute it
+     * (server-engine.c) */
     bool aligned;
     int max_queue;
 

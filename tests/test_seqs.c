@@ -19,9 +19,10 @@
  *  - a prompt read in chunks aligned to 8 positions, of at least 8 tokens
  *    each, gives bit for bit the logits of the prompt read whole;
  *  - with each prompt decoded on its own, steps of one token per sequence
- *    give every sequence bit for bit its logits alone; also on random
- *    models written by cllm-gen-model (argv[1]) whose matrices take the
- *    kernels plan (Q8_0, Q5_1, Q6_K) and F32, rows of 5 and 17 blocks.
+ *    give every sequence bit for bit its logits alone;
+ *  - both of the last two also on random models written by cllm-gen-model
+ *    (argv[1]): Q8_0, Q5_1, Q6_K (the kernels plan), F32, F16, Q4_1 and
+ *    Q4_K, rows of 5 and 17 blocks.
  */
 #include "cllm.h"
 #include "common/check.h"
@@ -325,12 +326,12 @@ static void check_invariance_types(const char *gen) {
     const char *tmp = getenv("TMPDIR");
     snprintf(dir, sizeof(dir), "%s/cllm-test-seqs-XXXXXX", tmp && *tmp ? tmp : P_tmpdir);
     CHECK(mkdtemp(dir) != NULL);
-    static const char *const types[] = {"q8_0", "q5_1", "q6_k", "f32"};
+    static const char *const types[] = {"q8_0", "q5_1", "q6_k", "f32", "f16", "q4_1", "q4_k"};
     for (size_t i = 0; i < sizeof(types) / sizeof(types[0]); i++) {
         snprintf(path, sizeof(path), "%s/llama-%s.gguf", dir, types[i]);
-        /* n_embd 160: rows of 5 blocks of 32; n_ff 544: 17 (Q6_K: 256
+        /* n_embd 160: rows of 5 blocks of 32; n_ff 544: 17 (K-quants: 256
          * elements a block, so n_embd 256 and n_ff 768) */
-        const bool k = !strcmp(types[i], "q6_k");
+        const bool k = strstr(types[i], "_k") != NULL;
         snprintf(cmd, sizeof(cmd),
                  "'%s' --vocab '%s' --out '%s' --n-embd %d --n-layer 2 --n-head 4 --n-head-kv 2 "
                  "--n-ff %d --n-ctx 128 --type %s --seed 3",

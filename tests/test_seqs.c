@@ -17,10 +17,12 @@
  *  - memory: planned == allocated per kind, and the state is n_seq times a
  *    one-sequence session's;
  *  - a prompt read in chunks aligned to 8 positions, of at least 8 tokens
- *    each, gives bit for bit the logits of the prompt read whole;
+ *    each, gives bit for bit the logits of the prompt read whole; prompts
+ *    read in one batch (aligned to 8 columns) give each sequence bit for bit
+ *    its logits alone, and so do the steps after them;
  *  - with each prompt decoded on its own, steps of one token per sequence
  *    give every sequence bit for bit its logits alone;
- *  - both of the last two also on random models written by cllm-gen-model
+ *  - the last three also on random models written by cllm-gen-model
  *    (argv[1]): Q8_0, Q5_1, Q6_K (the kernels plan), F32, F16, Q4_1 and
  *    Q4_K, rows of 5 and 17 blocks.
  */
@@ -40,16 +42,20 @@ static void quiet(cllm_log_level level, const char *msg, void *ud) {
     (void)level, (void)msg, (void)ud;
 }
 
-static cllm_session *new_session(const cllm_model *m, int n_seq) {
+static cllm_session *new_session_batch(const cllm_model *m, int n_seq, int n_batch) {
     cllm_session_params sp = cllm_session_default_params();
     sp.n_ctx = N_CTX;
-    sp.n_batch = N_BATCH;
+    sp.n_batch = n_batch;
     sp.n_threads = 2;
     sp.n_seq = n_seq;
     cllm_session *s = NULL;
     const cllm_status st = cllm_session_new(m, &sp, &s);
     CHECKF(st == CLLM_OK, "session of %d sequences: %s", n_seq, cllm_last_error());
     return st == CLLM_OK ? s : NULL;
+}
+
+static cllm_session *new_session(const cllm_model *m, int n_seq) {
+    return new_session_batch(m, n_seq, N_BATCH);
 }
 
 static int32_t argmax(const float *x, int64_t n) {
@@ -314,6 +320,51 @@ done:
     cllm_model_free(m);
 }
 
+/* Prompts read in one batch, each starting at a multiple of 8 columns (the
+ * ones before the last of whole groups of 8), give every sequence bit for
+ * bit its logits alone, and so do the steps after them: what lets cllm
+ * serve read several requests' prompts in one pass. */
+static void check_joined(const char *path) {
+    cllm_model *m = NULL;
+    CHECKF(cllm_model_load(path, NULL, &m) == CLLM_OK, "%s: %s", path, cllm_last_error());
+    if (!m) return;
+    const int64_t n_vocab = cllm_model_n_vocab(m);
+    static const int lens[N_SEQ] = {40, 16, 19};
+    int32_t prompt[N_SEQ][40], next[N_SEQ];
+    for (int i = 0; i < N_SEQ; i++) {
+        for (int j = 0; j < lens[i]; j++) {
+            prompt[i][j] = (int32_t)((31 * i + 7919 * j + 11) % (n_vocab - 10) + 5);
+        }
+    }
+    cllm_session *s = new_session_batch(m, N_SEQ, 80);
+    cllm_session *ref[N_SEQ] = {NULL};
+    for (int i = 0; i < N_SEQ; i++) ref[i] = new_session_batch(m, 1, 80);
+    if (!s || !ref[0] || !ref[1] || !ref[2]) goto done;
+    cllm_seq_tokens items[N_SEQ];
+    for (int i = 0; i < N_SEQ; i++) {
+        items[i] = (cllm_seq_tokens){i, prompt[i], lens[i]};
+        CHECK(cllm_session_decode(ref[i], prompt[i], lens[i]) == CLLM_OK);
+    }
+    CHECK(cllm_session_decode_seqs(s, items, N_SEQ) == CLLM_OK);
+    for (int step = 0; step < 3; step++) {
+        for (int i = 0; i < N_SEQ; i++) {
+            const float *a = cllm_session_seq_logits(s, i), *b = cllm_session_logits(ref[i]);
+            CHECKF(a && b && !memcmp(a, b, (size_t)n_vocab * sizeof(float)),
+                   "%s: prompts read together, step %d: sequence %d differs from alone", path, step,
+                   i);
+            if (!a || !b) goto done;
+            next[i] = argmax(b, n_vocab);
+            items[i] = (cllm_seq_tokens){i, &next[i], 1};
+            CHECK(cllm_session_decode(ref[i], &next[i], 1) == CLLM_OK);
+        }
+        CHECK(cllm_session_decode_seqs(s, items, N_SEQ) == CLLM_OK);
+    }
+done:
+    for (int i = 0; i < N_SEQ; i++) cllm_session_free(ref[i]);
+    cllm_session_free(s);
+    cllm_model_free(m);
+}
+
 /* check_invariance on random llama files of the types whose steps go
  * through the kernels plan (written by cllm-gen-model at `gen`). */
 static void check_invariance_types(const char *gen) {
@@ -339,6 +390,7 @@ static void check_invariance_types(const char *gen) {
         CHECKF(system(cmd) == 0, "%s", cmd);
         check_invariance(path);
         check_chunks(path);
+        check_joined(path);
         remove(path);
     }
     rmdir(dir);
@@ -363,6 +415,7 @@ int main(int argc, char **argv) {
         check_model(path, k_models[i].tol);
         check_invariance(path);
         check_chunks(path);
+        check_joined(path);
         if (i == 0) check_params(path);
     }
     check_invariance_types(argc > 1 ? argv[1] : NULL);

@@ -820,14 +820,15 @@ typedef struct cllm_seq_tokens {
  * the CPU they are bit for bit those the sequence gets alone when every
  * item has one token, or when every item but the last has a multiple of 8
  * tokens (the kernels sum columns in groups of 8 from a batch's first).
- * Reading a prompt in
- * chunks that start at multiples of 8 positions and hold at least 8 tokens
- * also gives the logits of reading it whole, bit for bit (cllm serve
- * relies on it to reuse a cut cache). Afterwards cllm_session_seq_logits(s, seq) holds each one's
- * last token's logits. The tokens together must fit in one batch (n_batch): the caller feeds long
- * prompts in chunks. CLLM_ERR_INVALID_ARG for a bad or repeated sequence, an empty item or a token
- * out of range; CLLM_ERR_TOO_LARGE for a sequence whose context would overflow or more than n_batch
- * tokens. On any error no sequence changes (tokens and logits as before).
+ * Reading a prompt in chunks that start at multiples of 8 positions and
+ * hold at least 8 tokens also gives the logits of reading it whole, bit for
+ * bit (cllm serve relies on it to reuse a cut cache). Afterwards
+ * cllm_session_seq_logits(s, seq) holds each one's last token's logits.
+ * The tokens together must fit in one batch (n_batch): the caller feeds
+ * long prompts in chunks. CLLM_ERR_INVALID_ARG for a bad or repeated
+ * sequence, an empty item or a token out of range; CLLM_ERR_TOO_LARGE for
+ * a sequence whose context would overflow or more than n_batch tokens. On
+ * any error no sequence changes (tokens and logits as before).
  */
 cllm_status cllm_session_decode_seqs(cllm_session *s, const cllm_seq_tokens *items, int n);
 

@@ -333,7 +333,7 @@ static void slot_start(srv_engine *e, srv_slot *sl, srv_job *j, size_t lcp) {
  *   start at multiples of SRV_ALIGN and hold at least SRV_ALIGN tokens
  *   (prompt_chunk), and decoding the same tokens in any such chunks gives
  *   the same rows and logits bit for bit (the kernels sum every column the
- *   same way in groups of 8 columns from the chunk's start; test_session
+ *   same way in groups of 8 columns from the chunk's start; test_seqs
  *   checks it), so such a reuse does not change any answer: a shared system
  *   prompt, a regenerated or edited last message.
  */

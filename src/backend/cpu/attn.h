@@ -1,5 +1,6 @@
 /*
- * Internal: the SIMD unit kernel of the fused attention (ops-attn.c).
+ * Internal: the SIMD unit kernels of the fused attention (ops-attn.c), one
+ * per x86 level (attn-avx512.c, attn-avx2.c).
  *
  * A unit is (kv head g, query heads h0..h0+nh-1, tokens t0..t0+nt-1), its
  * query rows (row = ti * nh + h) already F32 in q [rows][D], with the online
@@ -31,5 +32,6 @@ static inline size_t cllm_attn_fast_scratch(int64_t D, int64_t Dv) {
 }
 
 void cllm_cpu_attn_unit_avx512(const cllm_tensor *dst, const cllm_attn_unit *u, float *scratch);
+void cllm_cpu_attn_unit_avx2(const cllm_tensor *dst, const cllm_attn_unit *u, float *scratch);
 
 #endif /* CLLM_BACKEND_CPU_ATTN_H */

@@ -73,9 +73,9 @@ static bool attn_plain_rows(const cllm_tensor *t) {
 static bool attn_fast(const cllm_tensor *dst) {
     const cllm_tensor *k = dst->src[1], *v = dst->src[2], *mask = dst->src[3];
 #if defined(__x86_64__) || defined(__i386__)
-    return cllm_cpu_isa_level() >= CLLM_CPU_ISA_AVX512 && attn_plain_rows(k) &&
-           attn_plain_rows(v) && (!mask || attn_plain_rows(mask)) && k->ne[0] % 16 == 0 &&
-           v->ne[0] % 16 == 0 && k->nb[1] <= INT32_MAX / 16;
+    return cllm_cpu_isa_level() >= CLLM_CPU_ISA_AVX2 && attn_plain_rows(k) && attn_plain_rows(v) &&
+           (!mask || attn_plain_rows(mask)) && k->ne[0] % 16 == 0 && v->ne[0] % 16 == 0 &&
+           k->nb[1] <= INT32_MAX / 16;
 #else
     (void)k, (void)v, (void)mask;
     return false;
@@ -201,7 +201,11 @@ void cllm_cpu_attn(const cllm_cpu_params *params, cllm_tensor *dst) {
                                       .acc = acc,
                                       .mx = mx,
                                       .sum = sum};
-            cllm_cpu_attn_unit_avx512(dst, &u, fast);
+            if (cllm_cpu_isa_level() >= CLLM_CPU_ISA_AVX512) {
+                cllm_cpu_attn_unit_avx512(dst, &u, fast);
+            } else {
+                cllm_cpu_attn_unit_avx2(dst, &u, fast);
+            }
         }
 #endif
         for (int64_t j = 0; j < n_live && !fast; j++) {

@@ -1,0 +1,221 @@
+/*
+ * The fused attention (ops-attn.c) for AVX2 + FMA + F16C, one unit of work
+ * at a time: the AVX-512 kernel's way (attn-avx512.c) at 256 bits. Keys go
+ * by blocks of AY_KB; per block the keys are converted to F32 and
+ * transposed into [D][KB] by 8 x 8 register transposes of whole rows (AVX2
+ * gathers are slower still), the values converted ([KB][Dv]); then for each
+ * pair of query rows the scores are FMAs over d on 8 keys at a time, the
+ * mask and the online softmax update are vector operations (exponential:
+ * cllm_exp256), and the weighted values are added with FMAs into the rows'
+ * accumulators. Blocks of 32 keys keep two rows' scores in 8 of the 16
+ * registers. Compiled for these instructions only; ops-attn.c calls it
+ * only at the AVX2 level and where the shapes fit (cllm_cpu_attn_fast).
+ */
+#include "backend/cpu/attn.h"
+#include "backend/cpu/ops-impl.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx2,fma,f16c"))), apply_to = function)
+#else
+#pragma GCC push_options
+#pragma GCC target("avx2,fma,f16c")
+#endif
+
+#include <immintrin.h>
+#include <math.h>
+
+#include "backend/cpu/vec-avx2.h"
+
+#define AY_INLINE static inline __attribute__((always_inline))
+#define KB        32 /* keys per block */
+_Static_assert(KB <= CLLM_ATTN_KB, "the scratch (cllm_attn_fast_scratch) holds CLLM_ATTN_KB keys");
+
+/* 8 values of a row of type t (F32 or F16) at p, as F32. */
+AY_INLINE __m256 ay_load8(cllm_type t, const char *p) {
+    if (t == CLLM_TYPE_F32) return _mm256_loadu_ps((const float *)p);
+    return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
+}
+
+AY_INLINE float ay_hmax(__m256 v) {
+    __m128 s = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_max_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_max_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+AY_INLINE float ay_hsum(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+/* The mask of token t for keys j0 + c .. j0 + c + 7, -inf past the block's
+ * nk keys (0 without a mask). */
+AY_INLINE __m256 ay_mask8(const cllm_tensor *mask, int64_t j0, int64_t c, int64_t nk, int64_t t) {
+    const int64_t n = nk - c;
+    if (n >= 8) {
+        return mask ? ay_load8(mask->type, cllm_cpu_elem(mask, j0 + c, t, 0, 0))
+                    : _mm256_setzero_ps();
+    }
+    float m[8];
+    for (int64_t i = 0; i < 8; i++) {
+        m[i] = i >= n ? -INFINITY
+               : mask ? cllm_cpu_load(mask->type, cllm_cpu_elem(mask, j0 + c + i, t, 0, 0))
+                      : 0.0f;
+    }
+    return _mm256_loadu_ps(m);
+}
+
+/* Folds one key block into nr (1 or 2) query rows: scores over d as FMAs on
+ * the transposed keys, the mask, the online softmax update, the weighted
+ * values. pw holds 2 x KB weights. */
+AY_INLINE void ay_rows(int nr, const cllm_attn_unit *u, const int64_t *rows, const int64_t *tis,
+                       int64_t D, int64_t Dv, int64_t nk, float scale, const float *kt,
+                       const float *vf, const float *mf, float *pw) {
+    const __m256 ninf = _mm256_set1_ps(-INFINITY);
+    __m256 s[2][KB / 8];
+    for (int r = 0; r < nr; r++)
+        for (int x = 0; x < KB / 8; x++) s[r][x] = _mm256_setzero_ps();
+    const float *q0 = u->q + rows[0] * D, *q1 = u->q + rows[nr - 1] * D;
+    for (int64_t d = 0; d < D; d++) {
+        const __m256 a0 = _mm256_set1_ps(q0[d]), a1 = _mm256_set1_ps(q1[d]);
+        for (int x = 0; x < KB / 8; x++) {
+            const __m256 kv = _mm256_loadu_ps(kt + d * KB + 8 * x);
+            s[0][x] = _mm256_fmadd_ps(a0, kv, s[0][x]);
+            if (nr == 2) s[1][x] = _mm256_fmadd_ps(a1, kv, s[1][x]);
+        }
+    }
+    float cf[2];
+    for (int r = 0; r < nr; r++) {
+        const int64_t row = rows[r];
+        __m256 bm = ninf;
+        for (int x = 0; x < KB / 8; x++) {
+            s[r][x] = _mm256_fmadd_ps(s[r][x], _mm256_set1_ps(scale),
+                                      _mm256_loadu_ps(mf + tis[r] * KB + 8 * x));
+            bm = _mm256_max_ps(bm, s[r][x]);
+        }
+        const float bmax = ay_hmax(bm);
+        float *p = pw + r * KB;
+        if (bmax == -INFINITY) { /* every key of the block masked for this row */
+            for (int x = 0; x < KB / 8; x++) _mm256_storeu_ps(p + 8 * x, _mm256_setzero_ps());
+            cf[r] = 1.0f;
+            continue;
+        }
+        const float m_old = u->mx[row], m_new = m_old > bmax ? m_old : bmax;
+        cf[r] = expf(m_old - m_new); /* 0 for the first live block */
+        __m256 l = _mm256_setzero_ps();
+        const __m256 mn = _mm256_set1_ps(m_new);
+        for (int x = 0; x < KB / 8; x++) {
+            const __m256 e = cllm_exp256(_mm256_sub_ps(s[r][x], mn));
+            /* masked keys: exactly 0 */
+            const __m256 keep = _mm256_cmp_ps(s[r][x], ninf, _CMP_NEQ_OQ);
+            const __m256 pz = _mm256_and_ps(keep, e);
+            _mm256_storeu_ps(p + 8 * x, pz);
+            l = _mm256_add_ps(l, pz);
+        }
+        u->sum[row] = u->sum[row] * cf[r] + ay_hsum(l);
+        u->mx[row] = m_new;
+    }
+    float *acc0 = u->acc + rows[0] * Dv, *acc1 = u->acc + rows[nr - 1] * Dv;
+    const __m256 c0 = _mm256_set1_ps(cf[0]), c1 = _mm256_set1_ps(cf[nr - 1]);
+    for (int64_t i = 0; i < Dv; i += 32) {
+        const int nv = (int)CLLM_MIN((int64_t)4, (Dv - i) / 8);
+        __m256 a0[4], a1[4];
+        for (int x = 0; x < nv; x++) {
+            a0[x] = _mm256_mul_ps(_mm256_loadu_ps(acc0 + i + 8 * x), c0);
+            if (nr == 2) a1[x] = _mm256_mul_ps(_mm256_loadu_ps(acc1 + i + 8 * x), c1);
+        }
+        for (int64_t jj = 0; jj < nk; jj++) {
+            const __m256 w0 = _mm256_set1_ps(pw[jj]), w1 = _mm256_set1_ps(pw[KB + jj]);
+            for (int x = 0; x < nv; x++) {
+                const __m256 vv = _mm256_loadu_ps(vf + jj * Dv + i + 8 * x);
+                a0[x] = _mm256_fmadd_ps(w0, vv, a0[x]);
+                if (nr == 2) a1[x] = _mm256_fmadd_ps(w1, vv, a1[x]);
+            }
+        }
+        for (int x = 0; x < nv; x++) {
+            _mm256_storeu_ps(acc0 + i + 8 * x, a0[x]);
+            if (nr == 2) _mm256_storeu_ps(acc1 + i + 8 * x, a1[x]);
+        }
+    }
+}
+
+void cllm_cpu_attn_unit_avx2(const cllm_tensor *dst, const cllm_attn_unit *u, float *scratch) {
+    const cllm_tensor *k = dst->src[1], *v = dst->src[2], *mask = dst->src[3];
+    const float scale = cllm_get_op_param_f32(dst, 0);
+    const int64_t D = k->ne[0], Dv = v->ne[0], n_kv = u->n_kv, nt = u->nt, nh = u->nh;
+    const size_t kes = k->type == CLLM_TYPE_F32 ? 4 : 2, ves = v->type == CLLM_TYPE_F32 ? 4 : 2;
+    float *kt = scratch;      /* [D][KB] */
+    float *vf = kt + D * KB;  /* [KB][Dv] */
+    float *mf = vf + KB * Dv; /* [nt][KB] mask (-inf beyond the keys) */
+    float *pw = mf + 8 * KB;  /* [2][KB] weights of two rows */
+
+    for (int64_t j0 = 0; j0 < n_kv; j0 += KB) {
+        const int64_t nk = CLLM_MIN((int64_t)KB, n_kv - j0);
+        bool live[8], any = false;
+        for (int64_t ti = 0; ti < nt; ti++) {
+            __m256 mx = _mm256_set1_ps(-INFINITY);
+            for (int64_t c = 0; c < KB; c += 8) {
+                const __m256 mv = ay_mask8(mask, j0, c, nk, u->t0 + ti);
+                _mm256_storeu_ps(mf + ti * KB + c, mv);
+                mx = _mm256_max_ps(mx, mv);
+            }
+            live[ti] = ay_hmax(mx) != -INFINITY;
+            any = any || live[ti];
+        }
+        if (!any) continue; /* hidden from every token of the unit */
+
+        /* keys, transposed, F32; lanes beyond nk zero */
+        for (int64_t c = 0; c < KB; c += 8) {
+            const char *rows[8];
+            for (int i = 0; i < 8; i++) {
+                rows[i] = c + i < nk ? cllm_cpu_elem(k, 0, j0 + c + i, u->g, 0) : NULL;
+            }
+            for (int64_t d = 0; d < D; d += 8) {
+                __m256 r[8];
+                for (int i = 0; i < 8; i++) {
+                    r[i] = rows[i] ? ay_load8(k->type, rows[i] + (size_t)d * kes)
+                                   : _mm256_setzero_ps();
+                }
+                cllm_transpose8_ps(r);
+                for (int i = 0; i < 8; i++) _mm256_storeu_ps(kt + (d + i) * KB + c, r[i]);
+            }
+        }
+        for (int64_t jj = 0; jj < nk; jj++) {
+            const char *vr = cllm_cpu_elem(v, 0, j0 + jj, u->g, 0);
+            for (int64_t i = 0; i < Dv; i += 8) {
+                _mm256_storeu_ps(vf + jj * Dv + i, ay_load8(v->type, vr + (size_t)i * ves));
+            }
+        }
+
+        /* the query rows of live tokens, two at a time (shared key and
+         * value loads, twice the independent FMA chains) */
+        int64_t rows[2], tis[2];
+        int nr = 0;
+        for (int64_t ti = 0; ti < nt; ti++) {
+            if (!live[ti]) continue;
+            for (int64_t h = 0; h < nh; h++) {
+                rows[nr] = ti * nh + h;
+                tis[nr] = ti;
+                if (++nr == 2) {
+                    ay_rows(2, u, rows, tis, D, Dv, nk, scale, kt, vf, mf, pw);
+                    nr = 0;
+                }
+            }
+        }
+        if (nr == 1) ay_rows(1, u, rows, tis, D, Dv, nk, scale, kt, vf, mf, pw);
+    }
+}
+
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
+#pragma GCC pop_options
+#endif
+
+#else
+typedef int cllm_attn_avx2_unused; /* not x86: nothing to build */
+#endif

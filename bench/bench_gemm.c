@@ -1,0 +1,183 @@
+/*
+ * The panel GEMM of prompt processing (gemm.h) at every fast level the CPU
+ * has: one panel of weight rows (16 quantized, 32 float), K = 2048, against
+ * 64 activation columns, with the packing and the activation quantization
+ * timed apart. Prints GOP/s (2 * rows * K * columns per second) of the
+ * kernel as the median and the best of the repetitions (each ~2 ms after a
+ * warm-up), and ns per packed panel and per quantized column. The panel and
+ * columns stay in L1/L2: this measures the arithmetic, not memory.
+ *
+ *     bench_gemm [repetitions [type]]
+ *
+ * Never fails: a level or type the CPU cannot run is left out.
+ */
+#define _POSIX_C_SOURCE 200809L /* clock_gettime */
+
+#include "backend/cpu/gemm.h"
+#include "backend/cpu/kernels.h"
+#include "core/common.h"
+#include "core/types.h"
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define B_K    2048
+#define B_COLS 64
+
+static double now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
+}
+
+static uint64_t g_rng = 0x2545f4914f6cdd1dull;
+
+static float rng_f(void) {
+    g_rng = g_rng * 6364136223846793005ull + 1442695040888963407ull;
+    return (float)(g_rng >> 40) / 16777216.0f - 0.5f;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    const double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+typedef struct bench_case {
+    cllm_type t;
+    bool flt;       /* gemm_f (float panel) */
+    int rows;       /* rows per panel */
+    const char *w;  /* rows weight rows of B_K */
+    size_t w_row;   /* bytes of one */
+    char *panel;    /* packed */
+    char *scratch;  /* pack scratch */
+    const float *x; /* B_COLS F32 columns */
+    char *act;      /* quantized columns */
+    size_t act_row; /* bytes of one */
+    float *out;     /* rows x B_COLS */
+    volatile float sink;
+} bench_case;
+
+enum { OP_GEMM, OP_PACK, OP_QUANT };
+
+static void run_op(bench_case *c, int op) {
+    switch (op) {
+    case OP_GEMM:
+        if (c->flt) {
+            cllm_cpu_gemm_f(B_K, (const float *)c->panel, c->x, B_K * sizeof(float), B_COLS, c->out,
+                            (size_t)c->rows, c->rows);
+        } else {
+            cllm_cpu_gemm(c->t, B_K, c->panel, c->act, c->act_row, B_COLS, c->out, (size_t)c->rows,
+                          c->rows);
+        }
+        break;
+    case OP_PACK:
+        if (c->flt) {
+            cllm_cpu_gemm_f_pack(c->t, c->w, c->w_row, c->rows, B_K, (float *)c->panel);
+        } else {
+            cllm_cpu_gemm_pack(c->t, c->w, c->w_row, c->rows, B_K, c->panel, c->scratch);
+        }
+        break;
+    default: cllm_cpu_gemm_quantize(c->t, c->x, c->act, B_K); break;
+    }
+    c->sink += c->out[0];
+}
+
+/* Nanoseconds per call: median and best of reps (each a batch of ~2 ms). */
+static void measure(bench_case *c, int op, int reps, double *med, double *best) {
+    int inner = 1;
+    for (;;) { /* calibrate */
+        const double t0 = now_ns();
+        for (int i = 0; i < inner; i++) run_op(c, op);
+        if (now_ns() - t0 > 2e6 || inner >= (1 << 20)) break;
+        inner *= 2;
+    }
+    double v[64];
+    if (reps > 64) reps = 64;
+    for (int r = 0; r < reps; r++) {
+        const double t0 = now_ns();
+        for (int i = 0; i < inner; i++) run_op(c, op);
+        v[r] = (now_ns() - t0) / inner;
+    }
+    qsort(v, (size_t)reps, sizeof(double), cmp_double);
+    *med = v[reps / 2];
+    *best = v[0];
+}
+
+static const char *level_name(cllm_cpu_isa l) {
+    static const char *names[] = {"portable", "avx2", "avx512"};
+    _Static_assert(CLLM_ARRAY_SIZE(names) == CLLM_CPU_ISA_COUNT, "level names");
+    return names[l];
+}
+
+int main(int argc, char **argv) {
+    const int reps = argc > 1 ? atoi(argv[1]) : 15;
+    if (reps < 1) {
+        fprintf(stderr, "usage: bench_gemm [repetitions >= 1 [type]]\n");
+        return 0;
+    }
+    static const cllm_type types[] = {
+        CLLM_TYPE_Q4_0, CLLM_TYPE_Q4_1, CLLM_TYPE_Q5_0, CLLM_TYPE_Q5_1,
+        CLLM_TYPE_Q8_0, CLLM_TYPE_Q2_K, CLLM_TYPE_Q3_K, CLLM_TYPE_Q4_K,
+        CLLM_TYPE_Q5_K, CLLM_TYPE_Q6_K, CLLM_TYPE_F16,  CLLM_TYPE_BF16,
+    };
+    const cllm_cpu_isa best = cllm_cpu_set_isa_limit(CLLM_CPU_ISA_COUNT);
+    printf("bench_gemm: K = %d, %d columns, %d reps; best level %s (%s)\n", B_K, B_COLS, reps,
+           level_name(best), cllm_cpu_features_str());
+    printf("%-6s %-7s %16s %16s %14s %14s\n", "type", "level", "GOP/s median", "GOP/s best",
+           "pack ns/panel", "quant ns/col");
+
+    const int max_rows = CLLM_GEMM_F_ROWS;
+    float *f = malloc((size_t)B_K * sizeof(float) * (max_rows + B_COLS));
+    char *w = malloc(cllm_row_size(CLLM_TYPE_F32, B_K) * max_rows);
+    if (!f || !w) return 0;
+    for (size_t i = 0; i < (size_t)B_K * (max_rows + B_COLS); i++) f[i] = rng_f();
+
+    for (size_t ti = 0; ti < CLLM_ARRAY_SIZE(types); ti++) {
+        const cllm_type t = types[ti];
+        const cllm_type_traits *tt = cllm_type_traits_of(t);
+        if (!tt || !tt->from_float) continue;
+        if (argc > 2 && strcmp(argv[2], cllm_type_name(t)) != 0) continue;
+        bench_case c = {.t = t, .w = w, .x = f + (size_t)max_rows * B_K};
+        c.flt = t == CLLM_TYPE_F16 || t == CLLM_TYPE_BF16;
+        c.rows = c.flt ? CLLM_GEMM_F_ROWS : CLLM_GEMM_ROWS;
+        c.w_row = cllm_row_size(t, B_K);
+        for (int r = 0; r < c.rows; r++)
+            tt->from_float(f + (size_t)r * B_K, w + (size_t)r * c.w_row, B_K);
+        for (int l = 1; l <= (int)best; l++) {
+            cllm_cpu_set_isa_limit((cllm_cpu_isa)l);
+            const bool ok =
+                c.flt ? cllm_cpu_gemm_f_available(t, B_K) : cllm_cpu_gemm_available(t, B_K);
+            if (!ok) continue;
+            const size_t psize =
+                c.flt ? cllm_cpu_gemm_f_panel_size(B_K) : cllm_cpu_gemm_panel_size(t, B_K);
+            c.panel = malloc(psize);
+            c.scratch = c.flt ? NULL : malloc(cllm_cpu_gemm_pack_scratch(t, B_K) + 1);
+            c.act_row = c.flt ? 0 : cllm_cpu_gemm_act_size(t, B_K);
+            c.act = c.flt ? NULL : malloc(c.act_row * B_COLS);
+            c.out = malloc(sizeof(float) * (size_t)c.rows * B_COLS);
+            if (!c.panel || !c.out || (!c.flt && (!c.scratch || !c.act))) return 0;
+            run_op(&c, OP_PACK);
+            for (int j = 0; !c.flt && j < B_COLS; j++)
+                cllm_cpu_gemm_quantize(t, c.x + (size_t)j * B_K, c.act + (size_t)j * c.act_row,
+                                       B_K);
+            double gm, gb, pm, pb, qm = 0.0, qb;
+            measure(&c, OP_GEMM, reps, &gm, &gb);
+            measure(&c, OP_PACK, reps, &pm, &pb);
+            if (!c.flt) measure(&c, OP_QUANT, reps, &qm, &qb);
+            const double ops = 2.0 * c.rows * B_K * B_COLS;
+            printf("%-6s %-7s %16.1f %16.1f %14.0f %14.0f\n", cllm_type_name(t),
+                   level_name((cllm_cpu_isa)l), ops / gm, ops / gb, pm, qm);
+            free(c.panel);
+            free(c.scratch);
+            free(c.act);
+            free(c.out);
+        }
+    }
+    cllm_cpu_set_isa_limit(CLLM_CPU_ISA_COUNT);
+    free(f);
+    free(w);
+    return 0;
+}

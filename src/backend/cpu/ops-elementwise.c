@@ -77,6 +77,7 @@ static void unary_op(const cllm_cpu_params *params, cllm_tensor *dst, unary_kind
     const int64_t ne0 = dst->ne[0];
     const float s = kind == UNARY_SCALE ? cllm_get_op_param_f32(dst, 0) : 0.0f;
     const bool avx512 = cllm_cpu_isa_level() >= CLLM_CPU_ISA_AVX512;
+    const bool avx2 = cllm_cpu_isa_level() >= CLLM_CPU_ISA_AVX2;
     int64_t r0, r1;
     cllm_cpu_split(cllm_nrows(dst), params->ith, params->nth, &r0, &r1);
     for (int64_t r = r0; r < r1; r++) {
@@ -90,6 +91,10 @@ static void unary_op(const cllm_cpu_params *params, cllm_tensor *dst, unary_kind
 #if defined(__x86_64__) || defined(__i386__)
             if (avx512) {
                 cllm_cpu_silu_row_avx512(ne0, y, x);
+                break;
+            }
+            if (avx2) {
+                cllm_cpu_silu_row_avx2(ne0, y, x);
                 break;
             }
 #endif

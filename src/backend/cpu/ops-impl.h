@@ -162,5 +162,7 @@ void cllm_cpu_attn(const cllm_cpu_params *params, cllm_tensor *dst);
 /* Row functions of the AVX-512 level (vec-avx512.c); call only where
  * cllm_cpu_isa_level() >= CLLM_CPU_ISA_AVX512. */
 void cllm_cpu_silu_row_avx512(int64_t n, float *y, const float *x);
+/* The same at the AVX2 level (vec-avx2.c; cllm_cpu_isa_level() >= AVX2). */
+void cllm_cpu_silu_row_avx2(int64_t n, float *y, const float *x);
 
 #endif /* CLLM_BACKEND_CPU_OPS_IMPL_H */

@@ -7,10 +7,11 @@
  * u8 x s8 products, summed to saturating s16) and vpmaddwd against ones (s16
  * pairs to s32). Saturation decides the rest:
  *  - every form but Q8_0 has u <= umax <= 63 (gemm.h), so a pair is at
- *    most 2 * 63 * 127 = 16002 and two steps' pairs add up in s16 before
- *    one vpmaddwd (longer sums, 8 steps for 4-bit weights, keep more
- *    registers live than the 16 there are: Q4_0 pp512 fell from 958-967 to
- *    869-890 tok/s, 1 thread, Zen 4 at the AVX2 level);
+ *    most 2 * umax * 127 and as many steps as fit add up in s16 before one
+ *    vpmaddwd (gy_group: a whole 32-element block for 4-bit weights, 4
+ *    steps for 5-bit, 2 for Q6_K). The sums are kept in order (GY_KEEP):
+ *    left to itself, gcc reassociated them into trees that held every
+ *    product live at once and spilled the accumulators to the stack;
  *  - Q8_0 (u = q + 128, z = 128) would overflow: its steps recover the
  *    signed weight (u ^ 0x80 = q) and multiply |q| by the activation with q's
  *    sign (at most 2 * 128 * 127 = 32512 per pair), which is the sum of
@@ -48,6 +49,11 @@
 #define GY_COLS   4 /* 4 int32 + 4 float accumulators, weights, ones, activations: 13 of 16 */
 #define GY_F_COLS 6 /* 12 float accumulators, 2 weight registers, 1 broadcast: 15 of 16 */
 
+/* v, opaque to the optimiser: keeps a sum's order, which gcc otherwise
+ * reassociates into a tree that holds every product live at once (more than
+ * the 16 registers there are: the accumulators spill). No instruction. */
+#define GY_KEEP(v) __asm__("" : "+x"(v))
+
 GY_INLINE int32_t gy_i32(const char *p) {
     int32_t v;
     memcpy(&v, p, 4);
@@ -74,8 +80,9 @@ GY_INLINE void gy_store(float *out, __m256 v, int n, __m256i m) {
 }
 
 /* Rows 8h..8h+7 of the panel x nc columns over all nb blocks; spb = BS / 4
- * steps per block (4 or 8: even). sgn: Q8_0's signed steps. */
-GY_INLINE void gy_tile(int spb, bool off, bool sgn, int nc, int64_t nb, const char *panel,
+ * steps per block, summed in s16 by groups of g steps (g divides spb; see
+ * gy_group). sgn: Q8_0's signed steps. */
+GY_INLINE void gy_tile(int spb, int g, bool off, bool sgn, int nc, int64_t nb, const char *panel,
                        size_t bb, int h, const char *act, size_t astride, size_t ab, float *out,
                        size_t ldo, int nr) {
     const int bs = 4 * spb;
@@ -102,23 +109,39 @@ GY_INLINE void gy_tile(int spb, bool off, bool sgn, int nc, int64_t nb, const ch
                         _mm256_sign_epi8(_mm256_set1_epi32(gy_i32(ax + j * astride + 4 * t)), w);
                     acc[j] = _mm256_add_epi32(acc[j],
                                               _mm256_madd_epi16(_mm256_maddubs_epi16(wa, a), ones));
+                    GY_KEEP(acc[j]);
                 }
             }
         } else {
+            /* each group of g steps: u8 x s8 pairs summed in s16 (no
+             * saturation: g * 2 * umax * 127 <= 32767), widened once */
 #pragma GCC unroll 4
-            for (int j = 0; j < nc; j++)
-                acc[j] = _mm256_set1_epi32(gy_i32(ax + j * astride + bs + 8));
+            for (int t0 = 0; t0 < spb; t0 += g) {
+                __m256i p[GY_COLS];
+                {
+                    const __m256i w = _mm256_loadu_si256((const __m256i *)(pb + 64 * t0));
 #pragma GCC unroll 4
-            for (int t = 0; t < spb; t += 2) {
-                const __m256i w0 = _mm256_loadu_si256((const __m256i *)(pb + 64 * t));
-                const __m256i w1 = _mm256_loadu_si256((const __m256i *)(pb + 64 * t + 64));
+                    for (int j = 0; j < nc; j++)
+                        p[j] = _mm256_maddubs_epi16(
+                            w, _mm256_set1_epi32(gy_i32(ax + j * astride + 4 * t0)));
+                }
+#pragma GCC unroll 8
+                for (int t = t0 + 1; t < t0 + g; t++) {
+                    const __m256i w = _mm256_loadu_si256((const __m256i *)(pb + 64 * t));
+#pragma GCC unroll 4
+                    for (int j = 0; j < nc; j++) {
+                        p[j] = _mm256_add_epi16(
+                            p[j], _mm256_maddubs_epi16(
+                                      w, _mm256_set1_epi32(gy_i32(ax + j * astride + 4 * t))));
+                        GY_KEEP(p[j]);
+                    }
+                }
 #pragma GCC unroll 4
                 for (int j = 0; j < nc; j++) {
-                    const char *aj = ax + j * astride + 4 * t;
-                    const __m256i p = _mm256_add_epi16(
-                        _mm256_maddubs_epi16(w0, _mm256_set1_epi32(gy_i32(aj))),
-                        _mm256_maddubs_epi16(w1, _mm256_set1_epi32(gy_i32(aj + 4))));
-                    acc[j] = _mm256_add_epi32(acc[j], _mm256_madd_epi16(p, ones));
+                    const __m256i q = _mm256_madd_epi16(p[j], ones);
+                    acc[j] = t0 == 0 ? _mm256_add_epi32(
+                                           q, _mm256_set1_epi32(gy_i32(ax + j * astride + bs + 8)))
+                                     : _mm256_add_epi32(acc[j], q);
                 }
             }
         }
@@ -140,8 +163,17 @@ GY_INLINE void gy_tile(int spb, bool off, bool sgn, int nc, int64_t nb, const ch
     for (int j = 0; j < nc; j++) gy_store(out + (size_t)j * ldo + 8 * h, f[j], nr, m);
 }
 
-#define GY_TILE(n, spb, off, sgn)                                                                  \
-    gy_tile(spb, off, sgn, n, nb, panel, bb, h, a, astride, ab, o, ldo, nr)
+/* Steps a group sums in s16: the most that fit, 2 * umax * 127 per step
+ * (umax = 15: 8, a whole 32-element block; 31: 4; 63: 2), a power of two
+ * dividing spb. */
+static int gy_group(int spb, int umax) {
+    int g = spb;
+    while (g > 1 && g * 2 * umax * 127 > 32767) g /= 2;
+    return g;
+}
+
+#define GY_TILE(n, spb, g, off, sgn)                                                               \
+    gy_tile(spb, g, off, sgn, n, nb, panel, bb, h, a, astride, ab, o, ldo, nr)
 
 #define GY_BY_COLS(nc, CALL, ...)                                                                  \
     switch (nc) {                                                                                  \
@@ -152,14 +184,29 @@ GY_INLINE void gy_tile(int spb, bool off, bool sgn, int nc, int64_t nb, const ch
     }
 _Static_assert(GY_COLS == 4, "GY_BY_COLS covers 1..4 columns");
 
+/* The (steps per block, steps per group, offset) forms compiled. */
+#define GY_FORMS(X)                                                                                \
+    X(8, 8, false) /* Q4_0 */                                                                      \
+    X(8, 8, true)  /* Q4_1, Q4_K */                                                                \
+    X(8, 4, false) /* Q5_0 */                                                                      \
+    X(8, 4, true)  /* Q5_1, Q5_K */                                                                \
+    X(4, 4, false) /* Q3_K */                                                                      \
+    X(4, 4, true)  /* Q2_K */                                                                      \
+    X(4, 2, false) /* Q6_K */
+
+/* (Walking K in passes of 16 blocks, so that the part of the panel in use
+ * stays in L1 while every column meets it, was measured slower: TinyLlama
+ * Q4_0 pp512, 1 thread, Zen 3, 51.5-52.9 against 54.4-62.4 tokens/s. The
+ * columns' short runs per pass, 3 KiB apart, defeat the prefetcher.) */
 void cllm_cpu_gemm_avx2(const cllm_gemm_form *fm, int64_t K, const void *panel_, const void *act,
                         size_t astride, int ncols, float *out, size_t ldo, int nrows) {
     const char *panel = panel_;
-    const int bs = fm->bs;
+    const int bs = fm->bs, spb = bs / 4;
     const bool off = fm->offset, sgn = fm->z == 128;
-    CLLM_ASSERT(sgn || fm->umax <= 63); /* two steps' pairs fit s16 */
+    const int g = sgn ? 1 : gy_group(spb, fm->umax);
+    CLLM_ASSERT(sgn || g >= 2); /* umax <= 63 */
     const int64_t nb = K / bs;
-    const size_t bb = (size_t)(bs / 4) * 64 + 64 + (off ? 64 : 0), ab = (size_t)bs + 16;
+    const size_t bb = (size_t)spb * 64 + 64 + (off ? 64 : 0), ab = (size_t)bs + 16;
     for (int j0 = 0; j0 < ncols; j0 += GY_COLS) {
         const int nc = ncols - j0 < GY_COLS ? ncols - j0 : GY_COLS;
         const char *a = (const char *)act + (size_t)j0 * astride;
@@ -167,27 +214,87 @@ void cllm_cpu_gemm_avx2(const cllm_gemm_form *fm, int64_t K, const void *panel_,
         for (int h = 0; h < 2 && 8 * h < nrows; h++) {
             const int nr = nrows - 8 * h < 8 ? nrows - 8 * h : 8;
             if (sgn) {
-                GY_BY_COLS(nc, GY_TILE, 8, false, true) /* Q8_0: BS 32, no offset */
-            } else if (bs == 32) {
-                if (off) {
-                    GY_BY_COLS(nc, GY_TILE, 8, true, false)
-                } else {
-                    GY_BY_COLS(nc, GY_TILE, 8, false, false)
-                }
-            } else {
-                if (off) {
-                    GY_BY_COLS(nc, GY_TILE, 4, true, false)
-                } else {
-                    GY_BY_COLS(nc, GY_TILE, 4, false, false)
-                }
+                GY_BY_COLS(nc, GY_TILE, 8, 1, false, true) /* Q8_0: BS 32, no offset */
+                continue;
             }
+#define GY_FORM_CASE(S, G, OFF)                                                                    \
+    if (spb == (S) && g == (G) && off == (OFF)) {                                                  \
+        GY_BY_COLS(nc, GY_TILE, S, G, OFF, false)                                                  \
+        continue;                                                                                  \
+    }
+            GY_FORMS(GY_FORM_CASE)
+#undef GY_FORM_CASE
+            CLLM_ASSERT(!"gemm form without an AVX2 tile");
         }
+    }
+}
+
+/* ---- activations: gemm.h's form, as the portable quantizer writes it ---------- */
+
+GY_INLINE __m256i gy_q8(__m256 v, __m256 vid) { /* nearest(v * id), clamped to +-127 */
+    const __m256i q = _mm256_cvtps_epi32(_mm256_mul_ps(v, vid));
+    return _mm256_min_epi32(_mm256_max_epi32(q, _mm256_set1_epi32(-127)), _mm256_set1_epi32(127));
+}
+
+GY_INLINE __m256 gy_abs(__m256 v) {
+    return _mm256_and_ps(v, _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff)));
+}
+
+GY_INLINE int32_t gy_hsum_i32(__m256i v) {
+    __m128i x = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    x = _mm_add_epi32(x, _mm_shuffle_epi32(x, 0x4E));
+    x = _mm_add_epi32(x, _mm_shuffle_epi32(x, 0xB1));
+    return _mm_cvtsi128_si32(x);
+}
+
+void cllm_cpu_gemm_quantize_avx2(const cllm_gemm_form *f, const float *x, void *act, int64_t K) {
+    const int bs = f->bs; /* 16 or 32 */
+    char *out = act;
+    for (int64_t b = 0; b < K / bs; b++, out += bs + 16) {
+        const float *xb = x + b * bs;
+        __m256 v[4];
+        __m256 m = _mm256_setzero_ps();
+        for (int i = 0; i < bs / 8; i++) {
+            v[i] = _mm256_loadu_ps(xb + 8 * i);
+            m = _mm256_max_ps(m, gy_abs(v[i]));
+        }
+        __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+        m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+        m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+        const float d = _mm_cvtss_f32(m4) / 127.0f;
+        const __m256 vid = _mm256_set1_ps(d != 0.0f ? 1.0f / d : 0.0f);
+        const __m256i q0 = gy_q8(v[0], vid), q1 = gy_q8(v[1], vid);
+        __m256i sum = _mm256_add_epi32(q0, q1);
+        /* int32 -> int16 -> int8 in element order: the packs work per
+         * 128-bit lane, a permutation puts the lanes back */
+        if (bs == 32) {
+            const __m256i q2 = gy_q8(v[2], vid), q3 = gy_q8(v[3], vid);
+            sum = _mm256_add_epi32(sum, _mm256_add_epi32(q2, q3));
+            const __m256i w =
+                _mm256_packs_epi16(_mm256_packs_epi32(q0, q1), _mm256_packs_epi32(q2, q3));
+            _mm256_storeu_si256((__m256i *)out, _mm256_permutevar8x32_epi32(
+                                                    w, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
+        } else {
+            const __m256i w = _mm256_permute4x64_epi64(_mm256_packs_epi32(q0, q1), 0xD8);
+            _mm_storeu_si128((__m128i *)out, _mm_packs_epi16(_mm256_castsi256_si128(w),
+                                                             _mm256_extracti128_si256(w, 1)));
+        }
+        const int32_t s = gy_hsum_i32(sum);
+        const float ds = d * (float)s;
+        const int32_t zs = -f->z * s;
+        memcpy(out + bs, &d, 4);
+        memcpy(out + bs + 4, &ds, 4);
+        memcpy(out + bs + 8, &zs, 4);
+        memset(out + bs + 12, 0, 4);
     }
 }
 
 /* ---- float weights ---------------------------------------------------------------- */
 
-/* Rows 16h..16h+15 of the panel x nc columns. */
+/* Rows 16h..16h+15 of the panel x nc columns. (Walking K in passes that
+ * keep a part of the panel in L1, as the integer kernel does, was measured
+ * slower here: TinyLlama F16 pp512, 1 thread, Zen 3, 33.0 -> 26.4-27.9 tokens/s.
+ * The columns' short runs per pass, 8 KiB apart, defeat the prefetcher.) */
 GY_INLINE void gy_tile_f(int nc, int64_t K, const float *panel, int h, const float *cols,
                          size_t col_stride, float *out, size_t ldo, int nr) {
     __m256 acc[GY_F_COLS][2];

@@ -237,6 +237,10 @@ void cllm_cpu_gemm_quantize(cllm_type type, const float *x, void *act, int64_t K
         cllm_cpu_gemm_quantize_avx512(&f, x, act, K);
         return;
     }
+    if (cllm_cpu_isa_level() >= CLLM_CPU_ISA_AVX2) {
+        cllm_cpu_gemm_quantize_avx2(&f, x, act, K);
+        return;
+    }
 #endif
     const int bs = f.bs;
     char *out = act;

@@ -198,6 +198,7 @@ void cllm_cpu_gemm_f_pack_avx2(cllm_type type, const void *a, size_t stride, int
                                float *panel);
 
 void cllm_cpu_gemm_quantize_avx512(const cllm_gemm_form *f, const float *x, void *act, int64_t K);
+void cllm_cpu_gemm_quantize_avx2(const cllm_gemm_form *f, const float *x, void *act, int64_t K);
 /* False if this type has no AVX-512 packer (the portable one then runs). */
 bool cllm_cpu_gemm_pack_avx512(cllm_type type, const void *a, size_t stride, int nrows, int64_t K,
                                void *panel);

@@ -280,12 +280,7 @@ void cllm_cpu_gemm_quantize_avx2(const cllm_gemm_form *f, const float *x, void *
                                                              _mm256_extracti128_si256(w, 1)));
         }
         const int32_t s = gy_hsum_i32(sum);
-        const float ds = d * (float)s;
-        const int32_t zs = -f->z * s;
-        memcpy(out + bs, &d, 4);
-        memcpy(out + bs + 4, &ds, 4);
-        memcpy(out + bs + 8, &zs, 4);
-        memset(out + bs + 12, 0, 4);
+        cllm_gemm_act_block_tail(out + bs, f, d, s);
     }
 }
 

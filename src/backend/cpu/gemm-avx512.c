@@ -178,12 +178,7 @@ void cllm_cpu_gemm_quantize_avx512(const cllm_gemm_form *f, const float *x, void
             g = _mm_add_epi32(g, gz_sum4(hi));
         }
         const int32_t s = gz_hsum4(g);
-        const float ds = d * (float)s;
-        const int32_t zs = -f->z * s;
-        memcpy(out + bs, &d, 4);
-        memcpy(out + bs + 4, &ds, 4);
-        memcpy(out + bs + 8, &zs, 4);
-        memset(out + bs + 12, 0, 4);
+        cllm_gemm_act_block_tail(out + bs, f, d, s);
     }
 }
 

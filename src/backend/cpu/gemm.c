@@ -248,12 +248,7 @@ void cllm_cpu_gemm_quantize(cllm_type type, const float *x, void *act, int64_t K
         const float *xb = x + b * bs;
         const float d = act_scale(xb, bs);
         const int32_t s = act_quantize(xb, bs, d, (int8_t *)out);
-        const float ds = d * (float)s;
-        const int32_t zs = -f.z * s;
-        memcpy(out + bs, &d, 4);
-        memcpy(out + bs + 4, &ds, 4);
-        memcpy(out + bs + 8, &zs, 4);
-        memset(out + bs + 12, 0, 4);
+        cllm_gemm_act_block_tail(out + bs, &f, d, s);
     }
 }
 

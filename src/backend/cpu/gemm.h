@@ -51,6 +51,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #define CLLM_GEMM_ROWS 16 /* weight rows per panel (vector lanes) */
 
@@ -196,6 +197,19 @@ bool cllm_cpu_gemm_f_pack_avx512(cllm_type type, const void *a, size_t stride, i
                                  float *panel);
 void cllm_cpu_gemm_f_pack_avx2(cllm_type type, const void *a, size_t stride, int nrows, int64_t K,
                                float *panel);
+
+/* Internal: the 16 bytes after a block's BS quants in an activation row (d,
+ * d * s, -z * s, padding), from its scale d and the sum s of its quants;
+ * every quantizer writes them through this. */
+static inline void cllm_gemm_act_block_tail(char *tail, const cllm_gemm_form *f, float d,
+                                            int32_t s) {
+    const float ds = d * (float)s;
+    const int32_t zs = -f->z * s;
+    memcpy(tail, &d, 4);
+    memcpy(tail + 4, &ds, 4);
+    memcpy(tail + 8, &zs, 4);
+    memset(tail + 12, 0, 4);
+}
 
 void cllm_cpu_gemm_quantize_avx512(const cllm_gemm_form *f, const float *x, void *act, int64_t K);
 void cllm_cpu_gemm_quantize_avx2(const cllm_gemm_form *f, const float *x, void *act, int64_t K);

@@ -240,6 +240,13 @@ GY_INLINE __m256 gy_abs(__m256 v) {
     return _mm256_and_ps(v, _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff)));
 }
 
+GY_INLINE float gy_hmax(__m256 m) {
+    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+    m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+    return _mm_cvtss_f32(m4);
+}
+
 GY_INLINE int32_t gy_hsum_i32(__m256i v) {
     __m128i x = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
     x = _mm_add_epi32(x, _mm_shuffle_epi32(x, 0x4E));
@@ -258,10 +265,7 @@ void cllm_cpu_gemm_quantize_avx2(const cllm_gemm_form *f, const float *x, void *
             v[i] = _mm256_loadu_ps(xb + 8 * i);
             m = _mm256_max_ps(m, gy_abs(v[i]));
         }
-        __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
-        m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
-        m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
-        const float d = _mm_cvtss_f32(m4) / 127.0f;
+        const float d = gy_hmax(m) / 127.0f;
         const __m256 vid = _mm256_set1_ps(d != 0.0f ? 1.0f / d : 0.0f);
         const __m256i q0 = gy_q8(v[0], vid), q1 = gy_q8(v[1], vid);
         __m256i sum = _mm256_add_epi32(q0, q1);
@@ -282,6 +286,50 @@ void cllm_cpu_gemm_quantize_avx2(const cllm_gemm_form *f, const float *x, void *
         const int32_t s = gy_hsum_i32(sum);
         cllm_gemm_act_block_tail(out + bs, f, d, s);
     }
+}
+
+/* The one-column kernels' Q4_0 / Q4_1 activations (gemm.h: per group of 128
+ * elements, 4 blocks' halves, per-lane -8 sums, scales, d * sums), with the
+ * portable quantizer's bytes. The caller zeroed the row (groups past K). */
+static void gy_gemv_quantize_q4(bool q40, const float *x, char *act, int64_t K) {
+    for (int64_t b = 0; b < K / 32; b++) {
+        char *g = act + (size_t)(b / 4) * 320;
+        const int i = (int)(b % 4);
+        const float *xb = x + b * 32;
+        __m256 v[4];
+        __m256 m = _mm256_setzero_ps();
+        for (int j = 0; j < 4; j++) {
+            v[j] = _mm256_loadu_ps(xb + 8 * j);
+            m = _mm256_max_ps(m, gy_abs(v[j]));
+        }
+        const float d = gy_hmax(m) / 127.0f;
+        const __m256 vid = _mm256_set1_ps(d != 0.0f ? 1.0f / d : 0.0f);
+        const __m256i q0 = gy_q8(v[0], vid), q1 = gy_q8(v[1], vid);
+        const __m256i q2 = gy_q8(v[2], vid), q3 = gy_q8(v[3], vid);
+        const __m256i w = _mm256_permutevar8x32_epi32(
+            _mm256_packs_epi16(_mm256_packs_epi32(q0, q1), _mm256_packs_epi32(q2, q3)),
+            _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+        _mm_storeu_si128((__m128i *)(g + 16 * i), _mm256_castsi256_si128(w));
+        _mm_storeu_si128((__m128i *)(g + 64 + 16 * i), _mm256_extracti128_si256(w, 1));
+        /* lane l meets elements 4l..4l+3 and 16+4l..16+4l+3 */
+        int32_t t[16];
+        _mm256_storeu_si256((__m256i *)t, _mm256_add_epi32(q0, q2));
+        _mm256_storeu_si256((__m256i *)(t + 8), _mm256_add_epi32(q1, q3));
+        int32_t s = 0;
+        for (int l = 0; l < 4; l++) {
+            const int32_t sl = t[4 * l] + t[4 * l + 1] + t[4 * l + 2] + t[4 * l + 3];
+            const int32_t zs = q40 ? -8 * sl : 0;
+            memcpy(g + 128 + 4 * (4 * i + l), &zs, 4);
+            memcpy(g + 192 + 4 * (4 * i + l), &d, 4);
+            s += sl;
+        }
+        const float ds = d * (float)s;
+        memcpy(g + 256 + 16 * i, &ds, 4);
+    }
+}
+
+void cllm_cpu_gemv_quantize_avx2(cllm_type type, const float *x, void *act, int64_t K) {
+    gy_gemv_quantize_q4(type == CLLM_TYPE_Q4_0, x, act, K);
 }
 
 /* ---- float weights ---------------------------------------------------------------- */

@@ -596,7 +596,7 @@ cllm_gemv_n_fn cllm_cpu_gemv_n_kernel(cllm_type type, int64_t K) {
 #if defined(__x86_64__) || defined(__i386__)
     if (cllm_cpu_gemv_available(type, K)) {
         if (cllm_cpu_isa_level() < CLLM_CPU_ISA_AVX512) {
-            return type == CLLM_TYPE_Q4_K ? gemv_n_loop : cllm_cpu_gemv_n_avx2;
+            return cllm_cpu_gemv_n_avx2;
         }
         return gemv_ymm(type) ? cllm_cpu_gemv_n_avx512vl : cllm_cpu_gemv_n_avx512;
     }

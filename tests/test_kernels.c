@@ -30,6 +30,7 @@
  */
 #include "backend/cpu/gemm.h"
 #include "backend/cpu/kernels.h"
+#include "backend/cpu/ops-impl.h" /* the silu rows of each level */
 #include "common/check.h"
 #include "core/common.h"
 #include "core/quants.h"
@@ -801,10 +802,53 @@ static void test_dispatch(cllm_cpu_isa best) {
     cllm_cpu_set_isa_limit(CLLM_CPU_ISA_COUNT);
 }
 
+/* ---- silu rows of the vector levels (ops-elementwise.c calls the best one;
+ * test_ops sees only that one) --------------------------------------------------
+ * Against x / (1 + e^-x) in double: the polynomial exp is within 2e-7. */
+
+static void test_silu_rows(cllm_cpu_isa best) {
+#if defined(__x86_64__) || defined(__i386__)
+    static const int64_t lens[] = {1, 5, 8, 9, 16, 31, 64};
+    for (size_t li = 0; li < CLLM_ARRAY_SIZE(lens); li++) {
+        const int64_t n = lens[li];
+        float x[64], y[64];
+        for (int64_t i = 0; i < n; i++) x[i] = 12.0f * rng_gauss();
+        if (li == 1) x[0] = -200.0f; /* the ends where the exp clamps */
+        if (li == 2) x[0] = 200.0f;
+        for (int l = CLLM_CPU_ISA_AVX2; l <= (int)best; l++) {
+            void (*row)(int64_t, float *, const float *) =
+                l == CLLM_CPU_ISA_AVX2 ? cllm_cpu_silu_row_avx2 : cllm_cpu_silu_row_avx512;
+            for (int inplace = 0; inplace <= 1; inplace++) {
+                for (int i = 0; i < 64; i++) y[i] = NAN; /* past n: untouched */
+                if (inplace) {
+                    memcpy(y, x, sizeof(float) * (size_t)n);
+                    row(n, y, y);
+                } else {
+                    row(n, y, x);
+                }
+                for (int64_t i = 0; i < 64; i++) {
+                    if (i >= n) {
+                        CHECK(isnan(y[i]));
+                        continue;
+                    }
+                    const double want = (double)x[i] / (1.0 + exp(-(double)x[i]));
+                    CHECKF(fabs((double)y[i] - want) <= 1e-6 * fmax(1.0, fabs(want)),
+                           "silu level %s n=%lld [%lld]: %.9g vs %.9g", level_name((cllm_cpu_isa)l),
+                           (long long)n, (long long)i, y[i], want);
+                }
+            }
+        }
+    }
+#else
+    (void)best;
+#endif
+}
+
 int main(void) {
     const cllm_cpu_isa best = cllm_cpu_set_isa_limit(CLLM_CPU_ISA_COUNT);
     printf("test_kernels: best level %s (%s)\n", level_name(best), cllm_cpu_features_str());
     test_dispatch(best);
+    test_silu_rows(best);
     for (int l = CLLM_CPU_ISA_PORTABLE; l <= (int)best; l++) {
         const cllm_cpu_isa level = (cllm_cpu_isa)l;
         CHECK(cllm_cpu_set_isa_limit(level) == level);

@@ -4,8 +4,10 @@
  * 64 activation columns, with the packing and the activation quantization
  * timed apart. Prints GOP/s (2 * rows * K * columns per second) of the
  * kernel as the median and the best of the repetitions (each ~2 ms after a
- * warm-up), and ns per packed panel and per quantized column. The panel and
- * columns stay in L1/L2: this measures the arithmetic, not memory.
+ * warm-up), and ns per packed panel and per quantized column. The quantized
+ * panel (36 KiB for Q4_0) and columns stay in L2, so this measures the
+ * arithmetic more than memory; the float panel (256 KiB) and its 512 KiB
+ * of F32 columns do not, as in a real prompt.
  *
  *     bench_gemm [repetitions [type]]
  *

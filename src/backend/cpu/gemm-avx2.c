@@ -254,37 +254,50 @@ GY_INLINE int32_t gy_hsum_i32(__m256i v) {
     return _mm_cvtsi128_si32(x);
 }
 
+/* 32 floats quantized with 1 / d = id into 32 int8 at q, in element order
+ * (the packs work per 128-bit lane, a permutation puts the lanes back);
+ * returns the int32 lanes whose sum is the sum of the quants: lane j holds
+ * q[j] + q[8 + j] + q[16 + j] + q[24 + j]. */
+GY_INLINE __m256i gy_quant32(const float *x, __m256 vid, char *q, __m256i *q02, __m256i *q13) {
+    const __m256i q0 = gy_q8(_mm256_loadu_ps(x), vid), q1 = gy_q8(_mm256_loadu_ps(x + 8), vid);
+    const __m256i q2 = gy_q8(_mm256_loadu_ps(x + 16), vid);
+    const __m256i q3 = gy_q8(_mm256_loadu_ps(x + 24), vid);
+    const __m256i w = _mm256_packs_epi16(_mm256_packs_epi32(q0, q1), _mm256_packs_epi32(q2, q3));
+    _mm256_storeu_si256((__m256i *)q,
+                        _mm256_permutevar8x32_epi32(w, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
+    *q02 = _mm256_add_epi32(q0, q2);
+    *q13 = _mm256_add_epi32(q1, q3);
+    return _mm256_add_epi32(*q02, *q13);
+}
+
+/* The largest |x| of n floats (n a multiple of 8). */
+GY_INLINE float gy_amax(const float *x, int n) {
+    __m256 m = _mm256_setzero_ps();
+    for (int i = 0; i < n; i += 8) m = _mm256_max_ps(m, gy_abs(_mm256_loadu_ps(x + i)));
+    return gy_hmax(m);
+}
+
+GY_INLINE __m256 gy_inv(float d) { return _mm256_set1_ps(d != 0.0f ? 1.0f / d : 0.0f); }
+
 void cllm_cpu_gemm_quantize_avx2(const cllm_gemm_form *f, const float *x, void *act, int64_t K) {
     const int bs = f->bs; /* 16 or 32 */
     char *out = act;
     for (int64_t b = 0; b < K / bs; b++, out += bs + 16) {
         const float *xb = x + b * bs;
-        __m256 v[4];
-        __m256 m = _mm256_setzero_ps();
-        for (int i = 0; i < bs / 8; i++) {
-            v[i] = _mm256_loadu_ps(xb + 8 * i);
-            m = _mm256_max_ps(m, gy_abs(v[i]));
-        }
-        const float d = gy_hmax(m) / 127.0f;
-        const __m256 vid = _mm256_set1_ps(d != 0.0f ? 1.0f / d : 0.0f);
-        const __m256i q0 = gy_q8(v[0], vid), q1 = gy_q8(v[1], vid);
-        __m256i sum = _mm256_add_epi32(q0, q1);
-        /* int32 -> int16 -> int8 in element order: the packs work per
-         * 128-bit lane, a permutation puts the lanes back */
+        const float d = gy_amax(xb, bs) / 127.0f;
+        const __m256 vid = gy_inv(d);
+        __m256i sum, q02, q13;
         if (bs == 32) {
-            const __m256i q2 = gy_q8(v[2], vid), q3 = gy_q8(v[3], vid);
-            sum = _mm256_add_epi32(sum, _mm256_add_epi32(q2, q3));
-            const __m256i w =
-                _mm256_packs_epi16(_mm256_packs_epi32(q0, q1), _mm256_packs_epi32(q2, q3));
-            _mm256_storeu_si256((__m256i *)out, _mm256_permutevar8x32_epi32(
-                                                    w, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
-        } else {
+            sum = gy_quant32(xb, vid, out, &q02, &q13);
+        } else { /* 16: int32 -> int16 -> int8 as gy_quant32 does */
+            const __m256i q0 = gy_q8(_mm256_loadu_ps(xb), vid);
+            const __m256i q1 = gy_q8(_mm256_loadu_ps(xb + 8), vid);
+            sum = _mm256_add_epi32(q0, q1);
             const __m256i w = _mm256_permute4x64_epi64(_mm256_packs_epi32(q0, q1), 0xD8);
             _mm_storeu_si128((__m128i *)out, _mm_packs_epi16(_mm256_castsi256_si128(w),
                                                              _mm256_extracti128_si256(w, 1)));
         }
-        const int32_t s = gy_hsum_i32(sum);
-        cllm_gemm_act_block_tail(out + bs, f, d, s);
+        cllm_gemm_act_block_tail(out + bs, f, d, gy_hsum_i32(sum));
     }
 }
 
@@ -296,25 +309,16 @@ static void gy_gemv_quantize_q4(bool q40, const float *x, char *act, int64_t K) 
         char *g = act + (size_t)(b / 4) * 320;
         const int i = (int)(b % 4);
         const float *xb = x + b * 32;
-        __m256 v[4];
-        __m256 m = _mm256_setzero_ps();
-        for (int j = 0; j < 4; j++) {
-            v[j] = _mm256_loadu_ps(xb + 8 * j);
-            m = _mm256_max_ps(m, gy_abs(v[j]));
-        }
-        const float d = gy_hmax(m) / 127.0f;
-        const __m256 vid = _mm256_set1_ps(d != 0.0f ? 1.0f / d : 0.0f);
-        const __m256i q0 = gy_q8(v[0], vid), q1 = gy_q8(v[1], vid);
-        const __m256i q2 = gy_q8(v[2], vid), q3 = gy_q8(v[3], vid);
-        const __m256i w = _mm256_permutevar8x32_epi32(
-            _mm256_packs_epi16(_mm256_packs_epi32(q0, q1), _mm256_packs_epi32(q2, q3)),
-            _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
-        _mm_storeu_si128((__m128i *)(g + 16 * i), _mm256_castsi256_si128(w));
-        _mm_storeu_si128((__m128i *)(g + 64 + 16 * i), _mm256_extracti128_si256(w, 1));
+        const float d = gy_amax(xb, 32) / 127.0f;
+        char q[32];
+        __m256i q02, q13;
+        gy_quant32(xb, gy_inv(d), q, &q02, &q13);
+        memcpy(g + 16 * i, q, 16);
+        memcpy(g + 64 + 16 * i, q + 16, 16);
         /* lane l meets elements 4l..4l+3 and 16+4l..16+4l+3 */
         int32_t t[16];
-        _mm256_storeu_si256((__m256i *)t, _mm256_add_epi32(q0, q2));
-        _mm256_storeu_si256((__m256i *)(t + 8), _mm256_add_epi32(q1, q3));
+        _mm256_storeu_si256((__m256i *)t, q02);
+        _mm256_storeu_si256((__m256i *)(t + 8), q13);
         int32_t s = 0;
         for (int l = 0; l < 4; l++) {
             const int32_t sl = t[4 * l] + t[4 * l + 1] + t[4 * l + 2] + t[4 * l + 3];
@@ -328,8 +332,34 @@ static void gy_gemv_quantize_q4(bool q40, const float *x, char *act, int64_t K) 
     }
 }
 
+/* Q4_K's (gemm.h: per super-block the 256 quants with sub-blocks in the
+ * order 0 2 1 3 4 6 5 7, their int16 sums, d, 12 zero bytes), with the
+ * portable quantizer's bytes. */
+static void gy_gemv_quantize_q4_k(const float *x, char *act, int64_t K) {
+    static const int pos[8] = {0, 2, 1, 3, 4, 6, 5, 7};
+    for (int64_t sb = 0; sb < K / 256; sb++) {
+        const float *xs = x + sb * 256;
+        char *out = act + (size_t)sb * 288;
+        const float d = gy_amax(xs, 256) / 127.0f;
+        const __m256 vid = gy_inv(d);
+        int16_t sums[8];
+        for (int s8 = 0; s8 < 8; s8++) {
+            __m256i q02, q13;
+            sums[s8] =
+                (int16_t)gy_hsum_i32(gy_quant32(xs + 32 * s8, vid, out + 32 * pos[s8], &q02, &q13));
+        }
+        memcpy(out + 256, sums, 16);
+        memcpy(out + 272, &d, 4);
+        memset(out + 276, 0, 12);
+    }
+}
+
 void cllm_cpu_gemv_quantize_avx2(cllm_type type, const float *x, void *act, int64_t K) {
-    gy_gemv_quantize_q4(type == CLLM_TYPE_Q4_0, x, act, K);
+    if (type == CLLM_TYPE_Q4_K) {
+        gy_gemv_quantize_q4_k(x, act, K);
+    } else {
+        gy_gemv_quantize_q4(type == CLLM_TYPE_Q4_0, x, act, K);
+    }
 }
 
 /* ---- float weights ---------------------------------------------------------------- */

@@ -442,6 +442,11 @@ void cllm_cpu_gemv_quantize(cllm_type type, const float *x, void *act, int64_t K
         cllm_cpu_gemv_quantize_avx512(type, x, act, K);
         return;
     }
+    if (type == CLLM_TYPE_Q4_K && cllm_cpu_isa_level() >= CLLM_CPU_ISA_AVX2) {
+        CLLM_ASSERT(K % 256 == 0);
+        cllm_cpu_gemv_quantize_avx2(type, x, act, K);
+        return;
+    }
 #endif
     if (type == CLLM_TYPE_Q4_K) {
         CLLM_ASSERT(K % 256 == 0);

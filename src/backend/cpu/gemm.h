@@ -169,7 +169,7 @@ void cllm_cpu_gemv_n_avx512vl(cllm_type type, int64_t K, const void *row, const 
                               size_t act_stride, int n, float *out, size_t out_stride);
 /* (which of the two widths the AVX-512 level uses: cllm_cpu_prefer_256, kernels.h) */
 void cllm_cpu_gemv_quantize_avx512(cllm_type type, const float *x, void *act, int64_t K);
-/* Q4_0 / Q4_1 activations at the AVX2 level, into a zeroed row. */
+/* The same at the AVX2 level (Q4_0 / Q4_1 into a zeroed row; Q4_K). */
 void cllm_cpu_gemv_quantize_avx2(cllm_type type, const float *x, void *act, int64_t K);
 
 /* ---- float weights (F16, BF16) against F32 columns --------------------------------

@@ -236,35 +236,14 @@ GY_INLINE __m256i gy_q8(__m256 v, __m256 vid) { /* nearest(v * id), clamped to +
     return _mm256_min_epi32(_mm256_max_epi32(q, _mm256_set1_epi32(-127)), _mm256_set1_epi32(127));
 }
 
-GY_INLINE __m256 gy_abs(__m256 v) {
-    return _mm256_and_ps(v, _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff)));
-}
-
-GY_INLINE float gy_hmax(__m256 m) {
-    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
-    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
-    m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
-    return _mm_cvtss_f32(m4);
-}
-
-GY_INLINE int32_t gy_hsum_i32(__m256i v) {
-    __m128i x = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-    x = _mm_add_epi32(x, _mm_shuffle_epi32(x, 0x4E));
-    x = _mm_add_epi32(x, _mm_shuffle_epi32(x, 0xB1));
-    return _mm_cvtsi128_si32(x);
-}
-
-/* 32 floats quantized with 1 / d = id into 32 int8 at q, in element order
- * (the packs work per 128-bit lane, a permutation puts the lanes back);
+/* 32 floats quantized with 1 / d = id into 32 int8 at q, in element order;
  * returns the int32 lanes whose sum is the sum of the quants: lane j holds
  * q[j] + q[8 + j] + q[16 + j] + q[24 + j]. */
 GY_INLINE __m256i gy_quant32(const float *x, __m256 vid, char *q, __m256i *q02, __m256i *q13) {
     const __m256i q0 = gy_q8(_mm256_loadu_ps(x), vid), q1 = gy_q8(_mm256_loadu_ps(x + 8), vid);
     const __m256i q2 = gy_q8(_mm256_loadu_ps(x + 16), vid);
     const __m256i q3 = gy_q8(_mm256_loadu_ps(x + 24), vid);
-    const __m256i w = _mm256_packs_epi16(_mm256_packs_epi32(q0, q1), _mm256_packs_epi32(q2, q3));
-    _mm256_storeu_si256((__m256i *)q,
-                        _mm256_permutevar8x32_epi32(w, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
+    _mm256_storeu_si256((__m256i *)q, cllm_pack256_i8(q0, q1, q2, q3));
     *q02 = _mm256_add_epi32(q0, q2);
     *q13 = _mm256_add_epi32(q1, q3);
     return _mm256_add_epi32(*q02, *q13);
@@ -273,8 +252,8 @@ GY_INLINE __m256i gy_quant32(const float *x, __m256 vid, char *q, __m256i *q02, 
 /* The largest |x| of n floats (n a multiple of 8). */
 GY_INLINE float gy_amax(const float *x, int n) {
     __m256 m = _mm256_setzero_ps();
-    for (int i = 0; i < n; i += 8) m = _mm256_max_ps(m, gy_abs(_mm256_loadu_ps(x + i)));
-    return gy_hmax(m);
+    for (int i = 0; i < n; i += 8) m = _mm256_max_ps(m, cllm_abs256(_mm256_loadu_ps(x + i)));
+    return cllm_hmax256(m);
 }
 
 GY_INLINE __m256 gy_inv(float d) { return _mm256_set1_ps(d != 0.0f ? 1.0f / d : 0.0f); }
@@ -297,7 +276,7 @@ void cllm_cpu_gemm_quantize_avx2(const cllm_gemm_form *f, const float *x, void *
             _mm_storeu_si128((__m128i *)out, _mm_packs_epi16(_mm256_castsi256_si128(w),
                                                              _mm256_extracti128_si256(w, 1)));
         }
-        cllm_gemm_act_block_tail(out + bs, f, d, gy_hsum_i32(sum));
+        cllm_gemm_act_block_tail(out + bs, f, d, cllm_hsum256_i32(sum));
     }
 }
 
@@ -345,8 +324,8 @@ static void gy_gemv_quantize_q4_k(const float *x, char *act, int64_t K) {
         int16_t sums[8];
         for (int s8 = 0; s8 < 8; s8++) {
             __m256i q02, q13;
-            sums[s8] =
-                (int16_t)gy_hsum_i32(gy_quant32(xs + 32 * s8, vid, out + 32 * pos[s8], &q02, &q13));
+            sums[s8] = (int16_t)cllm_hsum256_i32(
+                gy_quant32(xs + 32 * s8, vid, out + 32 * pos[s8], &q02, &q13));
         }
         memcpy(out + 256, sums, 16);
         memcpy(out + 272, &d, 4);

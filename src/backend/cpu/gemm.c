@@ -442,26 +442,20 @@ void cllm_cpu_gemv_quantize(cllm_type type, const float *x, void *act, int64_t K
         cllm_cpu_gemv_quantize_avx512(type, x, act, K);
         return;
     }
-    if (type == CLLM_TYPE_Q4_K && cllm_cpu_isa_level() >= CLLM_CPU_ISA_AVX2) {
-        CLLM_ASSERT(K % 256 == 0);
-        cllm_cpu_gemv_quantize_avx2(type, x, act, K);
-        return;
-    }
 #endif
-    if (type == CLLM_TYPE_Q4_K) {
-        CLLM_ASSERT(K % 256 == 0);
-        gemv_quantize_q4_k(x, act, K);
-        return;
-    }
-    CLLM_ASSERT(K % 32 == 0);
-    const int32_t z = type == CLLM_TYPE_Q4_0 ? 8 : 0;
-    memset(act, 0, cllm_cpu_gemv_act_size(type, K));
+    CLLM_ASSERT(K % (type == CLLM_TYPE_Q4_K ? 256 : 32) == 0);
+    if (type != CLLM_TYPE_Q4_K) memset(act, 0, cllm_cpu_gemv_act_size(type, K));
 #if defined(__x86_64__) || defined(__i386__)
     if (cllm_cpu_isa_level() >= CLLM_CPU_ISA_AVX2) {
         cllm_cpu_gemv_quantize_avx2(type, x, act, K);
         return;
     }
 #endif
+    if (type == CLLM_TYPE_Q4_K) {
+        gemv_quantize_q4_k(x, act, K);
+        return;
+    }
+    const int32_t z = type == CLLM_TYPE_Q4_0 ? 8 : 0;
     for (int64_t b = 0; b < K / 32; b++) {
         char *g = (char *)act + (size_t)(b / 4) * GEMV_GROUP;
         const int i = (int)(b % 4);

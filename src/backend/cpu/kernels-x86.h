@@ -27,6 +27,8 @@
 
 #include "core/quants.h"
 
+#include "backend/cpu/vec-avx2.h"
+
 #include <immintrin.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -50,20 +52,6 @@ KX_INLINE float kx_hsum(__m256 v) {
     s = _mm_add_ps(s, _mm_movehl_ps(s, s));
     s = _mm_add_ss(s, _mm_movehdup_ps(s));
     return _mm_cvtss_f32(s);
-}
-
-KX_INLINE float kx_hmax(__m256 v) {
-    __m128 s = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_max_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_max_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
-
-KX_INLINE int32_t kx_hsum_i32(__m256i v) {
-    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
-    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
-    return _mm_cvtsi128_si32(s);
 }
 
 /* acc + sum of u[4i..4i+3] * s[4i..4i+3] per int32 lane, u unsigned, s signed
@@ -107,17 +95,13 @@ KX_INLINE uint32_t kx_load_u32(const uint8_t *p) {
 /* Round x (already clamped to [-127, 127]) to nearest even, as
  * cllm_quant_round_clamp does, and pack 32 results to int8 in order. */
 KX_INLINE __m256i kx_pack32(__m256 a, __m256 b, __m256 c, __m256 d) {
-    const __m256i ia = _mm256_cvtps_epi32(a), ib = _mm256_cvtps_epi32(b);
-    const __m256i ic = _mm256_cvtps_epi32(c), id = _mm256_cvtps_epi32(d);
-    const __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(ia, ib), _mm256_packs_epi32(ic, id));
-    return _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+    return cllm_pack256_i8(_mm256_cvtps_epi32(a), _mm256_cvtps_epi32(b), _mm256_cvtps_epi32(c),
+                           _mm256_cvtps_epi32(d));
 }
 
 KX_INLINE __m256 kx_clamp127(__m256 v) {
     return _mm256_min_ps(_mm256_max_ps(v, _mm256_set1_ps(-127.0f)), _mm256_set1_ps(127.0f));
 }
-
-KX_INLINE __m256 kx_abs(__m256 v) { return _mm256_andnot_ps(_mm256_set1_ps(-0.0f), v); }
 
 /* ---- activations: F32 -> Q8_0, F32 -> Q8_K -----------------------------------
  * Bit-identical to cllm_quantize_row_q8_0 / _q8_K: the same scale (F16C
@@ -130,9 +114,9 @@ static void kx_quantize_row_q8_0(const float *src, void *dst, int64_t n) {
         const float *x = src + ib * CLLM_QK8_0;
         __m256 v[4];
         for (int k = 0; k < 4; k++) v[k] = _mm256_loadu_ps(x + 8 * k);
-        const __m256 m = _mm256_max_ps(_mm256_max_ps(kx_abs(v[0]), kx_abs(v[1])),
-                                       _mm256_max_ps(kx_abs(v[2]), kx_abs(v[3])));
-        float d = kx_hmax(m) / 127.0f;
+        const __m256 m = _mm256_max_ps(_mm256_max_ps(cllm_abs256(v[0]), cllm_abs256(v[1])),
+                                       _mm256_max_ps(cllm_abs256(v[2]), cllm_abs256(v[3])));
+        float d = cllm_hmax256(m) / 127.0f;
         d = d > 65504.0f ? 65504.0f : d;
         y[ib].d = _cvtss_sh(d, _MM_FROUND_TO_NEAREST_INT);
         const float dd = kx_h2f(y[ib].d);
@@ -147,8 +131,9 @@ static void kx_quantize_row_q8_K(const float *src, void *dst, int64_t n) {
     for (int64_t ib = 0; ib < n / CLLM_QK_K; ib++) {
         const float *x = src + ib * CLLM_QK_K;
         __m256 m = _mm256_setzero_ps();
-        for (int k = 0; k < CLLM_QK_K; k += 8) m = _mm256_max_ps(m, kx_abs(_mm256_loadu_ps(x + k)));
-        const float amax = kx_hmax(m);
+        for (int k = 0; k < CLLM_QK_K; k += 8)
+            m = _mm256_max_ps(m, cllm_abs256(_mm256_loadu_ps(x + k)));
+        const float amax = cllm_hmax256(m);
         y[ib].d = amax / 127.0f;
         const __m256 id = _mm256_set1_ps(amax > 1e-30f ? 127.0f / amax : 0.0f);
         for (int k = 0; k < CLLM_QK_K; k += 32) {

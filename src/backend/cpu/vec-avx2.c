@@ -15,20 +15,19 @@
 
 #include "backend/cpu/vec-avx2.h"
 
+static inline __attribute__((always_inline)) __m256 silu8(__m256 v) {
+    const __m256 e = cllm_exp256(_mm256_sub_ps(_mm256_setzero_ps(), v));
+    return _mm256_div_ps(v, _mm256_add_ps(_mm256_set1_ps(1.0f), e));
+}
+
 /* y = x / (1 + e^-x); y may be x. */
 void cllm_cpu_silu_row_avx2(int64_t n, float *y, const float *x) {
     int64_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        const __m256 v = _mm256_loadu_ps(x + i);
-        const __m256 e = cllm_exp256(_mm256_sub_ps(_mm256_setzero_ps(), v));
-        _mm256_storeu_ps(y + i, _mm256_div_ps(v, _mm256_add_ps(_mm256_set1_ps(1.0f), e)));
-    }
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, silu8(_mm256_loadu_ps(x + i)));
     if (i < n) {
         const __m256i m = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)(n - i)),
                                              _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-        const __m256 v = _mm256_maskload_ps(x + i, m);
-        const __m256 e = cllm_exp256(_mm256_sub_ps(_mm256_setzero_ps(), v));
-        _mm256_maskstore_ps(y + i, m, _mm256_div_ps(v, _mm256_add_ps(_mm256_set1_ps(1.0f), e)));
+        _mm256_maskstore_ps(y + i, m, silu8(_mm256_maskload_ps(x + i, m)));
     }
 }
 

@@ -6,6 +6,7 @@
 #define CLLM_BACKEND_CPU_VEC_AVX2_H
 
 #include <immintrin.h>
+#include <stdint.h>
 
 /* r[i] = row i of an 8 x 8 block of floats -> r[e] = element e of the 8
  * rows (three rounds of unpack, shuffle and lane permute). */
@@ -25,6 +26,34 @@ static inline __attribute__((always_inline)) void cllm_transpose8_ps(__m256 r[8]
         r[i] = _mm256_permute2f128_ps(u[i], u[4 + i], 0x20);
         r[4 + i] = _mm256_permute2f128_ps(u[i], u[4 + i], 0x31);
     }
+}
+
+/* |v| per lane. */
+static inline __attribute__((always_inline)) __m256 cllm_abs256(__m256 v) {
+    return _mm256_andnot_ps(_mm256_set1_ps(-0.0f), v);
+}
+
+/* The largest / the sum of the 8 lanes. */
+static inline __attribute__((always_inline)) float cllm_hmax256(__m256 v) {
+    __m128 s = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_max_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_max_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+static inline __attribute__((always_inline)) int32_t cllm_hsum256_i32(__m256i v) {
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
+    return _mm_cvtsi128_si32(s);
+}
+
+/* 4 x 8 int32 in -128..127 (elements 0..7, 8..15, ...) -> 32 int8 in element
+ * order: the packs work per 128-bit lane, a permutation puts them back. */
+static inline __attribute__((always_inline)) __m256i cllm_pack256_i8(__m256i a, __m256i b,
+                                                                     __m256i c, __m256i d) {
+    const __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(a, b), _mm256_packs_epi32(c, d));
+    return _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
 }
 
 /* e^x for 8 floats, as cllm_exp512 computes it (x = n ln2 + r, the Taylor

@@ -4,10 +4,11 @@
  * 64 activation columns, with the packing and the activation quantization
  * timed apart. Prints GOP/s (2 * rows * K * columns per second) of the
  * kernel as the median and the best of the repetitions (each ~2 ms after a
- * warm-up), and ns per packed panel and per quantized column. The quantized
- * panel (36 KiB for Q4_0) and columns stay in L2, so this measures the
- * arithmetic more than memory; the float panel (256 KiB) and its 512 KiB
- * of F32 columns do not, as in a real prompt.
+ * warm-up), and ns per packed panel and per quantized column (float
+ * weights: per column copied into the level's column groups, as mul_mat
+ * does). The quantized panel (36 KiB for Q4_0) and columns stay in L2, so
+ * this measures the arithmetic more than memory; the float panel (256 KiB)
+ * and its 512 KiB of F32 columns do not, as in a real prompt.
  *
  *     bench_gemm [repetitions [type]]
  *
@@ -56,7 +57,8 @@ typedef struct bench_case {
     char *panel;    /* packed */
     char *scratch;  /* pack scratch */
     const float *x; /* B_COLS F32 columns */
-    char *act;      /* quantized columns */
+    char *act;      /* quantized columns (float: grouped, as mul_mat groups them) */
+    int group;      /* float: columns per group (cllm_cpu_gemm_f_group) */
     size_t act_row; /* bytes of one */
     float *out;     /* rows x B_COLS */
     volatile float sink;
@@ -68,7 +70,8 @@ static void run_op(bench_case *c, int op) {
     switch (op) {
     case OP_GEMM:
         if (c->flt) {
-            cllm_cpu_gemm_f(B_K, (const float *)c->panel, c->x, B_K * sizeof(float), B_COLS, c->out,
+            cllm_cpu_gemm_f(B_K, (const float *)c->panel, (const float *)c->act,
+                            (size_t)c->group * B_K * sizeof(float), c->group, B_COLS, c->out,
                             (size_t)c->rows, c->rows);
         } else {
             cllm_cpu_gemm(c->t, B_K, c->panel, c->act, c->act_row, B_COLS, c->out, (size_t)c->rows,
@@ -82,7 +85,16 @@ static void run_op(bench_case *c, int op) {
             cllm_cpu_gemm_pack(c->t, c->w, c->w_row, c->rows, B_K, c->panel, c->scratch);
         }
         break;
-    default: cllm_cpu_gemm_quantize(c->t, c->x, c->act, B_K); break;
+    default:
+        if (c->flt) { /* all columns: the time per column is this / B_COLS */
+            for (int j = 0; j < B_COLS; j += c->group)
+                cllm_cpu_gemm_f_group_cols(c->x + (size_t)j * B_K, B_K * sizeof(float),
+                                           B_COLS - j < c->group ? B_COLS - j : c->group, B_K,
+                                           c->group, (float *)c->act + (size_t)j * B_K);
+        } else {
+            cllm_cpu_gemm_quantize(c->t, c->x, c->act, B_K);
+        }
+        break;
     }
     c->sink += c->out[0];
 }
@@ -157,18 +169,21 @@ int main(int argc, char **argv) {
                 c.flt ? cllm_cpu_gemm_f_panel_size(B_K) : cllm_cpu_gemm_panel_size(t, B_K);
             c.panel = malloc(psize);
             c.scratch = c.flt ? NULL : malloc(cllm_cpu_gemm_pack_scratch(t, B_K) + 1);
-            c.act_row = c.flt ? 0 : cllm_cpu_gemm_act_size(t, B_K);
-            c.act = c.flt ? NULL : malloc(c.act_row * B_COLS);
+            c.group = c.flt ? cllm_cpu_gemm_f_group() : 0;
+            c.act_row = c.flt ? B_K * sizeof(float) : cllm_cpu_gemm_act_size(t, B_K);
+            c.act = malloc(c.act_row * (B_COLS + CLLM_GEMM_F_GROUP_AVX2)); /* whole groups */
             c.out = malloc(sizeof(float) * (size_t)c.rows * B_COLS);
-            if (!c.panel || !c.out || (!c.flt && (!c.scratch || !c.act))) return 0;
+            if (!c.panel || !c.out || !c.act || (!c.flt && !c.scratch)) return 0;
             run_op(&c, OP_PACK);
             for (int j = 0; !c.flt && j < B_COLS; j++)
                 cllm_cpu_gemm_quantize(t, c.x + (size_t)j * B_K, c.act + (size_t)j * c.act_row,
                                        B_K);
-            double gm, gb, pm, pb, qm = 0.0, qb;
+            if (c.flt) run_op(&c, OP_QUANT);
+            double gm, gb, pm, pb, qm, qb;
             measure(&c, OP_GEMM, reps, &gm, &gb);
             measure(&c, OP_PACK, reps, &pm, &pb);
-            if (!c.flt) measure(&c, OP_QUANT, reps, &qm, &qb);
+            measure(&c, OP_QUANT, reps, &qm, &qb);
+            if (c.flt) qm /= B_COLS;
             const double ops = 2.0 * c.rows * B_K * B_COLS;
             printf("%-6s %-7s %16.1f %16.1f %14.0f %14.0f\n", cllm_type_name(t),
                    level_name((cllm_cpu_isa)l), ops / gm, ops / gb, pm, qm);

@@ -607,7 +607,9 @@ static void test_gemm_extremes(cllm_type t) {
 
 /* ---- panel GEMM of float weights -------------------------------------------------
  * Packed F16 / BF16 rows times F32 columns against the exact sums, for every
- * panel height, column count, and odd and even lengths. */
+ * panel height, column count, and odd and even lengths, with the columns in
+ * place and in groups (the AVX2 kernel's 6, and 4, which only the
+ * reference takes); every grouping gives the same bits. */
 
 static void test_gemm_f(cllm_type t) {
     if (t != CLLM_TYPE_F16 && t != CLLM_TYPE_BF16) return;
@@ -621,6 +623,7 @@ static void test_gemm_f(cllm_type t) {
         char *w = xmalloc(wbytes * R);
         float *panel = xmalloc(cllm_cpu_gemm_f_panel_size(n));
         float *cols = xmalloc((size_t)(n * C) * sizeof(float));
+        float *grouped = xmalloc((size_t)(n * (C + CLLM_GEMM_F_GROUP_AVX2)) * sizeof(float));
         float *x = xmalloc((size_t)(n * R) * sizeof(float));
         for (int wk = 0; wk < W_KINDS; wk++) {
             for (int r = 0; r < R; r++) {
@@ -632,11 +635,27 @@ static void test_gemm_f(cllm_type t) {
                 const int nr = k_heights[hi];
                 cllm_cpu_gemm_f_pack(t, w, wbytes, nr, n, panel);
                 for (int nc = 1; nc <= C; nc += (nc < 13 ? 1 : 7)) {
-                    for (int impl = 0; impl <= (int)fast; impl++) {
+                    float first[2][C * LDO]; /* per implementation, columns in place */
+                    for (int v = 0; v < 6; v++) {
+                        const int impl = v & 1, group = (const int[]){1, 6, 4}[v / 2];
+                        if (impl && (!fast || group == 4)) continue; /* 4: the reference */
+                        const float *cv = cols;
+                        if (group > 1) {
+                            for (int c = 0; c < nc; c += group)
+                                cllm_cpu_gemm_f_group_cols(cols + c * n, (size_t)n * sizeof(float),
+                                                           CLLM_MIN(group, nc - c), n, group,
+                                                           grouped + c * n);
+                            cv = grouped;
+                        }
                         float out[C * LDO];
                         for (int i = 0; i < C * LDO; i++) out[i] = NAN;
                         (impl ? cllm_cpu_gemm_f : cllm_cpu_gemm_f_ref)(
-                            n, panel, cols, (size_t)n * sizeof(float), nc, out, LDO, nr);
+                            n, panel, cv, (size_t)(group * n) * sizeof(float), group, nc, out, LDO,
+                            nr);
+                        if (group == 1) memcpy(first[impl], out, sizeof(out));
+                        CHECKF(memcmp(out, first[impl], sizeof(out)) == 0,
+                               "%s gemm_f%s n=%lld %dx%d: groups of %d change the sums",
+                               cllm_type_name(t), impl ? "" : "_ref", (long long)n, nr, nc, group);
                         for (int c = 0; c < C; c++) {
                             for (int r = 0; r < LDO; r++) {
                                 const float got = out[c * LDO + r];
@@ -659,7 +678,7 @@ static void test_gemm_f(cllm_type t) {
                 }
             }
         }
-        free(w), free(panel), free(cols), free(x);
+        free(w), free(panel), free(cols), free(grouped), free(x);
     }
 }
 

@@ -343,24 +343,27 @@ void cllm_cpu_gemv_quantize_avx2(cllm_type type, const float *x, void *act, int6
 
 /* ---- float weights ---------------------------------------------------------------- */
 
-/* Rows 16h..16h+15 of the panel x nc columns. (Walking K in passes that
- * keep a part of the panel in L1, as the integer kernel does, was measured
- * slower here: TinyLlama F16 pp512, 1 thread, Zen 3, 33.0 -> 26.4-27.9 tokens/s.
- * The columns' short runs per pass, 8 KiB apart, defeat the prefetcher.) */
-GY_INLINE void gy_tile_f(int nc, int64_t K, const float *panel, int h, const float *cols,
-                         size_t col_stride, float *out, size_t ldo, int nr) {
+/* Rows 16h..16h+15 of the panel x nc columns; column j's element k at
+ * cols[j * js + k * ks] (in place: js = the row stride, ks = 1; grouped:
+ * js = 1, ks = 6). (Walking K in passes that keep a part of the panel in
+ * L1, as the integer kernel does, was measured slower here with columns in
+ * place: TinyLlama F16 pp512, 1 thread, Zen 3, 33.0 -> 26.4-27.9 tokens/s;
+ * the columns' short runs per pass, 8 KiB apart, defeat the prefetcher.
+ * With grouped columns, passes of 512, 1024 or 2048 elements were no
+ * faster than none, at 1 and 2 threads.) */
+GY_INLINE void gy_tile_f(int nc, int64_t K, const float *panel, int h, const float *cols, size_t js,
+                         size_t ks, float *out, size_t ldo, int nr) {
     __m256 acc[GY_F_COLS][2];
 #pragma GCC unroll 6
     for (int j = 0; j < nc; j++) acc[j][0] = acc[j][1] = _mm256_setzero_ps();
-    const float *p = panel + 16 * h;
-    for (int64_t k = 0; k < K; k++, p += CLLM_GEMM_F_ROWS) {
+    const float *p = panel + 16 * h, *c = cols;
+    for (int64_t k = 0; k < K; k++, p += CLLM_GEMM_F_ROWS, c += ks) {
         const __m256 w0 = _mm256_loadu_ps(p), w1 = _mm256_loadu_ps(p + 8);
 #pragma GCC unroll 6
         for (int j = 0; j < nc; j++) {
-            const __m256 c = _mm256_broadcast_ss(
-                (const float *)((const char *)cols + (size_t)j * col_stride) + k);
-            acc[j][0] = _mm256_fmadd_ps(w0, c, acc[j][0]);
-            acc[j][1] = _mm256_fmadd_ps(w1, c, acc[j][1]);
+            const __m256 cj = _mm256_broadcast_ss(c + (size_t)j * js);
+            acc[j][0] = _mm256_fmadd_ps(w0, cj, acc[j][0]);
+            acc[j][1] = _mm256_fmadd_ps(w1, cj, acc[j][1]);
         }
     }
     const int n0 = nr < 8 ? nr : 8, n1 = nr - n0;
@@ -373,13 +376,15 @@ GY_INLINE void gy_tile_f(int nc, int64_t K, const float *panel, int h, const flo
     }
 }
 
-#define GY_TILE_F(n, unused) gy_tile_f(n, K, panel, h, c, col_stride, o, ldo, nr)
+#define GY_TILE_F(n, unused) gy_tile_f(n, K, panel, h, c, js, ks, o, ldo, nr)
 
-void cllm_cpu_gemm_f_avx2(int64_t K, const float *panel, const float *cols, size_t col_stride,
-                          int ncols, float *out, size_t ldo, int nrows) {
+/* Every group of up to 6 columns meets both halves of the panel. */
+GY_INLINE void gy_gemm_f(int64_t K, const float *panel, const float *cols, size_t group_stride,
+                         size_t js, size_t ks, int ncols, float *out, size_t ldo, int nrows) {
     for (int j0 = 0; j0 < ncols; j0 += GY_F_COLS) {
         const int nc = ncols - j0 < GY_F_COLS ? ncols - j0 : GY_F_COLS;
-        const float *c = (const float *)((const char *)cols + (size_t)j0 * col_stride);
+        const float *c =
+            (const float *)((const char *)cols + (size_t)(j0 / GY_F_COLS) * group_stride);
         float *o = out + (size_t)j0 * ldo;
         for (int h = 0; h < 2 && 16 * h < nrows; h++) {
             const int nr = nrows - 16 * h < 16 ? nrows - 16 * h : 16;
@@ -394,6 +399,17 @@ void cllm_cpu_gemm_f_avx2(int64_t K, const float *panel, const float *cols, size
         }
     }
 }
+
+void cllm_cpu_gemm_f_avx2(int64_t K, const float *panel, const float *cols, size_t group_stride,
+                          int group, int ncols, float *out, size_t ldo, int nrows) {
+    if (group == GY_F_COLS) {
+        gy_gemm_f(K, panel, cols, group_stride, 1, GY_F_COLS, ncols, out, ldo, nrows);
+    } else { /* in place: a "group" of 6 columns is 6 rows */
+        gy_gemm_f(K, panel, cols, GY_F_COLS * group_stride, group_stride / sizeof(float), 1, ncols,
+                  out, ldo, nrows);
+    }
+}
+_Static_assert(GY_F_COLS == CLLM_GEMM_F_GROUP_AVX2, "the AVX2 column group is its register tile");
 _Static_assert(GY_F_COLS == 6, "cllm_cpu_gemm_f_avx2 covers 1..6 columns");
 
 /* The float packer: 8 rows x 8 elements at a time, converted (vcvtph2ps,

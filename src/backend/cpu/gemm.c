@@ -374,31 +374,54 @@ void cllm_cpu_gemm_f_pack(cllm_type type, const void *a, size_t stride, int nrow
     }
 }
 
-void cllm_cpu_gemm_f_ref(int64_t K, const float *panel, const float *cols, size_t col_stride,
-                         int ncols, float *out, size_t ldo, int nrows) {
+int cllm_cpu_gemm_f_group(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    /* AVX-512 reads its 12 columns in place: not measured grouped */
+    if (cllm_cpu_isa_level() == CLLM_CPU_ISA_AVX2) return CLLM_GEMM_F_GROUP_AVX2;
+#endif
+    return 1;
+}
+
+void cllm_cpu_gemm_f_group_cols(const float *x, size_t stride, int ncols, int64_t K, int group,
+                                float *out) {
+    CLLM_ASSERT(ncols >= 1 && ncols <= group);
+    for (int j = 0; j < group; j++) {
+        const float *c = (const float *)((const char *)x + (size_t)j * stride);
+        if (j < ncols) {
+            for (int64_t k = 0; k < K; k++) out[k * group + j] = c[k];
+        } else {
+            for (int64_t k = 0; k < K; k++) out[k * group + j] = 0.0f;
+        }
+    }
+}
+
+void cllm_cpu_gemm_f_ref(int64_t K, const float *panel, const float *cols, size_t group_stride,
+                         int group, int ncols, float *out, size_t ldo, int nrows) {
     for (int j = 0; j < ncols; j++) {
-        const float *c = (const float *)((const char *)cols + (size_t)j * col_stride);
+        const float *c =
+            (const float *)((const char *)cols + (size_t)(j / group) * group_stride) + j % group;
         for (int r = 0; r < nrows; r++) {
             float acc = 0.0f;
-            for (int64_t k = 0; k < K; k++) acc += panel[k * CLLM_GEMM_F_ROWS + r] * c[k];
+            for (int64_t k = 0; k < K; k++) acc += panel[k * CLLM_GEMM_F_ROWS + r] * c[k * group];
             out[(size_t)j * ldo + (size_t)r] = acc;
         }
     }
 }
 
-void cllm_cpu_gemm_f(int64_t K, const float *panel, const float *cols, size_t col_stride, int ncols,
-                     float *out, size_t ldo, int nrows) {
+void cllm_cpu_gemm_f(int64_t K, const float *panel, const float *cols, size_t group_stride,
+                     int group, int ncols, float *out, size_t ldo, int nrows) {
 #if defined(__x86_64__) || defined(__i386__)
-    if (cllm_cpu_isa_level() >= CLLM_CPU_ISA_AVX512) {
-        cllm_cpu_gemm_f_avx512(K, panel, cols, col_stride, ncols, out, ldo, nrows);
+    if (cllm_cpu_isa_level() >= CLLM_CPU_ISA_AVX512 && group == 1) {
+        cllm_cpu_gemm_f_avx512(K, panel, cols, group_stride, ncols, out, ldo, nrows);
         return;
     }
-    if (cllm_cpu_isa_level() >= CLLM_CPU_ISA_AVX2) {
-        cllm_cpu_gemm_f_avx2(K, panel, cols, col_stride, ncols, out, ldo, nrows);
+    if (cllm_cpu_isa_level() >= CLLM_CPU_ISA_AVX2 &&
+        (group == 1 || group == CLLM_GEMM_F_GROUP_AVX2)) {
+        cllm_cpu_gemm_f_avx2(K, panel, cols, group_stride, group, ncols, out, ldo, nrows);
         return;
     }
 #endif
-    cllm_cpu_gemm_f_ref(K, panel, cols, col_stride, ncols, out, ldo, nrows);
+    cllm_cpu_gemm_f_ref(K, panel, cols, group_stride, group, ncols, out, ldo, nrows);
 }
 
 /* ---- one column ------------------------------------------------------------------- */

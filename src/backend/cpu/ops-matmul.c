@@ -12,7 +12,9 @@
  *    each thread packs 16 weight rows at a time into its panel (once per
  *    tile) and runs them against all the tile's columns.
  *  - gemm_f (the same for F16 / BF16 weights, 32 rows per panel): b's rows
- *    read in place as F32 (gathered into the workspace if strided).
+ *    read in place as F32 (gathered into the workspace if strided), or
+ *    copied into the workspace in the column groups the level's kernel
+ *    prefers (cllm_cpu_gemm_f_group: AVX2).
  *  - gemv (one-column kernels, gemm.h; AVX-512, Q4_0 / Q4_1 / Q4_K, fewer
  *    columns: generation): b's rows in the kernel's activation form, the
  *    weight rows read in place.
@@ -68,6 +70,7 @@ typedef struct mm_plan {
     bool gemv;                      /* one-column plan (gemm.h): b in gemv form, a read in place */
     bool gemm;                      /* panel plan (gemm.h): b quantized by gemm, a packed */
     bool gemm_f;                    /* ... of float weights: b F32, in place if it can be */
+    int f_group;                    /* gemm_f: b's columns in groups of this many (gemm.h) */
     size_t panel_bytes;             /* gemm: per-thread panel + pack scratch (in thread_bytes) */
     const cllm_cpu_type_kernels *k; /* kernels plan; NULL: converted plan */
     bool convert_b;                 /* b rows are converted into the shared workspace */
@@ -102,11 +105,17 @@ static mm_plan mm_make_plan(const cllm_tensor *dst) {
     if (a_rows && !p.alone && b->ne[1] >= CLLM_GEMM_MIN_COLS &&
         cllm_cpu_gemm_f_available(a->type, K)) {
         p.gemm = p.gemm_f = true;
-        p.convert_b = !b_rows; /* gathered as F32 */
+        /* grouped when the level prefers it (a strided b stays ungrouped:
+         * gathered as F32 rows) */
+        p.f_group = b_rows ? cllm_cpu_gemm_f_group() : 1;
+        p.convert_b = !b_rows || p.f_group > 1;
         p.b_row_size = (size_t)K * sizeof(float);
         if (p.convert_b) {
+            /* whole groups per batch, the last one padded with zeros */
+            const int64_t n_groups = (b->ne[1] + p.f_group - 1) / p.f_group;
             p.counter_bytes = CLLM_CPU_WS_ALIGN;
-            p.shared_bytes = cllm_cpu_ws_round((size_t)cllm_nrows(b) * p.b_row_size);
+            p.shared_bytes = cllm_cpu_ws_round((size_t)(n_groups * p.f_group) * p.b_row_size *
+                                               (size_t)(b->ne[2] * b->ne[3]));
         }
         p.panel_bytes = cllm_cpu_ws_round(cllm_cpu_gemm_f_panel_size(K));
         p.thread_bytes = p.panel_bytes;
@@ -169,6 +178,19 @@ static void mm_convert_b(const cllm_cpu_params *params, const cllm_tensor *b, co
                          char *wb, float *f32) {
     const int64_t K = b->ne[0];
     int64_t r0, r1;
+    if (p->gemm_f && p->f_group > 1) { /* b's rows contiguous: whole groups of columns */
+        const int g = p->f_group;
+        const int64_t N = b->ne[1], per_batch = (N + g - 1) / g;
+        const size_t group_bytes = (size_t)g * p->b_row_size;
+        cllm_cpu_split(per_batch * b->ne[2] * b->ne[3], params->ith, params->nth, &r0, &r1);
+        for (int64_t i = r0; i < r1; i++) {
+            const int64_t n = i % per_batch * g, batch = i / per_batch;
+            cllm_cpu_gemm_f_group_cols(
+                (const float *)cllm_cpu_elem(b, 0, n, batch % b->ne[2], batch / b->ne[2]), b->nb[1],
+                (int)CLLM_MIN((int64_t)g, N - n), K, g, (float *)(wb + (size_t)i * group_bytes));
+        }
+        return;
+    }
     cllm_cpu_split(cllm_nrows(b), params->ith, params->nth, &r0, &r1);
     for (int64_t r = r0; r < r1; r++) {
         char *out = wb + (size_t)r * p->b_row_size;
@@ -290,7 +312,13 @@ static void mm_tile_gemm(const cllm_tensor *a, const cllm_tensor *b, cllm_tensor
     const int64_t r2 = B2 / a->ne[2], r3 = b->ne[3] / a->ne[3];
     const char *b0 = p->convert_b ? wb + (size_t)(N * (i2 + B2 * i3) + n0) * p->b_row_size
                                   : cllm_cpu_elem(b, 0, n0, i2, i3);
-    const size_t by = p->convert_b ? p->b_row_size : b->nb[1];
+    size_t by = p->convert_b ? p->b_row_size : b->nb[1];
+    const int group = p->gemm_f ? p->f_group : 1;
+    if (group > 1) { /* n0 is a multiple of the group (mm_make_gemm_tiles) */
+        const int64_t per_batch = (N + group - 1) / group;
+        by = (size_t)group * p->b_row_size;
+        b0 = wb + (size_t)(per_batch * (i2 + B2 * i3) + n0 / group) * by;
+    }
     const size_t ldo = dst->nb[1] / sizeof(float);
     const int64_t rows = p->gemm_f ? CLLM_GEMM_F_ROWS : CLLM_GEMM_ROWS;
     for (int64_t m = m0; m < m1; m += rows) {
@@ -306,8 +334,8 @@ static void mm_tile_gemm(const cllm_tensor *a, const cllm_tensor *b, cllm_tensor
             *packed = arow;
         }
         if (p->gemm_f) {
-            cllm_cpu_gemm_f(K, (const float *)panel, (const float *)b0, by, (int)(n1 - n0), out,
-                            ldo, nr);
+            cllm_cpu_gemm_f(K, (const float *)panel, (const float *)b0, by, group, (int)(n1 - n0),
+                            out, ldo, nr);
         } else {
             cllm_cpu_gemm(a->type, K, panel, b0, by, (int)(n1 - n0), out, ldo, nr);
         }
@@ -339,15 +367,16 @@ typedef struct mm_tiles {
 } mm_tiles;
 
 /* The panel plan's grid: whole groups of weight rows x all columns, the
- * columns split (by multiples of 8) only when there are few groups. */
-static mm_tiles mm_make_gemm_tiles(int64_t M, int64_t N, int64_t batches, int nth, int64_t rows) {
+ * columns split (by multiples of `unit`) only when there are few groups. */
+static mm_tiles mm_make_gemm_tiles(int64_t M, int64_t N, int64_t batches, int nth, int64_t rows,
+                                   int64_t unit) {
     mm_tiles t = {.tm = rows, .tn = N};
     const int64_t groups = (M + rows - 1) / rows;
     const int64_t target = 4 * (int64_t)nth;
     if (groups * batches < target) {
-        const int64_t chunks = (N + 7) / 8;
+        const int64_t chunks = (N + unit - 1) / unit;
         const int64_t nt = CLLM_MIN(chunks, (target + groups * batches - 1) / (groups * batches));
-        t.tn = (chunks + nt - 1) / nt * 8;
+        t.tn = (chunks + nt - 1) / nt * unit;
     }
     t.nm = groups;
     t.nn = (N + t.tn - 1) / t.tn;
@@ -389,9 +418,12 @@ void cllm_cpu_mul_mat(const cllm_cpu_params *params, cllm_tensor *dst) {
                           p.counter_bytes + p.shared_bytes + (size_t)params->ith * p.thread_bytes,
                           p.thread_bytes)
             : NULL;
-    const mm_tiles t = p.gemm ? mm_make_gemm_tiles(M, N, B2 * B3, params->nth,
-                                                   p.gemm_f ? CLLM_GEMM_F_ROWS : CLLM_GEMM_ROWS)
-                              : mm_make_tiles(M, N, B2 * B3, params->nth);
+    /* column splits of grouped columns (gemm_f) keep whole groups: 24 = 4 groups of 6 */
+    const int64_t unit = p.gemm_f && p.f_group > 1 ? 4 * (int64_t)p.f_group : 8;
+    const mm_tiles t = p.gemm
+                           ? mm_make_gemm_tiles(M, N, B2 * B3, params->nth,
+                                                p.gemm_f ? CLLM_GEMM_F_ROWS : CLLM_GEMM_ROWS, unit)
+                           : mm_make_tiles(M, N, B2 * B3, params->nth);
     char *panel = NULL, *scratch = NULL; /* gemm: thread slice = panel, scratch, F32 row */
     const char *packed = NULL;
     if (p.gemm) {

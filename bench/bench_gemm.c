@@ -10,6 +10,10 @@
  * this measures the arithmetic more than memory; the float panel (256 KiB)
  * and its 512 KiB of F32 columns do not, as in a real prompt.
  *
+ * On x86 with AVX2 it first prints the core's F32 FMA peak: 10 independent
+ * chains of 256-bit FMAs, all in registers (the ceiling of the float panel
+ * kernel, and of any F16 prompt computed in F32).
+ *
  *     bench_gemm [repetitions [type]]
  *
  * Never fails: a level or type the CPU cannot run is left out.
@@ -26,6 +30,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#endif
 
 #define B_K    2048
 #define B_COLS 64
@@ -120,6 +128,47 @@ static void measure(bench_case *c, int op, int reps, double *med, double *best) 
     *best = v[0];
 }
 
+#if defined(__x86_64__) || defined(__i386__)
+/* GFLOP/s of n rounds of 10 dependent FMA chains (2 x 8 flops each). */
+#define FMA_STEP(x)                                                                                \
+    x = _mm256_fmadd_ps(x, m, c);                                                                  \
+    __asm__("" : "+x"(x)) /* each chain stays in its own register */
+
+__attribute__((target("avx2,fma"))) static double fma_rate(long n) {
+    const __m256 m = _mm256_set1_ps(0.999999f), c = _mm256_set1_ps(1e-7f);
+    __m256 x0 = m, x1 = m, x2 = m, x3 = m, x4 = m, x5 = m, x6 = m, x7 = m, x8 = m, x9 = m;
+    const double t0 = now_ns();
+    for (long i = 0; i < n; i++) {
+        FMA_STEP(x0);
+        FMA_STEP(x1);
+        FMA_STEP(x2);
+        FMA_STEP(x3);
+        FMA_STEP(x4);
+        FMA_STEP(x5);
+        FMA_STEP(x6);
+        FMA_STEP(x7);
+        FMA_STEP(x8);
+        FMA_STEP(x9);
+    }
+    const double ns = now_ns() - t0;
+    const __m256 s =
+        _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(x0, x1), _mm256_add_ps(x2, x3)),
+                      _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(x4, x5), _mm256_add_ps(x6, x7)),
+                                    _mm256_add_ps(x8, x9)));
+    if (_mm256_cvtss_f32(s) == 0.125f) printf(" "); /* keeps the chains alive */
+    return (double)n * 10 * 16 / ns;
+}
+
+static void print_fma_peak(int reps) {
+    double best = 0.0;
+    for (int r = 0; r < reps; r++) {
+        const double g = fma_rate(2000000);
+        if (g > best) best = g;
+    }
+    printf("f32 FMA peak of one core (avx2): %.1f GFLOP/s, best of %d\n", best, reps);
+}
+#endif
+
 static const char *level_name(cllm_cpu_isa l) {
     static const char *names[] = {"portable", "avx2", "avx512"};
     _Static_assert(CLLM_ARRAY_SIZE(names) == CLLM_CPU_ISA_COUNT, "level names");
@@ -140,6 +189,9 @@ int main(int argc, char **argv) {
     const cllm_cpu_isa best = cllm_cpu_set_isa_limit(CLLM_CPU_ISA_COUNT);
     printf("bench_gemm: K = %d, %d columns, %d reps; best level %s (%s)\n", B_K, B_COLS, reps,
            level_name(best), cllm_cpu_features_str());
+#if defined(__x86_64__) || defined(__i386__)
+    if (best >= CLLM_CPU_ISA_AVX2) print_fma_peak(reps);
+#endif
     printf("%-6s %-7s %16s %16s %14s %14s\n", "type", "level", "GOP/s median", "GOP/s best",
            "pack ns/panel", "quant ns/col");
 

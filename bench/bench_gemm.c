@@ -10,6 +10,11 @@
  * this measures the arithmetic more than memory; the float panel (256 KiB)
  * and its 512 KiB of F32 columns do not, as in a real prompt.
  *
+ * Then the one-column kernels of generation (Q4_0, Q4_1, Q4_K), which a
+ * step of several sequences runs on several columns at once, each summed
+ * as alone: ns per weight row and column, for 1 and 4 columns, 64 rows of
+ * K = 2048 (in L2), median of the repetitions.
+ *
  * On x86 with AVX2 it first prints the core's F32 FMA peak: 10 independent
  * chains of 256-bit FMAs, all in registers (the ceiling of the float panel
  * kernel, and of any F16 prompt computed in F32).
@@ -169,6 +174,60 @@ static void print_fma_peak(int reps) {
 }
 #endif
 
+static const char *level_name(cllm_cpu_isa l);
+
+/* Median ns per row-column of the one-column kernel of `t` over GV_ROWS
+ * rows, with nc columns. */
+#define GV_ROWS 64
+static double gemv_ns(cllm_type t, const char *w, size_t w_row, const char *act, size_t act_row,
+                      int nc, int reps) {
+    const cllm_gemv_n_fn fn = cllm_cpu_gemv_n_kernel(t, B_K);
+    float out[GV_ROWS * 4];
+    double v[64];
+    if (reps > 64) reps = 64;
+    for (int r = -1; r < reps; r++) { /* r = -1: warm-up */
+        const double t0 = now_ns();
+        for (int it = 0; it < 50; it++) {
+            for (int m = 0; m < GV_ROWS; m++)
+                fn(t, B_K, w + (size_t)m * w_row, act, act_row, nc, out + m, GV_ROWS);
+        }
+        if (r >= 0) v[r] = (now_ns() - t0) / (50.0 * GV_ROWS * nc);
+    }
+    qsort(v, (size_t)reps, sizeof(double), cmp_double);
+    return v[reps / 2];
+}
+
+static void bench_gemv(const cllm_type *types, int n_types, const char *only, const float *f,
+                       cllm_cpu_isa best, int reps) {
+    printf("%-6s %-7s %16s %16s\n", "type", "level", "gemv ns 1 col", "gemv ns/col 4");
+    for (int ti = 0; ti < n_types; ti++) {
+        const cllm_type t = types[ti];
+        const cllm_type_traits *tt = cllm_type_traits_of(t);
+        if (only && strcmp(only, cllm_type_name(t)) != 0) continue;
+        const size_t w_row = cllm_row_size(t, B_K);
+        char *w = malloc(w_row * GV_ROWS);
+        if (!w) return;
+        for (int m = 0; m < GV_ROWS; m++)
+            tt->from_float(f + (size_t)(m % 32) * B_K, w + (size_t)m * w_row, B_K);
+        for (int l = 1; l <= (int)best; l++) {
+            cllm_cpu_set_isa_limit((cllm_cpu_isa)l);
+            if (!cllm_cpu_gemv_available(t, B_K)) continue;
+            const size_t act_row = cllm_cpu_gemv_act_size(t, B_K);
+            char *act = malloc(act_row * 4);
+            if (!act) break;
+            for (int c = 0; c < 4; c++)
+                cllm_cpu_gemv_quantize(t, f + (size_t)(32 + c) * B_K, act + c * act_row, B_K);
+            const double one = gemv_ns(t, w, w_row, act, act_row, 1, reps);
+            const double four = gemv_ns(t, w, w_row, act, act_row, 4, reps);
+            printf("%-6s %-7s %16.1f %16.1f\n", cllm_type_name(t), level_name((cllm_cpu_isa)l), one,
+                   four);
+            free(act);
+        }
+        free(w);
+    }
+    cllm_cpu_set_isa_limit(CLLM_CPU_ISA_COUNT);
+}
+
 static const char *level_name(cllm_cpu_isa l) {
     static const char *names[] = {"portable", "avx2", "avx512"};
     _Static_assert(CLLM_ARRAY_SIZE(names) == CLLM_CPU_ISA_COUNT, "level names");
@@ -246,6 +305,9 @@ int main(int argc, char **argv) {
         }
     }
     cllm_cpu_set_isa_limit(CLLM_CPU_ISA_COUNT);
+    static const cllm_type gemv_types[] = {CLLM_TYPE_Q4_0, CLLM_TYPE_Q4_1, CLLM_TYPE_Q4_K};
+    bench_gemv(gemv_types, (int)CLLM_ARRAY_SIZE(gemv_types), argc > 2 ? argv[2] : NULL, f, best,
+               reps);
     free(f);
     free(w);
     return 0;

@@ -637,7 +637,8 @@ static void test_gemm_f(cllm_type t) {
                 for (int nc = 1; nc <= C; nc += (nc < 13 ? 1 : 7)) {
                     float first[2][C * LDO]; /* per implementation, columns in place */
                     for (int v = 0; v < 6; v++) {
-                        const int impl = v & 1, group = (const int[]){1, 6, 4}[v / 2];
+                        const int impl = v & 1,
+                                  group = (const int[]){1, CLLM_GEMM_F_GROUP_AVX2, 4}[v / 2];
                         if (impl && (!fast || group == 4)) continue; /* 4: the reference */
                         const float *cv = cols;
                         if (group > 1) {

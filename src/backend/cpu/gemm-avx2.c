@@ -249,13 +249,6 @@ GY_INLINE __m256i gy_quant32(const float *x, __m256 vid, char *q, __m256i *q02, 
     return _mm256_add_epi32(*q02, *q13);
 }
 
-/* The largest |x| of n floats (n a multiple of 8). */
-GY_INLINE float gy_amax(const float *x, int n) {
-    __m256 m = _mm256_setzero_ps();
-    for (int i = 0; i < n; i += 8) m = _mm256_max_ps(m, cllm_abs256(_mm256_loadu_ps(x + i)));
-    return cllm_hmax256(m);
-}
-
 GY_INLINE __m256 gy_inv(float d) { return _mm256_set1_ps(d != 0.0f ? 1.0f / d : 0.0f); }
 
 void cllm_cpu_gemm_quantize_avx2(const cllm_gemm_form *f, const float *x, void *act, int64_t K) {
@@ -263,7 +256,7 @@ void cllm_cpu_gemm_quantize_avx2(const cllm_gemm_form *f, const float *x, void *
     char *out = act;
     for (int64_t b = 0; b < K / bs; b++, out += bs + 16) {
         const float *xb = x + b * bs;
-        const float d = gy_amax(xb, bs) / 127.0f;
+        const float d = cllm_amax256(xb, bs) / 127.0f;
         const __m256 vid = gy_inv(d);
         __m256i sum, q02, q13;
         if (bs == 32) {
@@ -288,7 +281,7 @@ static void gy_gemv_quantize_q4(bool q40, const float *x, char *act, int64_t K) 
         char *g = act + (size_t)(b / 4) * 320;
         const int i = (int)(b % 4);
         const float *xb = x + b * 32;
-        const float d = gy_amax(xb, 32) / 127.0f;
+        const float d = cllm_amax256(xb, 32) / 127.0f;
         char q[32];
         __m256i q02, q13;
         gy_quant32(xb, gy_inv(d), q, &q02, &q13);
@@ -319,7 +312,7 @@ static void gy_gemv_quantize_q4_k(const float *x, char *act, int64_t K) {
     for (int64_t sb = 0; sb < K / 256; sb++) {
         const float *xs = x + sb * 256;
         char *out = act + (size_t)sb * 288;
-        const float d = gy_amax(xs, 256) / 127.0f;
+        const float d = cllm_amax256(xs, 256) / 127.0f;
         const __m256 vid = gy_inv(d);
         int16_t sums[8];
         for (int s8 = 0; s8 < 8; s8++) {

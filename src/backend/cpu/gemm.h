@@ -157,7 +157,7 @@ void cllm_cpu_gemv_n_avx512(cllm_type type, int64_t K, const void *row, const vo
                             size_t act_stride, int n, float *out, size_t out_stride);
 void cllm_cpu_gemv_avx512(cllm_type type, int64_t K, const void *row, const void *act, float *out);
 /* The same at the AVX2 level (gemm-avx2.c; several columns of Q4_0 / Q4_1:
- * the row unpacked once for 2 of them; Q4_K one column at a time). */
+ * the row unpacked once for 4 of them; Q4_K one column at a time). */
 void cllm_cpu_gemv_avx2(cllm_type type, int64_t K, const void *row, const void *act, float *out);
 void cllm_cpu_gemv_n_avx2(cllm_type type, int64_t K, const void *row, const void *act,
                           size_t act_stride, int n, float *out, size_t out_stride);

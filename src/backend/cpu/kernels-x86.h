@@ -130,10 +130,7 @@ static void kx_quantize_row_q8_K(const float *src, void *dst, int64_t n) {
     cllm_block_q8_K *y = dst;
     for (int64_t ib = 0; ib < n / CLLM_QK_K; ib++) {
         const float *x = src + ib * CLLM_QK_K;
-        __m256 m = _mm256_setzero_ps();
-        for (int k = 0; k < CLLM_QK_K; k += 8)
-            m = _mm256_max_ps(m, cllm_abs256(_mm256_loadu_ps(x + k)));
-        const float amax = cllm_hmax256(m);
+        const float amax = cllm_amax256(x, CLLM_QK_K);
         y[ib].d = amax / 127.0f;
         const __m256 id = _mm256_set1_ps(amax > 1e-30f ? 127.0f / amax : 0.0f);
         for (int k = 0; k < CLLM_QK_K; k += 32) {

@@ -33,7 +33,7 @@ static inline __attribute__((always_inline)) __m256 cllm_abs256(__m256 v) {
     return _mm256_andnot_ps(_mm256_set1_ps(-0.0f), v);
 }
 
-/* The largest / the sum of the 8 lanes. */
+/* The largest lane; the sum of the 8 int32 lanes. */
 static inline __attribute__((always_inline)) float cllm_hmax256(__m256 v) {
     __m128 s = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     s = _mm_max_ps(s, _mm_movehl_ps(s, s));
@@ -46,6 +46,13 @@ static inline __attribute__((always_inline)) int32_t cllm_hsum256_i32(__m256i v)
     s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
     s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
     return _mm_cvtsi128_si32(s);
+}
+
+/* The largest |x| of n floats (n a multiple of 8). */
+static inline __attribute__((always_inline)) float cllm_amax256(const float *x, int n) {
+    __m256 m = _mm256_setzero_ps();
+    for (int i = 0; i < n; i += 8) m = _mm256_max_ps(m, cllm_abs256(_mm256_loadu_ps(x + i)));
+    return cllm_hmax256(m);
 }
 
 /* 4 x 8 int32 in -128..127 (elements 0..7, 8..15, ...) -> 32 int8 in element

@@ -168,10 +168,13 @@ void cllm_cpu_attn(const cllm_cpu_params *params, cllm_tensor *dst) {
     if (!k_direct) kk = cllm_cpu_kernels(CLLM_TYPE_F32);
 
     /* units round-robin: with a causal mask later token blocks see more keys,
-     * so contiguous ranges would give the last thread the most work */
+     * so contiguous ranges would give the last thread the most work. The
+     * chunk order turns with the kv head: a short last chunk (3 heads in
+     * chunks of 2 and 1) would otherwise fall to the same threads for
+     * every head (2 threads: 6 rows against 3, now 5 against 4). */
     const int64_t n_units = n_kv_head * sh.n_chunks * sh.n_blocks;
     for (int64_t r = params->ith; r < n_units; r += params->nth) {
-        const int64_t c = r % sh.n_chunks, g = (r / sh.n_chunks) % n_kv_head;
+        const int64_t g = (r / sh.n_chunks) % n_kv_head, c = (r % sh.n_chunks + g) % sh.n_chunks;
         const int64_t t0 = (r / (sh.n_chunks * n_kv_head)) * sh.tb;
         const int64_t nt = CLLM_MIN(sh.tb, T - t0);
         const int64_t h0 = g * sh.group + c * sh.cs;

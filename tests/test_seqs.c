@@ -29,6 +29,7 @@
 #include "cllm.h"
 #include "common/check.h"
 #include "common/refs.h"
+#include "runtime/session.h" /* cllm_session_graph_builds */
 
 #include <math.h>
 #include <stdio.h>
@@ -224,7 +225,9 @@ done:
 /* A sequence's logits do not depend on the others: with each prompt decoded
  * on its own, a step of several sequences (one token each) gives every
  * sequence bit for bit what a session of its own gives (the columns of a
- * step are computed as alone: cllm_mul_mat_set_cols_alone). */
+ * step are computed as alone: cllm_mul_mat_set_cols_alone). The steps
+ * reuse one graph (every sequence's padded cache rows are n_ctx here), its
+ * KV writes moved to each sequence's position. */
 static void check_invariance(const char *path) {
     cllm_model *m = NULL;
     CHECKF(cllm_model_load(path, NULL, &m) == CLLM_OK, "%s: %s", path, cllm_last_error());
@@ -242,6 +245,7 @@ static void check_invariance(const char *path) {
         CHECK(cllm_session_decode_seqs(s, &one, 1) == CLLM_OK);
         CHECK(cllm_session_decode(ref[i], prompt, 4 + 2 * i) == CLLM_OK);
     }
+    const uint64_t builds = cllm_session_graph_builds(s);
     for (int step = 0; step < 12; step++) {
         cllm_seq_tokens items[N_SEQ];
         int32_t next[N_SEQ];
@@ -258,6 +262,8 @@ static void check_invariance(const char *path) {
         for (int i = 0; i < N_SEQ; i++) CHECK(cllm_session_decode(ref[i], &next[i], 1) == CLLM_OK);
     }
     CHECKF(same == rows, "%s: %d of %d logit rows bit for bit as alone", path, same, rows);
+    CHECKF(cllm_session_graph_builds(s) == builds + 1, "%s: 12 steps built %llu graphs", path,
+           (unsigned long long)(cllm_session_graph_builds(s) - builds));
 done:
     for (int i = 0; i < N_SEQ; i++) cllm_session_free(ref[i]);
     cllm_session_free(s);

@@ -491,10 +491,16 @@ cllm_tensor *cllm_build_attention(const cllm_build_args *args, cllm_graph_io *io
         CLLM_ASSERTF(sq.seq >= 0 && sq.seq < kv->n_seq, "attention: sequence %d of %d", sq.seq,
                      kv->n_seq);
         const size_t c = (size_t)sq.seq * (size_t)kv->n_layer + (size_t)layer;
+        /* item i's writes: block i of kv_writes (cllm_instance_set_write_pos) */
+        cllm_tensor **wr =
+            args->kv_writes
+                ? args->kv_writes + ((size_t)i * (size_t)args->hp->n_layer + (size_t)layer) *
+                                        CLLM_KV_WRITES_PER_LAYER
+                : NULL;
         cllm_tensor *a =
             attend(args, layer, kv->k[c], kv->v[c], &sq, token_rows(args->ctx, q, t0, sq.n_tokens),
                    token_rows(args->ctx, k, t0, sq.n_tokens),
-                   token_rows(args->ctx, v, t0, sq.n_tokens), io->seq_mask[i], scale, NULL);
+                   token_rows(args->ctx, v, t0, sq.n_tokens), io->seq_mask[i], scale, wr);
         out = out ? cllm_concat_rows(args->ctx, out, a) : a;
         t0 += sq.n_tokens;
     }

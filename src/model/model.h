@@ -195,9 +195,10 @@ typedef struct cllm_build_args {
     bool unfused_attn; /* reference path: mul_mat + soft_max + mul_mat */
     cllm_context *ctx; /* for the graph's tensors (metadata) */
     cllm_graph *graph; /* nodes are added to it (KV writes first) */
-    /* (optional) [CLLM_KV_WRITES_PER_LAYER * n_layer]: receives, per layer,
-     * the tensors that place this batch's K and V rows in the cache, so that
-     * a graph can be run again at another position (cllm_kv_writes_move) */
+    /* (optional) [max(shape.n_seqs, 1)][n_layer][CLLM_KV_WRITES_PER_LAYER]:
+     * receives, per item of the batch and layer, the tensors that place its
+     * K and V rows in its cache, so that a graph can be run again at other
+     * positions (cllm_kv_writes_move) */
     cllm_tensor **kv_writes;
     /* (optional) the layers of this graph, [layer_begin, layer_end); 0, 0:
      * all. A graph from layer_begin > 0 starts from the activations of

@@ -348,11 +348,16 @@ void cllm_instance_free(cllm_instance *in) {
     memset(in, 0, sizeof(*in));
 }
 
+/* Entries of cllm_instance.kv_writes: per item of a batch, per layer. */
+static size_t kv_writes_count(const cllm_hparams *hp, const cllm_shape *shape) {
+    return (size_t)CLLM_KV_WRITES_PER_LAYER * (size_t)CLLM_MAX(hp->n_layer, 1) *
+           (size_t)CLLM_MAX(shape->n_seq, 1);
+}
+
 cllm_tensor *cllm_instance_build(cllm_instance *in, const cllm_batch_shape *b, cllm_graph_io *io) {
     cllm_context_reset(in->gctx);
     cllm_graph_reset(in->graph);
-    memset(in->kv_writes, 0,
-           (size_t)CLLM_KV_WRITES_PER_LAYER * (size_t)in->kv.n_layer * sizeof(*in->kv_writes));
+    memset(in->kv_writes, 0, kv_writes_count(in->a.hp, &in->a.shape) * sizeof(*in->kv_writes));
     int l0, l1;
     cllm_placement_layer_range(in->a.pl, &l0, &l1);
     const cllm_build_args args = {
@@ -388,10 +393,11 @@ cllm_tensor *cllm_instance_build(cllm_instance *in, const cllm_batch_shape *b, c
     return out;
 }
 
-void cllm_instance_set_write_pos(cllm_instance *in, int64_t n_past) {
+void cllm_instance_set_write_pos(cllm_instance *in, int item, int64_t n_past) {
     int l0, l1; /* a stage of a pipeline writes only its layers */
     cllm_placement_layer_range(in->a.pl, &l0, &l1);
-    cllm_kv_writes_move(in->kv_writes + (size_t)l0 * CLLM_KV_WRITES_PER_LAYER, l1 - l0, n_past);
+    const size_t layer0 = (size_t)item * (size_t)CLLM_MAX(in->a.hp->n_layer, 1) + (size_t)l0;
+    cllm_kv_writes_move(in->kv_writes + layer0 * CLLM_KV_WRITES_PER_LAYER, l1 - l0, n_past);
 }
 
 /* The state buffers, per device: measure-mode or real (cleared). */
@@ -461,9 +467,7 @@ cllm_status cllm_instance_init(cllm_instance *in, const cllm_instance_args *args
                       (n_seq > 1 ? n_seq * (32 * (int)args->hp->n_layer + 8) : 0);
     in->gctx = cllm_context_new(gsize);
     in->graph = cllm_graph_new(gsize);
-    in->kv_writes =
-        cllm_calloc((size_t)CLLM_KV_WRITES_PER_LAYER * (size_t)CLLM_MAX(args->hp->n_layer, 1),
-                    sizeof(*in->kv_writes));
+    in->kv_writes = cllm_calloc(kv_writes_count(args->hp, &args->shape), sizeof(*in->kv_writes));
     if (!in->gctx || !in->graph || !in->kv_writes) {
         st = cllm_error(CLLM_ERR_NOMEM, "out of host memory for a graph");
         goto fail;

@@ -189,8 +189,8 @@ typedef struct cllm_instance {
     cllm_sched *sched; /* owns the CLLM_MEM_COMPUTE buffers */
     cllm_context *gctx;
     cllm_graph *graph;
-    /* [CLLM_KV_WRITES_PER_LAYER * n_layer]: the KV writes of the graph last
-     * built (cllm_instance_set_write_pos) */
+    /* [max(n_seq, 1)][n_layer][CLLM_KV_WRITES_PER_LAYER]: the KV writes of
+     * the graph last built, per item of its batch (cllm_instance_set_write_pos) */
     cllm_tensor **kv_writes;
     /* per device: weights (of w under the placement), state, compute and
      * workspace bytes of this instance */
@@ -213,7 +213,9 @@ cllm_tensor *cllm_instance_build(cllm_instance *in, const cllm_batch_shape *b, c
 
 /* Moves the KV cache writes of the graph last built (alloc mode) to cache
  * row n_past: the graph then runs as one built for the same batch shape
- * with n_past there, without being built or planned again. */
-void cllm_instance_set_write_pos(cllm_instance *in, int64_t n_past);
+ * with n_past there, without being built or planned again. For a batch of
+ * several sequences, item `item`'s writes (into its own cache); else item
+ * 0. */
+void cllm_instance_set_write_pos(cllm_instance *in, int item, int64_t n_past);
 
 #endif /* CLLM_RUNTIME_PLACE_H */

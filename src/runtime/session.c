@@ -74,25 +74,47 @@ cllm_session_params cllm_session_default_params(void) {
                                  .n_seq = 1};
 }
 
-/* Cache rows a batch of n tokens at n_past attends to. */
-static int64_t batch_n_kv(const cllm_session *s, int64_t n) {
-    const int64_t n_kv = s->n_past + n;
+/* Cache rows a sequence's batch of n tokens at n_past attends to. */
+static int64_t padded_n_kv(const cllm_session *s, int64_t n_past, int64_t n) {
+    const int64_t n_kv = n_past + n;
     if (n != 1) return n_kv;
     return CLLM_MIN((n_kv + SESSION_KV_PAD - 1) / SESSION_KV_PAD * SESSION_KV_PAD, s->params.n_ctx);
 }
 
+static int64_t batch_n_kv(const cllm_session *s, int64_t n) { return padded_n_kv(s, s->n_past, n); }
+
+/* Whether a graph built for a serves b once its KV writes are moved: the
+ * same tokens, outputs and cache rows attended, per sequence. */
 static bool same_graph_shape(const cllm_batch_shape *a, const cllm_batch_shape *b) {
-    return a->n_tokens == b->n_tokens && a->n_kv == b->n_kv && a->n_outputs == b->n_outputs;
+    if (a->n_tokens != b->n_tokens || a->n_outputs != b->n_outputs || a->n_seqs != b->n_seqs)
+        return false;
+    if (a->n_seqs == 0) return a->n_kv == b->n_kv;
+    for (int i = 0; i < a->n_seqs; i++) {
+        const cllm_seq_shape *x = &a->seqs[i], *y = &b->seqs[i];
+        if (x->seq != y->seq || x->n_tokens != y->n_tokens || x->n_kv != y->n_kv) return false;
+    }
+    return true;
+}
+
+/* Whether some item of the batch writes past the end of a ring (its writes
+ * are then not recorded, and its graph is not reused). */
+static bool batch_wraps(const cllm_session *s, const cllm_batch_shape *shape) {
+    for (int i = 0; i < CLLM_MAX(shape->n_seqs, 1); i++) {
+        const cllm_seq_shape sq = cllm_batch_seq(shape, i);
+        if (cllm_kv_write_wraps(&s->in.kv, sq.n_past, sq.n_tokens)) return true;
+    }
+    return false;
 }
 
 /* Makes s->graph (s->io its inputs and output) the planned graph of
- * `shape`: the last one moved to write at shape->n_past when the shape is
- * the same, else a new one built and planned. */
+ * `shape`: the last one, its KV writes moved to each sequence's n_past,
+ * when the shape is the same, else a new one built and planned. */
 static cllm_status prepare_graph(cllm_session *s, const cllm_batch_shape *shape) {
-    const bool wraps = cllm_kv_write_wraps(&s->in.kv, shape->n_past, shape->n_tokens);
+    const bool wraps = batch_wraps(s, shape);
     if (s->graph_ready && !s->no_reuse && !s->graph_wraps && !wraps &&
         same_graph_shape(&s->graph_shape, shape)) {
-        cllm_instance_set_write_pos(&s->in, shape->n_past);
+        for (int i = 0; i < CLLM_MAX(shape->n_seqs, 1); i++)
+            cllm_instance_set_write_pos(&s->in, i, cllm_batch_seq(shape, i).n_past);
         return CLLM_OK;
     }
     s->graph_ready = false;
@@ -498,8 +520,10 @@ static cllm_status seqs_shape(const cllm_session *s, const cllm_seq_tokens *item
                               it->seq, (long long)past, (long long)it->n_tokens,
                               (long long)s->params.n_ctx);
         }
-        shape->seqs[i] = (cllm_seq_shape){
-            .seq = it->seq, .n_tokens = it->n_tokens, .n_past = past, .n_kv = past + it->n_tokens};
+        shape->seqs[i] = (cllm_seq_shape){.seq = it->seq,
+                                          .n_tokens = it->n_tokens,
+                                          .n_past = past,
+                                          .n_kv = padded_n_kv(s, past, it->n_tokens)};
         shape->n_tokens += it->n_tokens;
         if (shape->n_tokens > s->params.n_batch) {
             return cllm_error(CLLM_ERR_TOO_LARGE,
@@ -526,12 +550,10 @@ cllm_status cllm_session_decode_seqs(cllm_session *s, const cllm_seq_tokens *ite
                           "across hosts are not supported yet)");
     }
 
-    /* a graph of several sequences is built and planned for each batch */
-    s->graph_ready = false;
-    cllm_graph_io io;
-    cllm_instance_build(&s->in, &shape, &io);
-    s->n_builds++;
-    CLLM_TRY(cllm_sched_alloc_graph(s->sched, s->graph));
+    /* steps of one token per sequence reuse their graph while every
+     * sequence's padded cache rows stay the same (as one sequence's do) */
+    CLLM_TRY(prepare_graph(s, &shape));
+    const cllm_graph_io io = s->io;
 
     int64_t row = 0;
     for (int i = 0; i < n; i++) {

@@ -248,30 +248,45 @@ KX_INLINE __m256 kx_step_q4_0(const cllm_block_q4_0 *xb, const cllm_block_q8_0 *
     return _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), d, acc);
 }
 
+/* Accumulators of a one-column dot over 32-element blocks: block i of a
+ * group of 4 goes into accumulator i % KX_ACCS, the blocks after the last
+ * whole group into the first, so that the FMA latency does not chain one
+ * block to the next. 4 at the AVX-512 level; 2 at the AVX2 level, where a
+ * block takes longer than an FMA's latency anyway, so that the columns-as-
+ * alone kernel below keeps 4 columns' accumulators in 16 registers. */
+#define KX_ACCS (KX_VNNI ? 4 : 2)
+
+/* The one-column sum of KX_ACCS accumulators. */
+KX_INLINE float kx_hsum_accs(const __m256 *a) {
+    return kx_hsum(KX_ACCS == 4 ? _mm256_add_ps(_mm256_add_ps(a[0], a[1]),
+                                                _mm256_add_ps(a[2 % KX_ACCS], a[3 % KX_ACCS]))
+                                : _mm256_add_ps(a[0], a[1]));
+}
+
 /* out[c] = dot(x, y + c * by) for c < nc (nc a constant after inlining). */
 KX_INLINE void kx_dot32(int t, int nc, int64_t nb, float *out, const void *vx, const char *y,
                         size_t by) {
     if (nc == 1 && t == KX_Q4_0) {
         const cllm_block_q8_0 *y0 = (const cllm_block_q8_0 *)y;
         const cllm_block_q4_0 *x0 = vx;
-        __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+        __m256 a[KX_ACCS];
+        for (int j = 0; j < KX_ACCS; j++) a[j] = _mm256_setzero_ps();
         int64_t i = 0;
         for (; i + 4 <= nb; i += 4) {
             /* the hardware prefetcher alone leaves this loop waiting on
              * memory (measured: ~10% of generation speed) */
             _mm_prefetch((const char *)(x0 + i) + 1024, _MM_HINT_T0);
-            a0 = kx_step_q4_0(x0 + i, y0 + i, a0);
-            a1 = kx_step_q4_0(x0 + i + 1, y0 + i + 1, a1);
-            a2 = kx_step_q4_0(x0 + i + 2, y0 + i + 2, a2);
-            a3 = kx_step_q4_0(x0 + i + 3, y0 + i + 3, a3);
+            for (int j = 0; j < 4; j++)
+                a[j % KX_ACCS] = kx_step_q4_0(x0 + i + j, y0 + i + j, a[j % KX_ACCS]);
         }
-        for (; i < nb; i++) a0 = kx_step_q4_0(x0 + i, y0 + i, a0);
-        out[0] = kx_hsum(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
+        for (; i < nb; i++) a[0] = kx_step_q4_0(x0 + i, y0 + i, a[0]);
+        out[0] = kx_hsum_accs(a);
         return;
     }
-    if (nc == 1) { /* 4 accumulators, so the FMA latency does not chain blocks */
+    if (nc == 1) {
         const cllm_block_q8_0 *y0 = (const cllm_block_q8_0 *)y;
-        __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+        __m256 a[KX_ACCS];
+        for (int j = 0; j < KX_ACCS; j++) a[j] = _mm256_setzero_ps();
         int64_t i = 0;
         for (; i + 4 <= nb; i += 4) {
             /* (Q8_0 generation, 1 thread: 24.2 -> 27.0 tok/s) */
@@ -280,13 +295,11 @@ KX_INLINE void kx_dot32(int t, int nc, int64_t nb, float *out, const void *vx, c
             _mm_prefetch(ahead, _MM_HINT_T0);
             _mm_prefetch(ahead + 64, _MM_HINT_T0);
             _mm_prefetch(ahead + 128, _MM_HINT_T0);
-            a0 = kx_step32(t, vx, y0 + i, i, a0);
-            a1 = kx_step32(t, vx, y0 + i + 1, i + 1, a1);
-            a2 = kx_step32(t, vx, y0 + i + 2, i + 2, a2);
-            a3 = kx_step32(t, vx, y0 + i + 3, i + 3, a3);
+            for (int j = 0; j < 4; j++)
+                a[j % KX_ACCS] = kx_step32(t, vx, y0 + i + j, i + j, a[j % KX_ACCS]);
         }
-        for (; i < nb; i++) a0 = kx_step32(t, vx, y0 + i, i, a0);
-        out[0] = kx_hsum(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
+        for (; i < nb; i++) a[0] = kx_step32(t, vx, y0 + i, i, a[0]);
+        out[0] = kx_hsum_accs(a);
         return;
     }
     __m256 acc[KX_COLS];
@@ -341,19 +354,19 @@ KX_DEFINE_DOT32(q8_1, KX_Q8_1)
 /* ---- columns as alone: vec_dot_cols for 32-element blocks x Q8_0 -------------
  * A step of several sequences (one token each) needs every column computed
  * exactly as it would be alone, so that no sequence depends on the others.
- * kx_dot32_cols sums each column as kx_dot32 sums one (4 accumulators,
- * block i into accumulator i % 4, the tail into the first; the same
- * operations per block in the same order), so each result equals vec_dot's
- * bit for bit, while a weight block is loaded and unpacked once for all
- * the columns. Per column 4 accumulators: 4 columns at a time at the
- * AVX-512 level (32 registers), 2 at the AVX2 level (16). The K-quants'
- * vec_dot_n already sums each column as it sums one, and serves as their
- * vec_dot_cols. */
-#define KX_ALONE_COLS (KX_VNNI ? 4 : 2)
+ * kx_dot32_cols sums each column as kx_dot32 sums one (KX_ACCS
+ * accumulators, the same operations per block in the same order), so each
+ * result equals vec_dot's bit for bit, while a weight block is loaded and
+ * unpacked once for all the columns: 4 columns at a time (KX_ACCS
+ * accumulators each: 16 of the AVX-512 level's 32 registers, 8 of the AVX2
+ * level's 16). With 2 columns at a time at the AVX2 level, a step of 4
+ * sequences read every weight row twice. The K-quants' vec_dot_n already
+ * sums each column as it sums one, and serves as their vec_dot_cols. */
+#define KX_ALONE_COLS 4
 
 /* Block i of the row against column c of nc, into acc[c][j]. */
 KX_INLINE void kx_step32_cols(int t, int nc, const void *vx, const char *y, size_t by, int64_t i,
-                              int j, __m256 acc[][4]) {
+                              int j, __m256 acc[][KX_ACCS]) {
     if (t == KX_Q4_0) { /* kx_step_q4_0, its weight half hoisted */
         const cllm_block_q4_0 *xb = (const cllm_block_q4_0 *)vx + i;
         const __m256i q = kx_nibbles32(xb->qs), zero = _mm256_setzero_si256();
@@ -386,9 +399,9 @@ KX_INLINE void kx_step32_cols(int t, int nc, const void *vx, const char *y, size
  * inlining), each as kx_dot32 with nc = 1 computes it. */
 KX_INLINE void kx_dot32_cols(int t, int nc, int64_t nb, float *out, const void *vx, const char *y,
                              size_t by) {
-    __m256 acc[KX_ALONE_COLS][4];
+    __m256 acc[KX_ALONE_COLS][KX_ACCS];
     for (int c = 0; c < nc; c++) {
-        for (int j = 0; j < 4; j++) acc[c][j] = _mm256_setzero_ps();
+        for (int j = 0; j < KX_ACCS; j++) acc[c][j] = _mm256_setzero_ps();
     }
     int64_t i = 0;
     for (; i + 4 <= nb; i += 4) {
@@ -401,13 +414,10 @@ KX_INLINE void kx_dot32_cols(int t, int nc, int64_t nb, float *out, const void *
             _mm_prefetch(ahead + CLLM_CPU_PREFETCH_AHEAD + 64, _MM_HINT_T0);
             _mm_prefetch(ahead + CLLM_CPU_PREFETCH_AHEAD + 128, _MM_HINT_T0);
         }
-        for (int j = 0; j < 4; j++) kx_step32_cols(t, nc, vx, y, by, i + j, j, acc);
+        for (int j = 0; j < 4; j++) kx_step32_cols(t, nc, vx, y, by, i + j, j % KX_ACCS, acc);
     }
     for (; i < nb; i++) kx_step32_cols(t, nc, vx, y, by, i, 0, acc);
-    for (int c = 0; c < nc; c++) {
-        out[c] = kx_hsum(_mm256_add_ps(_mm256_add_ps(acc[c][0], acc[c][1]),
-                                       _mm256_add_ps(acc[c][2], acc[c][3])));
-    }
+    for (int c = 0; c < nc; c++) out[c] = kx_hsum_accs(acc[c]);
 }
 
 #define KX_DEFINE_COLS32(name, t)                                                                  \
@@ -417,9 +427,9 @@ KX_INLINE void kx_dot32_cols(int t, int nc, int64_t nb, float *out, const void *
             const char *yc = (const char *)y + (size_t)c0 * by;                                    \
             if (ncols - c0 >= KX_ALONE_COLS) {                                                     \
                 kx_dot32_cols(t, KX_ALONE_COLS, n / 32, out + c0, x, yc, by);                      \
-            } else if (KX_ALONE_COLS > 2 && ncols - c0 == 3) {                                     \
+            } else if (ncols - c0 == 3) {                                                          \
                 kx_dot32_cols(t, 3, n / 32, out + c0, x, yc, by);                                  \
-            } else if (KX_ALONE_COLS > 2 && ncols - c0 == 2) {                                     \
+            } else if (ncols - c0 == 2) {                                                          \
                 kx_dot32_cols(t, 2, n / 32, out + c0, x, yc, by);                                  \
             } else {                                                                               \
                 kx_dot32(t, 1, n / 32, out + c0, x, yc, 0);                                        \

@@ -5,6 +5,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#if defined(__linux__)
+#include <sys/mman.h>
+#endif
+
 /* The hook: < 0 off; 0 counting only; n > 0 fail the n-th allocation (and
  * every later one with g_repeat). */
 static _Atomic int64_t g_fail_at = -1;
@@ -39,6 +43,16 @@ void *cllm_aligned_alloc(size_t align, size_t size) {
     if (hook_fails()) return NULL;
     void *p = NULL;
     return posix_memalign(&p, align, size ? size : 1) == 0 ? p : NULL;
+}
+
+void *cllm_aligned_alloc_huge(size_t align, size_t size) {
+    if (size < CLLM_HOST_HUGE || align > CLLM_HOST_HUGE) return cllm_aligned_alloc(align, size);
+    void *p = cllm_aligned_alloc(CLLM_HOST_HUGE, size);
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+    /* whole pages of the allocation only: the hint applies to its pages */
+    if (p) (void)madvise(p, size & ~(size_t)4095, MADV_HUGEPAGE);
+#endif
+    return p;
 }
 
 char *cllm_strdup(const char *s) {

@@ -52,6 +52,16 @@ void *cllm_realloc(void *p, size_t size);
  * released with cllm_free. */
 void *cllm_aligned_alloc(size_t align, size_t size);
 
+/* Host memory that is read through at memory bandwidth (a backend's
+ * buffers: weights that were read, KV caches, compute): as
+ * cllm_aligned_alloc, and from CLLM_HOST_HUGE bytes on it starts on a
+ * CLLM_HOST_HUGE boundary and, on Linux, asks for transparent huge pages
+ * (madvise; a hint the kernel may ignore). With 4 KiB pages every page of
+ * a weight stream costs a TLB walk, and the hardware prefetchers stop at
+ * page ends. The bytes allocated are the same. */
+#define CLLM_HOST_HUGE ((size_t)2 << 20)
+void *cllm_aligned_alloc_huge(size_t align, size_t size);
+
 /* A copy of the NUL-terminated string s. */
 char *cllm_strdup(const char *s);
 

@@ -38,6 +38,7 @@ typedef struct bench_args {
     int n_seqs; /* sequences of the tg test */
     bench_output output;
     bool use_plan;        /* --mem: load with a plan within these budgets */
+    bool no_mmap;         /* --no-mmap: read the weights instead of mapping them */
     cllm_plan_params fit; /* (streams the layers that do not fit) */
 } bench_args;
 
@@ -61,6 +62,8 @@ static void bench_usage(FILE *f) {
                "  -o, --output md|csv|json   output format (default md)\n"
                "  --mem DEVICE=SIZE       load with a plan within budgets (as cllm plan; the\n"
                "                          layers that do not fit are streamed)\n"
+               "  --no-mmap               read the weights into memory (on huge pages where\n"
+               "                          the system gives them) instead of mapping the file\n"
                "  -h, --help              this help\n");
 }
 
@@ -108,7 +111,11 @@ static int parse_bench_args(int argc, char **argv, bench_args *a) {
             bench_usage(stdout);
             return -1;
         }
-        /* every option but -h takes a value */
+        if (!strcmp(o, "--no-mmap")) {
+            a->no_mmap = true;
+            continue;
+        }
+        /* every other option but -h takes a value */
         if (!cllm_cli_is_one_of(o,
                                 "-m --model -p --n-prompt -n --n-gen -b --batch-size -c --ctx-size "
                                 "-r --repetitions -t --threads -o --output -s --seqs --mem")) {
@@ -299,6 +306,8 @@ int cllm_cmd_bench(int argc, char **argv) {
     int n_res = 0;
 
     cllm_model_params mp = cllm_model_default_params();
+    mp.use_mmap = !a.no_mmap;
+    a.fit.use_mmap = mp.use_mmap;
     if (a.use_plan) {
         /* a plan for the largest session the runs make (layers that do not
          * fit the budgets are streamed) */

@@ -80,7 +80,7 @@ static cllm_status cpu_buft_alloc(cllm_buffer_type *buft, size_t size, cllm_buff
     if (size > 0) {
         /* host memory through the allocator hook (core/hostmem.h), on huge
          * pages where the system gives them: weights that were read (not
-         * mapped), generation 4-9 % faster on Zen 3 (SmolLM2 and TinyLlama
+         * mapped), generation 4-11 % faster on Zen 3 (SmolLM2 and TinyLlama
          * Q4_0, 1 and 2 threads) */
         if (!(data = cllm_aligned_alloc_huge(CLLM_CPU_ALIGNMENT, size))) {
             return cllm_error(CLLM_ERR_DEVICE_MEMORY, "cpu: cannot allocate a %zu-byte buffer",

@@ -81,8 +81,6 @@ static int64_t padded_n_kv(const cllm_session *s, int64_t n_past, int64_t n) {
     return CLLM_MIN((n_kv + SESSION_KV_PAD - 1) / SESSION_KV_PAD * SESSION_KV_PAD, s->params.n_ctx);
 }
 
-static int64_t batch_n_kv(const cllm_session *s, int64_t n) { return padded_n_kv(s, s->n_past, n); }
-
 /* Whether a graph built for a serves b once its KV writes are moved: the
  * same tokens, outputs and cache rows attended, per sequence. */
 static bool same_graph_shape(const cllm_batch_shape *a, const cllm_batch_shape *b) {
@@ -241,8 +239,10 @@ static cllm_status decode_batch(cllm_session *s, const int32_t *tokens, int64_t 
  * copies its activations to act_out, or sends them through its link. */
 static cllm_status stage_batch(cllm_session *s, const int32_t *tokens, const float *act_in,
                                int64_t n, int64_t n_outputs, bool keep, float *act_out) {
-    const cllm_batch_shape shape = {
-        .n_tokens = n, .n_past = s->n_past, .n_kv = batch_n_kv(s, n), .n_outputs = n_outputs};
+    const cllm_batch_shape shape = {.n_tokens = n,
+                                    .n_past = s->n_past,
+                                    .n_kv = padded_n_kv(s, s->n_past, n),
+                                    .n_outputs = n_outputs};
     CLLM_TRY(prepare_graph(s, &shape));
     const cllm_graph_io io = s->io;
     /* the rows are written even when the pass fails later */

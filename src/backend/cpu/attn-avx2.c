@@ -69,20 +69,6 @@ AY_INLINE __m256 ay_mask8(const cllm_tensor *mask, int64_t j0, int64_t c, int64_
     return _mm256_loadu_ps(m);
 }
 
-/* Asks for the k and v rows of keys j0 .. j0 + n - 1 of kv head g, so that
- * the next block's rows, scattered through the cache (one row per position
- * holds every kv head), arrive while this block is computed. */
-AY_INLINE void ay_prefetch_block(const cllm_tensor *k, const cllm_tensor *v, int64_t g, int64_t j0,
-                                 int64_t n) {
-    const size_t kbytes = (size_t)k->ne[0] * (k->type == CLLM_TYPE_F32 ? 4 : 2);
-    const size_t vbytes = (size_t)v->ne[0] * (v->type == CLLM_TYPE_F32 ? 4 : 2);
-    for (int64_t j = 0; j < n; j++) {
-        const char *kr = cllm_cpu_elem(k, 0, j0 + j, g, 0), *vr = cllm_cpu_elem(v, 0, j0 + j, g, 0);
-        for (size_t o = 0; o < kbytes; o += 64) _mm_prefetch(kr + o, _MM_HINT_T0);
-        for (size_t o = 0; o < vbytes; o += 64) _mm_prefetch(vr + o, _MM_HINT_T0);
-    }
-}
-
 /* Folds one key block into nr (1 or 2) query rows: scores over d as FMAs on
  * the transposed keys, the mask, the online softmax update, the weighted
  * values. pw holds 2 x KB weights. */
@@ -181,7 +167,8 @@ void cllm_cpu_attn_unit_avx2(const cllm_tensor *dst, const cllm_attn_unit *u, fl
             any = any || live[ti];
         }
         if (!any) continue; /* hidden from every token of the unit */
-        ay_prefetch_block(k, v, u->g, j0 + KB, CLLM_MIN((int64_t)KB, n_kv - j0 - KB));
+        /* the next block's rows arrive while this one is computed */
+        cllm_attn_prefetch(k, v, u->g, j0 + KB, CLLM_MIN((int64_t)KB, n_kv - j0 - KB));
 
         /* keys, transposed, F32; lanes beyond nk zero */
         for (int64_t c = 0; c < KB; c += 8) {

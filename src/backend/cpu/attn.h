@@ -11,6 +11,7 @@
 #ifndef CLLM_BACKEND_CPU_ATTN_H
 #define CLLM_BACKEND_CPU_ATTN_H
 
+#include "backend/cpu/ops-impl.h"
 #include "core/tensor.h"
 
 #include <stdbool.h>
@@ -29,6 +30,23 @@ typedef struct cllm_attn_unit {
 /* Floats of scratch the SIMD kernel needs (per thread). */
 static inline size_t cllm_attn_fast_scratch(int64_t D, int64_t Dv) {
     return (size_t)(D * CLLM_ATTN_KB + CLLM_ATTN_KB * Dv + 8 * CLLM_ATTN_KB + 2 * CLLM_ATTN_KB);
+}
+
+/* Asks for the k and v rows of keys j0 .. j0 + n - 1 (none when n <= 0) of
+ * kv head g. A generation step's attention reads rows that the weights
+ * streamed since have pushed out of the caches, and the rows of one kv
+ * head lie apart (one cache row per position holds every head): a thread
+ * asks for its next unit's first rows (ops-attn.c), and the SIMD kernels
+ * for each next block of a unit, before they are needed. */
+static inline void cllm_attn_prefetch(const cllm_tensor *k, const cllm_tensor *v, int64_t g,
+                                      int64_t j0, int64_t n) {
+    const size_t kbytes = (size_t)k->ne[0] * cllm_type_traits_of(k->type)->type_size;
+    const size_t vbytes = (size_t)v->ne[0] * cllm_type_traits_of(v->type)->type_size;
+    for (int64_t j = j0; j < j0 + n; j++) {
+        const char *kr = cllm_cpu_elem(k, 0, j, g, 0), *vr = cllm_cpu_elem(v, 0, j, g, 0);
+        for (size_t o = 0; o < kbytes; o += 64) __builtin_prefetch(kr + o);
+        for (size_t o = 0; o < vbytes; o += 64) __builtin_prefetch(vr + o);
+    }
 }
 
 void cllm_cpu_attn_unit_avx512(const cllm_tensor *dst, const cllm_attn_unit *u, float *scratch);

@@ -258,9 +258,11 @@ KX_INLINE __m256 kx_step_q4_0(const cllm_block_q4_0 *xb, const cllm_block_q8_0 *
 
 /* The one-column sum of KX_ACCS accumulators. */
 KX_INLINE float kx_hsum_accs(const __m256 *a) {
-    return kx_hsum(KX_ACCS == 4 ? _mm256_add_ps(_mm256_add_ps(a[0], a[1]),
-                                                _mm256_add_ps(a[2 % KX_ACCS], a[3 % KX_ACCS]))
-                                : _mm256_add_ps(a[0], a[1]));
+#if KX_VNNI
+    return kx_hsum(_mm256_add_ps(_mm256_add_ps(a[0], a[1]), _mm256_add_ps(a[2], a[3])));
+#else
+    return kx_hsum(_mm256_add_ps(a[0], a[1]));
+#endif
 }
 
 /* out[c] = dot(x, y + c * by) for c < nc (nc a constant after inlining). */

@@ -143,23 +143,6 @@ static int64_t attn_live_keys(const cllm_tensor *mask, int64_t n_kv, int64_t t0,
     return end;
 }
 
-/* Asks for the k and v rows of the first ATTN_PREFETCH_KEYS keys of kv
- * head g. A generation step's attention reads rows that the weights
- * streamed since have pushed out of the caches, a few blocks per unit: a
- * thread asks for its next unit's first rows before it computes this one
- * (the SIMD kernels ask for each next block of a unit themselves). */
-#define ATTN_PREFETCH_KEYS 32
-static void attn_prefetch_unit(const cllm_tensor *k, const cllm_tensor *v, int64_t g) {
-    const int64_t n = CLLM_MIN(k->ne[1], (int64_t)ATTN_PREFETCH_KEYS);
-    const size_t kbytes = (size_t)k->ne[0] * cllm_type_traits_of(k->type)->type_size;
-    const size_t vbytes = (size_t)v->ne[0] * cllm_type_traits_of(v->type)->type_size;
-    for (int64_t j = 0; j < n; j++) {
-        const char *kr = cllm_cpu_elem(k, 0, j, g, 0), *vr = cllm_cpu_elem(v, 0, j, g, 0);
-        for (size_t o = 0; o < kbytes; o += 64) __builtin_prefetch(kr + o);
-        for (size_t o = 0; o < vbytes; o += 64) __builtin_prefetch(vr + o);
-    }
-}
-
 void cllm_cpu_attn(const cllm_cpu_params *params, cllm_tensor *dst) {
     const cllm_tensor *q = dst->src[0], *k = dst->src[1], *v = dst->src[2], *mask = dst->src[3];
     const float scale = cllm_get_op_param_f32(dst, 0);
@@ -190,14 +173,16 @@ void cllm_cpu_attn(const cllm_cpu_params *params, cllm_tensor *dst) {
      * chunks of 2 and 1) would otherwise fall to the same threads for
      * every head (2 threads: 6 rows against 3, now 5 against 4). */
     const int64_t n_units = n_kv_head * sh.n_chunks * sh.n_blocks;
+    /* keys of the next unit asked for ahead (cllm_attn_prefetch): a block's worth */
+    const int64_t n_ahead = attn_plain_rows(k) && attn_plain_rows(v) ? CLLM_MIN(n_kv, 32) : 0;
     for (int64_t r = params->ith; r < n_units; r += params->nth) {
         const int64_t g = (r / sh.n_chunks) % n_kv_head, c = (r % sh.n_chunks + g) % sh.n_chunks;
         const int64_t t0 = (r / (sh.n_chunks * n_kv_head)) * sh.tb;
         const int64_t nt = CLLM_MIN(sh.tb, T - t0);
         const int64_t h0 = g * sh.group + c * sh.cs;
         const int64_t nh = CLLM_MIN(sh.cs, (g + 1) * sh.group - h0);
-        if (r + params->nth < n_units && attn_plain_rows(k) && attn_plain_rows(v))
-            attn_prefetch_unit(k, v, ((r + params->nth) / sh.n_chunks) % n_kv_head);
+        if (r + params->nth < n_units)
+            cllm_attn_prefetch(k, v, ((r + params->nth) / sh.n_chunks) % n_kv_head, 0, n_ahead);
         for (int64_t ti = 0; ti < nt; ti++) {
             for (int64_t h = 0; h < nh; h++) {
                 const int64_t row = ti * nh + h;

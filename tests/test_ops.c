@@ -1290,9 +1290,11 @@ typedef struct attn_case {
     cllm_type mask_type; /* CLLM_TYPE_COUNT: no mask */
     int64_t D, Dv, n_tokens, n_kv;
     int64_t dead_row; /* a token whose mask row is all -INFINITY, or -1 */
+    int64_t hole;     /* keys hole .. hole + 39 hidden from every token, or -1 */
 } attn_case;
 
-static void run_attn(const attn_case *c, int nth) {
+/* The fused result with nth threads (freed by the caller). */
+static double *run_attn(const attn_case *c, int nth) {
     const int64_t H = 8, Hkv = 2, n_ctx = c->n_kv > 48 ? c->n_kv : 48;
     const int64_t D = c->D, Dv = c->Dv, T = c->n_tokens, n_kv = c->n_kv;
     const float scale = 1.0f / sqrtf((float)D);
@@ -1325,6 +1327,18 @@ static void run_attn(const attn_case *c, int nth) {
     fill_uniform(vc, -1.0f, 1.0f);
     fill_uniform(q0, -2.0f, 2.0f);
     if (mask) fill_causal_mask(mask, T, c->dead_row);
+    if (mask && c->hole >= 0) {
+        double *m = read_dense(mask);
+        const int64_t nm = cllm_nelements(mask);
+        float *f = xmalloc((size_t)nm * sizeof(float));
+        for (int64_t i = 0; i < nm; i++) {
+            const int64_t j = i % mask->ne[0];
+            f[i] = j >= c->hole && j < c->hole + 40 ? -INFINITY : (float)m[i];
+        }
+        set_floats(mask, f);
+        free(f);
+        free(m);
+    }
     double *dq = read_dense(q), *dk = read_dense(k), *dv = read_dense(v);
     double *dm = mask ? read_dense(mask) : NULL;
     cllm_tensor *outs[2] = {fused, unfused};
@@ -1354,27 +1368,48 @@ static void run_attn(const attn_case *c, int nth) {
     free(dk);
     free(dv);
     free(dm);
-    free(got);
     free(got_unfused);
     free(want);
     ctx_done(ctx, buf);
+    return got;
 }
 
 static void test_attn(void) {
     const attn_case cases[] = {
-        {CLLM_TYPE_F16, CLLM_TYPE_F32, 32, 32, 7, 40, 3},
-        {CLLM_TYPE_F16, CLLM_TYPE_F16, 32, 32, 7, 40, -1},
-        {CLLM_TYPE_F32, CLLM_TYPE_F32, 32, 24, 5, 33, 0},
-        {CLLM_TYPE_BF16, CLLM_TYPE_F16, 16, 16, 1, 45, -1}, /* one token: decode */
-        {CLLM_TYPE_F32, CLLM_TYPE_COUNT, 24, 40, 9, 9, -1},
-        {CLLM_TYPE_F16, CLLM_TYPE_F32, 64, 64, 16, 48, 15},
+        {CLLM_TYPE_F16, CLLM_TYPE_F32, 32, 32, 7, 40, 3, -1},
+        {CLLM_TYPE_F16, CLLM_TYPE_F16, 32, 32, 7, 40, -1, -1},
+        {CLLM_TYPE_F32, CLLM_TYPE_F32, 32, 24, 5, 33, 0, -1},
+        {CLLM_TYPE_F32, CLLM_TYPE_COUNT, 24, 40, 9, 9, -1, -1},
+        {CLLM_TYPE_F16, CLLM_TYPE_F32, 64, 64, 16, 48, 15, -1},
         /* several key blocks of the SIMD kernel, a partial last one */
-        {CLLM_TYPE_F16, CLLM_TYPE_F16, 64, 48, 19, 150, 4},
-        {CLLM_TYPE_F32, CLLM_TYPE_COUNT, 32, 80, 3, 130, -1},
+        {CLLM_TYPE_F16, CLLM_TYPE_F16, 64, 48, 19, 150, 4, 50},
+        {CLLM_TYPE_F32, CLLM_TYPE_COUNT, 32, 80, 3, 130, -1, -1},
+        /* one token (decode): key chunks of every head, then combined;
+         * chunks hidden whole or in part, every key hidden */
+        {CLLM_TYPE_BF16, CLLM_TYPE_F16, 16, 16, 1, 45, -1, -1},
+        {CLLM_TYPE_F16, CLLM_TYPE_F32, 64, 64, 1, 150, -1, -1},
+        {CLLM_TYPE_F16, CLLM_TYPE_F16, 64, 32, 1, 150, -1, 20},
+        {CLLM_TYPE_F32, CLLM_TYPE_COUNT, 32, 48, 1, 70, -1, -1},
+        {CLLM_TYPE_F16, CLLM_TYPE_F32, 32, 32, 1, 40, 0, -1},
     };
-    rng_seed(9);
     for (size_t c = 0; c < CLLM_ARRAY_SIZE(cases); c++) {
-        for (int nth = 1; nth <= MAX_THREADS; nth++) run_attn(&cases[c], nth);
+        const attn_case *ac = &cases[c];
+        const int64_t n = ac->Dv * 8 * ac->n_tokens; /* [Dv, H = 8, T] */
+        double *one = NULL;
+        for (int nth = 1; nth <= MAX_THREADS; nth++) {
+            rng_seed(9 + c); /* the same inputs for each thread count */
+            double *got = run_attn(ac, nth);
+            /* the threads split the work, never a row's sums: the same bits */
+            if (one) {
+                CHECKF(memcmp(got, one, (size_t)n * sizeof(double)) == 0,
+                       "attn D %lld T %lld n_kv %lld: %d threads differ from 1", (long long)ac->D,
+                       (long long)ac->n_tokens, (long long)ac->n_kv, nth);
+                free(got);
+            } else {
+                one = got;
+            }
+        }
+        free(one);
     }
 }
 

@@ -123,7 +123,7 @@ void cllm_cpu_attn_unit_avx512(const cllm_tensor *dst, const cllm_attn_unit *u, 
     const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
     const __m512i kidx = _mm512_mullo_epi32(lane, _mm512_set1_epi32((int32_t)k->nb[1]));
 
-    for (int64_t j0 = 0; j0 < n_kv; j0 += KB) {
+    for (int64_t j0 = u->k0; j0 < n_kv; j0 += KB) {
         const int64_t nk = CLLM_MIN((int64_t)KB, n_kv - j0);
         bool live[8], any = false;
         for (int64_t ti = 0; ti < nt; ti++) {

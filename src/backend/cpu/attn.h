@@ -5,8 +5,9 @@
  * A unit is (kv head g, query heads h0..h0+nh-1, tokens t0..t0+nt-1), its
  * query rows (row = ti * nh + h) already F32 in q [rows][D], with the online
  * softmax state acc [rows][Dv], mx [rows] (running max, -inf at the start)
- * and sum [rows] (running sum). The kernel folds the first n_kv keys of the
- * cache into that state; ops-attn.c divides at the end.
+ * and sum [rows] (running sum). The kernel folds keys k0 .. n_kv - 1 of the
+ * cache into that state; ops-attn.c divides at the end (or first combines
+ * the states of several key chunks).
  */
 #ifndef CLLM_BACKEND_CPU_ATTN_H
 #define CLLM_BACKEND_CPU_ATTN_H
@@ -22,7 +23,7 @@
 
 typedef struct cllm_attn_unit {
     int64_t g, t0, nt, nh; /* kv head, first token, tokens (<= 8), query heads */
-    int64_t n_kv;          /* keys to fold: the first n_kv of the cache view */
+    int64_t k0, n_kv;      /* keys to fold: k0 .. n_kv - 1 of the cache view */
     const float *q;
     float *acc, *mx, *sum;
 } cllm_attn_unit;

@@ -18,16 +18,27 @@
  * (F16/BF16 in the cache) is converted to F32 once per unit, not once per
  * query head and token, and a key that the mask hides from every token of
  * the block is skipped outright. Chunks are the whole group unless that
- * leaves threads idle (few kv heads, one token).
+ * leaves threads idle (few kv heads, few token blocks).
  *
  * The scores of one key against all the unit's query rows come from one
  * kernels.h vec_dot_n call per CLLM_CPU_MAX_COLS rows, reading the key
  * straight from the cache (F16/BF16/F32 x F32; other layouts are converted
  * to F32 first).
  *
- * Per-thread workspace: q rows as F32 [tb, cs, D], acc [tb, cs, Dv],
- * running max and sum [tb, cs] each, scores [tb, cs], the current k row [D]
- * and v row [Dv] as F32.
+ * One token (a generation step) goes by key chunks instead: a unit is
+ * ATTN_KC keys of every kv head, so a thread reads whole cache rows (one
+ * row holds every head) from a contiguous range of them, and the threads
+ * share the keys, not the heads. Per-head units had every thread read
+ * parts of every row, and a generation step's rows come from memory (the
+ * weights streamed since pushed them out). Each chunk leaves its softmax
+ * state per query head; after a barrier, the heads' states are combined
+ * chunk by chunk in order. Chunks are fixed (ATTN_KC keys from key 0), so
+ * the result does not depend on the number of threads.
+ *
+ * Per-thread workspace: q rows as F32 [tb, cs, D] (one token: [n_head, D]),
+ * acc [tb, cs, Dv], running max and sum [tb, cs] each, scores [tb, cs], the
+ * current k row [D] and v row [Dv] as F32; for one token, then, the chunks'
+ * states: acc [chunks, n_head, Dv], max and sum [chunks, n_head] each.
  */
 #include "backend/cpu/attn.h"
 #include "backend/cpu/kernels.h"
@@ -36,7 +47,8 @@
 #include <limits.h>
 #include <math.h>
 
-#define ATTN_TB 8 /* tokens per unit */
+#define ATTN_TB 8  /* tokens per unit */
+#define ATTN_KC 32 /* keys per chunk of one token */
 
 typedef struct attn_shape {
     int64_t group;    /* query heads per kv head */
@@ -46,8 +58,18 @@ typedef struct attn_shape {
     int64_t n_blocks; /* token blocks */
 } attn_shape;
 
+/* One token: units are key chunks (see the top). */
+static bool attn_split(const cllm_tensor *dst) { return dst->src[0]->ne[1] == 1; }
+
 static attn_shape attn_shape_of(const cllm_tensor *dst, int n_threads) {
     const cllm_tensor *q = dst->src[0], *k = dst->src[1];
+    if (attn_split(dst)) { /* a chunk's unit: all heads, one token */
+        return (attn_shape){.group = q->ne[2] / k->ne[2],
+                            .cs = q->ne[2],
+                            .n_chunks = (k->ne[1] + ATTN_KC - 1) / ATTN_KC,
+                            .tb = 1,
+                            .n_blocks = 1};
+    }
     const int64_t n_kv_head = k->ne[2], group = q->ne[2] / k->ne[2], T = q->ne[1];
     const int64_t tb = CLLM_MAX(CLLM_MIN(T, (int64_t)ATTN_TB), (int64_t)1);
     const int64_t n_blocks = (T + tb - 1) / tb;
@@ -85,6 +107,7 @@ static bool attn_fast(const cllm_tensor *dst) {
 typedef struct attn_slices {
     size_t q, acc, ml, sc, k, v; /* rounded bytes of each per-thread array */
     size_t fast;                 /* scratch of the SIMD unit kernel, or 0 */
+    size_t part;                 /* one token: the chunks' states (shared), or 0 */
 } attn_slices;
 
 static attn_slices attn_slice_sizes(const cllm_tensor *dst, const attn_shape *sh) {
@@ -100,13 +123,16 @@ static attn_slices attn_slice_sizes(const cllm_tensor *dst, const attn_shape *sh
         .sc = cllm_cpu_ws_round(rows * sizeof(float)),
         .k = cllm_cpu_ws_round(d * sizeof(float)),
         .v = cllm_cpu_ws_round(dv * sizeof(float)),
+        .part = attn_split(dst)
+                    ? cllm_cpu_ws_round((size_t)sh->n_chunks * rows * (dv + 2) * sizeof(float))
+                    : 0,
     };
 }
 
 size_t cllm_cpu_attn_workspace(const cllm_tensor *dst, int n_threads) {
     const attn_shape sh = attn_shape_of(dst, n_threads);
     const attn_slices s = attn_slice_sizes(dst, &sh);
-    return (size_t)n_threads * (s.q + s.acc + s.ml + s.sc + s.k + s.v + s.fast);
+    return (size_t)n_threads * (s.q + s.acc + s.ml + s.sc + s.k + s.v + s.fast) + s.part;
 }
 
 /* acc = acc * c + v over n floats */
@@ -143,29 +169,179 @@ static int64_t attn_live_keys(const cllm_tensor *mask, int64_t n_kv, int64_t t0,
     return end;
 }
 
+/* A thread's arrays (attn_slices) and how it reads keys. */
+typedef struct attn_ws {
+    float *qf, *acc, *mx, *sum, *sc, *kf, *vf;
+    float *fast; /* the SIMD unit kernel's scratch, or NULL */
+    const cllm_cpu_type_kernels *kk;
+    bool k_direct; /* kk's dot product reads k rows from the cache */
+} attn_ws;
+
+/* Folds keys u->k0 .. u->n_kv - 1 into the unit's state: the SIMD kernel
+ * where it runs, else key by key. */
+static void attn_fold(const cllm_tensor *dst, const cllm_attn_unit *u, const attn_ws *w) {
+    const cllm_tensor *k = dst->src[1], *v = dst->src[2], *mask = dst->src[3];
+#if defined(__x86_64__) || defined(__i386__)
+    if (w->fast) {
+        if (cllm_cpu_isa_level() >= CLLM_CPU_ISA_AVX512) {
+            cllm_cpu_attn_unit_avx512(dst, u, w->fast);
+        } else {
+            cllm_cpu_attn_unit_avx2(dst, u, w->fast);
+        }
+        return;
+    }
+#endif
+    const float scale = cllm_get_op_param_f32(dst, 0);
+    const int64_t D = k->ne[0], Dv = v->ne[0], nt = u->nt, nh = u->nh;
+    for (int64_t j = u->k0; j < u->n_kv; j++) {
+        float mv[ATTN_TB];
+        bool any = false;
+        for (int64_t ti = 0; ti < nt; ti++) {
+            mv[ti] =
+                mask ? cllm_cpu_load(mask->type, cllm_cpu_elem(mask, j, u->t0 + ti, 0, 0)) : 0.0f;
+            any = any || mv[ti] != -INFINITY;
+        }
+        if (!any) continue; /* hidden from every token of the block */
+        const char *kraw = cllm_cpu_elem(k, 0, j, u->g, 0);
+        const void *krow = w->k_direct ? (const void *)kraw : cllm_cpu_row_f32(k, kraw, D, w->kf);
+        for (int64_t i = 0; i < nt * nh; i += CLLM_CPU_MAX_COLS) {
+            const int nc = (int)CLLM_MIN((int64_t)CLLM_CPU_MAX_COLS, nt * nh - i);
+            w->kk->vec_dot_n(D, w->sc + i, krow, u->q + i * D, (size_t)D * sizeof(float), nc);
+        }
+        const float *vrow = NULL; /* converted on first use */
+        for (int64_t ti = 0; ti < nt; ti++) {
+            if (mv[ti] == -INFINITY) continue;
+            for (int64_t h = 0; h < nh; h++) {
+                const int64_t row = ti * nh + h;
+                const float sj = w->sc[row] * scale + mv[ti];
+                if (sj == -INFINITY) continue;
+                if (!vrow) vrow = cllm_cpu_row_f32(v, cllm_cpu_elem(v, 0, j, u->g, 0), Dv, w->vf);
+                float *ah = u->acc + row * Dv;
+                if (sj > u->mx[row]) {
+                    /* new maximum: rescale what was summed so far by e^(m - sj) */
+                    const float cf = expf(u->mx[row] - sj);
+                    attn_scale_add(Dv, ah, cf, vrow);
+                    u->sum[row] = u->sum[row] * cf + 1.0f;
+                    u->mx[row] = sj;
+                } else {
+                    const float wj = expf(sj - u->mx[row]);
+                    attn_axpy(Dv, ah, wj, vrow);
+                    u->sum[row] += wj;
+                }
+            }
+        }
+    }
+}
+
+/* Query rows h0 .. h0 + nh - 1 of tokens t0 .. t0 + nt - 1 as F32 into qf
+ * (row ti * nh + h), their states cleared. */
+static void attn_load_rows(const cllm_tensor *q, int64_t Dv, int64_t t0, int64_t nt, int64_t h0,
+                           int64_t nh, float *qf, float *acc, float *mx, float *sum) {
+    const int64_t D = q->ne[0];
+    for (int64_t ti = 0; ti < nt; ti++) {
+        for (int64_t h = 0; h < nh; h++) {
+            const int64_t row = ti * nh + h;
+            float *qh = qf + row * D;
+            const float *src = cllm_cpu_row_f32(q, cllm_cpu_elem(q, 0, t0 + ti, h0 + h, 0), D, qh);
+            if (src != qh) memcpy(qh, src, (size_t)D * sizeof(float));
+            mx[row] = -INFINITY;
+            sum[row] = 0.0f;
+            for (int64_t i = 0; i < Dv; i++) acc[row * Dv + i] = 0.0f;
+        }
+    }
+}
+
+/* One token by key chunks (see the top): this thread's contiguous range of
+ * chunks, all heads each, then, after the barrier, its share of the heads
+ * combined over the chunks. part: the shared states. */
+static void attn_one_token(const cllm_cpu_params *params, cllm_tensor *dst, const attn_shape *sh,
+                           const attn_ws *w, float *part) {
+    const cllm_tensor *q = dst->src[0], *k = dst->src[1], *v = dst->src[2], *mask = dst->src[3];
+    const int64_t Dv = v->ne[0], H = q->ne[2], n_kv_head = k->ne[2];
+    const int64_t n_live = attn_live_keys(mask, k->ne[1], 0, 1);
+    const int64_t n_c = (n_live + ATTN_KC - 1) / ATTN_KC; /* chunks with keys */
+    float *pacc = part, *pmx = pacc + sh->n_chunks * H * Dv, *psum = pmx + sh->n_chunks * H;
+
+    attn_load_rows(q, Dv, 0, 1, 0, H, w->qf, w->acc, w->mx, w->sum);
+    const int64_t c0 = n_c * params->ith / params->nth, c1 = n_c * (params->ith + 1) / params->nth;
+    for (int64_t c = c0; c < c1; c++) {
+        float *acc = pacc + c * H * Dv, *mx = pmx + c * H, *sum = psum + c * H;
+        for (int64_t h = 0; h < H; h++) {
+            mx[h] = -INFINITY;
+            sum[h] = 0.0f;
+        }
+        memset(acc, 0, (size_t)(H * Dv) * sizeof(float));
+        const int64_t k0 = c * ATTN_KC, k1 = CLLM_MIN(n_live, k0 + ATTN_KC);
+        if (c + 1 < c1 && attn_plain_rows(k) && attn_plain_rows(v)) {
+            for (int64_t g = 0; g < n_kv_head; g++)
+                cllm_attn_prefetch(k, v, g, k1, CLLM_MIN(n_live - k1, (int64_t)ATTN_KC));
+        }
+        for (int64_t g = 0; g < n_kv_head; g++) {
+            const int64_t h0 = g * sh->group;
+            const cllm_attn_unit u = {.g = g,
+                                      .t0 = 0,
+                                      .nt = 1,
+                                      .nh = sh->group,
+                                      .k0 = k0,
+                                      .n_kv = k1,
+                                      .q = w->qf + h0 * q->ne[0],
+                                      .acc = acc + h0 * Dv,
+                                      .mx = mx + h0,
+                                      .sum = sum + h0};
+            attn_fold(dst, &u, w);
+        }
+    }
+    cllm_threadpool_barrier(params->pool); /* every chunk's state is in part */
+
+    for (int64_t h = params->ith; h < H; h += params->nth) {
+        float m = -INFINITY;
+        for (int64_t c = 0; c < n_c; c++) {
+            if (psum[c * H + h] > 0.0f && pmx[c * H + h] > m) m = pmx[c * H + h];
+        }
+        float *y = (float *)cllm_cpu_elem(dst, 0, h, 0, 0);
+        for (int64_t i = 0; i < Dv; i++) y[i] = 0.0f;
+        float l = 0.0f;
+        for (int64_t c = 0; c < n_c; c++) {
+            const float sc = psum[c * H + h];
+            if (!(sc > 0.0f)) continue; /* every key of the chunk hidden */
+            const float f = expf(pmx[c * H + h] - m);
+            l += sc * f;
+            attn_axpy(Dv, y, f, pacc + (c * H + h) * Dv);
+        }
+        /* l == 0: every key masked out */
+        const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+        for (int64_t i = 0; i < Dv; i++) y[i] *= inv;
+    }
+}
+
 void cllm_cpu_attn(const cllm_cpu_params *params, cllm_tensor *dst) {
     const cllm_tensor *q = dst->src[0], *k = dst->src[1], *v = dst->src[2], *mask = dst->src[3];
-    const float scale = cllm_get_op_param_f32(dst, 0);
-    const int64_t D = q->ne[0], Dv = v->ne[0], T = q->ne[1];
+    const int64_t Dv = v->ne[0], T = q->ne[1];
     const int64_t n_kv = k->ne[1], n_kv_head = k->ne[2];
     const attn_shape sh = attn_shape_of(dst, params->nth);
 
     const attn_slices s = attn_slice_sizes(dst, &sh);
     const size_t per_thread = s.q + s.acc + s.ml + s.sc + s.k + s.v + s.fast;
     char *ws = cllm_cpu_ws(params, dst, (size_t)params->ith * per_thread, per_thread);
-    float *qf = (float *)ws;                        /* [tb, cs, D] */
-    float *acc = (float *)(ws + s.q);               /* [tb, cs, Dv] */
-    float *mx = (float *)(ws + s.q + s.acc);        /* [tb, cs] running max of the scores */
-    float *sum = mx + sh.tb * sh.cs;                /* [tb, cs] running sum of e^(s_j - max) */
-    float *sc = (float *)(ws + s.q + s.acc + s.ml); /* [tb, cs] scores of key j */
-    float *kf = (float *)(ws + s.q + s.acc + s.ml + s.sc);
-    float *vf = (float *)(ws + s.q + s.acc + s.ml + s.sc + s.k);
-    float *fast = s.fast ? (float *)(ws + s.q + s.acc + s.ml + s.sc + s.k + s.v) : NULL;
+    attn_ws w = {.qf = (float *)ws,                        /* [tb, cs, D] */
+                 .acc = (float *)(ws + s.q),               /* [tb, cs, Dv] */
+                 .mx = (float *)(ws + s.q + s.acc),        /* [tb, cs] running max */
+                 .sc = (float *)(ws + s.q + s.acc + s.ml), /* [tb, cs] scores of key j */
+                 .kf = (float *)(ws + s.q + s.acc + s.ml + s.sc),
+                 .vf = (float *)(ws + s.q + s.acc + s.ml + s.sc + s.k),
+                 .fast = s.fast ? (float *)(ws + s.q + s.acc + s.ml + s.sc + s.k + s.v) : NULL};
+    w.sum = w.mx + sh.tb * sh.cs; /* [tb, cs] running sum of e^(s_j - max) */
     /* the key's dot product: straight from the cache where the kernels can */
-    const cllm_cpu_type_kernels *kk = cllm_cpu_kernels(k->type);
-    const bool k_direct = kk && kk->vec_dot_type == CLLM_TYPE_F32 && !kk->from_float &&
-                          k->nb[0] == cllm_type_traits_of(k->type)->type_size;
-    if (!k_direct) kk = cllm_cpu_kernels(CLLM_TYPE_F32);
+    w.kk = cllm_cpu_kernels(k->type);
+    w.k_direct = w.kk && w.kk->vec_dot_type == CLLM_TYPE_F32 && !w.kk->from_float &&
+                 k->nb[0] == cllm_type_traits_of(k->type)->type_size;
+    if (!w.k_direct) w.kk = cllm_cpu_kernels(CLLM_TYPE_F32);
+
+    if (attn_split(dst)) {
+        float *part = (float *)cllm_cpu_ws(params, dst, (size_t)params->nth * per_thread, s.part);
+        attn_one_token(params, dst, &sh, &w, part);
+        return;
+    }
 
     /* units round-robin: with a causal mask later token blocks see more keys,
      * so contiguous ranges would give the last thread the most work. The
@@ -183,84 +359,26 @@ void cllm_cpu_attn(const cllm_cpu_params *params, cllm_tensor *dst) {
         const int64_t nh = CLLM_MIN(sh.cs, (g + 1) * sh.group - h0);
         if (r + params->nth < n_units)
             cllm_attn_prefetch(k, v, ((r + params->nth) / sh.n_chunks) % n_kv_head, 0, n_ahead);
-        for (int64_t ti = 0; ti < nt; ti++) {
-            for (int64_t h = 0; h < nh; h++) {
-                const int64_t row = ti * nh + h;
-                float *qh = qf + row * D;
-                const float *src =
-                    cllm_cpu_row_f32(q, cllm_cpu_elem(q, 0, t0 + ti, h0 + h, 0), D, qh);
-                if (src != qh) memcpy(qh, src, (size_t)D * sizeof(float));
-                mx[row] = -INFINITY;
-                sum[row] = 0.0f;
-                for (int64_t i = 0; i < Dv; i++) acc[row * Dv + i] = 0.0f;
-            }
-        }
-
-        const int64_t n_live = attn_live_keys(mask, n_kv, t0, nt);
-#if defined(__x86_64__) || defined(__i386__)
-        if (fast) {
-            const cllm_attn_unit u = {.g = g,
-                                      .t0 = t0,
-                                      .nt = nt,
-                                      .nh = nh,
-                                      .n_kv = n_live,
-                                      .q = qf,
-                                      .acc = acc,
-                                      .mx = mx,
-                                      .sum = sum};
-            if (cllm_cpu_isa_level() >= CLLM_CPU_ISA_AVX512) {
-                cllm_cpu_attn_unit_avx512(dst, &u, fast);
-            } else {
-                cllm_cpu_attn_unit_avx2(dst, &u, fast);
-            }
-        }
-#endif
-        for (int64_t j = 0; j < n_live && !fast; j++) {
-            float mv[ATTN_TB];
-            bool any = false;
-            for (int64_t ti = 0; ti < nt; ti++) {
-                mv[ti] =
-                    mask ? cllm_cpu_load(mask->type, cllm_cpu_elem(mask, j, t0 + ti, 0, 0)) : 0.0f;
-                any = any || mv[ti] != -INFINITY;
-            }
-            if (!any) continue; /* hidden from every token of the block */
-            const char *kraw = cllm_cpu_elem(k, 0, j, g, 0);
-            const void *krow = k_direct ? (const void *)kraw : cllm_cpu_row_f32(k, kraw, D, kf);
-            for (int64_t i = 0; i < nt * nh; i += CLLM_CPU_MAX_COLS) {
-                const int nc = (int)CLLM_MIN((int64_t)CLLM_CPU_MAX_COLS, nt * nh - i);
-                kk->vec_dot_n(D, sc + i, krow, qf + i * D, (size_t)D * sizeof(float), nc);
-            }
-            const float *vrow = NULL; /* converted on first use */
-            for (int64_t ti = 0; ti < nt; ti++) {
-                if (mv[ti] == -INFINITY) continue;
-                for (int64_t h = 0; h < nh; h++) {
-                    const int64_t row = ti * nh + h;
-                    const float sj = sc[row] * scale + mv[ti];
-                    if (sj == -INFINITY) continue;
-                    if (!vrow) vrow = cllm_cpu_row_f32(v, cllm_cpu_elem(v, 0, j, g, 0), Dv, vf);
-                    float *ah = acc + row * Dv;
-                    if (sj > mx[row]) {
-                        /* new maximum: rescale what was summed so far by e^(m - sj) */
-                        const float cf = expf(mx[row] - sj);
-                        attn_scale_add(Dv, ah, cf, vrow);
-                        sum[row] = sum[row] * cf + 1.0f;
-                        mx[row] = sj;
-                    } else {
-                        const float w = expf(sj - mx[row]);
-                        attn_axpy(Dv, ah, w, vrow);
-                        sum[row] += w;
-                    }
-                }
-            }
-        }
+        attn_load_rows(q, Dv, t0, nt, h0, nh, w.qf, w.acc, w.mx, w.sum);
+        const cllm_attn_unit u = {.g = g,
+                                  .t0 = t0,
+                                  .nt = nt,
+                                  .nh = nh,
+                                  .k0 = 0,
+                                  .n_kv = attn_live_keys(mask, n_kv, t0, nt),
+                                  .q = w.qf,
+                                  .acc = w.acc,
+                                  .mx = w.mx,
+                                  .sum = w.sum};
+        attn_fold(dst, &u, &w);
 
         for (int64_t ti = 0; ti < nt; ti++) {
             for (int64_t h = 0; h < nh; h++) {
                 const int64_t row = ti * nh + h;
                 float *y = (float *)cllm_cpu_elem(dst, 0, h0 + h, t0 + ti, 0);
                 /* sum == 0: every key masked out */
-                const float inv = sum[row] > 0.0f ? 1.0f / sum[row] : 0.0f;
-                for (int64_t i = 0; i < Dv; i++) y[i] = acc[row * Dv + i] * inv;
+                const float inv = w.sum[row] > 0.0f ? 1.0f / w.sum[row] : 0.0f;
+                for (int64_t i = 0; i < Dv; i++) y[i] = w.acc[row * Dv + i] * inv;
             }
         }
     }

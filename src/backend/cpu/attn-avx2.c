@@ -195,6 +195,27 @@ AY_INLINE void ay_rows(int nr, const cllm_attn_unit *u, const int64_t *rows, con
     }
 }
 
+void cllm_cpu_attn_rows_avx2(const cllm_tensor *k, const cllm_tensor *v, int64_t k0, int64_t n,
+                             float *kf, float *vf) {
+    const int64_t D = k->ne[0], Dv = v->ne[0], n_head = k->ne[2];
+    for (int64_t j = 0; j < n; j++) {
+        for (int64_t g = 0; g < n_head; g++) {
+            const uint16_t *kr = (const uint16_t *)cllm_cpu_elem(k, 0, k0 + j, g, 0);
+            float *kd = kf + (g * n + j) * D;
+            for (int64_t d = 0; d < D; d += 8)
+                _mm256_storeu_ps(kd + d,
+                                 _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(kr + d))));
+        }
+        for (int64_t g = 0; g < n_head; g++) {
+            const uint16_t *vr = (const uint16_t *)cllm_cpu_elem(v, 0, k0 + j, g, 0);
+            float *vd = vf + (g * n + j) * Dv;
+            for (int64_t d = 0; d < Dv; d += 8)
+                _mm256_storeu_ps(vd + d,
+                                 _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(vr + d))));
+        }
+    }
+}
+
 void cllm_cpu_attn_unit_avx2(const cllm_tensor *dst, const cllm_attn_unit *u, float *scratch) {
     const cllm_tensor *k = dst->src[1], *v = dst->src[2], *mask = dst->src[3];
     const float scale = cllm_get_op_param_f32(dst, 0);
@@ -208,6 +229,8 @@ void cllm_cpu_attn_unit_avx2(const cllm_tensor *dst, const cllm_attn_unit *u, fl
      * products read the keys where they lie, in 8 lanes over d, instead of
      * transposing each block first. */
     const bool direct = nt == 1;
+    const cllm_type kty = u->kf ? CLLM_TYPE_F32 : k->type; /* of the rows kr points to */
+    const size_t kres = u->kf ? sizeof(float) : kes;
 
     for (int64_t j0 = u->k0; j0 < n_kv; j0 += KB) {
         const int64_t nk = CLLM_MIN((int64_t)KB, n_kv - j0);
@@ -224,12 +247,15 @@ void cllm_cpu_attn_unit_avx2(const cllm_tensor *dst, const cllm_attn_unit *u, fl
         }
         if (!any) continue; /* hidden from every token of the unit */
         /* the next block's rows arrive while this one is computed */
-        cllm_attn_prefetch(k, v, u->g, j0 + KB, CLLM_MIN((int64_t)KB, n_kv - j0 - KB));
+        if (!u->kf) cllm_attn_prefetch(k, v, u->g, j0 + KB, CLLM_MIN((int64_t)KB, n_kv - j0 - KB));
 
-        /* keys: for one token straight from the cache (ay_scores_rows),
-         * else transposed, F32, lanes beyond nk zero */
+        /* keys: for one token where they lie (ay_scores_rows: the cache,
+         * or u->kf), else transposed, F32, lanes beyond nk zero */
         const char *kr[KB];
-        for (int64_t c = 0; c < nk && direct; c++) kr[c] = cllm_cpu_elem(k, 0, j0 + c, u->g, 0);
+        for (int64_t c = 0; c < nk && direct; c++) {
+            kr[c] = u->kf ? (const char *)(u->kf + (j0 - u->k0 + c) * D)
+                          : cllm_cpu_elem(k, 0, j0 + c, u->g, 0);
+        }
         for (int64_t c = 0; c < KB && !direct; c += 8) {
             const char *rows[8];
             for (int i = 0; i < 8; i++) {
@@ -245,7 +271,8 @@ void cllm_cpu_attn_unit_avx2(const cllm_tensor *dst, const cllm_attn_unit *u, fl
                 for (int i = 0; i < 8; i++) _mm256_storeu_ps(kt + (d + i) * KB + c, r[i]);
             }
         }
-        for (int64_t jj = 0; jj < nk; jj++) {
+        const float *vb = u->vf ? u->vf + (j0 - u->k0) * Dv : vf; /* [nk][Dv] */
+        for (int64_t jj = 0; jj < nk && !u->vf; jj++) {
             const char *vr = cllm_cpu_elem(v, 0, j0 + jj, u->g, 0);
             for (int64_t i = 0; i < Dv; i += 8) {
                 _mm256_storeu_ps(vf + jj * Dv + i, ay_load8(v->type, vr + (size_t)i * ves));
@@ -262,14 +289,14 @@ void cllm_cpu_attn_unit_avx2(const cllm_tensor *dst, const cllm_attn_unit *u, fl
                 rows[nr] = ti * nh + h;
                 tis[nr] = ti;
                 if (++nr == 2) {
-                    ay_rows(2, u, rows, tis, D, Dv, nk, scale, direct ? NULL : kt, k->type, kes, kr,
-                            vf, mf, pw);
+                    ay_rows(2, u, rows, tis, D, Dv, nk, scale, direct ? NULL : kt, kty, kres, kr,
+                            vb, mf, pw);
                     nr = 0;
                 }
             }
         }
         if (nr == 1) {
-            ay_rows(1, u, rows, tis, D, Dv, nk, scale, direct ? NULL : kt, k->type, kes, kr, vf, mf,
+            ay_rows(1, u, rows, tis, D, Dv, nk, scale, direct ? NULL : kt, kty, kres, kr, vb, mf,
                     pw);
         }
     }

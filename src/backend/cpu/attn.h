@@ -26,6 +26,10 @@ typedef struct cllm_attn_unit {
     int64_t k0, n_kv;      /* keys to fold: k0 .. n_kv - 1 of the cache view */
     const float *q;
     float *acc, *mx, *sum;
+    /* AVX2, one token: those keys' k and v rows of head g already F32,
+     * [n_kv - k0][D] and [n_kv - k0][Dv] (cllm_cpu_attn_rows_avx2), or NULL:
+     * read the cache */
+    const float *kf, *vf;
 } cllm_attn_unit;
 
 /* Floats of scratch the SIMD kernel needs (per thread). */
@@ -52,5 +56,13 @@ static inline void cllm_attn_prefetch(const cllm_tensor *k, const cllm_tensor *v
 
 void cllm_cpu_attn_unit_avx512(const cllm_tensor *dst, const cllm_attn_unit *u, float *scratch);
 void cllm_cpu_attn_unit_avx2(const cllm_tensor *dst, const cllm_attn_unit *u, float *scratch);
+
+/* Keys k0 .. k0 + n - 1 of every kv head of F16 caches k and v, as F32 in
+ * kf [head][n][D] and vf [head][n][Dv], read row by row: one cache row
+ * holds every head, and reading it whole streams from memory at about 3x
+ * the rate of reading one head's part of many rows (a one-off harness on
+ * Zen 3: 8-11 against 2-3 GB/s). */
+void cllm_cpu_attn_rows_avx2(const cllm_tensor *k, const cllm_tensor *v, int64_t k0, int64_t n,
+                             float *kf, float *vf);
 
 #endif /* CLLM_BACKEND_CPU_ATTN_H */

@@ -33,12 +33,17 @@
  * weights streamed since pushed them out). Each chunk leaves its softmax
  * state per query head; after a barrier, the heads' states are combined
  * chunk by chunk in order. Chunks are fixed (ATTN_KC keys from key 0), so
- * the result does not depend on the number of threads.
+ * the result does not depend on the number of threads. At the AVX2 level
+ * with F16 caches a chunk's rows are first converted to F32 whole, row by
+ * row (cllm_cpu_attn_rows_avx2), and the unit kernel reads them there: the
+ * kernel, one head at a time, read each row in three pieces, which streams
+ * from memory at a third of the rate.
  *
  * Per-thread workspace: q rows as F32 [tb, cs, D] (one token: [n_head, D]),
  * acc [tb, cs, Dv], running max and sum [tb, cs] each, scores [tb, cs], the
- * current k row [D] and v row [Dv] as F32; for one token, then, the chunks'
- * states: acc [chunks, n_head, Dv], max and sum [chunks, n_head] each.
+ * current k row [D] and v row [Dv] as F32, a chunk's k and v rows as F32
+ * where they are converted; for one token, then, the chunks' states: acc
+ * [chunks, n_head, Dv], max and sum [chunks, n_head] each.
  */
 #include "backend/cpu/attn.h"
 #include "backend/cpu/kernels.h"
@@ -91,6 +96,19 @@ static bool attn_plain_rows(const cllm_tensor *t) {
            t->nb[0] == cllm_type_traits_of(t->type)->type_size;
 }
 
+/* One token at the AVX2 level with F16 caches: a chunk's rows are
+ * converted whole first (cllm_cpu_attn_rows_avx2). */
+static bool attn_rows_f32(const cllm_tensor *dst) {
+    const cllm_tensor *k = dst->src[1], *v = dst->src[2];
+#if defined(__x86_64__) || defined(__i386__)
+    return attn_split(dst) && cllm_cpu_isa_level() == CLLM_CPU_ISA_AVX2 &&
+           k->type == CLLM_TYPE_F16 && v->type == CLLM_TYPE_F16;
+#else
+    (void)k, (void)v;
+    return false;
+#endif
+}
+
 /* Whether the SIMD unit kernel (attn.h) computes this node. */
 static bool attn_fast(const cllm_tensor *dst) {
     const cllm_tensor *k = dst->src[1], *v = dst->src[2], *mask = dst->src[3];
@@ -108,6 +126,7 @@ typedef struct attn_slices {
     size_t q, acc, ml, sc, k, v; /* rounded bytes of each per-thread array */
     size_t fast;                 /* scratch of the SIMD unit kernel, or 0 */
     size_t part;                 /* one token: the chunks' states (shared), or 0 */
+    size_t rows;                 /* one token, AVX2: a chunk's k and v rows as F32, or 0 */
 } attn_slices;
 
 static attn_slices attn_slice_sizes(const cllm_tensor *dst, const attn_shape *sh) {
@@ -123,6 +142,10 @@ static attn_slices attn_slice_sizes(const cllm_tensor *dst, const attn_shape *sh
         .sc = cllm_cpu_ws_round(rows * sizeof(float)),
         .k = cllm_cpu_ws_round(d * sizeof(float)),
         .v = cllm_cpu_ws_round(dv * sizeof(float)),
+        .rows = attn_fast(dst) && attn_rows_f32(dst)
+                    ? cllm_cpu_ws_round((size_t)ATTN_KC * (size_t)dst->src[1]->ne[2] * (d + dv) *
+                                        sizeof(float))
+                    : 0,
         .part = attn_split(dst)
                     ? cllm_cpu_ws_round((size_t)sh->n_chunks * rows * (dv + 2) * sizeof(float))
                     : 0,
@@ -132,7 +155,7 @@ static attn_slices attn_slice_sizes(const cllm_tensor *dst, const attn_shape *sh
 size_t cllm_cpu_attn_workspace(const cllm_tensor *dst, int n_threads) {
     const attn_shape sh = attn_shape_of(dst, n_threads);
     const attn_slices s = attn_slice_sizes(dst, &sh);
-    return (size_t)n_threads * (s.q + s.acc + s.ml + s.sc + s.k + s.v + s.fast) + s.part;
+    return (size_t)n_threads * (s.q + s.acc + s.ml + s.sc + s.k + s.v + s.fast + s.rows) + s.part;
 }
 
 /* acc = acc * c + v over n floats */
@@ -173,6 +196,7 @@ static int64_t attn_live_keys(const cllm_tensor *mask, int64_t n_kv, int64_t t0,
 typedef struct attn_ws {
     float *qf, *acc, *mx, *sum, *sc, *kf, *vf;
     float *fast; /* the SIMD unit kernel's scratch, or NULL */
+    float *rows; /* one token, AVX2: a chunk's rows as F32 (attn_rows_f32), or NULL */
     const cllm_cpu_type_kernels *kk;
     bool k_direct; /* kk's dot product reads k rows from the cache */
 } attn_ws;
@@ -272,7 +296,11 @@ static void attn_one_token(const cllm_cpu_params *params, cllm_tensor *dst, cons
         }
         memset(acc, 0, (size_t)(H * Dv) * sizeof(float));
         const int64_t k0 = c * ATTN_KC, k1 = CLLM_MIN(n_live, k0 + ATTN_KC);
-        if (c + 1 < c1 && attn_plain_rows(k) && attn_plain_rows(v)) {
+        float *kf = w->rows, *vf = kf ? kf + n_kv_head * (k1 - k0) * q->ne[0] : NULL;
+#if defined(__x86_64__) || defined(__i386__)
+        if (kf) cllm_cpu_attn_rows_avx2(k, v, k0, k1 - k0, kf, vf);
+#endif
+        if (!kf && c + 1 < c1 && attn_plain_rows(k) && attn_plain_rows(v)) {
             for (int64_t g = 0; g < n_kv_head; g++)
                 cllm_attn_prefetch(k, v, g, k1, CLLM_MIN(n_live - k1, (int64_t)ATTN_KC));
         }
@@ -287,7 +315,9 @@ static void attn_one_token(const cllm_cpu_params *params, cllm_tensor *dst, cons
                                       .q = w->qf + h0 * q->ne[0],
                                       .acc = acc + h0 * Dv,
                                       .mx = mx + h0,
-                                      .sum = sum + h0};
+                                      .sum = sum + h0,
+                                      .kf = kf ? kf + g * (k1 - k0) * q->ne[0] : NULL,
+                                      .vf = vf ? vf + g * (k1 - k0) * Dv : NULL};
             attn_fold(dst, &u, w);
         }
     }
@@ -321,7 +351,7 @@ void cllm_cpu_attn(const cllm_cpu_params *params, cllm_tensor *dst) {
     const attn_shape sh = attn_shape_of(dst, params->nth);
 
     const attn_slices s = attn_slice_sizes(dst, &sh);
-    const size_t per_thread = s.q + s.acc + s.ml + s.sc + s.k + s.v + s.fast;
+    const size_t per_thread = s.q + s.acc + s.ml + s.sc + s.k + s.v + s.fast + s.rows;
     char *ws = cllm_cpu_ws(params, dst, (size_t)params->ith * per_thread, per_thread);
     attn_ws w = {.qf = (float *)ws,                        /* [tb, cs, D] */
                  .acc = (float *)(ws + s.q),               /* [tb, cs, Dv] */
@@ -331,6 +361,7 @@ void cllm_cpu_attn(const cllm_cpu_params *params, cllm_tensor *dst) {
                  .vf = (float *)(ws + s.q + s.acc + s.ml + s.sc + s.k),
                  .fast = s.fast ? (float *)(ws + s.q + s.acc + s.ml + s.sc + s.k + s.v) : NULL};
     w.sum = w.mx + sh.tb * sh.cs; /* [tb, cs] running sum of e^(s_j - max) */
+    w.rows = s.rows ? (float *)(ws + per_thread - s.rows) : NULL;
     /* the key's dot product: straight from the cache where the kernels can */
     w.kk = cllm_cpu_kernels(k->type);
     w.k_direct = w.kk && w.kk->vec_dot_type == CLLM_TYPE_F32 && !w.kk->from_float &&

@@ -13,10 +13,11 @@
  *
  * A unit of one token (generation: a kv head's few query rows) skips the
  * transposes: each score is a dot product of the row with the key where
- * it lies in the cache, in 8 lanes over d summed at the end
- * (ay_scores_rows). With 3 query rows per kv head (SmolLM2), attention
- * against the Q4_1 one-column kernel's perf samples went from 0.39 to 0.35
- * (4 sequences, 2 threads, Zen 3).
+ * it lies, in 8 lanes over d summed at the end (ay_scores_rows): in the
+ * cache, or in the rows that ops-attn.c converted whole for a key chunk
+ * (cllm_cpu_attn_rows_avx2, cllm_attn_unit.kf and .vf). With 3 query rows per kv head (SmolLM2),
+ * attention against the Q4_1 one-column kernel's perf samples went from 0.39 to 0.35 (4 sequences,
+ * 2 threads, Zen 3).
  */
 #include "backend/cpu/attn.h"
 #include "backend/cpu/ops-impl.h"
@@ -82,8 +83,8 @@ AY_INLINE __m128 ay_hsum4(__m256 a, __m256 b, __m256 c, __m256 d) {
     return _mm_add_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1));
 }
 
-/* The dot products of nr (1 or 2) query rows with the block's keys read
- * straight from the cache (kr: the nk rows, of element size kes), in 8
+/* The dot products of nr (1 or 2) query rows with the block's keys where
+ * they lie (kr: the nk rows, of type kt_type and element size kes), in 8
  * lanes over d summed at the end; lanes past nk are 0. */
 AY_INLINE void ay_scores_rows(int nr, const float *q0, const float *q1, cllm_type kt_type,
                               size_t kes, const char *const *kr, int64_t D, int64_t nk,

@@ -196,24 +196,19 @@ AY_INLINE void ay_rows(int nr, const cllm_attn_unit *u, const int64_t *rows, con
     }
 }
 
+/* Row j of kv head g of F16 cache t, n elements (a multiple of 8), as F32. */
+AY_INLINE void ay_row_f32(const cllm_tensor *t, int64_t j, int64_t g, int64_t n, float *out) {
+    const uint16_t *r = (const uint16_t *)cllm_cpu_elem(t, 0, j, g, 0);
+    for (int64_t d = 0; d < n; d += 8)
+        _mm256_storeu_ps(out + d, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(r + d))));
+}
+
 void cllm_cpu_attn_rows_avx2(const cllm_tensor *k, const cllm_tensor *v, int64_t k0, int64_t n,
                              float *kf, float *vf) {
     const int64_t D = k->ne[0], Dv = v->ne[0], n_head = k->ne[2];
     for (int64_t j = 0; j < n; j++) {
-        for (int64_t g = 0; g < n_head; g++) {
-            const uint16_t *kr = (const uint16_t *)cllm_cpu_elem(k, 0, k0 + j, g, 0);
-            float *kd = kf + (g * n + j) * D;
-            for (int64_t d = 0; d < D; d += 8)
-                _mm256_storeu_ps(kd + d,
-                                 _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(kr + d))));
-        }
-        for (int64_t g = 0; g < n_head; g++) {
-            const uint16_t *vr = (const uint16_t *)cllm_cpu_elem(v, 0, k0 + j, g, 0);
-            float *vd = vf + (g * n + j) * Dv;
-            for (int64_t d = 0; d < Dv; d += 8)
-                _mm256_storeu_ps(vd + d,
-                                 _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(vr + d))));
-        }
+        for (int64_t g = 0; g < n_head; g++) ay_row_f32(k, k0 + j, g, D, kf + (g * n + j) * D);
+        for (int64_t g = 0; g < n_head; g++) ay_row_f32(v, k0 + j, g, Dv, vf + (g * n + j) * Dv);
     }
 }
 

@@ -40,10 +40,11 @@
  * from memory at a third of the rate.
  *
  * Per-thread workspace: q rows as F32 [tb, cs, D] (one token: [n_head, D]),
- * acc [tb, cs, Dv], running max and sum [tb, cs] each, scores [tb, cs], the
- * current k row [D] and v row [Dv] as F32, a chunk's k and v rows as F32
- * where they are converted; for one token, then, the chunks' states: acc
- * [chunks, n_head, Dv], max and sum [chunks, n_head] each.
+ * acc [tb, cs, Dv] and running max and sum [tb, cs] each (not for one
+ * token), scores [tb, cs], the current k row [D] and v row [Dv] as F32, a
+ * chunk's k and v rows as F32 where they are converted; for one token,
+ * then, the chunks' states: acc [chunks, n_head, Dv], max and sum
+ * [chunks, n_head] each.
  */
 #include "backend/cpu/attn.h"
 #include "backend/cpu/kernels.h"
@@ -132,13 +133,15 @@ typedef struct attn_slices {
 static attn_slices attn_slice_sizes(const cllm_tensor *dst, const attn_shape *sh) {
     const size_t d = (size_t)dst->src[0]->ne[0], dv = (size_t)dst->src[2]->ne[0];
     const size_t rows = (size_t)(sh->tb * sh->cs);
+    const bool split = attn_split(dst);
     return (attn_slices){
         .fast = attn_fast(dst) ? cllm_cpu_ws_round(cllm_attn_fast_scratch((int64_t)d, (int64_t)dv) *
                                                    sizeof(float))
                                : 0,
         .q = cllm_cpu_ws_round(rows * d * sizeof(float)),
-        .acc = cllm_cpu_ws_round(rows * dv * sizeof(float)),
-        .ml = cllm_cpu_ws_round(2 * rows * sizeof(float)),
+        /* one token keeps its states in part */
+        .acc = split ? 0 : cllm_cpu_ws_round(rows * dv * sizeof(float)),
+        .ml = split ? 0 : cllm_cpu_ws_round(2 * rows * sizeof(float)),
         .sc = cllm_cpu_ws_round(rows * sizeof(float)),
         .k = cllm_cpu_ws_round(d * sizeof(float)),
         .v = cllm_cpu_ws_round(dv * sizeof(float)),
@@ -146,9 +149,8 @@ static attn_slices attn_slice_sizes(const cllm_tensor *dst, const attn_shape *sh
                     ? cllm_cpu_ws_round((size_t)ATTN_KC * (size_t)dst->src[1]->ne[2] * (d + dv) *
                                         sizeof(float))
                     : 0,
-        .part = attn_split(dst)
-                    ? cllm_cpu_ws_round((size_t)sh->n_chunks * rows * (dv + 2) * sizeof(float))
-                    : 0,
+        .part =
+            split ? cllm_cpu_ws_round((size_t)sh->n_chunks * rows * (dv + 2) * sizeof(float)) : 0,
     };
 }
 
@@ -258,21 +260,26 @@ static void attn_fold(const cllm_tensor *dst, const cllm_attn_unit *u, const att
 }
 
 /* Query rows h0 .. h0 + nh - 1 of tokens t0 .. t0 + nt - 1 as F32 into qf
- * (row ti * nh + h), their states cleared. */
-static void attn_load_rows(const cllm_tensor *q, int64_t Dv, int64_t t0, int64_t nt, int64_t h0,
-                           int64_t nh, float *qf, float *acc, float *mx, float *sum) {
+ * (row ti * nh + h). */
+static void attn_load_rows(const cllm_tensor *q, int64_t t0, int64_t nt, int64_t h0, int64_t nh,
+                           float *qf) {
     const int64_t D = q->ne[0];
     for (int64_t ti = 0; ti < nt; ti++) {
         for (int64_t h = 0; h < nh; h++) {
-            const int64_t row = ti * nh + h;
-            float *qh = qf + row * D;
+            float *qh = qf + (ti * nh + h) * D;
             const float *src = cllm_cpu_row_f32(q, cllm_cpu_elem(q, 0, t0 + ti, h0 + h, 0), D, qh);
             if (src != qh) memcpy(qh, src, (size_t)D * sizeof(float));
-            mx[row] = -INFINITY;
-            sum[row] = 0.0f;
-            for (int64_t i = 0; i < Dv; i++) acc[row * Dv + i] = 0.0f;
         }
     }
+}
+
+/* The online softmax states of n rows, cleared. */
+static void attn_clear_states(int64_t n, int64_t Dv, float *acc, float *mx, float *sum) {
+    for (int64_t r = 0; r < n; r++) {
+        mx[r] = -INFINITY;
+        sum[r] = 0.0f;
+    }
+    memset(acc, 0, (size_t)(n * Dv) * sizeof(float));
 }
 
 /* One token by key chunks (see the top): this thread's contiguous range of
@@ -286,15 +293,11 @@ static void attn_one_token(const cllm_cpu_params *params, cllm_tensor *dst, cons
     const int64_t n_c = (n_live + ATTN_KC - 1) / ATTN_KC; /* chunks with keys */
     float *pacc = part, *pmx = pacc + sh->n_chunks * H * Dv, *psum = pmx + sh->n_chunks * H;
 
-    attn_load_rows(q, Dv, 0, 1, 0, H, w->qf, w->acc, w->mx, w->sum);
+    attn_load_rows(q, 0, 1, 0, H, w->qf);
     const int64_t c0 = n_c * params->ith / params->nth, c1 = n_c * (params->ith + 1) / params->nth;
     for (int64_t c = c0; c < c1; c++) {
         float *acc = pacc + c * H * Dv, *mx = pmx + c * H, *sum = psum + c * H;
-        for (int64_t h = 0; h < H; h++) {
-            mx[h] = -INFINITY;
-            sum[h] = 0.0f;
-        }
-        memset(acc, 0, (size_t)(H * Dv) * sizeof(float));
+        attn_clear_states(H, Dv, acc, mx, sum);
         const int64_t k0 = c * ATTN_KC, k1 = CLLM_MIN(n_live, k0 + ATTN_KC);
         float *kf = w->rows, *vf = kf ? kf + n_kv_head * (k1 - k0) * q->ne[0] : NULL;
 #if defined(__x86_64__) || defined(__i386__)
@@ -353,14 +356,14 @@ void cllm_cpu_attn(const cllm_cpu_params *params, cllm_tensor *dst) {
     const attn_slices s = attn_slice_sizes(dst, &sh);
     const size_t per_thread = s.q + s.acc + s.ml + s.sc + s.k + s.v + s.fast + s.rows;
     char *ws = cllm_cpu_ws(params, dst, (size_t)params->ith * per_thread, per_thread);
-    attn_ws w = {.qf = (float *)ws,                        /* [tb, cs, D] */
-                 .acc = (float *)(ws + s.q),               /* [tb, cs, Dv] */
-                 .mx = (float *)(ws + s.q + s.acc),        /* [tb, cs] running max */
-                 .sc = (float *)(ws + s.q + s.acc + s.ml), /* [tb, cs] scores of key j */
+    attn_ws w = {.qf = (float *)ws,                               /* [tb, cs, D] */
+                 .acc = s.acc ? (float *)(ws + s.q) : NULL,       /* [tb, cs, Dv] */
+                 .mx = s.ml ? (float *)(ws + s.q + s.acc) : NULL, /* [tb, cs] running max */
+                 .sc = (float *)(ws + s.q + s.acc + s.ml),        /* [tb, cs] scores of key j */
                  .kf = (float *)(ws + s.q + s.acc + s.ml + s.sc),
                  .vf = (float *)(ws + s.q + s.acc + s.ml + s.sc + s.k),
                  .fast = s.fast ? (float *)(ws + s.q + s.acc + s.ml + s.sc + s.k + s.v) : NULL};
-    w.sum = w.mx + sh.tb * sh.cs; /* [tb, cs] running sum of e^(s_j - max) */
+    w.sum = w.mx ? w.mx + sh.tb * sh.cs : NULL; /* [tb, cs] running sum of e^(s_j - max) */
     w.rows = s.rows ? (float *)(ws + per_thread - s.rows) : NULL;
     /* the key's dot product: straight from the cache where the kernels can */
     w.kk = cllm_cpu_kernels(k->type);
@@ -390,7 +393,8 @@ void cllm_cpu_attn(const cllm_cpu_params *params, cllm_tensor *dst) {
         const int64_t nh = CLLM_MIN(sh.cs, (g + 1) * sh.group - h0);
         if (r + params->nth < n_units)
             cllm_attn_prefetch(k, v, ((r + params->nth) / sh.n_chunks) % n_kv_head, 0, n_ahead);
-        attn_load_rows(q, Dv, t0, nt, h0, nh, w.qf, w.acc, w.mx, w.sum);
+        attn_load_rows(q, t0, nt, h0, nh, w.qf);
+        attn_clear_states(nt * nh, Dv, w.acc, w.mx, w.sum);
         const cllm_attn_unit u = {.g = g,
                                   .t0 = t0,
                                   .nt = nt,

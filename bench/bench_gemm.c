@@ -176,20 +176,18 @@ static void print_fma_peak(int reps) {
 
 static const char *level_name(cllm_cpu_isa l);
 
-/* Median ns per row-column of the one-column kernel of `t` over GV_ROWS
- * rows, with nc columns. */
+/* Median ns per row-column of the one-column kernels of `t` over GV_ROWS
+ * rows, with nc columns, as mul_mat runs them (cllm_cpu_gemv_rows). */
 #define GV_ROWS 64
 static double gemv_ns(cllm_type t, const char *w, size_t w_row, const char *act, size_t act_row,
                       int nc, int reps) {
-    const cllm_gemv_n_fn fn = cllm_cpu_gemv_n_kernel(t, B_K);
     float out[GV_ROWS * 4];
     double v[64];
     if (reps > 64) reps = 64;
     for (int r = -1; r < reps; r++) { /* r = -1: warm-up */
         const double t0 = now_ns();
         for (int it = 0; it < 50; it++) {
-            for (int m = 0; m < GV_ROWS; m++)
-                fn(t, B_K, w + (size_t)m * w_row, act, act_row, nc, out + m, GV_ROWS);
+            cllm_cpu_gemv_rows(t, B_K, w, w_row, GV_ROWS, act, act_row, nc, out, GV_ROWS);
         }
         if (r >= 0) v[r] = (now_ns() - t0) / (50.0 * GV_ROWS * nc);
     }

@@ -725,6 +725,61 @@ static void test_gemv_n(cllm_type t) {
     }
 }
 
+/* A tile of rows x columns (cllm_cpu_gemv_rows, what mul_mat runs): each
+ * result bit for bit the one-column kernel's, for 1..5 rows (the AVX2
+ * level takes one column two rows at a time: an odd last row), 1..6
+ * columns, rows packed and rows with a gap between them, and lengths with
+ * partial and unpaired groups. */
+static void test_gemv_rows(cllm_type t) {
+    const int64_t qk = cllm_type_traits_of(t)->blck_size;
+    const int64_t lens[] = {1, 3, 4, 5, 18};
+    enum { NR = 5, NC = 6, LDO = 8 };
+    for (size_t li = 0; li < CLLM_ARRAY_SIZE(lens); li++) {
+        const int64_t n = lens[li] * qk;
+        if (!cllm_cpu_gemv_available(t, n)) continue;
+        const size_t wbytes = cllm_row_size(t, n), abytes = cllm_cpu_gemv_act_size(t, n);
+        for (int gap = 0; gap <= 1; gap++) {
+            const size_t stride = wbytes + (size_t)gap * 40;
+            char *w = xmalloc(NR * stride), *act = xmalloc(NC * abytes);
+            char *act_ref = xmalloc(abytes);
+            float *f = xmalloc((size_t)n * sizeof(float));
+            memset(w, 0x5a, NR * stride);
+            for (int r = 0; r < NR; r++) make_weights(t, r % W_KINDS, w + (size_t)r * stride, n);
+            for (int c = 0; c < NC; c++) {
+                make_acts(c % A_KINDS, f, n);
+                for (int64_t i = 0; i < n; i++) f[i] *= 1.0f - 0.125f * (float)c;
+                quantize_as_portable(cllm_cpu_gemv_quantize, t, f, n, act + (size_t)c * abytes,
+                                     act_ref, abytes);
+            }
+            float want[NR][NC], got[NC * LDO];
+            for (int r = 0; r < NR; r++)
+                for (int c = 0; c < NC; c++)
+                    cllm_cpu_gemv(t, n, w + (size_t)r * stride, act + (size_t)c * abytes,
+                                  &want[r][c]);
+            for (int nr = 1; nr <= NR; nr++) {
+                for (int nc = 1; nc <= NC; nc++) {
+                    for (int i = 0; i < NC * LDO; i++) got[i] = NAN;
+                    cllm_cpu_gemv_rows(t, n, w, stride, nr, act, abytes, nc, got, LDO);
+                    for (int c = 0; c < NC; c++) {
+                        for (int r = 0; r < LDO; r++) {
+                            const float g = got[r + c * LDO];
+                            if (r >= nr || c >= nc) {
+                                CHECK(isnan(g));
+                                continue;
+                            }
+                            CHECKF(memcmp(&g, &want[r][c], sizeof(float)) == 0,
+                                   "%s gemv_rows n=%lld gap %d, %dx%d, (%d,%d): %.9g vs %.9g",
+                                   cllm_type_name(t), (long long)n, gap, nr, nc, r, c, g,
+                                   want[r][c]);
+                        }
+                    }
+                }
+            }
+            free(w), free(act), free(act_ref), free(f);
+        }
+    }
+}
+
 static void test_gemv(cllm_type t) {
     if (t != CLLM_TYPE_Q4_0 && t != CLLM_TYPE_Q4_1 && t != CLLM_TYPE_Q4_K) return;
     const cllm_type_traits *tt = cllm_type_traits_of(t);
@@ -770,6 +825,7 @@ static void test_gemv(cllm_type t) {
         free(w), free(wz), free(act), free(act_ref), free(f), free(x), free(z), free(y);
     }
     test_gemv_n(t);
+    test_gemv_rows(t);
 }
 
 /* The AVX-512 level's 256-bit one-column kernel is the AVX2 one with

@@ -627,6 +627,20 @@ cllm_gemv_n_fn cllm_cpu_gemv_n_kernel(cllm_type type, int64_t K) {
     return gemv_n_loop;
 }
 
+void cllm_cpu_gemv_rows(cllm_type type, int64_t K, const void *row, size_t row_stride, int nr,
+                        const void *act, size_t act_stride, int nc, float *out, size_t out_stride) {
+#if defined(__x86_64__) || defined(__i386__)
+    if (cllm_cpu_gemv_available(type, K) && cllm_cpu_isa_level() < CLLM_CPU_ISA_AVX512) {
+        cllm_cpu_gemv_rows_avx2(type, K, row, row_stride, nr, act, act_stride, nc, out, out_stride);
+        return;
+    }
+#endif
+    const cllm_gemv_n_fn gemv_n = cllm_cpu_gemv_n_kernel(type, K);
+    for (int r = 0; r < nr; r++)
+        gemv_n(type, K, (const char *)row + (size_t)r * row_stride, act, act_stride, nc, out + r,
+               out_stride);
+}
+
 void cllm_cpu_gemm(cllm_type type, int64_t K, const void *panel, const void *act, size_t act_stride,
                    int ncols, float *out, size_t ldo, int nrows) {
     const cllm_gemm_form f = cllm_cpu_gemm_form(type);

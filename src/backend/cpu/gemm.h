@@ -161,6 +161,15 @@ void cllm_cpu_gemv_avx512(cllm_type type, int64_t K, const void *row, const void
 void cllm_cpu_gemv_avx2(cllm_type type, int64_t K, const void *row, const void *act, float *out);
 void cllm_cpu_gemv_n_avx2(cllm_type type, int64_t K, const void *row, const void *act,
                           size_t act_stride, int n, float *out, size_t out_stride);
+/* A tile: nr rows (row_stride bytes apart) x nc columns, out[r + c *
+ * out_stride], each result bit for bit cllm_cpu_gemv's. At the AVX2 level
+ * one column of Q4_0 / Q4_1 goes two rows at a time (gemv-x86.h); other
+ * levels and types run their gemv_n kernel row by row. */
+void cllm_cpu_gemv_rows(cllm_type type, int64_t K, const void *row, size_t row_stride, int nr,
+                        const void *act, size_t act_stride, int nc, float *out, size_t out_stride);
+void cllm_cpu_gemv_rows_avx2(cllm_type type, int64_t K, const void *row, size_t row_stride, int nr,
+                             const void *act, size_t act_stride, int nc, float *out,
+                             size_t out_stride);
 /* Q4_0 / Q4_1 at the AVX-512 level on 256-bit registers (gemv-x86.h: the
  * AVX2 kernel with vpdpbusd, equal to it bit for bit; 4 columns at once). */
 void cllm_cpu_gemv_avx512vl(cllm_type type, int64_t K, const void *row, const void *act,

@@ -351,12 +351,10 @@ static void mm_tile_gemv(const cllm_tensor *a, const cllm_tensor *b, cllm_tensor
     const char *b0 = wb + (size_t)(N * (i2 + B2 * i3)) * p->b_row_size;
     /* every column of the tile against each weight row, read (and
      * unpacked) once for all of them */
-    const cllm_gemv_n_fn gemv_n = cllm_cpu_gemv_n_kernel(a->type, K);
-    for (int64_t m = m0; m < m1; m++) {
-        const char *arow = cllm_cpu_elem(a, 0, m, i2 / r2, i3 / r3);
-        gemv_n(a->type, K, arow, b0 + (size_t)n0 * p->b_row_size, p->b_row_size, (int)(n1 - n0),
-               (float *)cllm_cpu_elem(dst, m, n0, i2, i3), dst->nb[1] / sizeof(float));
-    }
+    cllm_cpu_gemv_rows(a->type, K, cllm_cpu_elem(a, 0, m0, i2 / r2, i3 / r3), a->nb[1],
+                       (int)(m1 - m0), b0 + (size_t)n0 * p->b_row_size, p->b_row_size,
+                       (int)(n1 - n0), (float *)cllm_cpu_elem(dst, m0, n0, i2, i3),
+                       dst->nb[1] / sizeof(float));
 }
 
 /* The tile grid: tm weight rows x tn columns per tile, per batch. */

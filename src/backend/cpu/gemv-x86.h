@@ -60,9 +60,8 @@
  * in lanes 0..3 and 4..7: each block's halves broadcast from memory, one
  * blend, one conversion (and for Q4_1 two in-lane shuffles). Before, the
  * halves were gathered in a general register and spread by two cross-lane
- * permutes (vpermps: slow on Zen 3, and on the path to every FMA): one
- * column of SmolLM2's 576-element rows, streamed from memory, ran 4-10 %
- * faster this way (Zen 3; the values and so the sums are the same). */
+ * permutes (vpermps: slow on Zen 3, and on the path to every FMA). The
+ * values, and so the sums, are the same; gv_gemv_2r says what it gained. */
 GV_INLINE void gv_scales(bool q41, const char *x0, size_t bsz, bool two, __m256 *dw, __m256 *mw) {
     if (q41) { /* d, m of block b in every 32-bit lane of lanes 0..1, b + 1's in 2..3 */
         const __m128i h0 = _mm_castps_si128(_mm_broadcast_ss((const float *)x0));
@@ -214,11 +213,14 @@ GV_INLINE void gv_pair_2r(bool q41, const char *x0, const char *y0, size_t bsz, 
 /* out[0] and out[1]: rows `row` and `row + row_stride` against one column,
  * each summed in gv_gemv_n's order (so each is the one-column kernel's
  * result, bit for bit). Each column load serves two rows, and the loop has
- * two rows' independent work to overlap; one column of SmolLM2's
- * 576-element rows ran 10-20 % faster (Zen 3, streamed from memory). The
+ * two rows' independent work to overlap. One Zen 3 core streaming rows
+ * from memory (a one-off harness, Q4_1 / Q4_0): 576-element rows 3 % / 7 %
+ * faster than one row at a time, 10 % / 12 % with gv_scales' loads;
+ * 1,536-element rows 1 % / 3 %, and 2 % / 16 %. Whole generation steps
+ * gained more (SmolLM2 and TinyLlama Q4_0, 1 and 2 threads: 12-38 %). The
  * prefetch runs along both rows as one stream (rows of a matrix follow each
  * other): prefetching each row on its own, two rows of 1,536 elements ran
- * 10 % slower than one at a time. */
+ * 16-23 % slower than one at a time. */
 GV_INLINE void gv_gemv_2r(bool q41, int64_t K, const char *row, size_t row_stride, const char *act,
                           float *out) {
     const size_t bsz = q41 ? 20 : 18, group = 320;

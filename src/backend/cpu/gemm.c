@@ -630,7 +630,8 @@ cllm_gemv_n_fn cllm_cpu_gemv_n_kernel(cllm_type type, int64_t K) {
 void cllm_cpu_gemv_rows(cllm_type type, int64_t K, const void *row, size_t row_stride, int nr,
                         const void *act, size_t act_stride, int nc, float *out, size_t out_stride) {
 #if defined(__x86_64__) || defined(__i386__)
-    if (cllm_cpu_gemv_available(type, K) && cllm_cpu_isa_level() < CLLM_CPU_ISA_AVX512) {
+    if (type != CLLM_TYPE_Q4_K && cllm_cpu_gemv_available(type, K) &&
+        cllm_cpu_isa_level() < CLLM_CPU_ISA_AVX512) {
         cllm_cpu_gemv_rows_avx2(type, K, row, row_stride, nr, act, act_stride, nc, out, out_stride);
         return;
     }

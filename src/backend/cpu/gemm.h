@@ -167,6 +167,7 @@ void cllm_cpu_gemv_n_avx2(cllm_type type, int64_t K, const void *row, const void
  * levels and types run their gemv_n kernel row by row. */
 void cllm_cpu_gemv_rows(cllm_type type, int64_t K, const void *row, size_t row_stride, int nr,
                         const void *act, size_t act_stride, int nc, float *out, size_t out_stride);
+/* (Q4_0 / Q4_1 only) */
 void cllm_cpu_gemv_rows_avx2(cllm_type type, int64_t K, const void *row, size_t row_stride, int nr,
                              const void *act, size_t act_stride, int nc, float *out,
                              size_t out_stride);

@@ -9,18 +9,19 @@
  * 128-bit lanes, so their low nibbles meet elements 0..15 and their high
  * nibbles elements 16..31 of the two blocks.
  *
- * Per two blocks: the int32 sums of 4 adjacent products of each lane (the
- * -8 sums added for Q4_0): two vpmaddubsw summed in s16 (u <= 15, no
- * saturation), one vpmaddwd and one add, or two vpdpbusd; the two give the
- * same integers. Then one conversion, two multiplies (activation and weight
- * scales) and one FMA; Q4_1 adds one FMA of its mins with the d * sum lanes.
- * So the two levels' results are equal bit for bit.
- *
- * gv_gemv_n does nc columns against one row: the row's nibbles and scales
- * are unpacked once per pair of blocks for all of them, and each column is
- * summed on its own in the order of nc = 1 (pairs of blocks alternating
- * between two accumulators, a pair after the last group of 4 in the first),
- * so each result is the one-column kernel's, bit for bit.
+ * Per two blocks and column: the int32 sums of 4 adjacent products of each
+ * lane (the -8 sums added for Q4_0): two vpmaddubsw summed in s16 (u <= 15,
+ * no saturation), one vpmaddwd and one add, or two vpdpbusd; the two give
+ * the same integers. The 4 lanes of each block are then added up in
+ * integers (exact), so each block's sum lands in one lane: up to 4 columns
+ * (or 2 rows of one column) share one vector, lane c of each 128-bit half
+ * (gv_red). Then one conversion, one multiply by the activation scales, one
+ * FMA with the weight scales, for all of them at once; Q4_1 adds one FMA
+ * of its mins against the d * sum of each column's block. So the two
+ * levels' results are equal bit for bit, and every lane computes the same
+ * float operations whichever columns or rows share its vector: a column's
+ * result is the same whether it runs alone, beside 3 others, or as one of
+ * two rows (test_kernels checks it).
  *
  * Why 256 bits at the AVX-512 level: on CPUs that run 512-bit operations as
  * two 256-bit halves (AMD Zen 4), this kernel generated TinyLlama Q4_0 at
@@ -42,19 +43,8 @@
 #include <string.h>
 
 #define GV_INLINE static inline __attribute__((always_inline))
-/* Columns at once: per column 2 float accumulators, and for Q4_1 2 more
- * for its mins. The AVX-512 level (32 registers) keeps them all; the AVX2
- * level (16) packs the min sums of its 4 columns into two registers
- * (GV_PACK_MINS): a column's own min sum is nonzero only in lanes 0 and 4
- * (its activations' d * sum lanes; the others stay +0 while the weight
- * scales are finite), so column c's goes in lanes c and
- * 4 + c, each lane updated by the same FMA with the same operands as
- * alone, and is moved back to lanes 0 and 4, beside +0, at the end (one
- * column alone keeps its own). With 2 columns at a time a step of 4
- * sequences unpacked every weight row twice: bench_gemm, Zen 3, ns per row
- * and column with 4 columns, Q4_1 82-84 -> 70-71, Q4_0 79-87 -> 61-63. */
-#define GV_COLS      4
-#define GV_PACK_MINS (!GV_VNNI)
+/* Columns at once: one lane of each 128-bit half per column. */
+#define GV_COLS 4
 
 /* Weight scales (and Q4_1 mins) of blocks b and b + 1 (or 0 past the row)
  * in lanes 0..3 and 4..7: each block's halves broadcast from memory, one
@@ -76,12 +66,8 @@ GV_INLINE void gv_scales(bool q41, const char *x0, size_t bsz, bool two, __m256 
         if (two) memcpy(&d1, x0 + bsz, 2);
         *dw = _mm256_cvtph_ps(
             _mm_blend_epi32(_mm_set1_epi16((short)d0), _mm_set1_epi16((short)d1), 0xC));
+        *mw = *dw; /* unused */
     }
-}
-
-/* Lanes c and 4 + c. */
-GV_INLINE __m256i gv_lane_pair(int c) {
-    return _mm256_cmpeq_epi32(_mm256_setr_epi32(0, 1, 2, 3, 0, 1, 2, 3), _mm256_set1_epi32(c));
 }
 
 /* The nibbles of blocks b and b + 1 (or 0 past the row): the low ones of
@@ -110,33 +96,76 @@ GV_INLINE __m256i gv_isum(bool q41, __m256i lo, __m256i hi, __m256i ga, __m256i 
 #endif
 }
 
-/* Two blocks (b, and b + 1 when `two`) against nc columns: g is the pair's
- * place in column 0's activations, act_stride the bytes between columns.
- * Q4_1's min sums: accm[c], or with GV_PACK_MINS all in accm[0]. */
+/* The block sums of up to 4 columns' (or rows') lane sums s0..s3 (those
+ * past nc ignored): lane c of each 128-bit half holds the sum of s_c's 4
+ * lanes in that half (exact). With nc = 1 every lane holds it. */
+GV_INLINE __m256i gv_red(int nc, __m256i s0, __m256i s1, __m256i s2, __m256i s3) {
+    if (nc == 1) {
+        const __m256i t = _mm256_add_epi32(s0, _mm256_shuffle_epi32(s0, 0x4E));
+        return _mm256_add_epi32(t, _mm256_shuffle_epi32(t, 0xB1));
+    }
+    /* lanes: s0 of 0 + 2, s1 of 0 + 2, s0 of 1 + 3, s1 of 1 + 3 */
+    const __m256i t01 =
+        _mm256_add_epi32(_mm256_unpacklo_epi32(s0, s1), _mm256_unpackhi_epi32(s0, s1));
+    if (nc == 2) return _mm256_add_epi32(t01, _mm256_shuffle_epi32(t01, 0x4E));
+    const __m256i t23 =
+        _mm256_add_epi32(_mm256_unpacklo_epi32(s2, s3), _mm256_unpackhi_epi32(s2, s3));
+    return _mm256_add_epi32(_mm256_unpacklo_epi64(t01, t23), _mm256_unpackhi_epi64(t01, t23));
+}
+
+/* The float steps of a pair of blocks for every lane at once: u the block
+ * sums, da the activation scales, dw the weight scales (and Q4_1: mw the
+ * mins, ds the activations' d * sums), each lane's as gv_red placed it. */
+GV_INLINE void gv_fma(bool q41, __m256i u, __m256 da, __m256 dw, __m256 mw, __m256 ds, __m256 *acc,
+                      __m256 *accm) {
+    *acc = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(u), da), dw, *acc);
+    if (q41) *accm = _mm256_fmadd_ps(mw, ds, *accm);
+}
+
+/* Two blocks (b, and b + 1 when `two`) against nc columns (g: the pair's
+ * place in column 0's activations, act_stride the bytes between columns):
+ * column c in lane c of each half. A column's activation scales fill its
+ * block's half, so a blend takes lane c; its d * sum sits in lane 0 of the
+ * half and is moved to lane c. */
 GV_INLINE void gv_pair(bool q41, int nc, const char *x0, size_t bsz, bool two, const char *g,
                        size_t act_stride, __m256 *acc, __m256 *accm) {
     __m256i lo, hi;
     gv_unpack(q41, x0, bsz, two, &lo, &hi);
     __m256 dw, mw;
     gv_scales(q41, x0, bsz, two, &dw, &mw);
-    __m256 dsums = _mm256_setzero_ps(); /* GV_PACK_MINS: column c's in lanes c, 4 + c */
-    (void)dsums;
+    __m256i s[GV_COLS];
+    __m256 da = _mm256_setzero_ps(), ds = _mm256_setzero_ps();
     for (int c = 0; c < nc; c++) {
         const char *gc = g + (size_t)c * act_stride;
-        const __m256i sum =
+        s[c] =
             gv_isum(q41, lo, hi, _mm256_loadu_si256((const __m256i *)gc),
                     _mm256_loadu_si256((const __m256i *)(gc + 64)),
                     q41 ? _mm256_setzero_si256() : _mm256_loadu_si256((const __m256i *)(gc + 128)));
-        const __m256 da = _mm256_loadu_ps((const float *)(gc + 192));
-        acc[c] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(sum), da), dw, acc[c]);
-        if (q41 && GV_PACK_MINS && nc > 1) {
-            dsums = _mm256_or_ps(
-                dsums, _mm256_maskload_ps((const float *)(gc + 256) - c, gv_lane_pair(c)));
-        } else if (q41) {
-            accm[c] = _mm256_fmadd_ps(mw, _mm256_loadu_ps((const float *)(gc + 256)), accm[c]);
+        const __m256 dac = _mm256_loadu_ps((const float *)(gc + 192));
+        switch (c) {
+        case 0: da = dac; break;
+        case 1: da = _mm256_blend_ps(da, dac, 0x22); break;
+        case 2: da = _mm256_blend_ps(da, dac, 0x44); break;
+        default: da = _mm256_blend_ps(da, dac, 0x88); break;
+        }
+        if (q41) {
+            const __m256i dsc = _mm256_loadu_si256((const __m256i *)(gc + 256));
+            switch (c) {
+            case 0: ds = _mm256_castsi256_ps(dsc); break;
+            case 1: ds = _mm256_or_ps(ds, _mm256_castsi256_ps(_mm256_slli_si256(dsc, 4))); break;
+            case 2: ds = _mm256_or_ps(ds, _mm256_castsi256_ps(_mm256_slli_si256(dsc, 8))); break;
+            default: ds = _mm256_or_ps(ds, _mm256_castsi256_ps(_mm256_slli_si256(dsc, 12))); break;
+            }
         }
     }
-    if (q41 && GV_PACK_MINS && nc > 1) accm[0] = _mm256_fmadd_ps(mw, dsums, accm[0]);
+    for (int c = nc; c < GV_COLS; c++) s[c] = s[0];
+    gv_fma(q41, gv_red(nc, s[0], s[1], s[2], s[3]), da, dw, mw, ds, acc, accm);
+}
+
+/* The results of lanes 0..3: (a0 + a1) + (m0 + m1), then half 0 + half 1. */
+GV_INLINE __m128 gv_lanes(__m256 a0, __m256 a1, __m256 m0, __m256 m1) {
+    const __m256 v = _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(m0, m1));
+    return _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
 }
 
 GV_INLINE float gv_hsum(__m256 v) {
@@ -147,87 +176,102 @@ GV_INLINE float gv_hsum(__m256 v) {
 }
 
 /* out[c * out_stride] = dot(row, act + c * act_stride) for c < nc (<= GV_COLS,
- * a constant after inlining). */
+ * a constant after inlining). Pairs of blocks alternate between two
+ * accumulators (a pair after the last group of 4 in the first). */
 GV_INLINE void gv_gemv_n(bool q41, int nc, int64_t K, const char *row, const char *act,
                          size_t act_stride, float *out, size_t out_stride) {
     const size_t bsz = q41 ? 20 : 18, group = 320;
     const int64_t nb = K / 32;
-    __m256 a0[GV_COLS], a1[GV_COLS], m0[GV_COLS], m1[GV_COLS];
-    for (int c = 0; c < nc; c++) a0[c] = a1[c] = m0[c] = m1[c] = _mm256_setzero_ps();
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, m0 = a0, m1 = a0;
     int64_t b = 0;
     for (; b + 4 <= nb; b += 4) {
         const char *x0 = row + (size_t)b * bsz, *g = act + (size_t)(b / 4) * group;
         _mm_prefetch(x0 + CLLM_CPU_PREFETCH_AHEAD, _MM_HINT_T0);
         _mm_prefetch(x0 + CLLM_CPU_PREFETCH_AHEAD + 64, _MM_HINT_T0);
-        gv_pair(q41, nc, x0, bsz, true, g, act_stride, a0, m0);
-        gv_pair(q41, nc, x0 + 2 * bsz, bsz, true, g + 32, act_stride, a1, m1);
+        gv_pair(q41, nc, x0, bsz, true, g, act_stride, &a0, &m0);
+        gv_pair(q41, nc, x0 + 2 * bsz, bsz, true, g + 32, act_stride, &a1, &m1);
     }
     for (; b < nb; b += 2) {
         const char *g = act + (size_t)(b / 4) * group + 32 * ((b % 4) / 2);
-        gv_pair(q41, nc, row + (size_t)b * bsz, bsz, b + 1 < nb, g, act_stride, a0, m0);
+        gv_pair(q41, nc, row + (size_t)b * bsz, bsz, b + 1 < nb, g, act_stride, &a0, &m0);
     }
-    if (GV_PACK_MINS && nc > 1) {
-        const __m256 m = _mm256_add_ps(m0[0], m1[0]);
-        for (int c = 0; c < nc; c++) {
-            const __m256i lanes = _mm256_setr_epi32(c, c, c, c, 4 + c, 4 + c, 4 + c, 4 + c);
-            const __m256 mc =
-                _mm256_blend_ps(_mm256_setzero_ps(), _mm256_permutevar8x32_ps(m, lanes), 0x11);
-            out[(size_t)c * out_stride] = gv_hsum(_mm256_add_ps(_mm256_add_ps(a0[c], a1[c]), mc));
-        }
-        return;
-    }
-    for (int c = 0; c < nc; c++) {
-        out[(size_t)c * out_stride] =
-            gv_hsum(_mm256_add_ps(_mm256_add_ps(a0[c], a1[c]), _mm256_add_ps(m0[c], m1[c])));
-    }
+    float r[4];
+    _mm_storeu_ps(r, gv_lanes(a0, a1, m0, m1));
+    for (int c = 0; c < nc; c++) out[(size_t)c * out_stride] = r[c];
 }
 
-/* Two blocks of one row against one column whose activations (ga, gb: the
- * two halves; z8: Q4_0's -8 sums; da: scales; ds: Q4_1's d * sums) are
- * loaded: gv_pair's steps for nc = 1, in its order. */
-GV_INLINE void gv_pair_row(bool q41, const char *x0, size_t bsz, bool two, __m256i ga, __m256i gb,
-                           __m256i z8, __m256 da, __m256 ds, __m256 *acc, __m256 *accm) {
-    __m256i lo, hi;
-    gv_unpack(q41, x0, bsz, two, &lo, &hi);
-    __m256 dw, mw;
-    gv_scales(q41, x0, bsz, two, &dw, &mw);
-    const __m256i sum = gv_isum(q41, lo, hi, ga, gb, z8);
-    *acc = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(sum), da), dw, *acc);
-    if (q41) *accm = _mm256_fmadd_ps(mw, ds, *accm);
+/* 32 bits at p in lane 0 (a plain load). */
+GV_INLINE __m128i gv_load32(const char *p) {
+    int32_t v;
+    memcpy(&v, p, 4);
+    return _mm_cvtsi32_si128(v);
+}
+
+/* The weight scales (and Q4_1 mins) of blocks b and b + 1 (or 0 past the
+ * row) of rows x and y, as gv_pair_2r's lanes want them: x's in lane 0 and
+ * y's in lane 1 of each half (2 and 3: 0). The four blocks' first 32 bits
+ * are interleaved, and one conversion serves both rows (the same values as
+ * gv_scales gives each row). */
+GV_INLINE void gv_scales_2r(bool q41, const char *x0, const char *y0, size_t bsz, bool two,
+                            __m256 *dw, __m256 *mw) {
+    const __m128i z = _mm_setzero_si128();
+    const __m128i b1x = two ? gv_load32(x0 + bsz) : z, b1y = two ? gv_load32(y0 + bsz) : z;
+    if (q41) { /* d, m of one block in 32 bits: dx mx dy my | dx' mx' dy' my' */
+        const __m128i h = _mm_unpacklo_epi64(_mm_unpacklo_epi32(gv_load32(x0), gv_load32(y0)),
+                                             _mm_unpacklo_epi32(b1x, b1y));
+        const __m256 f = _mm256_cvtph_ps(h);
+        *dw = _mm256_shuffle_ps(f, f, 0x88);
+        *mw = _mm256_shuffle_ps(f, f, 0xDD);
+    } else { /* d in the low 16 bits: dx dy . . | dx' dy' . ., the quants' words cleared */
+        const __m128i h = _mm_unpacklo_epi64(_mm_unpacklo_epi16(gv_load32(x0), gv_load32(y0)),
+                                             _mm_unpacklo_epi16(b1x, b1y));
+        *dw = _mm256_cvtph_ps(_mm_blend_epi16(h, z, 0xCC));
+        *mw = *dw; /* unused */
+    }
 }
 
 /* Two blocks of rows x and y against one column (g: the pair's place in
- * its activations), which is loaded once for both. */
+ * its activations, loaded once for both): row x in lane 0 of each half,
+ * row y in lane 1, each lane computing what gv_pair computes for the
+ * column. */
 GV_INLINE void gv_pair_2r(bool q41, const char *x0, const char *y0, size_t bsz, bool two,
-                          const char *g, __m256 *ax, __m256 *mx, __m256 *ay, __m256 *my) {
+                          const char *g, __m256 *acc, __m256 *accm) {
     const __m256i ga = _mm256_loadu_si256((const __m256i *)g);
     const __m256i gb = _mm256_loadu_si256((const __m256i *)(g + 64));
     const __m256i z8 =
         q41 ? _mm256_setzero_si256() : _mm256_loadu_si256((const __m256i *)(g + 128));
-    const __m256 da = _mm256_loadu_ps((const float *)(g + 192));
-    const __m256 ds = q41 ? _mm256_loadu_ps((const float *)(g + 256)) : _mm256_setzero_ps();
-    gv_pair_row(q41, x0, bsz, two, ga, gb, z8, da, ds, ax, mx);
-    gv_pair_row(q41, y0, bsz, two, ga, gb, z8, da, ds, ay, my);
+    __m256i lx, hx, ly, hy;
+    gv_unpack(q41, x0, bsz, two, &lx, &hx);
+    gv_unpack(q41, y0, bsz, two, &ly, &hy);
+    __m256 dw, mw;
+    gv_scales_2r(q41, x0, y0, bsz, two, &dw, &mw);
+    const __m256i sx = gv_isum(q41, lx, hx, ga, gb, z8), sy = gv_isum(q41, ly, hy, ga, gb, z8);
+    __m256 ds = _mm256_setzero_ps();
+    if (q41) {
+        ds = _mm256_loadu_ps((const float *)(g + 256));
+        ds = _mm256_shuffle_ps(ds, ds, 0); /* lane 0's d * sum in lanes 0 and 1 */
+    }
+    gv_fma(q41, gv_red(2, sx, sy, sx, sy), _mm256_loadu_ps((const float *)(g + 192)), dw, mw, ds,
+           acc, accm);
 }
 
 /* out[0] and out[1]: rows `row` and `row + row_stride` against one column,
- * each summed in gv_gemv_n's order (so each is the one-column kernel's
+ * each summed as gv_gemv_n sums it (so each is the one-column kernel's
  * result, bit for bit). Each column load serves two rows, and the loop has
- * two rows' independent work to overlap. One Zen 3 core streaming rows
- * from memory (a one-off harness, Q4_1 / Q4_0): 576-element rows 3 % / 7 %
- * faster than one row at a time, 10 % / 12 % with gv_scales' loads;
- * 1,536-element rows 1 % / 3 %, and 2 % / 16 %. Whole generation steps
- * gained more (SmolLM2 and TinyLlama Q4_0, 1 and 2 threads: 12-38 %). The
- * prefetch runs along both rows as one stream (rows of a matrix follow each
- * other): prefetching each row on its own, two rows of 1,536 elements ran
- * 16-23 % slower than one at a time. */
+ * two rows' work to overlap. One Zen 3 core streaming rows from memory (a
+ * one-off harness, Q4_1 / Q4_0, with the earlier per-lane float steps):
+ * 576-element rows 3 % / 7 % faster than one row at a time, 10 % / 12 %
+ * with gv_scales' loads; 1,536-element rows 1 % / 3 %, and 2 % / 16 %.
+ * Whole generation steps gained more (SmolLM2 and TinyLlama Q4_0, 1 and 2
+ * threads: 12-38 %). The prefetch runs along both rows as one stream (rows
+ * of a matrix follow each other): prefetching each row on its own, two
+ * rows of 1,536 elements ran 16-23 % slower than one at a time. */
 GV_INLINE void gv_gemv_2r(bool q41, int64_t K, const char *row, size_t row_stride, const char *act,
                           float *out) {
     const size_t bsz = q41 ? 20 : 18, group = 320;
     const int64_t nb = K / 32;
     const char *row1 = row + row_stride;
     __m256 a0 = _mm256_setzero_ps(), a1 = a0, m0 = a0, m1 = a0;
-    __m256 b0 = a0, b1 = a0, n0 = a0, n1 = a0;
     int64_t b = 0;
     for (; b + 4 <= nb; b += 4) {
         const char *x0 = row + (size_t)b * bsz, *y0 = row1 + (size_t)b * bsz;
@@ -236,16 +280,18 @@ GV_INLINE void gv_gemv_2r(bool q41, int64_t K, const char *row, size_t row_strid
         _mm_prefetch(pf, _MM_HINT_T0);
         _mm_prefetch(pf + 64, _MM_HINT_T0);
         _mm_prefetch(pf + 128, _MM_HINT_T0);
-        gv_pair_2r(q41, x0, y0, bsz, true, g, &a0, &m0, &b0, &n0);
-        gv_pair_2r(q41, x0 + 2 * bsz, y0 + 2 * bsz, bsz, true, g + 32, &a1, &m1, &b1, &n1);
+        gv_pair_2r(q41, x0, y0, bsz, true, g, &a0, &m0);
+        gv_pair_2r(q41, x0 + 2 * bsz, y0 + 2 * bsz, bsz, true, g + 32, &a1, &m1);
     }
     for (; b < nb; b += 2) {
         const char *g = act + (size_t)(b / 4) * group + 32 * ((b % 4) / 2);
-        gv_pair_2r(q41, row + (size_t)b * bsz, row1 + (size_t)b * bsz, bsz, b + 1 < nb, g, &a0, &m0,
-                   &b0, &n0);
+        gv_pair_2r(q41, row + (size_t)b * bsz, row1 + (size_t)b * bsz, bsz, b + 1 < nb, g, &a0,
+                   &m0);
     }
-    out[0] = gv_hsum(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(m0, m1)));
-    out[1] = gv_hsum(_mm256_add_ps(_mm256_add_ps(b0, b1), _mm256_add_ps(n0, n1)));
+    float r[4];
+    _mm_storeu_ps(r, gv_lanes(a0, a1, m0, m1));
+    out[0] = r[0];
+    out[1] = r[1];
 }
 
 /* Any number of columns, GV_COLS at a time (constant counts, so that each

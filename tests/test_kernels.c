@@ -499,7 +499,8 @@ static void test_gemm(cllm_type t) {
         const size_t wbytes = cllm_row_size(t, n), as = cllm_cpu_gemm_act_size(t, n);
         char *w = xmalloc(wbytes * R);
         char *act = xmalloc(as * C), *wz_act = xmalloc(as);
-        char *panel = xmalloc(cllm_cpu_gemm_panel_size(t, n));
+        const size_t panel_size = cllm_cpu_gemm_panel_size(t, n);
+        char *panel = xmalloc(panel_size), *panel_ref = xmalloc(panel_size);
         char *scratch = xmalloc(cllm_cpu_gemm_pack_scratch(t, n));
         float *f = xmalloc((size_t)n * sizeof(float)), *x = xmalloc((size_t)n * sizeof(float));
         float *z = xmalloc((size_t)n * sizeof(float)), *y = xmalloc((size_t)n * C * sizeof(float));
@@ -532,6 +533,13 @@ static void test_gemm(cllm_type t) {
                 for (size_t hi = 0; hi < CLLM_ARRAY_SIZE(k_heights) && k_heights[hi] <= R; hi++) {
                     const int nr = k_heights[hi];
                     cllm_cpu_gemm_pack(t, w, wbytes, nr, n, panel, scratch);
+                    /* the level's packer writes the portable packer's bytes */
+                    const cllm_cpu_isa level = cllm_cpu_isa_level();
+                    cllm_cpu_set_isa_limit(CLLM_CPU_ISA_PORTABLE);
+                    cllm_cpu_gemm_pack(t, w, wbytes, nr, n, panel_ref, scratch);
+                    cllm_cpu_set_isa_limit(level);
+                    CHECKF(memcmp(panel, panel_ref, panel_size) == 0, "%s pack n=%lld %d rows",
+                           cllm_type_name(t), (long long)n, nr);
                     for (int nc = 1; nc <= C; nc += (nc < 9 ? 1 : 5)) {
                         for (int impl = 0; impl <= (int)fast; impl++) {
                             float out[C * LDO];
@@ -560,7 +568,8 @@ static void test_gemm(cllm_type t) {
                 if (fails > 20) break;
             }
         }
-        free(w), free(act), free(panel), free(scratch), free(f), free(x), free(z), free(y);
+        free(w), free(act), free(panel), free(panel_ref), free(scratch), free(f), free(x), free(z),
+            free(y);
         free(wz), free(wz_act);
     }
 }

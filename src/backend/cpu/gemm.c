@@ -273,6 +273,9 @@ void cllm_cpu_gemm_pack(cllm_type type, const void *a, size_t stride, int nrows,
     if (cllm_cpu_isa_level() >= CLLM_CPU_ISA_AVX512 &&
         cllm_cpu_gemm_pack_avx512(type, a, stride, nrows, K, panel))
         return;
+    if (cllm_cpu_isa_level() >= CLLM_CPU_ISA_AVX2 &&
+        cllm_cpu_gemm_pack_avx2(type, a, stride, nrows, K, panel))
+        return;
 #endif
     const int64_t nb = K / f->bs, nblk = K / f->qk, per = f->qk / f->bs;
     const size_t blk_size = cllm_type_traits_of(type)->type_size, bb = block_bytes(f);

@@ -242,7 +242,13 @@ static inline void cllm_gemm_act_block_tail(char *tail, const cllm_gemm_form *f,
 
 void cllm_cpu_gemm_quantize_avx512(const cllm_gemm_form *f, const float *x, void *act, int64_t K);
 void cllm_cpu_gemm_quantize_avx2(const cllm_gemm_form *f, const float *x, void *act, int64_t K);
-/* False if this type has no AVX-512 packer (the portable one then runs). */
+/* The AVX2 packer of Q4_0, Q4_1 and Q8_0 (false: another type), the same
+ * bytes as cllm_cpu_gemm_pack's portable path; also used at the AVX-512
+ * level for the types its own packer leaves. */
+bool cllm_cpu_gemm_pack_avx2(cllm_type type, const void *a, size_t stride, int nrows, int64_t K,
+                             void *panel);
+/* False if this type has no AVX-512 packer (the AVX2 or portable one then
+ * runs). */
 bool cllm_cpu_gemm_pack_avx512(cllm_type type, const void *a, size_t stride, int nrows, int64_t K,
                                void *panel);
 

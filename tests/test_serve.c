@@ -772,6 +772,34 @@ static void check_smollm2(const char *model) {
     free(answer);
     free(ref);
 
+    /* ignore_eos: the end token is never sampled, so an answer that ended
+     * early goes on from where it ended to max_tokens */
+    body = chat_body("Name a fruit.", NULL, NULL, 48, false);
+    r = http(s.port, "POST", "/v1/chat/completions", body);
+    char fin[32] = "";
+    char *ended = whole_text(&r, fin, sizeof(fin));
+    const long n_ended = usage_field(&r, "completion_tokens");
+    CHECKF(ended && !strcmp(fin, "stop") && n_ended > 0 && n_ended < 48,
+           "without ignore_eos: '%s' after %ld tokens", fin, n_ended);
+    resp_free(&r);
+    char body2[8192];
+    snprintf(body2, sizeof(body2), "{\"ignore_eos\": true, %s", body + 1);
+    free(body);
+    r = http(s.port, "POST", "/v1/chat/completions", body2);
+    answer = whole_text(&r, fin, sizeof(fin));
+    CHECKF(answer && ended && !strcmp(fin, "length") &&
+               usage_field(&r, "completion_tokens") == 48 &&
+               strncmp(answer, ended, strlen(ended)) == 0 && strlen(answer) > strlen(ended),
+           "ignore_eos: '%s' (%s) after '%s'", answer ? answer : r.body, fin,
+           ended ? ended : "(none)");
+    resp_free(&r);
+    free(answer);
+    free(ended);
+    snprintf(body2, sizeof(body2), "{\"prompt\": \"x\", \"ignore_eos\": 1}");
+    r = http(s.port, "POST", "/v1/completions", body2);
+    CHECKF(is_error(&r, 400, "invalid_type"), "%s", r.body);
+    resp_free(&r);
+
     /* logprobs, then frequency and presence penalties checked with them */
     (void)check_chat_logprobs(s.port, "", false, 0, 0);
     const int changed = check_chat_logprobs(

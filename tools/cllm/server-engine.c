@@ -194,6 +194,15 @@ bool srv_engine_init(srv_engine *e, const cllm_model *model, cllm_pipe *pipe, in
         return false;
     }
     const size_t n_vocab = (size_t)cllm_model_n_vocab(model);
+    e->eog = malloc(n_vocab * sizeof(int32_t));
+    if (!e->eog) {
+        fprintf(stderr, "cllm serve: out of memory for the vocabulary\n");
+        srv_engine_free(e);
+        return false;
+    }
+    for (int32_t id = 0; id < (int32_t)n_vocab; id++) {
+        if (cllm_token_is_eog(model, id)) e->eog[e->n_eog++] = id;
+    }
     /* one session, a sequence (and KV cache) per slot: a step decodes every
      * busy slot's tokens in one forward pass */
     cllm_session_params sp = *params;
@@ -544,6 +553,11 @@ static void slot_sample(srv_engine *e, srv_slot *sl) {
         }
         use = sl->logits;
     }
+    if (j->gp.ignore_eos) { /* on the copy (made here if not above) */
+        if (use != sl->logits) memcpy(sl->logits, logits, (size_t)n_vocab * sizeof(float));
+        use = sl->logits;
+        for (int64_t i = 0; i < e->n_eog; i++) sl->logits[e->eog[i]] = -INFINITY;
+    }
     int32_t id;
     if (cllm_sampler_sample(sl->smp, use, &id) != CLLM_OK) {
         snprintf(j->error, sizeof(j->error), "sampling failed: %s", cllm_last_error());
@@ -757,6 +771,9 @@ void srv_engine_free(srv_engine *e) {
     }
     free(e->slots);
     e->slots = NULL;
+    free(e->eog);
+    e->eog = NULL;
+    e->n_eog = 0;
     cllm_session_free(e->s);
     e->s = NULL;
     e->n_slots = 0;

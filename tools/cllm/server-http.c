@@ -261,6 +261,9 @@ static int parse_gen(const srv_http *h, json_t *o, bool chat, srv_gen_params *gp
         gp->logprobs = r == 1;
         gp->top_logprobs = r ? (int)n : 0;
     }
+    bool ignore_eos = false;
+    if (get_bool(o, "ignore_eos", &ignore_eos, er) < 0) return -1;
+    gp->ignore_eos = ignore_eos;
     if (get_stop(o, gp, er) < 0) return -1;
     return 0;
 }

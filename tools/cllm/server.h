@@ -47,6 +47,7 @@ typedef struct srv_gen_params {
     int n_stop;
     bool logprobs;
     int top_logprobs; /* 0..SRV_MAX_TOP_LOGPROBS */
+    bool ignore_eos;  /* end tokens are never sampled (llama-server's, vLLM's) */
 } srv_gen_params;
 
 typedef enum srv_finish {
@@ -104,6 +105,8 @@ typedef struct srv_slot srv_slot;
 /* The engine: the model, its slots and the queue. */
 typedef struct srv_engine {
     const cllm_model *model;
+    int32_t *eog; /* the model's end-of-generation ids (ignore_eos) */
+    int64_t n_eog;
     int n_slots;
     srv_slot *slots;
     cllm_session *s; /* one sequence (KV cache) per slot */

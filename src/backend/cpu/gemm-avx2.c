@@ -375,6 +375,10 @@ GY_INLINE void gy_transpose_store(const __m256i y[8], char *out) {
     }
 }
 
+#ifndef GY_PACK_PF
+#define GY_PACK_PF 512 /* bytes ahead in each row */
+#endif
+
 bool cllm_cpu_gemm_pack_avx2(cllm_type type, const void *a, size_t stride, int nrows, int64_t K,
                              void *panel) {
     size_t bsz;
@@ -385,8 +389,13 @@ bool cllm_cpu_gemm_pack_avx2(cllm_type type, const void *a, size_t stride, int n
     default: return false;
     }
     const bool off = type == CLLM_TYPE_Q4_1;
+    const int64_t pf_every = (int64_t)(64 / bsz); /* blocks per cache line, rounded down */
     char *p = panel;
     for (int64_t b = 0; b < K / 32; b++, p += 8 * 64 + 64 + (off ? 64 : 0)) {
+        if (b % pf_every == 0) { /* 16 row streams: the hardware prefetcher falls behind */
+            const char *ahead = (const char *)a + (size_t)b * bsz + GY_PACK_PF;
+            for (int r = 0; r < nrows; r++) _mm_prefetch(ahead + (size_t)r * stride, _MM_HINT_T0);
+        }
         uint16_t hd[16] = {0}, hm[16] = {0}; /* scales and offsets, fp16 */
         for (int h = 0; h < 2; h++) {        /* rows 8h..8h+7 */
             __m256i y[8];

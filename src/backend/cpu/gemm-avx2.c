@@ -354,27 +354,6 @@ GY_INLINE __m256i gy_pack_u(cllm_type type, const char *blk) {
     return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(v, 4), v), _mm256_set1_epi8(0x0F));
 }
 
-/* Dword t of y[0..7] as 8 dwords at out + 64 t, t = 0..7. */
-GY_INLINE void gy_transpose_store(const __m256i y[8], char *out) {
-    __m256i a[8], b[8];
-    for (int i = 0; i < 4; i++) {
-        a[2 * i] = _mm256_unpacklo_epi32(y[2 * i], y[2 * i + 1]);     /* dwords 0 1 | 4 5 */
-        a[2 * i + 1] = _mm256_unpackhi_epi32(y[2 * i], y[2 * i + 1]); /* dwords 2 3 | 6 7 */
-    }
-    for (int i = 0; i < 2; i++) { /* rows 4i..4i+3: dwords 0 | 4, 1 | 5, 2 | 6, 3 | 7 */
-        b[4 * i] = _mm256_unpacklo_epi64(a[4 * i], a[4 * i + 2]);
-        b[4 * i + 1] = _mm256_unpackhi_epi64(a[4 * i], a[4 * i + 2]);
-        b[4 * i + 2] = _mm256_unpacklo_epi64(a[4 * i + 1], a[4 * i + 3]);
-        b[4 * i + 3] = _mm256_unpackhi_epi64(a[4 * i + 1], a[4 * i + 3]);
-    }
-    for (int t = 0; t < 4; t++) {
-        _mm256_storeu_si256((__m256i *)(out + 64 * t),
-                            _mm256_permute2x128_si256(b[t], b[4 + t], 0x20));
-        _mm256_storeu_si256((__m256i *)(out + 64 * (t + 4)),
-                            _mm256_permute2x128_si256(b[t], b[4 + t], 0x31));
-    }
-}
-
 #ifndef GY_PACK_PF
 #define GY_PACK_PF 512 /* bytes ahead in each row */
 #endif
@@ -398,17 +377,18 @@ bool cllm_cpu_gemm_pack_avx2(cllm_type type, const void *a, size_t stride, int n
         }
         uint16_t hd[16] = {0}, hm[16] = {0}; /* scales and offsets, fp16 */
         for (int h = 0; h < 2; h++) {        /* rows 8h..8h+7 */
-            __m256i y[8];
+            __m256 y[8]; /* the bytes of rows 8h..8h+7, then dword t of each in y[t] */
             for (int i = 0; i < 8; i++) {
                 const int r = 8 * h + i;
-                y[i] = _mm256_setzero_si256();
+                y[i] = _mm256_setzero_ps();
                 if (r >= nrows) continue;
                 const char *blk = (const char *)a + (size_t)r * stride + (size_t)b * bsz;
-                y[i] = gy_pack_u(type, blk);
+                y[i] = _mm256_castsi256_ps(gy_pack_u(type, blk));
                 memcpy(&hd[r], blk, 2);
                 if (off) memcpy(&hm[r], blk + 2, 2);
             }
-            gy_transpose_store(y, p + 32 * h);
+            cllm_transpose8_ps(y);
+            for (int t = 0; t < 8; t++) _mm256_storeu_ps((float *)(p + 64 * t + 32 * h), y[t]);
         }
         for (int h = 0; h < 2; h++) {
             _mm256_storeu_ps((float *)(p + 8 * 64) + 8 * h,

@@ -187,7 +187,7 @@ static double gemv_ns(cllm_type t, const char *w, size_t w_row, const char *act,
     for (int r = -1; r < reps; r++) { /* r = -1: warm-up */
         const double t0 = now_ns();
         for (int it = 0; it < 50; it++) {
-            cllm_cpu_gemv_rows(t, B_K, w, w_row, GV_ROWS, act, act_row, nc, out, GV_ROWS);
+            cllm_cpu_gemv_rows(t, B_K, w, w_row, GV_ROWS, act, act_row, nc, NULL, 0, out, GV_ROWS);
         }
         if (r >= 0) v[r] = (now_ns() - t0) / (50.0 * GV_ROWS * nc);
     }

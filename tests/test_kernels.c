@@ -737,8 +737,10 @@ static void test_gemv_n(cllm_type t) {
 /* A tile of rows x columns (cllm_cpu_gemv_rows, what mul_mat runs): each
  * result bit for bit the one-column kernel's, for 1..5 rows (the AVX2
  * level takes one column two rows at a time: an odd last row), 1..6
- * columns, rows packed and rows with a gap between them, and lengths with
- * partial and unpaired groups. */
+ * columns, with and without their packed scales (cllm_cpu_gemv_cols_pack,
+ * written over 0xff bytes: the lanes of absent columns must come out 0),
+ * rows packed and rows with a gap between them, and lengths with partial
+ * and unpaired groups. */
 static void test_gemv_rows(cllm_type t) {
     const int64_t qk = cllm_type_traits_of(t)->blck_size;
     const int64_t lens[] = {1, 3, 4, 5, 18};
@@ -765,26 +767,47 @@ static void test_gemv_rows(cllm_type t) {
                 for (int c = 0; c < NC; c++)
                     cllm_cpu_gemv(t, n, w + (size_t)r * stride, act + (size_t)c * abytes,
                                   &want[r][c]);
+            const size_t cs = cllm_cpu_gemv_cols_size(t, n);
+            char *cols = xmalloc(2 * cs + 1);
             for (int nr = 1; nr <= NR; nr++) {
-                for (int nc = 1; nc <= NC; nc++) {
+                for (int nc = 1; nc <= 2 * NC; nc++) {
+                    const bool packed = nc > NC; /* the same nc - NC columns, with cols */
+                    const int ncol = packed ? nc - NC : nc;
+                    if (packed && cs == 0) break; /* Q4_K: none */
+                    if (packed) {
+                        memset(cols, 0xff, 2 * cs);
+                        for (int c = 0; c < ncol; c++) {
+                            const int g = c / 4, in_g = CLLM_MIN(4, ncol - 4 * g);
+                            cllm_cpu_gemv_cols_pack(t, n, act + (size_t)c * abytes, c % 4, in_g,
+                                                    cols + (size_t)g * cs);
+                        }
+                        for (int g = 0; g * 4 < ncol; g++) { /* absent columns' lanes */
+                            for (size_t v = 0; v < cs / 4; v++) {
+                                int32_t lane;
+                                memcpy(&lane, cols + (size_t)g * cs + 4 * v, 4);
+                                if ((int)(v % 4) >= ncol - 4 * g) CHECK(lane == 0);
+                            }
+                        }
+                    }
                     for (int i = 0; i < NC * LDO; i++) got[i] = NAN;
-                    cllm_cpu_gemv_rows(t, n, w, stride, nr, act, abytes, nc, got, LDO);
+                    cllm_cpu_gemv_rows(t, n, w, stride, nr, act, abytes, ncol, packed ? cols : NULL,
+                                       cs, got, LDO);
                     for (int c = 0; c < NC; c++) {
                         for (int r = 0; r < LDO; r++) {
                             const float g = got[r + c * LDO];
-                            if (r >= nr || c >= nc) {
+                            if (r >= nr || c >= ncol) {
                                 CHECK(isnan(g));
                                 continue;
                             }
                             CHECKF(memcmp(&g, &want[r][c], sizeof(float)) == 0,
-                                   "%s gemv_rows n=%lld gap %d, %dx%d, (%d,%d): %.9g vs %.9g",
-                                   cllm_type_name(t), (long long)n, gap, nr, nc, r, c, g,
-                                   want[r][c]);
+                                   "%s gemv_rows n=%lld gap %d, %dx%d%s, (%d,%d): %.9g vs %.9g",
+                                   cllm_type_name(t), (long long)n, gap, nr, ncol,
+                                   packed ? " packed" : "", r, c, g, want[r][c]);
                         }
                     }
                 }
             }
-            free(w), free(act), free(act_ref), free(f);
+            free(w), free(act), free(act_ref), free(f), free(cols);
         }
     }
 }

@@ -609,9 +609,10 @@ void cllm_cpu_gemv_n_avx2(cllm_type type, int64_t K, const void *row, const void
 }
 
 void cllm_cpu_gemv_rows_avx2(cllm_type type, int64_t K, const void *row, size_t row_stride, int nr,
-                             const void *act, size_t act_stride, int nc, float *out,
-                             size_t out_stride) {
-    gv_gemv_rows_type(type, K, row, row_stride, nr, act, act_stride, nc, out, out_stride);
+                             const void *act, size_t act_stride, int nc, const void *cols,
+                             size_t cols_stride, float *out, size_t out_stride) {
+    gv_gemv_rows_type(type, K, row, row_stride, nr, act, act_stride, nc, cols, cols_stride, out,
+                      out_stride);
 }
 
 void cllm_cpu_gemv_avx2(cllm_type type, int64_t K, const void *row, const void *act, float *out) {

@@ -630,15 +630,57 @@ cllm_gemv_n_fn cllm_cpu_gemv_n_kernel(cllm_type type, int64_t K) {
     return gemv_n_loop;
 }
 
+size_t cllm_cpu_gemv_cols_size(cllm_type type, int64_t K) {
+    if (type != CLLM_TYPE_Q4_0 && type != CLLM_TYPE_Q4_1) return 0;
+    return (size_t)((K / 32 + 1) / 2) * 64;
+}
+
+void cllm_cpu_gemv_cols_pack(cllm_type type, int64_t K, const void *act, int c, int n, void *cols) {
+    CLLM_ASSERT(c >= 0 && c < n && n <= 4 && cllm_cpu_gemv_cols_size(type, K) > 0);
+    const int64_t nb = K / 32;
+    for (int64_t p = 0; p < (nb + 1) / 2; p++) {
+        char *pk = (char *)cols + (size_t)p * 64;
+        for (int h = 0; h < 2; h++) { /* the pair's blocks */
+            const int64_t b = 2 * p + h;
+            float d = 0.0f, ds = 0.0f;
+            int32_t z = 0;
+            if (b < nb) {
+                const char *g = (const char *)act + (size_t)(b / 4) * 320;
+                const int i = (int)(b % 4);
+                memcpy(&d, g + 192 + 16 * i, 4);
+                memcpy(&ds, g + 256 + 16 * i, 4);
+                for (int l = 0; l < 4; l++) {
+                    int32_t zl;
+                    memcpy(&zl, g + 128 + 16 * i + 4 * l, 4);
+                    z += zl;
+                }
+            }
+            memcpy(pk + 4 * (4 * h + c), &d, 4);
+            if (type == CLLM_TYPE_Q4_1) {
+                memcpy(pk + 32 + 4 * (4 * h + c), &ds, 4);
+            } else {
+                memcpy(pk + 32 + 4 * (4 * h + c), &z, 4);
+            }
+            for (int e = n; c == 0 && e < 4; e++) { /* absent columns */
+                memset(pk + 4 * (4 * h + e), 0, 4);
+                memset(pk + 32 + 4 * (4 * h + e), 0, 4);
+            }
+        }
+    }
+}
+
 void cllm_cpu_gemv_rows(cllm_type type, int64_t K, const void *row, size_t row_stride, int nr,
-                        const void *act, size_t act_stride, int nc, float *out, size_t out_stride) {
+                        const void *act, size_t act_stride, int nc, const void *cols,
+                        size_t cols_stride, float *out, size_t out_stride) {
 #if defined(__x86_64__) || defined(__i386__)
     if (type != CLLM_TYPE_Q4_K && cllm_cpu_gemv_available(type, K) &&
         cllm_cpu_isa_level() < CLLM_CPU_ISA_AVX512) {
-        cllm_cpu_gemv_rows_avx2(type, K, row, row_stride, nr, act, act_stride, nc, out, out_stride);
+        cllm_cpu_gemv_rows_avx2(type, K, row, row_stride, nr, act, act_stride, nc, cols,
+                                cols_stride, out, out_stride);
         return;
     }
 #endif
+    (void)cols, (void)cols_stride;
     const cllm_gemv_n_fn gemv_n = cllm_cpu_gemv_n_kernel(type, K);
     for (int r = 0; r < nr; r++)
         gemv_n(type, K, (const char *)row + (size_t)r * row_stride, act, act_stride, nc, out + r,

@@ -161,16 +161,31 @@ void cllm_cpu_gemv_avx512(cllm_type type, int64_t K, const void *row, const void
 void cllm_cpu_gemv_avx2(cllm_type type, int64_t K, const void *row, const void *act, float *out);
 void cllm_cpu_gemv_n_avx2(cllm_type type, int64_t K, const void *row, const void *act,
                           size_t act_stride, int n, float *out, size_t out_stride);
+/* The scales of a group of up to 4 columns of Q4_0 / Q4_1 activations as
+ * the AVX2 tile kernel reads them (gemv-x86.h): per pair of blocks 64
+ * bytes, 8 floats of the columns' activation scales (lane c: column c's d
+ * of the pair's first block, lane 4 + c: of its second) and 8 of the same
+ * lanes' Q4_1 d * sums, or Q4_0 -8 * sums (int32); 0 in the lanes of
+ * absent columns. Bytes per group (0 for other types). */
+size_t cllm_cpu_gemv_cols_size(cllm_type type, int64_t K);
+/* Writes the lanes of column c (0..3) of a group of n (1..4) columns from
+ * its activation row act (column 0 also clears the lanes of columns n..3):
+ * each column's writer touches only its own lanes. */
+void cllm_cpu_gemv_cols_pack(cllm_type type, int64_t K, const void *act, int c, int n, void *cols);
 /* A tile: nr rows (row_stride bytes apart) x nc columns, out[r + c *
- * out_stride], each result bit for bit cllm_cpu_gemv's. At the AVX2 level
- * one column of Q4_0 / Q4_1 goes two rows at a time (gemv-x86.h); other
- * levels and types run their gemv_n kernel row by row. */
+ * out_stride], each result bit for bit cllm_cpu_gemv's. cols: the packed
+ * scales (cllm_cpu_gemv_cols_pack) of the tile's columns 0..3, the next 4
+ * cols_stride bytes further, or NULL. At the AVX2 level one column of Q4_0
+ * / Q4_1 goes two rows at a time, several columns 4 at a time with their
+ * scales from cols (gemv-x86.h); other levels and types run their gemv_n
+ * kernel row by row. */
 void cllm_cpu_gemv_rows(cllm_type type, int64_t K, const void *row, size_t row_stride, int nr,
-                        const void *act, size_t act_stride, int nc, float *out, size_t out_stride);
+                        const void *act, size_t act_stride, int nc, const void *cols,
+                        size_t cols_stride, float *out, size_t out_stride);
 /* (Q4_0 / Q4_1 only) */
 void cllm_cpu_gemv_rows_avx2(cllm_type type, int64_t K, const void *row, size_t row_stride, int nr,
-                             const void *act, size_t act_stride, int nc, float *out,
-                             size_t out_stride);
+                             const void *act, size_t act_stride, int nc, const void *cols,
+                             size_t cols_stride, float *out, size_t out_stride);
 /* Q4_0 / Q4_1 at the AVX-512 level on 256-bit registers (gemv-x86.h: the
  * AVX2 kernel with vpdpbusd, equal to it bit for bit; 4 columns at once). */
 void cllm_cpu_gemv_avx512vl(cllm_type type, int64_t K, const void *row, const void *act,

@@ -162,6 +162,28 @@ GV_INLINE void gv_pair(bool q41, int nc, const char *x0, size_t bsz, bool two, c
     gv_fma(q41, gv_red(nc, s[0], s[1], s[2], s[3]), da, dw, mw, ds, acc, accm);
 }
 
+/* gv_pair with the columns' scales packed (cllm_cpu_gemv_cols_pack: pk is
+ * the pair's 64 bytes): no blends, and Q4_0's -8 sums added once to the
+ * block sums, not per lane of each column (the same integers). */
+GV_INLINE void gv_pair_cols(bool q41, int nc, const char *x0, size_t bsz, bool two, const char *g,
+                            size_t act_stride, const char *pk, __m256 *acc, __m256 *accm) {
+    __m256i lo, hi;
+    gv_unpack(q41, x0, bsz, two, &lo, &hi);
+    __m256 dw, mw;
+    gv_scales(q41, x0, bsz, two, &dw, &mw);
+    __m256i s[GV_COLS];
+    for (int c = 0; c < nc; c++) {
+        const char *gc = g + (size_t)c * act_stride;
+        s[c] = gv_isum(true, lo, hi, _mm256_loadu_si256((const __m256i *)gc),
+                       _mm256_loadu_si256((const __m256i *)(gc + 64)), _mm256_setzero_si256());
+    }
+    for (int c = nc; c < GV_COLS; c++) s[c] = s[0];
+    __m256i u = gv_red(nc, s[0], s[1], s[2], s[3]);
+    if (!q41) u = _mm256_add_epi32(u, _mm256_loadu_si256((const __m256i *)(pk + 32)));
+    gv_fma(q41, u, _mm256_loadu_ps((const float *)pk), dw, mw,
+           _mm256_loadu_ps((const float *)(pk + 32)), acc, accm);
+}
+
 /* The results of lanes 0..3: (a0 + a1) + (m0 + m1), then half 0 + half 1. */
 GV_INLINE __m128 gv_lanes(__m256 a0, __m256 a1, __m256 m0, __m256 m1) {
     const __m256 v = _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(m0, m1));
@@ -179,7 +201,7 @@ GV_INLINE float gv_hsum(__m256 v) {
  * a constant after inlining). Pairs of blocks alternate between two
  * accumulators (a pair after the last group of 4 in the first). */
 GV_INLINE void gv_gemv_n(bool q41, int nc, int64_t K, const char *row, const char *act,
-                         size_t act_stride, float *out, size_t out_stride) {
+                         size_t act_stride, const char *pk, float *out, size_t out_stride) {
     const size_t bsz = q41 ? 20 : 18, group = 320;
     const int64_t nb = K / 32;
     __m256 a0 = _mm256_setzero_ps(), a1 = a0, m0 = a0, m1 = a0;
@@ -188,12 +210,23 @@ GV_INLINE void gv_gemv_n(bool q41, int nc, int64_t K, const char *row, const cha
         const char *x0 = row + (size_t)b * bsz, *g = act + (size_t)(b / 4) * group;
         _mm_prefetch(x0 + CLLM_CPU_PREFETCH_AHEAD, _MM_HINT_T0);
         _mm_prefetch(x0 + CLLM_CPU_PREFETCH_AHEAD + 64, _MM_HINT_T0);
-        gv_pair(q41, nc, x0, bsz, true, g, act_stride, &a0, &m0);
-        gv_pair(q41, nc, x0 + 2 * bsz, bsz, true, g + 32, act_stride, &a1, &m1);
+        if (pk) {
+            gv_pair_cols(q41, nc, x0, bsz, true, g, act_stride, pk + 32 * b, &a0, &m0);
+            gv_pair_cols(q41, nc, x0 + 2 * bsz, bsz, true, g + 32, act_stride, pk + 32 * b + 64,
+                         &a1, &m1);
+        } else {
+            gv_pair(q41, nc, x0, bsz, true, g, act_stride, &a0, &m0);
+            gv_pair(q41, nc, x0 + 2 * bsz, bsz, true, g + 32, act_stride, &a1, &m1);
+        }
     }
     for (; b < nb; b += 2) {
+        const char *x0 = row + (size_t)b * bsz;
         const char *g = act + (size_t)(b / 4) * group + 32 * ((b % 4) / 2);
-        gv_pair(q41, nc, row + (size_t)b * bsz, bsz, b + 1 < nb, g, act_stride, &a0, &m0);
+        if (pk) {
+            gv_pair_cols(q41, nc, x0, bsz, b + 1 < nb, g, act_stride, pk + 32 * b, &a0, &m0);
+        } else {
+            gv_pair(q41, nc, x0, bsz, b + 1 < nb, g, act_stride, &a0, &m0);
+        }
     }
     float r[4];
     _mm_storeu_ps(r, gv_lanes(a0, a1, m0, m1));
@@ -295,17 +328,20 @@ GV_INLINE void gv_gemv_2r(bool q41, int64_t K, const char *row, size_t row_strid
 }
 
 /* Any number of columns, GV_COLS at a time (constant counts, so that each
- * loop over them unrolls). */
+ * loop over them unrolls); cols: their packed scales (NULL: none), group
+ * after group cols_stride bytes apart. One column never reads them. */
 GV_INLINE void gv_gemv_cols(bool q41, int64_t K, const char *row, const char *act,
-                            size_t act_stride, int n, float *out, size_t out_stride) {
+                            size_t act_stride, int n, const char *cols, size_t cols_stride,
+                            float *out, size_t out_stride) {
     for (int c0 = 0; c0 < n; c0 += GV_COLS) {
         const char *a = act + (size_t)c0 * act_stride;
+        const char *pk = cols ? cols + (size_t)(c0 / GV_COLS) * cols_stride : NULL;
         float *o = out + (size_t)c0 * out_stride;
         switch (n - c0 < GV_COLS ? n - c0 : GV_COLS) {
-        case 1: gv_gemv_n(q41, 1, K, row, a, act_stride, o, out_stride); break;
-        case 2: gv_gemv_n(q41, 2, K, row, a, act_stride, o, out_stride); break;
-        case 3: gv_gemv_n(q41, 3, K, row, a, act_stride, o, out_stride); break;
-        default: gv_gemv_n(q41, GV_COLS, K, row, a, act_stride, o, out_stride); break;
+        case 1: gv_gemv_n(q41, 1, K, row, a, act_stride, NULL, o, out_stride); break;
+        case 2: gv_gemv_n(q41, 2, K, row, a, act_stride, pk, o, out_stride); break;
+        case 3: gv_gemv_n(q41, 3, K, row, a, act_stride, pk, o, out_stride); break;
+        default: gv_gemv_n(q41, GV_COLS, K, row, a, act_stride, pk, o, out_stride); break;
         }
     }
 }
@@ -315,9 +351,9 @@ GV_INLINE void gv_gemv_cols(bool q41, int64_t K, const char *row, const char *ac
 GV_INLINE void gv_gemv_type(cllm_type type, int64_t K, const void *row, const void *act,
                             size_t act_stride, int n, float *out, size_t out_stride) {
     if (type == CLLM_TYPE_Q4_1) {
-        gv_gemv_cols(true, K, row, act, act_stride, n, out, out_stride);
+        gv_gemv_cols(true, K, row, act, act_stride, n, NULL, 0, out, out_stride);
     } else {
-        gv_gemv_cols(false, K, row, act, act_stride, n, out, out_stride);
+        gv_gemv_cols(false, K, row, act, act_stride, n, NULL, 0, out, out_stride);
     }
 }
 
@@ -325,26 +361,29 @@ GV_INLINE void gv_gemv_type(cllm_type type, int64_t K, const void *row, const vo
  * One column goes two rows at a time; several columns one row at a time
  * (gv_gemv_cols: the row unpacked once for 4 columns). */
 GV_INLINE void gv_gemv_rows_q(bool q41, int64_t K, const char *row, size_t row_stride, int nr,
-                              const char *act, size_t act_stride, int nc, float *out,
-                              size_t out_stride) {
+                              const char *act, size_t act_stride, int nc, const char *cols,
+                              size_t cols_stride, float *out, size_t out_stride) {
     int r = 0;
     if (nc == 1) {
         for (; r + 2 <= nr; r += 2)
             gv_gemv_2r(q41, K, row + (size_t)r * row_stride, row_stride, act, out + r);
     }
     for (; r < nr; r++)
-        gv_gemv_cols(q41, K, row + (size_t)r * row_stride, act, act_stride, nc, out + r,
-                     out_stride);
+        gv_gemv_cols(q41, K, row + (size_t)r * row_stride, act, act_stride, nc, cols, cols_stride,
+                     out + r, out_stride);
 }
 
 /* A level's entry point for a tile of Q4_0 or Q4_1 rows. */
 GV_INLINE void gv_gemv_rows_type(cllm_type type, int64_t K, const void *row, size_t row_stride,
-                                 int nr, const void *act, size_t act_stride, int nc, float *out,
+                                 int nr, const void *act, size_t act_stride, int nc,
+                                 const void *cols, size_t cols_stride, float *out,
                                  size_t out_stride) {
     if (type == CLLM_TYPE_Q4_1) {
-        gv_gemv_rows_q(true, K, row, row_stride, nr, act, act_stride, nc, out, out_stride);
+        gv_gemv_rows_q(true, K, row, row_stride, nr, act, act_stride, nc, cols, cols_stride, out,
+                       out_stride);
     } else {
-        gv_gemv_rows_q(false, K, row, row_stride, nr, act, act_stride, nc, out, out_stride);
+        gv_gemv_rows_q(false, K, row, row_stride, nr, act, act_stride, nc, cols, cols_stride, out,
+                       out_stride);
     }
 }
 

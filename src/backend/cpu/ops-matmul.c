@@ -76,10 +76,16 @@ typedef struct mm_plan {
     bool convert_b;                 /* b rows are converted into the shared workspace */
     cllm_type b_type;               /* type of the b rows the dots read */
     size_t b_row_size;              /* bytes of one converted b row */
+    size_t cols_size;               /* gemv: packed scales per group of 4 columns (gemm.h) */
     size_t counter_bytes;           /* the tile counter at offset 0 (dynamic split), or 0 */
     size_t shared_bytes;            /* converted b (rounded), after the counter */
     size_t thread_bytes;            /* per-thread F32 row of K (rounded), 0 if none */
 } mm_plan;
+
+/* Groups of 4 columns of b, each batch's from its column 0. */
+static int64_t mm_col_groups(const cllm_tensor *b) {
+    return (b->ne[1] + 3) / 4 * b->ne[2] * b->ne[3];
+}
 
 static mm_plan mm_make_plan(const cllm_tensor *dst) {
     const cllm_tensor *a = dst->src[0], *b = dst->src[1];
@@ -127,7 +133,10 @@ static mm_plan mm_make_plan(const cllm_tensor *dst) {
         p.b_type = a->type;
         p.b_row_size = cllm_cpu_gemv_act_size(a->type, K);
         p.counter_bytes = CLLM_CPU_WS_ALIGN;
-        p.shared_bytes = cllm_cpu_ws_round((size_t)cllm_nrows(b) * p.b_row_size);
+        /* the rows, then (several columns) their scales per group of 4 */
+        p.cols_size = b->ne[1] > 1 ? cllm_cpu_gemv_cols_size(a->type, K) : 0;
+        p.shared_bytes = cllm_cpu_ws_round((size_t)cllm_nrows(b) * p.b_row_size) +
+                         cllm_cpu_ws_round((size_t)(mm_col_groups(b) * p.cols_size));
         p.thread_bytes = b_rows ? 0 : cllm_cpu_ws_round((size_t)K * sizeof(float));
         return p;
     }
@@ -172,6 +181,11 @@ size_t cllm_cpu_mul_mat_workspace(const cllm_tensor *dst, int n_threads) {
     return p.counter_bytes + p.shared_bytes + (size_t)n_threads * p.thread_bytes;
 }
 
+/* Where the gemv plan's packed scales start: after the converted rows. */
+static size_t mm_cols_offset(const mm_plan *p, const cllm_tensor *b) {
+    return cllm_cpu_ws_round((size_t)cllm_nrows(b) * p->b_row_size);
+}
+
 /* Converts this thread's share of the rows of b into the shared workspace:
  * converted row rb = n + N * (i2 + B2 * i3) at rb * b_row_size. */
 static void mm_convert_b(const cllm_cpu_params *params, const cllm_tensor *b, const mm_plan *p,
@@ -197,6 +211,12 @@ static void mm_convert_b(const cllm_cpu_params *params, const cllm_tensor *b, co
         if (p->gemv) {
             cllm_cpu_gemv_quantize(p->b_type, cllm_cpu_row_f32(b, cllm_cpu_row(b, r), K, f32), out,
                                    K);
+            if (p->cols_size) { /* column n of batch r / N: its lanes of its group */
+                const int64_t N = b->ne[1], n = r % N, g = r / N * ((N + 3) / 4) + n / 4;
+                cllm_cpu_gemv_cols_pack(p->b_type, K, out, (int)(n % 4),
+                                        (int)CLLM_MIN((int64_t)4, N - n / 4 * 4),
+                                        wb + mm_cols_offset(p, b) + (size_t)g * p->cols_size);
+            }
         } else if (p->gemm && !p->gemm_f) {
             cllm_cpu_gemm_quantize(p->b_type, cllm_cpu_row_f32(b, cllm_cpu_row(b, r), K, f32), out,
                                    K);
@@ -349,12 +369,19 @@ static void mm_tile_gemv(const cllm_tensor *a, const cllm_tensor *b, cllm_tensor
     const int64_t K = a->ne[0], N = b->ne[1], B2 = b->ne[2];
     const int64_t r2 = B2 / a->ne[2], r3 = b->ne[3] / a->ne[3];
     const char *b0 = wb + (size_t)(N * (i2 + B2 * i3)) * p->b_row_size;
+    /* the packed scales of the tile's columns: n0 starts a group of 4
+     * (mm_make_tiles splits columns by CLLM_CPU_MAX_COLS) */
+    const char *cols = NULL;
+    if (p->cols_size && n0 % 4 == 0) {
+        cols = wb + mm_cols_offset(p, b) +
+               (size_t)((i2 + B2 * i3) * ((N + 3) / 4) + n0 / 4) * p->cols_size;
+    }
     /* every column of the tile against each weight row, read (and
      * unpacked) once for all of them */
     cllm_cpu_gemv_rows(a->type, K, cllm_cpu_elem(a, 0, m0, i2 / r2, i3 / r3), a->nb[1],
                        (int)(m1 - m0), b0 + (size_t)n0 * p->b_row_size, p->b_row_size,
-                       (int)(n1 - n0), (float *)cllm_cpu_elem(dst, m0, n0, i2, i3),
-                       dst->nb[1] / sizeof(float));
+                       (int)(n1 - n0), cols, p->cols_size,
+                       (float *)cllm_cpu_elem(dst, m0, n0, i2, i3), dst->nb[1] / sizeof(float));
 }
 
 /* The tile grid: tm weight rows x tn columns per tile, per batch. */

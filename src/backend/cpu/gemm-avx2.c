@@ -354,10 +354,6 @@ GY_INLINE __m256i gy_pack_u(cllm_type type, const char *blk) {
     return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(v, 4), v), _mm256_set1_epi8(0x0F));
 }
 
-#ifndef GY_PACK_PF
-#define GY_PACK_PF 512 /* bytes ahead in each row */
-#endif
-
 bool cllm_cpu_gemm_pack_avx2(cllm_type type, const void *a, size_t stride, int nrows, int64_t K,
                              void *panel) {
     size_t bsz;
@@ -368,13 +364,18 @@ bool cllm_cpu_gemm_pack_avx2(cllm_type type, const void *a, size_t stride, int n
     default: return false;
     }
     const bool off = type == CLLM_TYPE_Q4_1;
-    const int64_t pf_every = (int64_t)(64 / bsz); /* blocks per cache line, rounded down */
+    const int64_t nb = K / 32;
+    /* the next 16 rows (mul_mat packs them next), into L2 as one stream
+     * along with these: read block by block, 16 rows are 16 streams that
+     * the hardware prefetcher follows poorly, and a prefetch along each
+     * row lands in the following rows when they are short (SmolLM2: 360
+     * bytes) */
+    const size_t span = 16 * stride;
+    const char *next = (const char *)a + span;
     char *p = panel;
-    for (int64_t b = 0; b < K / 32; b++, p += 8 * 64 + 64 + (off ? 64 : 0)) {
-        if (b % pf_every == 0) { /* 16 row streams: the hardware prefetcher falls behind */
-            const char *ahead = (const char *)a + (size_t)b * bsz + GY_PACK_PF;
-            for (int r = 0; r < nrows; r++) _mm_prefetch(ahead + (size_t)r * stride, _MM_HINT_T0);
-        }
+    for (int64_t b = 0; b < nb; b++, p += 8 * 64 + 64 + (off ? 64 : 0)) {
+        const size_t lo = (size_t)b * span / (size_t)nb, hi = (size_t)(b + 1) * span / (size_t)nb;
+        for (size_t x = lo & ~(size_t)63; x < hi; x += 64) _mm_prefetch(next + x, _MM_HINT_T1);
         uint16_t hd[16] = {0}, hm[16] = {0}; /* scales and offsets, fp16 */
         for (int h = 0; h < 2; h++) {        /* rows 8h..8h+7 */
             __m256 y[8]; /* the bytes of rows 8h..8h+7, then dword t of each in y[t] */

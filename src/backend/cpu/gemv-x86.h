@@ -124,23 +124,28 @@ GV_INLINE void gv_fma(bool q41, __m256i u, __m256 da, __m256 dw, __m256 mw, __m2
 
 /* Two blocks (b, and b + 1 when `two`) against nc columns (g: the pair's
  * place in column 0's activations, act_stride the bytes between columns):
- * column c in lane c of each half. A column's activation scales fill its
- * block's half, so a blend takes lane c; its d * sum sits in lane 0 of the
- * half and is moved to lane c. */
+ * column c in lane c of each half. The columns' scales come packed (pk:
+ * the pair's 64 bytes of cllm_cpu_gemv_cols_pack, Q4_0's -8 sums added once
+ * to the block sums) or, with pk NULL, from each column's row: its
+ * activation scales fill its block's half, so a blend takes lane c; its
+ * d * sum sits in lane 0 of the half and is moved to lane c; Q4_0's -8 sums
+ * go into each column's lane sums. Both give the same integers and floats. */
 GV_INLINE void gv_pair(bool q41, int nc, const char *x0, size_t bsz, bool two, const char *g,
-                       size_t act_stride, __m256 *acc, __m256 *accm) {
+                       size_t act_stride, const char *pk, __m256 *acc, __m256 *accm) {
     __m256i lo, hi;
     gv_unpack(q41, x0, bsz, two, &lo, &hi);
     __m256 dw, mw;
     gv_scales(q41, x0, bsz, two, &dw, &mw);
+    const bool z8_lanes = !q41 && !pk; /* Q4_0's -8 sums per lane */
     __m256i s[GV_COLS];
     __m256 da = _mm256_setzero_ps(), ds = _mm256_setzero_ps();
     for (int c = 0; c < nc; c++) {
         const char *gc = g + (size_t)c * act_stride;
-        s[c] =
-            gv_isum(q41, lo, hi, _mm256_loadu_si256((const __m256i *)gc),
-                    _mm256_loadu_si256((const __m256i *)(gc + 64)),
-                    q41 ? _mm256_setzero_si256() : _mm256_loadu_si256((const __m256i *)(gc + 128)));
+        s[c] = gv_isum(!z8_lanes, lo, hi, _mm256_loadu_si256((const __m256i *)gc),
+                       _mm256_loadu_si256((const __m256i *)(gc + 64)),
+                       z8_lanes ? _mm256_loadu_si256((const __m256i *)(gc + 128))
+                                : _mm256_setzero_si256());
+        if (pk) continue;
         const __m256 dac = _mm256_loadu_ps((const float *)(gc + 192));
         switch (c) {
         case 0: da = dac; break;
@@ -159,29 +164,13 @@ GV_INLINE void gv_pair(bool q41, int nc, const char *x0, size_t bsz, bool two, c
         }
     }
     for (int c = nc; c < GV_COLS; c++) s[c] = s[0];
-    gv_fma(q41, gv_red(nc, s[0], s[1], s[2], s[3]), da, dw, mw, ds, acc, accm);
-}
-
-/* gv_pair with the columns' scales packed (cllm_cpu_gemv_cols_pack: pk is
- * the pair's 64 bytes): no blends, and Q4_0's -8 sums added once to the
- * block sums, not per lane of each column (the same integers). */
-GV_INLINE void gv_pair_cols(bool q41, int nc, const char *x0, size_t bsz, bool two, const char *g,
-                            size_t act_stride, const char *pk, __m256 *acc, __m256 *accm) {
-    __m256i lo, hi;
-    gv_unpack(q41, x0, bsz, two, &lo, &hi);
-    __m256 dw, mw;
-    gv_scales(q41, x0, bsz, two, &dw, &mw);
-    __m256i s[GV_COLS];
-    for (int c = 0; c < nc; c++) {
-        const char *gc = g + (size_t)c * act_stride;
-        s[c] = gv_isum(true, lo, hi, _mm256_loadu_si256((const __m256i *)gc),
-                       _mm256_loadu_si256((const __m256i *)(gc + 64)), _mm256_setzero_si256());
-    }
-    for (int c = nc; c < GV_COLS; c++) s[c] = s[0];
     __m256i u = gv_red(nc, s[0], s[1], s[2], s[3]);
-    if (!q41) u = _mm256_add_epi32(u, _mm256_loadu_si256((const __m256i *)(pk + 32)));
-    gv_fma(q41, u, _mm256_loadu_ps((const float *)pk), dw, mw,
-           _mm256_loadu_ps((const float *)(pk + 32)), acc, accm);
+    if (pk) {
+        da = _mm256_loadu_ps((const float *)pk);
+        ds = _mm256_loadu_ps((const float *)(pk + 32));
+        if (!q41) u = _mm256_add_epi32(u, _mm256_castps_si256(ds)); /* the -8 sums */
+    }
+    gv_fma(q41, u, da, dw, mw, ds, acc, accm);
 }
 
 /* The results of lanes 0..3: (a0 + a1) + (m0 + m1), then half 0 + half 1. */
@@ -210,23 +199,19 @@ GV_INLINE void gv_gemv_n(bool q41, int nc, int64_t K, const char *row, const cha
         const char *x0 = row + (size_t)b * bsz, *g = act + (size_t)(b / 4) * group;
         _mm_prefetch(x0 + CLLM_CPU_PREFETCH_AHEAD, _MM_HINT_T0);
         _mm_prefetch(x0 + CLLM_CPU_PREFETCH_AHEAD + 64, _MM_HINT_T0);
-        if (pk) {
-            gv_pair_cols(q41, nc, x0, bsz, true, g, act_stride, pk + 32 * b, &a0, &m0);
-            gv_pair_cols(q41, nc, x0 + 2 * bsz, bsz, true, g + 32, act_stride, pk + 32 * b + 64,
-                         &a1, &m1);
+        if (pk) { /* (two copies of the loop body, each with its source of scales) */
+            gv_pair(q41, nc, x0, bsz, true, g, act_stride, pk + 32 * b, &a0, &m0);
+            gv_pair(q41, nc, x0 + 2 * bsz, bsz, true, g + 32, act_stride, pk + 32 * b + 64, &a1,
+                    &m1);
         } else {
-            gv_pair(q41, nc, x0, bsz, true, g, act_stride, &a0, &m0);
-            gv_pair(q41, nc, x0 + 2 * bsz, bsz, true, g + 32, act_stride, &a1, &m1);
+            gv_pair(q41, nc, x0, bsz, true, g, act_stride, NULL, &a0, &m0);
+            gv_pair(q41, nc, x0 + 2 * bsz, bsz, true, g + 32, act_stride, NULL, &a1, &m1);
         }
     }
     for (; b < nb; b += 2) {
-        const char *x0 = row + (size_t)b * bsz;
         const char *g = act + (size_t)(b / 4) * group + 32 * ((b % 4) / 2);
-        if (pk) {
-            gv_pair_cols(q41, nc, x0, bsz, b + 1 < nb, g, act_stride, pk + 32 * b, &a0, &m0);
-        } else {
-            gv_pair(q41, nc, x0, bsz, b + 1 < nb, g, act_stride, &a0, &m0);
-        }
+        gv_pair(q41, nc, row + (size_t)b * bsz, bsz, b + 1 < nb, g, act_stride,
+                pk ? pk + 32 * b : NULL, &a0, &m0);
     }
     float r[4];
     _mm_storeu_ps(r, gv_lanes(a0, a1, m0, m1));

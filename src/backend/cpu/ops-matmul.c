@@ -82,11 +82,6 @@ typedef struct mm_plan {
     size_t thread_bytes;            /* per-thread F32 row of K (rounded), 0 if none */
 } mm_plan;
 
-/* Groups of 4 columns of b, each batch's from its column 0. */
-static int64_t mm_col_groups(const cllm_tensor *b) {
-    return (b->ne[1] + 3) / 4 * b->ne[2] * b->ne[3];
-}
-
 static mm_plan mm_make_plan(const cllm_tensor *dst) {
     const cllm_tensor *a = dst->src[0], *b = dst->src[1];
     const cllm_type_traits *tt = cllm_type_traits_of(a->type);
@@ -136,7 +131,8 @@ static mm_plan mm_make_plan(const cllm_tensor *dst) {
         /* the rows, then (several columns) their scales per group of 4 */
         p.cols_size = b->ne[1] > 1 ? cllm_cpu_gemv_cols_size(a->type, K) : 0;
         p.shared_bytes = cllm_cpu_ws_round((size_t)cllm_nrows(b) * p.b_row_size) +
-                         cllm_cpu_ws_round((size_t)(mm_col_groups(b) * p.cols_size));
+                         cllm_cpu_ws_round((size_t)((b->ne[1] + 3) / 4 * b->ne[2] * b->ne[3]) *
+                                           p.cols_size); /* groups of 4 per batch */
         p.thread_bytes = b_rows ? 0 : cllm_cpu_ws_round((size_t)K * sizeof(float));
         return p;
     }
@@ -181,9 +177,12 @@ size_t cllm_cpu_mul_mat_workspace(const cllm_tensor *dst, int n_threads) {
     return p.counter_bytes + p.shared_bytes + (size_t)n_threads * p.thread_bytes;
 }
 
-/* Where the gemv plan's packed scales start: after the converted rows. */
-static size_t mm_cols_offset(const mm_plan *p, const cllm_tensor *b) {
-    return cllm_cpu_ws_round((size_t)cllm_nrows(b) * p->b_row_size);
+/* Where the gemv plan's packed scales of column n of batch `batch` (its
+ * group of 4) lie in the shared workspace: after the converted rows. */
+static size_t mm_cols_offset(const mm_plan *p, const cllm_tensor *b, int64_t batch, int64_t n) {
+    const int64_t groups = (b->ne[1] + 3) / 4; /* per batch */
+    return cllm_cpu_ws_round((size_t)cllm_nrows(b) * p->b_row_size) +
+           (size_t)(batch * groups + n / 4) * p->cols_size;
 }
 
 /* Converts this thread's share of the rows of b into the shared workspace:
@@ -212,10 +211,10 @@ static void mm_convert_b(const cllm_cpu_params *params, const cllm_tensor *b, co
             cllm_cpu_gemv_quantize(p->b_type, cllm_cpu_row_f32(b, cllm_cpu_row(b, r), K, f32), out,
                                    K);
             if (p->cols_size) { /* column n of batch r / N: its lanes of its group */
-                const int64_t N = b->ne[1], n = r % N, g = r / N * ((N + 3) / 4) + n / 4;
+                const int64_t N = b->ne[1], n = r % N;
                 cllm_cpu_gemv_cols_pack(p->b_type, K, out, (int)(n % 4),
                                         (int)CLLM_MIN((int64_t)4, N - n / 4 * 4),
-                                        wb + mm_cols_offset(p, b) + (size_t)g * p->cols_size);
+                                        wb + mm_cols_offset(p, b, r / N, n));
             }
         } else if (p->gemm && !p->gemm_f) {
             cllm_cpu_gemm_quantize(p->b_type, cllm_cpu_row_f32(b, cllm_cpu_row(b, r), K, f32), out,
@@ -372,10 +371,7 @@ static void mm_tile_gemv(const cllm_tensor *a, const cllm_tensor *b, cllm_tensor
     /* the packed scales of the tile's columns: n0 starts a group of 4
      * (mm_make_tiles splits columns by CLLM_CPU_MAX_COLS) */
     const char *cols = NULL;
-    if (p->cols_size && n0 % 4 == 0) {
-        cols = wb + mm_cols_offset(p, b) +
-               (size_t)((i2 + B2 * i3) * ((N + 3) / 4) + n0 / 4) * p->cols_size;
-    }
+    if (p->cols_size && n0 % 4 == 0) cols = wb + mm_cols_offset(p, b, i2 + B2 * i3, n0);
     /* every column of the tile against each weight row, read (and
      * unpacked) once for all of them */
     cllm_cpu_gemv_rows(a->type, K, cllm_cpu_elem(a, 0, m0, i2 / r2, i3 / r3), a->nb[1],

@@ -15,8 +15,10 @@
  * the same integers. The 4 lanes of each block are then added up in
  * integers (exact), so each block's sum lands in one lane: up to 4 columns
  * (or 2 rows of one column) share one vector, lane c of each 128-bit half
- * (gv_red). Then one conversion, one multiply by the activation scales, one
- * FMA with the weight scales, for all of them at once; Q4_1 adds one FMA
+ * (gv_red; at the AVX2 level, with packed column scales, the words are
+ * added in s16 first and one vpmaddwd serves 4 columns: gv_red16, the same
+ * integers). Then one conversion and one FMA with the product of the
+ * activation and weight scales, for all of them at once; Q4_1 adds one FMA
  * of its mins against the d * sum of each column's block. So the two
  * levels' results are equal bit for bit, and every lane computes the same
  * float operations whichever columns or rows share its vector: a column's
@@ -96,6 +98,31 @@ GV_INLINE __m256i gv_isum(bool q41, __m256i lo, __m256i hi, __m256i ga, __m256i 
 #endif
 }
 
+#if !GV_VNNI
+/* One column's two vpmaddubsw of a pair, summed in s16: 16 sums of 4
+ * adjacent products (each at most 2 * 2 * 15 * 127 = 7,620 in magnitude). */
+GV_INLINE __m256i gv_psum16(__m256i lo, __m256i hi, const char *gc) {
+    return _mm256_add_epi16(
+        _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)gc)),
+        _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(gc + 64))));
+}
+
+/* gv_red's result for 4 columns from their s16 sums p0..p3: the sums of
+ * each column's 8 words per half are brought together in s16 first (4 words
+ * per sum: at most 30,480, no overflow), so one vpmaddwd serves all 4
+ * columns where gv_red's input takes one per column. The same integers,
+ * 3 fewer operations per pair of blocks. */
+GV_INLINE __m256i gv_red16(__m256i p0, __m256i p1, __m256i p2, __m256i p3) {
+    const __m256i q01 =
+        _mm256_add_epi16(_mm256_unpacklo_epi32(p0, p1), _mm256_unpackhi_epi32(p0, p1));
+    const __m256i q23 =
+        _mm256_add_epi16(_mm256_unpacklo_epi32(p2, p3), _mm256_unpackhi_epi32(p2, p3));
+    const __m256i q =
+        _mm256_add_epi16(_mm256_unpacklo_epi64(q01, q23), _mm256_unpackhi_epi64(q01, q23));
+    return _mm256_madd_epi16(q, _mm256_set1_epi16(1));
+}
+#endif
+
 /* The block sums of up to 4 columns' (or rows') lane sums s0..s3 (those
  * past nc ignored): lane c of each 128-bit half holds the sum of s_c's 4
  * lanes in that half (exact). With nc = 1 every lane holds it. */
@@ -115,10 +142,14 @@ GV_INLINE __m256i gv_red(int nc, __m256i s0, __m256i s1, __m256i s2, __m256i s3)
 
 /* The float steps of a pair of blocks for every lane at once: u the block
  * sums, da the activation scales, dw the weight scales (and Q4_1: mw the
- * mins, ds the activations' d * sums), each lane's as gv_red placed it. */
+ * mins, ds the activations' d * sums), each lane's as gv_red placed it.
+ * The product of the two scales does not wait for the integer sums, so the
+ * chain from the sums to the accumulator is one conversion and one FMA
+ * (4 columns of SmolLM2-sized rows in L2: 3-4 % faster than sum * da, then
+ * * dw). */
 GV_INLINE void gv_fma(bool q41, __m256i u, __m256 da, __m256 dw, __m256 mw, __m256 ds, __m256 *acc,
                       __m256 *accm) {
-    *acc = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(u), da), dw, *acc);
+    *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(u), _mm256_mul_ps(da, dw), *acc);
     if (q41) *accm = _mm256_fmadd_ps(mw, ds, *accm);
 }
 
@@ -141,6 +172,12 @@ GV_INLINE void gv_pair(bool q41, int nc, const char *x0, size_t bsz, bool two, c
     __m256 da = _mm256_setzero_ps(), ds = _mm256_setzero_ps();
     for (int c = 0; c < nc; c++) {
         const char *gc = g + (size_t)c * act_stride;
+#if !GV_VNNI
+        if (pk) { /* s16 sums, reduced by gv_red16 */
+            s[c] = gv_psum16(lo, hi, gc);
+            continue;
+        }
+#endif
         s[c] = gv_isum(!z8_lanes, lo, hi, _mm256_loadu_si256((const __m256i *)gc),
                        _mm256_loadu_si256((const __m256i *)(gc + 64)),
                        z8_lanes ? _mm256_loadu_si256((const __m256i *)(gc + 128))
@@ -164,7 +201,11 @@ GV_INLINE void gv_pair(bool q41, int nc, const char *x0, size_t bsz, bool two, c
         }
     }
     for (int c = nc; c < GV_COLS; c++) s[c] = s[0];
+#if !GV_VNNI
+    __m256i u = pk ? gv_red16(s[0], s[1], s[2], s[3]) : gv_red(nc, s[0], s[1], s[2], s[3]);
+#else
     __m256i u = gv_red(nc, s[0], s[1], s[2], s[3]);
+#endif
     if (pk) {
         da = _mm256_loadu_ps((const float *)pk);
         ds = _mm256_loadu_ps((const float *)(pk + 32));

@@ -952,11 +952,50 @@ static void test_silu_rows(cllm_cpu_isa best) {
 #endif
 }
 
+/* ---- F32 rows into F16 (a KV cache's cpy; test_ops sees only the best level)
+ * Every value bit for bit cllm_fp32_to_fp16's: exponents from the subnormal
+ * range through overflow, halfway cases of both parities, infinities; a NaN
+ * stays a NaN. */
+
+static void test_f16_rows(cllm_cpu_isa best) {
+#if defined(__x86_64__) || defined(__i386__)
+    if (best < CLLM_CPU_ISA_AVX2) return;
+    enum { N = 4099 }; /* 8 at a time and a tail */
+    static float x[N];
+    static cllm_fp16 y[N + 1];
+    for (int i = 0; i < N; i++) {
+        /* exponents 100..155 (2^-27 .. 2^28), then mantissas ending in
+         * halfway patterns for F16's 10 bits */
+        uint32_t bits = ((uint32_t)(rng_next() & 1) << 31) |
+                        ((100u + (uint32_t)(rng_next() % 56)) << 23) |
+                        (uint32_t)(rng_next() & 0x7fffffu);
+        if (i % 3 == 0) bits = (bits & ~0x1fffu) | 0x1000u; /* exactly halfway */
+        memcpy(&x[i], &bits, 4);
+    }
+    x[0] = INFINITY, x[1] = -INFINITY, x[2] = NAN, x[3] = 65519.0f, x[4] = 65520.0f, x[5] = -0.0f;
+    y[N] = 0x5555; /* past n: untouched */
+    cllm_cpu_f32_to_f16_row_avx2(N, y, x);
+    for (int i = 0; i < N; i++) {
+        const cllm_fp16 want = cllm_fp32_to_fp16(x[i]);
+        if (isnan(x[i])) {
+            CHECKF((y[i] & 0x7c00) == 0x7c00 && (y[i] & 0x3ff) != 0, "f16 row [%d]: NaN -> 0x%04x",
+                   i, y[i]);
+            continue;
+        }
+        CHECKF(y[i] == want, "f16 row [%d]: %.9g -> 0x%04x, want 0x%04x", i, x[i], y[i], want);
+    }
+    CHECK(y[N] == 0x5555);
+#else
+    (void)best;
+#endif
+}
+
 int main(void) {
     const cllm_cpu_isa best = cllm_cpu_set_isa_limit(CLLM_CPU_ISA_COUNT);
     printf("test_kernels: best level %s (%s)\n", level_name(best), cllm_cpu_features_str());
     test_dispatch(best);
     test_silu_rows(best);
+    test_f16_rows(best);
     for (int l = CLLM_CPU_ISA_PORTABLE; l <= (int)best; l++) {
         const cllm_cpu_isa level = (cllm_cpu_isa)l;
         CHECK(cllm_cpu_set_isa_limit(level) == level);

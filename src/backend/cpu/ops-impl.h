@@ -164,5 +164,7 @@ void cllm_cpu_attn(const cllm_cpu_params *params, cllm_tensor *dst);
 void cllm_cpu_silu_row_avx512(int64_t n, float *y, const float *x);
 /* The same at the AVX2 level (vec-avx2.c; cllm_cpu_isa_level() >= AVX2). */
 void cllm_cpu_silu_row_avx2(int64_t n, float *y, const float *x);
+/* y[i] = cllm_fp32_to_fp16(x[i]) (a NaN: some NaN), 8 at a time with F16C. */
+void cllm_cpu_f32_to_f16_row_avx2(int64_t n, cllm_fp16 *y, const float *x);
 
 #endif /* CLLM_BACKEND_CPU_OPS_IMPL_H */

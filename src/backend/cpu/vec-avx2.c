@@ -7,10 +7,10 @@
 #if defined(__x86_64__) || defined(__i386__)
 
 #if defined(__clang__)
-#pragma clang attribute push(__attribute__((target("avx2,fma"))), apply_to = function)
+#pragma clang attribute push(__attribute__((target("avx2,fma,f16c"))), apply_to = function)
 #else
 #pragma GCC push_options
-#pragma GCC target("avx2,fma")
+#pragma GCC target("avx2,fma,f16c")
 #endif
 
 #include "backend/cpu/vec-avx2.h"
@@ -29,6 +29,17 @@ void cllm_cpu_silu_row_avx2(int64_t n, float *y, const float *x) {
                                              _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
         _mm256_maskstore_ps(y + i, m, silu8(_mm256_maskload_ps(x + i, m)));
     }
+}
+
+/* y[i] = x[i] as F16, rounded to nearest even (vcvtps2ph): the values of
+ * cllm_fp32_to_fp16, and a NaN stays a NaN. */
+void cllm_cpu_f32_to_f16_row_avx2(int64_t n, cllm_fp16 *y, const float *x) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        _mm_storeu_si128((__m128i *)(y + i),
+                         _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT));
+    }
+    for (; i < n; i++) y[i] = cllm_fp32_to_fp16(x[i]);
 }
 
 #if defined(__clang__)

@@ -813,7 +813,8 @@ static void test_gemv_rows(cllm_type t) {
 }
 
 static void test_gemv(cllm_type t) {
-    if (t != CLLM_TYPE_Q4_0 && t != CLLM_TYPE_Q4_1 && t != CLLM_TYPE_Q4_K) return;
+    if (t != CLLM_TYPE_Q4_0 && t != CLLM_TYPE_Q4_1 && t != CLLM_TYPE_Q4_K && t != CLLM_TYPE_Q8_0)
+        return;
     const cllm_type_traits *tt = cllm_type_traits_of(t);
     const int64_t qk = tt->blck_size;
     const bool fast = cllm_cpu_gemv_available(t, qk);

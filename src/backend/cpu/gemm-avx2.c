@@ -326,9 +326,23 @@ static void gy_gemv_quantize_q4_k(const float *x, char *act, int64_t K) {
     }
 }
 
+/* Q8_0's (gemm.h: the quants in order, then the blocks' float scales), with
+ * the portable quantizer's bytes. */
+static void gy_gemv_quantize_q8(const float *x, char *act, int64_t K) {
+    for (int64_t b = 0; b < K / 32; b++) {
+        const float *xb = x + b * 32;
+        const float d = cllm_amax256(xb, 32) / 127.0f;
+        __m256i q02, q13;
+        gy_quant32(xb, gy_inv(d), act + b * 32, &q02, &q13);
+        memcpy(act + K + 4 * b, &d, 4);
+    }
+}
+
 void cllm_cpu_gemv_quantize_avx2(cllm_type type, const float *x, void *act, int64_t K) {
     if (type == CLLM_TYPE_Q4_K) {
         gy_gemv_quantize_q4_k(x, act, K);
+    } else if (type == CLLM_TYPE_Q8_0) {
+        gy_gemv_quantize_q8(x, act, K);
     } else {
         gy_gemv_quantize_q4(type == CLLM_TYPE_Q4_0, x, act, K);
     }

@@ -434,6 +434,8 @@ void cllm_cpu_gemm_f(int64_t K, const float *panel, const float *cols, size_t gr
 #define GEMV_K_SB 288 /* Q4_K: bytes per super-block */
 
 bool cllm_cpu_gemv_available(cllm_type type, int64_t K) {
+    if (type == CLLM_TYPE_Q8_0) /* (no AVX-512 kernel: the kernels plan there) */
+        return K > 0 && K % 32 == 0 && cllm_cpu_isa_level() == CLLM_CPU_ISA_AVX2;
     const bool ok = ((type == CLLM_TYPE_Q4_0 || type == CLLM_TYPE_Q4_1) && K % 32 == 0) ||
                     (type == CLLM_TYPE_Q4_K && K % 256 == 0);
     return ok && K > 0 && cllm_cpu_isa_level() >= CLLM_CPU_ISA_AVX2;
@@ -441,6 +443,7 @@ bool cllm_cpu_gemv_available(cllm_type type, int64_t K) {
 
 size_t cllm_cpu_gemv_act_size(cllm_type type, int64_t K) {
     if (type == CLLM_TYPE_Q4_K) return (size_t)(K / 256) * GEMV_K_SB;
+    if (type == CLLM_TYPE_Q8_0) return (size_t)K + (size_t)(K / 32) * sizeof(float);
     return (size_t)((K + 127) / 128) * GEMV_GROUP;
 }
 
@@ -471,6 +474,14 @@ void cllm_cpu_gemv_quantize(cllm_type type, const float *x, void *act, int64_t K
 #endif
     CLLM_ASSERT(K % (type == CLLM_TYPE_Q4_K ? 256 : 32) == 0);
     if (type != CLLM_TYPE_Q4_K) memset(act, 0, cllm_cpu_gemv_act_size(type, K));
+    if (type == CLLM_TYPE_Q8_0 && cllm_cpu_isa_level() < CLLM_CPU_ISA_AVX2) {
+        for (int64_t b = 0; b < K / 32; b++) {
+            const float d = act_scale(x + b * 32, 32);
+            (void)act_quantize(x + b * 32, 32, d, (int8_t *)act + b * 32);
+            memcpy((char *)act + K + 4 * b, &d, 4);
+        }
+        return;
+    }
 #if defined(__x86_64__) || defined(__i386__)
     if (cllm_cpu_isa_level() >= CLLM_CPU_ISA_AVX2) {
         cllm_cpu_gemv_quantize_avx2(type, x, act, K);
@@ -516,6 +527,15 @@ void cllm_cpu_gemv_act_to_float(cllm_type type, const void *act, float *x, int64
         }
         return;
     }
+    if (type == CLLM_TYPE_Q8_0) {
+        for (int64_t b = 0; b < K / 32; b++) {
+            float d;
+            memcpy(&d, (const char *)act + K + 4 * b, 4);
+            for (int e = 0; e < 32; e++)
+                x[b * 32 + e] = d * (float)((const int8_t *)act)[b * 32 + e];
+        }
+        return;
+    }
     for (int64_t b = 0; b < K / 32; b++) {
         const char *g = (const char *)act + (size_t)(b / 4) * GEMV_GROUP;
         const int i = (int)(b % 4);
@@ -557,6 +577,19 @@ void cllm_cpu_gemv_ref(cllm_type type, int64_t K, const void *row, const void *a
         return;
     }
     float acc = 0.0f;
+    if (type == CLLM_TYPE_Q8_0) {
+        for (int64_t b = 0; b < K / 32; b++) {
+            const cllm_block_q8_0 *x = (const cllm_block_q8_0 *)row + b;
+            const int8_t *q = (const int8_t *)act + b * 32;
+            int32_t dot = 0;
+            for (int e = 0; e < 32; e++) dot += x->qs[e] * q[e];
+            float da;
+            memcpy(&da, (const char *)act + K + 4 * b, 4);
+            acc += h2f(x->d) * (da * (float)dot);
+        }
+        *out = acc;
+        return;
+    }
     for (int64_t b = 0; b < K / 32; b++) {
         const char *g = (const char *)act + (size_t)(b / 4) * GEMV_GROUP;
         const int i = (int)(b % 4);
@@ -631,6 +664,7 @@ cllm_gemv_n_fn cllm_cpu_gemv_n_kernel(cllm_type type, int64_t K) {
 }
 
 size_t cllm_cpu_gemv_cols_size(cllm_type type, int64_t K) {
+    if (type == CLLM_TYPE_Q8_0) return (size_t)((K / 32 + 1) / 2) * 32;
     if (type != CLLM_TYPE_Q4_0 && type != CLLM_TYPE_Q4_1) return 0;
     return (size_t)((K / 32 + 1) / 2) * 64;
 }
@@ -638,6 +672,15 @@ size_t cllm_cpu_gemv_cols_size(cllm_type type, int64_t K) {
 void cllm_cpu_gemv_cols_pack(cllm_type type, int64_t K, const void *act, int c, int n, void *cols) {
     CLLM_ASSERT(c >= 0 && c < n && n <= 4 && cllm_cpu_gemv_cols_size(type, K) > 0);
     const int64_t nb = K / 32;
+    if (type == CLLM_TYPE_Q8_0) { /* the scales only: 32 bytes per pair */
+        for (int64_t b = 0; b < (nb + 1) / 2 * 2; b++) {
+            float *pk = (float *)((char *)cols + (size_t)(b / 2) * 32) + 4 * (b % 2);
+            pk[c] = 0.0f;
+            if (b < nb) memcpy(&pk[c], (const char *)act + K + 4 * b, 4);
+            for (int e = n; c == 0 && e < 4; e++) pk[e] = 0.0f; /* absent columns */
+        }
+        return;
+    }
     for (int64_t p = 0; p < (nb + 1) / 2; p++) {
         char *pk = (char *)cols + (size_t)p * 64;
         for (int h = 0; h < 2; h++) { /* the pair's blocks */

@@ -132,6 +132,14 @@ void cllm_cpu_gemm_avx2(const cllm_gemm_form *f, int64_t K, const void *panel, c
  * order), float d (one scale per super-block, as Q8_K), 12 bytes of zeros.
  * Per super-block: 4 vpdpbusd, the 6-bit scales unpacked with word
  * arithmetic, the mins against the sub-block sums.
+ *
+ * Q8_0 (the AVX2 level only): the K int8 quants in order, then K / 32 float
+ * scales (block b's at byte K + 4 b). The kernel (gemv-x86.h) takes two
+ * blocks per step, |w| against the activations with w's sign, and brings
+ * each column's block sums into one lane before the float steps, as for
+ * Q4_0 / Q4_1: a step of 4 sequences' SmolLM2 output layer (Q8_0) ran
+ * vpmaddubsw, vpmaddwd, a conversion, a multiply and an FMA per block and
+ * column in the kernels plan, all on the two FMA pipes of Zen 3.
  */
 
 /* True if the fast one-column kernel handles `type` here. */
@@ -161,12 +169,13 @@ void cllm_cpu_gemv_avx512(cllm_type type, int64_t K, const void *row, const void
 void cllm_cpu_gemv_avx2(cllm_type type, int64_t K, const void *row, const void *act, float *out);
 void cllm_cpu_gemv_n_avx2(cllm_type type, int64_t K, const void *row, const void *act,
                           size_t act_stride, int n, float *out, size_t out_stride);
-/* The scales of a group of up to 4 columns of Q4_0 / Q4_1 activations as
- * the AVX2 tile kernel reads them (gemv-x86.h): per pair of blocks 64
- * bytes, 8 floats of the columns' activation scales (lane c: column c's d
- * of the pair's first block, lane 4 + c: of its second) and 8 of the same
- * lanes' Q4_1 d * sums, or Q4_0 -8 * sums (int32); 0 in the lanes of
- * absent columns. Bytes per group (0 for other types). */
+/* The scales of a group of up to 4 columns of Q4_0 / Q4_1 / Q8_0
+ * activations as the AVX2 tile kernel reads them (gemv-x86.h): per pair of
+ * blocks 8 floats of the columns' activation scales (lane c: column c's d
+ * of the pair's first block, lane 4 + c: of its second), then (Q4_0 /
+ * Q4_1: 64 bytes per pair) 8 of the same lanes' Q4_1 d * sums, or Q4_0 -8
+ * * sums (int32); 0 in the lanes of absent columns. Bytes per group (0 for
+ * other types). */
 size_t cllm_cpu_gemv_cols_size(cllm_type type, int64_t K);
 /* Writes the lanes of column c (0..3) of a group of n (1..4) columns from
  * its activation row act (column 0 also clears the lanes of columns n..3):
@@ -176,13 +185,13 @@ void cllm_cpu_gemv_cols_pack(cllm_type type, int64_t K, const void *act, int c, 
  * out_stride], each result bit for bit cllm_cpu_gemv's. cols: the packed
  * scales (cllm_cpu_gemv_cols_pack) of the tile's columns 0..3, the next 4
  * cols_stride bytes further, or NULL. At the AVX2 level one column of Q4_0
- * / Q4_1 goes two rows at a time, several columns 4 at a time with their
- * scales from cols (gemv-x86.h); other levels and types run their gemv_n
- * kernel row by row. */
+ * / Q4_1 goes two rows at a time, several columns (and Q8_0's) 4 at a time
+ * with their scales from cols (gemv-x86.h); other levels and types run
+ * their gemv_n kernel row by row. */
 void cllm_cpu_gemv_rows(cllm_type type, int64_t K, const void *row, size_t row_stride, int nr,
                         const void *act, size_t act_stride, int nc, const void *cols,
                         size_t cols_stride, float *out, size_t out_stride);
-/* (Q4_0 / Q4_1 only) */
+/* (Q4_0 / Q4_1 / Q8_0 only) */
 void cllm_cpu_gemv_rows_avx2(cllm_type type, int64_t K, const void *row, size_t row_stride, int nr,
                              const void *act, size_t act_stride, int nc, const void *cols,
                              size_t cols_stride, float *out, size_t out_stride);
@@ -194,7 +203,7 @@ void cllm_cpu_gemv_n_avx512vl(cllm_type type, int64_t K, const void *row, const 
                               size_t act_stride, int n, float *out, size_t out_stride);
 /* (which of the two widths the AVX-512 level uses: cllm_cpu_prefer_256, kernels.h) */
 void cllm_cpu_gemv_quantize_avx512(cllm_type type, const float *x, void *act, int64_t K);
-/* The same at the AVX2 level (Q4_0 / Q4_1 into a zeroed row; Q4_K). */
+/* The same at the AVX2 level (Q4_0 / Q4_1 into a zeroed row; Q4_K; Q8_0). */
 void cllm_cpu_gemv_quantize_avx2(cllm_type type, const float *x, void *act, int64_t K);
 
 /* ---- float weights (F16, BF16) against F32 columns --------------------------------

@@ -1,6 +1,7 @@
 /*
  * The one-column kernels of Q4_0 / Q4_1 (generation) at 256 bits, for two
- * levels: included by gemm-avx2.c with GV_VNNI 0 (AVX2: vpmaddubsw, then
+ * levels (and of Q8_0 at the AVX2 level: its section below):
+ * included by gemm-avx2.c with GV_VNNI 0 (AVX2: vpmaddubsw, then
  * vpmaddwd against ones) and by gemm-avx512.c with GV_VNNI 1 (vpdpbusd on
  * ymm registers, AVX512-VL + VNNI), each after its target pragma. Both read
  * the activation layout of gemm.h (per 128 elements: 4 blocks' low halves,
@@ -372,11 +373,131 @@ GV_INLINE void gv_gemv_cols(bool q41, int64_t K, const char *row, const char *ac
     }
 }
 
-/* A level's entry point: n columns of a Q4_0 or Q4_1 row (n = 1: the
+/* ---- Q8_0 weights (gemm.h's activations: the quants in order, then the
+ * blocks' float scales) -----------------------------------------------------
+ * Two blocks per step: |w| of each against the activations with w's sign
+ * (vpsignb; |w| <= 128 and |a| <= 127, so a vpmaddubsw pair is at most
+ * 32,512: no saturation), one vpmaddwd per block, then block b's 8 lane
+ * sums folded into lanes 0..3 and b + 1's into lanes 4..7 (a blend, a lane
+ * swap, an add), and gv_red brings each column's block sum into lane c of
+ * its half. The float steps are gv_fma's on those lanes, so a column's
+ * result is the same alone or beside 3 others. */
+
+/* The weight scales of blocks b and b + 1 (or 0 past the row) in lanes
+ * 0..3 and 4..7. */
+GV_INLINE __m256 gv_scales_q8(const char *x0, bool two) {
+    uint16_t d0, d1 = 0;
+    memcpy(&d0, x0, 2);
+    if (two) memcpy(&d1, x0 + 34, 2);
+    return _mm256_cvtph_ps(
+        _mm_blend_epi32(_mm_set1_epi16((short)d0), _mm_set1_epi16((short)d1), 0xC));
+}
+
+/* One column's sums against blocks b (lanes 0..3) and b + 1 (lanes 4..7,
+ * 0 without `two`), 4 lanes per block (a: its quants of block b). */
+GV_INLINE __m256i gv_isum_q8(__m256i u0, __m256i w0, __m256i u1, __m256i w1, const char *a,
+                             bool two) {
+    const __m256i ones = _mm256_set1_epi16(1);
+    const __m256i a0 = _mm256_loadu_si256((const __m256i *)a);
+    const __m256i m0 = _mm256_madd_epi16(_mm256_maddubs_epi16(u0, _mm256_sign_epi8(a0, w0)), ones);
+    __m256i m1 = _mm256_setzero_si256();
+    if (two) {
+        const __m256i a1 = _mm256_loadu_si256((const __m256i *)(a + 32));
+        m1 = _mm256_madd_epi16(_mm256_maddubs_epi16(u1, _mm256_sign_epi8(a1, w1)), ones);
+    }
+    return _mm256_add_epi32(_mm256_blend_epi32(m0, m1, 0xF0),
+                            _mm256_permute2x128_si256(m0, m1, 0x21));
+}
+
+/* Blocks b and b + 1 (when `two`) of a Q8_0 row against nc columns (a:
+ * column 0's quants of block b, sc: its scale of block b, each further
+ * column act_stride bytes on), column c in lane c of each half; the
+ * columns' scales packed (pk: the pair's 32 bytes of
+ * cllm_cpu_gemv_cols_pack) or from each column (pk NULL): the same floats. */
+GV_INLINE void gv_pair_q8(int nc, const char *x0, bool two, const char *a, const char *sc,
+                          size_t act_stride, const char *pk, __m256 *acc) {
+    const __m256i w0 = _mm256_loadu_si256((const __m256i *)(x0 + 2));
+    const __m256i w1 =
+        two ? _mm256_loadu_si256((const __m256i *)(x0 + 36)) : _mm256_setzero_si256();
+    const __m256i u0 = _mm256_abs_epi8(w0), u1 = _mm256_abs_epi8(w1);
+    __m256i s[GV_COLS];
+    __m256 da = _mm256_setzero_ps();
+    for (int c = 0; c < nc; c++) {
+        s[c] = gv_isum_q8(u0, w0, u1, w1, a + (size_t)c * act_stride, two);
+        if (pk) continue;
+        const float *scc = (const float *)(sc + (size_t)c * act_stride);
+        const __m256 dac = _mm256_set_m128(two ? _mm_broadcast_ss(scc + 1) : _mm_setzero_ps(),
+                                           _mm_broadcast_ss(scc));
+        switch (c) {
+        case 0: da = dac; break;
+        case 1: da = _mm256_blend_ps(da, dac, 0x22); break;
+        case 2: da = _mm256_blend_ps(da, dac, 0x44); break;
+        default: da = _mm256_blend_ps(da, dac, 0x88); break;
+        }
+    }
+    for (int c = nc; c < GV_COLS; c++) s[c] = s[0];
+    const __m256i u = gv_red(nc, s[0], s[1], s[2], s[3]);
+    if (pk) da = _mm256_loadu_ps((const float *)pk);
+    const __m256 zero = _mm256_setzero_ps();
+    gv_fma(false, u, da, gv_scales_q8(x0, two), zero, zero, acc, NULL);
+}
+
+/* out[c * out_stride] = dot(row, act + c * act_stride) for c < nc (<=
+ * GV_COLS, a constant after inlining); pairs of blocks alternate between two
+ * accumulators, as gv_gemv_n's. */
+GV_INLINE void gv_gemv_q8_n(int nc, int64_t K, const char *row, const char *act, size_t act_stride,
+                            const char *pk, float *out, size_t out_stride) {
+    const int64_t nb = K / 32;
+    const char *sc = act + K; /* column 0's block scales */
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0;
+    int64_t b = 0;
+    for (; b + 4 <= nb; b += 4) {
+        const char *x0 = row + (size_t)b * 34, *g = act + 32 * b, *s0 = sc + 4 * b;
+        _mm_prefetch(x0 + CLLM_CPU_PREFETCH_AHEAD, _MM_HINT_T0);
+        _mm_prefetch(x0 + CLLM_CPU_PREFETCH_AHEAD + 64, _MM_HINT_T0);
+        _mm_prefetch(x0 + CLLM_CPU_PREFETCH_AHEAD + 128, _MM_HINT_T0);
+        if (pk) { /* (two copies of the loop body, each with its source of scales) */
+            gv_pair_q8(nc, x0, true, g, s0, act_stride, pk + 16 * b, &a0);
+            gv_pair_q8(nc, x0 + 68, true, g + 64, s0 + 8, act_stride, pk + 16 * b + 32, &a1);
+        } else {
+            gv_pair_q8(nc, x0, true, g, s0, act_stride, NULL, &a0);
+            gv_pair_q8(nc, x0 + 68, true, g + 64, s0 + 8, act_stride, NULL, &a1);
+        }
+    }
+    for (; b < nb; b += 2) {
+        gv_pair_q8(nc, row + (size_t)b * 34, b + 1 < nb, act + 32 * b, sc + 4 * b, act_stride,
+                   pk ? pk + 16 * b : NULL, &a0);
+    }
+    const __m256 zero = _mm256_setzero_ps();
+    float r[4];
+    _mm_storeu_ps(r, gv_lanes(a0, a1, zero, zero));
+    for (int c = 0; c < nc; c++) out[(size_t)c * out_stride] = r[c];
+}
+
+/* Any number of columns of a Q8_0 row, GV_COLS at a time (cols: their
+ * packed scales, group after group cols_stride bytes apart, or NULL). */
+GV_INLINE void gv_q8_cols(int64_t K, const char *row, const char *act, size_t act_stride, int n,
+                          const char *cols, size_t cols_stride, float *out, size_t out_stride) {
+    for (int c0 = 0; c0 < n; c0 += GV_COLS) {
+        const char *a = act + (size_t)c0 * act_stride;
+        const char *pk = cols ? cols + (size_t)(c0 / GV_COLS) * cols_stride : NULL;
+        float *o = out + (size_t)c0 * out_stride;
+        switch (n - c0 < GV_COLS ? n - c0 : GV_COLS) {
+        case 1: gv_gemv_q8_n(1, K, row, a, act_stride, NULL, o, out_stride); break;
+        case 2: gv_gemv_q8_n(2, K, row, a, act_stride, pk, o, out_stride); break;
+        case 3: gv_gemv_q8_n(3, K, row, a, act_stride, pk, o, out_stride); break;
+        default: gv_gemv_q8_n(GV_COLS, K, row, a, act_stride, pk, o, out_stride); break;
+        }
+    }
+}
+
+/* A level's entry point: n columns of a Q4_0, Q4_1 or Q8_0 row (n = 1: the
  * one-column kernel). */
 GV_INLINE void gv_gemv_type(cllm_type type, int64_t K, const void *row, const void *act,
                             size_t act_stride, int n, float *out, size_t out_stride) {
-    if (type == CLLM_TYPE_Q4_1) {
+    if (type == CLLM_TYPE_Q8_0) {
+        gv_q8_cols(K, row, act, act_stride, n, NULL, 0, out, out_stride);
+    } else if (type == CLLM_TYPE_Q4_1) {
         gv_gemv_cols(true, K, row, act, act_stride, n, NULL, 0, out, out_stride);
     } else {
         gv_gemv_cols(false, K, row, act, act_stride, n, NULL, 0, out, out_stride);
@@ -399,12 +520,16 @@ GV_INLINE void gv_gemv_rows_q(bool q41, int64_t K, const char *row, size_t row_s
                      out + r, out_stride);
 }
 
-/* A level's entry point for a tile of Q4_0 or Q4_1 rows. */
+/* A level's entry point for a tile of Q4_0, Q4_1 or Q8_0 rows. */
 GV_INLINE void gv_gemv_rows_type(cllm_type type, int64_t K, const void *row, size_t row_stride,
                                  int nr, const void *act, size_t act_stride, int nc,
                                  const void *cols, size_t cols_stride, float *out,
                                  size_t out_stride) {
-    if (type == CLLM_TYPE_Q4_1) {
+    if (type == CLLM_TYPE_Q8_0) {
+        for (int r = 0; r < nr; r++)
+            gv_q8_cols(K, (const char *)row + (size_t)r * row_stride, act, act_stride, nc, cols,
+                       cols_stride, out + r, out_stride);
+    } else if (type == CLLM_TYPE_Q4_1) {
         gv_gemv_rows_q(true, K, row, row_stride, nr, act, act_stride, nc, cols, cols_stride, out,
                        out_stride);
     } else {

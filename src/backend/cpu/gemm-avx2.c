@@ -566,15 +566,21 @@ GY_INLINE void gy_q4k_scales(const uint8_t sc12[12], uint64_t *scales, uint64_t 
     *mins = (uint64_t)m03 | (uint64_t)m47 << 32;
 }
 
-static void gy_gemv_q4_k(int64_t K, const void *row, const void *act, float *out) {
+/* out[c * out_stride] = dot(row, act + c * act_stride) for c < nc (<= 4,
+ * a constant after inlining): the weights unpacked (nibbles, scales) once
+ * per super-block for all the columns, each column summed with the very
+ * operations of one column alone (so the same bits). */
+GY_INLINE void gy_gemv_q4_k_n(int nc, int64_t K, const void *row, const char *act,
+                              size_t act_stride, float *out, size_t out_stride) {
     static const int pos[8] = {0, 2, 1, 3, 4, 6, 5, 7};
     const cllm_block_q4_K *x = row;
-    const char *a = act;
     const __m256i m4 = _mm256_set1_epi8(0x0F);
-    __m256 acc = _mm256_setzero_ps();
-    __m128 accm = _mm_setzero_ps();
-    for (int64_t sb = 0; sb < K / 256; sb++, a += 288) {
+    __m256 acc[4];
+    __m128 accm[4];
+    for (int j = 0; j < nc; j++) acc[j] = _mm256_setzero_ps(), accm[j] = _mm_setzero_ps();
+    for (int64_t sb = 0; sb < K / 256; sb++) {
         const cllm_block_q4_K *b = x + sb;
+        const char *a = act + (size_t)sb * 288;
         _mm_prefetch((const char *)b + CLLM_CPU_PREFETCH_AHEAD, _MM_HINT_T0);
         _mm_prefetch((const char *)b + CLLM_CPU_PREFETCH_AHEAD + 64, _MM_HINT_T0);
         uint64_t sc8, mn8;
@@ -582,7 +588,8 @@ static void gy_gemv_q4_k(int64_t K, const void *row, const void *act, float *out
         /* scales as int16, both 128-bit lanes; pair s broadcast by a shuffle */
         const __m256i sc16 =
             _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_cvtsi64_si128((int64_t)sc8)));
-        __m256i isum = _mm256_setzero_si256();
+        __m256i isum[4];
+        for (int j = 0; j < nc; j++) isum[j] = _mm256_setzero_si256();
 #pragma GCC unroll 4
         for (int c = 0; c < 4; c++) {
             const __m256i q = _mm256_loadu_si256((const __m256i *)(b->qs + 32 * c));
@@ -592,32 +599,59 @@ static void gy_gemv_q4_k(int64_t K, const void *row, const void *act, float *out
                 _mm256_shuffle_epi8(sc16, _mm256_set1_epi16((short)(0x0100 + 0x0202 * (2 * c))));
             const __m256i shi = _mm256_shuffle_epi8(
                 sc16, _mm256_set1_epi16((short)(0x0100 + 0x0202 * (2 * c + 1))));
-            const __m256i plo = _mm256_maddubs_epi16(
-                lo, _mm256_loadu_si256((const __m256i *)(a + 32 * pos[2 * c])));
-            const __m256i phi = _mm256_maddubs_epi16(
-                hi, _mm256_loadu_si256((const __m256i *)(a + 32 * pos[2 * c + 1])));
-            isum = _mm256_add_epi32(
-                isum, _mm256_add_epi32(_mm256_madd_epi16(plo, slo), _mm256_madd_epi16(phi, shi)));
+            for (int j = 0; j < nc; j++) {
+                const char *aj = a + (size_t)j * act_stride;
+                const __m256i plo = _mm256_maddubs_epi16(
+                    lo, _mm256_loadu_si256((const __m256i *)(aj + 32 * pos[2 * c])));
+                const __m256i phi = _mm256_maddubs_epi16(
+                    hi, _mm256_loadu_si256((const __m256i *)(aj + 32 * pos[2 * c + 1])));
+                isum[j] = _mm256_add_epi32(isum[j], _mm256_add_epi32(_mm256_madd_epi16(plo, slo),
+                                                                     _mm256_madd_epi16(phi, shi)));
+            }
         }
-        float dy;
-        memcpy(&dy, a + 272, 4);
-        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(_cvtsh_ss(b->d) * dy), acc);
-        const __m128i mins = _mm_madd_epi16(_mm_cvtepu8_epi16(_mm_cvtsi64_si128((int64_t)mn8)),
-                                            _mm_loadu_si128((const __m128i *)(a + 256)));
-        accm = _mm_fmadd_ps(_mm_cvtepi32_ps(mins), _mm_set1_ps(-_cvtsh_ss(b->dmin) * dy), accm);
+        const float d = _cvtsh_ss(b->d), dmin = _cvtsh_ss(b->dmin);
+        const __m128i mn16 = _mm_cvtepu8_epi16(_mm_cvtsi64_si128((int64_t)mn8));
+        for (int j = 0; j < nc; j++) {
+            const char *aj = a + (size_t)j * act_stride;
+            float dy;
+            memcpy(&dy, aj + 272, 4);
+            acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[j]), _mm256_set1_ps(d * dy), acc[j]);
+            const __m128i mins = _mm_madd_epi16(mn16, _mm_loadu_si128((const __m128i *)(aj + 256)));
+            accm[j] = _mm_fmadd_ps(_mm_cvtepi32_ps(mins), _mm_set1_ps(-dmin * dy), accm[j]);
+        }
     }
-    *out = gv_hsum(_mm256_add_ps(acc, _mm256_castps128_ps256(accm)));
+    for (int j = 0; j < nc; j++)
+        out[(size_t)j * out_stride] =
+            gv_hsum(_mm256_add_ps(acc[j], _mm256_castps128_ps256(accm[j])));
 }
 
-/* n columns; Q4_K one by one with its one-column kernel (called here
- * directly: through cllm_cpu_gemv_kernel, every weight row paid the level
- * look-up, 3-4 % of TinyLlama Q4_K generation on Zen 3). */
+static void gy_gemv_q4_k(int64_t K, const void *row, const void *act, float *out) {
+    gy_gemv_q4_k_n(1, K, row, act, 0, out, 0);
+}
+
+/* Any number of columns of a Q4_K row, up to 4 at a time. With 4
+ * sequences of TinyLlama Q4_K each weight row was unpacked 4 times. */
+static void gy_gemv_q4_k_cols(int64_t K, const void *row, const char *act, size_t act_stride, int n,
+                              float *out, size_t out_stride) {
+    for (int c0 = 0; c0 < n; c0 += 4) {
+        const char *a = act + (size_t)c0 * act_stride;
+        float *o = out + (size_t)c0 * out_stride;
+        switch (n - c0 < 4 ? n - c0 : 4) {
+        case 1: gy_gemv_q4_k_n(1, K, row, a, act_stride, o, out_stride); break;
+        case 2: gy_gemv_q4_k_n(2, K, row, a, act_stride, o, out_stride); break;
+        case 3: gy_gemv_q4_k_n(3, K, row, a, act_stride, o, out_stride); break;
+        default: gy_gemv_q4_k_n(4, K, row, a, act_stride, o, out_stride); break;
+        }
+    }
+}
+
+/* n columns; Q4_K up to 4 at a time (called here directly: through
+ * cllm_cpu_gemv_kernel, every weight row paid the level look-up, 3-4 % of
+ * TinyLlama Q4_K generation on Zen 3). */
 void cllm_cpu_gemv_n_avx2(cllm_type type, int64_t K, const void *row, const void *act,
                           size_t act_stride, int n, float *out, size_t out_stride) {
     if (type == CLLM_TYPE_Q4_K) {
-        for (int c = 0; c < n; c++)
-            gy_gemv_q4_k(K, row, (const char *)act + (size_t)c * act_stride,
-                         out + (size_t)c * out_stride);
+        gy_gemv_q4_k_cols(K, row, act, act_stride, n, out, out_stride);
     } else {
         gv_gemv_type(type, K, row, act, act_stride, n, out, out_stride);
     }

@@ -326,15 +326,19 @@ static void gy_gemv_quantize_q4_k(const float *x, char *act, int64_t K) {
     }
 }
 
-/* Q8_0's (gemm.h: the quants in order, then the blocks' float scales), with
- * the portable quantizer's bytes. */
+/* Q8_0's (gemm.h: the quants of pairs of blocks interleaved by halves, then
+ * the blocks' float scales), with the portable quantizer's bytes. The
+ * caller zeroed the row (a lone last block's partner). */
 static void gy_gemv_quantize_q8(const float *x, char *act, int64_t K) {
     for (int64_t b = 0; b < K / 32; b++) {
         const float *xb = x + b * 32;
         const float d = cllm_amax256(xb, 32) / 127.0f;
+        char q[32];
         __m256i q02, q13;
-        gy_quant32(xb, gy_inv(d), act + b * 32, &q02, &q13);
-        memcpy(act + K + 4 * b, &d, 4);
+        gy_quant32(xb, gy_inv(d), q, &q02, &q13);
+        memcpy(act + cllm_cpu_gemv_q8_pos(b, 0), q, 16);
+        memcpy(act + cllm_cpu_gemv_q8_pos(b, 16), q + 16, 16);
+        memcpy(act + cllm_cpu_gemv_q8_scales(K) + 4 * b, &d, 4);
     }
 }
 

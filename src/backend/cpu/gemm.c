@@ -443,7 +443,8 @@ bool cllm_cpu_gemv_available(cllm_type type, int64_t K) {
 
 size_t cllm_cpu_gemv_act_size(cllm_type type, int64_t K) {
     if (type == CLLM_TYPE_Q4_K) return (size_t)(K / 256) * GEMV_K_SB;
-    if (type == CLLM_TYPE_Q8_0) return (size_t)K + (size_t)(K / 32) * sizeof(float);
+    if (type == CLLM_TYPE_Q8_0)
+        return cllm_cpu_gemv_q8_scales(K) + (size_t)(K / 32) * sizeof(float);
     return (size_t)((K + 127) / 128) * GEMV_GROUP;
 }
 
@@ -477,8 +478,10 @@ void cllm_cpu_gemv_quantize(cllm_type type, const float *x, void *act, int64_t K
     if (type == CLLM_TYPE_Q8_0 && cllm_cpu_isa_level() < CLLM_CPU_ISA_AVX2) {
         for (int64_t b = 0; b < K / 32; b++) {
             const float d = act_scale(x + b * 32, 32);
-            (void)act_quantize(x + b * 32, 32, d, (int8_t *)act + b * 32);
-            memcpy((char *)act + K + 4 * b, &d, 4);
+            int8_t q[32];
+            (void)act_quantize(x + b * 32, 32, d, q);
+            for (int e = 0; e < 32; e++) ((int8_t *)act)[cllm_cpu_gemv_q8_pos(b, e)] = q[e];
+            memcpy((char *)act + cllm_cpu_gemv_q8_scales(K) + 4 * b, &d, 4);
         }
         return;
     }
@@ -530,9 +533,9 @@ void cllm_cpu_gemv_act_to_float(cllm_type type, const void *act, float *x, int64
     if (type == CLLM_TYPE_Q8_0) {
         for (int64_t b = 0; b < K / 32; b++) {
             float d;
-            memcpy(&d, (const char *)act + K + 4 * b, 4);
+            memcpy(&d, (const char *)act + cllm_cpu_gemv_q8_scales(K) + 4 * b, 4);
             for (int e = 0; e < 32; e++)
-                x[b * 32 + e] = d * (float)((const int8_t *)act)[b * 32 + e];
+                x[b * 32 + e] = d * (float)((const int8_t *)act)[cllm_cpu_gemv_q8_pos(b, e)];
         }
         return;
     }
@@ -580,11 +583,11 @@ void cllm_cpu_gemv_ref(cllm_type type, int64_t K, const void *row, const void *a
     if (type == CLLM_TYPE_Q8_0) {
         for (int64_t b = 0; b < K / 32; b++) {
             const cllm_block_q8_0 *x = (const cllm_block_q8_0 *)row + b;
-            const int8_t *q = (const int8_t *)act + b * 32;
             int32_t dot = 0;
-            for (int e = 0; e < 32; e++) dot += x->qs[e] * q[e];
+            for (int e = 0; e < 32; e++)
+                dot += x->qs[e] * ((const int8_t *)act)[cllm_cpu_gemv_q8_pos(b, e)];
             float da;
-            memcpy(&da, (const char *)act + K + 4 * b, 4);
+            memcpy(&da, (const char *)act + cllm_cpu_gemv_q8_scales(K) + 4 * b, 4);
             acc += h2f(x->d) * (da * (float)dot);
         }
         *out = acc;
@@ -676,7 +679,7 @@ void cllm_cpu_gemv_cols_pack(cllm_type type, int64_t K, const void *act, int c, 
         for (int64_t b = 0; b < (nb + 1) / 2 * 2; b++) {
             float *pk = (float *)((char *)cols + (size_t)(b / 2) * 32) + 4 * (b % 2);
             pk[c] = 0.0f;
-            if (b < nb) memcpy(&pk[c], (const char *)act + K + 4 * b, 4);
+            if (b < nb) memcpy(&pk[c], (const char *)act + cllm_cpu_gemv_q8_scales(K) + 4 * b, 4);
             for (int e = n; c == 0 && e < 4; e++) pk[e] = 0.0f; /* absent columns */
         }
         return;

@@ -133,14 +133,24 @@ void cllm_cpu_gemm_avx2(const cllm_gemm_form *f, int64_t K, const void *panel, c
  * Per super-block: 4 vpdpbusd, the 6-bit scales unpacked with word
  * arithmetic, the mins against the sub-block sums.
  *
- * Q8_0 (the AVX2 level only): the K int8 quants in order, then K / 32 float
- * scales (block b's at byte K + 4 b). The kernel (gemv-x86.h) takes two
- * blocks per step, |w| against the activations with w's sign, and brings
+ * Q8_0 (the AVX2 level only): per pair of blocks b, b + 1, 64 bytes of
+ * int8 quants: elements 0..15 of b, of b + 1, then 16..31 of b, of b + 1
+ * (a lone last block: zeros for b + 1), so that a 32-byte load meets the
+ * two blocks' weights in its two 128-bit lanes; then the K / 32 float
+ * scales (block b's at cllm_cpu_gemv_q8_scales(K) + 4 b). The kernel
+ * (gemv-x86.h) takes |w| against the activations with w's sign and brings
  * each column's block sums into one lane before the float steps, as for
  * Q4_0 / Q4_1: a step of 4 sequences' SmolLM2 output layer (Q8_0) ran
  * vpmaddubsw, vpmaddwd, a conversion, a multiply and an FMA per block and
  * column in the kernels plan, all on the two FMA pipes of Zen 3.
  */
+
+/* Q8_0 activations: the byte of element e (0..31) of block b, and where the
+ * scales start. */
+static inline size_t cllm_cpu_gemv_q8_pos(int64_t b, int e) {
+    return (size_t)(b / 2) * 64 + (size_t)(e / 16) * 32 + (size_t)(b % 2) * 16 + (size_t)(e % 16);
+}
+static inline size_t cllm_cpu_gemv_q8_scales(int64_t K) { return (size_t)((K / 32 + 1) / 2) * 64; }
 
 /* True if the fast one-column kernel handles `type` here. */
 bool cllm_cpu_gemv_available(cllm_type type, int64_t K);

@@ -373,13 +373,15 @@ GV_INLINE void gv_gemv_cols(bool q41, int64_t K, const char *row, const char *ac
     }
 }
 
-/* ---- Q8_0 weights (gemm.h's activations: the quants in order, then the
- * blocks' float scales) -----------------------------------------------------
- * Two blocks per step: |w| of each against the activations with w's sign
- * (vpsignb; |w| <= 128 and |a| <= 127, so a vpmaddubsw pair is at most
- * 32,512: no saturation), one vpmaddwd per block, then block b's 8 lane
- * sums folded into lanes 0..3 and b + 1's into lanes 4..7 (a blend, a lane
- * swap, an add), and gv_red brings each column's block sum into lane c of
+/* ---- Q8_0 weights (gemm.h's activations: pairs of blocks interleaved by
+ * halves, then the blocks' float scales) -------------------------------------
+ * Two blocks per step: elements 0..15 of blocks b and b + 1 in the two
+ * 128-bit lanes of one register, 16..31 in another, for the weights (two
+ * 16-byte loads each) as for the activations (one 32-byte load each). |w|
+ * against the activations with w's sign (vpsignb; |w| <= 128 and |a| <=
+ * 127, so a vpmaddubsw pair is at most 32,512: no saturation), one
+ * vpmaddwd per half and an add give block b's sums in lanes 0..3 and b +
+ * 1's in lanes 4..7; gv_red brings each column's block sum into lane c of
  * its half. The float steps are gv_fma's on those lanes, so a column's
  * result is the same alone or beside 3 others. */
 
@@ -393,37 +395,39 @@ GV_INLINE __m256 gv_scales_q8(const char *x0, bool two) {
         _mm_blend_epi32(_mm_set1_epi16((short)d0), _mm_set1_epi16((short)d1), 0xC));
 }
 
-/* One column's sums against blocks b (lanes 0..3) and b + 1 (lanes 4..7,
- * 0 without `two`), 4 lanes per block (a: its quants of block b). */
-GV_INLINE __m256i gv_isum_q8(__m256i u0, __m256i w0, __m256i u1, __m256i w1, const char *a,
-                             bool two) {
+/* Bytes off..off + 15 of blocks b and b + 1 (or 0 past the row) in the two
+ * lanes. */
+GV_INLINE __m256i gv_halves_q8(const char *x0, size_t off, bool two) {
+    const __m128i h0 = _mm_loadu_si128((const __m128i *)(x0 + 2 + off));
+    const __m128i h1 =
+        two ? _mm_loadu_si128((const __m128i *)(x0 + 36 + off)) : _mm_setzero_si128();
+    return _mm256_set_m128i(h1, h0);
+}
+
+/* One column's sums against the pair (a: its 64 bytes of the pair): block
+ * b's in lanes 0..3, b + 1's in lanes 4..7. */
+GV_INLINE __m256i gv_isum_q8(__m256i ul, __m256i wl, __m256i uh, __m256i wh, const char *a) {
     const __m256i ones = _mm256_set1_epi16(1);
-    const __m256i a0 = _mm256_loadu_si256((const __m256i *)a);
-    const __m256i m0 = _mm256_madd_epi16(_mm256_maddubs_epi16(u0, _mm256_sign_epi8(a0, w0)), ones);
-    __m256i m1 = _mm256_setzero_si256();
-    if (two) {
-        const __m256i a1 = _mm256_loadu_si256((const __m256i *)(a + 32));
-        m1 = _mm256_madd_epi16(_mm256_maddubs_epi16(u1, _mm256_sign_epi8(a1, w1)), ones);
-    }
-    return _mm256_add_epi32(_mm256_blend_epi32(m0, m1, 0xF0),
-                            _mm256_permute2x128_si256(m0, m1, 0x21));
+    const __m256i al = _mm256_loadu_si256((const __m256i *)a);
+    const __m256i ah = _mm256_loadu_si256((const __m256i *)(a + 32));
+    return _mm256_add_epi32(
+        _mm256_madd_epi16(_mm256_maddubs_epi16(ul, _mm256_sign_epi8(al, wl)), ones),
+        _mm256_madd_epi16(_mm256_maddubs_epi16(uh, _mm256_sign_epi8(ah, wh)), ones));
 }
 
 /* Blocks b and b + 1 (when `two`) of a Q8_0 row against nc columns (a:
- * column 0's quants of block b, sc: its scale of block b, each further
- * column act_stride bytes on), column c in lane c of each half; the
- * columns' scales packed (pk: the pair's 32 bytes of
- * cllm_cpu_gemv_cols_pack) or from each column (pk NULL): the same floats. */
+ * column 0's pair of blocks, sc: its scale of block b, each further column
+ * act_stride bytes on), column c in lane c of each half; the columns'
+ * scales packed (pk: the pair's 32 bytes of cllm_cpu_gemv_cols_pack) or
+ * from each column (pk NULL): the same floats. */
 GV_INLINE void gv_pair_q8(int nc, const char *x0, bool two, const char *a, const char *sc,
                           size_t act_stride, const char *pk, __m256 *acc) {
-    const __m256i w0 = _mm256_loadu_si256((const __m256i *)(x0 + 2));
-    const __m256i w1 =
-        two ? _mm256_loadu_si256((const __m256i *)(x0 + 36)) : _mm256_setzero_si256();
-    const __m256i u0 = _mm256_abs_epi8(w0), u1 = _mm256_abs_epi8(w1);
+    const __m256i wl = gv_halves_q8(x0, 0, two), wh = gv_halves_q8(x0, 16, two);
+    const __m256i ul = _mm256_abs_epi8(wl), uh = _mm256_abs_epi8(wh);
     __m256i s[GV_COLS];
     __m256 da = _mm256_setzero_ps();
     for (int c = 0; c < nc; c++) {
-        s[c] = gv_isum_q8(u0, w0, u1, w1, a + (size_t)c * act_stride, two);
+        s[c] = gv_isum_q8(ul, wl, uh, wh, a + (size_t)c * act_stride);
         if (pk) continue;
         const float *scc = (const float *)(sc + (size_t)c * act_stride);
         const __m256 dac = _mm256_set_m128(two ? _mm_broadcast_ss(scc + 1) : _mm_setzero_ps(),
@@ -448,7 +452,7 @@ GV_INLINE void gv_pair_q8(int nc, const char *x0, bool two, const char *a, const
 GV_INLINE void gv_gemv_q8_n(int nc, int64_t K, const char *row, const char *act, size_t act_stride,
                             const char *pk, float *out, size_t out_stride) {
     const int64_t nb = K / 32;
-    const char *sc = act + K; /* column 0's block scales */
+    const char *sc = act + cllm_cpu_gemv_q8_scales(K); /* column 0's block scales */
     __m256 a0 = _mm256_setzero_ps(), a1 = a0;
     int64_t b = 0;
     for (; b + 4 <= nb; b += 4) {

@@ -38,6 +38,7 @@
 #error "define GV_VNNI (0: AVX2, 1: AVX512-VL + VNNI) before including gemv-x86.h"
 #endif
 
+#include "backend/cpu/gemm.h"    /* cllm_cpu_gemv_q8_scales */
 #include "backend/cpu/kernels.h" /* CLLM_CPU_PREFETCH_AHEAD, cllm_type */
 
 #include <immintrin.h>

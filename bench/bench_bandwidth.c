@@ -117,7 +117,7 @@ static int cmp_double(const void *a, const void *b) {
 int main(int argc, char **argv) {
     long mib = 1024, reps = 9;
     int threads[BW_MAX_THREADS], n_list = 0;
-    for (int i = 1; i < argc; i++) {
+    for (int i = 1; i < argc; i += 2) { /* option, value */
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(argv[i], "-s") && v) {
             mib = strtol(v, NULL, 10);
@@ -134,7 +134,6 @@ int main(int argc, char **argv) {
             fprintf(stderr, "usage: bench_bandwidth [-s MiB] [-t 1,2,...] [-r reps]\n");
             return 2;
         }
-        i++;
     }
     if (mib < 1 || reps < 1 || reps > 1000) {
         fprintf(stderr, "bench_bandwidth: bad -s or -r\n");

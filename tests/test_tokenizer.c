@@ -759,8 +759,8 @@ static cllm_gguf_writer *synthetic_bpe(const char *pre) {
                                         "<|im_end|>",
                                         "<tool>",
                                         "xyz",
-                                        "\xC4\xA0"
-                                        "ab"};
+                                        ("\xC4\xA0"
+                                         "ab")};
     for (int k = 0; k < 6; k++) {
         snprintf(texts[256 + k], sizeof(texts[0]), "%s", extra[k]);
         types[256 + k] = CLLM_TOKEN_TYPE_NORMAL;

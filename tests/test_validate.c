@@ -48,8 +48,8 @@ static const char *const k_texts[] = {"<unk>",
                                       "\xE2\x96\x81",
                                       "a",
                                       "b",
-                                      "\xE2\x96\x81"
-                                      "a",
+                                      ("\xE2\x96\x81"
+                                       "a"),
                                       "ab",
                                       "ba",
                                       "c",

@@ -592,8 +592,7 @@ static const char *const k_eog_texts[] = {
     "_<EOT>",
     "<|return|>",
     "<|call|>",
-    "<\xEF\xBD\x9C"
-    "end\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>",
+    "<\xEF\xBD\x9C\x65nd\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>", /* \x65: 'e' */
 };
 
 /* Texts that name an end-of-turn token, in order of preference, for files
@@ -606,8 +605,7 @@ static const char *const k_eot_texts[] = {
     "<|endoftext|>",
     "<EOT>",
     "_<EOT>",
-    "<\xEF\xBD\x9C"
-    "end\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>",
+    "<\xEF\xBD\x9C\x65nd\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>", /* \x65: 'e' */
 };
 
 static int32_t find_turn_token(const cllm_tokenizer *tok, const char *text) {

@@ -142,6 +142,17 @@ GV_INLINE __m256i gv_red(int nc, __m256i s0, __m256i s1, __m256i s2, __m256i s3)
     return _mm256_add_epi32(_mm256_unpacklo_epi64(t01, t23), _mm256_unpackhi_epi64(t01, t23));
 }
 
+/* v with lane c of each half taken from x (c = 0: all of x), c a constant
+ * after unrolling: a column's scales into its lane. */
+GV_INLINE __m256 gv_lane_c(__m256 v, __m256 x, int c) {
+    switch (c) {
+    case 0: return x;
+    case 1: return _mm256_blend_ps(v, x, 0x22);
+    case 2: return _mm256_blend_ps(v, x, 0x44);
+    default: return _mm256_blend_ps(v, x, 0x88);
+    }
+}
+
 /* The float steps of a pair of blocks for every lane at once: u the block
  * sums, da the activation scales, dw the weight scales (and Q4_1: mw the
  * mins, ds the activations' d * sums), each lane's as gv_red placed it.
@@ -186,12 +197,7 @@ GV_INLINE void gv_pair(bool q41, int nc, const char *x0, size_t bsz, bool two, c
                                 : _mm256_setzero_si256());
         if (pk) continue;
         const __m256 dac = _mm256_loadu_ps((const float *)(gc + 192));
-        switch (c) {
-        case 0: da = dac; break;
-        case 1: da = _mm256_blend_ps(da, dac, 0x22); break;
-        case 2: da = _mm256_blend_ps(da, dac, 0x44); break;
-        default: da = _mm256_blend_ps(da, dac, 0x88); break;
-        }
+        da = gv_lane_c(da, dac, c);
         if (q41) {
             const __m256i dsc = _mm256_loadu_si256((const __m256i *)(gc + 256));
             switch (c) {
@@ -355,25 +361,6 @@ GV_INLINE void gv_gemv_2r(bool q41, int64_t K, const char *row, size_t row_strid
     out[1] = r[1];
 }
 
-/* Any number of columns, GV_COLS at a time (constant counts, so that each
- * loop over them unrolls); cols: their packed scales (NULL: none), group
- * after group cols_stride bytes apart. One column never reads them. */
-GV_INLINE void gv_gemv_cols(bool q41, int64_t K, const char *row, const char *act,
-                            size_t act_stride, int n, const char *cols, size_t cols_stride,
-                            float *out, size_t out_stride) {
-    for (int c0 = 0; c0 < n; c0 += GV_COLS) {
-        const char *a = act + (size_t)c0 * act_stride;
-        const char *pk = cols ? cols + (size_t)(c0 / GV_COLS) * cols_stride : NULL;
-        float *o = out + (size_t)c0 * out_stride;
-        switch (n - c0 < GV_COLS ? n - c0 : GV_COLS) {
-        case 1: gv_gemv_n(q41, 1, K, row, a, act_stride, NULL, o, out_stride); break;
-        case 2: gv_gemv_n(q41, 2, K, row, a, act_stride, pk, o, out_stride); break;
-        case 3: gv_gemv_n(q41, 3, K, row, a, act_stride, pk, o, out_stride); break;
-        default: gv_gemv_n(q41, GV_COLS, K, row, a, act_stride, pk, o, out_stride); break;
-        }
-    }
-}
-
 /* ---- Q8_0 weights (gemm.h's activations: pairs of blocks interleaved by
  * halves, then the blocks' float scales) -------------------------------------
  * Two blocks per step: elements 0..15 of blocks b and b + 1 in the two
@@ -433,12 +420,7 @@ GV_INLINE void gv_pair_q8(int nc, const char *x0, bool two, const char *a, const
         const float *scc = (const float *)(sc + (size_t)c * act_stride);
         const __m256 dac = _mm256_set_m128(two ? _mm_broadcast_ss(scc + 1) : _mm_setzero_ps(),
                                            _mm_broadcast_ss(scc));
-        switch (c) {
-        case 0: da = dac; break;
-        case 1: da = _mm256_blend_ps(da, dac, 0x22); break;
-        case 2: da = _mm256_blend_ps(da, dac, 0x44); break;
-        default: da = _mm256_blend_ps(da, dac, 0x88); break;
-        }
+        da = gv_lane_c(da, dac, c);
     }
     for (int c = nc; c < GV_COLS; c++) s[c] = s[0];
     const __m256i u = gv_red(nc, s[0], s[1], s[2], s[3]);
@@ -479,19 +461,35 @@ GV_INLINE void gv_gemv_q8_n(int nc, int64_t K, const char *row, const char *act,
     for (int c = 0; c < nc; c++) out[(size_t)c * out_stride] = r[c];
 }
 
-/* Any number of columns of a Q8_0 row, GV_COLS at a time (cols: their
- * packed scales, group after group cols_stride bytes apart, or NULL). */
-GV_INLINE void gv_q8_cols(int64_t K, const char *row, const char *act, size_t act_stride, int n,
-                          const char *cols, size_t cols_stride, float *out, size_t out_stride) {
+/* The kernel of each type (a constant after inlining). */
+enum gv_kind { GV_Q4_0, GV_Q4_1, GV_Q8_0 };
+
+/* Any number of columns, GV_COLS at a time (constant counts, so that each
+ * loop over them unrolls); cols: their packed scales (NULL: none), group
+ * after group cols_stride bytes apart. One column never reads them. */
+GV_INLINE void gv_gemv_cols(enum gv_kind kind, int64_t K, const char *row, const char *act,
+                            size_t act_stride, int n, const char *cols, size_t cols_stride,
+                            float *out, size_t out_stride) {
     for (int c0 = 0; c0 < n; c0 += GV_COLS) {
         const char *a = act + (size_t)c0 * act_stride;
         const char *pk = cols ? cols + (size_t)(c0 / GV_COLS) * cols_stride : NULL;
         float *o = out + (size_t)c0 * out_stride;
-        switch (n - c0 < GV_COLS ? n - c0 : GV_COLS) {
-        case 1: gv_gemv_q8_n(1, K, row, a, act_stride, NULL, o, out_stride); break;
-        case 2: gv_gemv_q8_n(2, K, row, a, act_stride, pk, o, out_stride); break;
-        case 3: gv_gemv_q8_n(3, K, row, a, act_stride, pk, o, out_stride); break;
-        default: gv_gemv_q8_n(GV_COLS, K, row, a, act_stride, pk, o, out_stride); break;
+        const int nc = n - c0 < GV_COLS ? n - c0 : GV_COLS;
+        if (kind == GV_Q8_0) {
+            switch (nc) {
+            case 1: gv_gemv_q8_n(1, K, row, a, act_stride, NULL, o, out_stride); break;
+            case 2: gv_gemv_q8_n(2, K, row, a, act_stride, pk, o, out_stride); break;
+            case 3: gv_gemv_q8_n(3, K, row, a, act_stride, pk, o, out_stride); break;
+            default: gv_gemv_q8_n(GV_COLS, K, row, a, act_stride, pk, o, out_stride); break;
+            }
+            continue;
+        }
+        const bool q41 = kind == GV_Q4_1;
+        switch (nc) {
+        case 1: gv_gemv_n(q41, 1, K, row, a, act_stride, NULL, o, out_stride); break;
+        case 2: gv_gemv_n(q41, 2, K, row, a, act_stride, pk, o, out_stride); break;
+        case 3: gv_gemv_n(q41, 3, K, row, a, act_stride, pk, o, out_stride); break;
+        default: gv_gemv_n(q41, GV_COLS, K, row, a, act_stride, pk, o, out_stride); break;
         }
     }
 }
@@ -501,27 +499,28 @@ GV_INLINE void gv_q8_cols(int64_t K, const char *row, const char *act, size_t ac
 GV_INLINE void gv_gemv_type(cllm_type type, int64_t K, const void *row, const void *act,
                             size_t act_stride, int n, float *out, size_t out_stride) {
     if (type == CLLM_TYPE_Q8_0) {
-        gv_q8_cols(K, row, act, act_stride, n, NULL, 0, out, out_stride);
+        gv_gemv_cols(GV_Q8_0, K, row, act, act_stride, n, NULL, 0, out, out_stride);
     } else if (type == CLLM_TYPE_Q4_1) {
-        gv_gemv_cols(true, K, row, act, act_stride, n, NULL, 0, out, out_stride);
+        gv_gemv_cols(GV_Q4_1, K, row, act, act_stride, n, NULL, 0, out, out_stride);
     } else {
-        gv_gemv_cols(false, K, row, act, act_stride, n, NULL, 0, out, out_stride);
+        gv_gemv_cols(GV_Q4_0, K, row, act, act_stride, n, NULL, 0, out, out_stride);
     }
 }
 
 /* nr rows (row_stride bytes apart) x nc columns: out[r + c * out_stride].
- * One column goes two rows at a time; several columns one row at a time
- * (gv_gemv_cols: the row unpacked once for 4 columns). */
-GV_INLINE void gv_gemv_rows_q(bool q41, int64_t K, const char *row, size_t row_stride, int nr,
-                              const char *act, size_t act_stride, int nc, const char *cols,
+ * One column of Q4_0 / Q4_1 goes two rows at a time; several columns (and
+ * Q8_0's) one row at a time (gv_gemv_cols: the row unpacked once for 4
+ * columns). */
+GV_INLINE void gv_gemv_rows_q(enum gv_kind kind, int64_t K, const char *row, size_t row_stride,
+                              int nr, const char *act, size_t act_stride, int nc, const char *cols,
                               size_t cols_stride, float *out, size_t out_stride) {
     int r = 0;
-    if (nc == 1) {
+    if (nc == 1 && kind != GV_Q8_0) {
         for (; r + 2 <= nr; r += 2)
-            gv_gemv_2r(q41, K, row + (size_t)r * row_stride, row_stride, act, out + r);
+            gv_gemv_2r(kind == GV_Q4_1, K, row + (size_t)r * row_stride, row_stride, act, out + r);
     }
     for (; r < nr; r++)
-        gv_gemv_cols(q41, K, row + (size_t)r * row_stride, act, act_stride, nc, cols, cols_stride,
+        gv_gemv_cols(kind, K, row + (size_t)r * row_stride, act, act_stride, nc, cols, cols_stride,
                      out + r, out_stride);
 }
 
@@ -531,14 +530,13 @@ GV_INLINE void gv_gemv_rows_type(cllm_type type, int64_t K, const void *row, siz
                                  const void *cols, size_t cols_stride, float *out,
                                  size_t out_stride) {
     if (type == CLLM_TYPE_Q8_0) {
-        for (int r = 0; r < nr; r++)
-            gv_q8_cols(K, (const char *)row + (size_t)r * row_stride, act, act_stride, nc, cols,
-                       cols_stride, out + r, out_stride);
+        gv_gemv_rows_q(GV_Q8_0, K, row, row_stride, nr, act, act_stride, nc, cols, cols_stride, out,
+                       out_stride);
     } else if (type == CLLM_TYPE_Q4_1) {
-        gv_gemv_rows_q(true, K, row, row_stride, nr, act, act_stride, nc, cols, cols_stride, out,
+        gv_gemv_rows_q(GV_Q4_1, K, row, row_stride, nr, act, act_stride, nc, cols, cols_stride, out,
                        out_stride);
     } else {
-        gv_gemv_rows_q(false, K, row, row_stride, nr, act, act_stride, nc, cols, cols_stride, out,
+        gv_gemv_rows_q(GV_Q4_0, K, row, row_stride, nr, act, act_stride, nc, cols, cols_stride, out,
                        out_stride);
     }
 }

@@ -911,39 +911,56 @@ static void test_dispatch(cllm_cpu_isa best) {
     cllm_cpu_set_isa_limit(CLLM_CPU_ISA_COUNT);
 }
 
-/* ---- silu rows of the vector levels (ops-elementwise.c calls the best one;
- * test_ops sees only that one) --------------------------------------------------
- * Against x / (1 + e^-x) in double: the polynomial exp is within 2e-7. */
+/* ---- silu and gelu rows of the vector levels (ops-elementwise.c calls the
+ * best one; test_ops sees only that one) ----------------------------------------
+ * Against x / (1 + e^-x) and x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) in
+ * double: the polynomial exp is within 2e-7, and GELU's tanh is taken as the
+ * logistic of twice its argument. The AVX2 GELU row is the one of both
+ * levels. */
 
-static void test_silu_rows(cllm_cpu_isa best) {
+static double want_silu(double x) { return x / (1.0 + exp(-x)); }
+
+static double want_gelu(double x) {
+    return 0.5 * x * (1.0 + tanh(sqrt(2.0 / 3.14159265358979323846) * (x + 0.044715 * x * x * x)));
+}
+
+static void test_act_rows(cllm_cpu_isa best) {
 #if defined(__x86_64__) || defined(__i386__)
     static const int64_t lens[] = {1, 5, 8, 9, 16, 31, 64};
-    for (size_t li = 0; li < CLLM_ARRAY_SIZE(lens); li++) {
-        const int64_t n = lens[li];
-        float x[64], y[64];
-        for (int64_t i = 0; i < n; i++) x[i] = 12.0f * rng_gauss();
-        if (li == 1) x[0] = -200.0f; /* the ends where the exp clamps */
-        if (li == 2) x[0] = 200.0f;
-        for (int l = CLLM_CPU_ISA_AVX2; l <= (int)best; l++) {
-            void (*row)(int64_t, float *, const float *) =
-                l == CLLM_CPU_ISA_AVX2 ? cllm_cpu_silu_row_avx2 : cllm_cpu_silu_row_avx512;
-            for (int inplace = 0; inplace <= 1; inplace++) {
-                for (int i = 0; i < 64; i++) y[i] = NAN; /* past n: untouched */
-                if (inplace) {
-                    memcpy(y, x, sizeof(float) * (size_t)n);
-                    row(n, y, y);
-                } else {
-                    row(n, y, x);
-                }
-                for (int64_t i = 0; i < 64; i++) {
-                    if (i >= n) {
-                        CHECK(isnan(y[i]));
-                        continue;
+    for (int gelu = 0; gelu <= 1; gelu++) {
+        for (size_t li = 0; li < CLLM_ARRAY_SIZE(lens); li++) {
+            const int64_t n = lens[li];
+            float x[64], y[64];
+            /* GELU bends within a few units of 0: most values there */
+            for (int64_t i = 0; i < n; i++) x[i] = (gelu ? 3.0f : 12.0f) * rng_gauss();
+            if (li == 1) x[0] = -200.0f; /* the ends where the exp clamps */
+            if (li == 2) x[0] = 200.0f;
+            if (li == 3) x[1] = -9.5f, x[2] = 0.0f, x[3] = 1e-30f;
+            for (int l = CLLM_CPU_ISA_AVX2; l <= (int)(gelu ? CLLM_CPU_ISA_AVX2 : best); l++) {
+                void (*row)(int64_t, float *, const float *) = gelu ? cllm_cpu_gelu_row_avx2
+                                                               : l == CLLM_CPU_ISA_AVX2
+                                                                   ? cllm_cpu_silu_row_avx2
+                                                                   : cllm_cpu_silu_row_avx512;
+                if (l > (int)best) break;
+                for (int inplace = 0; inplace <= 1; inplace++) {
+                    for (int i = 0; i < 64; i++) y[i] = NAN; /* past n: untouched */
+                    if (inplace) {
+                        memcpy(y, x, sizeof(float) * (size_t)n);
+                        row(n, y, y);
+                    } else {
+                        row(n, y, x);
                     }
-                    const double want = (double)x[i] / (1.0 + exp(-(double)x[i]));
-                    CHECKF(fabs((double)y[i] - want) <= 1e-6 * fmax(1.0, fabs(want)),
-                           "silu level %s n=%lld [%lld]: %.9g vs %.9g", level_name((cllm_cpu_isa)l),
-                           (long long)n, (long long)i, y[i], want);
+                    for (int64_t i = 0; i < 64; i++) {
+                        if (i >= n) {
+                            CHECK(isnan(y[i]));
+                            continue;
+                        }
+                        const double want = gelu ? want_gelu(x[i]) : want_silu(x[i]);
+                        CHECKF(fabs((double)y[i] - want) <= 1e-6 * fmax(1.0, fabs(want)),
+                               "%s level %s n=%lld [%lld] of %.9g: %.9g vs %.9g",
+                               gelu ? "gelu" : "silu", level_name((cllm_cpu_isa)l), (long long)n,
+                               (long long)i, x[i], y[i], want);
+                    }
                 }
             }
         }
@@ -995,7 +1012,7 @@ int main(void) {
     const cllm_cpu_isa best = cllm_cpu_set_isa_limit(CLLM_CPU_ISA_COUNT);
     printf("test_kernels: best level %s (%s)\n", level_name(best), cllm_cpu_features_str());
     test_dispatch(best);
-    test_silu_rows(best);
+    test_act_rows(best);
     test_f16_rows(best);
     for (int l = CLLM_CPU_ISA_PORTABLE; l <= (int)best; l++) {
         const cllm_cpu_isa level = (cllm_cpu_isa)l;

@@ -68,10 +68,6 @@ void cllm_cpu_mul(const cllm_cpu_params *params, cllm_tensor *dst) {
 
 typedef enum unary_kind { UNARY_SCALE, UNARY_SILU, UNARY_GELU } unary_kind;
 
-/* sqrt(2 / pi) */
-#define GELU_COEF_A 0.7978845608028654f
-#define GELU_COEF_B 0.044715f
-
 static void unary_op(const cllm_cpu_params *params, cllm_tensor *dst, unary_kind kind) {
     const cllm_tensor *a = dst->src[0];
     const int64_t ne0 = dst->ne[0];
@@ -101,9 +97,16 @@ static void unary_op(const cllm_cpu_params *params, cllm_tensor *dst, unary_kind
             for (int64_t i = 0; i < ne0; i++) y[i] = x[i] / (1.0f + expf(-x[i]));
             break;
         case UNARY_GELU: /* y = x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) */
+#if defined(__x86_64__) || defined(__i386__)
+            if (avx2) {
+                cllm_cpu_gelu_row_avx2(ne0, y, x);
+                break;
+            }
+#endif
             for (int64_t i = 0; i < ne0; i++) {
                 const float v = x[i];
-                y[i] = 0.5f * v * (1.0f + tanhf(GELU_COEF_A * v * (1.0f + GELU_COEF_B * v * v)));
+                y[i] = 0.5f * v *
+                       (1.0f + tanhf(CLLM_GELU_COEF_A * v * (1.0f + CLLM_GELU_COEF_B * v * v)));
             }
             break;
         }

@@ -164,6 +164,13 @@ void cllm_cpu_attn(const cllm_cpu_params *params, cllm_tensor *dst);
 void cllm_cpu_silu_row_avx512(int64_t n, float *y, const float *x);
 /* The same at the AVX2 level (vec-avx2.c; cllm_cpu_isa_level() >= AVX2). */
 void cllm_cpu_silu_row_avx2(int64_t n, float *y, const float *x);
+/* GELU, tanh form (ops-elementwise.c), at the AVX2 level: the AVX-512 level
+ * calls it too (a row of a few thousand elements; one token's runs on one
+ * thread). */
+void cllm_cpu_gelu_row_avx2(int64_t n, float *y, const float *x);
+/* GELU's constants: sqrt(2 / pi), and the cubic term's. */
+#define CLLM_GELU_COEF_A 0.7978845608028654f
+#define CLLM_GELU_COEF_B 0.044715f
 /* y[i] = cllm_fp32_to_fp16(x[i]) (a NaN: some NaN), 8 at a time with F16C. */
 void cllm_cpu_f32_to_f16_row_avx2(int64_t n, cllm_fp16 *y, const float *x);
 

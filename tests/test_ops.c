@@ -623,6 +623,13 @@ static void run_rope(const rope_case *c, int nth, bool inplace) {
     cllm_tensor *out =
         c->yarn ? cllm_rope_ext(ctx, a, pos, ff, c->n_dims, c->mode, c->base, c->fscale, c->yarn)
                 : cllm_rope(ctx, a, pos, ff, c->n_dims, c->mode, c->base, c->fscale);
+    /* the same rotations from a rope_table (not in place: a is read again) */
+    cllm_tensor *tab =
+        inplace
+            ? NULL
+            : cllm_rope_tab(ctx, a,
+                            cllm_rope_table(ctx, pos, ff, c->n_dims, c->base, c->fscale, c->yarn),
+                            c->mode);
     cllm_buffer *buf = place_all(ctx);
     if (inplace) make_inplace(out);
     fill_root_uniform(a, -1.0f, 1.0f);
@@ -643,6 +650,13 @@ static void run_rope(const rope_case *c, int nth, bool inplace) {
              c->layout == LAYOUT_COUNT ? "qkv view" : k_layout_names[c->layout], nth,
              inplace ? ", in place" : "");
     check_close(what, got, want, nel(ne), 1e-5, 0.0);
+    if (tab) { /* bit for bit the positions' */
+        CHECK(compute(g_be[nth], tab) == CLLM_OK);
+        double *got_tab = read_dense(tab);
+        CHECKF(!memcmp(got_tab, got, (size_t)nel(ne) * sizeof(double)), "%s: from a rope_table",
+               what);
+        free(got_tab);
+    }
     free(da);
     free(dff);
     free(got);

@@ -46,6 +46,7 @@ static const cllm_op_traits k_op_traits[] = {
     [CLLM_OP_NORM] = OP("norm", true, false, true, true, false),
     [CLLM_OP_SOFT_MAX] = OP("soft_max", true, false, true, true, false),
     [CLLM_OP_ROPE] = OP("rope", true, false, true, true, true),
+    [CLLM_OP_ROPE_TABLE] = OP("rope_table", true, false, false, false, false),
     [CLLM_OP_MUL_MAT] = OP("mul_mat", true, false, false, false, true),
     [CLLM_OP_ATTN] = OP("attn", true, false, false, false, true),
     [CLLM_OP_VIEW] = OP("view", false, true, false, false, false),
@@ -460,6 +461,20 @@ cllm_tensor *cllm_soft_max(cllm_context *ctx, cllm_tensor *a, cllm_tensor *mask,
     return t;
 }
 
+/* The op params of a rope's angles (cllm_rope_ext's, in the same places). */
+static void set_rope_params(cllm_tensor *t, int n_dims, int mode, float freq_base, float freq_scale,
+                            const cllm_rope_yarn *yarn) {
+    t->op_params[0] = n_dims;
+    t->op_params[1] = mode;
+    set_param_f32(t, 2, freq_base);
+    set_param_f32(t, 3, freq_scale);
+    t->op_params[4] = yarn->n_ctx_orig;
+    set_param_f32(t, 5, yarn->ext_factor);
+    set_param_f32(t, 6, yarn->attn_factor != 0.0f ? yarn->attn_factor : 1.0f);
+    set_param_f32(t, 7, yarn->beta_fast);
+    set_param_f32(t, 8, yarn->beta_slow);
+}
+
 cllm_tensor *cllm_rope(cllm_context *ctx, cllm_tensor *a, cllm_tensor *pos,
                        cllm_tensor *freq_factors, int n_dims, int mode, float freq_base,
                        float freq_scale) {
@@ -485,15 +500,40 @@ cllm_tensor *cllm_rope_ext(cllm_context *ctx, cllm_tensor *a, cllm_tensor *pos,
     cllm_tensor *t = new_result(ctx, CLLM_OP_ROPE, CLLM_TYPE_F32, a->ne, a);
     t->src[1] = pos;
     t->src[2] = freq_factors;
-    t->op_params[0] = n_dims;
+    set_rope_params(t, n_dims, mode, freq_base, freq_scale, yarn);
+    return t;
+}
+
+cllm_tensor *cllm_rope_table(cllm_context *ctx, cllm_tensor *pos, cllm_tensor *freq_factors,
+                             int n_dims, float freq_base, float freq_scale,
+                             const cllm_rope_yarn *yarn) {
+    const cllm_rope_yarn none = {0};
+    if (!yarn) yarn = &none;
+    shape_buf sb;
+    CLLM_ASSERTF(n_dims > 0 && n_dims % 2 == 0, "rope table: %d rotary dims", n_dims);
+    CLLM_ASSERTF(pos->type == CLLM_TYPE_I32 && cllm_nrows(pos) == 1,
+                 "rope table: positions %s (%s)", SHAPE(pos, sb), cllm_type_name(pos->type));
+    CLLM_ASSERTF(!freq_factors ||
+                     (freq_factors->type == CLLM_TYPE_F32 && freq_factors->ne[0] >= n_dims / 2),
+                 "rope table: frequency factors must be f32 with at least %d elements", n_dims / 2);
+    cllm_tensor *t = new_result(ctx, CLLM_OP_ROPE_TABLE, CLLM_TYPE_F32,
+                                (int64_t[]){n_dims, pos->ne[0], 1, 1}, pos);
+    t->src[1] = freq_factors;
+    set_rope_params(t, n_dims, CLLM_ROPE_NORMAL, freq_base, freq_scale, yarn);
+    return t;
+}
+
+cllm_tensor *cllm_rope_tab(cllm_context *ctx, cllm_tensor *a, cllm_tensor *table, int mode) {
+    shape_buf sa, sb;
+    CLLM_ASSERTF(a->type == CLLM_TYPE_F32, "rope of %s", cllm_type_name(a->type));
+    CLLM_ASSERTF(mode == CLLM_ROPE_NORMAL || mode == CLLM_ROPE_NEOX, "rope: mode %d", mode);
+    CLLM_ASSERTF(table->op == CLLM_OP_ROPE_TABLE && table->ne[1] == a->ne[2] &&
+                     table->ne[0] <= a->ne[0],
+                 "rope: table %s for %s", SHAPE(table, sb), SHAPE(a, sa));
+    cllm_tensor *t = new_result(ctx, CLLM_OP_ROPE, CLLM_TYPE_F32, a->ne, a);
+    t->src[1] = table; /* F32: the rows of the angles, not positions */
+    t->op_params[0] = (int32_t)table->ne[0];
     t->op_params[1] = mode;
-    set_param_f32(t, 2, freq_base);
-    set_param_f32(t, 3, freq_scale);
-    t->op_params[4] = yarn->n_ctx_orig;
-    set_param_f32(t, 5, yarn->ext_factor);
-    set_param_f32(t, 6, yarn->attn_factor != 0.0f ? yarn->attn_factor : 1.0f);
-    set_param_f32(t, 7, yarn->beta_fast);
-    set_param_f32(t, 8, yarn->beta_slow);
     return t;
 }
 

@@ -53,11 +53,12 @@ typedef enum cllm_op {
     CLLM_OP_CONCAT, /* the rows of a, then the rows of b */
 
     /* row-wise */
-    CLLM_OP_GET_ROWS, /* rows of a selected by int32 ids */
-    CLLM_OP_RMS_NORM, /* x / sqrt(mean(x^2) + eps) */
-    CLLM_OP_NORM,     /* (x - mean) / sqrt(var + eps) */
-    CLLM_OP_SOFT_MAX, /* softmax(a * scale + mask) */
-    CLLM_OP_ROPE,     /* rotary position embedding */
+    CLLM_OP_GET_ROWS,   /* rows of a selected by int32 ids */
+    CLLM_OP_RMS_NORM,   /* x / sqrt(mean(x^2) + eps) */
+    CLLM_OP_NORM,       /* (x - mean) / sqrt(var + eps) */
+    CLLM_OP_SOFT_MAX,   /* softmax(a * scale + mask) */
+    CLLM_OP_ROPE,       /* rotary position embedding */
+    CLLM_OP_ROPE_TABLE, /* a rope's cos and sin per position, shared by rope nodes */
 
     /* matrix */
     CLLM_OP_MUL_MAT, /* a^T b batched over dims 2-3 with broadcasting of a */
@@ -286,6 +287,21 @@ typedef struct cllm_rope_yarn {
 cllm_tensor *cllm_rope_ext(cllm_context *ctx, cllm_tensor *a, cllm_tensor *pos,
                            cllm_tensor *freq_factors, int n_dims, int mode, float freq_base,
                            float freq_scale, const cllm_rope_yarn *yarn);
+
+/*
+ * The rotations of cllm_rope_ext per position, once for every rope node
+ * that shares them (a layer's q and k, and every layer of a model: their
+ * sines and cosines were computed twice per layer before): F32
+ * [n_dims, n_tokens], row t holding cos(theta_i) m for i < n_dims/2, then
+ * sin(theta_i) m, for position pos[t] (theta, m as cllm_rope_ext).
+ */
+cllm_tensor *cllm_rope_table(cllm_context *ctx, cllm_tensor *pos, cllm_tensor *freq_factors,
+                             int n_dims, float freq_base, float freq_scale,
+                             const cllm_rope_yarn *yarn);
+
+/* cllm_rope_ext of a by the rotations of `table` (cllm_rope_table): the
+ * same values, bit for bit. */
+cllm_tensor *cllm_rope_tab(cllm_context *ctx, cllm_tensor *a, cllm_tensor *table, int mode);
 
 /*
  * a: [K, M, A2, A3] (F32, F16, BF16, later quantized), b: [K, N, B2, B3] F32

@@ -158,6 +158,9 @@ static cllm_tensor *gemma3_build(const cllm_build_args *args, cllm_graph_io *io)
         memcpy(swa_io.seq_mask, io->seq_swa_mask, sizeof(swa_io.seq_mask));
     }
 
+    /* the angles of the global layers and of the sliding-window ones (their
+     * own base), each computed once for all the layers that use them */
+    cllm_tensor *rope[2] = {NULL, NULL};
     for (int l = 0; l < w->n_layer; l++) {
         const cllm_layer_weights *L = &w->layers[l];
         const bool swa = hp->n_swa > 0 && hp->swa_layer[l];
@@ -173,8 +176,10 @@ static cllm_tensor *gemma3_build(const cllm_build_args *args, cllm_graph_io *io)
         v = cllm_reshape_3d(ctx, v, hp->head_dim_v, hp->n_head_kv, T);
         q = norm(ctx, q, L->attn_q_norm, eps); /* per head */
         k = norm(ctx, k, L->attn_k_norm, eps);
-        q = cllm_rope(ctx, q, io->pos, NULL, hp->n_rot, hp->rope_mode, base, fscale);
-        k = cllm_rope(ctx, k, io->pos, NULL, hp->n_rot, hp->rope_mode, base, fscale);
+        if (!rope[swa])
+            rope[swa] = cllm_rope_table(ctx, io->pos, NULL, hp->n_rot, base, fscale, NULL);
+        q = cllm_rope_tab(ctx, q, rope[swa], hp->rope_mode);
+        k = cllm_rope_tab(ctx, k, rope[swa], hp->rope_mode);
 
         cllm_tensor *a = cllm_build_attention(args, swa ? &swa_io : io, l, q, k, v, hp->attn_scale);
         x = cllm_add(ctx, x, norm(ctx, cllm_mul_mat(ctx, L->wo, a), L->attn_post_norm, eps));

@@ -235,6 +235,10 @@ static cllm_tensor *llama_build(const cllm_build_args *args, cllm_graph_io *io) 
     cllm_tensor *x = cllm_build_stage_in(args, io);          /* a later stage of a pipeline */
     if (!x) x = cllm_get_rows(ctx, w->tok_embd, io->tokens); /* [n_embd, T] */
 
+    /* every layer's q and k turn by the same angles: computed once */
+    cllm_tensor *rope = cllm_rope_table(ctx, io->pos, ff, hp->n_rot, hp->rope_freq_base,
+                                        hp->rope_freq_scale, &hp->rope_yarn);
+
     const int l_end = cllm_build_layer_end(args);
     for (int l = args->layer_begin; l < l_end; l++) {
         const cllm_layer_weights *L = &w->layers[l];
@@ -260,10 +264,8 @@ static cllm_tensor *llama_build(const cllm_build_args *args, cllm_graph_io *io) 
         }
         if (L->attn_q_norm) q = cllm_mul(ctx, cllm_rms_norm(ctx, q, hp->norm_eps), L->attn_q_norm);
         if (L->attn_k_norm) k = cllm_mul(ctx, cllm_rms_norm(ctx, k, hp->norm_eps), L->attn_k_norm);
-        q = cllm_rope_ext(ctx, q, io->pos, ff, hp->n_rot, hp->rope_mode, hp->rope_freq_base,
-                          hp->rope_freq_scale, &hp->rope_yarn);
-        k = cllm_rope_ext(ctx, k, io->pos, ff, hp->n_rot, hp->rope_mode, hp->rope_freq_base,
-                          hp->rope_freq_scale, &hp->rope_yarn);
+        q = cllm_rope_tab(ctx, q, rope, hp->rope_mode);
+        k = cllm_rope_tab(ctx, k, rope, hp->rope_mode);
 
         cllm_tensor *a = cllm_build_attention(args, io, l, q, k, v, scale);
         x = cllm_add(ctx, x, linear(ctx, L->wo, L->bo, a));

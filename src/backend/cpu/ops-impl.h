@@ -149,6 +149,7 @@ void cllm_cpu_soft_max(const cllm_cpu_params *params, cllm_tensor *dst);
 /* ops-rope.c */
 size_t cllm_cpu_rope_workspace(const cllm_tensor *dst, int n_threads);
 void cllm_cpu_rope(const cllm_cpu_params *params, cllm_tensor *dst);
+void cllm_cpu_rope_table(const cllm_cpu_params *params, cllm_tensor *dst);
 
 /* ops-matmul.c */
 bool cllm_cpu_mul_mat_supported(const cllm_tensor *dst);

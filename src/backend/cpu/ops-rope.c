@@ -12,14 +12,18 @@
  *   x[j] for j >= n_dims passes through (partial rotary).
  *
  * Angles are computed in double once per token into a per-thread table
- * (cos, sin: n_dims floats of workspace). dst: F32, contiguous, possibly a's
- * own memory: each pair is read before it is written, by one thread.
+ * (cos, sin: n_dims floats of workspace), or taken from the rows of a
+ * rope_table node (src[1] F32 [n_dims, n_tokens] instead of the positions),
+ * which computes the same rows once for every rope node of the graph. dst:
+ * F32, contiguous, possibly a's own memory: each pair is read before it is
+ * written, by one thread.
  */
 #include "backend/cpu/ops-impl.h"
 
 #include <math.h>
 
 size_t cllm_cpu_rope_workspace(const cllm_tensor *dst, int n_threads) {
+    if (dst->src[1]->type == CLLM_TYPE_F32) return 0; /* the rows of a rope_table */
     const int n_dims = cllm_get_op_param_i32(dst, 0);
     return (size_t)n_threads * cllm_cpu_ws_round((size_t)n_dims * sizeof(float));
 }
@@ -68,26 +72,50 @@ static void rope_table(float *cs, int n_dims, int32_t p, double base, double sca
     }
 }
 
+void cllm_cpu_rope_table(const cllm_cpu_params *params, cllm_tensor *dst) {
+    const cllm_tensor *pos = dst->src[0], *ff = dst->src[1];
+    const int n_dims = cllm_get_op_param_i32(dst, 0);
+    const double base = cllm_get_op_param_f32(dst, 2);
+    const double scale = cllm_get_op_param_f32(dst, 3);
+    const rope_yarn yarn = yarn_of(dst, n_dims, base, scale);
+    int64_t t0, t1;
+    cllm_cpu_split(dst->ne[1], params->ith, params->nth, &t0, &t1);
+    for (int64_t t = t0; t < t1; t++) {
+        int32_t p;
+        memcpy(&p, cllm_cpu_elem(pos, t, 0, 0, 0), sizeof(p));
+        rope_table((float *)cllm_cpu_elem(dst, 0, t, 0, 0), n_dims, p, base, scale, ff, &yarn);
+    }
+}
+
 void cllm_cpu_rope(const cllm_cpu_params *params, cllm_tensor *dst) {
     const cllm_tensor *a = dst->src[0], *pos = dst->src[1], *ff = dst->src[2];
     const int n_dims = cllm_get_op_param_i32(dst, 0);
     const int mode = cllm_get_op_param_i32(dst, 1);
-    const double base = cllm_get_op_param_f32(dst, 2);
-    const double scale = cllm_get_op_param_f32(dst, 3);
     const int64_t head_dim = dst->ne[0], ne1 = dst->ne[1], ne2 = dst->ne[2];
     const int half = n_dims / 2;
-    const rope_yarn yarn = yarn_of(dst, n_dims, base, scale);
-
-    const size_t slice = cllm_cpu_ws_round((size_t)n_dims * sizeof(float));
-    float *cs = cllm_cpu_ws(params, dst, (size_t)params->ith * slice, slice);
-    const float *cos_t = cs, *sin_t = cs + half;
+    /* the rotations of each token: a rope_table's rows, or computed here */
+    const bool tabled = pos->type == CLLM_TYPE_F32;
+    double base = 0.0, scale = 0.0;
+    rope_yarn yarn = {0};
+    float *cs = NULL;
+    if (!tabled) {
+        base = cllm_get_op_param_f32(dst, 2);
+        scale = cllm_get_op_param_f32(dst, 3);
+        yarn = yarn_of(dst, n_dims, base, scale);
+        const size_t slice = cllm_cpu_ws_round((size_t)n_dims * sizeof(float));
+        cs = cllm_cpu_ws(params, dst, (size_t)params->ith * slice, slice);
+    }
+    const float *cos_t = cs, *sin_t = cs ? cs + half : NULL;
 
     int64_t r0, r1;
     cllm_cpu_split(cllm_nrows(dst), params->ith, params->nth, &r0, &r1);
     int64_t table_of = -1; /* the token (i2 + ne2 * i3) the table holds */
     for (int64_t r = r0; r < r1; r++) {
         const int64_t i1 = r % ne1, i2 = (r / ne1) % ne2, i3 = r / (ne1 * ne2);
-        if (table_of != r / ne1) {
+        if (tabled) {
+            cos_t = (const float *)cllm_cpu_elem(pos, 0, i2, 0, 0);
+            sin_t = cos_t + half;
+        } else if (table_of != r / ne1) {
             int32_t p;
             memcpy(&p, cllm_cpu_elem(pos, i2, 0, 0, 0), sizeof(p));
             rope_table(cs, n_dims, p, base, scale, ff, &yarn);

@@ -71,9 +71,16 @@ bool cllm_cpu_supports_op(const cllm_tensor *node) {
     case CLLM_OP_SOFT_MAX: return is_f32(node) && is_f32(a) && is_mask(b);
     case CLLM_OP_ROPE: {
         const int mode = cllm_get_op_param_i32(node, 1);
-        return is_f32(node) && is_f32(a) && is_i32(b) && (!node->src[2] || is_f32(node->src[2])) &&
+        /* b: the positions, or a rope_table's rows (one per token) */
+        const bool table = is_f32(b) && b->ne[0] == cllm_get_op_param_i32(node, 0) &&
+                           b->ne[1] == a->ne[2] && b->nb[0] == sizeof(float);
+        return is_f32(node) && is_f32(a) && (is_i32(b) || table) &&
+               (!node->src[2] || is_f32(node->src[2])) &&
                (mode == CLLM_ROPE_NORMAL || mode == CLLM_ROPE_NEOX);
     }
+    case CLLM_OP_ROPE_TABLE:
+        return is_f32(node) && is_i32(a) && (!b || is_f32(b)) &&
+               node->ne[0] == cllm_get_op_param_i32(node, 0) && node->ne[0] % 2 == 0;
     case CLLM_OP_MUL_MAT: return is_f32(node) && a && is_f32(b) && cllm_cpu_mul_mat_supported(node);
     case CLLM_OP_ATTN:
         return is_f32(node) && is_f32(a) && is_float(b) && is_float(node->src[2]) &&
@@ -111,6 +118,7 @@ void cllm_cpu_compute_forward(const cllm_cpu_params *params, cllm_tensor *node) 
     case CLLM_OP_NORM: cllm_cpu_norm(params, node); break;
     case CLLM_OP_SOFT_MAX: cllm_cpu_soft_max(params, node); break;
     case CLLM_OP_ROPE: cllm_cpu_rope(params, node); break;
+    case CLLM_OP_ROPE_TABLE: cllm_cpu_rope_table(params, node); break;
     case CLLM_OP_MUL_MAT: cllm_cpu_mul_mat(params, node); break;
     case CLLM_OP_ATTN: cllm_cpu_attn(params, node); break;
     case CLLM_OP_NONE:

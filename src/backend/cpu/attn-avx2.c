@@ -116,6 +116,34 @@ AY_INLINE void ay_scores_rows(int nr, const float *q0, const float *q1, cllm_typ
     }
 }
 
+/* The weighted values of a block's nk keys (vf: their rows, Dv apart)
+ * added into 8 nv elements of nr (1 or 2) rows' accumulators, first scaled
+ * by the rows' softmax corrections c0, c1; pw holds the weights, KB apart.
+ * nv is a constant where it is called (4, then 1 for the rest), so the
+ * accumulators stay in registers: with nv computed per call they lived on
+ * the stack, every FMA waited on a store, and their last store became a
+ * memcpy (rep movsq: a tenth of the kernel's time in a SmolLM2 prompt). */
+AY_INLINE void ay_values(int nr, int nv, float *acc0, float *acc1, __m256 c0, __m256 c1,
+                         const float *pw, const float *vf, int64_t Dv, int64_t nk) {
+    __m256 a0[4], a1[4];
+    for (int x = 0; x < nv; x++) {
+        a0[x] = _mm256_mul_ps(_mm256_loadu_ps(acc0 + 8 * x), c0);
+        a1[x] = nr == 2 ? _mm256_mul_ps(_mm256_loadu_ps(acc1 + 8 * x), c1) : a0[x];
+    }
+    for (int64_t jj = 0; jj < nk; jj++) {
+        const __m256 w0 = _mm256_set1_ps(pw[jj]), w1 = _mm256_set1_ps(pw[KB + jj]);
+        for (int x = 0; x < nv; x++) {
+            const __m256 vv = _mm256_loadu_ps(vf + jj * Dv + 8 * x);
+            a0[x] = _mm256_fmadd_ps(w0, vv, a0[x]);
+            if (nr == 2) a1[x] = _mm256_fmadd_ps(w1, vv, a1[x]);
+        }
+    }
+    for (int x = 0; x < nv; x++) {
+        _mm256_storeu_ps(acc0 + 8 * x, a0[x]);
+        if (nr == 2) _mm256_storeu_ps(acc1 + 8 * x, a1[x]);
+    }
+}
+
 /* Folds one key block into nr (1 or 2) query rows: the scores, as FMAs over
  * d on the transposed keys kt or, without kt, from the cache rows kr
  * (ay_scores_rows), the mask, the online softmax update, the weighted
@@ -174,26 +202,9 @@ AY_INLINE void ay_rows(int nr, const cllm_attn_unit *u, const int64_t *rows, con
     }
     float *acc0 = u->acc + rows[0] * Dv, *acc1 = u->acc + rows[nr - 1] * Dv;
     const __m256 c0 = _mm256_set1_ps(cf[0]), c1 = _mm256_set1_ps(cf[nr - 1]);
-    for (int64_t i = 0; i < Dv; i += 32) {
-        const int nv = (int)CLLM_MIN((int64_t)4, (Dv - i) / 8);
-        __m256 a0[4], a1[4];
-        for (int x = 0; x < nv; x++) {
-            a0[x] = _mm256_mul_ps(_mm256_loadu_ps(acc0 + i + 8 * x), c0);
-            if (nr == 2) a1[x] = _mm256_mul_ps(_mm256_loadu_ps(acc1 + i + 8 * x), c1);
-        }
-        for (int64_t jj = 0; jj < nk; jj++) {
-            const __m256 w0 = _mm256_set1_ps(pw[jj]), w1 = _mm256_set1_ps(pw[KB + jj]);
-            for (int x = 0; x < nv; x++) {
-                const __m256 vv = _mm256_loadu_ps(vf + jj * Dv + i + 8 * x);
-                a0[x] = _mm256_fmadd_ps(w0, vv, a0[x]);
-                if (nr == 2) a1[x] = _mm256_fmadd_ps(w1, vv, a1[x]);
-            }
-        }
-        for (int x = 0; x < nv; x++) {
-            _mm256_storeu_ps(acc0 + i + 8 * x, a0[x]);
-            if (nr == 2) _mm256_storeu_ps(acc1 + i + 8 * x, a1[x]);
-        }
-    }
+    int64_t i = 0;
+    for (; i + 32 <= Dv; i += 32) ay_values(nr, 4, acc0 + i, acc1 + i, c0, c1, pw, vf + i, Dv, nk);
+    for (; i < Dv; i += 8) ay_values(nr, 1, acc0 + i, acc1 + i, c0, c1, pw, vf + i, Dv, nk);
 }
 
 /* Row j of kv head g of F16 cache t, n elements (a multiple of 8), as F32. */

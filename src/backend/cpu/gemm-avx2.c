@@ -352,24 +352,42 @@ void cllm_cpu_gemv_quantize_avx2(cllm_type type, const float *x, void *act, int6
     }
 }
 
-/* ---- packing: Q4_0, Q4_1 and Q8_0 --------------------------------------------------
+/* ---- packing: Q4_0, Q4_1, Q5_0, Q5_1 and Q8_0 --------------------------------------
  * The portable packer decodes each block into bytes and floats one row at a
  * time and scatters 4 bytes at a time: an 8-token prompt of SmolLM2 (Q4_1)
  * spent 69 % of its time there, 16 % in the kernel. Here 8 rows' blocks
  * are unpacked into registers (32 unsigned bytes each, in element order)
  * and transposed as 8 x 8 dwords, so each 32-byte store fills 8 rows of a
  * panel line; the scales are converted 8 at a time. The same bytes as the
- * portable packer (test_kernels compares them). */
+ * portable packer (test_kernels compares them). (Q5_0 and Q5_1 went through
+ * the portable packer: 6 % of Gemma 3 270M's pp512, whose rows of 640 are
+ * no multiple of 256, so its Q4_K_M file holds Q5_0 where K-quants do not
+ * fit.) */
 
 /* 32 unsigned bytes of the block at blk, in element order (gemm.c's
- * decoders: nibbles low then high; Q8_0 biased by 128). */
+ * decoders: nibbles low then high, Q5's fifth bits above them; Q8_0 biased
+ * by 128). */
 GY_INLINE __m256i gy_pack_u(cllm_type type, const char *blk) {
     if (type == CLLM_TYPE_Q8_0) {
         return _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(blk + 2)),
                                 _mm256_set1_epi8((char)0x80));
     }
-    const __m128i v = _mm_loadu_si128((const __m128i *)(blk + (type == CLLM_TYPE_Q4_1 ? 4 : 2)));
-    return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(v, 4), v), _mm256_set1_epi8(0x0F));
+    const bool q5 = type == CLLM_TYPE_Q5_0 || type == CLLM_TYPE_Q5_1;
+    /* where the nibbles start: after d (and m), and Q5's 4 bytes of fifth bits */
+    const size_t qs = (type == CLLM_TYPE_Q4_1 || type == CLLM_TYPE_Q5_1 ? 4 : 2) + (q5 ? 4 : 0);
+    const __m128i v = _mm_loadu_si128((const __m128i *)(blk + qs));
+    __m256i u = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(v, 4), v), _mm256_set1_epi8(0x0F));
+    if (q5) { /* byte j gets bit j of qh (the 4 bytes before qs) as 0x10 */
+        int32_t qh;
+        memcpy(&qh, blk + qs - 4, 4);
+        const __m256i idx = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2,
+                                             2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
+        const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ULL);
+        const __m256i hb = _mm256_shuffle_epi8(_mm256_set1_epi32(qh), idx);
+        const __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(hb, bit), bit);
+        u = _mm256_or_si256(u, _mm256_and_si256(set, _mm256_set1_epi8(0x10)));
+    }
+    return u;
 }
 
 bool cllm_cpu_gemm_pack_avx2(cllm_type type, const void *a, size_t stride, int nrows, int64_t K,
@@ -378,10 +396,12 @@ bool cllm_cpu_gemm_pack_avx2(cllm_type type, const void *a, size_t stride, int n
     switch (type) {
     case CLLM_TYPE_Q4_0: bsz = sizeof(cllm_block_q4_0); break;
     case CLLM_TYPE_Q4_1: bsz = sizeof(cllm_block_q4_1); break;
+    case CLLM_TYPE_Q5_0: bsz = sizeof(cllm_block_q5_0); break;
+    case CLLM_TYPE_Q5_1: bsz = sizeof(cllm_block_q5_1); break;
     case CLLM_TYPE_Q8_0: bsz = sizeof(cllm_block_q8_0); break;
     default: return false;
     }
-    const bool off = type == CLLM_TYPE_Q4_1;
+    const bool off = type == CLLM_TYPE_Q4_1 || type == CLLM_TYPE_Q5_1;
     const int64_t nb = K / 32;
     /* the next 16 rows (mul_mat packs them next), into L2 as one stream
      * along with these: read block by block, 16 rows are 16 streams that

@@ -169,6 +169,9 @@ void cllm_cpu_silu_row_avx2(int64_t n, float *y, const float *x);
  * calls it too (a row of a few thousand elements; one token's runs on one
  * thread). */
 void cllm_cpu_gelu_row_avx2(int64_t n, float *y, const float *x);
+/* The sum of x[i]^2 in double, 16 partial sums (rms_norm's row; AVX2 and
+ * above). */
+double cllm_cpu_sumsq_avx2(int64_t n, const float *x);
 /* GELU's constants: sqrt(2 / pi), and the cubic term's. */
 #define CLLM_GELU_COEF_A 0.7978845608028654f
 #define CLLM_GELU_COEF_B 0.044715f

@@ -56,6 +56,26 @@ void cllm_cpu_gelu_row_avx2(int64_t n, float *y, const float *x) {
     }
 }
 
+/* The sum of x[i]^2 in double: 16 partial sums (4 accumulators of 4
+ * lanes), added up at the end, so the row is not one chain of dependent
+ * double adds (4 cycles an element). */
+double cllm_cpu_sumsq_avx2(int64_t n, const float *x) {
+    __m256d a[4] = {_mm256_setzero_pd(), _mm256_setzero_pd(), _mm256_setzero_pd(),
+                    _mm256_setzero_pd()};
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        for (int k = 0; k < 4; k++) {
+            const __m256d v = _mm256_cvtps_pd(_mm_loadu_ps(x + i + 4 * k));
+            a[k] = _mm256_fmadd_pd(v, v, a[k]);
+        }
+    }
+    const __m256d t = _mm256_add_pd(_mm256_add_pd(a[0], a[1]), _mm256_add_pd(a[2], a[3]));
+    const __m128d h = _mm_add_pd(_mm256_castpd256_pd128(t), _mm256_extractf128_pd(t, 1));
+    double sum = _mm_cvtsd_f64(_mm_add_sd(h, _mm_unpackhi_pd(h, h)));
+    for (; i < n; i++) sum += (double)x[i] * (double)x[i];
+    return sum;
+}
+
 /* y[i] = x[i] as F16, rounded to nearest even (vcvtps2ph): the values of
  * cllm_fp32_to_fp16, and a NaN stays a NaN. */
 void cllm_cpu_f32_to_f16_row_avx2(int64_t n, cllm_fp16 *y, const float *x) {

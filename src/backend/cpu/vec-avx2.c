@@ -15,46 +15,42 @@
 
 #include "backend/cpu/vec-avx2.h"
 
-static inline __attribute__((always_inline)) __m256 silu8(__m256 v) {
-    const __m256 e = cllm_exp256(_mm256_sub_ps(_mm256_setzero_ps(), v));
-    return _mm256_div_ps(v, _mm256_add_ps(_mm256_set1_ps(1.0f), e));
+/* silu, x / (1 + e^-x), or GELU's tanh form, x/2 (1 + tanh(u)) with
+ * u = sqrt(2/pi) (x + 0.044715 x^3): the same shape, x / (1 + e^(-2u)),
+ * since (1 + tanh(u)) / 2 is the logistic of 2u, so one polynomial exp
+ * serves both (tanhf took about 30 ns per element). The exp clamps its
+ * argument: far below 0 the result is a tiny value of x's sign, far above
+ * it x. */
+static inline __attribute__((always_inline)) __m256 act8(bool gelu, __m256 v) {
+    __m256 nz; /* minus the logistic's argument */
+    if (gelu) {
+        const __m256 v2 = _mm256_mul_ps(v, v);
+        const __m256 u = _mm256_mul_ps(
+            _mm256_mul_ps(_mm256_set1_ps(CLLM_GELU_COEF_A), v),
+            _mm256_fmadd_ps(_mm256_set1_ps(CLLM_GELU_COEF_B), v2, _mm256_set1_ps(1.0f)));
+        nz = _mm256_mul_ps(_mm256_set1_ps(-2.0f), u);
+    } else {
+        nz = _mm256_sub_ps(_mm256_setzero_ps(), v);
+    }
+    return _mm256_div_ps(v, _mm256_add_ps(_mm256_set1_ps(1.0f), cllm_exp256(nz)));
 }
 
-/* y = x / (1 + e^-x); y may be x. */
-void cllm_cpu_silu_row_avx2(int64_t n, float *y, const float *x) {
+/* y = act8(x) 8 at a time, the tail through masked loads and stores; y may
+ * be x. */
+static inline __attribute__((always_inline)) void act_row(bool gelu, int64_t n, float *y,
+                                                          const float *x) {
     int64_t i = 0;
-    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, silu8(_mm256_loadu_ps(x + i)));
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, act8(gelu, _mm256_loadu_ps(x + i)));
     if (i < n) {
         const __m256i m = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)(n - i)),
                                              _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-        _mm256_maskstore_ps(y + i, m, silu8(_mm256_maskload_ps(x + i, m)));
+        _mm256_maskstore_ps(y + i, m, act8(gelu, _mm256_maskload_ps(x + i, m)));
     }
 }
 
-/* GELU's tanh form, x/2 (1 + tanh(u)) with u = sqrt(2/pi) (x + 0.044715 x^3),
- * written as x / (1 + e^(-2u)) (the same function: (1 + tanh(u)) / 2 is the
- * logistic of 2u), so one polynomial exp serves where tanhf took about 30 ns
- * per element. The exp clamps its argument: far below 0 the result is a
- * tiny value of x's sign, far above it x. */
-static inline __attribute__((always_inline)) __m256 gelu8(__m256 v) {
-    const __m256 v2 = _mm256_mul_ps(v, v);
-    const __m256 u =
-        _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(CLLM_GELU_COEF_A), v),
-                      _mm256_fmadd_ps(_mm256_set1_ps(CLLM_GELU_COEF_B), v2, _mm256_set1_ps(1.0f)));
-    const __m256 e = cllm_exp256(_mm256_mul_ps(_mm256_set1_ps(-2.0f), u));
-    return _mm256_div_ps(v, _mm256_add_ps(_mm256_set1_ps(1.0f), e));
-}
+void cllm_cpu_silu_row_avx2(int64_t n, float *y, const float *x) { act_row(false, n, y, x); }
 
-/* y = GELU(x), tanh form; y may be x. */
-void cllm_cpu_gelu_row_avx2(int64_t n, float *y, const float *x) {
-    int64_t i = 0;
-    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, gelu8(_mm256_loadu_ps(x + i)));
-    if (i < n) {
-        const __m256i m = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)(n - i)),
-                                             _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-        _mm256_maskstore_ps(y + i, m, gelu8(_mm256_maskload_ps(x + i, m)));
-    }
-}
+void cllm_cpu_gelu_row_avx2(int64_t n, float *y, const float *x) { act_row(true, n, y, x); }
 
 /* The sum of x[i]^2 in double: 16 partial sums (4 accumulators of 4
  * lanes), added up at the end, so the row is not one chain of dependent

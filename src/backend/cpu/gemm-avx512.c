@@ -577,7 +577,10 @@ bool cllm_cpu_gemm_pack_avx512(cllm_type type, const void *a, size_t stride, int
         float sc[8][16], mn[8][16];
         gz_prefetch_rows(blk + GZ_PACK_PF, stride, nrows);
         gz_prefetch_rows(blk + GZ_PACK_PF + 64, stride, nrows);
-        const __m512 d = gz_gather_f16(rows, blk, m), dmin = gz_gather_f16(rows, blk + 2, m);
+        const __m512 d = gz_gather_f16(rows, blk, m);
+        /* -dmin by its sign bit, as the portable packer's -dmin * mn (0 - dmin
+         * gave +0 where that gives -0: other panel bytes); absent rows 0 */
+        const __m512 ndmin = _mm512_xor_ps(gz_gather_f16(rows, blk + 2, m), _mm512_set1_ps(-0.0f));
         for (int r = 0; r < 16; r++) {
             const uint8_t *scales = (const uint8_t *)(src + (size_t)r * stride + sb * 144 + 4);
             for (int s = 0; s < 8; s++) {
@@ -597,8 +600,8 @@ bool cllm_cpu_gemm_pack_avx512(cllm_type type, const void *a, size_t stride, int
             for (int h = 0; h < 2; h++) {
                 char *ps = (h ? p1 : p0) + 8 * 64;
                 _mm512_storeu_ps(ps, _mm512_mul_ps(d, _mm512_loadu_ps(sc[2 * c + h])));
-                _mm512_storeu_ps(ps + 64, _mm512_mul_ps(_mm512_sub_ps(_mm512_setzero_ps(), dmin),
-                                                        _mm512_loadu_ps(mn[2 * c + h])));
+                _mm512_storeu_ps(ps + 64,
+                                 _mm512_maskz_mul_ps(m, ndmin, _mm512_loadu_ps(mn[2 * c + h])));
             }
         }
         p += 8 * (8 * 64 + 128);

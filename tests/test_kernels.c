@@ -703,7 +703,7 @@ static void test_gemm_f(cllm_type t) {
  * partial and unpaired groups. */
 static void test_gemv_n(cllm_type t) {
     const int64_t qk = cllm_type_traits_of(t)->blck_size;
-    const int64_t lens[] = {1, 3, 4, 5, 8, 12, 18};
+    const int64_t lens[] = {1, 3, 4, 5, 8, 12, 18, 67};
     enum { NC = 6 };
     for (size_t li = 0; li < CLLM_ARRAY_SIZE(lens); li++) {
         const int64_t n = lens[li] * qk;
@@ -743,7 +743,7 @@ static void test_gemv_n(cllm_type t) {
  * and unpaired groups. */
 static void test_gemv_rows(cllm_type t) {
     const int64_t qk = cllm_type_traits_of(t)->blck_size;
-    const int64_t lens[] = {1, 3, 4, 5, 18};
+    const int64_t lens[] = {1, 3, 4, 5, 18, 67};
     enum { NR = 5, NC = 6, LDO = 8 };
     for (size_t li = 0; li < CLLM_ARRAY_SIZE(lens); li++) {
         const int64_t n = lens[li] * qk;
@@ -819,7 +819,7 @@ static void test_gemv(cllm_type t) {
     const int64_t qk = tt->blck_size;
     const bool fast = cllm_cpu_gemv_available(t, qk);
     CHECK(!cllm_cpu_gemv_available(t, qk / 2));
-    const int64_t lens[] = {1, 2, 3, 4, 5, 7, 8, 18, 64};
+    const int64_t lens[] = {1, 2, 3, 4, 5, 7, 8, 18, 64, 67};
     for (size_t li = 0; li < CLLM_ARRAY_SIZE(lens); li++) {
         const int64_t n = lens[li] * qk;
         const size_t wbytes = cllm_row_size(t, n);
@@ -861,13 +861,15 @@ static void test_gemv(cllm_type t) {
     test_gemv_rows(t);
 }
 
-/* The AVX-512 level's 256-bit one-column kernel is the AVX2 one with
- * vpdpbusd for vpmaddubsw + vpmaddwd: the same integer sums and float
- * steps, so the same results bit for bit (and each is checked against the
- * exact sum by test_gemv, with cllm_cpu_set_prefer_256 choosing it). */
+/* The AVX-512 level's 256-bit one-column kernel (Q4_0, Q4_1, Q8_0) is the
+ * AVX2 one with vpdpbusd for vpmaddubsw + vpmaddwd: the same integer sums
+ * and float steps, so the same results bit for bit (and each is checked
+ * against the exact sum by test_gemv, with cllm_cpu_set_prefer_256 choosing
+ * it for every length; without it, rows of 2,048 elements and more, 64 and
+ * 67 blocks here, go through the 512-bit kernel). */
 static void test_gemv_256(cllm_type t) {
-    if (t != CLLM_TYPE_Q4_0 && t != CLLM_TYPE_Q4_1) return;
-    const int64_t lens[] = {1, 2, 3, 4, 5, 7, 8, 18, 64};
+    if (t != CLLM_TYPE_Q4_0 && t != CLLM_TYPE_Q4_1 && t != CLLM_TYPE_Q8_0) return;
+    const int64_t lens[] = {1, 2, 3, 4, 5, 7, 8, 18, 64, 67};
     for (size_t li = 0; li < CLLM_ARRAY_SIZE(lens); li++) {
         const int64_t n = lens[li] * 32;
         const size_t wbytes = cllm_row_size(t, n), abytes = cllm_cpu_gemv_act_size(t, n);

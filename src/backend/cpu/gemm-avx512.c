@@ -457,6 +457,14 @@ void cllm_cpu_gemv_avx512vl(cllm_type type, int64_t K, const void *row, const vo
     gv_gemv_type(type, K, row, act, 0, 1, out, 0);
 }
 
+void cllm_cpu_gemv_rows_avx512vl(cllm_type type, int64_t K, const void *row, size_t row_stride,
+                                 int nr, const void *act, size_t act_stride, int nc,
+                                 const void *cols, size_t cols_stride, float *out,
+                                 size_t out_stride) {
+    gv_gemv_rows_type(type, K, row, row_stride, nr, act, act_stride, nc, cols, cols_stride, out,
+                      out_stride);
+}
+
 void cllm_cpu_gemv_avx512(cllm_type type, int64_t K, const void *row, const void *act, float *out) {
     if (type == CLLM_TYPE_Q4_K) {
         gz_gemv_q4k(K, row, act, out);

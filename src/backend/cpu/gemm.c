@@ -434,8 +434,8 @@ void cllm_cpu_gemm_f(int64_t K, const float *panel, const float *cols, size_t gr
 #define GEMV_K_SB 288 /* Q4_K: bytes per super-block */
 
 bool cllm_cpu_gemv_available(cllm_type type, int64_t K) {
-    if (type == CLLM_TYPE_Q8_0) /* (no AVX-512 kernel: the kernels plan there) */
-        return K > 0 && K % 32 == 0 && cllm_cpu_isa_level() == CLLM_CPU_ISA_AVX2;
+    if (type == CLLM_TYPE_Q8_0) /* (256-bit kernels at both levels) */
+        return K > 0 && K % 32 == 0 && cllm_cpu_isa_level() >= CLLM_CPU_ISA_AVX2;
     const bool ok = ((type == CLLM_TYPE_Q4_0 || type == CLLM_TYPE_Q4_1) && K % 32 == 0) ||
                     (type == CLLM_TYPE_Q4_K && K % 256 == 0);
     return ok && K > 0 && cllm_cpu_isa_level() >= CLLM_CPU_ISA_AVX2;
@@ -468,7 +468,8 @@ static void gemv_quantize_q4_k(const float *x, void *act, int64_t K) {
 
 void cllm_cpu_gemv_quantize(cllm_type type, const float *x, void *act, int64_t K) {
 #if defined(__x86_64__) || defined(__i386__)
-    if (cllm_cpu_isa_level() >= CLLM_CPU_ISA_AVX512 && cllm_cpu_gemv_available(type, K)) {
+    if (cllm_cpu_isa_level() >= CLLM_CPU_ISA_AVX512 && cllm_cpu_gemv_available(type, K) &&
+        type != CLLM_TYPE_Q8_0) { /* (Q8_0: the AVX2 level's, below) */
         cllm_cpu_gemv_quantize_avx512(type, x, act, K);
         return;
     }
@@ -625,14 +626,27 @@ void cllm_cpu_gemv_ref(cllm_type type, int64_t K, const void *row, const void *a
     *out = acc;
 }
 
-/* The AVX-512 level's Q4_0 / Q4_1 kernels at 256 bits (cllm_cpu_prefer_256). */
-static bool gemv_ymm(cllm_type type) { return type != CLLM_TYPE_Q4_K && cllm_cpu_prefer_256(); }
+/* The AVX-512 level's kernels at 256 bits (gemv-x86.h with vpdpbusd): Q8_0
+ * always (it has no 512-bit one), Q4_0 / Q4_1 where 512-bit operations run
+ * as two halves (cllm_cpu_prefer_256) and for rows shorter than
+ * GEMV_ZMM_MIN_K. The 512-bit kernel pays per row (index vectors, a masked
+ * last group, a 16-lane reduction) what the 256-bit one spreads over two
+ * rows: on an AMD Zen 5 (full-width AVX-512), 1 thread, SmolLM2-135M Q4_1
+ * (rows of 576 and 1,536) generated 161-163 tokens/s with the 512-bit kernel
+ * and 257-283 with the 256-bit one (its Q8_0 head too), while TinyLlama Q4_0
+ * (rows of 2,048 and 5,632) ran 48-50 against 45-47. */
+#define GEMV_ZMM_MIN_K 2048
+static bool gemv_ymm(cllm_type type, int64_t K) {
+    if (type == CLLM_TYPE_Q8_0) return true;
+    if (type == CLLM_TYPE_Q4_K) return false;
+    return cllm_cpu_prefer_256() || K < GEMV_ZMM_MIN_K;
+}
 
 cllm_gemv_fn cllm_cpu_gemv_kernel(cllm_type type, int64_t K) {
 #if defined(__x86_64__) || defined(__i386__)
     if (cllm_cpu_gemv_available(type, K)) {
         if (cllm_cpu_isa_level() < CLLM_CPU_ISA_AVX512) return cllm_cpu_gemv_avx2;
-        return gemv_ymm(type) ? cllm_cpu_gemv_avx512vl : cllm_cpu_gemv_avx512;
+        return gemv_ymm(type, K) ? cllm_cpu_gemv_avx512vl : cllm_cpu_gemv_avx512;
     }
 #endif
     (void)type, (void)K;
@@ -659,7 +673,7 @@ cllm_gemv_n_fn cllm_cpu_gemv_n_kernel(cllm_type type, int64_t K) {
         if (cllm_cpu_isa_level() < CLLM_CPU_ISA_AVX512) {
             return cllm_cpu_gemv_n_avx2;
         }
-        return gemv_ymm(type) ? cllm_cpu_gemv_n_avx512vl : cllm_cpu_gemv_n_avx512;
+        return gemv_ymm(type, K) ? cllm_cpu_gemv_n_avx512vl : cllm_cpu_gemv_n_avx512;
     }
 #endif
     (void)type, (void)K;
@@ -719,11 +733,17 @@ void cllm_cpu_gemv_rows(cllm_type type, int64_t K, const void *row, size_t row_s
                         const void *act, size_t act_stride, int nc, const void *cols,
                         size_t cols_stride, float *out, size_t out_stride) {
 #if defined(__x86_64__) || defined(__i386__)
-    if (type != CLLM_TYPE_Q4_K && cllm_cpu_gemv_available(type, K) &&
-        cllm_cpu_isa_level() < CLLM_CPU_ISA_AVX512) {
-        cllm_cpu_gemv_rows_avx2(type, K, row, row_stride, nr, act, act_stride, nc, cols,
-                                cols_stride, out, out_stride);
-        return;
+    if (type != CLLM_TYPE_Q4_K && cllm_cpu_gemv_available(type, K)) {
+        if (cllm_cpu_isa_level() < CLLM_CPU_ISA_AVX512) {
+            cllm_cpu_gemv_rows_avx2(type, K, row, row_stride, nr, act, act_stride, nc, cols,
+                                    cols_stride, out, out_stride);
+            return;
+        }
+        if (gemv_ymm(type, K)) {
+            cllm_cpu_gemv_rows_avx512vl(type, K, row, row_stride, nr, act, act_stride, nc, cols,
+                                        cols_stride, out, out_stride);
+            return;
+        }
     }
 #endif
     (void)cols, (void)cols_stride;

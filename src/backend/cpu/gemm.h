@@ -133,7 +133,7 @@ void cllm_cpu_gemm_avx2(const cllm_gemm_form *f, int64_t K, const void *panel, c
  * Per super-block: 4 vpdpbusd, the 6-bit scales unpacked with word
  * arithmetic, the mins against the sub-block sums.
  *
- * Q8_0 (the AVX2 level only): per pair of blocks b, b + 1, 64 bytes of
+ * Q8_0 (256-bit kernels at both levels): per pair of blocks b, b + 1, 64 bytes of
  * int8 quants: elements 0..15 of b, of b + 1, then 16..31 of b, of b + 1
  * (a lone last block: zeros for b + 1), so that a 32-byte load meets the
  * two blocks' weights in its two 128-bit lanes; then the K / 32 float
@@ -166,8 +166,8 @@ cllm_gemv_fn cllm_cpu_gemv_kernel(cllm_type type, int64_t K);
 void cllm_cpu_gemv_act_to_float(cllm_type type, const void *act, float *x, int64_t K);
 /* n columns against one row: out[c * out_stride] = dot(row, act + c *
  * act_stride) for c < n, each bit for bit what cllm_cpu_gemv gives it (the
- * AVX-512 kernel unpacks the row once for up to 4 columns: a step of
- * several sequences reads and unpacks the weights once). */
+ * kernels unpack the row once for up to 4 columns, Q4_K at the AVX2 level
+ * too: a step of several sequences reads and unpacks the weights once). */
 typedef void (*cllm_gemv_n_fn)(cllm_type type, int64_t K, const void *row, const void *act,
                                size_t act_stride, int n, float *out, size_t out_stride);
 cllm_gemv_n_fn cllm_cpu_gemv_n_kernel(cllm_type type, int64_t K);
@@ -194,10 +194,11 @@ void cllm_cpu_gemv_cols_pack(cllm_type type, int64_t K, const void *act, int c, 
 /* A tile: nr rows (row_stride bytes apart) x nc columns, out[r + c *
  * out_stride], each result bit for bit cllm_cpu_gemv's. cols: the packed
  * scales (cllm_cpu_gemv_cols_pack) of the tile's columns 0..3, the next 4
- * cols_stride bytes further, or NULL. At the AVX2 level one column of Q4_0
- * / Q4_1 goes two rows at a time, several columns (and Q8_0's) 4 at a time
- * with their scales from cols (gemv-x86.h); other levels and types run
- * their gemv_n kernel row by row. */
+ * cols_stride bytes further, or NULL. With the 256-bit kernels (the AVX2
+ * level; the AVX-512 level's Q8_0 and, mostly, Q4_0 / Q4_1) one column of
+ * Q4_0 / Q4_1 goes two rows at a time, several columns (and Q8_0's) 4 at a
+ * time with their scales from cols (gemv-x86.h); other kernels and types
+ * run their gemv_n kernel row by row. */
 void cllm_cpu_gemv_rows(cllm_type type, int64_t K, const void *row, size_t row_stride, int nr,
                         const void *act, size_t act_stride, int nc, const void *cols,
                         size_t cols_stride, float *out, size_t out_stride);
@@ -205,12 +206,18 @@ void cllm_cpu_gemv_rows(cllm_type type, int64_t K, const void *row, size_t row_s
 void cllm_cpu_gemv_rows_avx2(cllm_type type, int64_t K, const void *row, size_t row_stride, int nr,
                              const void *act, size_t act_stride, int nc, const void *cols,
                              size_t cols_stride, float *out, size_t out_stride);
-/* Q4_0 / Q4_1 at the AVX-512 level on 256-bit registers (gemv-x86.h: the
- * AVX2 kernel with vpdpbusd, equal to it bit for bit; 4 columns at once). */
+/* Q4_0 / Q4_1 / Q8_0 at the AVX-512 level on 256-bit registers (gemv-x86.h:
+ * the AVX2 kernels with vpdpbusd, equal to them bit for bit; 4 columns at
+ * once, one column two rows at a time). Which rows take them: gemv_ymm in
+ * gemm.c. */
 void cllm_cpu_gemv_avx512vl(cllm_type type, int64_t K, const void *row, const void *act,
                             float *out);
 void cllm_cpu_gemv_n_avx512vl(cllm_type type, int64_t K, const void *row, const void *act,
                               size_t act_stride, int n, float *out, size_t out_stride);
+void cllm_cpu_gemv_rows_avx512vl(cllm_type type, int64_t K, const void *row, size_t row_stride,
+                                 int nr, const void *act, size_t act_stride, int nc,
+                                 const void *cols, size_t cols_stride, float *out,
+                                 size_t out_stride);
 /* (which of the two widths the AVX-512 level uses: cllm_cpu_prefer_256, kernels.h) */
 void cllm_cpu_gemv_quantize_avx512(cllm_type type, const float *x, void *act, int64_t K);
 /* The same at the AVX2 level (Q4_0 / Q4_1 into a zeroed row; Q4_K; Q8_0). */

@@ -16,7 +16,7 @@
  *    copied into the workspace in the column groups the level's kernel
  *    prefers (cllm_cpu_gemm_f_group: AVX2).
  *  - gemv (one-column kernels, gemm.h; AVX2 and AVX-512, Q4_0 / Q4_1 /
- *    Q4_K, and Q8_0 at the AVX2 level; fewer columns: generation): b's rows
+ *    Q4_K / Q8_0; fewer columns: generation): b's rows
  *    in the kernel's activation form, the weight rows read in place.
  *  - kernels: a has contiguous rows and a dot product in the kernel dispatch
  *    (kernels.h) — every quantized type with vec_dot, and F32/F16/BF16 whose

@@ -344,6 +344,8 @@ static void check_smollm2(const char *model) {
     cli_free(&o);
 }
 
+#ifdef CLLM_HAVE_LIBEDIT /* (the terminal test needs line editing) */
+
 /* ---- a pseudo-terminal ---------------------------------------------------- */
 
 typedef struct pty_run {
@@ -470,6 +472,7 @@ static void check_terminal(const char *model) {
     json_free(s.doc);
     free(p);
 }
+#endif /* CLLM_HAVE_LIBEDIT */
 
 /* ---- seeds -------------------------------------------------------------- */
 

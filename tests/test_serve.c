@@ -886,22 +886,30 @@ static void check_smollm2(const char *model) {
  * timeout): the caller runs it again. */
 static bool check_queue_timeout(const char *model) {
     server s;
-    const char *args[] = {"-m",          model, "--parallel", "1", "-c",        "512",
+    const char *args[] = {"-m",          model, "--parallel", "1", "-c",        "4096",
                           "--max-queue", "1",   "--timeout",  "2", "--metrics", NULL};
     if (!server_start(&s, args)) {
         CHECKF(false, "the server did not start");
         return true;
     }
-    char *body = chat_body("Tell me a long story about a dragon.", NULL, NULL, 400, true);
+    /* A must outlast the timeout, and B, which gets the slot when A times
+     * out a moment before B's own deadline, must still be running at that
+     * deadline: long answers without an end token for both (a 400-token A
+     * took 1.6 s on a Zen 5, an 8-token B sometimes ended in time) */
+    const char *long_answer =
+        "{\"messages\": [{\"role\": \"user\", \"content\": \"Tell me a long story about a "
+        "dragon.\"}], \"temperature\": 0, \"max_tokens\": %d, \"ignore_eos\": true, "
+        "\"stream\": %s}";
+    char body[512];
+    snprintf(body, sizeof(body), long_answer, 4000, "true");
     const int a = send_request(s.port, "POST", "/v1/chat/completions", NULL, body, strlen(body));
-    free(body);
     /* A holds the only slot (not the queue) before B comes */
     bool running = false;
     for (double t0 = now_s(); now_s() - t0 < 5 && !running; usleep(20 * 1000)) {
         running = metric(s.port, "cllm_slots_busy ") == 1;
     }
     CHECK(a >= 0 && running);
-    body = chat_body("Say hello.", NULL, NULL, 8, false);
+    snprintf(body, sizeof(body), long_answer, 400, "false");
     const double t_b = now_s();
     const int b = send_request(s.port, "POST", "/v1/chat/completions", NULL, body, strlen(body));
     bool queued = false;
@@ -909,15 +917,17 @@ static bool check_queue_timeout(const char *model) {
         queued = metric(s.port, "cllm_queue_length ") == 1;
     }
     resp r = http(s.port, "POST", "/v1/chat/completions", body);
-    free(body);
     const bool in_time = now_s() - t_b < 1.5;
     if (in_time) {
         CHECK(queued);
         CHECK(is_error(&r, 503, "queue_full") && strstr(r.head, "Retry-After:"));
     }
     resp_free(&r);
-    /* both time out: the queued one with 504, the streamed one with an error event */
-    CHECK(read_response(b, &r) && is_error(&r, 504, "timeout"));
+    /* both time out: B with 504 (queued, then running from A's timeout on),
+     * the streamed A with an error event */
+    const bool got_b = read_response(b, &r);
+    CHECKF(got_b && is_error(&r, 504, "timeout"), "B: %d %s", got_b ? r.status : -1,
+           got_b && r.body ? r.body : "");
     resp_free(&r);
     CHECK(read_response(a, &r) && r.status == 200);
     sse ev;

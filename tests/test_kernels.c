@@ -865,7 +865,7 @@ static void test_gemv(cllm_type t) {
  * AVX2 one with vpdpbusd for vpmaddubsw + vpmaddwd: the same integer sums
  * and float steps, so the same results bit for bit (and each is checked
  * against the exact sum by test_gemv, with cllm_cpu_set_prefer_256 choosing
- * it for every length; without it, rows of 2,048 elements and more, 64 and
+ * it for every length; without it, rows of 1,024 elements and more, 64 and
  * 67 blocks here, go through the 512-bit kernel). */
 static void test_gemv_256(cllm_type t) {
     if (t != CLLM_TYPE_Q4_0 && t != CLLM_TYPE_Q4_1 && t != CLLM_TYPE_Q8_0) return;

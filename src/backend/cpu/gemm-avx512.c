@@ -283,6 +283,19 @@ bool cllm_cpu_gemm_f_pack_avx512(cllm_type type, const void *a, size_t stride, i
 
 /* ---- one column: Q4_0 / Q4_1 rows, 4 blocks per step (layout: gemm.h) ---------- */
 
+/* The word permutations of a group of 4 blocks (9 words each for Q4_0, 10
+ * for Q4_1; [q41]): the quants' 8 words of each block, each block's d in
+ * lanes 4i..4i+3, Q4_1's m the same. Tables: computed per call, they were
+ * about a hundred instructions and stack stores per row, as much as the
+ * work of a 576-element row. */
+#define GZ_W8(b) (b), (b) + 1, (b) + 2, (b) + 3, (b) + 4, (b) + 5, (b) + 6, (b) + 7
+#define GZ_W4(b) (b), (b), (b), (b)
+static const int16_t gz_qidx[2][32] = {{GZ_W8(1), GZ_W8(10), GZ_W8(19), GZ_W8(28)},
+                                       {GZ_W8(2), GZ_W8(12), GZ_W8(22), GZ_W8(32)}};
+static const int16_t gz_didx[2][32] = {{GZ_W4(0), GZ_W4(9), GZ_W4(18), GZ_W4(27)},
+                                       {GZ_W4(0), GZ_W4(10), GZ_W4(20), GZ_W4(30)}};
+static const int16_t gz_midx[32] = {GZ_W4(1), GZ_W4(11), GZ_W4(21), GZ_W4(31)};
+
 /* One group of 4 blocks (A, B: its bytes) against columns 0 .. nc - 1. */
 GZ_INLINE void gz_gemv_n_group(bool q41, int nc, __m512i A, __m512i B, const char *act,
                                size_t act_stride, size_t goff, __m512i qidx, __m512i didx,
@@ -315,17 +328,8 @@ GZ_INLINE void gz_gemv_n_group(bool q41, int nc, __m512i A, __m512i B, const cha
 GZ_INLINE void gz_gemv_n(bool q41, int nc, int64_t K, const char *row, const char *act,
                          size_t act_stride, float *out, size_t out_stride) {
     const int bw = q41 ? 10 : 9; /* words per block */
-    int16_t qi[32], di[32], mi[32];
-    for (int i = 0; i < 4; i++) {
-        for (int w = 0; w < 8; w++) qi[8 * i + w] = (int16_t)(bw * i + (q41 ? 2 : 1) + w);
-        for (int l = 0; l < 4; l++) {
-            di[4 * i + l] = (int16_t)(bw * i);
-            mi[4 * i + l] = (int16_t)(bw * i + 1);
-        }
-    }
-    for (int l = 16; l < 32; l++) di[l] = mi[l] = 0;
-    const __m512i qidx = _mm512_loadu_si512(qi), didx = _mm512_loadu_si512(di);
-    const __m512i midx = _mm512_loadu_si512(mi);
+    const __m512i qidx = _mm512_loadu_si512(gz_qidx[q41]), didx = _mm512_loadu_si512(gz_didx[q41]);
+    const __m512i midx = _mm512_loadu_si512(gz_midx);
     const size_t gb = (size_t)(2 * bw) * 4; /* bytes of 4 blocks */
     const int64_t nb = K / 32, ng = nb / 4;
     __m512 a0[4], a1[4], m0[4], m1[4];

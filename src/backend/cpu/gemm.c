@@ -629,13 +629,12 @@ void cllm_cpu_gemv_ref(cllm_type type, int64_t K, const void *row, const void *a
 /* The AVX-512 level's kernels at 256 bits (gemv-x86.h with vpdpbusd): Q8_0
  * always (it has no 512-bit one), Q4_0 / Q4_1 where 512-bit operations run
  * as two halves (cllm_cpu_prefer_256) and for rows shorter than
- * GEMV_ZMM_MIN_K. The 512-bit kernel pays per row (index vectors, a masked
- * last group, a 16-lane reduction) what the 256-bit one spreads over two
- * rows: on an AMD Zen 5 (full-width AVX-512), 1 thread, SmolLM2-135M Q4_1
- * (rows of 576 and 1,536) generated 161-163 tokens/s with the 512-bit kernel
- * and 257-283 with the 256-bit one (its Q8_0 head too), while TinyLlama Q4_0
- * (rows of 2,048 and 5,632) ran 48-50 against 45-47. */
-#define GEMV_ZMM_MIN_K 2048
+ * GEMV_ZMM_MIN_K, where taking two rows per column load pays. On an AMD
+ * Zen 5 (full-width AVX-512), 1 thread, SmolLM2-135M Q4_1 generated about
+ * 265-271 tokens/s with every row in the 512-bit kernel, 291-293 with its
+ * 576-element rows in the 256-bit one, and the same with its 1,536-element
+ * rows there too, where 4 sequences lost 3-5 % (574-580 against 590-609). */
+#define GEMV_ZMM_MIN_K 1024
 static bool gemv_ymm(cllm_type type, int64_t K) {
     if (type == CLLM_TYPE_Q8_0) return true;
     if (type == CLLM_TYPE_Q4_K) return false;

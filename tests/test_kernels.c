@@ -813,7 +813,8 @@ static void test_gemv_rows(cllm_type t) {
 }
 
 static void test_gemv(cllm_type t) {
-    if (t != CLLM_TYPE_Q4_0 && t != CLLM_TYPE_Q4_1 && t != CLLM_TYPE_Q4_K && t != CLLM_TYPE_Q8_0)
+    if (t != CLLM_TYPE_Q4_0 && t != CLLM_TYPE_Q4_1 && t != CLLM_TYPE_Q5_0 && t != CLLM_TYPE_Q4_K &&
+        t != CLLM_TYPE_Q8_0)
         return;
     const cllm_type_traits *tt = cllm_type_traits_of(t);
     const int64_t qk = tt->blck_size;
@@ -861,14 +862,15 @@ static void test_gemv(cllm_type t) {
     test_gemv_rows(t);
 }
 
-/* The AVX-512 level's 256-bit one-column kernel (Q4_0, Q4_1, Q8_0) is the
+/* The AVX-512 level's 256-bit one-column kernel (Q4_0, Q4_1, Q5_0, Q8_0) is the
  * AVX2 one with vpdpbusd for vpmaddubsw + vpmaddwd: the same integer sums
  * and float steps, so the same results bit for bit (and each is checked
  * against the exact sum by test_gemv, with cllm_cpu_set_prefer_256 choosing
  * it for every length; without it, rows of 1,024 elements and more, 64 and
  * 67 blocks here, go through the 512-bit kernel). */
 static void test_gemv_256(cllm_type t) {
-    if (t != CLLM_TYPE_Q4_0 && t != CLLM_TYPE_Q4_1 && t != CLLM_TYPE_Q8_0) return;
+    if (t != CLLM_TYPE_Q4_0 && t != CLLM_TYPE_Q4_1 && t != CLLM_TYPE_Q5_0 && t != CLLM_TYPE_Q8_0)
+        return;
     const int64_t lens[] = {1, 2, 3, 4, 5, 7, 8, 18, 64, 67};
     for (size_t li = 0; li < CLLM_ARRAY_SIZE(lens); li++) {
         const int64_t n = lens[li] * 32;

@@ -434,7 +434,7 @@ void cllm_cpu_gemm_f(int64_t K, const float *panel, const float *cols, size_t gr
 #define GEMV_K_SB 288 /* Q4_K: bytes per super-block */
 
 bool cllm_cpu_gemv_available(cllm_type type, int64_t K) {
-    if (type == CLLM_TYPE_Q8_0) /* (256-bit kernels at both levels) */
+    if (type == CLLM_TYPE_Q8_0 || type == CLLM_TYPE_Q5_0) /* (256-bit kernels at both levels) */
         return K > 0 && K % 32 == 0 && cllm_cpu_isa_level() >= CLLM_CPU_ISA_AVX2;
     const bool ok = ((type == CLLM_TYPE_Q4_0 || type == CLLM_TYPE_Q4_1) && K % 32 == 0) ||
                     (type == CLLM_TYPE_Q4_K && K % 256 == 0);
@@ -598,11 +598,18 @@ void cllm_cpu_gemv_ref(cllm_type type, int64_t K, const void *row, const void *a
         const char *g = (const char *)act + (size_t)(b / 4) * GEMV_GROUP;
         const int i = (int)(b % 4);
         const uint8_t *qs;
+        uint32_t qh = 0; /* Q5_0's fifth bits */
         float dw, mw = 0.0f;
         if (type == CLLM_TYPE_Q4_0) {
             const cllm_block_q4_0 *x = (const cllm_block_q4_0 *)row + b;
             qs = x->qs;
             dw = h2f(x->d);
+        } else if (type == CLLM_TYPE_Q5_0) { /* as Q4_1 with the min -16 d */
+            const cllm_block_q5_0 *x = (const cllm_block_q5_0 *)row + b;
+            qs = x->qs;
+            memcpy(&qh, x->qh, 4);
+            dw = h2f(x->d);
+            mw = -16.0f * dw;
         } else {
             const cllm_block_q4_1 *x = (const cllm_block_q4_1 *)row + b;
             qs = x->qs;
@@ -612,7 +619,9 @@ void cllm_cpu_gemv_ref(cllm_type type, int64_t K, const void *row, const void *a
         int32_t dot = 0, s = 0;
         for (int e = 0; e < 16; e++) {
             const int lo = (int8_t)g[16 * i + e], hi = (int8_t)g[64 + 16 * i + e];
-            dot += (qs[e] & 0xF) * lo + (qs[e] >> 4) * hi;
+            const int ul = (qs[e] & 0xF) | (int)((qh >> e) & 1) << 4;
+            const int uh = (qs[e] >> 4) | (int)((qh >> (e + 16)) & 1) << 4;
+            dot += ul * lo + uh * hi;
             s += lo + hi;
         }
         float da;
@@ -627,7 +636,7 @@ void cllm_cpu_gemv_ref(cllm_type type, int64_t K, const void *row, const void *a
 }
 
 /* The AVX-512 level's kernels at 256 bits (gemv-x86.h with vpdpbusd): Q8_0
- * always (it has no 512-bit one), Q4_0 / Q4_1 where 512-bit operations run
+ * and Q5_0 always (they have no 512-bit one), Q4_0 / Q4_1 where 512-bit operations run
  * as two halves (cllm_cpu_prefer_256) and for rows shorter than
  * GEMV_ZMM_MIN_K, where taking two rows per column load pays. On an AMD
  * Zen 5 (full-width AVX-512), 1 thread, SmolLM2-135M Q4_1 generated about
@@ -636,7 +645,7 @@ void cllm_cpu_gemv_ref(cllm_type type, int64_t K, const void *row, const void *a
  * rows there too, where 4 sequences lost 3-5 % (574-580 against 590-609). */
 #define GEMV_ZMM_MIN_K 1024
 static bool gemv_ymm(cllm_type type, int64_t K) {
-    if (type == CLLM_TYPE_Q8_0) return true;
+    if (type == CLLM_TYPE_Q8_0 || type == CLLM_TYPE_Q5_0) return true;
     if (type == CLLM_TYPE_Q4_K) return false;
     return cllm_cpu_prefer_256() || K < GEMV_ZMM_MIN_K;
 }
@@ -681,7 +690,7 @@ cllm_gemv_n_fn cllm_cpu_gemv_n_kernel(cllm_type type, int64_t K) {
 
 size_t cllm_cpu_gemv_cols_size(cllm_type type, int64_t K) {
     if (type == CLLM_TYPE_Q8_0) return (size_t)((K / 32 + 1) / 2) * 32;
-    if (type != CLLM_TYPE_Q4_0 && type != CLLM_TYPE_Q4_1) return 0;
+    if (type != CLLM_TYPE_Q4_0 && type != CLLM_TYPE_Q4_1 && type != CLLM_TYPE_Q5_0) return 0;
     return (size_t)((K / 32 + 1) / 2) * 64;
 }
 
@@ -715,7 +724,7 @@ void cllm_cpu_gemv_cols_pack(cllm_type type, int64_t K, const void *act, int c, 
                 }
             }
             memcpy(pk + 4 * (4 * h + c), &d, 4);
-            if (type == CLLM_TYPE_Q4_1) {
+            if (type != CLLM_TYPE_Q4_0) { /* Q4_1, Q5_0 */
                 memcpy(pk + 32 + 4 * (4 * h + c), &ds, 4);
             } else {
                 memcpy(pk + 32 + 4 * (4 * h + c), &z, 4);

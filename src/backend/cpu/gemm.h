@@ -111,14 +111,14 @@ void cllm_cpu_gemm_avx512(const cllm_gemm_form *f, int64_t K, const void *panel,
 void cllm_cpu_gemm_avx2(const cllm_gemm_form *f, int64_t K, const void *panel, const void *act,
                         size_t act_stride, int ncols, float *out, size_t ldo, int nrows);
 
-/* ---- one column (generation): Q4_0, Q4_1 and Q4_K rows against activations
- * laid out for 4 blocks (Q4_K: 2 sub-blocks) per 512-bit register ----------
- * Q4_0 / Q4_1: per group of 128 elements (4 blocks of 32), 320 bytes:
+/* ---- one column (generation): Q4_0, Q4_1, Q5_0 and Q4_K rows against
+ * activations laid out for 4 blocks (Q4_K: 2 sub-blocks) per 512-bit register
+ * Q4_0 / Q4_1 / Q5_0: per group of 128 elements (4 blocks of 32), 320 bytes:
  *   [0, 64)    elements 0..15 of blocks 0..3 (int8, 16 per block)
  *   [64, 128)  elements 16..31 of blocks 0..3
  *   [128, 192) int32 per lane: -8 * (sum of the 8 activations lane l of
  *              block i meets: elements 4l'..4l'+3 and 16+4l'..16+4l'+3,
- *              lane = 4i + l'); Q4_0 only, 0 for Q4_1
+ *              lane = 4i + l'); Q4_0 only, 0 for Q4_1 and Q5_0
  *   [192, 256) float per lane: d of block i (lanes 4i..4i+3)
  *   [256, 320) float per lane: d * sum of block i in lane 4i, 0 elsewhere
  * Groups past K (K % 128 != 0) are zero. The weights are read in place:

@@ -1,6 +1,6 @@
 /*
- * The one-column kernels of Q4_0 / Q4_1 (generation) at 256 bits, for two
- * levels (and of Q8_0 at the AVX2 level: its section below):
+ * The one-column kernels of Q4_0 / Q4_1 / Q5_0 (generation) at 256 bits, for
+ * two levels (and of Q8_0: its section below):
  * included by gemm-avx2.c with GV_VNNI 0 (AVX2: vpmaddubsw, then
  * vpmaddwd against ones) and by gemm-avx512.c with GV_VNNI 1 (vpdpbusd on
  * ymm registers, AVX512-VL + VNNI), each after its target pragma. Both read
@@ -20,13 +20,16 @@
  * added in s16 first and one vpmaddwd serves 4 columns: gv_red16, the same
  * integers). Then one conversion and one FMA with the product of the
  * activation and weight scales, for all of them at once; Q4_1 adds one FMA
- * of its mins against the d * sum of each column's block. So the two
+ * of its mins against the d * sum of each column's block, and Q5_0 the same
+ * with -16 d for the min (its u <= 31: no saturation either, but the s16
+ * sums of 4 columns could pass 32,767, so it keeps gv_red). So the two
  * levels' results are equal bit for bit, and every lane computes the same
  * float operations whichever columns or rows share its vector: a column's
  * result is the same whether it runs alone, beside 3 others, or as one of
  * two rows (test_kernels checks it).
  *
- * Why 256 bits at the AVX-512 level: on CPUs that run 512-bit operations as
+ * Why 256 bits at the AVX-512 level (rows of Q4_0 / Q4_1 shorter than 1,024
+ * elements, and Q5_0 / Q8_0, which have no 512-bit kernel): on CPUs that run 512-bit operations as
  * two 256-bit halves (AMD Zen 4), this kernel generated TinyLlama Q4_0 at
  * 30.5 tokens/s with 1 thread and 50.8 with 2, the 512-bit one (gemm-avx512.c)
  * at 26.1 and 42.1 (cllm_cpu_prefer_256 chooses).
@@ -50,14 +53,23 @@
 /* Columns at once: one lane of each 128-bit half per column. */
 #define GV_COLS 4
 
+/* The kernel of each type (a constant after inlining). Q5_0 takes Q4_1's
+ * float steps, its offset of -16 as the min: d (u - 16) = d u + (-16 d). */
+enum gv_kind { GV_Q4_0, GV_Q4_1, GV_Q5_0, GV_Q8_0 };
+/* Q4_1's float steps (a min against each block's d * sum) */
+#define GV_MIN(kind) ((kind) == GV_Q4_1 || (kind) == GV_Q5_0)
+/* bytes per block */
+#define GV_BSZ(kind) ((kind) == GV_Q4_0 ? 18 : (kind) == GV_Q4_1 ? 20 : 22)
+
 /* Weight scales (and Q4_1 mins) of blocks b and b + 1 (or 0 past the row)
  * in lanes 0..3 and 4..7: each block's halves broadcast from memory, one
  * blend, one conversion (and for Q4_1 two in-lane shuffles). Before, the
  * halves were gathered in a general register and spread by two cross-lane
  * permutes (vpermps: slow on Zen 3, and on the path to every FMA). The
  * values, and so the sums, are the same; gv_gemv_2r says what it gained. */
-GV_INLINE void gv_scales(bool q41, const char *x0, size_t bsz, bool two, __m256 *dw, __m256 *mw) {
-    if (q41) { /* d, m of block b in every 32-bit lane of lanes 0..1, b + 1's in 2..3 */
+GV_INLINE void gv_scales(enum gv_kind kind, const char *x0, size_t bsz, bool two, __m256 *dw,
+                         __m256 *mw) {
+    if (kind == GV_Q4_1) { /* d, m of block b in every 32-bit lane of lanes 0..1, b + 1's in 2..3 */
         const __m128i h0 = _mm_castps_si128(_mm_broadcast_ss((const float *)x0));
         const __m128i h1 = two ? _mm_castps_si128(_mm_broadcast_ss((const float *)(x0 + bsz)))
                                : _mm_setzero_si128();
@@ -70,20 +82,39 @@ GV_INLINE void gv_scales(bool q41, const char *x0, size_t bsz, bool two, __m256 
         if (two) memcpy(&d1, x0 + bsz, 2);
         *dw = _mm256_cvtph_ps(
             _mm_blend_epi32(_mm_set1_epi16((short)d0), _mm_set1_epi16((short)d1), 0xC));
-        *mw = *dw; /* unused */
+        /* Q5_0: -16 d (exact); Q4_0: unused */
+        *mw = kind == GV_Q5_0 ? _mm256_mul_ps(*dw, _mm256_set1_ps(-16.0f)) : *dw;
     }
 }
 
 /* The nibbles of blocks b and b + 1 (or 0 past the row): the low ones of
- * each block in its 128-bit lane of *lo, the high ones in *hi. */
-GV_INLINE void gv_unpack(bool q41, const char *x0, size_t bsz, bool two, __m256i *lo, __m256i *hi) {
-    const size_t qoff = q41 ? 4 : 2;
+ * each block in its 128-bit lane of *lo, the high ones in *hi; Q5_0's fifth
+ * bits above them (qh bit j for element j: byte j of *lo, j - 16 of *hi). */
+GV_INLINE void gv_unpack(enum gv_kind kind, const char *x0, size_t bsz, bool two, __m256i *lo,
+                         __m256i *hi) {
+    const size_t qoff = kind == GV_Q4_0 ? 2 : kind == GV_Q4_1 ? 4 : 6;
     const __m128i q0 = _mm_loadu_si128((const __m128i *)(x0 + qoff));
     const __m128i q1 =
         two ? _mm_loadu_si128((const __m128i *)(x0 + bsz + qoff)) : _mm_setzero_si128();
     const __m256i v = _mm256_set_m128i(q1, q0), m4 = _mm256_set1_epi8(0x0F);
     *lo = _mm256_and_si256(v, m4);
     *hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+    if (kind == GV_Q5_0) {
+        int32_t h0, h1 = 0;
+        memcpy(&h0, x0 + 2, 4);
+        if (two) memcpy(&h1, x0 + bsz + 2, 4);
+        const __m256i qh = _mm256_set_m128i(_mm_set1_epi32(h1), _mm_set1_epi32(h0));
+        /* byte j of each lane: the qh byte that holds its bit, then the bit */
+        const __m256i pick_lo = _mm256_set_epi64x(0x0101010101010101, 0, 0x0101010101010101, 0);
+        const __m256i pick_hi = _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202,
+                                                  0x0303030303030303, 0x0202020202020202);
+        const __m256i bit = _mm256_set1_epi64x((int64_t)0x8040201008040201);
+        const __m256i b4 = _mm256_set1_epi8(0x10);
+        const __m256i l5 = _mm256_and_si256(_mm256_shuffle_epi8(qh, pick_lo), bit);
+        const __m256i h5 = _mm256_and_si256(_mm256_shuffle_epi8(qh, pick_hi), bit);
+        *lo = _mm256_or_si256(*lo, _mm256_and_si256(_mm256_cmpeq_epi8(l5, bit), b4));
+        *hi = _mm256_or_si256(*hi, _mm256_and_si256(_mm256_cmpeq_epi8(h5, bit), b4));
+    }
 }
 
 /* The int32 sums of 4 adjacent products per lane against one column's
@@ -174,19 +205,25 @@ GV_INLINE void gv_fma(bool q41, __m256i u, __m256 da, __m256 dw, __m256 mw, __m2
  * activation scales fill its block's half, so a blend takes lane c; its
  * d * sum sits in lane 0 of the half and is moved to lane c; Q4_0's -8 sums
  * go into each column's lane sums. Both give the same integers and floats. */
-GV_INLINE void gv_pair(bool q41, int nc, const char *x0, size_t bsz, bool two, const char *g,
-                       size_t act_stride, const char *pk, __m256 *acc, __m256 *accm) {
+GV_INLINE void gv_pair(enum gv_kind kind, int nc, const char *x0, size_t bsz, bool two,
+                       const char *g, size_t act_stride, const char *pk, __m256 *acc,
+                       __m256 *accm) {
+    const bool q41 = GV_MIN(kind);
     __m256i lo, hi;
-    gv_unpack(q41, x0, bsz, two, &lo, &hi);
+    gv_unpack(kind, x0, bsz, two, &lo, &hi);
     __m256 dw, mw;
-    gv_scales(q41, x0, bsz, two, &dw, &mw);
+    gv_scales(kind, x0, bsz, two, &dw, &mw);
     const bool z8_lanes = !q41 && !pk; /* Q4_0's -8 sums per lane */
+#if !GV_VNNI
+    /* (Q5_0's s16 sums of 4 columns could pass 32,767: gv_red's way) */
+    const bool red16 = pk && kind != GV_Q5_0;
+#endif
     __m256i s[GV_COLS];
     __m256 da = _mm256_setzero_ps(), ds = _mm256_setzero_ps();
     for (int c = 0; c < nc; c++) {
         const char *gc = g + (size_t)c * act_stride;
 #if !GV_VNNI
-        if (pk) { /* s16 sums, reduced by gv_red16 */
+        if (red16) { /* s16 sums, reduced by gv_red16 */
             s[c] = gv_psum16(lo, hi, gc);
             continue;
         }
@@ -210,7 +247,7 @@ GV_INLINE void gv_pair(bool q41, int nc, const char *x0, size_t bsz, bool two, c
     }
     for (int c = nc; c < GV_COLS; c++) s[c] = s[0];
 #if !GV_VNNI
-    __m256i u = pk ? gv_red16(s[0], s[1], s[2], s[3]) : gv_red(nc, s[0], s[1], s[2], s[3]);
+    __m256i u = red16 ? gv_red16(s[0], s[1], s[2], s[3]) : gv_red(nc, s[0], s[1], s[2], s[3]);
 #else
     __m256i u = gv_red(nc, s[0], s[1], s[2], s[3]);
 #endif
@@ -238,9 +275,9 @@ GV_INLINE float gv_hsum(__m256 v) {
 /* out[c * out_stride] = dot(row, act + c * act_stride) for c < nc (<= GV_COLS,
  * a constant after inlining). Pairs of blocks alternate between two
  * accumulators (a pair after the last group of 4 in the first). */
-GV_INLINE void gv_gemv_n(bool q41, int nc, int64_t K, const char *row, const char *act,
+GV_INLINE void gv_gemv_n(enum gv_kind kind, int nc, int64_t K, const char *row, const char *act,
                          size_t act_stride, const char *pk, float *out, size_t out_stride) {
-    const size_t bsz = q41 ? 20 : 18, group = 320;
+    const size_t bsz = GV_BSZ(kind), group = 320;
     const int64_t nb = K / 32;
     __m256 a0 = _mm256_setzero_ps(), a1 = a0, m0 = a0, m1 = a0;
     int64_t b = 0;
@@ -249,17 +286,17 @@ GV_INLINE void gv_gemv_n(bool q41, int nc, int64_t K, const char *row, const cha
         _mm_prefetch(x0 + CLLM_CPU_PREFETCH_AHEAD, _MM_HINT_T0);
         _mm_prefetch(x0 + CLLM_CPU_PREFETCH_AHEAD + 64, _MM_HINT_T0);
         if (pk) { /* (two copies of the loop body, each with its source of scales) */
-            gv_pair(q41, nc, x0, bsz, true, g, act_stride, pk + 32 * b, &a0, &m0);
-            gv_pair(q41, nc, x0 + 2 * bsz, bsz, true, g + 32, act_stride, pk + 32 * b + 64, &a1,
+            gv_pair(kind, nc, x0, bsz, true, g, act_stride, pk + 32 * b, &a0, &m0);
+            gv_pair(kind, nc, x0 + 2 * bsz, bsz, true, g + 32, act_stride, pk + 32 * b + 64, &a1,
                     &m1);
         } else {
-            gv_pair(q41, nc, x0, bsz, true, g, act_stride, NULL, &a0, &m0);
-            gv_pair(q41, nc, x0 + 2 * bsz, bsz, true, g + 32, act_stride, NULL, &a1, &m1);
+            gv_pair(kind, nc, x0, bsz, true, g, act_stride, NULL, &a0, &m0);
+            gv_pair(kind, nc, x0 + 2 * bsz, bsz, true, g + 32, act_stride, NULL, &a1, &m1);
         }
     }
     for (; b < nb; b += 2) {
         const char *g = act + (size_t)(b / 4) * group + 32 * ((b % 4) / 2);
-        gv_pair(q41, nc, row + (size_t)b * bsz, bsz, b + 1 < nb, g, act_stride,
+        gv_pair(kind, nc, row + (size_t)b * bsz, bsz, b + 1 < nb, g, act_stride,
                 pk ? pk + 32 * b : NULL, &a0, &m0);
     }
     float r[4];
@@ -308,8 +345,9 @@ GV_INLINE void gv_pair_2r(bool q41, const char *x0, const char *y0, size_t bsz, 
     const __m256i z8 =
         q41 ? _mm256_setzero_si256() : _mm256_loadu_si256((const __m256i *)(g + 128));
     __m256i lx, hx, ly, hy;
-    gv_unpack(q41, x0, bsz, two, &lx, &hx);
-    gv_unpack(q41, y0, bsz, two, &ly, &hy);
+    const enum gv_kind kind = q41 ? GV_Q4_1 : GV_Q4_0;
+    gv_unpack(kind, x0, bsz, two, &lx, &hx);
+    gv_unpack(kind, y0, bsz, two, &ly, &hy);
     __m256 dw, mw;
     gv_scales_2r(q41, x0, y0, bsz, two, &dw, &mw);
     const __m256i sx = gv_isum(q41, lx, hx, ga, gb, z8), sy = gv_isum(q41, ly, hy, ga, gb, z8);
@@ -466,9 +504,6 @@ GV_INLINE void gv_gemv_q8_n(int nc, int64_t K, const char *row, const char *act,
     for (int c = 0; c < nc; c++) out[(size_t)c * out_stride] = r[c];
 }
 
-/* The kernel of each type (a constant after inlining). */
-enum gv_kind { GV_Q4_0, GV_Q4_1, GV_Q8_0 };
-
 /* Any number of columns, GV_COLS at a time (constant counts, so that each
  * loop over them unrolls); cols: their packed scales (NULL: none), group
  * after group cols_stride bytes apart. One column never reads them. */
@@ -489,12 +524,11 @@ GV_INLINE void gv_gemv_cols(enum gv_kind kind, int64_t K, const char *row, const
             }
             continue;
         }
-        const bool q41 = kind == GV_Q4_1;
         switch (nc) {
-        case 1: gv_gemv_n(q41, 1, K, row, a, act_stride, NULL, o, out_stride); break;
-        case 2: gv_gemv_n(q41, 2, K, row, a, act_stride, pk, o, out_stride); break;
-        case 3: gv_gemv_n(q41, 3, K, row, a, act_stride, pk, o, out_stride); break;
-        default: gv_gemv_n(q41, GV_COLS, K, row, a, act_stride, pk, o, out_stride); break;
+        case 1: gv_gemv_n(kind, 1, K, row, a, act_stride, NULL, o, out_stride); break;
+        case 2: gv_gemv_n(kind, 2, K, row, a, act_stride, pk, o, out_stride); break;
+        case 3: gv_gemv_n(kind, 3, K, row, a, act_stride, pk, o, out_stride); break;
+        default: gv_gemv_n(kind, GV_COLS, K, row, a, act_stride, pk, o, out_stride); break;
         }
     }
 }
@@ -507,6 +541,8 @@ GV_INLINE void gv_gemv_type(cllm_type type, int64_t K, const void *row, const vo
         gv_gemv_cols(GV_Q8_0, K, row, act, act_stride, n, NULL, 0, out, out_stride);
     } else if (type == CLLM_TYPE_Q4_1) {
         gv_gemv_cols(GV_Q4_1, K, row, act, act_stride, n, NULL, 0, out, out_stride);
+    } else if (type == CLLM_TYPE_Q5_0) {
+        gv_gemv_cols(GV_Q5_0, K, row, act, act_stride, n, NULL, 0, out, out_stride);
     } else {
         gv_gemv_cols(GV_Q4_0, K, row, act, act_stride, n, NULL, 0, out, out_stride);
     }
@@ -520,7 +556,7 @@ GV_INLINE void gv_gemv_rows_q(enum gv_kind kind, int64_t K, const char *row, siz
                               int nr, const char *act, size_t act_stride, int nc, const char *cols,
                               size_t cols_stride, float *out, size_t out_stride) {
     int r = 0;
-    if (nc == 1 && kind != GV_Q8_0) {
+    if (nc == 1 && (kind == GV_Q4_0 || kind == GV_Q4_1)) {
         for (; r + 2 <= nr; r += 2)
             gv_gemv_2r(kind == GV_Q4_1, K, row + (size_t)r * row_stride, row_stride, act, out + r);
     }
@@ -539,6 +575,9 @@ GV_INLINE void gv_gemv_rows_type(cllm_type type, int64_t K, const void *row, siz
                        out_stride);
     } else if (type == CLLM_TYPE_Q4_1) {
         gv_gemv_rows_q(GV_Q4_1, K, row, row_stride, nr, act, act_stride, nc, cols, cols_stride, out,
+                       out_stride);
+    } else if (type == CLLM_TYPE_Q5_0) {
+        gv_gemv_rows_q(GV_Q5_0, K, row, row_stride, nr, act, act_stride, nc, cols, cols_stride, out,
                        out_stride);
     } else {
         gv_gemv_rows_q(GV_Q4_0, K, row, row_stride, nr, act, act_stride, nc, cols, cols_stride, out,

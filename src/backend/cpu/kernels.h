@@ -50,8 +50,15 @@ typedef struct cllm_cpu_type_kernels {
  * of weights; rows are consecutive, so it runs into the next rows. A single
  * core keeps too few misses in flight with the hardware prefetcher alone;
  * measured on TinyLlama-1.1B Q4_0 generation, 1 thread: 1 KiB 42.7, 2 KiB
- * 44.8, 4 KiB 49.4, 8 KiB 50.3, 16 KiB 47.9 tok/s. */
-#define CLLM_CPU_PREFETCH_AHEAD 4096
+ * 44.8, 4 KiB 49.4, 8 KiB 50.3, 16 KiB 47.9 tok/s; on an AMD Zen 5 (3
+ * alternations, 1 thread), after the 512-bit kernel lost its per-row set-up:
+ * 1 KiB 46.0-46.9, 4 KiB 53.4-56.3, 8 KiB 60.9-61.8, 16 KiB 61.0-64.0;
+ * Q8_0 31.5-31.6 at 4 KiB, 34.6-35.2 at 8, 34.0 at 16; Q4_K 50.7-50.9,
+ * 52.9-54.0, 50.4-51.5; 2 threads within the noise. (-D overrides it, for
+ * such measurements.) */
+#ifndef CLLM_CPU_PREFETCH_AHEAD
+#define CLLM_CPU_PREFETCH_AHEAD 8192
+#endif
 
 /* Instruction-set levels, in increasing order. */
 typedef enum cllm_cpu_isa {

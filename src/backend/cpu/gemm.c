@@ -636,9 +636,9 @@ void cllm_cpu_gemv_ref(cllm_type type, int64_t K, const void *row, const void *a
 }
 
 /* The AVX-512 level's kernels at 256 bits (gemv-x86.h with vpdpbusd): Q8_0
- * and Q5_0 always (they have no 512-bit one), Q4_0 / Q4_1 where 512-bit operations run
- * as two halves (cllm_cpu_prefer_256) and for rows shorter than
- * GEMV_ZMM_MIN_K, where taking two rows per column load pays. On an AMD
+ * and Q5_0 always (they have no 512-bit one), Q4_0 / Q4_1 where 512-bit
+ * operations run as two halves (cllm_cpu_prefer_256) and for rows shorter
+ * than GEMV_ZMM_MIN_K, where taking two rows per column load pays. On an AMD
  * Zen 5 (full-width AVX-512), 1 thread, SmolLM2-135M Q4_1 generated about
  * 265-271 tokens/s with every row in the 512-bit kernel, 291-293 with its
  * 576-element rows in the 256-bit one, and the same with its 1,536-element

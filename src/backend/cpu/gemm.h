@@ -133,11 +133,11 @@ void cllm_cpu_gemm_avx2(const cllm_gemm_form *f, int64_t K, const void *panel, c
  * Per super-block: 4 vpdpbusd, the 6-bit scales unpacked with word
  * arithmetic, the mins against the sub-block sums.
  *
- * Q8_0 (256-bit kernels at both levels): per pair of blocks b, b + 1, 64 bytes of
- * int8 quants: elements 0..15 of b, of b + 1, then 16..31 of b, of b + 1
- * (a lone last block: zeros for b + 1), so that a 32-byte load meets the
- * two blocks' weights in its two 128-bit lanes; then the K / 32 float
- * scales (block b's at cllm_cpu_gemv_q8_scales(K) + 4 b). The kernel
+ * Q8_0 (256-bit kernels at both levels): per pair of blocks b, b + 1, 64
+ * bytes of int8 quants: elements 0..15 of b, of b + 1, then 16..31 of b,
+ * of b + 1 (a lone last block: zeros for b + 1), so that a 32-byte load
+ * meets the two blocks' weights in its two 128-bit lanes; then the K / 32
+ * float scales (block b's at cllm_cpu_gemv_q8_scales(K) + 4 b). The kernel
  * (gemv-x86.h) takes |w| against the activations with w's sign and brings
  * each column's block sums into one lane before the float steps, as for
  * Q4_0 / Q4_1: a step of 4 sequences' SmolLM2 output layer (Q8_0) ran
@@ -195,10 +195,10 @@ void cllm_cpu_gemv_cols_pack(cllm_type type, int64_t K, const void *act, int c, 
  * out_stride], each result bit for bit cllm_cpu_gemv's. cols: the packed
  * scales (cllm_cpu_gemv_cols_pack) of the tile's columns 0..3, the next 4
  * cols_stride bytes further, or NULL. With the 256-bit kernels (the AVX2
- * level; the AVX-512 level's Q8_0 and, mostly, Q4_0 / Q4_1) one column of
- * Q4_0 / Q4_1 goes two rows at a time, several columns (and Q8_0's) 4 at a
- * time with their scales from cols (gemv-x86.h); other kernels and types
- * run their gemv_n kernel row by row. */
+ * level; the AVX-512 level's Q5_0, Q8_0 and short Q4_0 / Q4_1 rows) one
+ * column of Q4_0 / Q4_1 goes two rows at a time, several columns (and
+ * Q5_0's and Q8_0's) 4 at a time with their scales from cols (gemv-x86.h);
+ * other kernels and types run their gemv_n kernel row by row. */
 void cllm_cpu_gemv_rows(cllm_type type, int64_t K, const void *row, size_t row_stride, int nr,
                         const void *act, size_t act_stride, int nc, const void *cols,
                         size_t cols_stride, float *out, size_t out_stride);
@@ -206,10 +206,10 @@ void cllm_cpu_gemv_rows(cllm_type type, int64_t K, const void *row, size_t row_s
 void cllm_cpu_gemv_rows_avx2(cllm_type type, int64_t K, const void *row, size_t row_stride, int nr,
                              const void *act, size_t act_stride, int nc, const void *cols,
                              size_t cols_stride, float *out, size_t out_stride);
-/* Q4_0 / Q4_1 / Q8_0 at the AVX-512 level on 256-bit registers (gemv-x86.h:
- * the AVX2 kernels with vpdpbusd, equal to them bit for bit; 4 columns at
- * once, one column two rows at a time). Which rows take them: gemv_ymm in
- * gemm.c. */
+/* Q4_0 / Q4_1 / Q5_0 / Q8_0 at the AVX-512 level on 256-bit registers
+ * (gemv-x86.h: the AVX2 kernels with vpdpbusd, equal to them bit for bit; 4
+ * columns at once, one column of Q4_0 / Q4_1 two rows at a time). Which
+ * rows take them: gemv_ymm in gemm.c. */
 void cllm_cpu_gemv_avx512vl(cllm_type type, int64_t K, const void *row, const void *act,
                             float *out);
 void cllm_cpu_gemv_n_avx512vl(cllm_type type, int64_t K, const void *row, const void *act,

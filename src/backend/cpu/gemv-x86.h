@@ -28,11 +28,12 @@
  * result is the same whether it runs alone, beside 3 others, or as one of
  * two rows (test_kernels checks it).
  *
- * Why 256 bits at the AVX-512 level (rows of Q4_0 / Q4_1 shorter than 1,024
- * elements, and Q5_0 / Q8_0, which have no 512-bit kernel): on CPUs that run 512-bit operations as
- * two 256-bit halves (AMD Zen 4), this kernel generated TinyLlama Q4_0 at
- * 30.5 tokens/s with 1 thread and 50.8 with 2, the 512-bit one (gemm-avx512.c)
- * at 26.1 and 42.1 (cllm_cpu_prefer_256 chooses).
+ * Why 256 bits at the AVX-512 level (Q5_0 and Q8_0, which have no 512-bit
+ * kernel, Q4_0 / Q4_1 rows shorter than 1,024 elements: gemv_ymm in
+ * gemm.c): on CPUs that run 512-bit operations as two 256-bit halves (AMD
+ * Zen 4), this kernel generated TinyLlama Q4_0 at 30.5 tokens/s with 1
+ * thread and 50.8 with 2, the 512-bit one (gemm-avx512.c) at 26.1 and 42.1
+ * (cllm_cpu_prefer_256 chooses).
  */
 #ifndef CLLM_BACKEND_CPU_GEMV_X86_H
 #define CLLM_BACKEND_CPU_GEMV_X86_H

@@ -214,6 +214,9 @@ void cllm_cpu_gemv_avx512vl(cllm_type type, int64_t K, const void *row, const vo
                             float *out);
 void cllm_cpu_gemv_n_avx512vl(cllm_type type, int64_t K, const void *row, const void *act,
                               size_t act_stride, int n, float *out, size_t out_stride);
+/* Q4_K at the AVX-512 level, one column: two rows at a time. */
+void cllm_cpu_gemv_rows_q4k_avx512(int64_t K, const void *row, size_t row_stride, int nr,
+                                   const void *act, float *out);
 void cllm_cpu_gemv_rows_avx512vl(cllm_type type, int64_t K, const void *row, size_t row_stride,
                                  int nr, const void *act, size_t act_stride, int nc,
                                  const void *cols, size_t cols_stride, float *out,

@@ -896,12 +896,10 @@ static bool check_queue_timeout(const char *model) {
      * out a moment before B's own deadline, must still be running at that
      * deadline: long answers without an end token for both (a 400-token A
      * took 1.6 s on a Zen 5, an 8-token B sometimes ended in time) */
-    const char *long_answer =
-        "{\"messages\": [{\"role\": \"user\", \"content\": \"Tell me a long story about a "
-        "dragon.\"}], \"temperature\": 0, \"max_tokens\": %d, \"ignore_eos\": true, "
-        "\"stream\": %s}";
-    char body[512];
-    snprintf(body, sizeof(body), long_answer, 4000, "true");
+    char *chat = chat_body("Tell me a long story about a dragon.", NULL, NULL, 4000, true);
+    char body[8192];
+    snprintf(body, sizeof(body), "{\"ignore_eos\": true, %s", chat + 1);
+    free(chat);
     const int a = send_request(s.port, "POST", "/v1/chat/completions", NULL, body, strlen(body));
     /* A holds the only slot (not the queue) before B comes */
     bool running = false;
@@ -909,7 +907,9 @@ static bool check_queue_timeout(const char *model) {
         running = metric(s.port, "cllm_slots_busy ") == 1;
     }
     CHECK(a >= 0 && running);
-    snprintf(body, sizeof(body), long_answer, 400, "false");
+    chat = chat_body("Tell me a long story about a dragon.", NULL, NULL, 400, false);
+    snprintf(body, sizeof(body), "{\"ignore_eos\": true, %s", chat + 1);
+    free(chat);
     const double t_b = now_s();
     const int b = send_request(s.port, "POST", "/v1/chat/completions", NULL, body, strlen(body));
     bool queued = false;

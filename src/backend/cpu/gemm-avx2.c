@@ -382,10 +382,7 @@ GY_INLINE __m256i gy_pack_u(cllm_type type, const char *blk) {
         memcpy(&qh, blk + qs - 4, 4);
         const __m256i idx = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2,
                                              2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
-        const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ULL);
-        const __m256i hb = _mm256_shuffle_epi8(_mm256_set1_epi32(qh), idx);
-        const __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(hb, bit), bit);
-        u = _mm256_or_si256(u, _mm256_and_si256(set, _mm256_set1_epi8(0x10)));
+        u = _mm256_or_si256(u, cllm_q5_bits256(_mm256_set1_epi32(qh), idx));
     }
     return u;
 }

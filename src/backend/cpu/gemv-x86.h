@@ -44,6 +44,7 @@
 
 #include "backend/cpu/gemm.h"    /* cllm_cpu_gemv_q8_scales */
 #include "backend/cpu/kernels.h" /* CLLM_CPU_PREFETCH_AHEAD, cllm_type */
+#include "backend/cpu/vec-avx2.h"
 
 #include <immintrin.h>
 #include <stdbool.h>
@@ -105,16 +106,12 @@ GV_INLINE void gv_unpack(enum gv_kind kind, const char *x0, size_t bsz, bool two
         memcpy(&h0, x0 + 2, 4);
         if (two) memcpy(&h1, x0 + bsz + 2, 4);
         const __m256i qh = _mm256_set_m128i(_mm_set1_epi32(h1), _mm_set1_epi32(h0));
-        /* byte j of each lane: the qh byte that holds its bit, then the bit */
+        /* byte j of each lane: the qh byte that holds its bit */
         const __m256i pick_lo = _mm256_set_epi64x(0x0101010101010101, 0, 0x0101010101010101, 0);
         const __m256i pick_hi = _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202,
                                                   0x0303030303030303, 0x0202020202020202);
-        const __m256i bit = _mm256_set1_epi64x((int64_t)0x8040201008040201);
-        const __m256i b4 = _mm256_set1_epi8(0x10);
-        const __m256i l5 = _mm256_and_si256(_mm256_shuffle_epi8(qh, pick_lo), bit);
-        const __m256i h5 = _mm256_and_si256(_mm256_shuffle_epi8(qh, pick_hi), bit);
-        *lo = _mm256_or_si256(*lo, _mm256_and_si256(_mm256_cmpeq_epi8(l5, bit), b4));
-        *hi = _mm256_or_si256(*hi, _mm256_and_si256(_mm256_cmpeq_epi8(h5, bit), b4));
+        *lo = _mm256_or_si256(*lo, cllm_q5_bits256(qh, pick_lo));
+        *hi = _mm256_or_si256(*hi, cllm_q5_bits256(qh, pick_hi));
     }
 }
 

@@ -87,4 +87,14 @@ static inline __attribute__((always_inline)) __m256 cllm_exp256(__m256 x) {
     return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
 }
 
+/* Q5's fifth bits as 0x10 bytes: byte j of each 128-bit lane takes byte
+ * pick[j] of that lane of qh (the blocks' 32-bit qh words) and, of it, bit
+ * j % 8. */
+static inline __attribute__((always_inline)) __m256i cllm_q5_bits256(__m256i qh, __m256i pick) {
+    const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ULL);
+    const __m256i set =
+        _mm256_cmpeq_epi8(_mm256_and_si256(_mm256_shuffle_epi8(qh, pick), bit), bit);
+    return _mm256_and_si256(set, _mm256_set1_epi8(0x10));
+}
+
 #endif /* CLLM_BACKEND_CPU_VEC_AVX2_H */

@@ -791,6 +791,9 @@ KX_INLINE void kx_dot_half(int t, int nc, int64_t n, float *out, const void *vx,
         __m256 a1 = _mm256_setzero_ps(), a2 = a1, a3 = a1;
         const float *y0 = (const float *)y;
         for (; i + 32 <= n; i += 32) {
+            const char *ahead = (const char *)(x + u * i) + CLLM_CPU_PREFETCH_AHEAD;
+            _mm_prefetch(ahead, _MM_HINT_T0);
+            if (t == KX_F32) _mm_prefetch(ahead + 64, _MM_HINT_T0);
             acc[0] = _mm256_fmadd_ps(kx_load8_half(t, x + u * i), _mm256_loadu_ps(y0 + i), acc[0]);
             a1 =
                 _mm256_fmadd_ps(kx_load8_half(t, x + u * (i + 8)), _mm256_loadu_ps(y0 + i + 8), a1);

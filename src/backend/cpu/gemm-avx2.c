@@ -587,63 +587,104 @@ GY_INLINE void gy_q4k_scales(const uint8_t sc12[12], uint64_t *scales, uint64_t 
     *mins = (uint64_t)m03 | (uint64_t)m47 << 32;
 }
 
-/* out[c * out_stride] = dot(row, act + c * act_stride) for c < nc (<= 4,
- * a constant after inlining): the weights unpacked (nibbles, scales) once
- * per super-block for all the columns, each column summed with the very
- * operations of one column alone (so the same bits). */
+/* One super-block b of a row against nc columns (<= 4, a constant after
+ * inlining; column j's super-block at a + j * act_stride): the weights
+ * unpacked (nibbles, scales) once for all the columns, each column summed
+ * with the very operations of one column alone (so the same bits), into
+ * acc[j] (the scaled sums) and accm[j] (the mins, subtracted at the end). */
+GY_INLINE void gy_q4k_sb(int nc, const cllm_block_q4_K *b, const char *a, size_t act_stride,
+                         __m256 *acc, __m128 *accm) {
+    static const int pos[8] = {0, 2, 1, 3, 4, 6, 5, 7};
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    uint64_t sc8, mn8;
+    gy_q4k_scales(b->scales, &sc8, &mn8);
+    /* scales as int16, both 128-bit lanes, each doubled (s0 s0 s1 s1 ...:
+     * one per 32-bit lane for 0..3, then 4..7), broadcast by vpshufd with an
+     * immediate (no shuffle-control registers to hold) */
+    const __m256i sc16 =
+        _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_cvtsi64_si128((int64_t)sc8)));
+    const __m256i sc03 = _mm256_unpacklo_epi16(sc16, sc16),
+                  sc47 = _mm256_unpackhi_epi16(sc16, sc16);
+    __m256i sub[8];
+    sub[0] = _mm256_shuffle_epi32(sc03, 0x00), sub[1] = _mm256_shuffle_epi32(sc03, 0x55);
+    sub[2] = _mm256_shuffle_epi32(sc03, 0xAA), sub[3] = _mm256_shuffle_epi32(sc03, 0xFF);
+    sub[4] = _mm256_shuffle_epi32(sc47, 0x00), sub[5] = _mm256_shuffle_epi32(sc47, 0x55);
+    sub[6] = _mm256_shuffle_epi32(sc47, 0xAA), sub[7] = _mm256_shuffle_epi32(sc47, 0xFF);
+    __m256i isum[4];
+    for (int j = 0; j < nc; j++) isum[j] = _mm256_setzero_si256();
+#pragma GCC unroll 4
+    for (int c = 0; c < 4; c++) {
+        const __m256i q = _mm256_loadu_si256((const __m256i *)(b->qs + 32 * c));
+        const __m256i lo = _mm256_and_si256(q, m4);
+        const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+        const __m256i slo = sub[2 * c], shi = sub[2 * c + 1];
+        for (int j = 0; j < nc; j++) {
+            const char *aj = a + (size_t)j * act_stride;
+            const __m256i plo = _mm256_maddubs_epi16(
+                lo, _mm256_loadu_si256((const __m256i *)(aj + 32 * pos[2 * c])));
+            const __m256i phi = _mm256_maddubs_epi16(
+                hi, _mm256_loadu_si256((const __m256i *)(aj + 32 * pos[2 * c + 1])));
+            isum[j] = _mm256_add_epi32(isum[j], _mm256_add_epi32(_mm256_madd_epi16(plo, slo),
+                                                                 _mm256_madd_epi16(phi, shi)));
+        }
+    }
+    /* d and dmin (adjacent F16s) in one conversion, times the column's scale */
+    const __m128 dd = _mm_cvtph_ps(_mm_cvtsi32_si128(gy_i32((const char *)&b->d)));
+    const __m128i mn16 = _mm_cvtepu8_epi16(_mm_cvtsi64_si128((int64_t)mn8));
+    for (int j = 0; j < nc; j++) {
+        const char *aj = a + (size_t)j * act_stride;
+        const __m128 f = _mm_mul_ps(dd, _mm_broadcast_ss((const float *)(const void *)(aj + 272)));
+        acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[j]), _mm256_broadcastss_ps(f), acc[j]);
+        const __m128i mins = _mm_madd_epi16(mn16, _mm_loadu_si128((const __m128i *)(aj + 256)));
+        accm[j] = _mm_fmadd_ps(_mm_cvtepi32_ps(mins), _mm_permute_ps(f, 0x55), accm[j]);
+    }
+}
+
+/* out[c * out_stride] = dot(row, act + c * act_stride) for c < nc (<= 4). */
 GY_INLINE void gy_gemv_q4_k_n(int nc, int64_t K, const void *row, const char *act,
                               size_t act_stride, float *out, size_t out_stride) {
-    static const int pos[8] = {0, 2, 1, 3, 4, 6, 5, 7};
     const cllm_block_q4_K *x = row;
-    const __m256i m4 = _mm256_set1_epi8(0x0F);
     __m256 acc[4];
     __m128 accm[4];
     for (int j = 0; j < nc; j++) acc[j] = _mm256_setzero_ps(), accm[j] = _mm_setzero_ps();
     for (int64_t sb = 0; sb < K / 256; sb++) {
         const cllm_block_q4_K *b = x + sb;
-        const char *a = act + (size_t)sb * 288;
         _mm_prefetch((const char *)b + CLLM_CPU_PREFETCH_AHEAD, _MM_HINT_T0);
         _mm_prefetch((const char *)b + CLLM_CPU_PREFETCH_AHEAD + 64, _MM_HINT_T0);
-        uint64_t sc8, mn8;
-        gy_q4k_scales(b->scales, &sc8, &mn8);
-        /* scales as int16, both 128-bit lanes; pair s broadcast by a shuffle */
-        const __m256i sc16 =
-            _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_cvtsi64_si128((int64_t)sc8)));
-        __m256i isum[4];
-        for (int j = 0; j < nc; j++) isum[j] = _mm256_setzero_si256();
-#pragma GCC unroll 4
-        for (int c = 0; c < 4; c++) {
-            const __m256i q = _mm256_loadu_si256((const __m256i *)(b->qs + 32 * c));
-            const __m256i lo = _mm256_and_si256(q, m4);
-            const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
-            const __m256i slo =
-                _mm256_shuffle_epi8(sc16, _mm256_set1_epi16((short)(0x0100 + 0x0202 * (2 * c))));
-            const __m256i shi = _mm256_shuffle_epi8(
-                sc16, _mm256_set1_epi16((short)(0x0100 + 0x0202 * (2 * c + 1))));
-            for (int j = 0; j < nc; j++) {
-                const char *aj = a + (size_t)j * act_stride;
-                const __m256i plo = _mm256_maddubs_epi16(
-                    lo, _mm256_loadu_si256((const __m256i *)(aj + 32 * pos[2 * c])));
-                const __m256i phi = _mm256_maddubs_epi16(
-                    hi, _mm256_loadu_si256((const __m256i *)(aj + 32 * pos[2 * c + 1])));
-                isum[j] = _mm256_add_epi32(isum[j], _mm256_add_epi32(_mm256_madd_epi16(plo, slo),
-                                                                     _mm256_madd_epi16(phi, shi)));
-            }
-        }
-        const float d = _cvtsh_ss(b->d), dmin = _cvtsh_ss(b->dmin);
-        const __m128i mn16 = _mm_cvtepu8_epi16(_mm_cvtsi64_si128((int64_t)mn8));
-        for (int j = 0; j < nc; j++) {
-            const char *aj = a + (size_t)j * act_stride;
-            float dy;
-            memcpy(&dy, aj + 272, 4);
-            acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[j]), _mm256_set1_ps(d * dy), acc[j]);
-            const __m128i mins = _mm_madd_epi16(mn16, _mm_loadu_si128((const __m128i *)(aj + 256)));
-            accm[j] = _mm_fmadd_ps(_mm_cvtepi32_ps(mins), _mm_set1_ps(-dmin * dy), accm[j]);
-        }
+        gy_q4k_sb(nc, b, act + (size_t)sb * 288, act_stride, acc, accm);
     }
     for (int j = 0; j < nc; j++)
         out[(size_t)j * out_stride] =
-            gv_hsum(_mm256_add_ps(acc[j], _mm256_castps128_ps256(accm[j])));
+            gv_hsum(_mm256_sub_ps(acc[j], _mm256_zextps128_ps256(accm[j])));
+}
+
+/* Two rows (row, row + row_stride) against one column, each summed as
+ * gy_gemv_q4_k sums it (the same bits): each activation super-block serves
+ * both rows, and their ends share one reduction, in gv_hsum's order (the
+ * halves, then lanes 0 + 2 and 1 + 3, then those two). Rows of 2,048
+ * elements are 8 super-blocks. The prefetch runs along both rows as one
+ * stream, as gv_gemv_2r's. */
+static void gy_gemv_q4_k_2r(int64_t K, const char *row, size_t row_stride, const char *act,
+                            float *out) {
+    const cllm_block_q4_K *x0 = (const cllm_block_q4_K *)row;
+    const cllm_block_q4_K *x1 = (const cllm_block_q4_K *)(row + row_stride);
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0;
+    __m128 accm0 = _mm_setzero_ps(), accm1 = accm0;
+    for (int64_t sb = 0; sb < K / 256; sb++) {
+        const char *pf = row + 2 * (size_t)sb * sizeof(cllm_block_q4_K) + CLLM_CPU_PREFETCH_AHEAD;
+        for (int l = 0; l < 5; l++) _mm_prefetch(pf + 64 * l, _MM_HINT_T0);
+        const char *a = act + (size_t)sb * 288;
+        gy_q4k_sb(1, x0 + sb, a, 0, &acc0, &accm0);
+        gy_q4k_sb(1, x1 + sb, a, 0, &acc1, &accm1);
+    }
+    const __m256 v0 = _mm256_sub_ps(acc0, _mm256_zextps128_ps256(accm0));
+    const __m256 v1 = _mm256_sub_ps(acc1, _mm256_zextps128_ps256(accm1));
+    const __m256 h =
+        _mm256_add_ps(_mm256_permute2f128_ps(v0, v1, 0x20), _mm256_permute2f128_ps(v0, v1, 0x31));
+    const __m256 q = _mm256_add_ps(h, _mm256_permute_ps(h, 0x0E));
+    const __m256 r = _mm256_add_ps(q, _mm256_permute_ps(q, 0x01));
+    out[0] = _mm256_cvtss_f32(r);
+    out[1] = _mm_cvtss_f32(_mm256_extractf128_ps(r, 1));
 }
 
 static void gy_gemv_q4_k(int64_t K, const void *row, const void *act, float *out) {
@@ -683,6 +724,14 @@ void cllm_cpu_gemv_rows_avx2(cllm_type type, int64_t K, const void *row, size_t 
                              size_t cols_stride, float *out, size_t out_stride) {
     gv_gemv_rows_type(type, K, row, row_stride, nr, act, act_stride, nc, cols, cols_stride, out,
                       out_stride);
+}
+
+void cllm_cpu_gemv_rows_q4k_avx2(int64_t K, const void *row, size_t row_stride, int nr,
+                                 const void *act, float *out) {
+    int r = 0;
+    for (; r + 2 <= nr; r += 2)
+        gy_gemv_q4_k_2r(K, (const char *)row + (size_t)r * row_stride, row_stride, act, out + r);
+    for (; r < nr; r++) gy_gemv_q4_k(K, (const char *)row + (size_t)r * row_stride, act, out + r);
 }
 
 void cllm_cpu_gemv_avx2(cllm_type type, int64_t K, const void *row, const void *act, float *out) {

@@ -753,9 +753,12 @@ void cllm_cpu_gemv_rows(cllm_type type, int64_t K, const void *row, size_t row_s
             return;
         }
     }
-    if (type == CLLM_TYPE_Q4_K && nc == 1 && cllm_cpu_isa_level() >= CLLM_CPU_ISA_AVX512 &&
-        cllm_cpu_gemv_available(type, K)) {
-        cllm_cpu_gemv_rows_q4k_avx512(K, row, row_stride, nr, act, out);
+    if (type == CLLM_TYPE_Q4_K && nc == 1 && cllm_cpu_gemv_available(type, K)) {
+        if (cllm_cpu_isa_level() >= CLLM_CPU_ISA_AVX512) {
+            cllm_cpu_gemv_rows_q4k_avx512(K, row, row_stride, nr, act, out);
+        } else {
+            cllm_cpu_gemv_rows_q4k_avx2(K, row, row_stride, nr, act, out);
+        }
         return;
     }
 #endif

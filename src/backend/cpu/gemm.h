@@ -174,8 +174,8 @@ cllm_gemv_n_fn cllm_cpu_gemv_n_kernel(cllm_type type, int64_t K);
 void cllm_cpu_gemv_n_avx512(cllm_type type, int64_t K, const void *row, const void *act,
                             size_t act_stride, int n, float *out, size_t out_stride);
 void cllm_cpu_gemv_avx512(cllm_type type, int64_t K, const void *row, const void *act, float *out);
-/* The same at the AVX2 level (gemm-avx2.c; several columns of Q4_0 / Q4_1:
- * the row unpacked once for 4 of them; Q4_K one column at a time). */
+/* The same at the AVX2 level (gemm-avx2.c; several columns of Q4_0 / Q4_1 /
+ * Q4_K: the row unpacked once for 4 of them). */
 void cllm_cpu_gemv_avx2(cllm_type type, int64_t K, const void *row, const void *act, float *out);
 void cllm_cpu_gemv_n_avx2(cllm_type type, int64_t K, const void *row, const void *act,
                           size_t act_stride, int n, float *out, size_t out_stride);
@@ -214,6 +214,9 @@ void cllm_cpu_gemv_avx512vl(cllm_type type, int64_t K, const void *row, const vo
                             float *out);
 void cllm_cpu_gemv_n_avx512vl(cllm_type type, int64_t K, const void *row, const void *act,
                               size_t act_stride, int n, float *out, size_t out_stride);
+/* Q4_K at the AVX2 level, one column: two rows at a time. */
+void cllm_cpu_gemv_rows_q4k_avx2(int64_t K, const void *row, size_t row_stride, int nr,
+                                 const void *act, float *out);
 /* Q4_K at the AVX-512 level, one column: two rows at a time. */
 void cllm_cpu_gemv_rows_q4k_avx512(int64_t K, const void *row, size_t row_stride, int nr,
                                    const void *act, float *out);

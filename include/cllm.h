@@ -818,8 +818,9 @@ typedef struct cllm_seq_tokens {
  * its own KV cache only, at its own positions, so its logits do not depend
  * on the others (up to the rounding of kernels that see more columns). On
  * the CPU they are bit for bit those the sequence gets alone when every
- * item has one token, or when every item but the last has a multiple of 8
- * tokens (the kernels sum columns in groups of 8 from a batch's first).
+ * item has one token, or when every item has at least 8 tokens (from 8
+ * columns on, the kernels sum each column the same way whatever columns
+ * share the batch).
  * Reading a prompt in chunks that start at multiples of 8 positions and
  * hold at least 8 tokens also gives the logits of reading it whole, bit for
  * bit (cllm serve relies on it to reuse a cut cache). Afterwards

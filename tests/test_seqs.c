@@ -326,16 +326,16 @@ done:
     cllm_model_free(m);
 }
 
-/* Prompts read in one batch, each starting at a multiple of 8 columns (the
- * ones before the last of whole groups of 8), give every sequence bit for
- * bit its logits alone, and so do the steps after them: what lets cllm
- * serve read several requests' prompts in one pass. */
-static void check_joined(const char *path) {
+/* Prompts of at least 8 tokens read in one batch give every sequence bit
+ * for bit its logits alone, wherever their columns start (a column's sums
+ * do not depend on the columns beside it in the kernels' groups of 8), and
+ * so do the steps after them: what lets cllm serve read several requests'
+ * prompts in one pass. */
+static void check_joined_lens(const char *path, const int lens[N_SEQ]) {
     cllm_model *m = NULL;
     CHECKF(cllm_model_load(path, NULL, &m) == CLLM_OK, "%s: %s", path, cllm_last_error());
     if (!m) return;
     const int64_t n_vocab = cllm_model_n_vocab(m);
-    static const int lens[N_SEQ] = {40, 16, 19};
     int32_t prompt[N_SEQ][40], next[N_SEQ];
     for (int i = 0; i < N_SEQ; i++) {
         for (int j = 0; j < lens[i]; j++) {
@@ -356,8 +356,9 @@ static void check_joined(const char *path) {
         for (int i = 0; i < N_SEQ; i++) {
             const float *a = cllm_session_seq_logits(s, i), *b = cllm_session_logits(ref[i]);
             CHECKF(a && b && !memcmp(a, b, (size_t)n_vocab * sizeof(float)),
-                   "%s: prompts read together, step %d: sequence %d differs from alone", path, step,
-                   i);
+                   "%s: prompts of %d, %d, %d tokens read together, step %d: sequence %d differs "
+                   "from alone",
+                   path, lens[0], lens[1], lens[2], step, i);
             if (!a || !b) goto done;
             next[i] = argmax(b, n_vocab);
             items[i] = (cllm_seq_tokens){i, &next[i], 1};
@@ -369,6 +370,14 @@ done:
     for (int i = 0; i < N_SEQ; i++) cllm_session_free(ref[i]);
     cllm_session_free(s);
     cllm_model_free(m);
+}
+
+static void check_joined(const char *path) {
+    /* whole groups of 8 before the last; then columns starting anywhere,
+     * with chunks of 8 columns that end in a lone one (17 = 8 + 8 + 1) */
+    static const int layouts[][N_SEQ] = {{40, 16, 19}, {15, 13, 9}, {17, 8, 23}, {9, 21, 11}};
+    for (size_t i = 0; i < sizeof(layouts) / sizeof(layouts[0]); i++)
+        check_joined_lens(path, layouts[i]);
 }
 
 /* check_invariance on random llama files of the types whose steps go

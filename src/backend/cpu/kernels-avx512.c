@@ -34,14 +34,16 @@ KX_INLINE __m512 kz_load16_half(int t, const uint16_t *p, __mmask16 m) {
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
 }
 
-KX_INLINE void kz_dot_half(int t, int nc, int64_t n, float *out, const void *vx, const char *y,
-                           size_t by) {
+/* alone: vec_dot's one column; vec_dot_n sums a lone column as it sums
+ * several (kx_dot_half says why). */
+KX_INLINE void kz_dot_half(int t, int nc, bool alone, int64_t n, float *out, const void *vx,
+                           const char *y, size_t by) {
     const uint16_t *x = vx;
     const int64_t u = t == KX_F32 ? 2 : 1; /* 16-bit units per element */
     __m512 acc[KX_COLS];
     for (int c = 0; c < nc; c++) acc[c] = _mm512_setzero_ps();
     int64_t i = 0;
-    if (nc == 1) { /* one column: 4 accumulators hide the FMA latency */
+    if (alone) { /* one column: 4 accumulators hide the FMA latency */
         __m512 a1 = _mm512_setzero_ps(), a2 = a1, a3 = a1;
         const float *y0 = (const float *)y;
         for (; i + 64 <= n; i += 64) {
@@ -75,11 +77,11 @@ KX_INLINE void kz_dot_half(int t, int nc, int64_t n, float *out, const void *vx,
 }
 
 static void kz_vec_dot_f16(int64_t n, float *out, const void *x, const void *y) {
-    kz_dot_half(KX_F16, 1, n, out, x, (const char *)y, 0);
+    kz_dot_half(KX_F16, 1, true, n, out, x, (const char *)y, 0);
 }
 
 static void kz_vec_dot_bf16(int64_t n, float *out, const void *x, const void *y) {
-    kz_dot_half(KX_BF16, 1, n, out, x, (const char *)y, 0);
+    kz_dot_half(KX_BF16, 1, true, n, out, x, (const char *)y, 0);
 }
 
 KX_INLINE void kz_dot_half_n(int t, int64_t n, float *out, const void *x, const void *y, size_t by,
@@ -87,20 +89,20 @@ KX_INLINE void kz_dot_half_n(int t, int64_t n, float *out, const void *x, const 
     for (int c0 = 0; c0 < ncols; c0 += KX_COLS) {
         const char *yc = (const char *)y + (size_t)c0 * by;
         switch (ncols - c0) {
-        case 1: kz_dot_half(t, 1, n, out + c0, x, yc, by); break;
-        case 2: kz_dot_half(t, 2, n, out + c0, x, yc, by); break;
-        case 3: kz_dot_half(t, 3, n, out + c0, x, yc, by); break;
-        case 4: kz_dot_half(t, 4, n, out + c0, x, yc, by); break;
-        case 5: kz_dot_half(t, 5, n, out + c0, x, yc, by); break;
-        case 6: kz_dot_half(t, 6, n, out + c0, x, yc, by); break;
-        case 7: kz_dot_half(t, 7, n, out + c0, x, yc, by); break;
-        default: kz_dot_half(t, 8, n, out + c0, x, yc, by); break;
+        case 1: kz_dot_half(t, 1, false, n, out + c0, x, yc, by); break;
+        case 2: kz_dot_half(t, 2, false, n, out + c0, x, yc, by); break;
+        case 3: kz_dot_half(t, 3, false, n, out + c0, x, yc, by); break;
+        case 4: kz_dot_half(t, 4, false, n, out + c0, x, yc, by); break;
+        case 5: kz_dot_half(t, 5, false, n, out + c0, x, yc, by); break;
+        case 6: kz_dot_half(t, 6, false, n, out + c0, x, yc, by); break;
+        case 7: kz_dot_half(t, 7, false, n, out + c0, x, yc, by); break;
+        default: kz_dot_half(t, 8, false, n, out + c0, x, yc, by); break;
         }
     }
 }
 
 static void kz_vec_dot_f32(int64_t n, float *out, const void *x, const void *y) {
-    kz_dot_half(KX_F32, 1, n, out, x, (const char *)y, 0);
+    kz_dot_half(KX_F32, 1, true, n, out, x, (const char *)y, 0);
 }
 
 static void kz_vec_dot_n_f32(int64_t n, float *out, const void *x, const void *y, size_t by,

@@ -780,14 +780,18 @@ KX_INLINE float kx_half1(int t, const uint16_t *p) {
     return f;
 }
 
-KX_INLINE void kx_dot_half(int t, int nc, int64_t n, float *out, const void *vx, const char *y,
-                           size_t by) {
+/* alone: vec_dot's one column (4 accumulators); vec_dot_n sums every
+ * column, a lone one too, with one accumulator, so that a column's bits do
+ * not depend on how many columns share its group (prompts of several
+ * sequences read in one batch: cllm_session_decode_seqs). */
+KX_INLINE void kx_dot_half(int t, int nc, bool alone, int64_t n, float *out, const void *vx,
+                           const char *y, size_t by) {
     const uint16_t *x = vx;
     const int64_t u = t == KX_F32 ? 2 : 1; /* 16-bit units per element */
     __m256 acc[KX_COLS];
     for (int c = 0; c < nc; c++) acc[c] = _mm256_setzero_ps();
     int64_t i = 0;
-    if (nc == 1) { /* one column: 4 accumulators hide the FMA latency */
+    if (alone) { /* one column: 4 accumulators hide the FMA latency */
         __m256 a1 = _mm256_setzero_ps(), a2 = a1, a3 = a1;
         const float *y0 = (const float *)y;
         for (; i + 32 <= n; i += 32) {
@@ -821,21 +825,21 @@ KX_INLINE void kx_dot_half(int t, int nc, int64_t n, float *out, const void *vx,
 
 #define KX_DEFINE_DOT_HALF(name, t)                                                                \
     static void kx_vec_dot_##name(int64_t n, float *out, const void *x, const void *y) {           \
-        kx_dot_half(t, 1, n, out, x, (const char *)y, 0);                                          \
+        kx_dot_half(t, 1, true, n, out, x, (const char *)y, 0);                                    \
     }                                                                                              \
     static void kx_vec_dot_n_##name(int64_t n, float *out, const void *x, const void *y,           \
                                     size_t by, int ncols) {                                        \
         for (int c0 = 0; c0 < ncols; c0 += KX_COLS) {                                              \
             const char *yc = (const char *)y + (size_t)c0 * by;                                    \
             switch (ncols - c0) {                                                                  \
-            case 1: kx_dot_half(t, KX_NC(1), n, out + c0, x, yc, by); break;                       \
-            case 2: kx_dot_half(t, KX_NC(2), n, out + c0, x, yc, by); break;                       \
-            case 3: kx_dot_half(t, KX_NC(3), n, out + c0, x, yc, by); break;                       \
-            case 4: kx_dot_half(t, KX_NC(4), n, out + c0, x, yc, by); break;                       \
-            case 5: kx_dot_half(t, KX_NC(5), n, out + c0, x, yc, by); break;                       \
-            case 6: kx_dot_half(t, KX_NC(6), n, out + c0, x, yc, by); break;                       \
-            case 7: kx_dot_half(t, KX_NC(7), n, out + c0, x, yc, by); break;                       \
-            default: kx_dot_half(t, KX_NC(8), n, out + c0, x, yc, by); break;                      \
+            case 1: kx_dot_half(t, KX_NC(1), false, n, out + c0, x, yc, by); break;                \
+            case 2: kx_dot_half(t, KX_NC(2), false, n, out + c0, x, yc, by); break;                \
+            case 3: kx_dot_half(t, KX_NC(3), false, n, out + c0, x, yc, by); break;                \
+            case 4: kx_dot_half(t, KX_NC(4), false, n, out + c0, x, yc, by); break;                \
+            case 5: kx_dot_half(t, KX_NC(5), false, n, out + c0, x, yc, by); break;                \
+            case 6: kx_dot_half(t, KX_NC(6), false, n, out + c0, x, yc, by); break;                \
+            case 7: kx_dot_half(t, KX_NC(7), false, n, out + c0, x, yc, by); break;                \
+            default: kx_dot_half(t, KX_NC(8), false, n, out + c0, x, yc, by); break;               \
             }                                                                                      \
         }                                                                                          \
     }

@@ -286,10 +286,9 @@ static void mm_tile_kernels(const cllm_tensor *a, const cllm_tensor *b, cllm_ten
                 const int nr = (int)CLLM_MIN((int64_t)CLLM_CPU_MAX_ROWS, me - m);
                 const char *arow = cllm_cpu_elem(a, 0, m, i2 / r2, i3 / r3);
                 char *out = cllm_cpu_elem(dst, m, nb, i2, i3);
-                if (nc == 1 && nr == 1) {
-                    k->vec_dot(K, (float *)out, arow, bn);
-                    continue;
-                }
+                /* (a lone row and column too: vec_dot may sum it otherwise,
+                 * and a column's bits must not depend on the columns in its
+                 * chunk, cllm_session_decode_seqs) */
                 k->vec_dot_mxn(K, tmp, CLLM_CPU_MAX_COLS, arow, bx, bn, by, nr, nc);
                 for (int r = 0; r < nr; r++) {
                     for (int j = 0; j < nc; j++) {

@@ -331,25 +331,33 @@ static void slot_start(srv_engine *e, srv_slot *sl, srv_job *j, size_t lcp) {
 /*
  * The prompt tokens a slot can reuse.
  *
- * - Its whole cache, when the prompt extends it: a conversation's next
- *   turn. The rows of the earlier answer were computed one token at a
- *   time, which the kernels round differently from a prompt chunk, so the
- *   answer is that of this conversation in this order (as with any chat
- *   engine), not always bit for bit that of a fresh read of the prompt.
+ * - Its whole cache, when the prompt extends it and the cache holds rows
+ *   of an answer: a conversation's next turn. Those rows were computed one
+ *   token at a time, which the kernels round differently from a prompt
+ *   chunk, so the answer is that of this conversation in this order (as
+ *   with any chat engine), not always bit for bit that of a fresh read of
+ *   the prompt. A cache of prompt rows only (a request cancelled before its
+ *   answer began) is reused whole only when the rest starts at a multiple
+ *   of SRV_ALIGN and holds at least SRV_ALIGN tokens; else as below (reused
+ *   whole, the same prompt again would have its last token decoded alone,
+ *   and its answer could differ from the first one's).
  * - Otherwise the longest common prefix, cut back to rows computed as a
  *   fresh read of the prompt computes them (n_fresh) and to a multiple of
  *   SRV_ALIGN, with at least SRV_ALIGN tokens left to decode. Prompt chunks
  *   start at multiples of SRV_ALIGN and hold at least SRV_ALIGN tokens
  *   (prompt_chunk), and decoding the same tokens in any such chunks gives
- *   the same rows and logits bit for bit (the kernels sum every column the
- *   same way in groups of 8 columns from the chunk's start; test_seqs
- *   checks it), so such a reuse does not change any answer: a shared system
- *   prompt, a regenerated or edited last message.
+ *   the same rows and logits bit for bit (from 8 columns on, the kernels
+ *   sum every column the same way whatever columns share its pass;
+ *   test_seqs checks it), so such a reuse does not change any answer: a
+ *   shared system prompt, a regenerated or edited last message.
  */
 static size_t slot_reuse(const srv_engine *e, const srv_slot *sl, const srv_job *j) {
     size_t lcp = 0;
     while (lcp < sl->n_cached && lcp < j->n_prompt && sl->cached[lcp] == j->prompt[lcp]) lcp++;
-    if (lcp == sl->n_cached) return lcp;
+    if (lcp == sl->n_cached && (!e->aligned || sl->n_fresh < sl->n_cached ||
+                                (lcp % SRV_ALIGN == 0 && j->n_prompt - lcp >= SRV_ALIGN))) {
+        return lcp;
+    }
     if (!e->aligned || j->n_prompt < 2 * SRV_ALIGN) return 0;
     size_t r = lcp < sl->n_fresh ? lcp : sl->n_fresh;
     if (r > j->n_prompt - SRV_ALIGN) r = j->n_prompt - SRV_ALIGN;

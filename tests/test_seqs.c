@@ -18,8 +18,9 @@
  *    one-sequence session's;
  *  - a prompt read in chunks aligned to 8 positions, of at least 8 tokens
  *    each, gives bit for bit the logits of the prompt read whole; prompts
- *    read in one batch (aligned to 8 columns) give each sequence bit for bit
- *    its logits alone, and so do the steps after them;
+ *    of at least 8 tokens read in one batch (their columns starting
+ *    anywhere, at a sequence's start or after a first chunk) give each
+ *    sequence bit for bit its logits alone, and so do the steps after them;
  *  - with each prompt decoded on its own, steps of one token per sequence
  *    give every sequence bit for bit its logits alone;
  *  - the last three also on random models written by cllm-gen-model
@@ -326,19 +327,20 @@ done:
     cllm_model_free(m);
 }
 
-/* Prompts of at least 8 tokens read in one batch give every sequence bit
- * for bit its logits alone, wherever their columns start (a column's sums
- * do not depend on the columns beside it in the kernels' groups of 8), and
- * so do the steps after them: what lets cllm serve read several requests'
- * prompts in one pass. */
-static void check_joined_lens(const char *path, const int lens[N_SEQ]) {
+/* Prompts of at least 8 tokens read in one batch (from each sequence's
+ * start, or after a first chunk of `prefix` tokens each read alone) give
+ * every sequence bit for bit its logits alone, wherever their columns start
+ * (a column's sums do not depend on the columns beside it in the kernels'
+ * groups of 8), and so do the steps after them: what lets cllm serve read
+ * several requests' prompts in one pass. */
+static void check_joined_lens(const char *path, const int lens[N_SEQ], int prefix) {
     cllm_model *m = NULL;
     CHECKF(cllm_model_load(path, NULL, &m) == CLLM_OK, "%s: %s", path, cllm_last_error());
     if (!m) return;
     const int64_t n_vocab = cllm_model_n_vocab(m);
-    int32_t prompt[N_SEQ][40], next[N_SEQ];
+    int32_t prompt[N_SEQ][56], next[N_SEQ];
     for (int i = 0; i < N_SEQ; i++) {
-        for (int j = 0; j < lens[i]; j++) {
+        for (int j = 0; j < prefix + lens[i]; j++) {
             prompt[i][j] = (int32_t)((31 * i + 7919 * j + 11) % (n_vocab - 10) + 5);
         }
     }
@@ -348,17 +350,22 @@ static void check_joined_lens(const char *path, const int lens[N_SEQ]) {
     if (!s || !ref[0] || !ref[1] || !ref[2]) goto done;
     cllm_seq_tokens items[N_SEQ];
     for (int i = 0; i < N_SEQ; i++) {
-        items[i] = (cllm_seq_tokens){i, prompt[i], lens[i]};
-        CHECK(cllm_session_decode(ref[i], prompt[i], lens[i]) == CLLM_OK);
+        if (prefix > 0) { /* each sequence's first chunk in a pass of its own */
+            items[i] = (cllm_seq_tokens){i, prompt[i], prefix};
+            CHECK(cllm_session_decode_seqs(s, &items[i], 1) == CLLM_OK);
+            CHECK(cllm_session_decode(ref[i], prompt[i], prefix) == CLLM_OK);
+        }
+        items[i] = (cllm_seq_tokens){i, prompt[i] + prefix, lens[i]};
+        CHECK(cllm_session_decode(ref[i], prompt[i] + prefix, lens[i]) == CLLM_OK);
     }
     CHECK(cllm_session_decode_seqs(s, items, N_SEQ) == CLLM_OK);
     for (int step = 0; step < 3; step++) {
         for (int i = 0; i < N_SEQ; i++) {
             const float *a = cllm_session_seq_logits(s, i), *b = cllm_session_logits(ref[i]);
             CHECKF(a && b && !memcmp(a, b, (size_t)n_vocab * sizeof(float)),
-                   "%s: prompts of %d, %d, %d tokens read together, step %d: sequence %d differs "
-                   "from alone",
-                   path, lens[0], lens[1], lens[2], step, i);
+                   "%s: prompts of %d, %d, %d tokens read together after %d, step %d: sequence "
+                   "%d differs from alone",
+                   path, lens[0], lens[1], lens[2], prefix, step, i);
             if (!a || !b) goto done;
             next[i] = argmax(b, n_vocab);
             items[i] = (cllm_seq_tokens){i, &next[i], 1};
@@ -376,8 +383,10 @@ static void check_joined(const char *path) {
     /* whole groups of 8 before the last; then columns starting anywhere,
      * with chunks of 8 columns that end in a lone one (17 = 8 + 8 + 1) */
     static const int layouts[][N_SEQ] = {{40, 16, 19}, {15, 13, 9}, {17, 8, 23}, {9, 21, 11}};
-    for (size_t i = 0; i < sizeof(layouts) / sizeof(layouts[0]); i++)
-        check_joined_lens(path, layouts[i]);
+    for (size_t i = 0; i < sizeof(layouts) / sizeof(layouts[0]); i++) {
+        check_joined_lens(path, layouts[i], 0);
+        check_joined_lens(path, layouts[i], 16);
+    }
 }
 
 /* check_invariance on random llama files of the types whose steps go

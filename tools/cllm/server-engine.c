@@ -618,16 +618,26 @@ typedef struct srv_work {
     cllm_status st;
 } srv_work;
 
+/* One forward pass over items[0, n); if it fails, each item alone. */
+static void engine_decode_pass(srv_engine *e, srv_work *w, const cllm_seq_tokens *items, int n) {
+    const cllm_status st = cllm_session_decode_seqs(e->s, items, n);
+    for (int i = 0; i < n; i++)
+        w[i].st = st == CLLM_OK || n == 1 ? st : cllm_session_decode_seqs(e->s, &items[i], 1);
+}
+
 /*
  * Decodes the items of a step: the generating slots' tokens (one each, the
  * first items) in one forward pass over their sequences, which reads the
  * weights once for all of them while each attends to its own KV cache and
- * is computed as it would be alone (cllm_mul_mat_set_cols_alone); then each
- * prompt chunk in a pass of its own, as it would be read alone. So a
- * request's answer does not depend on the others. If the shared pass
- * fails, its items are decoded one by one, so that only a slot that cannot
- * go on fails. Called without the mutex (only the engine thread touches
- * the session).
+ * is computed as it would be alone (cllm_mul_mat_set_cols_alone); then the
+ * prompt chunks, together in passes of up to n_batch tokens: chunks of at
+ * least SRV_ALIGN (8) tokens get in a joint pass the logits they get read
+ * alone, bit for bit (cllm_session_decode_seqs), and requests that arrive
+ * together pay for the weights once instead of once each. A shorter chunk
+ * (a prompt of fewer tokens) has a pass of its own. So a request's answer
+ * does not depend on the others. If a shared pass fails, its items are
+ * decoded one by one, so that only a slot that cannot go on fails. Called
+ * without the mutex (only the engine thread touches the session).
  */
 static void engine_decode(srv_engine *e, srv_work *w, int n) {
     cllm_seq_tokens items[256];
@@ -644,14 +654,17 @@ static void engine_decode(srv_engine *e, srv_work *w, int n) {
         for (int i = 0; i < n; i++) w[i].st = st;
         return;
     }
-    if (n_step > 0) {
-        const cllm_status st = cllm_session_decode_seqs(e->s, items, n_step);
-        for (int i = 0; i < n_step; i++) {
-            w[i].st =
-                st == CLLM_OK || n_step == 1 ? st : cllm_session_decode_seqs(e->s, &items[i], 1);
+    if (n_step > 0) engine_decode_pass(e, w, items, n_step);
+    for (int i = n_step; i < n;) {
+        int j = i + 1;
+        int64_t total = items[i].n_tokens;
+        while (items[i].n_tokens >= SRV_ALIGN && j < n && items[j].n_tokens >= SRV_ALIGN &&
+               total + items[j].n_tokens <= e->n_batch) {
+            total += items[j++].n_tokens;
         }
+        engine_decode_pass(e, w + i, items + i, j - i);
+        i = j;
     }
-    for (int i = n_step; i < n; i++) w[i].st = cllm_session_decode_seqs(e->s, &items[i], 1);
 }
 
 /*

@@ -208,7 +208,8 @@ static void bench_gemv(const cllm_type *types, int n_types, const char *only, co
         for (int m = 0; m < GV_ROWS; m++)
             tt->from_float(f + (size_t)(m % 32) * B_K, w + (size_t)m * w_row, B_K);
         for (int l = 1; l <= (int)best; l++) {
-            cllm_cpu_set_isa_limit((cllm_cpu_isa)l);
+            if (cllm_cpu_set_isa_limit((cllm_cpu_isa)l) != (cllm_cpu_isa)l)
+                continue; /* AVX-512 without AVX-VNNI */
             if (!cllm_cpu_gemv_available(t, B_K)) continue;
             const size_t act_row = cllm_cpu_gemv_act_size(t, B_K);
             char *act = malloc(act_row * 4);
@@ -226,11 +227,7 @@ static void bench_gemv(const cllm_type *types, int n_types, const char *only, co
     cllm_cpu_set_isa_limit(CLLM_CPU_ISA_COUNT);
 }
 
-static const char *level_name(cllm_cpu_isa l) {
-    static const char *names[] = {"portable", "avx2", "avx512"};
-    _Static_assert(CLLM_ARRAY_SIZE(names) == CLLM_CPU_ISA_COUNT, "level names");
-    return names[l];
-}
+static const char *level_name(cllm_cpu_isa l) { return cllm_cpu_isa_name(l); }
 
 int main(int argc, char **argv) {
     const int reps = argc > 1 ? atoi(argv[1]) : 15;
@@ -270,7 +267,8 @@ int main(int argc, char **argv) {
         for (int r = 0; r < c.rows; r++)
             tt->from_float(f + (size_t)r * B_K, w + (size_t)r * c.w_row, B_K);
         for (int l = 1; l <= (int)best; l++) {
-            cllm_cpu_set_isa_limit((cllm_cpu_isa)l);
+            if (cllm_cpu_set_isa_limit((cllm_cpu_isa)l) != (cllm_cpu_isa)l)
+                continue; /* AVX-512 without AVX-VNNI */
             const bool ok =
                 c.flt ? cllm_cpu_gemm_f_available(t, B_K) : cllm_cpu_gemm_available(t, B_K);
             if (!ok) continue;

@@ -116,11 +116,7 @@ static void measure(bench_ctx *b, int op, int reps, double *mean, double *sd, do
     *sd = var > 0.0 ? sqrt(var) : 0.0;
 }
 
-static const char *level_name(cllm_cpu_isa l) {
-    static const char *names[] = {"portable", "avx2", "avx512"};
-    _Static_assert(CLLM_ARRAY_SIZE(names) == CLLM_CPU_ISA_COUNT, "level names");
-    return names[l];
-}
+static const char *level_name(cllm_cpu_isa l) { return cllm_cpu_isa_name(l); }
 
 int main(int argc, char **argv) {
     const int reps = argc > 1 ? atoi(argv[1]) : 10;
@@ -165,7 +161,8 @@ int main(int argc, char **argv) {
             }
         }
         for (int l = 0; l <= (int)best; l++) {
-            cllm_cpu_set_isa_limit((cllm_cpu_isa)l);
+            if (cllm_cpu_set_isa_limit((cllm_cpu_isa)l) != (cllm_cpu_isa)l)
+                continue; /* AVX-512 without AVX-VNNI */
             b.k = cllm_cpu_kernels(t);
             if (!b.k) continue;
             double m1, s1, n1, m2, s2, n2, m3, s3, n3, m4, s4, n4, m5, s5, n5;
@@ -189,7 +186,8 @@ int main(int argc, char **argv) {
     static const cllm_type via[] = {CLLM_TYPE_Q4_0, CLLM_TYPE_Q4_K}; /* -> Q8_0, Q8_K */
     for (size_t vi = 0; vi < CLLM_ARRAY_SIZE(via); vi++) {
         for (int l = 0; l <= (int)best; l++) {
-            cllm_cpu_set_isa_limit((cllm_cpu_isa)l);
+            if (cllm_cpu_set_isa_limit((cllm_cpu_isa)l) != (cllm_cpu_isa)l)
+                continue; /* AVX-512 without AVX-VNNI */
             bench_ctx b = {.k = cllm_cpu_kernels(via[vi]), .f = f, .q = q};
             double m, s, mn;
             measure(&b, OP_FROM_FLOAT, reps, &m, &s, &mn);

@@ -84,11 +84,7 @@ static const cllm_type k_types[] = {
     CLLM_TYPE_Q2_K, CLLM_TYPE_BF16, CLLM_TYPE_Q8_1, CLLM_TYPE_Q8_K, CLLM_TYPE_F32,
 };
 
-static const char *level_name(cllm_cpu_isa l) {
-    static const char *names[] = {"portable", "avx2", "avx512"};
-    _Static_assert(CLLM_ARRAY_SIZE(names) == CLLM_CPU_ISA_COUNT, "level names");
-    return names[l];
-}
+static const char *level_name(cllm_cpu_isa l) { return cllm_cpu_isa_name(l); }
 
 /* Scale fields of a block get sane finite values (random sign): random bytes
  * elsewhere are valid quants of every format. */
@@ -894,6 +890,73 @@ static void test_gemv_256(cllm_type t) {
     }
 }
 
+/* The AVXVNNI level's kernels are the AVX2 level's with vpdpbusd for
+ * vpmaddubsw + vpmaddwd (and, in the panel GEMM, for Q8_0's sign steps):
+ * the same integers and float steps, so the same results bit for bit. Each
+ * is also checked against the exact sums by test_gemv and test_gemm at its
+ * level; this checks the two levels against each other, for one and several
+ * columns, panel heights of 1 to 16 rows and tiles of 1 to 7 columns. */
+static void test_vnni_as_avx2(cllm_type t) {
+    const bool gemv =
+        t == CLLM_TYPE_Q4_0 || t == CLLM_TYPE_Q4_1 || t == CLLM_TYPE_Q5_0 || t == CLLM_TYPE_Q8_0;
+    const int64_t qk = cllm_type_traits_of(t)->blck_size;
+    enum { NC = 7, R = CLLM_GEMM_ROWS, LDO = R + 1 };
+    const int64_t lens[] = {1, 3, 5, 18};
+    for (size_t li = 0; li < CLLM_ARRAY_SIZE(lens); li++) {
+        const int64_t n = lens[li] * qk;
+        float *f = xmalloc((size_t)n * sizeof(float));
+        if (gemv && cllm_cpu_gemv_available(t, n)) {
+            const size_t wbytes = cllm_row_size(t, n), abytes = cllm_cpu_gemv_act_size(t, n);
+            char *w = xmalloc(wbytes), *act = xmalloc(NC * abytes), *act_ref = xmalloc(abytes);
+            for (int wk = 0; wk < W_KINDS; wk++) {
+                make_weights(t, wk, w, n);
+                for (int c = 0; c < NC; c++) {
+                    make_acts(c % A_KINDS, f, n);
+                    quantize_as_portable(cllm_cpu_gemv_quantize, t, f, n, act + c * abytes, act_ref,
+                                         abytes);
+                }
+                float a2[NC], av[NC];
+                cllm_cpu_gemv_avx2(t, n, w, act, &a2[0]);
+                cllm_cpu_gemv_avxvnni(t, n, w, act, &av[0]);
+                CHECKF(memcmp(&a2[0], &av[0], sizeof(float)) == 0,
+                       "%s gemv n=%lld w%d: AVX2 %.9g, AVX-VNNI %.9g", cllm_type_name(t),
+                       (long long)n, wk, a2[0], av[0]);
+                cllm_cpu_gemv_n_avx2(t, n, w, act, abytes, NC, a2, 1);
+                cllm_cpu_gemv_n_avxvnni(t, n, w, act, abytes, NC, av, 1);
+                CHECKF(memcmp(a2, av, sizeof(a2)) == 0, "%s gemv of %d columns n=%lld w%d",
+                       cllm_type_name(t), NC, (long long)n, wk);
+            }
+            free(w), free(act), free(act_ref);
+        }
+        if (cllm_cpu_gemm_available(t, n)) {
+            const cllm_gemm_form fm = cllm_cpu_gemm_form(t);
+            const size_t wbytes = cllm_row_size(t, n), as = cllm_cpu_gemm_act_size(t, n);
+            char *w = xmalloc(wbytes * R), *act = xmalloc(as * NC), *act_ref = xmalloc(as);
+            char *panel = xmalloc(cllm_cpu_gemm_panel_size(t, n));
+            char *scratch = xmalloc(cllm_cpu_gemm_pack_scratch(t, n));
+            for (int r = 0; r < R; r++) make_weights(t, r % W_KINDS, w + r * wbytes, n);
+            for (int c = 0; c < NC; c++) {
+                make_acts(c % A_KINDS, f, n);
+                quantize_as_portable(cllm_cpu_gemm_quantize, t, f, n, act + c * as, act_ref, as);
+            }
+            for (int nr = 1; nr <= R; nr += 5) {
+                cllm_cpu_gemm_pack(t, w, wbytes, nr, n, panel, scratch);
+                for (int nc = 1; nc <= NC; nc++) {
+                    float o2[NC * LDO], ov[NC * LDO];
+                    memset(o2, 0, sizeof(o2)), memset(ov, 0, sizeof(ov));
+                    cllm_cpu_gemm_avx2(&fm, n, panel, act, as, nc, o2, LDO, nr);
+                    cllm_cpu_gemm_avxvnni(&fm, n, panel, act, as, nc, ov, LDO, nr);
+                    CHECKF(memcmp(o2, ov, sizeof(o2)) == 0,
+                           "%s gemm n=%lld %dx%d: AVX-VNNI differs from AVX2", cllm_type_name(t),
+                           (long long)n, nr, nc);
+                }
+            }
+            free(w), free(act), free(act_ref), free(panel), free(scratch);
+        }
+        free(f);
+    }
+}
+
 /* ---- dispatch ------------------------------------------------------------------ */
 
 static void test_dispatch(cllm_cpu_isa best) {
@@ -911,7 +974,15 @@ static void test_dispatch(cllm_cpu_isa best) {
         CHECK(cllm_cpu_set_isa_limit(CLLM_CPU_ISA_AVX2) == CLLM_CPU_ISA_AVX2);
         CHECK(strstr(cllm_cpu_features_str(), "avx2") != NULL);
         CHECK(cllm_cpu_kernels(CLLM_TYPE_Q4_0)->vec_dot != cllm_vec_dot_q4_0_q8_0);
+        /* AVX-VNNI's level, or AVX2's where an AVX-512 CPU lacks it */
+        const cllm_cpu_isa v = cllm_cpu_set_isa_limit(CLLM_CPU_ISA_AVXVNNI);
+        CHECK(v == CLLM_CPU_ISA_AVXVNNI ||
+              (v == CLLM_CPU_ISA_AVX2 && best != CLLM_CPU_ISA_AVXVNNI));
+        CHECK((v == CLLM_CPU_ISA_AVXVNNI) == (strstr(cllm_cpu_features_str(), "avx-vnni") != NULL));
     }
+    for (int l = 0; l < CLLM_CPU_ISA_COUNT; l++)
+        CHECK(strcmp(cllm_cpu_isa_name((cllm_cpu_isa)l), "unknown") != 0);
+    CHECK(strcmp(cllm_cpu_isa_name(CLLM_CPU_ISA_COUNT), "unknown") == 0);
     cllm_cpu_set_isa_limit(CLLM_CPU_ISA_COUNT);
 }
 
@@ -1020,7 +1091,10 @@ int main(void) {
     test_f16_rows(best);
     for (int l = CLLM_CPU_ISA_PORTABLE; l <= (int)best; l++) {
         const cllm_cpu_isa level = (cllm_cpu_isa)l;
-        CHECK(cllm_cpu_set_isa_limit(level) == level);
+        if (cllm_cpu_set_isa_limit(level) != level) { /* an AVX-512 CPU without AVX-VNNI */
+            CHECK(level == CLLM_CPU_ISA_AVXVNNI && cllm_cpu_isa_level() == CLLM_CPU_ISA_AVX2);
+            continue;
+        }
         test_from_float(level, CLLM_TYPE_Q8_0);
         test_from_float(level, CLLM_TYPE_Q8_K);
         for (size_t i = 0; i < CLLM_ARRAY_SIZE(k_types); i++) {
@@ -1040,6 +1114,7 @@ int main(void) {
                 test_gemv_256(k_types[i]);
             }
             test_gemm_f(k_types[i]);
+            if (level == CLLM_CPU_ISA_AVXVNNI) test_vnni_as_avx2(k_types[i]);
         }
     }
     cllm_cpu_set_isa_limit(CLLM_CPU_ISA_COUNT);

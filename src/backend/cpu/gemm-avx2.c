@@ -66,19 +66,6 @@ GY_INLINE float gy_f32(const char *p) {
     return v;
 }
 
-/* Lanes [0, n) of 8 set (n in 1..8), for masked stores. */
-GY_INLINE __m256i gy_lanes8(int n) {
-    return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-}
-
-GY_INLINE void gy_store(float *out, __m256 v, int n, __m256i m) {
-    if (n == 8) {
-        _mm256_storeu_ps(out, v);
-    } else {
-        _mm256_maskstore_ps(out, m, v);
-    }
-}
-
 /* Rows 8h..8h+7 of the panel x nc columns over all nb blocks; spb = BS / 4
  * steps per block, summed in s16 by groups of g steps (g divides spb; see
  * gy_group). sgn: Q8_0's signed steps. */
@@ -158,9 +145,9 @@ GY_INLINE void gy_tile(int spb, int g, bool off, bool sgn, int nc, int64_t nb, c
                 f[j] = _mm256_fmadd_ps(o, _mm256_set1_ps(gy_f32(ax + j * astride + bs + 4)), f[j]);
         }
     }
-    const __m256i m = gy_lanes8(nr);
+    const __m256i m = cllm_lanes8(nr);
 #pragma GCC unroll 4
-    for (int j = 0; j < nc; j++) gy_store(out + (size_t)j * ldo + 8 * h, f[j], nr, m);
+    for (int j = 0; j < nc; j++) cllm_store8(out + (size_t)j * ldo + 8 * h, f[j], nr, m);
 }
 
 /* Steps a group sums in s16: the most that fit, 2 * umax * 127 per step
@@ -464,12 +451,12 @@ GY_INLINE void gy_tile_f(int nc, int64_t K, const float *panel, int h, const flo
         }
     }
     const int n0 = nr < 8 ? nr : 8, n1 = nr - n0;
-    const __m256i m0 = gy_lanes8(n0), m1 = gy_lanes8(n1 > 0 ? n1 : 1);
+    const __m256i m0 = cllm_lanes8(n0), m1 = cllm_lanes8(n1 > 0 ? n1 : 1);
 #pragma GCC unroll 6
     for (int j = 0; j < nc; j++) {
         float *oj = out + (size_t)j * ldo + 16 * h;
-        gy_store(oj, acc[j][0], n0, m0);
-        if (n1 > 0) gy_store(oj + 8, acc[j][1], n1, m1);
+        cllm_store8(oj, acc[j][0], n0, m0);
+        if (n1 > 0) cllm_store8(oj + 8, acc[j][1], n1, m1);
     }
 }
 

@@ -380,7 +380,8 @@ void cllm_cpu_gemm_f_pack(cllm_type type, const void *a, size_t stride, int nrow
 int cllm_cpu_gemm_f_group(void) {
 #if defined(__x86_64__) || defined(__i386__)
     /* AVX-512 reads its 12 columns in place: not measured grouped */
-    if (cllm_cpu_isa_level() == CLLM_CPU_ISA_AVX2) return CLLM_GEMM_F_GROUP_AVX2;
+    if (cllm_cpu_isa_level() >= CLLM_CPU_ISA_AVX2 && cllm_cpu_isa_level() < CLLM_CPU_ISA_AVX512)
+        return CLLM_GEMM_F_GROUP_AVX2;
 #endif
     return 1;
 }
@@ -644,6 +645,11 @@ void cllm_cpu_gemv_ref(cllm_type type, int64_t K, const void *row, const void *a
  * 576-element rows in the 256-bit one, and the same with its 1,536-element
  * rows there too, where 4 sequences lost 3-5 % (574-580 against 590-609). */
 #define GEMV_ZMM_MIN_K 1024
+/* The AVXVNNI level's one-column kernels: every type but Q4_K (AVX2's). */
+static bool gemv_vnni256(cllm_type type) {
+    return cllm_cpu_isa_level() == CLLM_CPU_ISA_AVXVNNI && type != CLLM_TYPE_Q4_K;
+}
+
 static bool gemv_ymm(cllm_type type, int64_t K) {
     if (type == CLLM_TYPE_Q8_0 || type == CLLM_TYPE_Q5_0) return true;
     if (type == CLLM_TYPE_Q4_K) return false;
@@ -653,6 +659,7 @@ static bool gemv_ymm(cllm_type type, int64_t K) {
 cllm_gemv_fn cllm_cpu_gemv_kernel(cllm_type type, int64_t K) {
 #if defined(__x86_64__) || defined(__i386__)
     if (cllm_cpu_gemv_available(type, K)) {
+        if (gemv_vnni256(type)) return cllm_cpu_gemv_avxvnni;
         if (cllm_cpu_isa_level() < CLLM_CPU_ISA_AVX512) return cllm_cpu_gemv_avx2;
         return gemv_ymm(type, K) ? cllm_cpu_gemv_avx512vl : cllm_cpu_gemv_avx512;
     }
@@ -678,6 +685,7 @@ static void gemv_n_loop(cllm_type type, int64_t K, const void *row, const void *
 cllm_gemv_n_fn cllm_cpu_gemv_n_kernel(cllm_type type, int64_t K) {
 #if defined(__x86_64__) || defined(__i386__)
     if (cllm_cpu_gemv_available(type, K)) {
+        if (gemv_vnni256(type)) return cllm_cpu_gemv_n_avxvnni;
         if (cllm_cpu_isa_level() < CLLM_CPU_ISA_AVX512) {
             return cllm_cpu_gemv_n_avx2;
         }
@@ -742,6 +750,11 @@ void cllm_cpu_gemv_rows(cllm_type type, int64_t K, const void *row, size_t row_s
                         size_t cols_stride, float *out, size_t out_stride) {
 #if defined(__x86_64__) || defined(__i386__)
     if (type != CLLM_TYPE_Q4_K && cllm_cpu_gemv_available(type, K)) {
+        if (gemv_vnni256(type)) {
+            cllm_cpu_gemv_rows_avxvnni(type, K, row, row_stride, nr, act, act_stride, nc, cols,
+                                       cols_stride, out, out_stride);
+            return;
+        }
         if (cllm_cpu_isa_level() < CLLM_CPU_ISA_AVX512) {
             cllm_cpu_gemv_rows_avx2(type, K, row, row_stride, nr, act, act_stride, nc, cols,
                                     cols_stride, out, out_stride);
@@ -775,6 +788,10 @@ void cllm_cpu_gemm(cllm_type type, int64_t K, const void *panel, const void *act
 #if defined(__x86_64__) || defined(__i386__)
     if (cllm_cpu_isa_level() >= CLLM_CPU_ISA_AVX512) {
         cllm_cpu_gemm_avx512(&f, K, panel, act, act_stride, ncols, out, ldo, nrows);
+        return;
+    }
+    if (cllm_cpu_isa_level() == CLLM_CPU_ISA_AVXVNNI) {
+        cllm_cpu_gemm_avxvnni(&f, K, panel, act, act_stride, ncols, out, ldo, nrows);
         return;
     }
     if (cllm_cpu_isa_level() >= CLLM_CPU_ISA_AVX2) {

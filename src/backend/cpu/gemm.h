@@ -214,6 +214,16 @@ void cllm_cpu_gemv_avx512vl(cllm_type type, int64_t K, const void *row, const vo
                             float *out);
 void cllm_cpu_gemv_n_avx512vl(cllm_type type, int64_t K, const void *row, const void *act,
                               size_t act_stride, int n, float *out, size_t out_stride);
+/* Q4_0 / Q4_1 / Q5_0 / Q8_0 at the AVXVNNI level (gemv-x86.h with AVX-VNNI's
+ * vpdpbusd: the AVX2 kernels' results bit for bit; Q4_K takes the AVX2
+ * level's kernel). */
+void cllm_cpu_gemv_avxvnni(cllm_type type, int64_t K, const void *row, const void *act, float *out);
+void cllm_cpu_gemv_n_avxvnni(cllm_type type, int64_t K, const void *row, const void *act,
+                             size_t act_stride, int n, float *out, size_t out_stride);
+void cllm_cpu_gemv_rows_avxvnni(cllm_type type, int64_t K, const void *row, size_t row_stride,
+                                int nr, const void *act, size_t act_stride, int nc,
+                                const void *cols, size_t cols_stride, float *out,
+                                size_t out_stride);
 /* Q4_K at the AVX2 level, one column: two rows at a time. */
 void cllm_cpu_gemv_rows_q4k_avx2(int64_t K, const void *row, size_t row_stride, int nr,
                                  const void *act, float *out);
@@ -287,6 +297,10 @@ static inline void cllm_gemm_act_block_tail(char *tail, const cllm_gemm_form *f,
     memset(tail + 12, 0, 4);
 }
 
+/* The AVXVNNI level's panel GEMM (gemm-avxvnni.c): the AVX2 level's panels
+ * and activations, vpdpbusd on ymm; its results bit for bit AVX2's. */
+void cllm_cpu_gemm_avxvnni(const cllm_gemm_form *f, int64_t K, const void *panel, const void *act,
+                           size_t act_stride, int ncols, float *out, size_t ldo, int nrows);
 void cllm_cpu_gemm_quantize_avx512(const cllm_gemm_form *f, const float *x, void *act, int64_t K);
 void cllm_cpu_gemm_quantize_avx2(const cllm_gemm_form *f, const float *x, void *act, int64_t K);
 /* The AVX2 packer of Q4_0, Q4_1 and Q8_0 (false: another type), the same

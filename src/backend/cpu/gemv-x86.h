@@ -2,8 +2,10 @@
  * The one-column kernels of Q4_0 / Q4_1 / Q5_0 (generation) at 256 bits, for
  * two levels (and of Q8_0: its section below):
  * included by gemm-avx2.c with GV_VNNI 0 (AVX2: vpmaddubsw, then
- * vpmaddwd against ones) and by gemm-avx512.c with GV_VNNI 1 (vpdpbusd on
- * ymm registers, AVX512-VL + VNNI), each after its target pragma. Both read
+ * vpmaddwd against ones), by gemm-avx512.c with GV_VNNI 1 (vpdpbusd on
+ * ymm registers, AVX512-VL + VNNI) and by gemm-avxvnni.c with GV_VNNI 2
+ * (the same instruction in AVX-VNNI's VEX form), each after its target
+ * pragma. All read
  * the activation layout of gemm.h (per 128 elements: 4 blocks' low halves,
  * their high halves, per-lane -8 sums, per-lane scales, per-block d * sum)
  * half a group at a time: two weight blocks' 16 bytes of nibbles in the two
@@ -39,7 +41,13 @@
 #define CLLM_BACKEND_CPU_GEMV_X86_H
 
 #ifndef GV_VNNI
-#error "define GV_VNNI (0: AVX2, 1: AVX512-VL + VNNI) before including gemv-x86.h"
+#error "define GV_VNNI (0: AVX2, 1: AVX512-VL + VNNI, 2: AVX-VNNI) before including gemv-x86.h"
+#endif
+/* acc + the sums of 4 adjacent u8 x s8 products per int32 lane */
+#if GV_VNNI == 2
+#define GV_DPBUSD(acc, u, s) _mm256_dpbusd_avx_epi32(acc, u, s)
+#elif GV_VNNI
+#define GV_DPBUSD(acc, u, s) _mm256_dpbusd_epi32(acc, u, s)
 #endif
 
 #include "backend/cpu/gemm.h"    /* cllm_cpu_gemv_q8_scales */
@@ -120,8 +128,8 @@ GV_INLINE void gv_unpack(enum gv_kind kind, const char *x0, size_t bsz, bool two
 GV_INLINE __m256i gv_isum(bool q41, __m256i lo, __m256i hi, __m256i ga, __m256i gb, __m256i z8) {
 #if GV_VNNI
     __m256i sum = q41 ? _mm256_setzero_si256() : z8;
-    sum = _mm256_dpbusd_epi32(sum, lo, ga);
-    return _mm256_dpbusd_epi32(sum, hi, gb);
+    sum = GV_DPBUSD(sum, lo, ga);
+    return GV_DPBUSD(sum, hi, gb);
 #else
     const __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(lo, ga), _mm256_maddubs_epi16(hi, gb));
     const __m256i sum = _mm256_madd_epi16(p, _mm256_set1_epi16(1));
@@ -434,8 +442,8 @@ GV_INLINE __m256i gv_isum_q8(__m256i ul, __m256i wl, __m256i uh, __m256i wh, con
     const __m256i al = _mm256_loadu_si256((const __m256i *)a);
     const __m256i ah = _mm256_loadu_si256((const __m256i *)(a + 32));
 #if GV_VNNI /* the same sums of 4 products, without the s16 step */
-    const __m256i s = _mm256_dpbusd_epi32(_mm256_setzero_si256(), ul, _mm256_sign_epi8(al, wl));
-    return _mm256_dpbusd_epi32(s, uh, _mm256_sign_epi8(ah, wh));
+    const __m256i s = GV_DPBUSD(_mm256_setzero_si256(), ul, _mm256_sign_epi8(al, wl));
+    return GV_DPBUSD(s, uh, _mm256_sign_epi8(ah, wh));
 #else
     const __m256i ones = _mm256_set1_epi16(1);
     return _mm256_add_epi32(

@@ -134,7 +134,8 @@ typedef struct cpu_features {
     bool avx2, fma, f16c;                       /* the AVX2 level */
     bool avx512f, avx512bw, avx512vl, avx512dq; /* the AVX-512 level ... */
     bool avx512vnni;                            /* ... needs VNNI too */
-    bool avx512bf16, avxvnni;                   /* detected; no kernel uses them yet */
+    bool avxvnni;                               /* the AVXVNNI level */
+    bool avx512bf16;                            /* detected; no kernel uses it yet */
     bool halves512; /* 512-bit operations run as two 256-bit halves (AMD family 19h) */
 } cpu_features;
 
@@ -195,7 +196,21 @@ static cllm_cpu_isa best_level(const cpu_features *f) {
     if (!(f->avx2 && f->fma && f->f16c)) return CLLM_CPU_ISA_PORTABLE;
     if (f->avx512f && f->avx512bw && f->avx512vl && f->avx512dq && f->avx512vnni)
         return CLLM_CPU_ISA_AVX512;
-    return CLLM_CPU_ISA_AVX2;
+    return f->avxvnni ? CLLM_CPU_ISA_AVXVNNI : CLLM_CPU_ISA_AVX2;
+}
+
+/* `level` capped by the best one, and AVX-VNNI's level replaced by AVX2's
+ * where the CPU lacks it (an AVX-512 CPU without it). */
+static cllm_cpu_isa usable_level(cllm_cpu_isa level) {
+    if (level > g_best) level = g_best;
+    if (level == CLLM_CPU_ISA_AVXVNNI && !g_cpu.avxvnni) level = CLLM_CPU_ISA_AVX2;
+    return level < CLLM_CPU_ISA_PORTABLE ? CLLM_CPU_ISA_PORTABLE : level;
+}
+
+const char *cllm_cpu_isa_name(cllm_cpu_isa level) {
+    static const char *const names[] = {"portable", "avx2", "avxvnni", "avx512"};
+    _Static_assert(sizeof(names) / sizeof(names[0]) == CLLM_CPU_ISA_COUNT, "level names");
+    return (unsigned)level < CLLM_CPU_ISA_COUNT ? names[level] : "unknown";
 }
 
 /* Fills the table for `level` (<= g_best) and names what it uses. */
@@ -209,6 +224,10 @@ static void fill_level(cllm_cpu_isa level) {
         g_level = CLLM_CPU_ISA_AVX2;
         g_features = "avx2 fma f16c";
     }
+    if (level == CLLM_CPU_ISA_AVXVNNI) { /* the AVX2 table; gemm.c picks the VNNI kernels */
+        g_level = CLLM_CPU_ISA_AVXVNNI;
+        g_features = "avx2 fma f16c avx-vnni";
+    }
     if (level >= CLLM_CPU_ISA_AVX512) {
         cllm_cpu_kernels_fill_avx512(g_kernels, g_prefer_256);
         g_level = CLLM_CPU_ISA_AVX512;
@@ -219,14 +238,14 @@ static void fill_level(cllm_cpu_isa level) {
 #endif
 }
 
-/* CLLM_CPU_ISA=portable|avx2|avx512 caps the level for the whole process
- * (benchmarks, bisecting a numerical difference); unknown values are ignored. */
+/* CLLM_CPU_ISA=portable|avx2|avxvnni|avx512 caps the level for the whole
+ * process (benchmarks, bisecting a numerical difference); unknown values are
+ * ignored. */
 static cllm_cpu_isa env_limit(void) {
     const char *v = getenv("CLLM_CPU_ISA");
     if (!v) return CLLM_CPU_ISA_COUNT;
-    if (strcmp(v, "portable") == 0) return CLLM_CPU_ISA_PORTABLE;
-    if (strcmp(v, "avx2") == 0) return CLLM_CPU_ISA_AVX2;
-    if (strcmp(v, "avx512") == 0) return CLLM_CPU_ISA_AVX512;
+    for (int l = 0; l < CLLM_CPU_ISA_COUNT; l++)
+        if (strcmp(v, cllm_cpu_isa_name((cllm_cpu_isa)l)) == 0) return (cllm_cpu_isa)l;
     return CLLM_CPU_ISA_COUNT;
 }
 
@@ -245,8 +264,7 @@ static void init_once(void) {
 #endif
     g_prefer_256 = env_prefer_256(g_cpu.halves512);
     g_best = best_level(&g_cpu);
-    const cllm_cpu_isa cap = env_limit();
-    if (cap < g_best) g_best = cap;
+    g_best = usable_level(env_limit());
     fill_level(g_best);
 }
 
@@ -283,7 +301,7 @@ bool cllm_cpu_set_prefer_256(bool prefer) {
 
 cllm_cpu_isa cllm_cpu_set_isa_limit(cllm_cpu_isa max) {
     init();
-    const cllm_cpu_isa level = max < g_best ? max : g_best;
-    if (level != g_level) fill_level(level < CLLM_CPU_ISA_PORTABLE ? CLLM_CPU_ISA_PORTABLE : level);
+    const cllm_cpu_isa level = usable_level(max);
+    if (level != g_level) fill_level(level);
     return g_level;
 }

@@ -60,13 +60,21 @@ typedef struct cllm_cpu_type_kernels {
 #define CLLM_CPU_PREFETCH_AHEAD 8192
 #endif
 
-/* Instruction-set levels, in increasing order. */
+/* Instruction-set levels, in increasing order. A CPU has every level up to
+ * its best one, except that an AVX-512 CPU may lack AVX-VNNI (AMD Zen 4,
+ * Intel Ice Lake): cllm_cpu_set_isa_limit then gives it the AVX2 level. */
 typedef enum cllm_cpu_isa {
     CLLM_CPU_ISA_PORTABLE = 0,
-    CLLM_CPU_ISA_AVX2,   /* AVX2 + FMA + F16C */
-    CLLM_CPU_ISA_AVX512, /* AVX-512 F/BW/VL (+ VNNI, BF16 where present) */
+    CLLM_CPU_ISA_AVX2,    /* AVX2 + FMA + F16C */
+    CLLM_CPU_ISA_AVXVNNI, /* the AVX2 level with AVX-VNNI's vpdpbusd on ymm (VEX): the
+                           * panel GEMM and one-column kernels; Intel Alder Lake and later,
+                           * AMD Zen 5 */
+    CLLM_CPU_ISA_AVX512,  /* AVX-512 F/BW/VL (+ VNNI, BF16 where present) */
     CLLM_CPU_ISA_COUNT
 } cllm_cpu_isa;
+
+/* "portable", "avx2", "avxvnni", "avx512": the names CLLM_CPU_ISA takes. */
+const char *cllm_cpu_isa_name(cllm_cpu_isa level);
 
 /* Kernels for `type` at the best level the CPU has (capped by
  * cllm_cpu_set_isa_limit); NULL if the type has no dot product at all. */

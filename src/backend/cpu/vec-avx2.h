@@ -28,6 +28,21 @@ static inline __attribute__((always_inline)) void cllm_transpose8_ps(__m256 r[8]
     }
 }
 
+/* Lanes [0, n) of 8 set (n in 1..8), for masked stores. */
+static inline __attribute__((always_inline)) __m256i cllm_lanes8(int n) {
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
+/* The first n of v's 8 lanes to out (m: cllm_lanes8(n)). */
+static inline __attribute__((always_inline)) void cllm_store8(float *out, __m256 v, int n,
+                                                              __m256i m) {
+    if (n == 8) {
+        _mm256_storeu_ps(out, v);
+    } else {
+        _mm256_maskstore_ps(out, m, v);
+    }
+}
+
 /* |v| per lane. */
 static inline __attribute__((always_inline)) __m256 cllm_abs256(__m256 v) {
     return _mm256_andnot_ps(_mm256_set1_ps(-0.0f), v);

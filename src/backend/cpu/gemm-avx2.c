@@ -54,18 +54,6 @@
  * the 16 registers there are: the accumulators spill). No instruction. */
 #define GY_KEEP(v) __asm__("" : "+x"(v))
 
-GY_INLINE int32_t gy_i32(const char *p) {
-    int32_t v;
-    memcpy(&v, p, 4);
-    return v;
-}
-
-GY_INLINE float gy_f32(const char *p) {
-    float v;
-    memcpy(&v, p, 4);
-    return v;
-}
-
 /* Rows 8h..8h+7 of the panel x nc columns over all nb blocks; spb = BS / 4
  * steps per block, summed in s16 by groups of g steps (g divides spb; see
  * gy_group). sgn: Q8_0's signed steps. */
@@ -92,8 +80,8 @@ GY_INLINE void gy_tile(int spb, int g, bool off, bool sgn, int nc, int64_t nb, c
                 const __m256i wa = _mm256_abs_epi8(w);
 #pragma GCC unroll 4
                 for (int j = 0; j < nc; j++) {
-                    const __m256i a =
-                        _mm256_sign_epi8(_mm256_set1_epi32(gy_i32(ax + j * astride + 4 * t)), w);
+                    const __m256i a = _mm256_sign_epi8(
+                        _mm256_set1_epi32(cllm_load_i32(ax + j * astride + 4 * t)), w);
                     acc[j] = _mm256_add_epi32(acc[j],
                                               _mm256_madd_epi16(_mm256_maddubs_epi16(wa, a), ones));
                     GY_KEEP(acc[j]);
@@ -110,7 +98,7 @@ GY_INLINE void gy_tile(int spb, int g, bool off, bool sgn, int nc, int64_t nb, c
 #pragma GCC unroll 4
                     for (int j = 0; j < nc; j++)
                         p[j] = _mm256_maddubs_epi16(
-                            w, _mm256_set1_epi32(gy_i32(ax + j * astride + 4 * t0)));
+                            w, _mm256_set1_epi32(cllm_load_i32(ax + j * astride + 4 * t0)));
                 }
 #pragma GCC unroll 8
                 for (int t = t0 + 1; t < t0 + g; t++) {
@@ -118,32 +106,21 @@ GY_INLINE void gy_tile(int spb, int g, bool off, bool sgn, int nc, int64_t nb, c
 #pragma GCC unroll 4
                     for (int j = 0; j < nc; j++) {
                         p[j] = _mm256_add_epi16(
-                            p[j], _mm256_maddubs_epi16(
-                                      w, _mm256_set1_epi32(gy_i32(ax + j * astride + 4 * t))));
+                            p[j], _mm256_maddubs_epi16(w, _mm256_set1_epi32(cllm_load_i32(
+                                                              ax + j * astride + 4 * t))));
                         GY_KEEP(p[j]);
                     }
                 }
 #pragma GCC unroll 4
                 for (int j = 0; j < nc; j++) {
                     const __m256i q = _mm256_madd_epi16(p[j], ones);
-                    acc[j] = t0 == 0 ? _mm256_add_epi32(
-                                           q, _mm256_set1_epi32(gy_i32(ax + j * astride + bs + 8)))
+                    acc[j] = t0 == 0 ? _mm256_add_epi32(q, _mm256_set1_epi32(cllm_load_i32(
+                                                               ax + j * astride + bs + 8)))
                                      : _mm256_add_epi32(acc[j], q);
                 }
             }
         }
-        const __m256 sc = _mm256_loadu_ps((const float *)(pb + 64 * spb));
-#pragma GCC unroll 4
-        for (int j = 0; j < nc; j++) {
-            const __m256 dj = _mm256_set1_ps(gy_f32(ax + j * astride + bs));
-            f[j] = _mm256_fmadd_ps(sc, _mm256_mul_ps(_mm256_cvtepi32_ps(acc[j]), dj), f[j]);
-        }
-        if (off) {
-            const __m256 o = _mm256_loadu_ps((const float *)(pb + 64 * spb + 64));
-#pragma GCC unroll 4
-            for (int j = 0; j < nc; j++)
-                f[j] = _mm256_fmadd_ps(o, _mm256_set1_ps(gy_f32(ax + j * astride + bs + 4)), f[j]);
-        }
+        cllm_gemm_block_f256(nc, off, pb + 64 * spb, ax, astride, bs, acc, f);
     }
     const __m256i m = cllm_lanes8(nr);
 #pragma GCC unroll 4
@@ -616,7 +593,7 @@ GY_INLINE void gy_q4k_sb(int nc, const cllm_block_q4_K *b, const char *a, size_t
         }
     }
     /* d and dmin (adjacent F16s) in one conversion, times the column's scale */
-    const __m128 dd = _mm_cvtph_ps(_mm_cvtsi32_si128(gy_i32((const char *)&b->d)));
+    const __m128 dd = _mm_cvtph_ps(_mm_cvtsi32_si128(cllm_load_i32((const char *)&b->d)));
     const __m128i mn16 = _mm_cvtepu8_epi16(_mm_cvtsi64_si128((int64_t)mn8));
     for (int j = 0; j < nc; j++) {
         const char *aj = a + (size_t)j * act_stride;

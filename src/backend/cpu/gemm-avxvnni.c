@@ -10,8 +10,8 @@
  * then one vpdpbusd per step and column from the block's -z * s: Q8_0's
  * u = q + 128 is unsigned, so it needs none of AVX2's sign steps. The
  * integers are AVX2's (exact either way) and the float steps per block are
- * gy_tile's, in the same order, so the two levels' results are equal bit
- * for bit (test_kernels compares them). The one-column kernels are
+ * gy_tile's (cllm_gemm_block_f256, vec-avx2.h), so the two levels' results
+ * are equal bit for bit (test_kernels compares them). The one-column kernels are
  * gemv-x86.h's with GV_VNNI 2 (the AVX-512 level's 256-bit ones, VEX
  * encoded). Q4_K's one-column kernel, the packers and the quantizers are the
  * AVX2 level's.
@@ -34,24 +34,11 @@
 
 #include <immintrin.h>
 #include <stdint.h>
-#include <string.h>
 
 #include "backend/cpu/vec-avx2.h"
 
 #define GN_INLINE static inline __attribute__((always_inline))
 #define GN_COLS   4 /* 4 int32 + 4 float accumulators, weights, activations: 10 of 16 */
-
-GN_INLINE int32_t gn_i32(const char *p) {
-    int32_t v;
-    memcpy(&v, p, 4);
-    return v;
-}
-
-GN_INLINE float gn_f32(const char *p) {
-    float v;
-    memcpy(&v, p, 4);
-    return v;
-}
 
 /* Rows 8h..8h+7 of the panel x nc columns over all nb blocks of spb steps
  * (gemm-avx2.c's gy_tile, a vpdpbusd per step and column). */
@@ -66,28 +53,18 @@ GN_INLINE void gn_tile(int spb, bool off, int nc, int64_t nb, const char *panel,
         const char *ax = act + (size_t)b * ab;
         __m256i acc[GN_COLS];
 #pragma GCC unroll 4
-        for (int j = 0; j < nc; j++) acc[j] = _mm256_set1_epi32(gn_i32(ax + j * astride + bs + 8));
+        for (int j = 0; j < nc; j++)
+            acc[j] = _mm256_set1_epi32(cllm_load_i32(ax + j * astride + bs + 8));
 #pragma GCC unroll 8
         for (int t = 0; t < spb; t++) {
             const __m256i w = _mm256_loadu_si256((const __m256i *)(pb + 64 * t));
 #pragma GCC unroll 4
             for (int j = 0; j < nc; j++) {
                 acc[j] = _mm256_dpbusd_avx_epi32(
-                    acc[j], w, _mm256_set1_epi32(gn_i32(ax + j * astride + 4 * t)));
+                    acc[j], w, _mm256_set1_epi32(cllm_load_i32(ax + j * astride + 4 * t)));
             }
         }
-        const __m256 sc = _mm256_loadu_ps((const float *)(pb + 64 * spb));
-#pragma GCC unroll 4
-        for (int j = 0; j < nc; j++) {
-            const __m256 dj = _mm256_set1_ps(gn_f32(ax + j * astride + bs));
-            f[j] = _mm256_fmadd_ps(sc, _mm256_mul_ps(_mm256_cvtepi32_ps(acc[j]), dj), f[j]);
-        }
-        if (off) {
-            const __m256 o = _mm256_loadu_ps((const float *)(pb + 64 * spb + 64));
-#pragma GCC unroll 4
-            for (int j = 0; j < nc; j++)
-                f[j] = _mm256_fmadd_ps(o, _mm256_set1_ps(gn_f32(ax + j * astride + bs + 4)), f[j]);
-        }
+        cllm_gemm_block_f256(nc, off, pb + 64 * spb, ax, astride, bs, acc, f);
     }
     const __m256i m = cllm_lanes8(nr);
 #pragma GCC unroll 4

@@ -636,6 +636,11 @@ void cllm_cpu_gemv_ref(cllm_type type, int64_t K, const void *row, const void *a
     *out = acc;
 }
 
+/* The AVXVNNI level's one-column kernels: every type but Q4_K (AVX2's). */
+static bool gemv_vnni256(cllm_type type) {
+    return cllm_cpu_isa_level() == CLLM_CPU_ISA_AVXVNNI && type != CLLM_TYPE_Q4_K;
+}
+
 /* The AVX-512 level's kernels at 256 bits (gemv-x86.h with vpdpbusd): Q8_0
  * and Q5_0 always (they have no 512-bit one), Q4_0 / Q4_1 where 512-bit
  * operations run as two halves (cllm_cpu_prefer_256) and for rows shorter
@@ -645,11 +650,6 @@ void cllm_cpu_gemv_ref(cllm_type type, int64_t K, const void *row, const void *a
  * 576-element rows in the 256-bit one, and the same with its 1,536-element
  * rows there too, where 4 sequences lost 3-5 % (574-580 against 590-609). */
 #define GEMV_ZMM_MIN_K 1024
-/* The AVXVNNI level's one-column kernels: every type but Q4_K (AVX2's). */
-static bool gemv_vnni256(cllm_type type) {
-    return cllm_cpu_isa_level() == CLLM_CPU_ISA_AVXVNNI && type != CLLM_TYPE_Q4_K;
-}
-
 static bool gemv_ymm(cllm_type type, int64_t K) {
     if (type == CLLM_TYPE_Q8_0 || type == CLLM_TYPE_Q5_0) return true;
     if (type == CLLM_TYPE_Q4_K) return false;

@@ -6,7 +6,10 @@
 #define CLLM_BACKEND_CPU_VEC_AVX2_H
 
 #include <immintrin.h>
+#include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 /* r[i] = row i of an 8 x 8 block of floats -> r[e] = element e of the 8
  * rows (three rounds of unpack, shuffle and lane permute). */
@@ -25,6 +28,44 @@ static inline __attribute__((always_inline)) void cllm_transpose8_ps(__m256 r[8]
     for (int i = 0; i < 4; i++) {
         r[i] = _mm256_permute2f128_ps(u[i], u[4 + i], 0x20);
         r[4 + i] = _mm256_permute2f128_ps(u[i], u[4 + i], 0x31);
+    }
+}
+
+/* 32 bits at p, as an integer or a float (any alignment). */
+static inline __attribute__((always_inline)) int32_t cllm_load_i32(const char *p) {
+    int32_t v;
+    memcpy(&v, p, 4);
+    return v;
+}
+
+static inline __attribute__((always_inline)) float cllm_load_f32(const char *p) {
+    float v;
+    memcpy(&v, p, 4);
+    return v;
+}
+
+/* The float steps of one scale block of the 256-bit panel GEMM (gemm.h),
+ * for nc columns (a constant after inlining): f[j] += scales * (acc[j] *
+ * d_j), then, for types with an offset, += offsets * (d * s)_j. pb: the
+ * block's scales in the half panel (its offsets 64 bytes on); ax: column
+ * 0's activation block of bs quants, the next column astride bytes on. The
+ * AVX2 and AVX-VNNI tiles both end a block here, so their results match
+ * bit for bit whenever their integer sums do. */
+static inline __attribute__((always_inline)) void
+cllm_gemm_block_f256(int nc, bool off, const char *pb, const char *ax, size_t astride, int bs,
+                     const __m256i *acc, __m256 *f) {
+    const __m256 sc = _mm256_loadu_ps((const float *)pb);
+#pragma GCC unroll 4
+    for (int j = 0; j < nc; j++) {
+        const __m256 dj = _mm256_set1_ps(cllm_load_f32(ax + j * astride + bs));
+        f[j] = _mm256_fmadd_ps(sc, _mm256_mul_ps(_mm256_cvtepi32_ps(acc[j]), dj), f[j]);
+    }
+    if (off) {
+        const __m256 o = _mm256_loadu_ps((const float *)(pb + 64));
+#pragma GCC unroll 4
+        for (int j = 0; j < nc; j++)
+            f[j] =
+                _mm256_fmadd_ps(o, _mm256_set1_ps(cllm_load_f32(ax + j * astride + bs + 4)), f[j]);
     }
 }
 

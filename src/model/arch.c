@@ -412,30 +412,28 @@ static cllm_tensor *token_rows(cllm_context *ctx, cllm_tensor *x, int64_t t0, in
     return cllm_view_3d(ctx, x, x->ne[0], x->ne[1], n, x->nb[1], x->nb[2], (size_t)t0 * x->nb[2]);
 }
 
-/* One sequence's attention: writes k and v (its n_tokens rows) into its
- * layer caches kc and vc at position n_past (a ring wraps them, see
- * cllm_kv_cache), then attends over their first n_kv rows (at most all of
- * them) with `mask`. Returns [head_dim_v * n_head, n_tokens]. With
- * `writes`, records the KV writes there (cllm_kv_writes_move) unless they
- * wrap. */
-static cllm_tensor *attend(const cllm_build_args *args, int layer, cllm_tensor *kc, cllm_tensor *vc,
-                           const cllm_seq_shape *sq, cllm_tensor *q, cllm_tensor *k, cllm_tensor *v,
-                           cllm_tensor *mask, float scale, cllm_tensor **writes) {
+/* Rows of one sequence's layer cache c that its attention reads: at most
+ * all of them. */
+static int64_t seq_kv_rows(const cllm_seq_shape *sq, const cllm_tensor *c) {
+    return sq->n_kv < c->ne[1] ? sq->n_kv : c->ne[1];
+}
+
+/* Writes one sequence's k and v (its n_tokens rows) into its layer caches kc
+ * and vc at position n_past (a ring wraps them, see cllm_kv_cache). With
+ * `writes`, records the writes there (cllm_kv_writes_move) unless they wrap.
+ * The copies go into the graph before any read of the caches (attend_cache),
+ * so every later read comes after them. */
+static void kv_write(const cllm_build_args *args, cllm_tensor *kc, cllm_tensor *vc,
+                     const cllm_seq_shape *sq, cllm_tensor *k, cllm_tensor *v,
+                     cllm_tensor **writes) {
     cllm_context *ctx = args->ctx;
     const cllm_hparams *hp = args->hp;
     const int64_t rows = kc->ne[1], n = sq->n_tokens;
-    const int64_t hd_k = hp->head_dim_k, hd_v = hp->head_dim_v;
-    const int64_t n_kv = sq->n_kv < rows ? sq->n_kv : rows;
     const bool ring = rows < args->kv->n_ctx;
     CLLM_ASSERTF(ring ? n + hp->n_swa - 1 <= rows : sq->n_past + n <= rows,
                  "attention: %lld + %lld tokens in a %s of %lld rows", (long long)sq->n_past,
                  (long long)n, ring ? "ring" : "cache", (long long)rows);
-    CLLM_ASSERTF(mask->ne[0] == n_kv, "attention: a mask of %lld rows for %lld",
-                 (long long)mask->ne[0], (long long)n_kv);
-
-    /* write this batch's keys and values at n_past (in a ring, the rows
-     * past its end go to its start); these copies go into the graph first,
-     * so every later read of the cache comes after them */
+    /* the rows past a ring's end go to its start */
     const int64_t at = sq->n_past % rows;
     const int64_t n1 = at + n <= rows ? n : rows - at; /* before the end */
     cllm_tensor *src[2] = {k, v}, *cache[2] = {kc, vc};
@@ -451,6 +449,19 @@ static cllm_tensor *attend(const cllm_build_args *args, int layer, cllm_tensor *
             cllm_graph_build(args->graph, cllm_cpy(ctx, token_rows(ctx, src[i], n1, n - n1), dst2));
         }
     }
+}
+
+/* One sequence's attention over the first n_kv rows of its layer caches kc
+ * and vc (written by kv_write) with `mask`. Returns
+ * [head_dim_v * n_head, n_tokens]. */
+static cllm_tensor *attend_cache(const cllm_build_args *args, int layer, cllm_tensor *kc,
+                                 cllm_tensor *vc, const cllm_seq_shape *sq, cllm_tensor *q,
+                                 cllm_tensor *mask, float scale) {
+    cllm_context *ctx = args->ctx;
+    const cllm_hparams *hp = args->hp;
+    const int64_t hd_k = hp->head_dim_k, hd_v = hp->head_dim_v, n_kv = seq_kv_rows(sq, kc);
+    CLLM_ASSERTF(mask->ne[0] == n_kv, "attention: a mask of %lld rows for %lld",
+                 (long long)mask->ne[0], (long long)n_kv);
 
     /* [head_dim, n_kv, n_head_kv] views of the cache */
     const size_t kes = cllm_element_size(kc), ves = cllm_element_size(vc);
@@ -469,7 +480,7 @@ static cllm_tensor *attend(const cllm_build_args *args, int layer, cllm_tensor *
         out = cllm_cont(ctx, cllm_permute(ctx, kqv, 0, 2, 1, 3));
     }
     cllm_tensor_set_name(out, "attn-%d", layer);
-    return cllm_reshape_2d(ctx, out, hd_v * hp->n_head, n);
+    return cllm_reshape_2d(ctx, out, hd_v * hp->n_head, sq->n_tokens);
 }
 
 cllm_tensor *cllm_build_attention(const cllm_build_args *args, cllm_graph_io *io, int layer,
@@ -480,11 +491,13 @@ cllm_tensor *cllm_build_attention(const cllm_build_args *args, cllm_graph_io *io
         const cllm_seq_shape sq = cllm_batch_seq(sh, 0);
         cllm_tensor **wr =
             args->kv_writes ? args->kv_writes + (size_t)layer * CLLM_KV_WRITES_PER_LAYER : NULL;
-        return attend(args, layer, kv->k[layer], kv->v[layer], &sq, q, k, v, io->mask, scale, wr);
+        kv_write(args, kv->k[layer], kv->v[layer], &sq, k, v, wr);
+        return attend_cache(args, layer, kv->k[layer], kv->v[layer], &sq, q, io->mask, scale);
     }
     /* several sequences: each attends to its own cache; their rows are
-     * joined again in batch order */
-    cllm_tensor *out = NULL;
+     * joined again in batch order. Every sequence's writes come first, then
+     * the attention nodes one after the other, which a backend may run
+     * together (the CPU's one-token attention: cllm_cpu_attn_group). */
     int64_t t0 = 0;
     for (int i = 0; i < sh->n_seqs; i++) {
         const cllm_seq_shape sq = sh->seqs[i];
@@ -497,14 +510,24 @@ cllm_tensor *cllm_build_attention(const cllm_build_args *args, cllm_graph_io *io
                 ? args->kv_writes + ((size_t)i * (size_t)args->hp->n_layer + (size_t)layer) *
                                         CLLM_KV_WRITES_PER_LAYER
                 : NULL;
-        cllm_tensor *a =
-            attend(args, layer, kv->k[c], kv->v[c], &sq, token_rows(args->ctx, q, t0, sq.n_tokens),
-                   token_rows(args->ctx, k, t0, sq.n_tokens),
-                   token_rows(args->ctx, v, t0, sq.n_tokens), io->seq_mask[i], scale, wr);
-        out = out ? cllm_concat_rows(args->ctx, out, a) : a;
+        kv_write(args, kv->k[c], kv->v[c], &sq, token_rows(args->ctx, k, t0, sq.n_tokens),
+                 token_rows(args->ctx, v, t0, sq.n_tokens), wr);
         t0 += sq.n_tokens;
     }
     CLLM_ASSERTF(t0 == sh->n_tokens, "attention: the sequences hold %lld of %lld tokens",
                  (long long)t0, (long long)sh->n_tokens);
+    cllm_tensor *att[CLLM_MAX_SEQS];
+    t0 = 0;
+    for (int i = 0; i < sh->n_seqs; i++) {
+        const cllm_seq_shape sq = sh->seqs[i];
+        const size_t c = (size_t)sq.seq * (size_t)kv->n_layer + (size_t)layer;
+        att[i] = attend_cache(args, layer, kv->k[c], kv->v[c], &sq,
+                              token_rows(args->ctx, q, t0, sq.n_tokens), io->seq_mask[i], scale);
+        /* into the graph now: one after the other, before the first join */
+        cllm_graph_build(args->graph, att[i]);
+        t0 += sq.n_tokens;
+    }
+    cllm_tensor *out = att[0];
+    for (int i = 1; i < sh->n_seqs; i++) out = cllm_concat_rows(args->ctx, out, att[i]);
     return out;
 }

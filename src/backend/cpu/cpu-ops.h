@@ -33,6 +33,25 @@ size_t cllm_cpu_op_workspace(const cllm_tensor *node, int n_threads);
 /* Computes this thread's share of `node`. Must be supported. */
 void cllm_cpu_compute_forward(const cllm_cpu_params *params, cllm_tensor *node);
 
+/* One-token attention nodes of several sequences (a generation step of a
+ * batch of sequences: one node per sequence, one after the other) run as
+ * one: the threads share all their key chunks, then all their heads, with
+ * one barrier between instead of one per node and a thread idle on short
+ * caches. At most this many nodes per group. */
+#define CLLM_CPU_ATTN_GROUP_MAX 64
+
+/* Whether attention node b, the next node with work after a, may join a's
+ * group: one token each, the same shapes and types, and b does not read
+ * a's result. */
+bool cllm_cpu_attn_joins(const cllm_tensor *a, const cllm_tensor *b);
+
+/* Workspace bytes of a group of nodes that join one another. */
+size_t cllm_cpu_attn_group_workspace(cllm_tensor *const *nodes, int n, int n_threads);
+
+/* Computes this thread's share of the group (an internal barrier; every
+ * thread calls it with the same nodes). */
+void cllm_cpu_attn_group(const cllm_cpu_params *params, cllm_tensor *const *nodes, int n);
+
 /* Rows [*start, *end) of `n` for thread ith of nth, split evenly. */
 static inline void cllm_cpu_split(int64_t n, int ith, int nth, int64_t *start, int64_t *end) {
     const int64_t per = (n + nth - 1) / nth;

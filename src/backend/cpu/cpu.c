@@ -183,17 +183,46 @@ static void cpu_backend_free(cllm_backend *be) {
     cllm_free(be);
 }
 
+static bool node_has_work(const cllm_tensor *t) {
+    return cllm_op_has_compute(t->op) && cllm_nelements(t) > 0;
+}
+
+/* The first node with work from i on (g->n_nodes if none). */
+static int next_work(const cllm_graph *g, int i) {
+    while (i < g->n_nodes && !node_has_work(g->nodes[i])) i++;
+    return i;
+}
+
+/* The attention nodes that run as one group from node i (a node with work)
+ * into group[] (cllm_cpu_attn_joins, each with the one before it); returns
+ * their count (0 when node i starts no group of two or more) and sets *next
+ * to the first node with work after them. */
+static int attn_group(const cllm_graph *g, int i, cllm_tensor **group, int *next) {
+    int n = 0, j = i;
+    group[n++] = g->nodes[i];
+    for (int k = next_work(g, i + 1); k < g->n_nodes && n < CLLM_CPU_ATTN_GROUP_MAX &&
+                                      cllm_cpu_attn_joins(g->nodes[j], g->nodes[k]);
+         k = next_work(g, k + 1)) {
+        group[n++] = g->nodes[k];
+        j = k;
+    }
+    *next = next_work(g, j + 1);
+    return n >= 2 ? n : 0;
+}
+
 static size_t cpu_backend_workspace_size(cllm_backend *be, const cllm_graph *g) {
     const cpu_backend_ctx *ctx = be->context;
     size_t size = 0;
+    cllm_tensor *group[CLLM_CPU_ATTN_GROUP_MAX];
     for (int i = 0; i < g->n_nodes; i++) {
         size = CLLM_MAX(size, cllm_cpu_op_workspace(g->nodes[i], ctx->n_threads));
+        int next;
+        const int n = g->nodes[i]->op == CLLM_OP_ATTN && node_has_work(g->nodes[i])
+                          ? attn_group(g, i, group, &next)
+                          : 0;
+        if (n) size = CLLM_MAX(size, cllm_cpu_attn_group_workspace(group, n, ctx->n_threads));
     }
     return size;
-}
-
-static bool node_has_work(const cllm_tensor *t) {
-    return cllm_op_has_compute(t->op) && cllm_nelements(t) > 0;
 }
 
 /* Whether thread 0 alone computes `node`: a row-local kernel (it splits the
@@ -208,20 +237,29 @@ static bool node_on_thread0(const cllm_tensor *t) {
  * except between two nodes that thread 0 computes alone (a chain of
  * single-row element-wise ops while generating): thread 0 runs them in
  * order, the others touch no memory until the barrier after the chain.
- * Every thread takes the same decisions from the same graph.
+ * One-token attention nodes of several sequences run as one group
+ * (cllm_cpu_attn_group). Every thread takes the same decisions from the
+ * same graph.
  */
 static void compute_job(int ith, int nth, void *arg) {
     cpu_backend_ctx *ctx = arg;
     const cllm_cpu_params params = {
         .ith = ith, .nth = nth, .wdata = ctx->wdata, .wsize = ctx->wsize, .pool = ctx->pool};
     cllm_graph *g = ctx->graph;
-    int i = 0;
-    while (i < g->n_nodes && !node_has_work(g->nodes[i])) i++;
+    cllm_tensor *group[CLLM_CPU_ATTN_GROUP_MAX];
+    int i = next_work(g, 0);
     while (i < g->n_nodes) {
         cllm_tensor *node = g->nodes[i];
+        int next;
+        const int n = node->op == CLLM_OP_ATTN ? attn_group(g, i, group, &next) : 0;
+        if (n) {
+            cllm_cpu_attn_group(&params, group, n);
+            cllm_threadpool_barrier(ctx->pool);
+            i = next;
+            continue;
+        }
         cllm_cpu_compute_forward(&params, node);
-        int next = i + 1;
-        while (next < g->n_nodes && !node_has_work(g->nodes[next])) next++;
+        next = next_work(g, i + 1);
         if (next == g->n_nodes || !node_on_thread0(node) || !node_on_thread0(g->nodes[next])) {
             cllm_threadpool_barrier(ctx->pool);
         }

@@ -156,10 +156,14 @@ static attn_slices attn_slice_sizes(const cllm_tensor *dst, const attn_shape *sh
     };
 }
 
+static size_t attn_per_thread(const attn_slices *s) {
+    return s->q + s->acc + s->ml + s->sc + s->k + s->v + s->fast + s->rows;
+}
+
 size_t cllm_cpu_attn_workspace(const cllm_tensor *dst, int n_threads) {
     const attn_shape sh = attn_shape_of(dst, n_threads);
     const attn_slices s = attn_slice_sizes(dst, &sh);
-    return (size_t)n_threads * (s.q + s.acc + s.ml + s.sc + s.k + s.v + s.fast + s.rows) + s.part;
+    return (size_t)n_threads * attn_per_thread(&s) + s.part;
 }
 
 /* acc = acc * c + v over n floats */
@@ -284,69 +288,183 @@ static void attn_clear_states(int64_t n, int64_t Dv, float *acc, float *mx, floa
     memset(acc, 0, (size_t)(n * Dv) * sizeof(float));
 }
 
-/* One token by key chunks (see the top): this thread's contiguous range of
- * chunks, all heads each, then, after the barrier, its share of the heads
- * combined over the chunks. part: the shared states. */
-static void attn_one_token(const cllm_cpu_params *params, cllm_tensor *dst, const attn_shape *sh,
-                           const attn_ws *w, float *part) {
-    const cllm_tensor *q = dst->src[0], *k = dst->src[1], *v = dst->src[2], *mask = dst->src[3];
+/* A one-token node's chunks with keys, and where their states lie in its
+ * part of the workspace (acc [n_chunks, H, Dv], then max and sum
+ * [n_chunks, H] each). */
+typedef struct attn_token {
+    cllm_tensor *dst;
+    attn_shape sh;
+    int64_t n_live, n_c;
+    float *acc, *mx, *sum;
+} attn_token;
+
+static attn_token attn_token_of(cllm_tensor *dst, int nth, float *part) {
+    const int64_t H = dst->src[0]->ne[2], Dv = dst->src[2]->ne[0];
+    attn_token t = {.dst = dst, .sh = attn_shape_of(dst, nth)};
+    t.n_live = attn_live_keys(dst->src[3], dst->src[1]->ne[1], 0, 1);
+    t.n_c = (t.n_live + ATTN_KC - 1) / ATTN_KC;
+    t.acc = part;
+    t.mx = part + t.sh.n_chunks * H * Dv;
+    t.sum = t.mx + t.sh.n_chunks * H;
+    return t;
+}
+
+/* Chunk c of a one-token node (its query rows already in w->qf): every
+ * head's state over the chunk's keys, into the node's part. */
+static void attn_token_chunk(const attn_token *t, const attn_ws *w, int64_t c, bool prefetch) {
+    const cllm_tensor *dst = t->dst, *q = dst->src[0], *k = dst->src[1], *v = dst->src[2];
     const int64_t Dv = v->ne[0], H = q->ne[2], n_kv_head = k->ne[2];
-    const int64_t n_live = attn_live_keys(mask, k->ne[1], 0, 1);
-    const int64_t n_c = (n_live + ATTN_KC - 1) / ATTN_KC; /* chunks with keys */
-    float *pacc = part, *pmx = pacc + sh->n_chunks * H * Dv, *psum = pmx + sh->n_chunks * H;
-
-    attn_load_rows(q, 0, 1, 0, H, w->qf);
-    const int64_t c0 = n_c * params->ith / params->nth, c1 = n_c * (params->ith + 1) / params->nth;
-    for (int64_t c = c0; c < c1; c++) {
-        float *acc = pacc + c * H * Dv, *mx = pmx + c * H, *sum = psum + c * H;
-        attn_clear_states(H, Dv, acc, mx, sum);
-        const int64_t k0 = c * ATTN_KC, k1 = CLLM_MIN(n_live, k0 + ATTN_KC);
-        float *kf = w->rows, *vf = kf ? kf + n_kv_head * (k1 - k0) * q->ne[0] : NULL;
+    float *acc = t->acc + c * H * Dv, *mx = t->mx + c * H, *sum = t->sum + c * H;
+    attn_clear_states(H, Dv, acc, mx, sum);
+    const int64_t k0 = c * ATTN_KC, k1 = CLLM_MIN(t->n_live, k0 + ATTN_KC);
+    float *kf = w->rows, *vf = kf ? kf + n_kv_head * (k1 - k0) * q->ne[0] : NULL;
 #if defined(__x86_64__) || defined(__i386__)
-        if (kf) cllm_cpu_attn_rows_avx2(k, v, k0, k1 - k0, kf, vf);
+    if (kf) cllm_cpu_attn_rows_avx2(k, v, k0, k1 - k0, kf, vf);
 #endif
-        if (!kf && c + 1 < c1 && attn_plain_rows(k) && attn_plain_rows(v)) {
-            for (int64_t g = 0; g < n_kv_head; g++)
-                cllm_attn_prefetch(k, v, g, k1, CLLM_MIN(n_live - k1, (int64_t)ATTN_KC));
-        }
-        for (int64_t g = 0; g < n_kv_head; g++) {
-            const int64_t h0 = g * sh->group;
-            const cllm_attn_unit u = {.g = g,
-                                      .t0 = 0,
-                                      .nt = 1,
-                                      .nh = sh->group,
-                                      .k0 = k0,
-                                      .n_kv = k1,
-                                      .q = w->qf + h0 * q->ne[0],
-                                      .acc = acc + h0 * Dv,
-                                      .mx = mx + h0,
-                                      .sum = sum + h0,
-                                      .kf = kf ? kf + g * (k1 - k0) * q->ne[0] : NULL,
-                                      .vf = vf ? vf + g * (k1 - k0) * Dv : NULL};
-            attn_fold(dst, &u, w);
-        }
+    if (!kf && prefetch && attn_plain_rows(k) && attn_plain_rows(v)) {
+        for (int64_t g = 0; g < n_kv_head; g++)
+            cllm_attn_prefetch(k, v, g, k1, CLLM_MIN(t->n_live - k1, (int64_t)ATTN_KC));
     }
-    cllm_threadpool_barrier(params->pool); /* every chunk's state is in part */
+    for (int64_t g = 0; g < n_kv_head; g++) {
+        const int64_t h0 = g * t->sh.group;
+        const cllm_attn_unit u = {.g = g,
+                                  .t0 = 0,
+                                  .nt = 1,
+                                  .nh = t->sh.group,
+                                  .k0 = k0,
+                                  .n_kv = k1,
+                                  .q = w->qf + h0 * q->ne[0],
+                                  .acc = acc + h0 * Dv,
+                                  .mx = mx + h0,
+                                  .sum = sum + h0,
+                                  .kf = kf ? kf + g * (k1 - k0) * q->ne[0] : NULL,
+                                  .vf = vf ? vf + g * (k1 - k0) * Dv : NULL};
+        attn_fold(dst, &u, w);
+    }
+}
 
-    for (int64_t h = params->ith; h < H; h += params->nth) {
-        float m = -INFINITY;
-        for (int64_t c = 0; c < n_c; c++) {
-            if (psum[c * H + h] > 0.0f && pmx[c * H + h] > m) m = pmx[c * H + h];
-        }
-        float *y = (float *)cllm_cpu_elem(dst, 0, h, 0, 0);
-        for (int64_t i = 0; i < Dv; i++) y[i] = 0.0f;
-        float l = 0.0f;
-        for (int64_t c = 0; c < n_c; c++) {
-            const float sc = psum[c * H + h];
-            if (!(sc > 0.0f)) continue; /* every key of the chunk hidden */
-            const float f = expf(pmx[c * H + h] - m);
-            l += sc * f;
-            attn_axpy(Dv, y, f, pacc + (c * H + h) * Dv);
-        }
-        /* l == 0: every key masked out */
-        const float inv = l > 0.0f ? 1.0f / l : 0.0f;
-        for (int64_t i = 0; i < Dv; i++) y[i] *= inv;
+/* Head h of a one-token node: its chunks' states combined in chunk order. */
+static void attn_token_head(const attn_token *t, int64_t h) {
+    const int64_t Dv = t->dst->src[2]->ne[0], H = t->dst->src[0]->ne[2];
+    float m = -INFINITY;
+    for (int64_t c = 0; c < t->n_c; c++) {
+        if (t->sum[c * H + h] > 0.0f && t->mx[c * H + h] > m) m = t->mx[c * H + h];
     }
+    float *y = (float *)cllm_cpu_elem(t->dst, 0, h, 0, 0);
+    for (int64_t i = 0; i < Dv; i++) y[i] = 0.0f;
+    float l = 0.0f;
+    for (int64_t c = 0; c < t->n_c; c++) {
+        const float sc = t->sum[c * H + h];
+        if (!(sc > 0.0f)) continue; /* every key of the chunk hidden */
+        const float f = expf(t->mx[c * H + h] - m);
+        l += sc * f;
+        attn_axpy(Dv, y, f, t->acc + (c * H + h) * Dv);
+    }
+    /* l == 0: every key masked out */
+    const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+    for (int64_t i = 0; i < Dv; i++) y[i] *= inv;
+}
+
+/* The one-token nodes[0..n) by key chunks (see the top): this thread's
+ * contiguous range of all the nodes' chunks, all heads each, then, after
+ * the barrier, its share of the nodes' heads combined over their chunks.
+ * Every source is read before the barrier and every dst written after it,
+ * so one node's dst may take the memory of another's source. parts: the
+ * nodes' states, one after the other. */
+static void attn_tokens(const cllm_cpu_params *params, cllm_tensor *const *nodes, int n,
+                        const attn_ws *w, float *parts) {
+    attn_token t[CLLM_CPU_ATTN_GROUP_MAX];
+    int64_t total = 0;
+    float *part = parts;
+    for (int i = 0; i < n; i++) {
+        t[i] = attn_token_of(nodes[i], params->nth, part);
+        part += attn_slice_sizes(nodes[i], &t[i].sh).part / sizeof(float);
+        total += t[i].n_c;
+    }
+    const int64_t f0 = total * params->ith / params->nth;
+    const int64_t f1 = total * (params->ith + 1) / params->nth;
+    int64_t base = 0; /* chunks of the nodes before node i */
+    for (int i = 0; i < n && base < f1; base += t[i].n_c, i++) {
+        const int64_t c0 = CLLM_MAX(f0 - base, (int64_t)0), c1 = CLLM_MIN(f1 - base, t[i].n_c);
+        if (c0 >= c1) continue;
+        const cllm_tensor *q = nodes[i]->src[0];
+        attn_load_rows(q, 0, 1, 0, q->ne[2], w->qf);
+        for (int64_t c = c0; c < c1; c++) attn_token_chunk(&t[i], w, c, c + 1 < c1);
+    }
+    cllm_threadpool_barrier(params->pool); /* every chunk's state is in parts */
+
+    const int64_t H = nodes[0]->src[0]->ne[2];
+    for (int64_t r = params->ith; r < (int64_t)n * H; r += params->nth) {
+        attn_token_head(&t[r / H], r % H);
+    }
+}
+
+/* A thread's arrays for nodes of dst's shape, at ws. */
+static attn_ws attn_ws_of(const cllm_tensor *dst, const attn_shape *sh, const attn_slices *s,
+                          char *ws) {
+    const size_t per_thread = attn_per_thread(s);
+    attn_ws w = {.qf = (float *)ws,                                  /* [tb, cs, D] */
+                 .acc = s->acc ? (float *)(ws + s->q) : NULL,        /* [tb, cs, Dv] */
+                 .mx = s->ml ? (float *)(ws + s->q + s->acc) : NULL, /* [tb, cs] running max */
+                 .sc = (float *)(ws + s->q + s->acc + s->ml),        /* [tb, cs] scores of key j */
+                 .kf = (float *)(ws + s->q + s->acc + s->ml + s->sc),
+                 .vf = (float *)(ws + s->q + s->acc + s->ml + s->sc + s->k),
+                 .fast =
+                     s->fast ? (float *)(ws + s->q + s->acc + s->ml + s->sc + s->k + s->v) : NULL};
+    w.sum = w.mx ? w.mx + sh->tb * sh->cs : NULL; /* [tb, cs] running sum of e^(s_j - max) */
+    w.rows = s->rows ? (float *)(ws + per_thread - s->rows) : NULL;
+    /* the key's dot product: straight from the cache where the kernels can */
+    const cllm_tensor *k = dst->src[1];
+    w.kk = cllm_cpu_kernels(k->type);
+    w.k_direct = w.kk && w.kk->vec_dot_type == CLLM_TYPE_F32 && !w.kk->from_float &&
+                 k->nb[0] == cllm_type_traits_of(k->type)->type_size;
+    if (!w.k_direct) w.kk = cllm_cpu_kernels(CLLM_TYPE_F32);
+    return w;
+}
+
+/* ---- one-token nodes of several sequences together ---------------------- */
+
+bool cllm_cpu_attn_joins(const cllm_tensor *a, const cllm_tensor *b) {
+    if (a->op != CLLM_OP_ATTN || b->op != CLLM_OP_ATTN || !attn_split(a) || !attn_split(b))
+        return false;
+    for (int i = 0; i < 4; i++) {
+        const cllm_tensor *x = a->src[i], *y = b->src[i];
+        if (!x != !y) return false;
+        if (!x) continue;
+        /* (q, k and v: head size and heads; a mask's rows are the keys) */
+        if (x->type != y->type || x->nb[0] != y->nb[0] ||
+            attn_plain_rows(x) != attn_plain_rows(y) ||
+            (i < 3 && (x->ne[0] != y->ne[0] || x->ne[2] != y->ne[2])))
+            return false;
+        if (y == a || y->view_src == a) return false; /* b reads a's result */
+    }
+    if (cllm_get_op_param_f32(a, 0) != cllm_get_op_param_f32(b, 0)) return false;
+    return attn_fast(a) == attn_fast(b) && attn_rows_f32(a) == attn_rows_f32(b);
+}
+
+size_t cllm_cpu_attn_group_workspace(cllm_tensor *const *nodes, int n, int n_threads) {
+    size_t size = 0;
+    for (int i = 0; i < n; i++) {
+        const attn_shape sh = attn_shape_of(nodes[i], n_threads);
+        const attn_slices s = attn_slice_sizes(nodes[i], &sh);
+        if (i == 0) size = (size_t)n_threads * attn_per_thread(&s); /* the same for all */
+        size += s.part;
+    }
+    return size;
+}
+
+void cllm_cpu_attn_group(const cllm_cpu_params *params, cllm_tensor *const *nodes, int n) {
+    CLLM_ASSERTF(n >= 1 && n <= CLLM_CPU_ATTN_GROUP_MAX, "cpu: a group of %d attention nodes", n);
+    const size_t need = cllm_cpu_attn_group_workspace(nodes, n, params->nth);
+    CLLM_ASSERTF(need <= params->wsize,
+                 "cpu: %d attention nodes (%s, ...) use %zu bytes of workspace (%zu allocated)", n,
+                 nodes[0]->name, need, params->wsize);
+    const attn_shape sh = attn_shape_of(nodes[0], params->nth);
+    const attn_slices s = attn_slice_sizes(nodes[0], &sh);
+    const size_t per_thread = attn_per_thread(&s);
+    char *ws = (char *)params->wdata;
+    const attn_ws w = attn_ws_of(nodes[0], &sh, &s, ws + (size_t)params->ith * per_thread);
+    attn_tokens(params, nodes, n, &w, (float *)(ws + (size_t)params->nth * per_thread));
 }
 
 void cllm_cpu_attn(const cllm_cpu_params *params, cllm_tensor *dst) {
@@ -356,26 +474,13 @@ void cllm_cpu_attn(const cllm_cpu_params *params, cllm_tensor *dst) {
     const attn_shape sh = attn_shape_of(dst, params->nth);
 
     const attn_slices s = attn_slice_sizes(dst, &sh);
-    const size_t per_thread = s.q + s.acc + s.ml + s.sc + s.k + s.v + s.fast + s.rows;
+    const size_t per_thread = attn_per_thread(&s);
     char *ws = cllm_cpu_ws(params, dst, (size_t)params->ith * per_thread, per_thread);
-    attn_ws w = {.qf = (float *)ws,                               /* [tb, cs, D] */
-                 .acc = s.acc ? (float *)(ws + s.q) : NULL,       /* [tb, cs, Dv] */
-                 .mx = s.ml ? (float *)(ws + s.q + s.acc) : NULL, /* [tb, cs] running max */
-                 .sc = (float *)(ws + s.q + s.acc + s.ml),        /* [tb, cs] scores of key j */
-                 .kf = (float *)(ws + s.q + s.acc + s.ml + s.sc),
-                 .vf = (float *)(ws + s.q + s.acc + s.ml + s.sc + s.k),
-                 .fast = s.fast ? (float *)(ws + s.q + s.acc + s.ml + s.sc + s.k + s.v) : NULL};
-    w.sum = w.mx ? w.mx + sh.tb * sh.cs : NULL; /* [tb, cs] running sum of e^(s_j - max) */
-    w.rows = s.rows ? (float *)(ws + per_thread - s.rows) : NULL;
-    /* the key's dot product: straight from the cache where the kernels can */
-    w.kk = cllm_cpu_kernels(k->type);
-    w.k_direct = w.kk && w.kk->vec_dot_type == CLLM_TYPE_F32 && !w.kk->from_float &&
-                 k->nb[0] == cllm_type_traits_of(k->type)->type_size;
-    if (!w.k_direct) w.kk = cllm_cpu_kernels(CLLM_TYPE_F32);
+    const attn_ws w = attn_ws_of(dst, &sh, &s, ws);
 
     if (attn_split(dst)) {
         float *part = (float *)cllm_cpu_ws(params, dst, (size_t)params->nth * per_thread, s.part);
-        attn_one_token(params, dst, &sh, &w, part);
+        attn_tokens(params, &dst, 1, &w, part);
         return;
     }
 

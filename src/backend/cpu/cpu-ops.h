@@ -41,8 +41,8 @@ void cllm_cpu_compute_forward(const cllm_cpu_params *params, cllm_tensor *node);
 #define CLLM_CPU_ATTN_GROUP_MAX 64
 
 /* Whether attention node b, the next node with work after a, may join a's
- * group: one token each, the same shapes and types, and b does not read
- * a's result. */
+ * group: one token each, the same shapes and types, and b reads no
+ * attention result (so none of the group's). */
 bool cllm_cpu_attn_joins(const cllm_tensor *a, const cllm_tensor *b);
 
 /* Workspace bytes of a group of nodes that join one another. */

@@ -436,7 +436,10 @@ bool cllm_cpu_attn_joins(const cllm_tensor *a, const cllm_tensor *b) {
             attn_plain_rows(x) != attn_plain_rows(y) ||
             (i < 3 && (x->ne[0] != y->ne[0] || x->ne[2] != y->ne[2])))
             return false;
-        if (y == a || y->view_src == a) return false; /* b reads a's result */
+        /* b reads no attention result (of a or of a node before a) */
+        for (const cllm_tensor *t = y; t; t = t->view_src) {
+            if (t->op == CLLM_OP_ATTN) return false;
+        }
     }
     if (cllm_get_op_param_f32(a, 0) != cllm_get_op_param_f32(b, 0)) return false;
     return attn_fast(a) == attn_fast(b) && attn_rows_f32(a) == attn_rows_f32(b);

@@ -581,8 +581,14 @@ void cllm_cpu_gemv_quantize_avx512(cllm_type type, const float *x, void *act, in
 }
 
 /* ---- packing -----------------------------------------------------------------
- * Q4_0, Q8_0 and Q4_K straight into the panel: one 16-lane dword gather
- * (lane r: 4 quant bytes of row r) per step, masked for rows beyond nrows. */
+ * Q4_0 and Q4_K straight into the panel: one 16-lane dword gather (lane r:
+ * 4 quant bytes of row r) per step, masked for rows beyond nrows. The other
+ * types take the AVX2 packer (8 rows' blocks in registers, transposed),
+ * which on a Zen 5 was the faster one where a block needs more gathers or
+ * rows are short: TinyLlama Q8_0 (8 gathers a block) 16-token prompts,
+ * 1 thread, 89-94 tokens/s with gathers, 121 without; SmolLM2 Q4_1
+ * (576-element rows) 1,130 against 1,716 with 2 threads; TinyLlama Q4_0
+ * (5 gathers a block) 225 with gathers, 190 without. */
 
 GZ_INLINE __m512i gz_gather(__m512i idx, const char *base, __mmask16 m) {
     return _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), m, idx, base, 1);
@@ -595,7 +601,7 @@ GZ_INLINE __m512 gz_gather_f16(__m512i idx, const char *base, __mmask16 m) {
 
 bool cllm_cpu_gemm_pack_avx512(cllm_type type, const void *a, size_t stride, int nrows, int64_t K,
                                void *panel) {
-    if (type != CLLM_TYPE_Q4_0 && type != CLLM_TYPE_Q8_0 && type != CLLM_TYPE_Q4_K) return false;
+    if (type != CLLM_TYPE_Q4_0 && type != CLLM_TYPE_Q4_K) return false;
     if ((uint64_t)stride * 16 > INT32_MAX) return false;
     const __mmask16 m = cllm_lanes16(nrows);
     const __m512i rows =
@@ -613,20 +619,6 @@ bool cllm_cpu_gemm_pack_avx512(cllm_type type, const void *a, size_t stride, int
                 _mm512_storeu_si512(p + 64 * c, _mm512_and_si512(v, nib));
                 _mm512_storeu_si512(p + 64 * (c + 4),
                                     _mm512_and_si512(_mm512_srli_epi16(v, 4), nib));
-            }
-            _mm512_storeu_ps(p + 8 * 64, gz_gather_f16(rows, blk, m));
-        }
-        return true;
-    }
-    if (type == CLLM_TYPE_Q8_0) { /* 34-byte blocks: d, 32 signed bytes (+128) */
-        const __m512i flip = _mm512_set1_epi8((char)0x80);
-        for (int64_t b = 0; b < K / 32; b++, p += 8 * 64 + 64) {
-            const char *blk = src + b * 34;
-            if ((b & 1) == 0) gz_prefetch_rows(blk + GZ_PACK_PF, stride, nrows);
-            for (int t = 0; t < 8; t++) {
-                const __m512i v = gz_gather(rows, blk + 2 + 4 * t, m);
-                _mm512_storeu_si512(p + 64 * t,
-                                    _mm512_maskz_mov_epi32(m, _mm512_xor_si512(v, flip)));
             }
             _mm512_storeu_ps(p + 8 * 64, gz_gather_f16(rows, blk, m));
         }

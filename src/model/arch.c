@@ -516,7 +516,7 @@ cllm_tensor *cllm_build_attention(const cllm_build_args *args, cllm_graph_io *io
     }
     CLLM_ASSERTF(t0 == sh->n_tokens, "attention: the sequences hold %lld of %lld tokens",
                  (long long)t0, (long long)sh->n_tokens);
-    cllm_tensor *att[CLLM_MAX_SEQS];
+    cllm_tensor *att[CLLM_MAX_SEQS] = {NULL};
     t0 = 0;
     for (int i = 0; i < sh->n_seqs; i++) {
         const cllm_seq_shape sq = sh->seqs[i];

@@ -139,14 +139,7 @@ static int gy_group(int spb, int umax) {
 #define GY_TILE(n, spb, g, off, sgn)                                                               \
     gy_tile(spb, g, off, sgn, n, nb, panel, bb, h, a, astride, ab, o, ldo, nr)
 
-#define GY_BY_COLS(nc, CALL, ...)                                                                  \
-    switch (nc) {                                                                                  \
-    case 1: CALL(1, __VA_ARGS__); break;                                                           \
-    case 2: CALL(2, __VA_ARGS__); break;                                                           \
-    case 3: CALL(3, __VA_ARGS__); break;                                                           \
-    default: CALL(4, __VA_ARGS__); break;                                                          \
-    }
-_Static_assert(GY_COLS == 4, "GY_BY_COLS covers 1..4 columns");
+_Static_assert(GY_COLS == 4, "CLLM_GEMM_BY_COLS4 covers 1..4 columns");
 
 /* The (steps per block, steps per group, offset) forms compiled. */
 #define GY_FORMS(X)                                                                                \
@@ -178,12 +171,12 @@ void cllm_cpu_gemm_avx2(const cllm_gemm_form *fm, int64_t K, const void *panel_,
         for (int h = 0; h < 2 && 8 * h < nrows; h++) {
             const int nr = nrows - 8 * h < 8 ? nrows - 8 * h : 8;
             if (sgn) {
-                GY_BY_COLS(nc, GY_TILE, 8, 1, false, true) /* Q8_0: BS 32, no offset */
+                CLLM_GEMM_BY_COLS4(nc, GY_TILE, 8, 1, false, true) /* Q8_0: BS 32, no offset */
                 continue;
             }
 #define GY_FORM_CASE(S, G, OFF)                                                                    \
     if (spb == (S) && g == (G) && off == (OFF)) {                                                  \
-        GY_BY_COLS(nc, GY_TILE, S, G, OFF, false)                                                  \
+        CLLM_GEMM_BY_COLS4(nc, GY_TILE, S, G, OFF, false)                                          \
         continue;                                                                                  \
     }
             GY_FORMS(GY_FORM_CASE)

@@ -73,13 +73,7 @@ GN_INLINE void gn_tile(int spb, bool off, int nc, int64_t nb, const char *panel,
 
 #define GN_TILE(n, spb, off) gn_tile(spb, off, n, nb, panel, bb, h, a, astride, ab, o, ldo, nr)
 
-#define GN_BY_COLS(nc, spb, off)                                                                   \
-    switch (nc) {                                                                                  \
-    case 1: GN_TILE(1, spb, off); break;                                                           \
-    case 2: GN_TILE(2, spb, off); break;                                                           \
-    case 3: GN_TILE(3, spb, off); break;                                                           \
-    default: GN_TILE(4, spb, off); break;                                                          \
-    }
+_Static_assert(GN_COLS == 4, "CLLM_GEMM_BY_COLS4 covers 1..4 columns");
 
 void cllm_cpu_gemm_avxvnni(const cllm_gemm_form *fm, int64_t K, const void *panel_, const void *act,
                            size_t astride, int ncols, float *out, size_t ldo, int nrows) {
@@ -97,15 +91,15 @@ void cllm_cpu_gemm_avxvnni(const cllm_gemm_form *fm, int64_t K, const void *pane
             const int nr = nrows - 8 * h < 8 ? nrows - 8 * h : 8;
             if (spb == 8) {
                 if (off) {
-                    GN_BY_COLS(nc, 8, true)
+                    CLLM_GEMM_BY_COLS4(nc, GN_TILE, 8, true)
                 } else {
-                    GN_BY_COLS(nc, 8, false)
+                    CLLM_GEMM_BY_COLS4(nc, GN_TILE, 8, false)
                 }
             } else {
                 if (off) {
-                    GN_BY_COLS(nc, 4, true)
+                    CLLM_GEMM_BY_COLS4(nc, GN_TILE, 4, true)
                 } else {
-                    GN_BY_COLS(nc, 4, false)
+                    CLLM_GEMM_BY_COLS4(nc, GN_TILE, 4, false)
                 }
             }
         }

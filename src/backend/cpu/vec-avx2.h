@@ -69,6 +69,16 @@ cllm_gemm_block_f256(int nc, bool off, const char *pb, const char *ax, size_t as
     }
 }
 
+/* CALL(n, ...) with n the constant of nc's case, 1..4 (more: 4): the
+ * 256-bit panel tiles are compiled for each column count. */
+#define CLLM_GEMM_BY_COLS4(nc, CALL, ...)                                                          \
+    switch (nc) {                                                                                  \
+    case 1: CALL(1, __VA_ARGS__); break;                                                           \
+    case 2: CALL(2, __VA_ARGS__); break;                                                           \
+    case 3: CALL(3, __VA_ARGS__); break;                                                           \
+    default: CALL(4, __VA_ARGS__); break;                                                          \
+    }
+
 /* Lanes [0, n) of 8 set (n in 1..8), for masked stores. */
 static inline __attribute__((always_inline)) __m256i cllm_lanes8(int n) {
     return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));

@@ -511,12 +511,162 @@ void cllm_cpu_gemv_avx512vl(cllm_type type, int64_t K, const void *row, const vo
     gv_gemv_type(type, K, row, act, 0, 1, out, 0);
 }
 
+/*
+ * Two rows of Q4_0 / Q4_1 against 2..4 columns at 512 bits: row x in the low
+ * 256 bits of every register, row y in the high ones, and each half runs
+ * the operations gv_pair runs on a ymm register with packed column scales
+ * (the shuffles, unpacks and blends of gv_red, gv_scales and gv_lanes stay
+ * within 128-bit lanes at either width). So every column's result is the
+ * 256-bit kernel's, bit for bit, with half the operations for the two rows:
+ * the unpacked nibbles, the scales and the reduction serve both rows, and
+ * each column's activations are loaded once (broadcast to both halves).
+ * Where 512-bit operations cost what 256-bit ones do (AMD Zen 5), a step of
+ * 4 sequences of SmolLM2 (rows of 576 elements) spends most of its time in
+ * these columns: they are bound by operations, not by memory.
+ */
+
+/* The zmm of 256-bit x in the low half and y in the high one. */
+GZ_INLINE __m512i gw_pair_i(__m256i x, __m256i y) {
+    return _mm512_inserti64x4(_mm512_castsi256_si512(x), y, 1);
+}
+
+/* 256 bits at p in both halves. */
+GZ_INLINE __m512i gw_bcast(const char *p) {
+    return _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)p));
+}
+
+/* gv_scales's 16-bit halves of one row's blocks b and b + 1, before the
+ * conversion (Q4_1: d, m pairs; Q4_0: d in every word). */
+GZ_INLINE __m128i gw_scale_halves(bool q41, const char *x0, size_t bsz, bool two) {
+    if (q41) {
+        const __m128i h0 = _mm_castps_si128(_mm_broadcast_ss((const float *)x0));
+        const __m128i h1 = two ? _mm_castps_si128(_mm_broadcast_ss((const float *)(x0 + bsz)))
+                               : _mm_setzero_si128();
+        return _mm_blend_epi32(h0, h1, 0xC);
+    }
+    uint16_t d0, d1 = 0;
+    memcpy(&d0, x0, 2);
+    if (two) memcpy(&d1, x0 + bsz, 2);
+    return _mm_blend_epi32(_mm_set1_epi16((short)d0), _mm_set1_epi16((short)d1), 0xC);
+}
+
+/* gv_red at 512 bits (each 128-bit lane as gv_red's). */
+GZ_INLINE __m512i gw_red(int nc, __m512i s0, __m512i s1, __m512i s2, __m512i s3) {
+    const __m512i t01 =
+        _mm512_add_epi32(_mm512_unpacklo_epi32(s0, s1), _mm512_unpackhi_epi32(s0, s1));
+    if (nc == 2) return _mm512_add_epi32(t01, _mm512_shuffle_epi32(t01, 0x4E));
+    const __m512i t23 =
+        _mm512_add_epi32(_mm512_unpacklo_epi32(s2, s3), _mm512_unpackhi_epi32(s2, s3));
+    return _mm512_add_epi32(_mm512_unpacklo_epi64(t01, t23), _mm512_unpackhi_epi64(t01, t23));
+}
+
+/* gv_pair (packed scales pk, nc >= 2) for rows x (x0) and y (y0). */
+GZ_INLINE void gw_pair(bool q41, int nc, const char *x0, const char *y0, size_t bsz, bool two,
+                       const char *g, size_t act_stride, const char *pk, __m512 *acc,
+                       __m512 *accm) {
+    const size_t qoff = q41 ? 4 : 2;
+    const __m128i z = _mm_setzero_si128();
+    const __m256i vx =
+        _mm256_set_m128i(two ? _mm_loadu_si128((const __m128i *)(x0 + bsz + qoff)) : z,
+                         _mm_loadu_si128((const __m128i *)(x0 + qoff)));
+    const __m256i vy =
+        _mm256_set_m128i(two ? _mm_loadu_si128((const __m128i *)(y0 + bsz + qoff)) : z,
+                         _mm_loadu_si128((const __m128i *)(y0 + qoff)));
+    const __m512i v = gw_pair_i(vx, vy), m4 = _mm512_set1_epi8(0x0F);
+    const __m512i lo = _mm512_and_si512(v, m4);
+    const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+    const __m512 f = _mm512_cvtph_ps(
+        _mm256_set_m128i(gw_scale_halves(q41, y0, bsz, two), gw_scale_halves(q41, x0, bsz, two)));
+    const __m512 dw = q41 ? _mm512_shuffle_ps(f, f, 0x88) : f;
+    __m512i s[GV_COLS];
+    for (int c = 0; c < nc; c++) {
+        const char *gc = g + (size_t)c * act_stride;
+        s[c] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), lo, gw_bcast(gc)),
+                                   hi, gw_bcast(gc + 64));
+    }
+    for (int c = nc; c < GV_COLS; c++) s[c] = s[0];
+    __m512i u = gw_red(nc, s[0], s[1], s[2], s[3]);
+    const __m512 da = _mm512_castsi512_ps(gw_bcast(pk));
+    const __m512 ds = _mm512_castsi512_ps(gw_bcast(pk + 32));
+    if (!q41) u = _mm512_add_epi32(u, _mm512_castps_si512(ds)); /* the -8 sums */
+    *acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(u), _mm512_mul_ps(da, dw), *acc);
+    if (q41) *accm = _mm512_fmadd_ps(_mm512_shuffle_ps(f, f, 0xDD), ds, *accm);
+}
+
+/* gv_gemv_n (packed scales, nc >= 2) for rows `row` and `row + row_stride`:
+ * out[c * out_stride] and out[1 + c * out_stride]. */
+GZ_INLINE void gw_gemv_n2(bool q41, int nc, int64_t K, const char *row, size_t row_stride,
+                          const char *act, size_t act_stride, const char *pk, float *out,
+                          size_t out_stride) {
+    const size_t bsz = q41 ? 20 : 18, group = 320;
+    const int64_t nb = K / 32;
+    const char *row1 = row + row_stride;
+    __m512 a0 = _mm512_setzero_ps(), a1 = a0, m0 = a0, m1 = a0;
+    int64_t b = 0;
+    for (; b + 4 <= nb; b += 4) {
+        const char *x0 = row + (size_t)b * bsz, *y0 = row1 + (size_t)b * bsz;
+        const char *g = act + (size_t)(b / 4) * group;
+        const char *pf = row + 2 * (size_t)b * bsz + CLLM_CPU_PREFETCH_AHEAD;
+        _mm_prefetch(pf, _MM_HINT_T0);
+        _mm_prefetch(pf + 64, _MM_HINT_T0);
+        _mm_prefetch(pf + 128, _MM_HINT_T0);
+        gw_pair(q41, nc, x0, y0, bsz, true, g, act_stride, pk + 32 * b, &a0, &m0);
+        gw_pair(q41, nc, x0 + 2 * bsz, y0 + 2 * bsz, bsz, true, g + 32, act_stride,
+                pk + 32 * b + 64, &a1, &m1);
+    }
+    for (; b < nb; b += 2) {
+        const char *g = act + (size_t)(b / 4) * group + 32 * ((b % 4) / 2);
+        gw_pair(q41, nc, row + (size_t)b * bsz, row1 + (size_t)b * bsz, bsz, b + 1 < nb, g,
+                act_stride, pk + 32 * b, &a0, &m0);
+    }
+    const __m512 v = _mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(m0, m1));
+    float r[8];
+    _mm256_storeu_ps(r, _mm256_castps128_ps256(
+                            _mm_add_ps(_mm512_castps512_ps128(v), _mm512_extractf32x4_ps(v, 1))));
+    _mm_storeu_ps(r + 4, _mm_add_ps(_mm512_extractf32x4_ps(v, 2), _mm512_extractf32x4_ps(v, 3)));
+    for (int c = 0; c < nc; c++) {
+        out[(size_t)c * out_stride] = r[c];
+        out[1 + (size_t)c * out_stride] = r[4 + c];
+    }
+}
+
 void cllm_cpu_gemv_rows_avx512vl(cllm_type type, int64_t K, const void *row, size_t row_stride,
                                  int nr, const void *act, size_t act_stride, int nc,
                                  const void *cols, size_t cols_stride, float *out,
                                  size_t out_stride) {
-    gv_gemv_rows_type(type, K, row, row_stride, nr, act, act_stride, nc, cols, cols_stride, out,
-                      out_stride);
+    const bool q41 = type == CLLM_TYPE_Q4_1;
+    if (nc < 2 || !cols || (!q41 && type != CLLM_TYPE_Q4_0) || cllm_cpu_prefer_256()) {
+        gv_gemv_rows_type(type, K, row, row_stride, nr, act, act_stride, nc, cols, cols_stride, out,
+                          out_stride);
+        return;
+    }
+    const char *w = row;
+    int r = 0;
+    for (; r + 2 <= nr; r += 2) {
+        for (int c0 = 0; c0 < nc; c0 += GV_COLS) {
+            const char *a = (const char *)act + (size_t)c0 * act_stride;
+            const char *pk = (const char *)cols + (size_t)(c0 / GV_COLS) * cols_stride;
+            float *o = out + r + (size_t)c0 * out_stride;
+            const char *x = w + (size_t)r * row_stride;
+            switch (nc - c0 < GV_COLS ? nc - c0 : GV_COLS) {
+            case 1: /* a lone last column: the 256-bit kernel, row by row */
+                gv_gemv_cols(q41 ? GV_Q4_1 : GV_Q4_0, K, x, a, act_stride, 1, pk, cols_stride, o,
+                             out_stride);
+                gv_gemv_cols(q41 ? GV_Q4_1 : GV_Q4_0, K, x + row_stride, a, act_stride, 1, pk,
+                             cols_stride, o + 1, out_stride);
+                break;
+            case 2: gw_gemv_n2(q41, 2, K, x, row_stride, a, act_stride, pk, o, out_stride); break;
+            case 3: gw_gemv_n2(q41, 3, K, x, row_stride, a, act_stride, pk, o, out_stride); break;
+            default:
+                gw_gemv_n2(q41, GV_COLS, K, x, row_stride, a, act_stride, pk, o, out_stride);
+                break;
+            }
+        }
+    }
+    if (r < nr) {
+        gv_gemv_rows_type(type, K, w + (size_t)r * row_stride, row_stride, nr - r, act, act_stride,
+                          nc, cols, cols_stride, out + r, out_stride);
+    }
 }
 
 void cllm_cpu_gemv_avx512(cllm_type type, int64_t K, const void *row, const void *act, float *out) {

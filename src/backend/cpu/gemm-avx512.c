@@ -630,30 +630,25 @@ GZ_INLINE void gw_gemv_n2(bool q41, int nc, int64_t K, const char *row, size_t r
     }
 }
 
-void cllm_cpu_gemv_rows_avx512vl(cllm_type type, int64_t K, const void *row, size_t row_stride,
-                                 int nr, const void *act, size_t act_stride, int nc,
-                                 const void *cols, size_t cols_stride, float *out,
-                                 size_t out_stride) {
-    const bool q41 = type == CLLM_TYPE_Q4_1;
-    if (nc < 2 || !cols || (!q41 && type != CLLM_TYPE_Q4_0) || cllm_cpu_prefer_256()) {
-        gv_gemv_rows_type(type, K, row, row_stride, nr, act, act_stride, nc, cols, cols_stride, out,
-                          out_stride);
-        return;
-    }
-    const char *w = row;
+/* nr rows x nc columns (>= 2, packed scales): pairs of rows by
+ * gw_gemv_n2, a lone last column and an odd last row by the 256-bit kernel
+ * (the same results). q41 a constant after inlining. */
+GZ_INLINE void gw_gemv_rows(bool q41, int64_t K, const char *row, size_t row_stride, int nr,
+                            const char *act, size_t act_stride, int nc, const char *cols,
+                            size_t cols_stride, float *out, size_t out_stride) {
+    const enum gv_kind kind = q41 ? GV_Q4_1 : GV_Q4_0;
     int r = 0;
     for (; r + 2 <= nr; r += 2) {
+        const char *x = row + (size_t)r * row_stride;
         for (int c0 = 0; c0 < nc; c0 += GV_COLS) {
-            const char *a = (const char *)act + (size_t)c0 * act_stride;
-            const char *pk = (const char *)cols + (size_t)(c0 / GV_COLS) * cols_stride;
+            const char *a = act + (size_t)c0 * act_stride;
+            const char *pk = cols + (size_t)(c0 / GV_COLS) * cols_stride;
             float *o = out + r + (size_t)c0 * out_stride;
-            const char *x = w + (size_t)r * row_stride;
             switch (nc - c0 < GV_COLS ? nc - c0 : GV_COLS) {
-            case 1: /* a lone last column: the 256-bit kernel, row by row */
-                gv_gemv_cols(q41 ? GV_Q4_1 : GV_Q4_0, K, x, a, act_stride, 1, pk, cols_stride, o,
+            case 1:
+                gv_gemv_cols(kind, K, x, a, act_stride, 1, pk, cols_stride, o, out_stride);
+                gv_gemv_cols(kind, K, x + row_stride, a, act_stride, 1, pk, cols_stride, o + 1,
                              out_stride);
-                gv_gemv_cols(q41 ? GV_Q4_1 : GV_Q4_0, K, x + row_stride, a, act_stride, 1, pk,
-                             cols_stride, o + 1, out_stride);
                 break;
             case 2: gw_gemv_n2(q41, 2, K, x, row_stride, a, act_stride, pk, o, out_stride); break;
             case 3: gw_gemv_n2(q41, 3, K, x, row_stride, a, act_stride, pk, o, out_stride); break;
@@ -664,9 +659,29 @@ void cllm_cpu_gemv_rows_avx512vl(cllm_type type, int64_t K, const void *row, siz
         }
     }
     if (r < nr) {
-        gv_gemv_rows_type(type, K, w + (size_t)r * row_stride, row_stride, nr - r, act, act_stride,
-                          nc, cols, cols_stride, out + r, out_stride);
+        gv_gemv_rows_q(kind, K, row + (size_t)r * row_stride, row_stride, nr - r, act, act_stride,
+                       nc, cols, cols_stride, out + r, out_stride);
     }
+}
+
+void cllm_cpu_gemv_rows_avx512vl(cllm_type type, int64_t K, const void *row, size_t row_stride,
+                                 int nr, const void *act, size_t act_stride, int nc,
+                                 const void *cols, size_t cols_stride, float *out,
+                                 size_t out_stride) {
+    if (nc >= 2 && cols && !cllm_cpu_prefer_256()) {
+        if (type == CLLM_TYPE_Q4_1) {
+            gw_gemv_rows(true, K, row, row_stride, nr, act, act_stride, nc, cols, cols_stride, out,
+                         out_stride);
+            return;
+        }
+        if (type == CLLM_TYPE_Q4_0) {
+            gw_gemv_rows(false, K, row, row_stride, nr, act, act_stride, nc, cols, cols_stride, out,
+                         out_stride);
+            return;
+        }
+    }
+    gv_gemv_rows_type(type, K, row, row_stride, nr, act, act_stride, nc, cols, cols_stride, out,
+                      out_stride);
 }
 
 void cllm_cpu_gemv_avx512(cllm_type type, int64_t K, const void *row, const void *act, float *out) {

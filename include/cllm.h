@@ -818,9 +818,12 @@ typedef struct cllm_seq_tokens {
  * its own KV cache only, at its own positions, so its logits do not depend
  * on the others (up to the rounding of kernels that see more columns). On
  * the CPU they are bit for bit those the sequence gets alone when every
- * item has one token, or when every item has at least 8 tokens (from 8
+ * item has one token, when every item has at least 8 tokens (from 8
  * columns on, the kernels sum each column the same way whatever columns
- * share the batch).
+ * share the batch), or when items of one token come first and items of at
+ * least 8 tokens after them (a step of generating sequences that prompts
+ * join: the one-token columns are computed as alone, the others as a batch
+ * of their own).
  * Reading a prompt in chunks that start at multiples of 8 positions and
  * hold at least 8 tokens also gives the logits of reading it whole, bit for
  * bit (cllm serve relies on it to reuse a cut cache). Afterwards

@@ -389,6 +389,71 @@ static void check_joined(const char *path) {
     }
 }
 
+/* A prompt chunk that joins a step (the one-token items first, then the
+ * chunk of `len` tokens, after a first chunk of `prefix` read alone): every
+ * sequence gets bit for bit its logits alone, in that pass and in the steps
+ * after it (the products of the token rows computed in two parts:
+ * cllm_mul_mat_set_n_alone). What lets cllm serve read a new request's
+ * prompt in the same pass as the others' next tokens. */
+static void check_mixed_lens(const char *path, int len, int prefix) {
+    cllm_model *m = NULL;
+    CHECKF(cllm_model_load(path, NULL, &m) == CLLM_OK, "%s: %s", path, cllm_last_error());
+    if (!m) return;
+    const int64_t n_vocab = cllm_model_n_vocab(m);
+    int32_t prompt[N_SEQ][56], next[N_SEQ];
+    for (int i = 0; i < N_SEQ; i++) {
+        for (int j = 0; j < 56; j++)
+            prompt[i][j] = (int32_t)((37 * i + 7907 * j + 13) % (n_vocab - 10) + 5);
+    }
+    cllm_session *s = new_session_batch(m, N_SEQ, 80);
+    cllm_session *ref[N_SEQ] = {NULL};
+    for (int i = 0; i < N_SEQ; i++) ref[i] = new_session_batch(m, 1, 80);
+    if (!s || !ref[0] || !ref[1] || !ref[2]) goto done;
+    cllm_seq_tokens items[N_SEQ];
+    /* sequences 0 and 1 have read a prompt and generate; 2 starts one */
+    for (int i = 0; i < N_SEQ; i++) {
+        const int n = i < 2 ? 5 + 4 * i : prefix;
+        if (n == 0) continue;
+        items[i] = (cllm_seq_tokens){i, prompt[i], n};
+        CHECK(cllm_session_decode_seqs(s, &items[i], 1) == CLLM_OK);
+        CHECK(cllm_session_decode(ref[i], prompt[i], n) == CLLM_OK);
+    }
+    for (int i = 0; i < 2; i++) {
+        next[i] = argmax(cllm_session_logits(ref[i]), n_vocab);
+        items[i] = (cllm_seq_tokens){i, &next[i], 1};
+        CHECK(cllm_session_decode(ref[i], &next[i], 1) == CLLM_OK);
+    }
+    items[2] = (cllm_seq_tokens){2, prompt[2] + prefix, len};
+    CHECK(cllm_session_decode(ref[2], prompt[2] + prefix, len) == CLLM_OK);
+    CHECKF(cllm_session_decode_seqs(s, items, N_SEQ) == CLLM_OK, "%s", cllm_last_error());
+    for (int step = 0; step < 3; step++) {
+        for (int i = 0; i < N_SEQ; i++) {
+            const float *a = cllm_session_seq_logits(s, i), *b = cllm_session_logits(ref[i]);
+            CHECKF(a && b && !memcmp(a, b, (size_t)n_vocab * sizeof(float)),
+                   "%s: a chunk of %d tokens after %d joined a step, step %d: sequence %d "
+                   "differs from alone",
+                   path, len, prefix, step, i);
+            if (!a || !b) goto done;
+            next[i] = argmax(b, n_vocab);
+            items[i] = (cllm_seq_tokens){i, &next[i], 1};
+            CHECK(cllm_session_decode(ref[i], &next[i], 1) == CLLM_OK);
+        }
+        CHECK(cllm_session_decode_seqs(s, items, N_SEQ) == CLLM_OK);
+    }
+done:
+    for (int i = 0; i < N_SEQ; i++) cllm_session_free(ref[i]);
+    cllm_session_free(s);
+    cllm_model_free(m);
+}
+
+static void check_mixed(const char *path) {
+    static const int lens[] = {8, 17, 40};
+    for (size_t i = 0; i < sizeof(lens) / sizeof(lens[0]); i++) {
+        check_mixed_lens(path, lens[i], 0);
+        check_mixed_lens(path, lens[i], 16);
+    }
+}
+
 /* check_invariance on random llama files of the types whose steps go
  * through the kernels plan (written by cllm-gen-model at `gen`). */
 static void check_invariance_types(const char *gen) {
@@ -415,6 +480,7 @@ static void check_invariance_types(const char *gen) {
         check_invariance(path);
         check_chunks(path);
         check_joined(path);
+        check_mixed(path);
         remove(path);
     }
     rmdir(dir);
@@ -440,6 +506,7 @@ int main(int argc, char **argv) {
         check_invariance(path);
         check_chunks(path);
         check_joined(path);
+        check_mixed(path);
         if (i == 0) check_params(path);
     }
     check_invariance_types(argc > 1 ? argv[1] : NULL);

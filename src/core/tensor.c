@@ -558,12 +558,20 @@ void cllm_mul_mat_set_prec(cllm_tensor *t, int prec) {
 int cllm_mul_mat_prec(const cllm_tensor *t) { return t->op_params[0]; }
 
 void cllm_mul_mat_set_cols_alone(cllm_tensor *t, bool alone) {
-    CLLM_ASSERTF(t->op == CLLM_OP_MUL_MAT, "set_cols_alone on %s (%s)", t->name,
-                 cllm_op_name(t->op));
-    t->op_params[1] = alone;
+    cllm_mul_mat_set_n_alone(t, alone ? INT64_MAX : 0);
 }
 
 bool cllm_mul_mat_cols_alone(const cllm_tensor *t) { return t->op_params[1] != 0; }
+
+void cllm_mul_mat_set_n_alone(cllm_tensor *t, int64_t n) {
+    CLLM_ASSERTF(t->op == CLLM_OP_MUL_MAT, "set_n_alone on %s (%s)", t->name, cllm_op_name(t->op));
+    CLLM_ASSERTF(n >= 0, "mul_mat: %lld columns alone", (long long)n);
+    t->op_params[1] = (int32_t)CLLM_MIN(n, (int64_t)INT32_MAX);
+}
+
+int64_t cllm_mul_mat_n_alone(const cllm_tensor *t) {
+    return CLLM_MIN((int64_t)t->op_params[1], t->src[1] ? t->src[1]->ne[1] : 0);
+}
 
 cllm_tensor *cllm_attn(cllm_context *ctx, cllm_tensor *q, cllm_tensor *k, cllm_tensor *v,
                        cllm_tensor *mask, float scale) {

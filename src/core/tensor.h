@@ -323,9 +323,15 @@ int cllm_mul_mat_prec(const cllm_tensor *t);
  * column bit for bit what a mul_mat with that one column gives, whatever
  * the other columns (a backend then uses its one-column kernels, however
  * many columns there are). For a step of several sequences, one token
- * each, so that no sequence's result depends on the others. */
+ * each, so that no sequence's result depends on the others.
+ * set_n_alone(t, n): only the first n columns (of each batch) are; the
+ * others are computed as a mul_mat of those columns alone computes them
+ * (a prompt chunk that joins a step: cllm_instance_build). set_cols_alone
+ * (t, true) is every column; n_alone is min(n, b's columns). */
 void cllm_mul_mat_set_cols_alone(cllm_tensor *t, bool alone);
 bool cllm_mul_mat_cols_alone(const cllm_tensor *t);
+void cllm_mul_mat_set_n_alone(cllm_tensor *t, int64_t n);
+int64_t cllm_mul_mat_n_alone(const cllm_tensor *t);
 
 /*
  * Fused attention, never storing the n_tokens x n_kv score matrix:

@@ -289,7 +289,11 @@ int cllm_shape_worst(const cllm_shape *sh, cllm_batch_shape out[CLLM_SHAPE_N_WOR
             (cllm_seq_shape){.seq = i, .n_tokens = 1, .n_past = sh->n_ctx - 1, .n_kv = sh->n_ctx};
     }
     all->n_outputs = sh->n_outputs == sh->n_batch ? all->n_tokens : S;
-    return 4;
+    /* the same batch with the one-token sequences first: a step that
+     * prompt chunks join (their products split, cllm_instance_build) */
+    out[4] = *all;
+    for (int i = 0; i < S; i++) out[4].seqs[i] = all->seqs[(i + 1) % S];
+    return 5;
 }
 
 /* ---- the KV cache ------------------------------------------------------ */
@@ -374,14 +378,24 @@ cllm_tensor *cllm_instance_build(cllm_instance *in, const cllm_batch_shape *b, c
     };
     cllm_tensor *out = in->a.arch->build(&args, io);
     /* a step of several sequences, one token each: every sequence's columns
-     * as they would be alone, so that none depends on the others */
-    bool step = b->n_seqs > 1;
-    for (int i = 0; i < b->n_seqs; i++) step = step && b->seqs[i].n_tokens == 1;
+     * as they would be alone, so that none depends on the others; when
+     * other sequences' chunks of several tokens follow the one-token ones
+     * (prompts that join a step), the one-token columns of every product
+     * of the token rows as alone, the rest as in a batch of their own */
+    int64_t n_alone = 0;
+    if (b->n_seqs > 1) {
+        while (n_alone < b->n_seqs && b->seqs[n_alone].n_tokens == 1) n_alone++;
+    }
     for (int i = 0; i < in->graph->n_nodes; i++) {
         cllm_tensor *t = in->graph->nodes[i];
         if (t->op != CLLM_OP_MUL_MAT) continue;
         if (in->a.f32_activations) cllm_mul_mat_set_prec(t, CLLM_PREC_F32);
-        if (step) cllm_mul_mat_set_cols_alone(t, true);
+        if (b->n_seqs > 1 && n_alone == b->n_seqs) {
+            cllm_mul_mat_set_cols_alone(t, true);
+        } else if (n_alone > 0 && t->src[1]->ne[1] == b->n_tokens && t->src[1]->ne[2] == 1 &&
+                   t->src[1]->ne[3] == 1) {
+            cllm_mul_mat_set_n_alone(t, n_alone); /* a weight times the token rows */
+        }
     }
     /* several sequences, one logit row each (prompts read together): each
      * row through the output as a batch of its own sends its one row, so

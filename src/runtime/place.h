@@ -148,9 +148,11 @@ cllm_status cllm_shape_check_within(const cllm_shape *sh, const cllm_shape *plan
 
 /* The worst-case batches the compute memory is planned for: a full batch at
  * a full context, and one token at a full context; with several sequences
- * also a full batch of all of them (one takes what the others leave) and
- * one token of each, every one at a full context. Returns how many. */
-enum { CLLM_SHAPE_N_WORST = 4 };
+ * also a full batch of all of them (one takes what the others leave), the
+ * same with the one-token sequences first (a step that a prompt chunk
+ * joins), and one token of each, every one at a full context. Returns how
+ * many. */
+enum { CLLM_SHAPE_N_WORST = 5 };
 int cllm_shape_worst(const cllm_shape *sh, cllm_batch_shape out[CLLM_SHAPE_N_WORST]);
 
 /* ---- the KV cache ------------------------------------------------------ */

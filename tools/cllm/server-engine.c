@@ -627,17 +627,19 @@ static void engine_decode_pass(srv_engine *e, srv_work *w, const cllm_seq_tokens
 
 /*
  * Decodes the items of a step: the generating slots' tokens (one each, the
- * first items) in one forward pass over their sequences, which reads the
- * weights once for all of them while each attends to its own KV cache and
- * is computed as it would be alone (cllm_mul_mat_set_cols_alone); then the
- * prompt chunks, together in passes of up to n_batch tokens: chunks of at
- * least SRV_ALIGN (8) tokens get in a joint pass the logits they get read
- * alone, bit for bit (cllm_session_decode_seqs), and requests that arrive
- * together pay for the weights once instead of once each. A shorter chunk
- * (a prompt of fewer tokens) has a pass of its own. So a request's answer
- * does not depend on the others. If a shared pass fails, its items are
- * decoded one by one, so that only a slot that cannot go on fails. Called
- * without the mutex (only the engine thread touches the session).
+ * first items) and the prompt chunks of at least SRV_ALIGN (8) tokens that
+ * fit beside them in n_batch, in one forward pass, which reads the weights
+ * once for all of them: each one-token column is computed as it would be
+ * alone (cllm_mul_mat_set_cols_alone) and attends to its own KV cache, and
+ * the chunks' columns as in a pass of their own (cllm_mul_mat_set_n_alone).
+ * The other prompt chunks go together in passes of up to n_batch tokens:
+ * chunks of at least SRV_ALIGN tokens get in a joint pass the logits they
+ * get read alone, bit for bit (cllm_session_decode_seqs), and requests that
+ * arrive together pay for the weights once instead of once each. A shorter
+ * chunk (a prompt of fewer tokens) has a pass of its own. So a request's
+ * answer does not depend on the others. If a shared pass fails, its items
+ * are decoded one by one, so that only a slot that cannot go on fails.
+ * Called without the mutex (only the engine thread touches the session).
  */
 static void engine_decode(srv_engine *e, srv_work *w, int n) {
     cllm_seq_tokens items[256];
@@ -654,8 +656,14 @@ static void engine_decode(srv_engine *e, srv_work *w, int n) {
         for (int i = 0; i < n; i++) w[i].st = st;
         return;
     }
-    if (n_step > 0) engine_decode_pass(e, w, items, n_step);
-    for (int i = n_step; i < n;) {
+    int i = n_step;
+    if (n_step > 0) {
+        int64_t total = n_step;
+        while (i < n && items[i].n_tokens >= SRV_ALIGN && total + items[i].n_tokens <= e->n_batch)
+            total += items[i++].n_tokens;
+        engine_decode_pass(e, w, items, i);
+    }
+    while (i < n) {
         int j = i + 1;
         int64_t total = items[i].n_tokens;
         while (items[i].n_tokens >= SRV_ALIGN && j < n && items[j].n_tokens >= SRV_ALIGN &&

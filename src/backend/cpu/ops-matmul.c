@@ -172,9 +172,48 @@ bool cllm_cpu_mul_mat_supported(const cllm_tensor *dst) {
     return tt->to_float || mm_make_plan(dst).k;
 }
 
-size_t cllm_cpu_mul_mat_workspace(const cllm_tensor *dst, int n_threads) {
+/* A mul_mat whose first columns, not all, are computed as alone
+ * (cllm_mul_mat_n_alone): two mul_mats over views of b and dst, the alone
+ * columns (a: their own plan, the one-column kernels) and the others (b: the
+ * plan of a mul_mat of those columns alone, the panel GEMM for a prompt
+ * chunk), one after the other in the same workspace. Each column then gets
+ * what it gets in a mul_mat without the other part. */
+typedef struct mm_parts {
+    cllm_tensor dst_a, b_a, dst_b, b_b;
+} mm_parts;
+
+static bool mm_split(const cllm_tensor *dst, mm_parts *s) {
+    const cllm_tensor *b = dst->src[1];
+    const int64_t n = cllm_mul_mat_n_alone(dst);
+    if (n == 0 || n == b->ne[1]) return false;
+    s->b_a = *b;
+    s->b_a.ne[1] = n;
+    s->dst_a = *dst;
+    s->dst_a.ne[1] = n;
+    s->dst_a.src[1] = &s->b_a;
+    cllm_mul_mat_set_cols_alone(&s->dst_a, true);
+    s->b_b = *b;
+    s->b_b.ne[1] = b->ne[1] - n;
+    s->b_b.data = (char *)b->data + (size_t)n * b->nb[1];
+    s->dst_b = *dst;
+    s->dst_b.ne[1] = b->ne[1] - n;
+    s->dst_b.data = (char *)dst->data + (size_t)n * dst->nb[1];
+    s->dst_b.src[1] = &s->b_b;
+    cllm_mul_mat_set_cols_alone(&s->dst_b, false);
+    return true;
+}
+
+static size_t mm_workspace(const cllm_tensor *dst, int n_threads) {
     const mm_plan p = mm_make_plan(dst);
     return p.counter_bytes + p.shared_bytes + (size_t)n_threads * p.thread_bytes;
+}
+
+size_t cllm_cpu_mul_mat_workspace(const cllm_tensor *dst, int n_threads) {
+    mm_parts s;
+    if (mm_split(dst, &s)) {
+        return CLLM_MAX(mm_workspace(&s.dst_a, n_threads), mm_workspace(&s.dst_b, n_threads));
+    }
+    return mm_workspace(dst, n_threads);
 }
 
 /* Where the gemv plan's packed scales of column n of batch `batch` (its
@@ -435,7 +474,7 @@ static mm_tiles mm_make_tiles(int64_t M, int64_t N, int64_t batches, int nth) {
     return t;
 }
 
-void cllm_cpu_mul_mat(const cllm_cpu_params *params, cllm_tensor *dst) {
+static void mm_run(const cllm_cpu_params *params, cllm_tensor *dst) {
     const cllm_tensor *a = dst->src[0], *b = dst->src[1];
     const mm_plan p = mm_make_plan(dst);
     const int64_t M = a->ne[1];
@@ -490,4 +529,15 @@ void cllm_cpu_mul_mat(const cllm_cpu_params *params, cllm_tensor *dst) {
         tile = counter ? atomic_fetch_add_explicit(counter, 1, memory_order_relaxed)
                        : tile + params->nth;
     }
+}
+
+void cllm_cpu_mul_mat(const cllm_cpu_params *params, cllm_tensor *dst) {
+    mm_parts s;
+    if (!mm_split(dst, &s)) {
+        mm_run(params, dst);
+        return;
+    }
+    mm_run(params, &s.dst_a);
+    cllm_threadpool_barrier(params->pool); /* the second part reuses the workspace */
+    mm_run(params, &s.dst_b);
 }

@@ -11,10 +11,11 @@
  *    a second turn served from the cache (cached_tokens), a prompt that
  *    shares a beginning with a slot's cache (its rows reused, the answer
  *    unchanged), the API key, a
- *    client that leaves mid-stream (its slot is freed), a small load test
- *    (4 streaming clients x 5 requests, some cancelled: every greedy answer
- *    equal to the one given alone; three rounds, the server's resident
- *    memory flat across them), a full queue (503, Retry-After),
+ *    client that leaves mid-stream (its slot is freed), a load test (8
+ *    streaming clients x 27 requests over 2 slots, some cancelled: every
+ *    greedy answer equal to `cllm run --temp 0 --chat`'s; three rounds,
+ *    the server's resident memory flat across them), a full queue (503,
+ *    Retry-After),
  *    --timeout, and SIGTERM with a request in flight (exit 0).
  */
 #include "common/check.h"
@@ -591,9 +592,13 @@ typedef struct load_arg {
     int port, index, errors, mismatches, done;
 } load_arg;
 
+/* Load: clients, requests per client per round, rounds (8 clients x 27
+ * requests each, over the server's 2 slots and its queue). */
+enum { LOAD_CLIENTS = 8, LOAD_REQUESTS = 9, LOAD_ROUNDS = 3 };
+
 static void *load_client(void *p) {
     load_arg *a = p;
-    for (int k = 0; k < 5; k++) {
+    for (int k = 0; k < LOAD_REQUESTS; k++) {
         const int pi = (a->index + k) % N_LOAD_PROMPTS;
         char *body = chat_body(k_load_prompts[pi], NULL, NULL, 12, true);
         const int fd =
@@ -603,7 +608,7 @@ static void *load_client(void *p) {
             a->errors++;
             continue;
         }
-        if (k == 2 && a->index < 2) { /* leaves after the first event */
+        if ((k == 2 || k == 6) && a->index < LOAD_CLIENTS / 2) { /* leaves after the first event */
             char buf[512];
             (void)recv(fd, buf, sizeof(buf), 0);
             close(fd);
@@ -806,16 +811,14 @@ static void check_smollm2(const char *model) {
         s.port, ", \"frequency_penalty\": 1.5, \"presence_penalty\": 0.5", true, 1.5f, 0.5f);
     CHECKF(changed > 0, "the penalties changed no choice");
 
-    /* every load prompt alone, streamed: the reference answers */
+    /* every load prompt through cllm run --temp 0 --chat: the reference
+     * answers */
     for (int i = 0; i < N_LOAD_PROMPTS; i++) {
-        body = chat_body(k_load_prompts[i], NULL, NULL, 12, true);
-        r = http(s.port, "POST", "/v1/chat/completions", body);
-        free(body);
-        sse ev;
-        parse_sse(r.body, &ev);
-        CHECKF(r.status == 200 && ev.framed && ev.has_usage && ev.text[0], "%s", r.body);
-        g_load_ref[i] = strdup(ev.text);
-        resp_free(&r);
+        snprintf(run_args, sizeof(run_args), "-m '%s' --temp 0 --chat -n 12 -p '%s'", model,
+                 k_load_prompts[i]);
+        g_load_ref[i] = run_text(run_args);
+        CHECKF(g_load_ref[i] && g_load_ref[i][0], "cllm run %s gave no text", run_args);
+        if (!g_load_ref[i]) g_load_ref[i] = strdup("");
     }
 
     /* a client that leaves mid-stream: its generation stops, its slot frees */
@@ -833,23 +836,26 @@ static void check_smollm2(const char *model) {
     }
     CHECKF(freed, "the slot of a client that left is still busy");
 
-    /* load: 4 streaming clients x 5 requests, some leaving early; three
-     * rounds, the server's resident memory flat after the first */
-    long rss[3] = {0};
-    for (int round = 0; round < 3; round++) {
-        load_arg la[4];
-        pthread_t th[4];
-        for (int i = 0; i < 4; i++) {
+    /* load: 8 streaming clients x 9 requests, half of them leaving two
+     * early; three rounds, the server's resident memory flat after the
+     * first */
+    long rss[LOAD_ROUNDS] = {0};
+    for (int round = 0; round < LOAD_ROUNDS; round++) {
+        load_arg la[LOAD_CLIENTS];
+        pthread_t th[LOAD_CLIENTS];
+        for (int i = 0; i < LOAD_CLIENTS; i++) {
             la[i] = (load_arg){.port = s.port, .index = i};
             pthread_create(&th[i], NULL, load_client, &la[i]);
         }
         int errors = 0, mismatches = 0, done = 0;
-        for (int i = 0; i < 4; i++) {
+        for (int i = 0; i < LOAD_CLIENTS; i++) {
             pthread_join(th[i], NULL);
             errors += la[i].errors, mismatches += la[i].mismatches, done += la[i].done;
         }
-        CHECKF(errors == 0 && mismatches == 0 && done == 18,
-               "load round %d: %d errors, %d mismatches, %d done", round, errors, mismatches, done);
+        const int want = LOAD_CLIENTS * LOAD_REQUESTS - LOAD_CLIENTS / 2 * 2;
+        CHECKF(errors == 0 && mismatches == 0 && done == want,
+               "load round %d: %d errors, %d mismatches, %d done of %d", round, errors, mismatches,
+               done, want);
         /* the slots are freed once the clients that left are noticed */
         for (double t1 = now_s(); now_s() - t1 < 10 && metric(s.port, "cllm_slots_busy ") != 0;
              usleep(50 * 1000)) {

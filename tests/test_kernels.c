@@ -536,6 +536,15 @@ static void test_gemm(cllm_type t) {
                     cllm_cpu_set_isa_limit(level);
                     CHECKF(memcmp(panel, panel_ref, panel_size) == 0, "%s pack n=%lld %d rows",
                            cllm_type_name(t), (long long)n, nr);
+                    /* and the AVX-512 level's packer of the other width
+                     * (cllm_cpu_prefer_256 chooses between two for Q4_0 /
+                     * Q4_1): the same bytes */
+                    const bool dflt = cllm_cpu_set_prefer_256(!cllm_cpu_prefer_256());
+                    cllm_cpu_gemm_pack(t, w, wbytes, nr, n, panel_ref, scratch);
+                    cllm_cpu_set_prefer_256(dflt);
+                    CHECKF(memcmp(panel, panel_ref, panel_size) == 0,
+                           "%s pack n=%lld %d rows, other width", cllm_type_name(t), (long long)n,
+                           nr);
                     for (int nc = 1; nc <= C; nc += (nc < 9 ? 1 : 5)) {
                         for (int impl = 0; impl <= (int)fast; impl++) {
                             float out[C * LDO];

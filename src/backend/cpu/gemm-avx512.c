@@ -849,12 +849,26 @@ bool cllm_cpu_gemm_pack_avx512(cllm_type type, const void *a, size_t stride, int
     const __m512i nib = _mm512_set1_epi8(0x0F);
     const char *src = a;
     char *p = panel;
-    if (type == CLLM_TYPE_Q4_0) {
-        gz_pack_q4(false, src, stride, nrows, K, p, rows, m);
+    /* where 512-bit operations run as two halves (AMD Zen 4), the packers
+     * measured there before gz_pack_q4: gathers for Q4_0, the AVX2 one for
+     * Q4_1 */
+    if (type == CLLM_TYPE_Q4_0 && cllm_cpu_prefer_256()) {
+        for (int64_t b = 0; b < K / 32; b++, p += 8 * 64 + 64) {
+            const char *blk = src + b * 18;
+            if ((b & 3) == 0) gz_prefetch_rows(blk + GZ_PACK_PF, stride, nrows);
+            for (int c = 0; c < 4; c++) {
+                const __m512i v = gz_gather(rows, blk + 2 + 4 * c, m);
+                _mm512_storeu_si512(p + 64 * c, _mm512_and_si512(v, nib));
+                _mm512_storeu_si512(p + 64 * (c + 4),
+                                    _mm512_and_si512(_mm512_srli_epi16(v, 4), nib));
+            }
+            _mm512_storeu_ps(p + 8 * 64, gz_gather_f16(rows, blk, m));
+        }
         return true;
     }
-    if (type == CLLM_TYPE_Q4_1) {
-        gz_pack_q4(true, src, stride, nrows, K, p, rows, m);
+    if (type == CLLM_TYPE_Q4_0 || type == CLLM_TYPE_Q4_1) {
+        if (cllm_cpu_prefer_256()) return false;
+        gz_pack_q4(type == CLLM_TYPE_Q4_1, src, stride, nrows, K, p, rows, m);
         return true;
     }
     /* Q4_K: 144-byte super-blocks: d, dmin, 12 bytes of scales, 128 of nibbles;

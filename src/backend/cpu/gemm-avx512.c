@@ -771,13 +771,16 @@ GZ_INLINE __m512 gz_gather_f16(__m512i idx, const char *base, __mmask16 m) {
 
 /* The 16 bytes of nibbles of block b of rows 4g..4g+3 (zeros for rows at
  * or past nrows) in the four 128-bit lanes. */
+GZ_INLINE __m128i gz_pack_row(const char *blk, size_t stride, int r, int nrows) {
+    return r < nrows ? _mm_loadu_si128((const __m128i *)(blk + (size_t)r * stride))
+                     : _mm_setzero_si128();
+}
+
 GZ_INLINE __m512i gz_pack_rows4(const char *blk, size_t stride, int g, int nrows) {
-    __m512i v = _mm512_setzero_si512();
-    for (int j = 0; j < 4 && 4 * g + j < nrows; j++) {
-        const __m128i q = _mm_loadu_si128((const __m128i *)(blk + (size_t)(4 * g + j) * stride));
-        v = _mm512_inserti32x4(v, q, j);
-    }
-    return v;
+    __m512i v = _mm512_castsi128_si512(gz_pack_row(blk, stride, 4 * g, nrows));
+    v = _mm512_inserti32x4(v, gz_pack_row(blk, stride, 4 * g + 1, nrows), 1);
+    v = _mm512_inserti32x4(v, gz_pack_row(blk, stride, 4 * g + 2, nrows), 2);
+    return _mm512_inserti32x4(v, gz_pack_row(blk, stride, 4 * g + 3, nrows), 3);
 }
 
 /* x0..x3 (rows 4g + j in lane j of x_g, dwords 0..3) to the panel's steps

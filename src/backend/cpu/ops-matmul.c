@@ -46,13 +46,21 @@
  * else through one vec_dot per column.
  *
  * Work split: the outputs of all batches form a grid of tiles (a range of
- * weight rows x a range of columns), about eight per thread: whole columns
- * when there are enough weight rows, column ranges too otherwise, so small
- * matrices still use every thread. Thread ith starts with tile ith; when b
- * is converted (there is a barrier anyway) the remaining tiles are handed
- * out through an atomic counter in the workspace, so a thread that the OS
- * delays (a shared machine) does not hold the others back at the next
- * barrier; otherwise each thread takes every nth tile.
+ * weight rows x a range of columns), about two per thread (the panel plan:
+ * groups of 16 rows, mm_make_gemm_tiles): whole columns when there are
+ * enough weight rows, column ranges too otherwise, so small matrices still
+ * use every thread. Thread ith starts with tile ith; when b is converted
+ * (there is a barrier anyway) the remaining tiles are handed out through an
+ * atomic counter in the workspace, so a thread that the OS delays (a shared
+ * machine) does not hold the others back at the next barrier; otherwise
+ * each thread takes every nth tile. Eight tiles per thread were too small
+ * for a one-token step of a small model: each starts a prefetch stream and
+ * takes a counter that the other core holds (SmolLM2's 576 x 576 matrices:
+ * 16 tiles of 13 KB). On Zen 5, 2 threads, rotated x 5: SmolLM2 one
+ * sequence 291 -> 374 tokens/s, 4 sequences 809 -> 958, TinyLlama Q4_0 /
+ * Q8_0 and Gemma 3 +5-8 %; with a busy loop on one of the two cores too
+ * (SmolLM2 78 -> 81, TinyLlama Q4_0 32.3 -> 35.8). One tile per thread
+ * (no hand-out) gave 4 sequences 7 % more but lost 4 % under the busy loop.
  */
 #include "backend/cpu/gemm.h"
 #include "backend/cpu/kernels.h"
@@ -401,10 +409,11 @@ static void mm_tile_gemm(const cllm_tensor *a, const cllm_tensor *b, cllm_tensor
 
 /* Asks for the first CLLM_CPU_PREFETCH_AHEAD bytes of a tile's weight rows
  * (or all, when fewer). The kernels prefetch that far ahead along the rows,
- * so without this the start of every tile waits on memory: a one-token
- * matmul's tiles are small (36 rows of 576 elements of Q4_1: 13 KB), and
- * the next tile a thread takes is anywhere. Zen 5, SmolLM2 Q4_1, 2 threads,
- * rotated x 8: 4 sequences 764 -> 821 tokens/s, one 252-271 -> 295. */
+ * so without this the start of every tile waits on memory, and the next
+ * tile a thread takes is anywhere. Zen 5, SmolLM2 Q4_1, 2 threads, rotated
+ * x 8, with eight tiles per thread (13 KB each): 4 sequences 764 -> 821
+ * tokens/s, one 252-271 -> 295; with two (52 KB), x 4: 1,058 -> 1,085 and
+ * 404 -> 427. */
 static void mm_prefetch_rows(const char *w, size_t bytes) {
     bytes = CLLM_MIN(bytes, (size_t)CLLM_CPU_PREFETCH_AHEAD);
     for (size_t o = 0; o < bytes; o += 64) __builtin_prefetch(w + o, 0, 3);
@@ -458,7 +467,7 @@ static mm_tiles mm_make_gemm_tiles(int64_t M, int64_t N, int64_t batches, int nt
 static mm_tiles mm_make_tiles(int64_t M, int64_t N, int64_t batches, int nth) {
     mm_tiles t = {.tm = M, .tn = N, .nm = 1, .nn = 1};
     if (nth > 1) {
-        const int64_t target = 8 * (int64_t)nth;
+        const int64_t target = 2 * (int64_t)nth;
         const int64_t mt = CLLM_MIN(M, CLLM_MAX((int64_t)1, target / batches));
         t.tm = (M + mt - 1) / mt;
         t.nm = (M + t.tm - 1) / t.tm;

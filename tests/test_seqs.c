@@ -327,6 +327,27 @@ done:
     cllm_model_free(m);
 }
 
+/* Three rounds of: every sequence's logits in s bit for bit those of its
+ * session alone (ref), then each one's greedy token decoded in both (one
+ * step of all of them in s); `what` names the case in a failure. */
+static void steps_alone(cllm_session *s, cllm_session *const ref[N_SEQ], int64_t n_vocab,
+                        const char *what) {
+    cllm_seq_tokens items[N_SEQ];
+    int32_t next[N_SEQ];
+    for (int step = 0; step < 3; step++) {
+        for (int i = 0; i < N_SEQ; i++) {
+            const float *a = cllm_session_seq_logits(s, i), *b = cllm_session_logits(ref[i]);
+            CHECKF(a && b && !memcmp(a, b, (size_t)n_vocab * sizeof(float)),
+                   "%s, step %d: sequence %d differs from alone", what, step, i);
+            if (!a || !b) return;
+            next[i] = argmax(b, n_vocab);
+            items[i] = (cllm_seq_tokens){i, &next[i], 1};
+            CHECK(cllm_session_decode(ref[i], &next[i], 1) == CLLM_OK);
+        }
+        CHECK(cllm_session_decode_seqs(s, items, N_SEQ) == CLLM_OK);
+    }
+}
+
 /* Prompts of at least 8 tokens read in one batch (from each sequence's
  * start, or after a first chunk of `prefix` tokens each read alone) give
  * every sequence bit for bit its logits alone, wherever their columns start
@@ -338,7 +359,7 @@ static void check_joined_lens(const char *path, const int lens[N_SEQ], int prefi
     CHECKF(cllm_model_load(path, NULL, &m) == CLLM_OK, "%s: %s", path, cllm_last_error());
     if (!m) return;
     const int64_t n_vocab = cllm_model_n_vocab(m);
-    int32_t prompt[N_SEQ][56], next[N_SEQ];
+    int32_t prompt[N_SEQ][56];
     for (int i = 0; i < N_SEQ; i++) {
         for (int j = 0; j < prefix + lens[i]; j++) {
             prompt[i][j] = (int32_t)((31 * i + 7919 * j + 11) % (n_vocab - 10) + 5);
@@ -359,20 +380,10 @@ static void check_joined_lens(const char *path, const int lens[N_SEQ], int prefi
         CHECK(cllm_session_decode(ref[i], prompt[i] + prefix, lens[i]) == CLLM_OK);
     }
     CHECK(cllm_session_decode_seqs(s, items, N_SEQ) == CLLM_OK);
-    for (int step = 0; step < 3; step++) {
-        for (int i = 0; i < N_SEQ; i++) {
-            const float *a = cllm_session_seq_logits(s, i), *b = cllm_session_logits(ref[i]);
-            CHECKF(a && b && !memcmp(a, b, (size_t)n_vocab * sizeof(float)),
-                   "%s: prompts of %d, %d, %d tokens read together after %d, step %d: sequence "
-                   "%d differs from alone",
-                   path, lens[0], lens[1], lens[2], prefix, step, i);
-            if (!a || !b) goto done;
-            next[i] = argmax(b, n_vocab);
-            items[i] = (cllm_seq_tokens){i, &next[i], 1};
-            CHECK(cllm_session_decode(ref[i], &next[i], 1) == CLLM_OK);
-        }
-        CHECK(cllm_session_decode_seqs(s, items, N_SEQ) == CLLM_OK);
-    }
+    char what[256];
+    snprintf(what, sizeof(what), "%s: prompts of %d, %d, %d tokens read together after %d", path,
+             lens[0], lens[1], lens[2], prefix);
+    steps_alone(s, ref, n_vocab, what);
 done:
     for (int i = 0; i < N_SEQ; i++) cllm_session_free(ref[i]);
     cllm_session_free(s);
@@ -426,20 +437,10 @@ static void check_mixed_lens(const char *path, int len, int prefix) {
     items[2] = (cllm_seq_tokens){2, prompt[2] + prefix, len};
     CHECK(cllm_session_decode(ref[2], prompt[2] + prefix, len) == CLLM_OK);
     CHECKF(cllm_session_decode_seqs(s, items, N_SEQ) == CLLM_OK, "%s", cllm_last_error());
-    for (int step = 0; step < 3; step++) {
-        for (int i = 0; i < N_SEQ; i++) {
-            const float *a = cllm_session_seq_logits(s, i), *b = cllm_session_logits(ref[i]);
-            CHECKF(a && b && !memcmp(a, b, (size_t)n_vocab * sizeof(float)),
-                   "%s: a chunk of %d tokens after %d joined a step, step %d: sequence %d "
-                   "differs from alone",
-                   path, len, prefix, step, i);
-            if (!a || !b) goto done;
-            next[i] = argmax(b, n_vocab);
-            items[i] = (cllm_seq_tokens){i, &next[i], 1};
-            CHECK(cllm_session_decode(ref[i], &next[i], 1) == CLLM_OK);
-        }
-        CHECK(cllm_session_decode_seqs(s, items, N_SEQ) == CLLM_OK);
-    }
+    char what[256];
+    snprintf(what, sizeof(what), "%s: a chunk of %d tokens after %d joined a step", path, len,
+             prefix);
+    steps_alone(s, ref, n_vocab, what);
 done:
     for (int i = 0; i < N_SEQ; i++) cllm_session_free(ref[i]);
     cllm_session_free(s);

@@ -218,6 +218,9 @@ void cllm_cpu_attn_rows_avx2(const cllm_tensor *k, const cllm_tensor *v, int64_t
                              float *kf, float *vf) {
     const int64_t D = k->ne[0], Dv = v->ne[0], n_head = k->ne[2];
     for (int64_t j = 0; j < n; j++) {
+        /* the rows come from memory (see attn.h); 8 rows ahead, past the
+         * chunk's end too: a thread's next chunk is usually the next rows */
+        for (int64_t g = 0; g < n_head; g++) cllm_attn_prefetch(k, v, g, k0 + j + 8, 1);
         for (int64_t g = 0; g < n_head; g++) ay_row_f32(k, k0 + j, g, D, kf + (g * n + j) * D);
         for (int64_t g = 0; g < n_head; g++) ay_row_f32(v, k0 + j, g, Dv, vf + (g * n + j) * Dv);
     }

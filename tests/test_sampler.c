@@ -98,6 +98,66 @@ static void test_greedy(void) {
     cllm_sampler_free(s);
 }
 
+/* The greedy path against a plain scan: vocabularies that are and are not
+ * multiples of the vector width, ties (the lowest id wins) inside and across
+ * the vector part and the rest, masks, and the first NaN / +inf reported. */
+static int32_t scan_argmax(const float *l, int n, int *bad) {
+    int32_t best = -1;
+    float m = -INFINITY;
+    *bad = -1;
+    for (int i = 0; i < n; i++) {
+        if (!(l[i] < INFINITY)) {
+            *bad = i;
+            return -1;
+        }
+        if (l[i] > m) m = l[i], best = i;
+    }
+    return best;
+}
+
+static void test_greedy_scan(void) {
+    enum { VMAX = 1003 };
+    static float logits[VMAX];
+    const int sizes[] = {1, 15, 16, 17, 64, 1000, 1003};
+    cllm_sampler_params p = plain_params(0.0f);
+    int checked = 0;
+    for (size_t z = 0; z < sizeof(sizes) / sizeof(sizes[0]); z++) {
+        const int V = sizes[z];
+        cllm_sampler *s = make(&p, V);
+        for (int row = 0; row < 60; row++) {
+            /* few distinct values: many ties */
+            for (int i = 0; i < V; i++) logits[i] = (float)(int)(test_normal() * 2.0f);
+            if (row % 5 == 1) logits[V - 1] = 50.0f; /* the largest last */
+            if (row % 5 == 2) logits[row % V] = logits[V - 1] = 50.0f;
+            if (row % 6 == 3) { /* all masked but one or none */
+                for (int i = 0; i < V; i++) logits[i] = -INFINITY;
+                if (row % 12 == 3) logits[(row * 7) % V] = -3.0f;
+            }
+            if (row % 7 == 4) logits[(row * 13) % V] = row % 14 == 4 ? NAN : INFINITY;
+            if (row % 9 == 5) logits[0] = -0.0f, logits[V / 2] = 0.0f;
+            int bad;
+            const int32_t want = scan_argmax(logits, V, &bad);
+            int32_t got = -7;
+            const cllm_status st = cllm_sampler_sample(s, logits, &got);
+            if (bad >= 0 || want < 0) {
+                CHECKF(st == CLLM_ERR_INVALID_ARG && got == -7, "V %d row %d: accepted", V, row);
+                char what[32];
+                if (bad >= 0)
+                    snprintf(what, sizeof what, "token %d is", bad);
+                else
+                    snprintf(what, sizeof what, "-inf");
+                CHECKF(strstr(cllm_last_error(), what) != NULL, "V %d row %d: %s", V, row,
+                       cllm_last_error());
+            } else {
+                CHECKF(st == CLLM_OK && got == want, "V %d row %d: %d, want %d", V, row, got, want);
+            }
+            checked++;
+        }
+        cllm_sampler_free(s);
+    }
+    CHECK_EQ_INT(checked, 7 * 60);
+}
+
 static void test_top_k1_is_greedy(void) {
     enum { V = 1000 };
     static float logits[V];
@@ -551,6 +611,7 @@ static void test_invalid_params(void) {
 int main(void) {
     cllm_log_set(quiet_log, NULL);
     test_greedy();
+    test_greedy_scan();
     test_top_k1_is_greedy();
     test_seeds();
     test_frequencies();

@@ -4,6 +4,9 @@
 
 #include <float.h>
 #include <math.h>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 #include <stdlib.h>
 #include <string.h>
 
@@ -263,13 +266,67 @@ static cllm_status bad_logit(int32_t i, float l) {
                       isnan(l) ? "NaN" : "+inf");
 }
 
-/* Greedy without penalties: one read-only pass, no copy. */
-static cllm_status argmax_plain(const float *logits, int32_t n_vocab, int32_t *out) {
-    int32_t best = -1;
+/* The largest of logits[0, n) (n a multiple of 16), or NaN if some logit is
+ * NaN or +inf: four SSE2 maxima side by side. A server samples every
+ * sequence of a step between two forward passes, with the compute threads
+ * waiting: the scalar pass over SmolLM2's 49,152 logits took ~28 us, 4 % of
+ * a 4-sequence step. */
+static float max16(const float *logits, int32_t n) {
+#if defined(__SSE2__)
+    const __m128 inf = _mm_set1_ps(INFINITY);
+    __m128 m0 = _mm_set1_ps(-INFINITY), m1 = m0, m2 = m0, m3 = m0, bad = _mm_setzero_ps();
+    for (int32_t i = 0; i < n; i += 16) {
+        const __m128 x0 = _mm_loadu_ps(logits + i), x1 = _mm_loadu_ps(logits + i + 4);
+        const __m128 x2 = _mm_loadu_ps(logits + i + 8), x3 = _mm_loadu_ps(logits + i + 12);
+        /* not less than +inf: NaN or +inf */
+        bad = _mm_or_ps(bad, _mm_or_ps(_mm_or_ps(_mm_cmpnlt_ps(x0, inf), _mm_cmpnlt_ps(x1, inf)),
+                                       _mm_or_ps(_mm_cmpnlt_ps(x2, inf), _mm_cmpnlt_ps(x3, inf))));
+        m0 = _mm_max_ps(m0, x0), m1 = _mm_max_ps(m1, x1);
+        m2 = _mm_max_ps(m2, x2), m3 = _mm_max_ps(m3, x3);
+    }
+    if (_mm_movemask_ps(bad)) return NAN;
+    float m[4];
+    _mm_storeu_ps(m, _mm_max_ps(_mm_max_ps(m0, m1), _mm_max_ps(m2, m3)));
+    return fmaxf(fmaxf(m[0], m[1]), fmaxf(m[2], m[3]));
+#else
     float lmax = -INFINITY;
-    for (int32_t i = 0; i < n_vocab; i++) {
+    for (int32_t i = 0; i < n; i++) {
+        if (!(logits[i] < INFINITY)) return NAN;
+        if (logits[i] > lmax) lmax = logits[i];
+    }
+    return lmax;
+#endif
+}
+
+/* The first i < n with logits[i] == v (there is one). */
+static int32_t first_equal(const float *logits, int32_t n, float v) {
+    int32_t i = 0;
+#if defined(__SSE2__)
+    const __m128 vv = _mm_set1_ps(v);
+    for (; i + 4 <= n; i += 4) {
+        const int m = _mm_movemask_ps(_mm_cmpeq_ps(_mm_loadu_ps(logits + i), vv));
+        if (m) return i + __builtin_ctz((unsigned)m);
+    }
+#endif
+    while (logits[i] != v) i++;
+    return i;
+}
+
+/* Greedy without penalties: read-only, no copy. The first id of the largest
+ * logit; an error at the first NaN or +inf (-inf is a mask). */
+static cllm_status argmax_plain(const float *logits, int32_t n_vocab, int32_t *out) {
+    const int32_t n16 = n_vocab - n_vocab % 16;
+    float lmax = max16(logits, n16);
+    int32_t best = -1, i = 0;
+    if (isnan(lmax)) { /* find it */
+        lmax = -INFINITY;
+    } else {
+        i = n16;
+        if (lmax > -INFINITY) best = first_equal(logits, n16, lmax);
+    }
+    for (; i < n_vocab; i++) {
         const float l = logits[i];
-        if (!(l < INFINITY)) return bad_logit(i, l); /* NaN or +inf; -inf is a mask */
+        if (!(l < INFINITY)) return bad_logit(i, l);
         if (l > lmax) {
             lmax = l;
             best = i;

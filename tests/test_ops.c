@@ -1305,11 +1305,13 @@ typedef struct attn_case {
     int64_t D, Dv, n_tokens, n_kv;
     int64_t dead_row; /* a token whose mask row is all -INFINITY, or -1 */
     int64_t hole;     /* keys hole .. hole + 39 hidden from every token, or -1 */
+    int64_t H, Hkv;   /* query and kv heads */
 } attn_case;
 
 /* The fused result with nth threads (freed by the caller). */
 static double *run_attn(const attn_case *c, int nth) {
-    const int64_t H = 8, Hkv = 2, n_ctx = c->n_kv > 48 ? c->n_kv : 48;
+    const int64_t H = c->H, Hkv = c->Hkv;
+    const int64_t n_ctx = c->n_kv > 48 ? c->n_kv : 48;
     const int64_t D = c->D, Dv = c->Dv, T = c->n_tokens, n_kv = c->n_kv;
     const float scale = 1.0f / sqrtf((float)D);
     cllm_context *ctx = ctx_new();
@@ -1390,25 +1392,34 @@ static double *run_attn(const attn_case *c, int nth) {
 
 static void test_attn(void) {
     const attn_case cases[] = {
-        {CLLM_TYPE_F16, CLLM_TYPE_F32, 32, 32, 7, 40, 3, -1},
-        {CLLM_TYPE_F16, CLLM_TYPE_F16, 32, 32, 7, 40, -1, -1},
-        {CLLM_TYPE_F32, CLLM_TYPE_F32, 32, 24, 5, 33, 0, -1},
-        {CLLM_TYPE_F32, CLLM_TYPE_COUNT, 24, 40, 9, 9, -1, -1},
-        {CLLM_TYPE_F16, CLLM_TYPE_F32, 64, 64, 16, 48, 15, -1},
+        {CLLM_TYPE_F16, CLLM_TYPE_F32, 32, 32, 7, 40, 3, -1, 8, 2},
+        {CLLM_TYPE_F16, CLLM_TYPE_F16, 32, 32, 7, 40, -1, -1, 8, 2},
+        {CLLM_TYPE_F32, CLLM_TYPE_F32, 32, 24, 5, 33, 0, -1, 8, 2},
+        {CLLM_TYPE_F32, CLLM_TYPE_COUNT, 24, 40, 9, 9, -1, -1, 8, 2},
+        {CLLM_TYPE_F16, CLLM_TYPE_F32, 64, 64, 16, 48, 15, -1, 8, 2},
         /* several key blocks of the SIMD kernel, a partial last one */
-        {CLLM_TYPE_F16, CLLM_TYPE_F16, 64, 48, 19, 150, 4, 50},
-        {CLLM_TYPE_F32, CLLM_TYPE_COUNT, 32, 80, 3, 130, -1, -1},
+        {CLLM_TYPE_F16, CLLM_TYPE_F16, 64, 48, 19, 150, 4, 50, 8, 2},
+        {CLLM_TYPE_F32, CLLM_TYPE_COUNT, 32, 80, 3, 130, -1, -1, 8, 2},
         /* one token (decode): key chunks of every head, then combined;
          * chunks hidden whole or in part, every key hidden */
-        {CLLM_TYPE_BF16, CLLM_TYPE_F16, 16, 16, 1, 45, -1, -1},
-        {CLLM_TYPE_F16, CLLM_TYPE_F32, 64, 64, 1, 150, -1, -1},
-        {CLLM_TYPE_F16, CLLM_TYPE_F16, 64, 32, 1, 150, -1, 20},
-        {CLLM_TYPE_F32, CLLM_TYPE_COUNT, 32, 48, 1, 70, -1, -1},
-        {CLLM_TYPE_F16, CLLM_TYPE_F32, 32, 32, 1, 40, 0, -1},
+        {CLLM_TYPE_BF16, CLLM_TYPE_F16, 16, 16, 1, 45, -1, -1, 8, 2},
+        {CLLM_TYPE_F16, CLLM_TYPE_F32, 64, 64, 1, 150, -1, -1, 8, 2},
+        {CLLM_TYPE_F16, CLLM_TYPE_F16, 64, 32, 1, 150, -1, 20, 8, 2},
+        {CLLM_TYPE_F32, CLLM_TYPE_COUNT, 32, 48, 1, 70, -1, -1, 8, 2},
+        {CLLM_TYPE_F16, CLLM_TYPE_F32, 32, 32, 1, 40, 0, -1, 8, 2},
+        /* one token, groups of 1, 3, 5, 6 and 8 query heads per kv head
+         * (the AVX-512 kernel's rows 4 at a time and the rest), head sizes
+         * of its three score paths (64, 128, other), values in pieces of
+         * 64 and less, blocks of 16 keys hidden whole and a last one of 1 */
+        {CLLM_TYPE_F16, CLLM_TYPE_F32, 64, 64, 1, 77, -1, 10, 9, 3},
+        {CLLM_TYPE_F16, CLLM_TYPE_F16, 128, 128, 1, 40, -1, -1, 2, 2},
+        {CLLM_TYPE_F16, CLLM_TYPE_F32, 48, 80, 1, 33, -1, -1, 5, 1},
+        {CLLM_TYPE_F16, CLLM_TYPE_F32, 64, 64, 1, 18, 0, -1, 12, 2},
+        {CLLM_TYPE_F16, CLLM_TYPE_F16, 64, 32, 1, 150, -1, 60, 16, 2},
     };
     for (size_t c = 0; c < CLLM_ARRAY_SIZE(cases); c++) {
         const attn_case *ac = &cases[c];
-        const int64_t n = ac->Dv * 8 * ac->n_tokens; /* [Dv, H = 8, T] */
+        const int64_t n = ac->Dv * ac->H * ac->n_tokens; /* [Dv, H, T] */
         double *one = NULL;
         for (int nth = 1; nth <= MAX_THREADS; nth++) {
             rng_seed(9 + c); /* the same inputs for each thread count */

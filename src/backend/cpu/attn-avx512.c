@@ -8,6 +8,10 @@
  * weighted values are added with FMAs into the row's accumulator. Compiled
  * for these instructions only; ops-attn.c calls it only when the CPU has
  * them and the shapes fit (cllm_cpu_attn_fast).
+ *
+ * One token (a generation step) with rows already F32 has its own kernel
+ * below (cllm_cpu_attn_token_avx512, attn.h): with one query row per head
+ * of the group there is nothing to share a transpose with.
  */
 #include "backend/cpu/attn.h"
 #include "backend/cpu/ops-impl.h"
@@ -185,6 +189,145 @@ void cllm_cpu_attn_unit_avx512(const cllm_tensor *dst, const cllm_attn_unit *u, 
             }
         }
         if (nr == 1) az_rows(1, u, rows, tis, D, Dv, nk, scale, kt, vf, mf, pw);
+    }
+}
+
+/* ---- one token (a generation step) ------------------------------------- */
+
+/* The sums of the 16 lanes of each of p[0..15] in lanes 0..15 of one
+ * vector: pairs interleaved, then halves of 128-bit lanes, then 128-bit
+ * lanes of two vectors, then of the two halves (45 operations). */
+AZ_INLINE __m512 az_sum16(const __m512 p[16]) {
+    __m512 a[8], b[4], c[2];
+    for (int i = 0; i < 8; i++) {
+        a[i] = _mm512_add_ps(_mm512_unpacklo_ps(p[2 * i], p[2 * i + 1]),
+                             _mm512_unpackhi_ps(p[2 * i], p[2 * i + 1]));
+    }
+    for (int i = 0; i < 4; i++) { /* 128-bit lane l: keys 4i..4i+3, each summed */
+        const __m512d x = _mm512_castps_pd(a[2 * i]), y = _mm512_castps_pd(a[2 * i + 1]);
+        b[i] = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(x, y)),
+                             _mm512_castpd_ps(_mm512_unpackhi_pd(x, y)));
+    }
+    for (int i = 0; i < 2; i++) {
+        c[i] = _mm512_add_ps(_mm512_shuffle_f32x4(b[2 * i], b[2 * i + 1], 0x88),
+                             _mm512_shuffle_f32x4(b[2 * i], b[2 * i + 1], 0xDD));
+    }
+    return _mm512_add_ps(_mm512_shuffle_f32x4(c[0], c[1], 0x88),
+                         _mm512_shuffle_f32x4(c[0], c[1], 0xDD));
+}
+
+/* The 16 scores (before scale and mask) of query row q against the keys
+ * at kr[0..15]: q in nd (a constant after inlining) registers, each key's
+ * FMAs reading its row in place. */
+AZ_INLINE __m512 az_token_scores(int nd, const float *q, const float *const *kr) {
+    __m512 qv[8], p[16];
+    for (int d = 0; d < nd; d++) qv[d] = _mm512_loadu_ps(q + 16 * d);
+    for (int j = 0; j < 16; j++) {
+        __m512 a = _mm512_mul_ps(qv[0], _mm512_loadu_ps(kr[j]));
+        for (int d = 1; d < nd; d++) a = _mm512_fmadd_ps(qv[d], _mm512_loadu_ps(kr[j] + 16 * d), a);
+        p[j] = a;
+    }
+    return az_sum16(p);
+}
+
+/* Rows r0 .. r0 + nr - 1 (nr <= 4, a constant after inlining) of a one-token
+ * unit against a block of 16 keys (kr, vr: their F32 rows; mv the mask,
+ * -inf past the block's keys): scores, online softmax, values. */
+AZ_INLINE void az_token_rows(int nr, const cllm_attn_unit *u, int64_t r0, int64_t D, int64_t Dv,
+                             float scale, const float *const *kr, const float *const *vr, __m512 mv,
+                             float *pw) {
+    const __m512 ninf = _mm512_set1_ps(-INFINITY);
+    float cf[4];
+    for (int r = 0; r < nr; r++) {
+        const float *q = u->q + (r0 + r) * D;
+        __m512 raw;
+        if (D == 64) {
+            raw = az_token_scores(4, q, kr);
+        } else if (D == 128) {
+            raw = az_token_scores(8, q, kr);
+        } else {
+            __m512 p[16];
+            for (int j = 0; j < 16; j++) {
+                __m512 a = _mm512_setzero_ps();
+                for (int64_t d = 0; d < D; d += 16)
+                    a = _mm512_fmadd_ps(_mm512_loadu_ps(q + d), _mm512_loadu_ps(kr[j] + d), a);
+                p[j] = a;
+            }
+            raw = az_sum16(p);
+        }
+        const __m512 s = _mm512_fmadd_ps(raw, _mm512_set1_ps(scale), mv);
+        const float bmax = _mm512_reduce_max_ps(s);
+        float *w = pw + 16 * r;
+        const int64_t row = r0 + r;
+        if (bmax == -INFINITY) { /* every key of the block masked for this row */
+            _mm512_storeu_ps(w, _mm512_setzero_ps());
+            cf[r] = 1.0f;
+            continue;
+        }
+        const float m_old = u->mx[row], m_new = m_old > bmax ? m_old : bmax;
+        cf[r] = expf(m_old - m_new); /* 0 for the first live block */
+        const __m512 e = cllm_exp512(_mm512_sub_ps(s, _mm512_set1_ps(m_new)));
+        /* masked keys: exactly 0 (the exponential of -inf is a denormal at most) */
+        const __m512 pz = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(s, ninf, _CMP_NEQ_OQ), e);
+        _mm512_storeu_ps(w, pz);
+        u->sum[row] = u->sum[row] * cf[r] + _mm512_reduce_add_ps(pz);
+        u->mx[row] = m_new;
+    }
+    for (int64_t x0 = 0; x0 < Dv; x0 += 64) { /* 4 vectors of each row's accumulator */
+        const int nx = (int)CLLM_MIN((int64_t)4, (Dv - x0) / 16);
+        __m512 acc[4][4];
+        for (int r = 0; r < nr; r++) {
+            const __m512 c = _mm512_set1_ps(cf[r]);
+            for (int x = 0; x < 4; x++) {
+                acc[r][x] =
+                    x < nx ? _mm512_mul_ps(_mm512_loadu_ps(u->acc + (r0 + r) * Dv + x0 + 16 * x), c)
+                           : _mm512_setzero_ps();
+            }
+        }
+        for (int j = 0; j < 16; j++) {
+            for (int x = 0; x < 4; x++) {
+                if (x >= nx) continue;
+                const __m512 vv = _mm512_loadu_ps(vr[j] + x0 + 16 * x);
+                for (int r = 0; r < nr; r++)
+                    acc[r][x] = _mm512_fmadd_ps(_mm512_set1_ps(pw[16 * r + j]), vv, acc[r][x]);
+            }
+        }
+        for (int r = 0; r < nr; r++) {
+            for (int x = 0; x < 4; x++) {
+                if (x < nx) _mm512_storeu_ps(u->acc + (r0 + r) * Dv + x0 + 16 * x, acc[r][x]);
+            }
+        }
+    }
+}
+
+void cllm_cpu_attn_token_avx512(const cllm_tensor *dst, const cllm_attn_unit *u, float *scratch) {
+    const cllm_tensor *mask = dst->src[3];
+    const float scale = cllm_get_op_param_f32(dst, 0);
+    const int64_t D = dst->src[1]->ne[0], Dv = dst->src[2]->ne[0], n_kv = u->n_kv, nh = u->nh;
+    float *pw = scratch; /* [4][16] weights of up to 4 rows */
+    const __m512 ninf = _mm512_set1_ps(-INFINITY);
+    for (int64_t j0 = u->k0; j0 < n_kv; j0 += 16) {
+        const int64_t nk = CLLM_MIN((int64_t)16, n_kv - j0);
+        const __mmask16 live = cllm_lanes16(nk);
+        __m512 mv = _mm512_setzero_ps();
+        if (mask) mv = az_load(mask->type, cllm_cpu_elem(mask, j0, u->t0, 0, 0), live);
+        mv = _mm512_mask_blend_ps(live, ninf, mv);
+        if (_mm512_reduce_max_ps(mv) == -INFINITY) continue; /* every key hidden */
+        /* past nk: the block's last key again (its weight is 0) */
+        const float *kr[16], *vr[16];
+        for (int64_t j = 0; j < 16; j++) {
+            const int64_t i = j0 - u->k0 + (j < nk ? j : nk - 1);
+            kr[j] = u->kf + i * D;
+            vr[j] = u->vf + i * Dv;
+        }
+        int64_t r0 = 0;
+        for (; r0 + 4 <= nh; r0 += 4) az_token_rows(4, u, r0, D, Dv, scale, kr, vr, mv, pw);
+        switch (nh - r0) {
+        case 1: az_token_rows(1, u, r0, D, Dv, scale, kr, vr, mv, pw); break;
+        case 2: az_token_rows(2, u, r0, D, Dv, scale, kr, vr, mv, pw); break;
+        case 3: az_token_rows(3, u, r0, D, Dv, scale, kr, vr, mv, pw); break;
+        default: break;
+        }
     }
 }
 

@@ -35,11 +35,13 @@
  * chunk by chunk in order. Chunks are fixed (ATTN_KC keys from key 0), so
  * the result does not depend on the number of threads. With F16 caches a
  * chunk's rows are first converted to F32 whole, row by row
- * (cllm_cpu_attn_rows_avx2), and the AVX2 unit kernel reads them there, at
- * the AVX-512 level too: a kernel that reads one head at a time takes each
- * row in pieces, which streams from memory at a third of the rate (Zen 3),
- * and on a Zen 5 SmolLM2's attention took 16 % of a generated token that
- * way against 9 % this way.
+ * (cllm_cpu_attn_rows_avx2), and the unit kernels read them there (the
+ * AVX2 one, or at the AVX-512 level cllm_cpu_attn_token_avx512): a kernel
+ * that reads one head at a time takes each row in pieces, which streams
+ * from memory at a third of the rate (Zen 3), and on a Zen 5 SmolLM2's
+ * attention took 16 % of a generated token that way against 9 % this way
+ * (a 512-bit kernel reading the F16 rows of one head in place, 2026-11-27:
+ * attention 0.22 -> 0.29 s of a 4-sequence bench run).
  *
  * Per-thread workspace: q rows as F32 [tb, cs, D] (one token: [n_head, D]),
  * acc [tb, cs, Dv] and running max and sum [tb, cs] each (not for one
@@ -215,7 +217,9 @@ static void attn_fold(const cllm_tensor *dst, const cllm_attn_unit *u, const att
     const cllm_tensor *k = dst->src[1], *v = dst->src[2], *mask = dst->src[3];
 #if defined(__x86_64__) || defined(__i386__)
     if (w->fast) {
-        if (cllm_cpu_isa_level() >= CLLM_CPU_ISA_AVX512 && !u->kf) {
+        if (cllm_cpu_isa_level() >= CLLM_CPU_ISA_AVX512 && u->kf) {
+            cllm_cpu_attn_token_avx512(dst, u, w->fast);
+        } else if (cllm_cpu_isa_level() >= CLLM_CPU_ISA_AVX512 && !u->kf) {
             cllm_cpu_attn_unit_avx512(dst, u, w->fast);
         } else {
             cllm_cpu_attn_unit_avx2(dst, u, w->fast);

@@ -150,8 +150,10 @@ static void waitq_wait(waitq *q, _Atomic unsigned *word, unsigned old, spin_limi
     const int limit = atomic_load_explicit(&sl->limit, memory_order_relaxed);
     for (int i = 0; i < limit; i++) {
         if (atomic_load_explicit(word, memory_order_acquire) != old) {
-            const int longer = limit + limit / 8 + 1;
-            atomic_store_explicit(&sl->limit, CLLM_MIN(longer, sl->max), memory_order_relaxed);
+            /* (only a change is stored: every thread's waits read this
+             * line, and a store at each barrier moved it between cores) */
+            const int longer = CLLM_MIN(limit + limit / 8 + 1, sl->max);
+            if (longer != limit) atomic_store_explicit(&sl->limit, longer, memory_order_relaxed);
             return;
         }
         CPU_RELAX();

@@ -11,22 +11,16 @@
  * run on.
  */
 #include "backend/cpu/threadpool.h"
+#include "cllm.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 typedef struct job_args {
     cllm_threadpool *tp;
     long n;
 } job_args;
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static void job(int ith, int nth, void *arg) {
     (void)ith, (void)nth;
@@ -51,9 +45,9 @@ static void run(int nth, long n, int reps) {
     double ns[64];
     if (reps > 64) reps = 64;
     for (int r = 0; r < reps; r++) {
-        const double t0 = now_s();
+        const double t0 = cllm_time_ms();
         cllm_threadpool_run(tp, job, &a);
-        ns[r] = (now_s() - t0) * 1e9 / (double)n;
+        ns[r] = (cllm_time_ms() - t0) * 1e6 / (double)n;
     }
     qsort(ns, (size_t)reps, sizeof(double), cmp_double);
     printf("barrier %2d thread(s): %.1f ns median (min %.1f, max %.1f), %d x %ld\n", nth,

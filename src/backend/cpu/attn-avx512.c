@@ -41,13 +41,43 @@ AZ_INLINE __m512 az_load(cllm_type t, const char *p, __mmask16 m) {
     return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, p));
 }
 
+/* The online softmax update of query row `row` by one block's scores s[0,
+ * nv) (scaled and masked: -inf for hidden keys): the block's weights into p
+ * (16 * nv floats; exactly 0 for hidden keys), the row's running max and
+ * sum updated; returns the factor its accumulator is to be scaled by. */
+AZ_INLINE float az_softmax(const cllm_attn_unit *u, int64_t row, const __m512 *s, int nv,
+                           float *p) {
+    const __m512 ninf = _mm512_set1_ps(-INFINITY);
+    __m512 bm = ninf;
+    for (int x = 0; x < nv; x++) bm = _mm512_max_ps(bm, s[x]);
+    const float bmax = _mm512_reduce_max_ps(bm);
+    if (bmax == -INFINITY) { /* every key of the block masked for this row */
+        for (int x = 0; x < nv; x++) _mm512_storeu_ps(p + 16 * x, _mm512_setzero_ps());
+        return 1.0f;
+    }
+    const float m_old = u->mx[row], m_new = m_old > bmax ? m_old : bmax;
+    const float cf = expf(m_old - m_new); /* 0 for the first live block */
+    __m512 l = _mm512_setzero_ps();
+    const __m512 mn = _mm512_set1_ps(m_new);
+    for (int x = 0; x < nv; x++) {
+        const __m512 e = cllm_exp512(_mm512_sub_ps(s[x], mn));
+        /* masked keys: exactly 0 (the exponential of -inf is a denormal at most) */
+        const __mmask16 keep = _mm512_cmp_ps_mask(s[x], ninf, _CMP_NEQ_OQ);
+        const __m512 pz = _mm512_maskz_mov_ps(keep, e);
+        _mm512_storeu_ps(p + 16 * x, pz);
+        l = _mm512_add_ps(l, pz);
+    }
+    u->sum[row] = u->sum[row] * cf + _mm512_reduce_add_ps(l);
+    u->mx[row] = m_new;
+    return cf;
+}
+
 /* Folds one key block into nr (1 or 2) query rows: scores over d as FMAs on
  * the transposed keys, the mask, the online softmax update, the weighted
  * values. pw holds 2 x KB weights. */
 AZ_INLINE void az_rows(int nr, const cllm_attn_unit *u, const int64_t *rows, const int64_t *tis,
                        int64_t D, int64_t Dv, int64_t nk, float scale, const float *kt,
                        const float *vf, const float *mf, float *pw) {
-    const __m512 ninf = _mm512_set1_ps(-INFINITY);
     __m512 s[2][KB / 16];
     for (int r = 0; r < nr; r++)
         for (int x = 0; x < KB / 16; x++) s[r][x] = _mm512_setzero_ps();
@@ -62,34 +92,11 @@ AZ_INLINE void az_rows(int nr, const cllm_attn_unit *u, const int64_t *rows, con
     }
     float cf[2];
     for (int r = 0; r < nr; r++) {
-        const int64_t row = rows[r];
-        __m512 bm = ninf;
         for (int x = 0; x < KB / 16; x++) {
             s[r][x] = _mm512_fmadd_ps(s[r][x], _mm512_set1_ps(scale),
                                       _mm512_loadu_ps(mf + tis[r] * KB + 16 * x));
-            bm = _mm512_max_ps(bm, s[r][x]);
         }
-        const float bmax = _mm512_reduce_max_ps(bm);
-        float *p = pw + r * KB;
-        if (bmax == -INFINITY) { /* every key of the block masked for this row */
-            for (int x = 0; x < KB / 16; x++) _mm512_storeu_ps(p + 16 * x, _mm512_setzero_ps());
-            cf[r] = 1.0f;
-            continue;
-        }
-        const float m_old = u->mx[row], m_new = m_old > bmax ? m_old : bmax;
-        cf[r] = expf(m_old - m_new); /* 0 for the first live block */
-        __m512 l = _mm512_setzero_ps();
-        const __m512 mn = _mm512_set1_ps(m_new);
-        for (int x = 0; x < KB / 16; x++) {
-            const __m512 e = cllm_exp512(_mm512_sub_ps(s[r][x], mn));
-            /* masked keys: exactly 0 (the exponential of -inf is a denormal at most) */
-            const __mmask16 keep = _mm512_cmp_ps_mask(s[r][x], ninf, _CMP_NEQ_OQ);
-            const __m512 pz = _mm512_maskz_mov_ps(keep, e);
-            _mm512_storeu_ps(p + 16 * x, pz);
-            l = _mm512_add_ps(l, pz);
-        }
-        u->sum[row] = u->sum[row] * cf[r] + _mm512_reduce_add_ps(l);
-        u->mx[row] = m_new;
+        cf[r] = az_softmax(u, rows[r], s[r], KB / 16, pw + r * KB);
     }
     float *acc0 = u->acc + rows[0] * Dv, *acc1 = u->acc + rows[nr - 1] * Dv;
     const __m512 c0 = _mm512_set1_ps(cf[0]), c1 = _mm512_set1_ps(cf[nr - 1]);
@@ -236,7 +243,6 @@ AZ_INLINE __m512 az_token_scores(int nd, const float *q, const float *const *kr)
 AZ_INLINE void az_token_rows(int nr, const cllm_attn_unit *u, int64_t r0, int64_t D, int64_t Dv,
                              float scale, const float *const *kr, const float *const *vr, __m512 mv,
                              float *pw) {
-    const __m512 ninf = _mm512_set1_ps(-INFINITY);
     float cf[4];
     for (int r = 0; r < nr; r++) {
         const float *q = u->q + (r0 + r) * D;
@@ -256,22 +262,7 @@ AZ_INLINE void az_token_rows(int nr, const cllm_attn_unit *u, int64_t r0, int64_
             raw = az_sum16(p);
         }
         const __m512 s = _mm512_fmadd_ps(raw, _mm512_set1_ps(scale), mv);
-        const float bmax = _mm512_reduce_max_ps(s);
-        float *w = pw + 16 * r;
-        const int64_t row = r0 + r;
-        if (bmax == -INFINITY) { /* every key of the block masked for this row */
-            _mm512_storeu_ps(w, _mm512_setzero_ps());
-            cf[r] = 1.0f;
-            continue;
-        }
-        const float m_old = u->mx[row], m_new = m_old > bmax ? m_old : bmax;
-        cf[r] = expf(m_old - m_new); /* 0 for the first live block */
-        const __m512 e = cllm_exp512(_mm512_sub_ps(s, _mm512_set1_ps(m_new)));
-        /* masked keys: exactly 0 (the exponential of -inf is a denormal at most) */
-        const __m512 pz = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(s, ninf, _CMP_NEQ_OQ), e);
-        _mm512_storeu_ps(w, pz);
-        u->sum[row] = u->sum[row] * cf[r] + _mm512_reduce_add_ps(pz);
-        u->mx[row] = m_new;
+        cf[r] = az_softmax(u, r0 + r, &s, 1, pw + 16 * r);
     }
     for (int64_t x0 = 0; x0 < Dv; x0 += 64) { /* 4 vectors of each row's accumulator */
         const int nx = (int)CLLM_MIN((int64_t)4, (Dv - x0) / 16);

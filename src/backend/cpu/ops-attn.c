@@ -217,10 +217,11 @@ static void attn_fold(const cllm_tensor *dst, const cllm_attn_unit *u, const att
     const cllm_tensor *k = dst->src[1], *v = dst->src[2], *mask = dst->src[3];
 #if defined(__x86_64__) || defined(__i386__)
     if (w->fast) {
-        if (cllm_cpu_isa_level() >= CLLM_CPU_ISA_AVX512 && u->kf) {
-            cllm_cpu_attn_token_avx512(dst, u, w->fast);
-        } else if (cllm_cpu_isa_level() >= CLLM_CPU_ISA_AVX512 && !u->kf) {
-            cllm_cpu_attn_unit_avx512(dst, u, w->fast);
+        if (cllm_cpu_isa_level() >= CLLM_CPU_ISA_AVX512) {
+            if (u->kf) /* one token, its rows converted */
+                cllm_cpu_attn_token_avx512(dst, u, w->fast);
+            else
+                cllm_cpu_attn_unit_avx512(dst, u, w->fast);
         } else {
             cllm_cpu_attn_unit_avx2(dst, u, w->fast);
         }

@@ -630,13 +630,101 @@ GZ_INLINE void gw_gemv_n2(bool q41, int nc, int64_t K, const char *row, size_t r
     }
 }
 
-/* nr rows x nc columns (>= 2, packed scales): pairs of rows by
- * gw_gemv_n2, a lone last column and an odd last row by the 256-bit kernel
- * (the same results). q41 a constant after inlining. */
-GZ_INLINE void gw_gemv_rows(bool q41, int64_t K, const char *row, size_t row_stride, int nr,
-                            const char *act, size_t act_stride, int nc, const char *cols,
+/*
+ * Two rows of Q8_0 against 2..4 columns at 512 bits, the same way: each
+ * half runs gv_pair_q8's operations with packed scales, so every result is
+ * the 256-bit kernel's bit for bit. vpsignb has no 512-bit form: each
+ * activation is negated where its weight is negative (a masked subtraction
+ * from zero). Where the weight is 0, vpsignb gives 0 and this keeps the
+ * activation, but |w| = 0 meets it: the same integer sums. A step of 4
+ * sequences of SmolLM2 spends a fifth of its time in its output layer
+ * (Q8_0, 49,152 rows of 576 elements), bound by operations like the Q4_1
+ * matrices above.
+ */
+
+/* gv_halves_q8 (bytes off..off + 15 of blocks b and b + 1) of rows x and y. */
+GZ_INLINE __m512i gw_halves_q8(const char *x0, const char *y0, size_t off, bool two) {
+    return gw_pair_i(gv_halves_q8(x0, off, two), gv_halves_q8(y0, off, two));
+}
+
+/* gv_scales_q8's 16-bit halves of one row's blocks b and b + 1. */
+GZ_INLINE __m128i gw_scale_halves_q8(const char *x0, bool two) {
+    uint16_t d0, d1 = 0;
+    memcpy(&d0, x0, 2);
+    if (two) memcpy(&d1, x0 + 34, 2);
+    return _mm_blend_epi32(_mm_set1_epi16((short)d0), _mm_set1_epi16((short)d1), 0xC);
+}
+
+/* gv_pair_q8 (packed scales pk, nc >= 2) for rows x (x0) and y (y0). */
+GZ_INLINE void gw_pair_q8(int nc, const char *x0, const char *y0, bool two, const char *a,
+                          size_t act_stride, const char *pk, __m512 *acc) {
+    const __m512i wl = gw_halves_q8(x0, y0, 0, two), wh = gw_halves_q8(x0, y0, 16, two);
+    const __m512i ul = _mm512_abs_epi8(wl), uh = _mm512_abs_epi8(wh);
+    const __mmask64 nl = _mm512_movepi8_mask(wl), nh = _mm512_movepi8_mask(wh);
+    const __m512i zero = _mm512_setzero_si512();
+    __m512i s[GV_COLS];
+    for (int c = 0; c < nc; c++) {
+        const char *ac = a + (size_t)c * act_stride;
+        const __m512i al = gw_bcast(ac), ah = gw_bcast(ac + 32);
+        s[c] = _mm512_dpbusd_epi32(zero, ul, _mm512_mask_sub_epi8(al, nl, zero, al));
+        s[c] = _mm512_dpbusd_epi32(s[c], uh, _mm512_mask_sub_epi8(ah, nh, zero, ah));
+    }
+    for (int c = nc; c < GV_COLS; c++) s[c] = s[0];
+    const __m512i u = gw_red(nc, s[0], s[1], s[2], s[3]);
+    const __m512 da = _mm512_castsi512_ps(gw_bcast(pk));
+    const __m512 dw =
+        _mm512_cvtph_ps(_mm256_set_m128i(gw_scale_halves_q8(y0, two), gw_scale_halves_q8(x0, two)));
+    *acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(u), _mm512_mul_ps(da, dw), *acc);
+}
+
+/* gv_gemv_q8_n (packed scales, nc >= 2) for rows `row` and `row +
+ * row_stride`: out[c * out_stride] and out[1 + c * out_stride]. */
+GZ_INLINE void gw_gemv_q8_n2(int nc, int64_t K, const char *row, size_t row_stride, const char *act,
+                             size_t act_stride, const char *pk, float *out, size_t out_stride) {
+    const int64_t nb = K / 32;
+    const char *row1 = row + row_stride;
+    __m512 a0 = _mm512_setzero_ps(), a1 = a0;
+    int64_t b = 0;
+    for (; b + 4 <= nb; b += 4) {
+        const char *x0 = row + (size_t)b * 34, *y0 = row1 + (size_t)b * 34, *g = act + 32 * b;
+        const char *pf = row + 2 * (size_t)b * 34 + CLLM_CPU_PREFETCH_AHEAD;
+        for (int l = 0; l < 5; l++) _mm_prefetch(pf + 64 * l, _MM_HINT_T0);
+        gw_pair_q8(nc, x0, y0, true, g, act_stride, pk + 16 * b, &a0);
+        gw_pair_q8(nc, x0 + 68, y0 + 68, true, g + 64, act_stride, pk + 16 * b + 32, &a1);
+    }
+    for (; b < nb; b += 2) {
+        gw_pair_q8(nc, row + (size_t)b * 34, row1 + (size_t)b * 34, b + 1 < nb, act + 32 * b,
+                   act_stride, pk + 16 * b, &a0);
+    }
+    /* gv_lanes's sum with zero mins: (a0 + a1) + (0 + 0) */
+    const __m512 v = _mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_setzero_ps());
+    float r[8];
+    _mm256_storeu_ps(r, _mm256_castps128_ps256(
+                            _mm_add_ps(_mm512_castps512_ps128(v), _mm512_extractf32x4_ps(v, 1))));
+    _mm_storeu_ps(r + 4, _mm_add_ps(_mm512_extractf32x4_ps(v, 2), _mm512_extractf32x4_ps(v, 3)));
+    for (int c = 0; c < nc; c++) {
+        out[(size_t)c * out_stride] = r[c];
+        out[1 + (size_t)c * out_stride] = r[4 + c];
+    }
+}
+
+/* nr rows x nc columns (>= 2, packed scales) of Q4_0, Q4_1 or Q8_0 (kind a
+ * constant after inlining): pairs of rows by gw_gemv_n2 / gw_gemv_q8_n2, a
+ * lone last column and an odd last row by the 256-bit kernel (the same
+ * results). */
+GZ_INLINE void gw_gemv_n2_kind(enum gv_kind kind, int nc, int64_t K, const char *row,
+                               size_t row_stride, const char *act, size_t act_stride,
+                               const char *pk, float *out, size_t out_stride) {
+    if (kind == GV_Q8_0) {
+        gw_gemv_q8_n2(nc, K, row, row_stride, act, act_stride, pk, out, out_stride);
+    } else {
+        gw_gemv_n2(kind == GV_Q4_1, nc, K, row, row_stride, act, act_stride, pk, out, out_stride);
+    }
+}
+
+GZ_INLINE void gw_gemv_rows(enum gv_kind kind, int64_t K, const char *row, size_t row_stride,
+                            int nr, const char *act, size_t act_stride, int nc, const char *cols,
                             size_t cols_stride, float *out, size_t out_stride) {
-    const enum gv_kind kind = q41 ? GV_Q4_1 : GV_Q4_0;
     int r = 0;
     for (; r + 2 <= nr; r += 2) {
         const char *x = row + (size_t)r * row_stride;
@@ -650,10 +738,14 @@ GZ_INLINE void gw_gemv_rows(bool q41, int64_t K, const char *row, size_t row_str
                 gv_gemv_cols(kind, K, x + row_stride, a, act_stride, 1, pk, cols_stride, o + 1,
                              out_stride);
                 break;
-            case 2: gw_gemv_n2(q41, 2, K, x, row_stride, a, act_stride, pk, o, out_stride); break;
-            case 3: gw_gemv_n2(q41, 3, K, x, row_stride, a, act_stride, pk, o, out_stride); break;
+            case 2:
+                gw_gemv_n2_kind(kind, 2, K, x, row_stride, a, act_stride, pk, o, out_stride);
+                break;
+            case 3:
+                gw_gemv_n2_kind(kind, 3, K, x, row_stride, a, act_stride, pk, o, out_stride);
+                break;
             default:
-                gw_gemv_n2(q41, GV_COLS, K, x, row_stride, a, act_stride, pk, o, out_stride);
+                gw_gemv_n2_kind(kind, GV_COLS, K, x, row_stride, a, act_stride, pk, o, out_stride);
                 break;
             }
         }
@@ -670,13 +762,18 @@ void cllm_cpu_gemv_rows_avx512vl(cllm_type type, int64_t K, const void *row, siz
                                  size_t out_stride) {
     if (nc >= 2 && cols && !cllm_cpu_prefer_256()) {
         if (type == CLLM_TYPE_Q4_1) {
-            gw_gemv_rows(true, K, row, row_stride, nr, act, act_stride, nc, cols, cols_stride, out,
-                         out_stride);
+            gw_gemv_rows(GV_Q4_1, K, row, row_stride, nr, act, act_stride, nc, cols, cols_stride,
+                         out, out_stride);
             return;
         }
         if (type == CLLM_TYPE_Q4_0) {
-            gw_gemv_rows(false, K, row, row_stride, nr, act, act_stride, nc, cols, cols_stride, out,
-                         out_stride);
+            gw_gemv_rows(GV_Q4_0, K, row, row_stride, nr, act, act_stride, nc, cols, cols_stride,
+                         out, out_stride);
+            return;
+        }
+        if (type == CLLM_TYPE_Q8_0) {
+            gw_gemv_rows(GV_Q8_0, K, row, row_stride, nr, act, act_stride, nc, cols, cols_stride,
+                         out, out_stride);
             return;
         }
     }

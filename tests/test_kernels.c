@@ -867,6 +867,94 @@ static void test_gemv(cllm_type t) {
     test_gemv_rows(t);
 }
 
+/* Matrices stored 16 rows at a time (gemm.h: CLLM_X16), Q4_0 and Q4_1:
+ * packing and unpacking give back the rows; each row converts to what
+ * to_float gives the row; and where the level has the kernels, the group's
+ * panel is the bytes cllm_cpu_gemm_pack writes from the rows, and the
+ * one-column kernel gives each (row, column) the dot product within the
+ * bound (against the exact sum), each column the same bits whether alone
+ * or among 1..6 columns. Two groups, rows of every weight kind, lengths
+ * with partial and whole groups of 4 blocks. */
+static void test_x16(cllm_type t) {
+    if (t != CLLM_TYPE_Q4_0 && t != CLLM_TYPE_Q4_1) return;
+    const int64_t lens[] = {1, 3, 4, 5, 18, 67};
+    enum { R = 2 * CLLM_X16_ROWS, NC = 6 };
+    for (size_t li = 0; li < CLLM_ARRAY_SIZE(lens); li++) {
+        const int64_t n = lens[li] * 32;
+        const size_t rb = cllm_row_size(t, n), gb = CLLM_X16_ROWS * rb;
+        char *w = xmalloc(R * rb), *wx = xmalloc(R * rb), *back = xmalloc(R * rb);
+        float *f = xmalloc((size_t)n * sizeof(float)), *x = xmalloc((size_t)n * sizeof(float));
+        for (int r = 0; r < R; r++) make_weights(t, r % W_KINDS, w + (size_t)r * rb, n);
+        for (int g = 0; g < R / CLLM_X16_ROWS; g++) {
+            cllm_cpu_x16_pack(t, n, w + g * gb, rb, wx + g * gb);
+            cllm_cpu_x16_unpack(t, n, wx + g * gb, back + g * gb, rb);
+        }
+        CHECKF(memcmp(back, w, R * rb) == 0, "%s x16 n=%lld: unpacked rows differ",
+               cllm_type_name(t), (long long)n);
+        for (int r = 0; r < R; r++) {
+            cllm_type_traits_of(t)->to_float(w + (size_t)r * rb, f, n);
+            cllm_cpu_x16_row_to_float(t, n, wx + (size_t)(r / CLLM_X16_ROWS) * gb,
+                                      r % CLLM_X16_ROWS, x);
+            CHECK(memcmp(f, x, (size_t)n * sizeof(float)) == 0);
+        }
+        if (cllm_cpu_x16_available(t, n)) {
+            /* the panel */
+            const size_t pbytes = cllm_cpu_gemm_panel_size(t, n);
+            char *panel = xmalloc(pbytes), *panel_x = xmalloc(pbytes);
+            char *scratch = xmalloc(cllm_cpu_gemm_pack_scratch(t, n));
+            for (int g = 0; g < R / CLLM_X16_ROWS; g++) {
+                cllm_cpu_gemm_pack(t, w + g * gb, rb, CLLM_X16_ROWS, n, panel, scratch);
+                cllm_cpu_gemm_pack_x16(t, n, wx + g * gb, panel_x);
+                CHECKF(memcmp(panel, panel_x, pbytes) == 0, "%s x16 n=%lld: panel differs",
+                       cllm_type_name(t), (long long)n);
+            }
+            /* the one-column kernel */
+            const size_t ab = cllm_cpu_gemv_act_size(t, n);
+            char *act = xmalloc(NC * ab), *act_ref = xmalloc(ab);
+            float *y = xmalloc((size_t)n * sizeof(float));
+            for (int c = 0; c < NC; c++) {
+                make_acts(c % A_KINDS, f, n);
+                quantize_as_portable(cllm_cpu_gemv_quantize, t, f, n, act + (size_t)c * ab, act_ref,
+                                     ab);
+            }
+            float alone[NC][R], got[NC * R];
+            for (int c = 0; c < NC; c++) {
+                cllm_cpu_gemv_x16(t, n, wx, R / CLLM_X16_ROWS, act + (size_t)c * ab, ab, 1,
+                                  alone[c], R);
+                cllm_cpu_gemv_act_to_float(t, act + (size_t)c * ab, y, n);
+                for (int r = 0; r < R; r++) {
+                    cllm_type_traits_of(t)->to_float(w + (size_t)r * rb, x, n);
+                    double want = 0.0;
+                    for (int64_t i = 0; i < n; i++) want += (double)x[i] * y[i];
+                    const double tol =
+                        dot_tol(n, dot_scale(t, w + (size_t)r * rb, y, CLLM_TYPE_F32, n));
+                    CHECKF(fabs((double)alone[c][r] - want) <= tol,
+                           "%s gemv_x16 n=%lld (%d,%d): %.9g vs %.9g", cllm_type_name(t),
+                           (long long)n, r, c, alone[c][r], want);
+                }
+            }
+            for (int nc = 2; nc <= NC; nc++) {
+                for (int i = 0; i < NC * R; i++) got[i] = NAN;
+                cllm_cpu_gemv_x16(t, n, wx, R / CLLM_X16_ROWS, act, ab, nc, got, R);
+                for (int c = 0; c < NC; c++) {
+                    for (int r = 0; r < R; r++) {
+                        const float g = got[r + c * R];
+                        if (c >= nc) {
+                            CHECK(isnan(g));
+                        } else {
+                            CHECKF(memcmp(&g, &alone[c][r], sizeof(float)) == 0,
+                                   "%s gemv_x16 n=%lld, %d columns, (%d,%d): %.9g vs %.9g",
+                                   cllm_type_name(t), (long long)n, nc, r, c, g, alone[c][r]);
+                        }
+                    }
+                }
+            }
+            free(panel), free(panel_x), free(scratch), free(act), free(act_ref), free(y);
+        }
+        free(w), free(wx), free(back), free(f), free(x);
+    }
+}
+
 /* The AVX-512 level's 256-bit one-column kernel (Q4_0, Q4_1, Q5_0, Q8_0) is the
  * AVX2 one with vpdpbusd for vpmaddubsw + vpmaddwd: the same integer sums
  * and float steps, so the same results bit for bit (and each is checked
@@ -1113,6 +1201,7 @@ int main(void) {
             test_gemm(k_types[i]);
             test_gemm_extremes(k_types[i]);
             test_gemv(k_types[i]);
+            test_x16(k_types[i]);
             if (level == CLLM_CPU_ISA_AVX512) {
                 /* the level's kernels of the other width too, whichever
                  * this CPU uses */

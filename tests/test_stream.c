@@ -3,7 +3,10 @@
  * its layers do not fit streams them through a ring of 2 slots (and once of
  * 3), and
  *  - gives the logits of the resident model bit for bit (same kernels, same
- *    order): a prompt in several batches, then greedy tokens one by one, on
+ *    order; the resident model with its weights as the file stores them,
+ *    CLLM_CPU_REPACK=0: streamed layers are not repacked 16 rows at a time,
+ *    which the kernels sum in another order): a prompt in several batches,
+ *    then greedy tokens one by one, on
  *    every model of ../shared/models and on random-weight models written by
  *    cllm-gen-model (argv[1]);
  *  - allocates what it planned, kind by kind;
@@ -358,6 +361,7 @@ static void check_too_small(const char *path) {
 
 int main(int argc, char **argv) {
     g_gen = argc > 1 ? argv[1] : NULL;
+    setenv("CLLM_CPU_REPACK", "0", 1); /* (the file comment) */
     const char *tmp = getenv("TMPDIR");
     snprintf(g_dir, sizeof(g_dir), "%s/cllm-test-stream-XXXXXX", tmp && *tmp ? tmp : P_tmpdir);
     if (!mkdtemp(g_dir)) {

@@ -106,6 +106,10 @@ enum {
 enum cllm_tensor_flag {
     CLLM_TENSOR_FLAG_INPUT = 1,  /* set by the caller before compute; never overwritten */
     CLLM_TENSOR_FLAG_OUTPUT = 2, /* read by the caller after compute; never overwritten */
+    /* a weight matrix whose data holds its rows 16 at a time in vector lanes
+     * (backend/cpu/gemm.h: CLLM_X16), not row after row: only the CPU
+     * backend's mul_mat reads it, as its first source */
+    CLLM_TENSOR_FLAG_X16 = 4,
 };
 
 typedef struct cllm_buffer cllm_buffer;

@@ -2,6 +2,7 @@
 #include "core/hostmem.h"
 #include "runtime/model.h"
 #include "backend/cpu/cpu.h"
+#include "backend/cpu/gemm.h"
 #include "runtime/fit.h"
 #include "runtime/tokenizer.h"
 
@@ -86,6 +87,66 @@ static cllm_status start_stream(cllm_model *m, int n_slots) {
     CLLM_TRY(cllm_stream_new(m->path, m->weights, &m->stream_lay, &m->stream));
     cllm_stream_place(&m->stream_lay, m->weights, cllm_stream_buffer(m->stream));
     m->weights_planned[cpu] += m->stream_lay.ring_bytes;
+    return CLLM_OK;
+}
+
+/* A weight the CPU's one-column kernels read faster 16 rows at a time
+ * (gemm.h: CLLM_X16): a layer's matrix or the output, Q4_0 / Q4_1, whole
+ * groups of 16 rows, read only by mul_mat (which the CPU backend checks:
+ * any other reader is an op it does not support). */
+static bool x16_candidate(const cllm_tensor *t) {
+    const bool named = strncmp(t->name, "blk.", 4) == 0 || strcmp(t->name, "output.weight") == 0;
+    return named && t->ne[2] == 1 && t->ne[3] == 1 && t->ne[1] % CLLM_X16_ROWS == 0 &&
+           t->nb[1] == cllm_row_size(t->type, t->ne[0]) &&
+           cllm_cpu_x16_available(t->type, t->ne[0]);
+}
+
+/*
+ * Stores the CPU's Q4_0 / Q4_1 matrices 16 rows at a time (the same bytes,
+ * in place: a mapped file's pages become the process's own copies), when
+ * every weight is on the CPU and none is streamed; CLLM_CPU_REPACK=0 keeps
+ * the file's layout. A matrix that cannot be made writable stays as it is.
+ * Generation reads them 2-3x faster per row on 4 columns, 1.5-3x on one
+ * (README: the speed section).
+ */
+static cllm_status repack_weights(cllm_model *m) {
+    const char *env = getenv("CLLM_CPU_REPACK");
+    if ((env && strcmp(env, "0") == 0) || m->place.streamed) return CLLM_OK;
+    const int cpu = cllm_placement_cpu(&m->place);
+    cllm_context *ctx = m->weights->ctx;
+    size_t tmp_size = 0;
+    for (int i = 0; i < cllm_context_n_tensors(ctx); i++) {
+        const cllm_tensor *t = cllm_context_tensor(ctx, i);
+        const int d = cllm_placement_weight_device(&m->place, m->weights, i);
+        if (d != cpu && d != CLLM_PLACE_NONE) return CLLM_OK; /* another device's weights */
+        if (d == cpu && x16_candidate(t)) tmp_size = CLLM_MAX(tmp_size, CLLM_X16_ROWS * t->nb[1]);
+    }
+    if (!tmp_size) return CLLM_OK;
+    char *tmp = cllm_malloc(tmp_size); /* one group of rows as the file has them */
+    if (!tmp) return cllm_error(CLLM_ERR_NOMEM, "%s: out of host memory", m->path);
+    const size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    for (int i = 0; i < cllm_context_n_tensors(ctx); i++) {
+        cllm_tensor *t = cllm_context_tensor(ctx, i);
+        if (cllm_placement_weight_device(&m->place, m->weights, i) != cpu || !x16_candidate(t))
+            continue;
+        const size_t bytes = cllm_nbytes(t);
+        char *lo = NULL;
+        size_t span = 0;
+        if (m->map) { /* the mapping is read-only: its pages of t, writable */
+            lo = (char *)((uintptr_t)t->data / page * page);
+            span = (size_t)((char *)t->data + bytes - lo);
+            if (mprotect(lo, span, PROT_READ | PROT_WRITE) != 0) continue;
+        }
+        const size_t group = CLLM_X16_ROWS * t->nb[1];
+        for (int64_t r = 0; r < t->ne[1]; r += CLLM_X16_ROWS) {
+            char *g = (char *)t->data + (size_t)r * t->nb[1];
+            memcpy(tmp, g, group);
+            cllm_cpu_x16_pack(t->type, t->ne[0], tmp, t->nb[1], g);
+        }
+        if (m->map) (void)mprotect(lo, span, PROT_READ);
+        t->flags |= CLLM_TENSOR_FLAG_X16;
+    }
+    cllm_free(tmp);
     return CLLM_OK;
 }
 
@@ -293,6 +354,7 @@ static cllm_status model_load(const char *path, const cllm_model_params *params,
     }
     st = use_mmap ? place_mapped(m, fd) : place_read(m, fd, p.progress);
     if (st != CLLM_OK) goto fail;
+    if ((st = repack_weights(m)) != CLLM_OK) goto fail;
     if (m->place.streamed && (st = start_stream(m, p.plan->stream_slots)) != CLLM_OK) goto fail;
     close(fd);
     *out = m;

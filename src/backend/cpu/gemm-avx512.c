@@ -309,7 +309,8 @@ GZ_INLINE void gz_gemv_n_group(bool q41, int nc, __m512i A, __m512i B, const cha
     if (q41) mw = _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutexvar_epi16(midx, A)));
     for (int c = 0; c < nc; c++) {
         const char *g = act + (size_t)c * act_stride + goff;
-        __m512i dot = _mm512_loadu_si512(g + 128);
+        /* Q4_0's -8 sums (0 for Q4_1: not loaded) */
+        __m512i dot = q41 ? _mm512_setzero_si512() : _mm512_loadu_si512(g + 128);
         dot = _mm512_dpbusd_epi32(dot, lo, _mm512_loadu_si512(g));
         dot = _mm512_dpbusd_epi32(dot, hi, _mm512_loadu_si512(g + 64));
         acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot),
@@ -1008,6 +1009,112 @@ bool cllm_cpu_gemm_pack_avx512(cllm_type type, const void *a, size_t stride, int
         p += 8 * (8 * 64 + 128);
     }
     return true;
+}
+
+/* ---- 16 rows in the lanes (layout: gemm.h, CLLM_X16) ----------------------------
+ * Per block of the 16 rows: 4 loads give each row's 16 bytes of nibbles in
+ * its lane, split once into 4 vectors of low nibbles (elements 4j..4j+3 of
+ * every row) and 4 of high ones (16+4j..); then per column 8 vpdpbusd
+ * against the column's 4 activation bytes broadcast, one conversion and
+ * one FMA (and Q4_1's mins, one FMA): no shuffles and no horizontal sums,
+ * and every result lands in its row's lane. Each column's sums run in the
+ * same order whatever the other columns, so a column's 16 results are the
+ * same alone and beside others. */
+GZ_INLINE void gx_gemv(bool q41, int nc, int64_t K, const char *w, const char *act,
+                       size_t act_stride, float *out, size_t out_stride) {
+    const int64_t nb = K / 32;
+    const size_t bb = q41 ? 320 : 288;
+    const __m512i m4 = _mm512_set1_epi8(0x0F), zero = _mm512_setzero_si512();
+    __m512 acc[GV_COLS], macc[GV_COLS];
+    for (int c = 0; c < GV_COLS; c++) acc[c] = macc[c] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const char *p = w + (size_t)b * bb;
+        for (size_t l = 0; l < bb; l += 64)
+            _mm_prefetch(p + CLLM_CPU_PREFETCH_AHEAD + l, _MM_HINT_T0);
+        __m512i lo[4], hi[4];
+        for (int j = 0; j < 4; j++) {
+            const __m512i v = _mm512_loadu_si512(p + 64 * j);
+            lo[j] = _mm512_and_si512(v, m4);
+            hi[j] = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+        }
+        const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p + 256)));
+        const __m512 mw =
+            q41 ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p + 288))) : dw;
+        /* block b's place in the activations' group of 4 blocks */
+        const char *g = act + (size_t)(b / 4) * 320 + 16 * (size_t)(b % 4);
+        for (int c = 0; c < nc; c++) {
+            const char *gc = g + (size_t)c * act_stride;
+            __m512i s0 = zero, s1 = zero;
+            if (!q41) { /* the block's -8 sum: its 4 lanes' */
+                __m128i z = _mm_loadu_si128((const __m128i *)(gc + 128));
+                z = _mm_add_epi32(z, _mm_shuffle_epi32(z, 0x4E));
+                s0 = _mm512_broadcastd_epi32(_mm_add_epi32(z, _mm_shuffle_epi32(z, 0xB1)));
+            }
+            for (int j = 0; j < 4; j++) {
+                s0 = _mm512_dpbusd_epi32(s0, lo[j], _mm512_set1_epi32(gz_i32(gc + 4 * j)));
+                s1 = _mm512_dpbusd_epi32(s1, hi[j], _mm512_set1_epi32(gz_i32(gc + 64 + 4 * j)));
+            }
+            const __m512 da = _mm512_set1_ps(gz_f32(gc + 192));
+            acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1)),
+                                     _mm512_mul_ps(dw, da), acc[c]);
+            if (q41) macc[c] = _mm512_fmadd_ps(mw, _mm512_set1_ps(gz_f32(gc + 256)), macc[c]);
+        }
+    }
+    for (int c = 0; c < nc; c++) {
+        _mm512_storeu_ps(out + (size_t)c * out_stride,
+                         q41 ? _mm512_add_ps(acc[c], macc[c]) : acc[c]);
+    }
+}
+
+/* A group straight into a panel (gemm.h): part j's low nibbles are the
+ * panel's step j, its high ones step 4 + j; then the scales (and Q4_1's
+ * offsets, m) as floats. The bytes cllm_cpu_gemm_pack writes from the rows. */
+void cllm_cpu_gemm_pack_x16_avx512(cllm_type type, int64_t K, const void *group, void *panel) {
+    const bool q41 = type == CLLM_TYPE_Q4_1;
+    const size_t bb = q41 ? 320 : 288, pb = q41 ? 640 : 576;
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    for (int64_t b = 0; b < K / 32; b++) {
+        const char *x = (const char *)group + (size_t)b * bb;
+        char *o = (char *)panel + (size_t)b * pb;
+        for (size_t l = 0; l < bb; l += 64)
+            _mm_prefetch(x + CLLM_CPU_PREFETCH_AHEAD + l, _MM_HINT_T0);
+        for (int j = 0; j < 4; j++) {
+            const __m512i v = _mm512_loadu_si512(x + 64 * j);
+            _mm512_storeu_si512(o + 64 * j, _mm512_and_si512(v, m4));
+            _mm512_storeu_si512(o + 64 * (4 + j), _mm512_and_si512(_mm512_srli_epi16(v, 4), m4));
+        }
+        _mm512_storeu_ps(o + 512, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(x + 256))));
+        if (q41) {
+            _mm512_storeu_ps(o + 576,
+                             _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(x + 288))));
+        }
+    }
+}
+
+void cllm_cpu_gemv_x16_avx512(cllm_type type, int64_t K, const void *w, int ngroups,
+                              const void *act, size_t act_stride, int nc, float *out,
+                              size_t out_stride) {
+    const bool q41 = type == CLLM_TYPE_Q4_1;
+    const size_t gbytes = (size_t)(K / 32) * (q41 ? 320 : 288);
+    for (int gi = 0; gi < ngroups; gi++) {
+        const char *wg = (const char *)w + (size_t)gi * gbytes;
+        float *og = out + 16 * gi;
+        for (int c0 = 0; c0 < nc; c0 += GV_COLS) {
+            const char *a = (const char *)act + (size_t)c0 * act_stride;
+            float *o = og + (size_t)c0 * out_stride;
+            const int n = nc - c0 < GV_COLS ? nc - c0 : GV_COLS;
+#define GX_CASE(n_)                                                                                \
+    (q41 ? gx_gemv(true, n_, K, wg, a, act_stride, o, out_stride)                                  \
+         : gx_gemv(false, n_, K, wg, a, act_stride, o, out_stride))
+            switch (n) {
+            case 1: GX_CASE(1); break;
+            case 2: GX_CASE(2); break;
+            case 3: GX_CASE(3); break;
+            default: GX_CASE(4); break;
+            }
+#undef GX_CASE
+        }
+    }
 }
 
 #if defined(__clang__)

@@ -802,3 +802,79 @@ void cllm_cpu_gemm(cllm_type type, int64_t K, const void *panel, const void *act
     (void)f;
     cllm_cpu_gemm_ref(type, K, panel, act, act_stride, ncols, out, ldo, nrows);
 }
+
+/* ---- 16 rows in the lanes (gemm.h) ---------------------------------------------- */
+
+bool cllm_cpu_x16_available(cllm_type type, int64_t K) {
+#if defined(__x86_64__) || defined(__i386__)
+    return (type == CLLM_TYPE_Q4_0 || type == CLLM_TYPE_Q4_1) && K > 0 && K % 32 == 0 &&
+           cllm_cpu_isa_level() >= CLLM_CPU_ISA_AVX512 && !cllm_cpu_prefer_256();
+#else
+    (void)type, (void)K;
+    return false;
+#endif
+}
+
+/* Bytes of a block's 16 rows, and where each part of a native block goes. */
+static size_t x16_block_bytes(cllm_type type) { return type == CLLM_TYPE_Q4_1 ? 320 : 288; }
+
+void cllm_cpu_x16_pack(cllm_type type, int64_t K, const void *rows, size_t stride, void *group) {
+    const bool q41 = type == CLLM_TYPE_Q4_1;
+    const size_t bsz = q41 ? 20 : 18, qoff = q41 ? 4 : 2, bb = x16_block_bytes(type);
+    for (int64_t b = 0; b < K / 32; b++) {
+        char *o = (char *)group + (size_t)b * bb;
+        for (int r = 0; r < CLLM_X16_ROWS; r++) {
+            const char *x = (const char *)rows + (size_t)r * stride + (size_t)b * bsz;
+            for (int j = 0; j < 4; j++) memcpy(o + 64 * j + 4 * r, x + qoff + 4 * j, 4);
+            memcpy(o + 256 + 2 * r, x, 2);
+            if (q41) memcpy(o + 288 + 2 * r, x + 2, 2);
+        }
+    }
+}
+
+void cllm_cpu_x16_unpack(cllm_type type, int64_t K, const void *group, void *rows, size_t stride) {
+    const bool q41 = type == CLLM_TYPE_Q4_1;
+    const size_t bsz = q41 ? 20 : 18, qoff = q41 ? 4 : 2, bb = x16_block_bytes(type);
+    for (int64_t b = 0; b < K / 32; b++) {
+        const char *o = (const char *)group + (size_t)b * bb;
+        for (int r = 0; r < CLLM_X16_ROWS; r++) {
+            char *x = (char *)rows + (size_t)r * stride + (size_t)b * bsz;
+            for (int j = 0; j < 4; j++) memcpy(x + qoff + 4 * j, o + 64 * j + 4 * r, 4);
+            memcpy(x, o + 256 + 2 * r, 2);
+            if (q41) memcpy(x + 2, o + 288 + 2 * r, 2);
+        }
+    }
+}
+
+void cllm_cpu_x16_row_to_float(cllm_type type, int64_t K, const void *group, int r, float *out) {
+    const bool q41 = type == CLLM_TYPE_Q4_1;
+    const size_t qoff = q41 ? 4 : 2, bb = x16_block_bytes(type);
+    const cllm_type_traits *tt = cllm_type_traits_of(type);
+    for (int64_t b = 0; b < K / 32; b++) { /* the row's block as the file has it */
+        const char *o = (const char *)group + (size_t)b * bb;
+        char x[20];
+        for (int j = 0; j < 4; j++) memcpy(x + qoff + 4 * j, o + 64 * j + 4 * r, 4);
+        memcpy(x, o + 256 + 2 * r, 2);
+        if (q41) memcpy(x + 2, o + 288 + 2 * r, 2);
+        tt->to_float(x, out + 32 * b, 32);
+    }
+}
+
+void cllm_cpu_gemm_pack_x16(cllm_type type, int64_t K, const void *group, void *panel) {
+    CLLM_ASSERT(cllm_cpu_x16_available(type, K));
+#if defined(__x86_64__) || defined(__i386__)
+    cllm_cpu_gemm_pack_x16_avx512(type, K, group, panel);
+#else
+    (void)group, (void)panel;
+#endif
+}
+
+void cllm_cpu_gemv_x16(cllm_type type, int64_t K, const void *w, int ngroups, const void *act,
+                       size_t act_stride, int nc, float *out, size_t out_stride) {
+    CLLM_ASSERT(cllm_cpu_x16_available(type, K));
+#if defined(__x86_64__) || defined(__i386__)
+    cllm_cpu_gemv_x16_avx512(type, K, w, ngroups, act, act_stride, nc, out, out_stride);
+#else
+    (void)w, (void)ngroups, (void)act, (void)act_stride, (void)nc, (void)out, (void)out_stride;
+#endif
+}

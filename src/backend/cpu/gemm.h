@@ -313,4 +313,37 @@ bool cllm_cpu_gemm_pack_avx2(cllm_type type, const void *a, size_t stride, int n
 bool cllm_cpu_gemm_pack_avx512(cllm_type type, const void *a, size_t stride, int nrows, int64_t K,
                                void *panel);
 
+/* ---- 16 rows in the vector lanes (CLLM_X16) --------------------------------------
+ * Q4_0 / Q4_1 weights of a matrix whose rows are a multiple of 16 can be
+ * stored 16 rows at a time with each row in a 32-bit lane of a 512-bit
+ * register: per block of 32 elements (its index b in the rows), 4 x 64
+ * bytes of quants (bytes 4r..4r+3 of part j: bytes 4j..4j+3 of row r's 16,
+ * so that part j's low nibbles are elements 4j..4j+3 of every row and its
+ * high nibbles elements 16+4j..16+4j+3), then the 16 rows' fp16 d (Q4_1:
+ * then their 16 fp16 m): 288 / 320 bytes, 16 rows' blocks in the bytes of
+ * the 16 rows. The one-column kernels then need no shuffles and no
+ * horizontal sums (cllm_cpu_gemv_x16_avx512); the panel GEMM unpacks a
+ * group back into rows first. AVX-512 level only, and not where 512-bit
+ * operations run as two halves (cllm_cpu_prefer_256). */
+#define CLLM_X16_ROWS 16
+bool cllm_cpu_x16_available(cllm_type type, int64_t K);
+/* 16 rows (stride bytes apart) into one group (16 row sizes) / back. */
+void cllm_cpu_x16_pack(cllm_type type, int64_t K, const void *rows, size_t stride, void *group);
+void cllm_cpu_x16_unpack(cllm_type type, int64_t K, const void *group, void *rows, size_t stride);
+/* out[r + 16 g + c * out_stride] = dot(row r of group g, column c) for
+ * ngroups groups (16 row sizes apart) x nc columns of the one-column
+ * activations (cllm_cpu_gemv_quantize), each column's results the same
+ * whatever nc. */
+void cllm_cpu_gemv_x16(cllm_type type, int64_t K, const void *w, int ngroups, const void *act,
+                       size_t act_stride, int nc, float *out, size_t out_stride);
+/* Row r (0..15) of a group as F32: what the type's to_float gives the row. */
+void cllm_cpu_x16_row_to_float(cllm_type type, int64_t K, const void *group, int r, float *out);
+/* A group into a panel of the panel GEMM: the bytes cllm_cpu_gemm_pack
+ * writes from its 16 rows. */
+void cllm_cpu_gemm_pack_x16(cllm_type type, int64_t K, const void *group, void *panel);
+void cllm_cpu_gemm_pack_x16_avx512(cllm_type type, int64_t K, const void *group, void *panel);
+void cllm_cpu_gemv_x16_avx512(cllm_type type, int64_t K, const void *w, int ngroups,
+                              const void *act, size_t act_stride, int nc, float *out,
+                              size_t out_stride);
+
 #endif /* CLLM_BACKEND_CPU_GEMM_H */

@@ -88,9 +88,46 @@ typedef struct mm_plan {
     size_t counter_bytes;           /* the tile counter at offset 0 (dynamic split), or 0 */
     size_t shared_bytes;            /* converted b (rounded), after the counter */
     size_t thread_bytes;            /* per-thread F32 row of K (rounded), 0 if none */
+    /* a stored 16 rows at a time (CLLM_TENSOR_FLAG_X16): read by
+     * cllm_cpu_gemv_x16, packed by cllm_cpu_gemm_pack_x16, or (another
+     * level, F32 activations) its rows converted one by one */
+    bool x16_gemv, x16_gemm, x16_rows;
 } mm_plan;
 
+static mm_plan mm_make_plan_rows(const cllm_tensor *dst);
+
 static mm_plan mm_make_plan(const cllm_tensor *dst) {
+    const cllm_tensor *a = dst->src[0], *b = dst->src[1];
+    const int64_t K = a->ne[0];
+    mm_plan p = mm_make_plan_rows(dst);
+    /* The workspace must not depend on the layout: a plan made before the
+     * weights were loaded (cllm_plan) has them as the file stores them.
+     * The one-column and panel plans keep their bytes (the packed scales
+     * unused); another plan reads a's rows converted one by one (each as
+     * to_float gives it), which needs no more than the converted plan. */
+    if (a->flags & CLLM_TENSOR_FLAG_X16) {
+        if (p.gemm && !p.gemm_f && cllm_cpu_x16_available(a->type, K)) {
+            p.x16_gemm = true;
+        } else if (p.gemv && cllm_cpu_x16_available(a->type, K)) {
+            p.x16_gemv = true;
+        } else {
+            const bool b_rows = b->nb[0] == sizeof(float);
+            p = (mm_plan){.b_type = CLLM_TYPE_F32, .alone = p.alone, .x16_rows = true};
+            p.convert_b = !b_rows;
+            p.thread_bytes = cllm_cpu_ws_round((size_t)K * sizeof(float));
+            p.b_row_size = (size_t)K * sizeof(float);
+            if (p.convert_b) {
+                p.counter_bytes = CLLM_CPU_WS_ALIGN;
+                p.shared_bytes = cllm_cpu_ws_round((size_t)cllm_nrows(b) * p.b_row_size);
+            }
+        }
+    }
+    return p;
+}
+
+/* The plan of a's rows as the file stores them (mm_make_plan adds what a
+ * matrix stored 16 rows at a time needs). */
+static mm_plan mm_make_plan_rows(const cllm_tensor *dst) {
     const cllm_tensor *a = dst->src[0], *b = dst->src[1];
     const cllm_type_traits *tt = cllm_type_traits_of(a->type);
     const int64_t K = a->ne[0];
@@ -257,7 +294,7 @@ static void mm_convert_b(const cllm_cpu_params *params, const cllm_tensor *b, co
         if (p->gemv) {
             cllm_cpu_gemv_quantize(p->b_type, cllm_cpu_row_f32(b, cllm_cpu_row(b, r), K, f32), out,
                                    K);
-            if (p->cols_size) { /* column n of batch r / N: its lanes of its group */
+            if (p->cols_size && !p->x16_gemv) { /* column n of batch r / N: its group's lanes */
                 const int64_t N = b->ne[1], n = r % N;
                 cllm_cpu_gemv_cols_pack(p->b_type, K, out, (int)(n % 4),
                                         (int)CLLM_MIN((int64_t)4, N - n / 4 * 4),
@@ -355,7 +392,15 @@ static void mm_tile_converted(const cllm_tensor *a, const cllm_tensor *b, cllm_t
     const int64_t K = a->ne[0], N = b->ne[1], B2 = b->ne[2];
     const int64_t r2 = B2 / a->ne[2], r3 = b->ne[3] / a->ne[3];
     for (int64_t m = m0; m < m1; m++) {
-        const float *af = cllm_cpu_row_f32(a, cllm_cpu_elem(a, 0, m, i2 / r2, i3 / r3), K, f32);
+        const float *af;
+        if (p->x16_rows) { /* row m % 16 of its group */
+            const int64_t g = m / CLLM_X16_ROWS * CLLM_X16_ROWS;
+            cllm_cpu_x16_row_to_float(a->type, K, cllm_cpu_elem(a, 0, g, i2 / r2, i3 / r3),
+                                      (int)(m - g), f32);
+            af = f32;
+        } else {
+            af = cllm_cpu_row_f32(a, cllm_cpu_elem(a, 0, m, i2 / r2, i3 / r3), K, f32);
+        }
         for (int64_t n = n0; n < n1; n++) {
             const char *brow = p->convert_b ? wb + (size_t)(n + N * (i2 + B2 * i3)) * p->b_row_size
                                             : cllm_cpu_elem(b, 0, n, i2, i3);
@@ -363,6 +408,18 @@ static void mm_tile_converted(const cllm_tensor *a, const cllm_tensor *b, cllm_t
                 cllm_cpu_dot_f32(K, af, (const float *)brow);
         }
     }
+}
+
+/* Asks for the first CLLM_CPU_PREFETCH_AHEAD bytes of a tile's weight rows
+ * (or all, when fewer). The kernels prefetch that far ahead along the rows,
+ * so without this the start of every tile waits on memory, and the next
+ * tile a thread takes is anywhere. Zen 5, SmolLM2 Q4_1, 2 threads, rotated
+ * x 8, with eight tiles per thread (13 KB each): 4 sequences 764 -> 821
+ * tokens/s, one 252-271 -> 295; with two (52 KB), x 4: 1,058 -> 1,085 and
+ * 404 -> 427. */
+static void mm_prefetch_rows(const char *w, size_t bytes) {
+    bytes = CLLM_MIN(bytes, (size_t)CLLM_CPU_PREFETCH_AHEAD);
+    for (size_t o = 0; o < bytes; o += 64) __builtin_prefetch(w + o, 0, 3);
 }
 
 /* The panel plan on rows [m0, m1) x columns [n0, n1) of batch (i2, i3):
@@ -393,6 +450,9 @@ static void mm_tile_gemm(const cllm_tensor *a, const cllm_tensor *b, cllm_tensor
         if (*packed != arow) {
             if (p->gemm_f) {
                 cllm_cpu_gemm_f_pack(a->type, arow, a->nb[1], nr, K, (float *)panel);
+            } else if (p->x16_gemm) { /* (whole groups: the tiles' rows) */
+                mm_prefetch_rows(arow, CLLM_X16_ROWS * a->nb[1]);
+                cllm_cpu_gemm_pack_x16(a->type, K, arow, panel);
             } else {
                 cllm_cpu_gemm_pack(a->type, arow, a->nb[1], nr, K, panel, scratch);
             }
@@ -405,18 +465,6 @@ static void mm_tile_gemm(const cllm_tensor *a, const cllm_tensor *b, cllm_tensor
             cllm_cpu_gemm(a->type, K, panel, b0, by, (int)(n1 - n0), out, ldo, nr);
         }
     }
-}
-
-/* Asks for the first CLLM_CPU_PREFETCH_AHEAD bytes of a tile's weight rows
- * (or all, when fewer). The kernels prefetch that far ahead along the rows,
- * so without this the start of every tile waits on memory, and the next
- * tile a thread takes is anywhere. Zen 5, SmolLM2 Q4_1, 2 threads, rotated
- * x 8, with eight tiles per thread (13 KB each): 4 sequences 764 -> 821
- * tokens/s, one 252-271 -> 295; with two (52 KB), x 4: 1,058 -> 1,085 and
- * 404 -> 427. */
-static void mm_prefetch_rows(const char *w, size_t bytes) {
-    bytes = CLLM_MIN(bytes, (size_t)CLLM_CPU_PREFETCH_AHEAD);
-    for (size_t o = 0; o < bytes; o += 64) __builtin_prefetch(w + o, 0, 3);
 }
 
 /* The one-column plan on rows [m0, m1) x columns [n0, n1) of batch (i2, i3). */
@@ -437,6 +485,20 @@ static void mm_tile_gemv(const cllm_tensor *a, const cllm_tensor *b, cllm_tensor
     cllm_cpu_gemv_rows(a->type, K, w, a->nb[1], (int)(m1 - m0), b0 + (size_t)n0 * p->b_row_size,
                        p->b_row_size, (int)(n1 - n0), cols, p->cols_size,
                        (float *)cllm_cpu_elem(dst, m0, n0, i2, i3), dst->nb[1] / sizeof(float));
+}
+
+/* The one-column plan of a matrix stored 16 rows at a time: rows [m0, m1)
+ * (whole groups) x columns [n0, n1) of batch (i2, i3). */
+static void mm_tile_gemv_x16(const cllm_tensor *a, const cllm_tensor *b, cllm_tensor *dst,
+                             const mm_plan *p, const char *wb, int64_t i2, int64_t i3, int64_t m0,
+                             int64_t m1, int64_t n0, int64_t n1) {
+    const int64_t K = a->ne[0], N = b->ne[1], B2 = b->ne[2];
+    const char *b0 = wb + (size_t)(N * (i2 + B2 * i3) + n0) * p->b_row_size;
+    const char *w = cllm_cpu_elem(a, 0, m0, 0, 0);
+    mm_prefetch_rows(w, (size_t)(m1 - m0) * a->nb[1]);
+    cllm_cpu_gemv_x16(a->type, K, w, (int)((m1 - m0) / CLLM_X16_ROWS), b0, p->b_row_size,
+                      (int)(n1 - n0), (float *)cllm_cpu_elem(dst, m0, n0, i2, i3),
+                      dst->nb[1] / sizeof(float));
 }
 
 /* The tile grid: tm weight rows x tn columns per tile, per batch. */
@@ -464,12 +526,12 @@ static mm_tiles mm_make_gemm_tiles(int64_t M, int64_t N, int64_t batches, int nt
     return t;
 }
 
-static mm_tiles mm_make_tiles(int64_t M, int64_t N, int64_t batches, int nth) {
+static mm_tiles mm_make_tiles(int64_t M, int64_t N, int64_t batches, int nth, int64_t unit_m) {
     mm_tiles t = {.tm = M, .tn = N, .nm = 1, .nn = 1};
     if (nth > 1) {
         const int64_t target = 2 * (int64_t)nth;
         const int64_t mt = CLLM_MIN(M, CLLM_MAX((int64_t)1, target / batches));
-        t.tm = (M + mt - 1) / mt;
+        t.tm = ((M + mt - 1) / mt + unit_m - 1) / unit_m * unit_m; /* whole groups of rows */
         t.nm = (M + t.tm - 1) / t.tm;
         if (t.nm * batches < target && N > CLLM_CPU_MAX_COLS) {
             /* few weight rows: split the columns too, by whole vec_dot_n chunks */
@@ -500,10 +562,11 @@ static void mm_run(const cllm_cpu_params *params, cllm_tensor *dst) {
             : NULL;
     /* column splits of grouped columns (gemm_f) keep whole groups: 24 = 4 groups of 6 */
     const int64_t unit = p.gemm_f && p.f_group > 1 ? 4 * (int64_t)p.f_group : 8;
+    const bool x16 = p.x16_gemv || p.x16_gemm; /* tiles of whole groups of 16 rows */
     const mm_tiles t = p.gemm
                            ? mm_make_gemm_tiles(M, N, B2 * B3, params->nth,
                                                 p.gemm_f ? CLLM_GEMM_F_ROWS : CLLM_GEMM_ROWS, unit)
-                           : mm_make_tiles(M, N, B2 * B3, params->nth);
+                           : mm_make_tiles(M, N, B2 * B3, params->nth, x16 ? CLLM_X16_ROWS : 1);
     char *panel = NULL, *scratch = NULL; /* gemm: thread slice = panel, scratch, F32 row */
     const char *packed = NULL;
     if (p.gemm) {
@@ -526,7 +589,9 @@ static void mm_run(const cllm_cpu_params *params, cllm_tensor *dst) {
         const int64_t i2 = batch % B2, i3 = batch / B2;
         const int64_t m0 = mi * t.tm, m1 = CLLM_MIN(M, m0 + t.tm);
         const int64_t n0 = ni * t.tn, n1 = CLLM_MIN(N, n0 + t.tn);
-        if (p.gemv) {
+        if (p.x16_gemv) {
+            mm_tile_gemv_x16(a, b, dst, &p, wb, i2, i3, m0, m1, n0, n1);
+        } else if (p.gemv) {
             mm_tile_gemv(a, b, dst, &p, wb, i2, i3, m0, m1, n0, n1);
         } else if (p.gemm) {
             mm_tile_gemm(a, b, dst, &p, wb, panel, scratch, &packed, i2, i3, m0, m1, n0, n1);

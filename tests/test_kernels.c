@@ -1208,6 +1208,7 @@ int main(void) {
                 const bool dflt = cllm_cpu_set_prefer_256(!cllm_cpu_prefer_256());
                 test_dot(level, k_types[i]);
                 test_gemv(k_types[i]);
+                test_x16(k_types[i]);
                 cllm_cpu_set_prefer_256(dflt);
                 CHECK(cllm_cpu_prefer_256() == dflt);
                 test_gemv_256(k_types[i]);

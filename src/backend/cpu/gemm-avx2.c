@@ -524,6 +524,15 @@ void cllm_cpu_gemm_f_pack_avx2(cllm_type type, const void *a, size_t stride, int
 #define GV_VNNI 0
 #include "backend/cpu/gemv-x86.h"
 
+void cllm_cpu_gemv_x16_avx2(cllm_type type, int64_t K, const void *w, int ngroups, const void *act,
+                            size_t act_stride, int nc, float *out, size_t out_stride) {
+    gv_gemv_x16(type, K, w, ngroups, act, act_stride, nc, out, out_stride);
+}
+
+void cllm_cpu_gemm_pack_x16_avx2(cllm_type type, int64_t K, const void *group, void *panel) {
+    gv_gemm_pack_x16(type, K, group, panel);
+}
+
 /* Q4_K, per super-block (gemm.h's 288-byte activation: sub-blocks in the
  * order 0 2 1 3 4 6 5 7, their int16 sums, d). The 6-bit scales and mins
  * come out of the 12 bytes with word arithmetic: for sub-blocks 0..3 the low

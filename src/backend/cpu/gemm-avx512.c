@@ -502,6 +502,16 @@ void cllm_cpu_gemv_rows_q4k_avx512(int64_t K, const void *row, size_t row_stride
 #define GV_VNNI 1
 #include "backend/cpu/gemv-x86.h"
 
+void cllm_cpu_gemv_x16_avx512vl(cllm_type type, int64_t K, const void *w, int ngroups,
+                                const void *act, size_t act_stride, int nc, float *out,
+                                size_t out_stride) {
+    gv_gemv_x16(type, K, w, ngroups, act, act_stride, nc, out, out_stride);
+}
+
+void cllm_cpu_gemm_pack_x16_avx512vl(cllm_type type, int64_t K, const void *group, void *panel) {
+    gv_gemm_pack_x16(type, K, group, panel);
+}
+
 void cllm_cpu_gemv_n_avx512vl(cllm_type type, int64_t K, const void *row, const void *act,
                               size_t act_stride, int n, float *out, size_t out_stride) {
     gv_gemv_type(type, K, row, act, act_stride, n, out, out_stride);
@@ -1016,7 +1026,8 @@ bool cllm_cpu_gemm_pack_avx512(cllm_type type, const void *a, size_t stride, int
  * its lane, split once into 4 vectors of low nibbles (elements 4j..4j+3 of
  * every row) and 4 of high ones (16+4j..); then per column 8 vpdpbusd
  * against the column's 4 activation bytes broadcast, one conversion and
- * one FMA (and Q4_1's mins, one FMA): no shuffles and no horizontal sums,
+ * one FMA, and one of the mins (Q4_0: -8 d) against the column's d * sum:
+ * no shuffles and no horizontal sums,
  * and every result lands in its row's lane. Each column's sums run in the
  * same order whatever the other columns, so a column's 16 results are the
  * same alone and beside others. */
@@ -1038,18 +1049,14 @@ GZ_INLINE void gx_gemv(bool q41, int nc, int64_t K, const char *w, const char *a
             hi[j] = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
         }
         const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p + 256)));
-        const __m512 mw =
-            q41 ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p + 288))) : dw;
+        /* the mins (Q4_0: -8 d, exact) against each column's d * sum */
+        const __m512 mw = q41 ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p + 288)))
+                              : _mm512_mul_ps(dw, _mm512_set1_ps(-8.0f));
         /* block b's place in the activations' group of 4 blocks */
         const char *g = act + (size_t)(b / 4) * 320 + 16 * (size_t)(b % 4);
         for (int c = 0; c < nc; c++) {
             const char *gc = g + (size_t)c * act_stride;
             __m512i s0 = zero, s1 = zero;
-            if (!q41) { /* the block's -8 sum: its 4 lanes' */
-                __m128i z = _mm_loadu_si128((const __m128i *)(gc + 128));
-                z = _mm_add_epi32(z, _mm_shuffle_epi32(z, 0x4E));
-                s0 = _mm512_broadcastd_epi32(_mm_add_epi32(z, _mm_shuffle_epi32(z, 0xB1)));
-            }
             for (int j = 0; j < 4; j++) {
                 s0 = _mm512_dpbusd_epi32(s0, lo[j], _mm512_set1_epi32(gz_i32(gc + 4 * j)));
                 s1 = _mm512_dpbusd_epi32(s1, hi[j], _mm512_set1_epi32(gz_i32(gc + 64 + 4 * j)));
@@ -1057,12 +1064,11 @@ GZ_INLINE void gx_gemv(bool q41, int nc, int64_t K, const char *w, const char *a
             const __m512 da = _mm512_set1_ps(gz_f32(gc + 192));
             acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1)),
                                      _mm512_mul_ps(dw, da), acc[c]);
-            if (q41) macc[c] = _mm512_fmadd_ps(mw, _mm512_set1_ps(gz_f32(gc + 256)), macc[c]);
+            macc[c] = _mm512_fmadd_ps(mw, _mm512_set1_ps(gz_f32(gc + 256)), macc[c]);
         }
     }
     for (int c = 0; c < nc; c++) {
-        _mm512_storeu_ps(out + (size_t)c * out_stride,
-                         q41 ? _mm512_add_ps(acc[c], macc[c]) : acc[c]);
+        _mm512_storeu_ps(out + (size_t)c * out_stride, _mm512_add_ps(acc[c], macc[c]));
     }
 }
 

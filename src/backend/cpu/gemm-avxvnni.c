@@ -111,6 +111,16 @@ void cllm_cpu_gemm_avxvnni(const cllm_gemm_form *fm, int64_t K, const void *pane
 #define GV_VNNI 2
 #include "backend/cpu/gemv-x86.h"
 
+void cllm_cpu_gemv_x16_avxvnni(cllm_type type, int64_t K, const void *w, int ngroups,
+                               const void *act, size_t act_stride, int nc, float *out,
+                               size_t out_stride) {
+    gv_gemv_x16(type, K, w, ngroups, act, act_stride, nc, out, out_stride);
+}
+
+void cllm_cpu_gemm_pack_x16_avxvnni(cllm_type type, int64_t K, const void *group, void *panel) {
+    gv_gemm_pack_x16(type, K, group, panel);
+}
+
 void cllm_cpu_gemv_avxvnni(cllm_type type, int64_t K, const void *row, const void *act,
                            float *out) {
     gv_gemv_type(type, K, row, act, 0, 1, out, 0);

@@ -808,7 +808,7 @@ void cllm_cpu_gemm(cllm_type type, int64_t K, const void *panel, const void *act
 bool cllm_cpu_x16_available(cllm_type type, int64_t K) {
 #if defined(__x86_64__) || defined(__i386__)
     return (type == CLLM_TYPE_Q4_0 || type == CLLM_TYPE_Q4_1) && K > 0 && K % 32 == 0 &&
-           cllm_cpu_isa_level() >= CLLM_CPU_ISA_AVX512 && !cllm_cpu_prefer_256();
+           cllm_cpu_isa_level() >= CLLM_CPU_ISA_AVX2;
 #else
     (void)type, (void)K;
     return false;
@@ -863,7 +863,18 @@ void cllm_cpu_x16_row_to_float(cllm_type type, int64_t K, const void *group, int
 void cllm_cpu_gemm_pack_x16(cllm_type type, int64_t K, const void *group, void *panel) {
     CLLM_ASSERT(cllm_cpu_x16_available(type, K));
 #if defined(__x86_64__) || defined(__i386__)
-    cllm_cpu_gemm_pack_x16_avx512(type, K, group, panel);
+    const cllm_cpu_isa level = cllm_cpu_isa_level();
+    if (level >= CLLM_CPU_ISA_AVX512) {
+        if (cllm_cpu_prefer_256()) {
+            cllm_cpu_gemm_pack_x16_avx512vl(type, K, group, panel);
+        } else {
+            cllm_cpu_gemm_pack_x16_avx512(type, K, group, panel);
+        }
+    } else if (level == CLLM_CPU_ISA_AVXVNNI) {
+        cllm_cpu_gemm_pack_x16_avxvnni(type, K, group, panel);
+    } else {
+        cllm_cpu_gemm_pack_x16_avx2(type, K, group, panel);
+    }
 #else
     (void)group, (void)panel;
 #endif
@@ -873,7 +884,16 @@ void cllm_cpu_gemv_x16(cllm_type type, int64_t K, const void *w, int ngroups, co
                        size_t act_stride, int nc, float *out, size_t out_stride) {
     CLLM_ASSERT(cllm_cpu_x16_available(type, K));
 #if defined(__x86_64__) || defined(__i386__)
-    cllm_cpu_gemv_x16_avx512(type, K, w, ngroups, act, act_stride, nc, out, out_stride);
+    const cllm_cpu_isa level = cllm_cpu_isa_level();
+    if (level >= CLLM_CPU_ISA_AVX512 && !cllm_cpu_prefer_256()) {
+        cllm_cpu_gemv_x16_avx512(type, K, w, ngroups, act, act_stride, nc, out, out_stride);
+    } else if (level >= CLLM_CPU_ISA_AVX512) {
+        cllm_cpu_gemv_x16_avx512vl(type, K, w, ngroups, act, act_stride, nc, out, out_stride);
+    } else if (level == CLLM_CPU_ISA_AVXVNNI) {
+        cllm_cpu_gemv_x16_avxvnni(type, K, w, ngroups, act, act_stride, nc, out, out_stride);
+    } else {
+        cllm_cpu_gemv_x16_avx2(type, K, w, ngroups, act, act_stride, nc, out, out_stride);
+    }
 #else
     (void)w, (void)ngroups, (void)act, (void)act_stride, (void)nc, (void)out, (void)out_stride;
 #endif

@@ -322,9 +322,10 @@ bool cllm_cpu_gemm_pack_avx512(cllm_type type, const void *a, size_t stride, int
  * high nibbles elements 16+4j..16+4j+3), then the 16 rows' fp16 d (Q4_1:
  * then their 16 fp16 m): 288 / 320 bytes, 16 rows' blocks in the bytes of
  * the 16 rows. The one-column kernels then need no shuffles and no
- * horizontal sums (cllm_cpu_gemv_x16_avx512); the panel GEMM unpacks a
- * group back into rows first. AVX-512 level only, and not where 512-bit
- * operations run as two halves (cllm_cpu_prefer_256). */
+ * horizontal sums (cllm_cpu_gemv_x16: 16 rows per 512-bit register at the
+ * AVX-512 level, 8 per 256-bit one at the AVX2 and AVXVNNI levels and where
+ * 512-bit operations run as two halves, cllm_cpu_prefer_256); the panel
+ * GEMM packs its panels straight from the blocks. x86 levels from AVX2. */
 #define CLLM_X16_ROWS 16
 bool cllm_cpu_x16_available(cllm_type type, int64_t K);
 /* 16 rows (stride bytes apart) into one group (16 row sizes) / back. */
@@ -345,5 +346,16 @@ void cllm_cpu_gemm_pack_x16_avx512(cllm_type type, int64_t K, const void *group,
 void cllm_cpu_gemv_x16_avx512(cllm_type type, int64_t K, const void *w, int ngroups,
                               const void *act, size_t act_stride, int nc, float *out,
                               size_t out_stride);
+void cllm_cpu_gemv_x16_avx512vl(cllm_type type, int64_t K, const void *w, int ngroups,
+                                const void *act, size_t act_stride, int nc, float *out,
+                                size_t out_stride);
+void cllm_cpu_gemm_pack_x16_avx512vl(cllm_type type, int64_t K, const void *group, void *panel);
+void cllm_cpu_gemv_x16_avxvnni(cllm_type type, int64_t K, const void *w, int ngroups,
+                               const void *act, size_t act_stride, int nc, float *out,
+                               size_t out_stride);
+void cllm_cpu_gemm_pack_x16_avxvnni(cllm_type type, int64_t K, const void *group, void *panel);
+void cllm_cpu_gemv_x16_avx2(cllm_type type, int64_t K, const void *w, int ngroups, const void *act,
+                            size_t act_stride, int nc, float *out, size_t out_stride);
+void cllm_cpu_gemm_pack_x16_avx2(cllm_type type, int64_t K, const void *group, void *panel);
 
 #endif /* CLLM_BACKEND_CPU_GEMM_H */

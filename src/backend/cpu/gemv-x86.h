@@ -591,4 +591,120 @@ GV_INLINE void gv_gemv_rows_type(cllm_type type, int64_t K, const void *row, siz
     }
 }
 
+/* ---- 16 rows in the lanes (gemm.h: CLLM_X16), 8 at a time -----------------------
+ * Rows 8h..8h+7 of a group are the 32-byte half h of each 64-byte part: per
+ * block 4 loads give their nibbles, split once into 4 vectors of low and 4
+ * of high nibbles; per column 8 products against the column's 4 activation
+ * bytes broadcast (vpdpbusd, or vpmaddubsw summed in s16: 8 sums of two
+ * products of at most 15 x 127 stay below 32,767, then one vpmaddwd), one
+ * conversion and one FMA, then one more of the mins against the column's
+ * d * sum (Q4_0: -8 d), every result in its row's lane. The same integers at every level with these
+ * kernels, the same float steps: the AVX2, AVXVNNI and 256-bit AVX-512 kernels agree bit for bit,
+ * and a column's results do not depend on the other columns. */
+GV_INLINE void gv_x16_half(bool q41, int nc, int64_t K, const char *w, int h, const char *act,
+                           size_t act_stride, float *out, size_t out_stride) {
+    const int64_t nb = K / 32;
+    const size_t bb = q41 ? 320 : 288;
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    __m256 acc[GV_COLS];
+    for (int c = 0; c < GV_COLS; c++) acc[c] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const char *p = w + (size_t)b * bb;
+        if (h == 0) {
+            for (size_t l = 0; l < bb; l += 64)
+                _mm_prefetch(p + CLLM_CPU_PREFETCH_AHEAD + l, _MM_HINT_T0);
+        }
+        __m256i lo[4], hi[4];
+        for (int j = 0; j < 4; j++) {
+            const __m256i v = _mm256_loadu_si256((const __m256i *)(p + 64 * j + 32 * h));
+            lo[j] = _mm256_and_si256(v, m4);
+            hi[j] = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+        }
+        const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p + 256 + 16 * h)));
+        /* the mins (Q4_0: -8 d, exact) against each column's d * sum */
+        const __m256 mw =
+            q41 ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p + 288 + 16 * h)))
+                : _mm256_mul_ps(dw, _mm256_set1_ps(-8.0f));
+        const char *g = act + (size_t)(b / 4) * 320 + 16 * (size_t)(b % 4);
+        for (int c = 0; c < nc; c++) {
+            const char *gc = g + (size_t)c * act_stride;
+            int32_t a4[8];
+            memcpy(a4, gc, 16);
+            memcpy(a4 + 4, gc + 64, 16);
+#if GV_VNNI
+            __m256i s = _mm256_setzero_si256();
+            for (int j = 0; j < 4; j++) {
+                s = GV_DPBUSD(s, lo[j], _mm256_set1_epi32(a4[j]));
+                s = GV_DPBUSD(s, hi[j], _mm256_set1_epi32(a4[4 + j]));
+            }
+#else
+            __m256i p16 = _mm256_setzero_si256();
+            for (int j = 0; j < 4; j++) {
+                p16 = _mm256_add_epi16(p16, _mm256_maddubs_epi16(lo[j], _mm256_set1_epi32(a4[j])));
+                p16 = _mm256_add_epi16(p16,
+                                       _mm256_maddubs_epi16(hi[j], _mm256_set1_epi32(a4[4 + j])));
+            }
+            __m256i s = _mm256_madd_epi16(p16, _mm256_set1_epi16(1));
+#endif
+            float da, ds;
+            memcpy(&da, gc + 192, 4);
+            memcpy(&ds, gc + 256, 4);
+            acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(dw, _mm256_set1_ps(da)),
+                                     acc[c]);
+            acc[c] = _mm256_fmadd_ps(mw, _mm256_set1_ps(ds), acc[c]);
+        }
+    }
+    for (int c = 0; c < nc; c++) _mm256_storeu_ps(out + (size_t)c * out_stride + 8 * h, acc[c]);
+}
+
+/* A level's cllm_cpu_gemv_x16: groups of 16 rows x nc columns. */
+GV_INLINE void gv_gemv_x16(cllm_type type, int64_t K, const void *w, int ngroups, const void *act,
+                           size_t act_stride, int nc, float *out, size_t out_stride) {
+    const bool q41 = type == CLLM_TYPE_Q4_1;
+    const size_t gbytes = (size_t)(K / 32) * (q41 ? 320 : 288);
+    for (int gi = 0; gi < ngroups; gi++) {
+        const char *wg = (const char *)w + (size_t)gi * gbytes;
+        for (int c0 = 0; c0 < nc; c0 += GV_COLS) {
+            const char *a = (const char *)act + (size_t)c0 * act_stride;
+            float *o = out + 16 * gi + (size_t)c0 * out_stride;
+            const int n = nc - c0 < GV_COLS ? nc - c0 : GV_COLS;
+            for (int h = 0; h < 2; h++) {
+#define GV_X16_CASE(n_)                                                                            \
+    (q41 ? gv_x16_half(true, n_, K, wg, h, a, act_stride, o, out_stride)                           \
+         : gv_x16_half(false, n_, K, wg, h, a, act_stride, o, out_stride))
+                switch (n) {
+                case 1: GV_X16_CASE(1); break;
+                case 2: GV_X16_CASE(2); break;
+                case 3: GV_X16_CASE(3); break;
+                default: GV_X16_CASE(4); break;
+                }
+#undef GV_X16_CASE
+            }
+        }
+    }
+}
+
+/* A level's cllm_cpu_gemm_pack_x16 (the panel: gemm.h). */
+GV_INLINE void gv_gemm_pack_x16(cllm_type type, int64_t K, const void *group, void *panel) {
+    const bool q41 = type == CLLM_TYPE_Q4_1;
+    const size_t bb = q41 ? 320 : 288, pb = q41 ? 640 : 576;
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    for (int64_t b = 0; b < K / 32; b++) {
+        const char *x = (const char *)group + (size_t)b * bb;
+        char *o = (char *)panel + (size_t)b * pb;
+        for (size_t l = 0; l < bb; l += 64)
+            _mm_prefetch(x + CLLM_CPU_PREFETCH_AHEAD + l, _MM_HINT_T0);
+        for (int j = 0; j < 8; j++) { /* part j / 2, half j % 2 */
+            const __m256i v = _mm256_loadu_si256((const __m256i *)(x + 32 * j));
+            _mm256_storeu_si256((__m256i *)(o + 32 * j), _mm256_and_si256(v, m4));
+            _mm256_storeu_si256((__m256i *)(o + 256 + 32 * j),
+                                _mm256_and_si256(_mm256_srli_epi16(v, 4), m4));
+        }
+        for (int h = 0; h < (q41 ? 4 : 2); h++) { /* d (and m) of rows 8h'..: floats */
+            _mm256_storeu_ps((float *)(o + 512 + 32 * h),
+                             _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(x + 256 + 16 * h))));
+        }
+    }
+}
+
 #endif /* CLLM_BACKEND_CPU_GEMV_X86_H */

@@ -815,47 +815,58 @@ bool cllm_cpu_x16_available(cllm_type type, int64_t K) {
 #endif
 }
 
-/* Bytes of a block's 16 rows, and where each part of a native block goes. */
+/* Bytes of a block's 16 rows. */
 static size_t x16_block_bytes(cllm_type type) { return type == CLLM_TYPE_Q4_1 ? 320 : 288; }
 
-void cllm_cpu_x16_pack(cllm_type type, int64_t K, const void *rows, size_t stride, void *group) {
-    const bool q41 = type == CLLM_TYPE_Q4_1;
-    const size_t bsz = q41 ? 20 : 18, qoff = q41 ? 4 : 2, bb = x16_block_bytes(type);
-    for (int64_t b = 0; b < K / 32; b++) {
-        char *o = (char *)group + (size_t)b * bb;
-        for (int r = 0; r < CLLM_X16_ROWS; r++) {
-            const char *x = (const char *)rows + (size_t)r * stride + (size_t)b * bsz;
-            for (int j = 0; j < 4; j++) memcpy(o + 64 * j + 4 * r, x + qoff + 4 * j, 4);
-            memcpy(o + 256 + 2 * r, x, 2);
-            if (q41) memcpy(o + 288 + 2 * r, x + 2, 2);
+/* Row r's block in a group's block: its pieces (returns how many, <= 6),
+ * piece i being size[i] bytes at nat[i] in the file's block and at grp[i]
+ * in the group's (4 x 4 bytes of quants, d, Q4_1's m). */
+static int x16_pieces(bool q41, int r, size_t nat[6], size_t grp[6], size_t size[6]) {
+    const size_t qoff = q41 ? 4 : 2;
+    int n = 0;
+    for (int j = 0; j < 4; j++, n++)
+        nat[n] = qoff + 4 * (size_t)j, grp[n] = 64 * (size_t)j + 4 * (size_t)r, size[n] = 4;
+    nat[n] = 0, grp[n] = 256 + 2 * (size_t)r, size[n++] = 2;
+    if (q41) nat[n] = 2, grp[n] = 288 + 2 * (size_t)r, size[n++] = 2;
+    return n;
+}
+
+/* Row r's block b: from a group into x (the file's layout), or back. */
+static void x16_block(cllm_type type, char *group, int64_t b, int r, char *x, bool to_group) {
+    size_t nat[6], grp[6], size[6];
+    char *o = group + (size_t)b * x16_block_bytes(type);
+    const int n = x16_pieces(type == CLLM_TYPE_Q4_1, r, nat, grp, size);
+    for (int i = 0; i < n; i++) {
+        if (to_group) {
+            memcpy(o + grp[i], x + nat[i], size[i]);
+        } else {
+            memcpy(x + nat[i], o + grp[i], size[i]);
         }
+    }
+}
+
+void cllm_cpu_x16_pack(cllm_type type, int64_t K, const void *rows, size_t stride, void *group) {
+    const size_t bsz = cllm_type_traits_of(type)->type_size;
+    for (int r = 0; r < CLLM_X16_ROWS; r++) {
+        char *row = (char *)rows + (size_t)r * stride;
+        for (int64_t b = 0; b < K / 32; b++) x16_block(type, group, b, r, row + b * bsz, true);
     }
 }
 
 void cllm_cpu_x16_unpack(cllm_type type, int64_t K, const void *group, void *rows, size_t stride) {
-    const bool q41 = type == CLLM_TYPE_Q4_1;
-    const size_t bsz = q41 ? 20 : 18, qoff = q41 ? 4 : 2, bb = x16_block_bytes(type);
-    for (int64_t b = 0; b < K / 32; b++) {
-        const char *o = (const char *)group + (size_t)b * bb;
-        for (int r = 0; r < CLLM_X16_ROWS; r++) {
-            char *x = (char *)rows + (size_t)r * stride + (size_t)b * bsz;
-            for (int j = 0; j < 4; j++) memcpy(x + qoff + 4 * j, o + 64 * j + 4 * r, 4);
-            memcpy(x, o + 256 + 2 * r, 2);
-            if (q41) memcpy(x + 2, o + 288 + 2 * r, 2);
-        }
+    const size_t bsz = cllm_type_traits_of(type)->type_size;
+    for (int r = 0; r < CLLM_X16_ROWS; r++) {
+        char *row = (char *)rows + (size_t)r * stride;
+        for (int64_t b = 0; b < K / 32; b++)
+            x16_block(type, (char *)group, b, r, row + b * bsz, false);
     }
 }
 
 void cllm_cpu_x16_row_to_float(cllm_type type, int64_t K, const void *group, int r, float *out) {
-    const bool q41 = type == CLLM_TYPE_Q4_1;
-    const size_t qoff = q41 ? 4 : 2, bb = x16_block_bytes(type);
     const cllm_type_traits *tt = cllm_type_traits_of(type);
     for (int64_t b = 0; b < K / 32; b++) { /* the row's block as the file has it */
-        const char *o = (const char *)group + (size_t)b * bb;
         char x[20];
-        for (int j = 0; j < 4; j++) memcpy(x + qoff + 4 * j, o + 64 * j + 4 * r, 4);
-        memcpy(x, o + 256 + 2 * r, 2);
-        if (q41) memcpy(x + 2, o + 288 + 2 * r, 2);
+        x16_block(type, (char *)group, b, r, x, false);
         tt->to_float(x, out + 32 * b, 32);
     }
 }

@@ -101,39 +101,65 @@ static bool x16_candidate(const cllm_tensor *t) {
            cllm_cpu_x16_available(t->type, t->ne[0]);
 }
 
-/* Moves the whole 2 MiB pieces of [p, p + n), part of the file's mapping,
- * into anonymous memory on transparent huge pages, the same bytes: writing
- * them would otherwise copy them into scattered 4 KiB pages, and the
- * generation of TinyLlama Q4_0 with 1 thread read those 4 % slower than
- * the page cache's (Zen 5). A piece that cannot be moved stays as it is. */
-static void map_huge(char *p, size_t n) {
-#if defined(__linux__) && defined(MADV_HUGEPAGE) && defined(MREMAP_FIXED)
-    const size_t h = CLLM_HOST_HUGE;
-    for (char *c = (char *)(((uintptr_t)p + h - 1) / h * h); c + h <= p + n; c += h) {
-        char *r = mmap(NULL, 2 * h, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-        if (r == MAP_FAILED) return;
-        char *a = (char *)(((uintptr_t)r + h - 1) / h * h); /* an aligned piece of it */
-        (void)madvise(a, h, MADV_HUGEPAGE);
-        memcpy(a, c, h);
-        if (mremap(a, h, h, MREMAP_MAYMOVE | MREMAP_FIXED, c) == MAP_FAILED) {
-            munmap(r, 2 * h);
-            return;
-        }
-        if (a > r) munmap(r, (size_t)(a - r));
-        if (a + h < r + 2 * h) munmap(a + h, (size_t)(r + 2 * h - (a + h)));
+/* t repacked 16 rows to a block (src: its rows as the file has them) into
+ * dst: another place (tmp NULL), or src itself (tmp: a group's bytes). */
+static void repack_into(const cllm_tensor *t, const char *src, char *dst, char *tmp) {
+    const size_t group = CLLM_X16_ROWS * t->nb[1];
+    for (int64_t r = 0; r < t->ne[1]; r += CLLM_X16_ROWS) {
+        const char *g = src + (size_t)r * t->nb[1];
+        if (tmp) g = memcpy(tmp, g, group);
+        cllm_cpu_x16_pack(t->type, t->ne[0], g, t->nb[1], dst + (size_t)r * t->nb[1]);
     }
+}
+
+/*
+ * t, part of the file's read-only mapping, repacked: its pages are replaced
+ * by anonymous memory that holds t repacked (and the other bytes of its
+ * first and last page as they were), on transparent huge pages where whole
+ * 2 MiB pieces of it are. Writing the mapping in place instead copies its
+ * pages one by one into scattered 4 KiB ones, and TinyLlama Q4_0 generated
+ * 4 % slower with 1 thread from those than from the page cache's (Zen 5).
+ * False if it could not be done (nothing changed).
+ */
+static bool repack_mapped(const cllm_tensor *t) {
+#if defined(__linux__) && defined(MREMAP_FIXED)
+    const size_t page = (size_t)sysconf(_SC_PAGESIZE), h = CLLM_HOST_HUGE;
+    char *data = t->data, *end = data + cllm_nbytes(t);
+    char *lo = (char *)((uintptr_t)data / page * page);
+    char *hi = (char *)(((uintptr_t)end + page - 1) / page * page);
+    const size_t span = (size_t)(hi - lo);
+    char *r = mmap(NULL, span + h, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (r == MAP_FAILED) return false;
+    /* at the same place in a 2 MiB piece as lo, so that huge pages stay */
+    char *a = r + (((uintptr_t)lo - (uintptr_t)r) & (h - 1));
+#if defined(MADV_HUGEPAGE)
+    (void)madvise(a, span, MADV_HUGEPAGE);
+#endif
+    memcpy(a, lo, (size_t)(data - lo));
+    memcpy(a + (end - lo), end, (size_t)(hi - end));
+    repack_into(t, data, a + (data - lo), NULL);
+    if (mremap(a, span, span, MREMAP_MAYMOVE | MREMAP_FIXED, lo) == MAP_FAILED) {
+        munmap(r, span + h);
+        return false;
+    }
+    if (a > r) munmap(r, (size_t)(a - r));
+    if (a + span < r + span + h) munmap(a + span, (size_t)(r + span + h - (a + span)));
+    (void)mprotect(lo, span, PROT_READ);
+    return true;
 #else
-    (void)p, (void)n;
+    (void)t;
+    return false;
 #endif
 }
 
 /*
- * Stores the CPU's Q4_0 / Q4_1 matrices 16 rows at a time (the same bytes,
- * in place: a mapped file's pages become the process's own copies), when
- * every weight is on the CPU and none is streamed; CLLM_CPU_REPACK=0 keeps
- * the file's layout. A matrix that cannot be made writable stays as it is.
- * The kernels read them faster per row (Zen 5, in cache: AVX-512 2-3x
- * on one column or 4, AVX2 1.5x on one; README: the speed section).
+ * Stores the CPU's Q4_0 / Q4_1 matrices 16 rows at a time (the same bytes in
+ * the same place; a mapped file's pages of them become the process's own),
+ * when every weight is on the CPU and none is streamed; CLLM_CPU_REPACK=0
+ * keeps the file's layout. A mapped matrix that cannot be rewritten stays
+ * as it is. The kernels read them faster per row (Zen 5, in cache:
+ * AVX-512 2-3x on one column or 4, AVX2 1.5x on one; README: the speed
+ * section).
  */
 static cllm_status repack_weights(cllm_model *m) {
     const char *env = getenv("CLLM_CPU_REPACK");
@@ -155,22 +181,15 @@ static cllm_status repack_weights(cllm_model *m) {
         cllm_tensor *t = cllm_context_tensor(ctx, i);
         if (cllm_placement_weight_device(&m->place, m->weights, i) != cpu || !x16_candidate(t))
             continue;
-        const size_t bytes = cllm_nbytes(t);
-        char *lo = NULL;
-        size_t span = 0;
-        if (m->map) { /* the mapping is read-only: its pages of t, writable */
-            map_huge(t->data, bytes);
-            lo = (char *)((uintptr_t)t->data / page * page);
-            span = (size_t)((char *)t->data + bytes - lo);
+        if (m->map && !repack_mapped(t)) { /* in place, its pages copied on write */
+            char *lo = (char *)((uintptr_t)t->data / page * page);
+            const size_t span = (size_t)((char *)t->data + cllm_nbytes(t) - lo);
             if (mprotect(lo, span, PROT_READ | PROT_WRITE) != 0) continue;
+            repack_into(t, t->data, t->data, tmp);
+            (void)mprotect(lo, span, PROT_READ);
+        } else if (!m->map) {
+            repack_into(t, t->data, t->data, tmp);
         }
-        const size_t group = CLLM_X16_ROWS * t->nb[1];
-        for (int64_t r = 0; r < t->ne[1]; r += CLLM_X16_ROWS) {
-            char *g = (char *)t->data + (size_t)r * t->nb[1];
-            memcpy(tmp, g, group);
-            cllm_cpu_x16_pack(t->type, t->ne[0], tmp, t->nb[1], g);
-        }
-        if (m->map) (void)mprotect(lo, span, PROT_READ);
         t->flags |= CLLM_TENSOR_FLAG_X16;
     }
     cllm_free(tmp);

@@ -818,38 +818,27 @@ bool cllm_cpu_x16_available(cllm_type type, int64_t K) {
 /* Bytes of a block's 16 rows. */
 static size_t x16_block_bytes(cllm_type type) { return type == CLLM_TYPE_Q4_1 ? 320 : 288; }
 
-/* Row r's block in a group's block: its pieces (returns how many, <= 6),
- * piece i being size[i] bytes at nat[i] in the file's block and at grp[i]
- * in the group's (4 x 4 bytes of quants, d, Q4_1's m). */
-static int x16_pieces(bool q41, int r, size_t nat[6], size_t grp[6], size_t size[6]) {
-    const size_t qoff = q41 ? 4 : 2;
-    int n = 0;
-    for (int j = 0; j < 4; j++, n++)
-        nat[n] = qoff + 4 * (size_t)j, grp[n] = 64 * (size_t)j + 4 * (size_t)r, size[n] = 4;
-    nat[n] = 0, grp[n] = 256 + 2 * (size_t)r, size[n++] = 2;
-    if (q41) nat[n] = 2, grp[n] = 288 + 2 * (size_t)r, size[n++] = 2;
-    return n;
-}
-
-/* Row r's block b: from a group into x (the file's layout), or back. */
-static void x16_block(cllm_type type, char *group, int64_t b, int r, char *x, bool to_group) {
-    size_t nat[6], grp[6], size[6];
+/* Row r's block b: from a group into x (the file's layout), or back: its
+ * quants' 4 x 4 bytes at 64 j + 4 r in the group's block, d at 256 + 2 r,
+ * Q4_1's m at 288 + 2 r. */
+static inline void x16_block(cllm_type type, char *group, int64_t b, int r, char *x,
+                             bool to_group) {
+    const bool q41 = type == CLLM_TYPE_Q4_1;
     char *o = group + (size_t)b * x16_block_bytes(type);
-    const int n = x16_pieces(type == CLLM_TYPE_Q4_1, r, nat, grp, size);
-    for (int i = 0; i < n; i++) {
-        if (to_group) {
-            memcpy(o + grp[i], x + nat[i], size[i]);
-        } else {
-            memcpy(x + nat[i], o + grp[i], size[i]);
-        }
-    }
+#define X16_MOVE(go, xo, n)                                                                        \
+    (to_group ? memcpy(o + (go), x + (xo), n) : memcpy(x + (xo), o + (go), n))
+    const size_t qoff = q41 ? 4 : 2;
+    for (int j = 0; j < 4; j++) X16_MOVE(64 * (size_t)j + 4 * (size_t)r, qoff + 4 * (size_t)j, 4);
+    X16_MOVE(256 + 2 * (size_t)r, 0, 2);
+    if (q41) X16_MOVE(288 + 2 * (size_t)r, 2, 2);
+#undef X16_MOVE
 }
 
 void cllm_cpu_x16_pack(cllm_type type, int64_t K, const void *rows, size_t stride, void *group) {
     const size_t bsz = cllm_type_traits_of(type)->type_size;
-    for (int r = 0; r < CLLM_X16_ROWS; r++) {
-        char *row = (char *)rows + (size_t)r * stride;
-        for (int64_t b = 0; b < K / 32; b++) x16_block(type, group, b, r, row + b * bsz, true);
+    for (int64_t b = 0; b < K / 32; b++) {
+        for (int r = 0; r < CLLM_X16_ROWS; r++)
+            x16_block(type, group, b, r, (char *)rows + (size_t)r * stride + (size_t)b * bsz, true);
     }
 }
 

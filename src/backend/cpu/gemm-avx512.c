@@ -571,6 +571,20 @@ GZ_INLINE __m512i gw_red(int nc, __m512i s0, __m512i s1, __m512i s2, __m512i s3)
     return _mm512_add_epi32(_mm512_unpacklo_epi64(t01, t23), _mm512_unpackhi_epi64(t01, t23));
 }
 
+/* The two rows' results from the sums v of their lanes (gv_lanes's last
+ * step per half): out[c * out_stride] (row x: lanes c of halves 0 and 1)
+ * and out[1 + c * out_stride] (row y: halves 2 and 3). */
+GZ_INLINE void gw_store2(int nc, __m512 v, float *out, size_t out_stride) {
+    float r[8];
+    _mm256_storeu_ps(r, _mm256_castps128_ps256(
+                            _mm_add_ps(_mm512_castps512_ps128(v), _mm512_extractf32x4_ps(v, 1))));
+    _mm_storeu_ps(r + 4, _mm_add_ps(_mm512_extractf32x4_ps(v, 2), _mm512_extractf32x4_ps(v, 3)));
+    for (int c = 0; c < nc; c++) {
+        out[(size_t)c * out_stride] = r[c];
+        out[1 + (size_t)c * out_stride] = r[4 + c];
+    }
+}
+
 /* gv_pair (packed scales pk, nc >= 2) for rows x (x0) and y (y0). */
 GZ_INLINE void gw_pair(bool q41, int nc, const char *x0, const char *y0, size_t bsz, bool two,
                        const char *g, size_t act_stride, const char *pk, __m512 *acc,
@@ -630,15 +644,7 @@ GZ_INLINE void gw_gemv_n2(bool q41, int nc, int64_t K, const char *row, size_t r
         gw_pair(q41, nc, row + (size_t)b * bsz, row1 + (size_t)b * bsz, bsz, b + 1 < nb, g,
                 act_stride, pk + 32 * b, &a0, &m0);
     }
-    const __m512 v = _mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(m0, m1));
-    float r[8];
-    _mm256_storeu_ps(r, _mm256_castps128_ps256(
-                            _mm_add_ps(_mm512_castps512_ps128(v), _mm512_extractf32x4_ps(v, 1))));
-    _mm_storeu_ps(r + 4, _mm_add_ps(_mm512_extractf32x4_ps(v, 2), _mm512_extractf32x4_ps(v, 3)));
-    for (int c = 0; c < nc; c++) {
-        out[(size_t)c * out_stride] = r[c];
-        out[1 + (size_t)c * out_stride] = r[4 + c];
-    }
+    gw_store2(nc, _mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(m0, m1)), out, out_stride);
 }
 
 /*
@@ -708,15 +714,7 @@ GZ_INLINE void gw_gemv_q8_n2(int nc, int64_t K, const char *row, size_t row_stri
                    act_stride, pk + 16 * b, &a0);
     }
     /* gv_lanes's sum with zero mins: (a0 + a1) + (0 + 0) */
-    const __m512 v = _mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_setzero_ps());
-    float r[8];
-    _mm256_storeu_ps(r, _mm256_castps128_ps256(
-                            _mm_add_ps(_mm512_castps512_ps128(v), _mm512_extractf32x4_ps(v, 1))));
-    _mm_storeu_ps(r + 4, _mm_add_ps(_mm512_extractf32x4_ps(v, 2), _mm512_extractf32x4_ps(v, 3)));
-    for (int c = 0; c < nc; c++) {
-        out[(size_t)c * out_stride] = r[c];
-        out[1 + (size_t)c * out_stride] = r[4 + c];
-    }
+    gw_store2(nc, _mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_setzero_ps()), out, out_stride);
 }
 
 /* nr rows x nc columns (>= 2, packed scales) of Q4_0, Q4_1 or Q8_0 (kind a
@@ -1069,31 +1067,6 @@ GZ_INLINE void gx_gemv(bool q41, int nc, int64_t K, const char *w, const char *a
     }
     for (int c = 0; c < nc; c++) {
         _mm512_storeu_ps(out + (size_t)c * out_stride, _mm512_add_ps(acc[c], macc[c]));
-    }
-}
-
-/* A group straight into a panel (gemm.h): part j's low nibbles are the
- * panel's step j, its high ones step 4 + j; then the scales (and Q4_1's
- * offsets, m) as floats. The bytes cllm_cpu_gemm_pack writes from the rows. */
-void cllm_cpu_gemm_pack_x16_avx512(cllm_type type, int64_t K, const void *group, void *panel) {
-    const bool q41 = type == CLLM_TYPE_Q4_1;
-    const size_t bb = q41 ? 320 : 288, pb = q41 ? 640 : 576;
-    const __m512i m4 = _mm512_set1_epi8(0x0F);
-    for (int64_t b = 0; b < K / 32; b++) {
-        const char *x = (const char *)group + (size_t)b * bb;
-        char *o = (char *)panel + (size_t)b * pb;
-        for (size_t l = 0; l < bb; l += 64)
-            _mm_prefetch(x + CLLM_CPU_PREFETCH_AHEAD + l, _MM_HINT_T0);
-        for (int j = 0; j < 4; j++) {
-            const __m512i v = _mm512_loadu_si512(x + 64 * j);
-            _mm512_storeu_si512(o + 64 * j, _mm512_and_si512(v, m4));
-            _mm512_storeu_si512(o + 64 * (4 + j), _mm512_and_si512(_mm512_srli_epi16(v, 4), m4));
-        }
-        _mm512_storeu_ps(o + 512, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(x + 256))));
-        if (q41) {
-            _mm512_storeu_ps(o + 576,
-                             _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(x + 288))));
-        }
     }
 }
 

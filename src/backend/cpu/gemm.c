@@ -864,12 +864,8 @@ void cllm_cpu_gemm_pack_x16(cllm_type type, int64_t K, const void *group, void *
     CLLM_ASSERT(cllm_cpu_x16_available(type, K));
 #if defined(__x86_64__) || defined(__i386__)
     const cllm_cpu_isa level = cllm_cpu_isa_level();
-    if (level >= CLLM_CPU_ISA_AVX512) {
-        if (cllm_cpu_prefer_256()) {
-            cllm_cpu_gemm_pack_x16_avx512vl(type, K, group, panel);
-        } else {
-            cllm_cpu_gemm_pack_x16_avx512(type, K, group, panel);
-        }
+    if (level >= CLLM_CPU_ISA_AVX512) { /* (SmolLM2 pp16 / pp512 as with 512 bits) */
+        cllm_cpu_gemm_pack_x16_avx512vl(type, K, group, panel);
     } else if (level == CLLM_CPU_ISA_AVXVNNI) {
         cllm_cpu_gemm_pack_x16_avxvnni(type, K, group, panel);
     } else {

@@ -342,7 +342,6 @@ void cllm_cpu_x16_row_to_float(cllm_type type, int64_t K, const void *group, int
 /* A group into a panel of the panel GEMM: the bytes cllm_cpu_gemm_pack
  * writes from its 16 rows. */
 void cllm_cpu_gemm_pack_x16(cllm_type type, int64_t K, const void *group, void *panel);
-void cllm_cpu_gemm_pack_x16_avx512(cllm_type type, int64_t K, const void *group, void *panel);
 void cllm_cpu_gemv_x16_avx512(cllm_type type, int64_t K, const void *w, int ngroups,
                               const void *act, size_t act_stride, int nc, float *out,
                               size_t out_stride);

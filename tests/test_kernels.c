@@ -873,8 +873,8 @@ static void test_gemv(cllm_type t) {
  * panel is the bytes cllm_cpu_gemm_pack writes from the rows, and the
  * one-column kernel gives each (row, column) the dot product within the
  * bound (against the exact sum), each column the same bits whether alone
- * or among 1..6 columns. Two groups, rows of every weight kind, lengths
- * with partial and whole groups of 4 blocks. */
+ * or among 1..6 columns, and the 256-bit kernels the AVX2 one's bits. Two groups, rows of every
+ * weight kind, lengths with partial and whole groups of 4 blocks. */
 static void test_x16(cllm_type t) {
     if (t != CLLM_TYPE_Q4_0 && t != CLLM_TYPE_Q4_1) return;
     const int64_t lens[] = {1, 3, 4, 5, 18, 67};
@@ -932,6 +932,17 @@ static void test_x16(cllm_type t) {
                            "%s gemv_x16 n=%lld (%d,%d): %.9g vs %.9g", cllm_type_name(t),
                            (long long)n, r, c, alone[c][r], want);
                 }
+            }
+            /* the 256-bit kernels (AVXVNNI, AVX-512 at half width) give the
+             * AVX2 one's bits: the same integers, the same float steps */
+            const cllm_cpu_isa lv = cllm_cpu_isa_level();
+            if (lv == CLLM_CPU_ISA_AVXVNNI ||
+                (lv >= CLLM_CPU_ISA_AVX512 && cllm_cpu_prefer_256())) {
+                cllm_cpu_gemv_x16_avx2(t, n, wx, R / CLLM_X16_ROWS, act, ab, NC, got, R);
+                for (int c = 0; c < NC; c++)
+                    CHECKF(memcmp(got + c * R, alone[c], R * sizeof(float)) == 0,
+                           "%s gemv_x16 n=%lld column %d: not the AVX2 kernel's bits",
+                           cllm_type_name(t), (long long)n, c);
             }
             for (int nc = 2; nc <= NC; nc++) {
                 for (int i = 0; i < NC * R; i++) got[i] = NAN;

@@ -598,9 +598,10 @@ GV_INLINE void gv_gemv_rows_type(cllm_type type, int64_t K, const void *row, siz
  * bytes broadcast (vpdpbusd, or vpmaddubsw summed in s16: 8 sums of two
  * products of at most 15 x 127 stay below 32,767, then one vpmaddwd), one
  * conversion and one FMA, then one more of the mins against the column's
- * d * sum (Q4_0: -8 d), every result in its row's lane. The same integers at every level with these
- * kernels, the same float steps: the AVX2, AVXVNNI and 256-bit AVX-512 kernels agree bit for bit,
- * and a column's results do not depend on the other columns. */
+ * d * sum (Q4_0: -8 d), every result in its row's lane. The same integers
+ * at every level, the same float steps: the AVX2, AVXVNNI and 256-bit
+ * AVX-512 kernels agree bit for bit (test_kernels), and a column's results
+ * do not depend on the other columns. */
 GV_INLINE void gv_x16_half(bool q41, int nc, int64_t K, const char *w, int h, const char *act,
                            size_t act_stride, float *out, size_t out_stride) {
     const int64_t nb = K / 32;

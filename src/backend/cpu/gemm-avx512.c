@@ -309,8 +309,7 @@ GZ_INLINE void gz_gemv_n_group(bool q41, int nc, __m512i A, __m512i B, const cha
     if (q41) mw = _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutexvar_epi16(midx, A)));
     for (int c = 0; c < nc; c++) {
         const char *g = act + (size_t)c * act_stride + goff;
-        /* Q4_0's -8 sums (0 for Q4_1: not loaded) */
-        __m512i dot = q41 ? _mm512_setzero_si512() : _mm512_loadu_si512(g + 128);
+        __m512i dot = _mm512_loadu_si512(g + 128);
         dot = _mm512_dpbusd_epi32(dot, lo, _mm512_loadu_si512(g));
         dot = _mm512_dpbusd_epi32(dot, hi, _mm512_loadu_si512(g + 64));
         acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot),
@@ -664,14 +663,6 @@ GZ_INLINE __m512i gw_halves_q8(const char *x0, const char *y0, size_t off, bool 
     return gw_pair_i(gv_halves_q8(x0, off, two), gv_halves_q8(y0, off, two));
 }
 
-/* gv_scales_q8's 16-bit halves of one row's blocks b and b + 1. */
-GZ_INLINE __m128i gw_scale_halves_q8(const char *x0, bool two) {
-    uint16_t d0, d1 = 0;
-    memcpy(&d0, x0, 2);
-    if (two) memcpy(&d1, x0 + 34, 2);
-    return _mm_blend_epi32(_mm_set1_epi16((short)d0), _mm_set1_epi16((short)d1), 0xC);
-}
-
 /* gv_pair_q8 (packed scales pk, nc >= 2) for rows x (x0) and y (y0). */
 GZ_INLINE void gw_pair_q8(int nc, const char *x0, const char *y0, bool two, const char *a,
                           size_t act_stride, const char *pk, __m512 *acc) {
@@ -690,7 +681,7 @@ GZ_INLINE void gw_pair_q8(int nc, const char *x0, const char *y0, bool two, cons
     const __m512i u = gw_red(nc, s[0], s[1], s[2], s[3]);
     const __m512 da = _mm512_castsi512_ps(gw_bcast(pk));
     const __m512 dw =
-        _mm512_cvtph_ps(_mm256_set_m128i(gw_scale_halves_q8(y0, two), gw_scale_halves_q8(x0, two)));
+        _mm512_cvtph_ps(_mm256_set_m128i(gv_scale_halves_q8(y0, two), gv_scale_halves_q8(x0, two)));
     *acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(u), _mm512_mul_ps(da, dw), *acc);
 }
 

@@ -419,12 +419,15 @@ GV_INLINE void gv_gemv_2r(bool q41, int64_t K, const char *row, size_t row_strid
 
 /* The weight scales of blocks b and b + 1 (or 0 past the row) in lanes
  * 0..3 and 4..7. */
-GV_INLINE __m256 gv_scales_q8(const char *x0, bool two) {
+GV_INLINE __m128i gv_scale_halves_q8(const char *x0, bool two) { /* (before the conversion) */
     uint16_t d0, d1 = 0;
     memcpy(&d0, x0, 2);
     if (two) memcpy(&d1, x0 + 34, 2);
-    return _mm256_cvtph_ps(
-        _mm_blend_epi32(_mm_set1_epi16((short)d0), _mm_set1_epi16((short)d1), 0xC));
+    return _mm_blend_epi32(_mm_set1_epi16((short)d0), _mm_set1_epi16((short)d1), 0xC);
+}
+
+GV_INLINE __m256 gv_scales_q8(const char *x0, bool two) {
+    return _mm256_cvtph_ps(gv_scale_halves_q8(x0, two));
 }
 
 /* Bytes off..off + 15 of blocks b and b + 1 (or 0 past the row) in the two

@@ -94,12 +94,12 @@ typedef struct mm_plan {
     bool x16_gemv, x16_gemm, x16_rows;
 } mm_plan;
 
-static mm_plan mm_make_plan_rows(const cllm_tensor *dst);
+static mm_plan mm_make_plan_rows(const cllm_tensor *dst, bool converted);
 
 static mm_plan mm_make_plan(const cllm_tensor *dst) {
-    const cllm_tensor *a = dst->src[0], *b = dst->src[1];
+    const cllm_tensor *a = dst->src[0];
     const int64_t K = a->ne[0];
-    mm_plan p = mm_make_plan_rows(dst);
+    mm_plan p = mm_make_plan_rows(dst, false);
     /* The workspace must not depend on the layout: a plan made before the
      * weights were loaded (cllm_plan) has them as the file stores them.
      * The one-column and panel plans keep their bytes (the packed scales
@@ -111,27 +111,22 @@ static mm_plan mm_make_plan(const cllm_tensor *dst) {
         } else if (p.gemv && cllm_cpu_x16_available(a->type, K)) {
             p.x16_gemv = true;
         } else {
-            const bool b_rows = b->nb[0] == sizeof(float);
-            p = (mm_plan){.b_type = CLLM_TYPE_F32, .alone = p.alone, .x16_rows = true};
-            p.convert_b = !b_rows;
-            p.thread_bytes = cllm_cpu_ws_round((size_t)K * sizeof(float));
-            p.b_row_size = (size_t)K * sizeof(float);
-            if (p.convert_b) {
-                p.counter_bytes = CLLM_CPU_WS_ALIGN;
-                p.shared_bytes = cllm_cpu_ws_round((size_t)cllm_nrows(b) * p.b_row_size);
-            }
+            p = mm_make_plan_rows(dst, true);
+            p.x16_rows = true;
         }
     }
     return p;
 }
 
 /* The plan of a's rows as the file stores them (mm_make_plan adds what a
- * matrix stored 16 rows at a time needs). */
-static mm_plan mm_make_plan_rows(const cllm_tensor *dst) {
+ * matrix stored 16 rows at a time needs); `converted`: the converted plan
+ * whatever else could run. */
+static mm_plan mm_make_plan_rows(const cllm_tensor *dst, bool converted) {
     const cllm_tensor *a = dst->src[0], *b = dst->src[1];
     const cllm_type_traits *tt = cllm_type_traits_of(a->type);
     const int64_t K = a->ne[0];
-    const bool a_rows = a->nb[0] == tt->type_size;
+    /* (every plan but the converted one reads a's rows in place) */
+    const bool a_rows = !converted && a->nb[0] == tt->type_size;
     const bool b_rows = b->nb[0] == sizeof(float);
     const cllm_cpu_type_kernels *k = a_rows ? cllm_cpu_kernels(a->type) : NULL;
     mm_plan p = {.b_type = CLLM_TYPE_F32, .alone = cllm_mul_mat_cols_alone(dst)};

@@ -661,6 +661,65 @@ GV_INLINE void gv_x16_half(bool q41, int nc, int64_t K, const char *w, int h, co
     for (int c = 0; c < nc; c++) _mm256_storeu_ps(out + (size_t)c * out_stride + 8 * h, acc[c]);
 }
 
+/* One column, both halves in one pass over the blocks: the group's bytes
+ * stream once, and the column's activation bytes are broadcast once a block
+ * (gv_x16_half reads the group twice, the second time from the cache, with
+ * half the work overlapping the memory). The same integers and float steps
+ * per lane as gv_x16_half: the same bits. */
+GV_INLINE void gv_x16_one(bool q41, int64_t K, const char *w, const char *act, float *out) {
+    const int64_t nb = K / 32;
+    const size_t bb = q41 ? 320 : 288;
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const char *p = w + (size_t)b * bb;
+        for (size_t l = 0; l < bb; l += 64)
+            _mm_prefetch(p + CLLM_CPU_PREFETCH_AHEAD + l, _MM_HINT_T0);
+        const char *g = act + (size_t)(b / 4) * 320 + 16 * (size_t)(b % 4);
+        int32_t a4[8];
+        memcpy(a4, g, 16);
+        memcpy(a4 + 4, g + 64, 16);
+        __m256i s0 = _mm256_setzero_si256(), s1 = _mm256_setzero_si256();
+        for (int j = 0; j < 4; j++) {
+            const __m256i v0 = _mm256_loadu_si256((const __m256i *)(p + 64 * j));
+            const __m256i v1 = _mm256_loadu_si256((const __m256i *)(p + 64 * j + 32));
+            const __m256i al = _mm256_set1_epi32(a4[j]), ah = _mm256_set1_epi32(a4[4 + j]);
+            const __m256i l0 = _mm256_and_si256(v0, m4), l1 = _mm256_and_si256(v1, m4);
+            const __m256i h0 = _mm256_and_si256(_mm256_srli_epi16(v0, 4), m4);
+            const __m256i h1 = _mm256_and_si256(_mm256_srli_epi16(v1, 4), m4);
+#if GV_VNNI
+            s0 = GV_DPBUSD(GV_DPBUSD(s0, l0, al), h0, ah);
+            s1 = GV_DPBUSD(GV_DPBUSD(s1, l1, al), h1, ah);
+#else
+            s0 = _mm256_add_epi16(s0, _mm256_maddubs_epi16(l0, al));
+            s1 = _mm256_add_epi16(s1, _mm256_maddubs_epi16(l1, al));
+            s0 = _mm256_add_epi16(s0, _mm256_maddubs_epi16(h0, ah));
+            s1 = _mm256_add_epi16(s1, _mm256_maddubs_epi16(h1, ah));
+#endif
+        }
+#if !GV_VNNI
+        s0 = _mm256_madd_epi16(s0, _mm256_set1_epi16(1));
+        s1 = _mm256_madd_epi16(s1, _mm256_set1_epi16(1));
+#endif
+        const __m256 dw0 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p + 256)));
+        const __m256 dw1 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p + 272)));
+        const __m256 mw0 = q41 ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p + 288)))
+                               : _mm256_mul_ps(dw0, _mm256_set1_ps(-8.0f));
+        const __m256 mw1 = q41 ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p + 304)))
+                               : _mm256_mul_ps(dw1, _mm256_set1_ps(-8.0f));
+        float da, ds;
+        memcpy(&da, g + 192, 4);
+        memcpy(&ds, g + 256, 4);
+        const __m256 va = _mm256_set1_ps(da), vs = _mm256_set1_ps(ds);
+        acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s0), _mm256_mul_ps(dw0, va), acc0);
+        acc1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s1), _mm256_mul_ps(dw1, va), acc1);
+        acc0 = _mm256_fmadd_ps(mw0, vs, acc0);
+        acc1 = _mm256_fmadd_ps(mw1, vs, acc1);
+    }
+    _mm256_storeu_ps(out, acc0);
+    _mm256_storeu_ps(out + 8, acc1);
+}
+
 /* A level's cllm_cpu_gemv_x16: groups of 16 rows x nc columns. */
 GV_INLINE void gv_gemv_x16(cllm_type type, int64_t K, const void *w, int ngroups, const void *act,
                            size_t act_stride, int nc, float *out, size_t out_stride) {
@@ -672,6 +731,10 @@ GV_INLINE void gv_gemv_x16(cllm_type type, int64_t K, const void *w, int ngroups
             const char *a = (const char *)act + (size_t)c0 * act_stride;
             float *o = out + 16 * gi + (size_t)c0 * out_stride;
             const int n = nc - c0 < GV_COLS ? nc - c0 : GV_COLS;
+            if (n == 1) {
+                gv_x16_one(q41, K, wg, a, o);
+                continue;
+            }
             for (int h = 0; h < 2; h++) {
 #define GV_X16_CASE(n_)                                                                            \
     (q41 ? gv_x16_half(true, n_, K, wg, h, a, act_stride, o, out_stride)                           \

@@ -237,8 +237,11 @@ void cllm_cpu_attn_unit_avx2(const cllm_tensor *dst, const cllm_attn_unit *u, fl
     float *pw = mf + 8 * KB;  /* [2][KB] weights of two rows */
     /* One token (a generation step) has a few query rows per unit: its dot
      * products read the keys where they lie, in 8 lanes over d, instead of
-     * transposing each block first. */
-    const bool direct = nt == 1;
+     * transposing each block first. Only a one-token q: the last unit of a
+     * prompt chunk can hold one token too, and summed the other way its
+     * token's bits would depend on where the chunk starts (a prompt read in
+     * two chunks would not give the logits of one). */
+    const bool direct = dst->src[0]->ne[1] == 1;
     const cllm_type kty = u->kf ? CLLM_TYPE_F32 : k->type; /* of the rows kr points to */
     const size_t kres = u->kf ? sizeof(float) : kes;
 

@@ -760,7 +760,8 @@ static void check_smollm2(const char *model) {
     free(answer);
 
     /* a question that shares the first one's beginning reuses the rows of
-     * that prompt (cut to a multiple of 8), and answers as a fresh read */
+     * that prompt (at least 8 tokens left to read), and answers as a fresh
+     * read */
     snprintf(run_args, sizeof(run_args),
              "-m '%s' --temp 0 --chat -n 24 -p 'Name a fruit and a color.'", model);
     ref = run_text(run_args);
@@ -769,8 +770,7 @@ static void check_smollm2(const char *model) {
     free(body);
     answer = whole_text(&r, NULL, 0);
     const long cut = usage_field(&r, "cached_tokens");
-    CHECKF(r.status == 200 && cut > 0 && cut < p1 && cut % 8 == 0, "cached %ld (turn 1: %ld)", cut,
-           p1);
+    CHECKF(r.status == 200 && cut > 0 && cut < p1, "cached %ld (turn 1: %ld)", cut, p1);
     CHECKF(answer && ref && !strcmp(answer, ref), "reused: server '%s' vs run '%s'",
            answer ? answer : r.body, ref ? ref : "(none)");
     resp_free(&r);

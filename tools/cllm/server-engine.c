@@ -236,7 +236,7 @@ bool srv_engine_init(srv_engine *e, const cllm_model *model, cllm_pipe *pipe, in
     if (e->n_batch < n_slots) e->n_batch = n_slots;
     /* not across ranks: a rank whose layers slide a window may refuse a
      * rewind that rank 0 accepted, which would end the pipeline */
-    e->aligned = !pipe && e->n_batch >= 2 * SRV_ALIGN;
+    e->chunked = !pipe && e->n_batch >= 2 * SRV_MIN_CHUNK;
     return true;
 }
 
@@ -337,41 +337,39 @@ static void slot_start(srv_engine *e, srv_slot *sl, srv_job *j, size_t lcp) {
  *   chunk, so the answer is that of this conversation in this order (as
  *   with any chat engine), not always bit for bit that of a fresh read of
  *   the prompt. A cache of prompt rows only (a request cancelled before its
- *   answer began) is reused whole only when the rest starts at a multiple
- *   of SRV_ALIGN and holds at least SRV_ALIGN tokens; else as below (reused
- *   whole, the same prompt again would have its last token decoded alone,
- *   and its answer could differ from the first one's).
+ *   answer began) is reused whole only when the rest holds at least
+ *   SRV_MIN_CHUNK tokens; else as below (reused whole, the same prompt
+ *   again would have its last token decoded alone, and its answer could
+ *   differ from the first one's).
  * - Otherwise the longest common prefix, cut back to rows computed as a
- *   fresh read of the prompt computes them (n_fresh) and to a multiple of
- *   SRV_ALIGN, with at least SRV_ALIGN tokens left to decode. Prompt chunks
- *   start at multiples of SRV_ALIGN and hold at least SRV_ALIGN tokens
- *   (prompt_chunk), and decoding the same tokens in any such chunks gives
- *   the same rows and logits bit for bit (from 8 columns on, the kernels
- *   sum every column the same way whatever columns share its pass;
- *   test_seqs checks it), so such a reuse does not change any answer: a
- *   shared system prompt, a regenerated or edited last message.
+ *   fresh read of the prompt computes them (n_fresh), with at least
+ *   SRV_MIN_CHUNK tokens left to decode. Prompt chunks hold at least
+ *   SRV_MIN_CHUNK tokens (prompt_chunk), and decoding the same tokens in
+ *   any such chunks, wherever they start, gives the same rows and logits
+ *   bit for bit (from 8 columns on, the kernels sum every column the same
+ *   way whatever columns share its pass; test_seqs checks it), so such a
+ *   reuse does not change any answer: a shared system prompt, a
+ *   regenerated or edited last message.
  */
 static size_t slot_reuse(const srv_engine *e, const srv_slot *sl, const srv_job *j) {
     size_t lcp = 0;
     while (lcp < sl->n_cached && lcp < j->n_prompt && sl->cached[lcp] == j->prompt[lcp]) lcp++;
-    if (lcp == sl->n_cached && (!e->aligned || sl->n_fresh < sl->n_cached ||
-                                (lcp % SRV_ALIGN == 0 && j->n_prompt - lcp >= SRV_ALIGN))) {
+    if (lcp == sl->n_cached &&
+        (!e->chunked || sl->n_fresh < sl->n_cached || j->n_prompt - lcp >= SRV_MIN_CHUNK)) {
         return lcp;
     }
-    if (!e->aligned || j->n_prompt < 2 * SRV_ALIGN) return 0;
-    size_t r = lcp < sl->n_fresh ? lcp : sl->n_fresh;
-    if (r > j->n_prompt - SRV_ALIGN) r = j->n_prompt - SRV_ALIGN;
-    return r - r % SRV_ALIGN;
+    if (!e->chunked || j->n_prompt <= SRV_MIN_CHUNK) return 0;
+    const size_t r = lcp < sl->n_fresh ? lcp : sl->n_fresh;
+    return r < j->n_prompt - SRV_MIN_CHUNK ? r : j->n_prompt - SRV_MIN_CHUNK;
 }
 
-/* The next chunk of a prompt with `left` tokens to read: n_batch rounded
- * down to a multiple of SRV_ALIGN, one alignment less when the rest would
- * be shorter than SRV_ALIGN, the whole rest when it fits. */
+/* The next chunk of a prompt with `left` tokens to read: n_batch, less
+ * SRV_MIN_CHUNK when the rest would be shorter than that, the whole rest
+ * when it fits. */
 static int64_t prompt_chunk(const srv_engine *e, size_t left) {
-    if (!e->aligned) return (int64_t)(left < (size_t)e->n_batch ? left : (size_t)e->n_batch);
-    const size_t b = (size_t)e->n_batch - (size_t)e->n_batch % SRV_ALIGN;
+    const size_t b = (size_t)e->n_batch;
     if (left <= b) return (int64_t)left;
-    return (int64_t)(left - b < SRV_ALIGN ? b - SRV_ALIGN : b);
+    return (int64_t)(e->chunked && left - b < SRV_MIN_CHUNK ? b - SRV_MIN_CHUNK : b);
 }
 
 /* Under the mutex: cancels what must be, then gives queued jobs to idle
@@ -627,13 +625,13 @@ static void engine_decode_pass(srv_engine *e, srv_work *w, const cllm_seq_tokens
 
 /*
  * Decodes the items of a step: the generating slots' tokens (one each, the
- * first items) and the prompt chunks of at least SRV_ALIGN (8) tokens that
+ * first items) and the prompt chunks of at least SRV_MIN_CHUNK (8) tokens that
  * fit beside them in n_batch, in one forward pass, which reads the weights
  * once for all of them: each one-token column is computed as it would be
  * alone (cllm_mul_mat_set_cols_alone) and attends to its own KV cache, and
  * the chunks' columns as in a pass of their own (cllm_mul_mat_set_n_alone).
  * The other prompt chunks go together in passes of up to n_batch tokens:
- * chunks of at least SRV_ALIGN tokens get in a joint pass the logits they
+ * chunks of at least SRV_MIN_CHUNK tokens get in a joint pass the logits they
  * get read alone, bit for bit (cllm_session_decode_seqs), and requests that
  * arrive together pay for the weights once instead of once each. A shorter
  * chunk (a prompt of fewer tokens) has a pass of its own. So a request's
@@ -659,14 +657,15 @@ static void engine_decode(srv_engine *e, srv_work *w, int n) {
     int i = n_step;
     if (n_step > 0) {
         int64_t total = n_step;
-        while (i < n && items[i].n_tokens >= SRV_ALIGN && total + items[i].n_tokens <= e->n_batch)
+        while (i < n && items[i].n_tokens >= SRV_MIN_CHUNK &&
+               total + items[i].n_tokens <= e->n_batch)
             total += items[i++].n_tokens;
         engine_decode_pass(e, w, items, i);
     }
     while (i < n) {
         int j = i + 1;
         int64_t total = items[i].n_tokens;
-        while (items[i].n_tokens >= SRV_ALIGN && j < n && items[j].n_tokens >= SRV_ALIGN &&
+        while (items[i].n_tokens >= SRV_MIN_CHUNK && j < n && items[j].n_tokens >= SRV_MIN_CHUNK &&
                total + items[j].n_tokens <= e->n_batch) {
             total += items[j++].n_tokens;
         }
@@ -731,9 +730,10 @@ static int srv_engine_step(srv_engine *e) {
             continue;
         }
         memcpy(sl->cached + sl->n_cached, w->ids, (size_t)w->n * sizeof(int32_t));
-        /* an aligned prompt chunk after fresh rows: its rows are fresh too */
-        if (w->ids != &sl->pending && e->aligned && sl->n_fresh == sl->n_cached &&
-            sl->n_cached % SRV_ALIGN == 0 && w->n >= SRV_ALIGN) {
+        /* a prompt chunk of SRV_MIN_CHUNK or more after fresh rows: its
+         * rows are fresh too */
+        if (w->ids != &sl->pending && e->chunked && sl->n_fresh == sl->n_cached &&
+            w->n >= SRV_MIN_CHUNK) {
             sl->n_fresh += (size_t)w->n;
         }
         sl->n_cached += (size_t)w->n;

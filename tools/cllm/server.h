@@ -99,8 +99,8 @@ typedef struct srv_stats {
 
 typedef struct srv_slot srv_slot;
 
-/* Alignment of prompt chunks (server-engine.c: slot_reuse). */
-#define SRV_ALIGN 8
+/* The fewest tokens of a prompt chunk (server-engine.c: slot_reuse). */
+#define SRV_MIN_CHUNK 8
 
 /* The engine: the model, its slots and the queue. */
 typedef struct srv_engine {
@@ -111,11 +111,10 @@ typedef struct srv_engine {
     srv_slot *slots;
     cllm_session *s; /* one sequence (KV cache) per slot */
     int64_t n_ctx, n_batch;
-    /* prompt chunks start at multiples of SRV_ALIGN and hold at least
-     * SRV_ALIGN tokens (n_batch >= 2 * SRV_ALIGN, one process), so that a
-     * cut cache can be reused as a fresh read would compute it
-     * (server-engine.c) */
-    bool aligned;
+    /* prompt chunks hold at least SRV_MIN_CHUNK tokens (n_batch >= 2 *
+     * SRV_MIN_CHUNK, one process), so that a cut cache can be reused as a
+     * fresh read would compute it (server-engine.c) */
+    bool chunked;
     int max_queue;
 
     pthread_mutex_t mu;

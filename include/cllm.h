@@ -758,7 +758,11 @@ void cllm_session_free(cllm_session *s);
 
 /*
  * Appends n tokens to the context and runs the model over them, n_batch at
- * a time; afterwards cllm_session_logits() holds the logits of the last one
+ * a time (where the last batch would hold fewer than 8 tokens, the one
+ * before it is 8 shorter, n_batch >= 16: fewer tokens take other kernels,
+ * which round otherwise, so the logits do not depend on n_batch; cllm
+ * serve cuts prompts the same way); afterwards cllm_session_logits() holds
+ * the logits of the last one
  * (and, with all_logits, cllm_session_logits_ith() those of each one).
  * Token ids out of range: CLLM_ERR_INVALID_ARG. A context that would
  * overflow, or with all_logits more than n_batch tokens in one call (the

@@ -16,8 +16,9 @@
  *    changes nothing;
  *  - memory: planned == allocated per kind, and the state is n_seq times a
  *    one-sequence session's;
- *  - a prompt read in chunks of at least 8 tokens each, starting anywhere,
- *    gives bit for bit the logits of the prompt read whole; prompts
+ *  - a prompt read in chunks of at least 8 tokens each, starting anywhere
+ *    (and cllm_session_decode's batches), gives bit for bit the logits of
+ *    the prompt read whole; prompts
  *    of at least 8 tokens read in one batch (their columns starting
  *    anywhere, at a sequence's start or after a first chunk) give each
  *    sequence bit for bit its logits alone, and so do the steps after them;
@@ -325,6 +326,17 @@ static void check_chunks(const char *path) {
         CHECKF(got && !memcmp(got, whole, (size_t)n_vocab * sizeof(float)),
                "%s: chunks from %d: the logits differ from the whole prompt's", path, cuts[c][0]);
     }
+    /* batches of 200 would leave 3 tokens to the last one: cllm_session_decode
+     * reads 192, then 11 */
+    cllm_session_free(s);
+    s = NULL;
+    sp.n_batch = 200;
+    CHECKF(cllm_session_new(m, &sp, &s) == CLLM_OK, "%s", cllm_last_error());
+    if (!s) goto done;
+    CHECK(cllm_session_decode(s, prompt, N) == CLLM_OK);
+    CHECKF(cllm_session_logits(s) &&
+               !memcmp(cllm_session_logits(s), whole, (size_t)n_vocab * sizeof(float)),
+           "%s: batches of 200: the logits differ from the whole prompt's", path);
 done:
     free(whole);
     cllm_session_free(s);

@@ -62,6 +62,12 @@ struct cllm_session {
  * creation attend to all n_ctx rows, so a padded graph fits the plan. */
 enum { SESSION_KV_PAD = 256 };
 
+/* The fewest tokens a batch of a longer prompt holds (cllm_session_decode):
+ * from 8 columns on, the CPU's products use the panel kernels, and the
+ * rows and logits of a prompt do not depend on where its batches start;
+ * with fewer they would take the one-column kernels, rounded otherwise. */
+enum { SESSION_MIN_CHUNK = 8 };
+
 static size_t cllm_buffer_size_or_0(const cllm_buffer *b) { return b ? cllm_buffer_size(b) : 0; }
 
 cllm_session_params cllm_session_default_params(void) {
@@ -384,9 +390,13 @@ cllm_status cllm_session_decode(cllm_session *s, const int32_t *tokens, int64_t 
                           "batch size, %lld",
                           (long long)n, (long long)s->params.n_batch);
     }
-    const int64_t start = s->n_past;
-    for (int64_t i = 0; i < n; i += s->params.n_batch) {
-        const int64_t chunk = CLLM_MIN(s->params.n_batch, n - i);
+    const int64_t start = s->n_past, nb = s->params.n_batch;
+    for (int64_t i = 0, chunk = 0; i < n; i += chunk) {
+        /* no last batch of fewer than SESSION_MIN_CHUNK tokens: the one
+         * before gives it that many */
+        chunk = CLLM_MIN(nb, n - i);
+        if (n - i > nb && n - i - nb < SESSION_MIN_CHUNK && nb >= 2 * SESSION_MIN_CHUNK)
+            chunk = nb - SESSION_MIN_CHUNK;
         /* only the last batch's logits are kept: earlier ones would be
          * overwritten, and a failure must leave the previous ones */
         const cllm_status st = decode_batch(s, tokens + i, chunk, i + chunk == n);

@@ -530,10 +530,7 @@ static void test_gemm(cllm_type t) {
                     const int nr = k_heights[hi];
                     cllm_cpu_gemm_pack(t, w, wbytes, nr, n, panel, scratch);
                     /* the level's packer writes the portable packer's bytes */
-                    const cllm_cpu_isa level = cllm_cpu_isa_level();
-                    cllm_cpu_set_isa_limit(CLLM_CPU_ISA_PORTABLE);
-                    cllm_cpu_gemm_pack(t, w, wbytes, nr, n, panel_ref, scratch);
-                    cllm_cpu_set_isa_limit(level);
+                    cllm_cpu_gemm_pack_portable(t, w, wbytes, nr, n, panel_ref, scratch);
                     CHECKF(memcmp(panel, panel_ref, panel_size) == 0, "%s pack n=%lld %d rows",
                            cllm_type_name(t), (long long)n, nr);
                     /* and the AVX-512 level's packer of the other width
@@ -580,26 +577,38 @@ static void test_gemm(cllm_type t) {
 }
 
 /* ---- panel GEMM at the edges of its integer range ------------------------------
- * Every weight byte at 0 or at the form's largest u, every activation at
- * +-127: the sums a kernel keeps in narrow integers (the AVX2 level's s16)
- * are largest here, and a saturated or wrapped one differs from the
- * portable reference. Scales 1, offsets 0: the results are exact integers. */
+ * Every weight byte at 0 or at the form's largest u (where the panel stores
+ * q = u ^ 0x80 and then |q|, Q8_0 at the AVX2 level: q at -128, 0 and 127),
+ * every activation at +-127: the sums a kernel keeps in narrow integers
+ * (the AVX2 level's s16) are largest here, and a saturated or wrapped one
+ * differs from the portable reference. Scales 1, offsets 0: the results are
+ * exact integers. */
 
 static void test_gemm_extremes(cllm_type t) {
     const cllm_gemm_form fm = cllm_cpu_gemm_form(t);
     if (!cllm_cpu_gemm_available(t, fm.qk)) return;
     const int64_t K = 2 * (int64_t)fm.qk;
     const size_t as = cllm_cpu_gemm_act_size(t, K),
-                 bb = (size_t)(fm.bs / 4) * 64 + 64 + (fm.offset ? 64 : 0);
+                 bb = cllm_cpu_gemm_panel_size(t, K) / (size_t)(K / fm.bs);
     char *panel = xmalloc(cllm_cpu_gemm_panel_size(t, K));
     char *act = xmalloc(2 * as);
     float *x = xmalloc((size_t)K * sizeof(float));
-    const int us[][2] = {{fm.umax, fm.umax}, {0, 0}, {fm.umax, 0}};
+    const int big = fm.sabs ? -128 : fm.umax;
+    const int us[][2] = {{big, big}, {0, 0}, {big, 0}, {fm.sabs ? 127 : 0, big}};
     for (size_t ui = 0; ui < CLLM_ARRAY_SIZE(us); ui++) {
         for (int64_t b = 0; b < K / fm.bs; b++) {
             char *pb = panel + (size_t)b * bb;
-            for (int i = 0; i < 16 * fm.bs; i++) pb[i] = (char)(uint8_t)us[ui][(i / 4) % 2];
-            float *sc = (float *)(pb + 16 * fm.bs);
+            for (int st = 0; st < fm.bs / 4; st++) {
+                for (int r = 0; r < 16; r++) {
+                    const int v = us[ui][r % 2];
+                    char *u = pb + cllm_gemm_u_at(&fm, st, r);
+                    for (int e = 0; e < 4; e++) {
+                        u[e] = (char)(uint8_t)v;
+                        if (fm.sabs) u[32 + e] = (char)(uint8_t)(v < 0 ? -v : v);
+                    }
+                }
+            }
+            float *sc = (float *)(pb + cllm_gemm_scales_at(&fm));
             for (int r = 0; r < 16; r++) sc[r] = 1.0f;
             for (int r = 0; fm.offset && r < 16; r++) sc[16 + r] = 0.0f;
         }
@@ -1047,19 +1056,29 @@ static void test_vnni_as_avx2(cllm_type t) {
                 make_acts(c % A_KINDS, f, n);
                 quantize_as_portable(cllm_cpu_gemm_quantize, t, f, n, act + c * as, act_ref, as);
             }
+            /* the AVX2 level's own panel where its form differs (Q8_0: q,
+             * then |q|) */
+            const cllm_cpu_isa level = cllm_cpu_isa_level();
+            cllm_cpu_set_isa_limit(CLLM_CPU_ISA_AVX2);
+            const cllm_gemm_form fm2 = cllm_cpu_gemm_form(t);
+            char *panel2 = xmalloc(cllm_cpu_gemm_panel_size(t, n));
+            cllm_cpu_set_isa_limit(level);
             for (int nr = 1; nr <= R; nr += 5) {
                 cllm_cpu_gemm_pack(t, w, wbytes, nr, n, panel, scratch);
+                cllm_cpu_set_isa_limit(CLLM_CPU_ISA_AVX2);
+                cllm_cpu_gemm_pack(t, w, wbytes, nr, n, panel2, scratch);
+                cllm_cpu_set_isa_limit(level);
                 for (int nc = 1; nc <= NC; nc++) {
                     float o2[NC * LDO], ov[NC * LDO];
                     memset(o2, 0, sizeof(o2)), memset(ov, 0, sizeof(ov));
-                    cllm_cpu_gemm_avx2(&fm, n, panel, act, as, nc, o2, LDO, nr);
+                    cllm_cpu_gemm_avx2(&fm2, n, panel2, act, as, nc, o2, LDO, nr);
                     cllm_cpu_gemm_avxvnni(&fm, n, panel, act, as, nc, ov, LDO, nr);
                     CHECKF(memcmp(o2, ov, sizeof(o2)) == 0,
                            "%s gemm n=%lld %dx%d: AVX-VNNI differs from AVX2", cllm_type_name(t),
                            (long long)n, nr, nc);
                 }
             }
-            free(w), free(act), free(act_ref), free(panel), free(scratch);
+            free(w), free(act), free(act_ref), free(panel), free(scratch), free(panel2);
         }
         free(f);
     }

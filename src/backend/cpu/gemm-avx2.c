@@ -12,10 +12,13 @@
  *    steps for 5-bit, 2 for Q6_K). The sums are kept in order (GY_KEEP):
  *    left to itself, gcc reassociated them into trees that held every
  *    product live at once and spilled the accumulators to the stack;
- *  - Q8_0 (u = q + 128, z = 128) would overflow: its steps recover the
- *    signed weight (u ^ 0x80 = q) and multiply |q| by the activation with q's
- *    sign (at most 2 * 128 * 127 = 32512 per pair), which is the sum of
- *    (u - z) * a directly, so the accumulator starts at 0 and not at -z * s.
+ *  - Q8_0 (u = q + 128, z = 128) would overflow: at this level its panel
+ *    holds q itself (u ^ 0x80), then |q| (gemm.h: form.sabs), and a step
+ *    multiplies |q| by the activation with q's sign (at most 2 * 128 * 127
+ *    = 32512 per pair), which is the sum of (u - z) * a directly, so the
+ *    accumulator starts at 0 and not at -z * s. The packer wrote |q|: per
+ *    step a load instead of two operations (vpxor to q, vpabsb), which were
+ *    a ninth of a 4-column step's.
  * The float part per scale block is the AVX-512 kernel's: one conversion,
  * one multiply by the activation's scale, one FMA with the 8 weight scales,
  * one more for types with an offset.
@@ -66,18 +69,18 @@ GY_INLINE void gy_tile(int spb, int g, bool off, bool sgn, int nc, int64_t nb, c
 #pragma GCC unroll 4
     for (int j = 0; j < nc; j++) f[j] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
-        const char *pb = panel + (size_t)b * bb + 32 * h;
+        /* (Q8_0: steps of 128 bytes, half h's q and |q| at 64 h) */
+        const char *pb = panel + (size_t)b * bb + (sgn ? 64 : 32) * h;
+        const size_t ss = sgn ? 128 : 64;
         const char *ax = act + (size_t)b * ab;
         __m256i acc[GY_COLS];
         if (sgn) {
-            const __m256i x80 = _mm256_set1_epi8((char)0x80);
 #pragma GCC unroll 4
             for (int j = 0; j < nc; j++) acc[j] = _mm256_setzero_si256();
 #pragma GCC unroll 8
             for (int t = 0; t < spb; t++) {
-                const __m256i w =
-                    _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(pb + 64 * t)), x80);
-                const __m256i wa = _mm256_abs_epi8(w);
+                const __m256i w = _mm256_loadu_si256((const __m256i *)(pb + ss * t));
+                const __m256i wa = _mm256_loadu_si256((const __m256i *)(pb + ss * t + 32));
 #pragma GCC unroll 4
                 for (int j = 0; j < nc; j++) {
                     const __m256i a = _mm256_sign_epi8(
@@ -120,7 +123,8 @@ GY_INLINE void gy_tile(int spb, int g, bool off, bool sgn, int nc, int64_t nb, c
                 }
             }
         }
-        cllm_gemm_block_f256(nc, off, pb + 64 * spb, ax, astride, bs, acc, f);
+        cllm_gemm_block_f256(nc, off, panel + (size_t)b * bb + ss * spb + 32 * h, ax, astride, bs,
+                             acc, f);
     }
     const __m256i m = cllm_lanes8(nr);
 #pragma GCC unroll 4
@@ -159,11 +163,11 @@ void cllm_cpu_gemm_avx2(const cllm_gemm_form *fm, int64_t K, const void *panel_,
                         size_t astride, int ncols, float *out, size_t ldo, int nrows) {
     const char *panel = panel_;
     const int bs = fm->bs, spb = bs / 4;
-    const bool off = fm->offset, sgn = fm->z == 128;
+    const bool off = fm->offset, sgn = fm->sabs;
     const int g = sgn ? 1 : gy_group(spb, fm->umax);
     CLLM_ASSERT(sgn || g >= 2); /* umax <= 63 */
     const int64_t nb = K / bs;
-    const size_t bb = (size_t)spb * 64 + 64 + (off ? 64 : 0), ab = (size_t)bs + 16;
+    const size_t bb = (size_t)spb * (sgn ? 128 : 64) + 64 + (off ? 64 : 0), ab = (size_t)bs + 16;
     for (int j0 = 0; j0 < ncols; j0 += GY_COLS) {
         const int nc = ncols - j0 < GY_COLS ? ncols - j0 : GY_COLS;
         const char *a = (const char *)act + (size_t)j0 * astride;
@@ -356,6 +360,7 @@ bool cllm_cpu_gemm_pack_avx2(cllm_type type, const void *a, size_t stride, int n
     default: return false;
     }
     const bool off = type == CLLM_TYPE_Q4_1 || type == CLLM_TYPE_Q5_1;
+    const bool sabs = cllm_cpu_gemm_form(type).sabs; /* Q8_0 here: q, then |q| */
     const int64_t nb = K / 32;
     /* the next 16 rows (mul_mat packs them next), into L2 as one stream
      * along with these: read block by block, 16 rows are 16 streams that
@@ -365,7 +370,8 @@ bool cllm_cpu_gemm_pack_avx2(cllm_type type, const void *a, size_t stride, int n
     const size_t span = 16 * stride;
     const char *next = (const char *)a + span;
     char *p = panel;
-    for (int64_t b = 0; b < nb; b++, p += 8 * 64 + 64 + (off ? 64 : 0)) {
+    const size_t ss = sabs ? 128 : 64; /* bytes a step (Q8_0 here: q, then |q|) */
+    for (int64_t b = 0; b < nb; b++, p += 8 * ss + 64 + (off ? 64 : 0)) {
         const size_t lo = (size_t)b * span / (size_t)nb, hi = (size_t)(b + 1) * span / (size_t)nb;
         for (size_t x = lo & ~(size_t)63; x < hi; x += 64) _mm_prefetch(next + x, _MM_HINT_T1);
         uint16_t hd[16] = {0}, hm[16] = {0}; /* scales and offsets, fp16 */
@@ -376,18 +382,25 @@ bool cllm_cpu_gemm_pack_avx2(cllm_type type, const void *a, size_t stride, int n
                 y[i] = _mm256_setzero_ps();
                 if (r >= nrows) continue;
                 const char *blk = (const char *)a + (size_t)r * stride + (size_t)b * bsz;
-                y[i] = _mm256_castsi256_ps(gy_pack_u(type, blk));
+                y[i] = _mm256_castsi256_ps(sabs ? _mm256_loadu_si256((const __m256i *)(blk + 2))
+                                                : gy_pack_u(type, blk));
                 memcpy(&hd[r], blk, 2);
                 if (off) memcpy(&hm[r], blk + 2, 2);
             }
             cllm_transpose8_ps(y);
-            for (int t = 0; t < 8; t++) _mm256_storeu_ps((float *)(p + 64 * t + 32 * h), y[t]);
+            for (int t = 0; t < 8; t++) {
+                _mm256_storeu_ps((float *)(p + ss * t + (sabs ? 64 : 32) * h), y[t]);
+                if (sabs) {
+                    _mm256_storeu_si256((__m256i *)(p + ss * t + 64 * h + 32),
+                                        _mm256_abs_epi8(_mm256_castps_si256(y[t])));
+                }
+            }
         }
         for (int h = 0; h < 2; h++) {
-            _mm256_storeu_ps((float *)(p + 8 * 64) + 8 * h,
+            _mm256_storeu_ps((float *)(p + 8 * ss) + 8 * h,
                              _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(hd + 8 * h))));
             if (off) {
-                _mm256_storeu_ps((float *)(p + 8 * 64 + 64) + 8 * h,
+                _mm256_storeu_ps((float *)(p + 8 * ss + 64) + 8 * h,
                                  _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(hm + 8 * h))));
             }
         }

@@ -157,21 +157,26 @@ typedef struct gemm_type {
 
 static gemm_type gemm_type_of(cllm_type t) {
     switch (t) {
-    case CLLM_TYPE_Q4_0: return (gemm_type){{32, 8, false, 32, 15}, decode_q4_0};
-    case CLLM_TYPE_Q4_1: return (gemm_type){{32, 0, true, 32, 15}, decode_q4_1};
-    case CLLM_TYPE_Q5_0: return (gemm_type){{32, 16, false, 32, 31}, decode_q5_0};
-    case CLLM_TYPE_Q5_1: return (gemm_type){{32, 0, true, 32, 31}, decode_q5_1};
-    case CLLM_TYPE_Q8_0: return (gemm_type){{32, 128, false, 32, 255}, decode_q8_0};
-    case CLLM_TYPE_Q2_K: return (gemm_type){{16, 0, true, 256, 3}, decode_q2_k};
-    case CLLM_TYPE_Q3_K: return (gemm_type){{16, 4, false, 256, 7}, decode_q3_k};
-    case CLLM_TYPE_Q4_K: return (gemm_type){{32, 0, true, 256, 15}, decode_q4_k};
-    case CLLM_TYPE_Q5_K: return (gemm_type){{32, 0, true, 256, 31}, decode_q5_k};
-    case CLLM_TYPE_Q6_K: return (gemm_type){{16, 32, false, 256, 63}, decode_q6_k};
-    default: return (gemm_type){{0, 0, false, 0, 0}, NULL};
+    case CLLM_TYPE_Q4_0: return (gemm_type){{32, 8, false, 32, 15, false}, decode_q4_0};
+    case CLLM_TYPE_Q4_1: return (gemm_type){{32, 0, true, 32, 15, false}, decode_q4_1};
+    case CLLM_TYPE_Q5_0: return (gemm_type){{32, 16, false, 32, 31, false}, decode_q5_0};
+    case CLLM_TYPE_Q5_1: return (gemm_type){{32, 0, true, 32, 31, false}, decode_q5_1};
+    case CLLM_TYPE_Q8_0: return (gemm_type){{32, 128, false, 32, 255, false}, decode_q8_0};
+    case CLLM_TYPE_Q2_K: return (gemm_type){{16, 0, true, 256, 3, false}, decode_q2_k};
+    case CLLM_TYPE_Q3_K: return (gemm_type){{16, 4, false, 256, 7, false}, decode_q3_k};
+    case CLLM_TYPE_Q4_K: return (gemm_type){{32, 0, true, 256, 15, false}, decode_q4_k};
+    case CLLM_TYPE_Q5_K: return (gemm_type){{32, 0, true, 256, 31, false}, decode_q5_k};
+    case CLLM_TYPE_Q6_K: return (gemm_type){{16, 32, false, 256, 63, false}, decode_q6_k};
+    default: return (gemm_type){{0, 0, false, 0, 0, false}, NULL};
     }
 }
 
-cllm_gemm_form cllm_cpu_gemm_form(cllm_type type) { return gemm_type_of(type).form; }
+cllm_gemm_form cllm_cpu_gemm_form(cllm_type type) {
+    cllm_gemm_form f = gemm_type_of(type).form;
+    /* u stored as u ^ 0x80 = q, then |q| (gemm.h) */
+    if (type == CLLM_TYPE_Q8_0 && cllm_cpu_isa_level() == CLLM_CPU_ISA_AVX2) f.sabs = true;
+    return f;
+}
 
 bool cllm_cpu_gemm_supports(cllm_type type, int64_t K) {
     const cllm_gemm_form f = cllm_cpu_gemm_form(type);
@@ -185,7 +190,7 @@ bool cllm_cpu_gemm_available(cllm_type type, int64_t K) {
 /* ---- sizes -------------------------------------------------------------------- */
 
 static size_t block_bytes(const cllm_gemm_form *f) {
-    return (size_t)(f->bs / 4) * 64 + 64 + (f->offset ? 64 : 0);
+    return cllm_gemm_scales_at(f) + 64 + (f->offset ? 64 : 0);
 }
 
 static size_t act_block_bytes(const cllm_gemm_form *f) { return (size_t)f->bs + 16; }
@@ -266,10 +271,8 @@ void cllm_cpu_gemm_act_to_float(cllm_type type, const void *act, float *x, int64
 
 void cllm_cpu_gemm_pack(cllm_type type, const void *a, size_t stride, int nrows, int64_t K,
                         void *panel, void *scratch) {
-    const gemm_type g = gemm_type_of(type);
-    const cllm_gemm_form *f = &g.form;
-    CLLM_ASSERT(f->bs > 0 && K % f->qk == 0 && nrows >= 1 && nrows <= CLLM_GEMM_ROWS);
 #if defined(__x86_64__) || defined(__i386__)
+    CLLM_ASSERT(cllm_cpu_gemm_supports(type, K) && nrows >= 1 && nrows <= CLLM_GEMM_ROWS);
     if (cllm_cpu_isa_level() >= CLLM_CPU_ISA_AVX512 &&
         cllm_cpu_gemm_pack_avx512(type, a, stride, nrows, K, panel))
         return;
@@ -277,6 +280,14 @@ void cllm_cpu_gemm_pack(cllm_type type, const void *a, size_t stride, int nrows,
         cllm_cpu_gemm_pack_avx2(type, a, stride, nrows, K, panel))
         return;
 #endif
+    cllm_cpu_gemm_pack_portable(type, a, stride, nrows, K, panel, scratch);
+}
+
+void cllm_cpu_gemm_pack_portable(cllm_type type, const void *a, size_t stride, int nrows, int64_t K,
+                                 void *panel, void *scratch) {
+    const gemm_type g = gemm_type_of(type);
+    const cllm_gemm_form form = cllm_cpu_gemm_form(type), *f = &form;
+    CLLM_ASSERT(f->bs > 0 && K % f->qk == 0 && nrows >= 1 && nrows <= CLLM_GEMM_ROWS);
     const int64_t nb = K / f->bs, nblk = K / f->qk, per = f->qk / f->bs;
     const size_t blk_size = cllm_type_traits_of(type)->type_size, bb = block_bytes(f);
     uint8_t *u = scratch;
@@ -294,9 +305,16 @@ void cllm_cpu_gemm_pack(cllm_type type, const void *a, size_t stride, int nrows,
         }
         for (int64_t b = 0; b < nb; b++) {
             char *pb = p + (size_t)b * bb;
-            for (int t = 0; t < f->bs / 4; t++)
-                memcpy(pb + 64 * t + 4 * r, u + b * f->bs + 4 * t, 4);
-            float *psc = (float *)(pb + 16 * f->bs);
+            for (int t = 0; t < f->bs / 4; t++) {
+                uint8_t *q = (uint8_t *)pb + cllm_gemm_u_at(f, t, r);
+                memcpy(q, u + b * f->bs + 4 * t, 4);
+                for (int e = 0; f->sabs && e < 4; e++) { /* q = u ^ 0x80, then |q| */
+                    q[e] = r < nrows ? q[e] ^ 0x80 : 0;  /* rows beyond: zero */
+                    const int v = (int8_t)q[e];
+                    q[32 + e] = (uint8_t)(v < 0 ? -v : v);
+                }
+            }
+            float *psc = (float *)(pb + cllm_gemm_scales_at(f));
             psc[r] = sc[b];
             if (f->offset) psc[16 + r] = off[b];
         }
@@ -321,13 +339,16 @@ void cllm_cpu_gemm_ref(cllm_type type, int64_t K, const void *panel, const void 
                 int32_t dot;
                 memcpy(&dot, ablk + f.bs + 8, 4); /* -z * s */
                 for (int t = 0; t < f.bs / 4; t++) {
-                    for (int e = 0; e < 4; e++) dot += pb[64 * t + 4 * r + e] * q[4 * t + e];
+                    for (int e = 0; e < 4; e++) {
+                        const uint8_t ub = pb[cllm_gemm_u_at(&f, t, r) + e]; /* sabs: u ^ 0x80 */
+                        dot += (f.sabs ? (int8_t)ub + 128 : ub) * q[4 * t + e];
+                    }
                 }
                 float d, ds, sc, off = 0.0f;
                 memcpy(&d, ablk + f.bs, 4);
                 memcpy(&ds, ablk + f.bs + 4, 4);
-                memcpy(&sc, pb + 16 * f.bs + 4 * r, 4);
-                if (f.offset) memcpy(&off, pb + 16 * f.bs + 64 + 4 * r, 4);
+                memcpy(&sc, pb + cllm_gemm_scales_at(&f) + 4 * r, 4);
+                if (f.offset) memcpy(&off, pb + cllm_gemm_scales_at(&f) + 64 + 4 * r, 4);
                 acc += sc * (d * (float)dot) + off * ds;
             }
             out[(size_t)j * ldo + (size_t)r] = acc;

@@ -29,6 +29,12 @@
  *    BS / 4 steps of 64 bytes (step t: bytes 4r..4r+3 are u of row r,
  *    elements 4t..4t+3 of the block), then 16 float scales, then 16 float
  *    offsets (types with an offset only). Rows beyond the matrix are zero.
+ *    Q8_0 at the AVX2 level (form.sabs): steps of 128 bytes, for rows
+ *    0..7 their 32 bytes of u ^ 0x80 = q (as int8) then their 32 of |q|,
+ *    then the same for rows 8..15 (cllm_gemm_u_at): vpmaddubsw takes |q|
+ *    times the activation with q's sign, and the two operations per step
+ *    that made them from u are done once, at packing; a half panel's bytes
+ *    stay together (lines of their own).
  *  - activation row (one column, K elements): per block BS int8 quants, then
  *    float d, float d * s, int32 -z * s, 4 bytes of padding.
  *
@@ -85,6 +91,10 @@ void cllm_cpu_gemm_act_to_float(cllm_type type, const void *act, float *x, int64
 void cllm_cpu_gemm_pack(cllm_type type, const void *a, size_t stride, int nrows, int64_t K,
                         void *panel, void *scratch);
 
+/* The same bytes in portable C (what the level's packers are tested against). */
+void cllm_cpu_gemm_pack_portable(cllm_type type, const void *a, size_t stride, int nrows, int64_t K,
+                                 void *panel, void *scratch);
+
 /* out[r + j * ldo] = dot(row r of the panel, column j) for r < nrows,
  * j < ncols; columns are activation rows `act_stride` bytes apart. The fast
  * kernel (cllm_cpu_gemm_available must be true). */
@@ -102,9 +112,20 @@ typedef struct cllm_gemm_form {
     bool offset; /* per-block float offset */
     int qk;      /* elements per storage block of the type */
     int umax;    /* the largest u the packer writes (bounds the AVX2 kernel's s16 sums) */
+    bool sabs;   /* u stored as u ^ 0x80, then |u - z| (Q8_0 at the AVX2 level) */
 } cllm_gemm_form;
 
 cllm_gemm_form cllm_cpu_gemm_form(cllm_type type);
+
+/* Internal: where u of row r, elements 4t..4t+3, lies in a panel block (in
+ * the sabs form |q| follows 32 bytes on), and where the block's scales
+ * start. */
+static inline size_t cllm_gemm_u_at(const cllm_gemm_form *f, int t, int r) {
+    return f->sabs ? (size_t)(128 * t + 64 * (r / 8) + 4 * (r % 8)) : (size_t)(64 * t + 4 * r);
+}
+static inline size_t cllm_gemm_scales_at(const cllm_gemm_form *f) {
+    return (size_t)(f->bs / 4) * (f->sabs ? 128 : 64);
+}
 
 void cllm_cpu_gemm_avx512(const cllm_gemm_form *f, int64_t K, const void *panel, const void *act,
                           size_t act_stride, int ncols, float *out, size_t ldo, int nrows);

@@ -70,7 +70,7 @@ GY_INLINE void gy_tile(int spb, int g, bool off, bool sgn, int nc, int64_t nb, c
     for (int j = 0; j < nc; j++) f[j] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
         /* (Q8_0: steps of 128 bytes, half h's q and |q| at 64 h) */
-        const char *pb = panel + (size_t)b * bb + (sgn ? 64 : 32) * h;
+        const char *blk = panel + (size_t)b * bb, *pb = blk + (sgn ? 64 : 32) * h;
         const size_t ss = sgn ? 128 : 64;
         const char *ax = act + (size_t)b * ab;
         __m256i acc[GY_COLS];
@@ -123,8 +123,7 @@ GY_INLINE void gy_tile(int spb, int g, bool off, bool sgn, int nc, int64_t nb, c
                 }
             }
         }
-        cllm_gemm_block_f256(nc, off, panel + (size_t)b * bb + ss * spb + 32 * h, ax, astride, bs,
-                             acc, f);
+        cllm_gemm_block_f256(nc, off, blk + ss * spb + 32 * h, ax, astride, bs, acc, f);
     }
     const __m256i m = cllm_lanes8(nr);
 #pragma GCC unroll 4
@@ -167,7 +166,7 @@ void cllm_cpu_gemm_avx2(const cllm_gemm_form *fm, int64_t K, const void *panel_,
     const int g = sgn ? 1 : gy_group(spb, fm->umax);
     CLLM_ASSERT(sgn || g >= 2); /* umax <= 63 */
     const int64_t nb = K / bs;
-    const size_t bb = (size_t)spb * (sgn ? 128 : 64) + 64 + (off ? 64 : 0), ab = (size_t)bs + 16;
+    const size_t bb = cllm_gemm_scales_at(fm) + 64 + (off ? 64 : 0), ab = (size_t)bs + 16;
     for (int j0 = 0; j0 < ncols; j0 += GY_COLS) {
         const int nc = ncols - j0 < GY_COLS ? ncols - j0 : GY_COLS;
         const char *a = (const char *)act + (size_t)j0 * astride;

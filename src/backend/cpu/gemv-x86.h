@@ -594,6 +594,14 @@ GV_INLINE void gv_gemv_rows_type(cllm_type type, int64_t K, const void *row, siz
     }
 }
 
+/* Half h's 8 scales d of a 16-row block p, and its mins (Q4_0: -8 d,
+ * exact), for the FMA against each column's d * sum. */
+GV_INLINE void gv_x16_dm(bool q41, const char *p, int h, __m256 *dw, __m256 *mw) {
+    *dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p + 256 + 16 * h)));
+    *mw = q41 ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p + 288 + 16 * h)))
+              : _mm256_mul_ps(*dw, _mm256_set1_ps(-8.0f));
+}
+
 /* ---- 16 rows in the lanes (gemm.h: CLLM_X16), 8 at a time -----------------------
  * Rows 8h..8h+7 of a group are the 32-byte half h of each 64-byte part: per
  * block 4 loads give their nibbles, split once into 4 vectors of low and 4
@@ -624,11 +632,8 @@ GV_INLINE void gv_x16_half(bool q41, int nc, int64_t K, const char *w, int h, co
             lo[j] = _mm256_and_si256(v, m4);
             hi[j] = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
         }
-        const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p + 256 + 16 * h)));
-        /* the mins (Q4_0: -8 d, exact) against each column's d * sum */
-        const __m256 mw =
-            q41 ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p + 288 + 16 * h)))
-                : _mm256_mul_ps(dw, _mm256_set1_ps(-8.0f));
+        __m256 dw, mw;
+        gv_x16_dm(q41, p, h, &dw, &mw);
         const char *g = act + (size_t)(b / 4) * 320 + 16 * (size_t)(b % 4);
         for (int c = 0; c < nc; c++) {
             const char *gc = g + (size_t)c * act_stride;
@@ -701,12 +706,9 @@ GV_INLINE void gv_x16_one(bool q41, int64_t K, const char *w, const char *act, f
         s0 = _mm256_madd_epi16(s0, _mm256_set1_epi16(1));
         s1 = _mm256_madd_epi16(s1, _mm256_set1_epi16(1));
 #endif
-        const __m256 dw0 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p + 256)));
-        const __m256 dw1 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p + 272)));
-        const __m256 mw0 = q41 ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p + 288)))
-                               : _mm256_mul_ps(dw0, _mm256_set1_ps(-8.0f));
-        const __m256 mw1 = q41 ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p + 304)))
-                               : _mm256_mul_ps(dw1, _mm256_set1_ps(-8.0f));
+        __m256 dw0, mw0, dw1, mw1;
+        gv_x16_dm(q41, p, 0, &dw0, &mw0);
+        gv_x16_dm(q41, p, 1, &dw1, &mw1);
         float da, ds;
         memcpy(&da, g + 192, 4);
         memcpy(&ds, g + 256, 4);

@@ -876,20 +876,22 @@ static void test_gemv(cllm_type t) {
     test_gemv_rows(t);
 }
 
-/* Matrices stored 16 rows at a time (gemm.h: CLLM_X16), Q4_0 and Q4_1:
+/* Matrices stored 16 rows at a time (gemm.h: CLLM_X16), Q4_0, Q4_1, Q4_K:
  * packing and unpacking give back the rows; each row converts to what
  * to_float gives the row; and where the level has the kernels, the group's
  * panel is the bytes cllm_cpu_gemm_pack writes from the rows, and the
  * one-column kernel gives each (row, column) the dot product within the
  * bound (against the exact sum), each column the same bits whether alone
  * or among 1..6 columns, and the 256-bit kernels the AVX2 one's bits. Two groups, rows of every
- * weight kind, lengths with partial and whole groups of 4 blocks. */
+ * weight kind, lengths with partial and whole groups of 4 blocks (Q4_K: 1..11
+ * super-blocks). */
 static void test_x16(cllm_type t) {
-    if (t != CLLM_TYPE_Q4_0 && t != CLLM_TYPE_Q4_1) return;
-    const int64_t lens[] = {1, 3, 4, 5, 18, 67};
+    if (t != CLLM_TYPE_Q4_0 && t != CLLM_TYPE_Q4_1 && t != CLLM_TYPE_Q4_K) return;
+    const int64_t lens[] = {1, 3, 4, 5, 18, 67}, lens_k[] = {1, 2, 3, 11}; /* blocks */
+    const bool q4k = t == CLLM_TYPE_Q4_K;
     enum { R = 2 * CLLM_X16_ROWS, NC = 6 };
-    for (size_t li = 0; li < CLLM_ARRAY_SIZE(lens); li++) {
-        const int64_t n = lens[li] * 32;
+    for (size_t li = 0; li < (q4k ? CLLM_ARRAY_SIZE(lens_k) : CLLM_ARRAY_SIZE(lens)); li++) {
+        const int64_t n = q4k ? lens_k[li] * 256 : lens[li] * 32;
         const size_t rb = cllm_row_size(t, n), gb = CLLM_X16_ROWS * rb;
         char *w = xmalloc(R * rb), *wx = xmalloc(R * rb), *back = xmalloc(R * rb);
         float *f = xmalloc((size_t)n * sizeof(float)), *x = xmalloc((size_t)n * sizeof(float));

@@ -828,8 +828,11 @@ void cllm_cpu_gemm(cllm_type type, int64_t K, const void *panel, const void *act
 
 bool cllm_cpu_x16_available(cllm_type type, int64_t K) {
 #if defined(__x86_64__) || defined(__i386__)
+    const cllm_cpu_isa level = cllm_cpu_isa_level();
+    if (type == CLLM_TYPE_Q4_K) /* (the 256-bit levels: AVX-512's row kernels keep up) */
+        return K > 0 && K % 256 == 0 && level >= CLLM_CPU_ISA_AVX2 && level < CLLM_CPU_ISA_AVX512;
     return (type == CLLM_TYPE_Q4_0 || type == CLLM_TYPE_Q4_1) && K > 0 && K % 32 == 0 &&
-           cllm_cpu_isa_level() >= CLLM_CPU_ISA_AVX2;
+           level >= CLLM_CPU_ISA_AVX2;
 #else
     (void)type, (void)K;
     return false;
@@ -855,34 +858,107 @@ static inline void x16_block(cllm_type type, char *group, int64_t b, int r, char
 #undef X16_MOVE
 }
 
+/* Row r's Q4_K super-block b: from a group into x (the file's layout), or
+ * back: its 12 scale bytes as 3 dwords at 64 w + 4 r, d at 192 + 2 r, dmin
+ * at 224 + 2 r, its 32 dwords of quants at 256 + 64 P + 4 r. */
+static inline void x16_block_q4_k(char *group, int64_t b, int r, char *x, bool to_group) {
+    char *o = group + (size_t)b * CLLM_X16_Q4_K_BYTES;
+#define X16_MOVE(go, xo, n)                                                                        \
+    (to_group ? memcpy(o + (go), x + (xo), n) : memcpy(x + (xo), o + (go), n))
+    X16_MOVE(192 + 2 * (size_t)r, 0, 2);
+    X16_MOVE(224 + 2 * (size_t)r, 2, 2);
+    for (int w = 0; w < 3; w++) X16_MOVE(64 * (size_t)w + 4 * (size_t)r, 4 + 4 * (size_t)w, 4);
+    for (int p = 0; p < 32; p++)
+        X16_MOVE(256 + 64 * (size_t)p + 4 * (size_t)r, 16 + 4 * (size_t)p, 4);
+#undef X16_MOVE
+}
+
+/* Row r's block or super-block b (x: the file's layout). */
+static void x16_any_block(cllm_type type, char *group, int64_t b, int r, char *x, bool to_group) {
+    if (type == CLLM_TYPE_Q4_K) {
+        x16_block_q4_k(group, b, r, x, to_group);
+    } else {
+        x16_block(type, group, b, r, x, to_group);
+    }
+}
+
 void cllm_cpu_x16_pack(cllm_type type, int64_t K, const void *rows, size_t stride, void *group) {
-    const size_t bsz = cllm_type_traits_of(type)->type_size;
-    for (int64_t b = 0; b < K / 32; b++) {
+    const cllm_type_traits *tt = cllm_type_traits_of(type);
+    const size_t bsz = tt->type_size;
+    const int64_t qk = tt->blck_size;
+    for (int64_t b = 0; b < K / qk; b++) {
         for (int r = 0; r < CLLM_X16_ROWS; r++)
-            x16_block(type, group, b, r, (char *)rows + (size_t)r * stride + (size_t)b * bsz, true);
+            x16_any_block(type, group, b, r, (char *)rows + (size_t)r * stride + (size_t)b * bsz,
+                          true);
     }
 }
 
 void cllm_cpu_x16_unpack(cllm_type type, int64_t K, const void *group, void *rows, size_t stride) {
-    const size_t bsz = cllm_type_traits_of(type)->type_size;
+    const cllm_type_traits *tt = cllm_type_traits_of(type);
+    const size_t bsz = tt->type_size;
+    const int64_t qk = tt->blck_size;
     for (int r = 0; r < CLLM_X16_ROWS; r++) {
         char *row = (char *)rows + (size_t)r * stride;
-        for (int64_t b = 0; b < K / 32; b++)
-            x16_block(type, (char *)group, b, r, row + b * bsz, false);
+        for (int64_t b = 0; b < K / qk; b++)
+            x16_any_block(type, (char *)group, b, r, row + b * bsz, false);
     }
 }
 
 void cllm_cpu_x16_row_to_float(cllm_type type, int64_t K, const void *group, int r, float *out) {
     const cllm_type_traits *tt = cllm_type_traits_of(type);
-    for (int64_t b = 0; b < K / 32; b++) { /* the row's block as the file has it */
-        char x[20];
-        x16_block(type, (char *)group, b, r, x, false);
-        tt->to_float(x, out + 32 * b, 32);
+    const int64_t qk = tt->blck_size;
+    for (int64_t b = 0; b < K / qk; b++) { /* the row's block as the file has it */
+        char x[sizeof(cllm_block_q4_K)];
+        x16_any_block(type, (char *)group, b, r, x, false);
+        tt->to_float(x, out + qk * b, qk);
+    }
+}
+
+/* Q4_K's panel straight from a group: part 8c + j's low nibbles are step j
+ * of scale block 2c (bytes 4r..4r+3: row r's u of elements 4j..4j+3), its
+ * high nibbles step j of block 2c + 1; each row's scales and offsets as
+ * decode_q4_k makes them. The bytes cllm_cpu_gemm_pack writes from the
+ * rows (test_kernels). */
+static void x16_gemm_pack_q4_k(int64_t K, const char *group, char *panel) {
+    const cllm_gemm_form f = cllm_cpu_gemm_form(CLLM_TYPE_Q4_K);
+    const size_t bb = block_bytes(&f), sat = cllm_gemm_scales_at(&f);
+    CLLM_ASSERT(f.bs == 32 && f.offset && !f.sabs && sat == 512);
+    for (int64_t b = 0; b < K / 256; b++) {
+        const char *x = group + (size_t)b * CLLM_X16_Q4_K_BYTES;
+        char *o = panel + (size_t)b * 8 * bb;
+        for (int c = 0; c < 4; c++) {
+            for (int w = 0; w < 8 * 64 / 8; w++) { /* 8 bytes at a time */
+                uint64_t v;
+                memcpy(&v, x + 256 + 512 * (size_t)c + 8 * (size_t)w, 8);
+                const uint64_t lo = v & 0x0F0F0F0F0F0F0F0Full, hi = v >> 4 & 0x0F0F0F0F0F0F0F0Full;
+                memcpy(o + (size_t)(2 * c) * bb + 8 * (size_t)w, &lo, 8);
+                memcpy(o + (size_t)(2 * c + 1) * bb + 8 * (size_t)w, &hi, 8);
+            }
+        }
+        for (int r = 0; r < CLLM_X16_ROWS; r++) {
+            uint8_t sc12[12];
+            for (int w = 0; w < 3; w++) memcpy(sc12 + 4 * w, x + 64 * w + 4 * r, 4);
+            cllm_fp16 dh, dminh;
+            memcpy(&dh, x + 192 + 2 * r, 2);
+            memcpy(&dminh, x + 224 + 2 * r, 2);
+            const float d = h2f(dh), dmin = h2f(dminh);
+            for (int s = 0; s < 8; s++) { /* (decode_q45_k's floats) */
+                int scale, mn;
+                cllm_q4k_scale_min(s, sc12, &scale, &mn);
+                float *ps = (float *)(o + (size_t)s * bb + sat);
+                ps[r] = d * (float)scale;
+                ps[16 + r] = -dmin * (float)mn;
+            }
+        }
     }
 }
 
 void cllm_cpu_gemm_pack_x16(cllm_type type, int64_t K, const void *group, void *panel) {
     CLLM_ASSERT(cllm_cpu_x16_available(type, K));
+    if (type == CLLM_TYPE_Q4_K) {
+        x16_gemm_pack_q4_k(K, group, panel);
+        return;
+    }
 #if defined(__x86_64__) || defined(__i386__)
     const cllm_cpu_isa level = cllm_cpu_isa_level();
     if (level >= CLLM_CPU_ISA_AVX512) { /* (SmolLM2 pp16 / pp512 as with 512 bits) */

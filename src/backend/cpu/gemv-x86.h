@@ -722,9 +722,139 @@ GV_INLINE void gv_x16_one(bool q41, int64_t K, const char *w, const char *act, f
     _mm256_storeu_ps(out + 8, acc1);
 }
 
+/* ---- Q4_K, 16 rows in the lanes (gemm.h: CLLM_X16_Q4_K_BYTES) --------------------
+ * Per super-block the 16 rows' scale bytes give, 8 rows per operation, the
+ * 6-bit scales and mins of sub-blocks 0..3 (low 6 bits of scale dwords 0
+ * and 1) and 4..7 (the nibbles of dword 2, the top 2 bits of dwords 0 and 1
+ * above them), one byte per row and sub-block; vpshufb then gives each
+ * sub-block's scale as the multiplier of its rows' lanes. Each sub-block's
+ * 32 products sum in the rows' lanes (vpdpbusd; or vpmaddubsw summed in
+ * s16: 8 sums of two products of at most 15 x 127 stay below 32,767), then
+ * take their scale (vpmulld; vpmaddwd with the scale in both halves), and
+ * the mins meet the column's sub-block sums in 4 vpmaddwd. Then one FMA of
+ * the super-block's sums against d and one of its mins against dmin. The
+ * same integers at every level, the same float steps: the AVX2 and AVXVNNI
+ * kernels agree bit for bit. */
+
+/* The vpshufb control taking, in every dword (row) k of a 128-bit lane,
+ * its byte b0 into the low int16 and b1 into the high one (-1: zero). */
+GV_INLINE __m256i gv_q4k_ctl(int b0, int b1) {
+#define GV_CTL(k)                                                                                  \
+    ((b0 < 0 ? 0x80 : 4 * (k) + b0) | 0x80 << 8 | (b1 < 0 ? 0x80 : 4 * (k) + b1) << 16 |           \
+     (int)(0x80u << 24))
+    return _mm256_setr_epi32(GV_CTL(0), GV_CTL(1), GV_CTL(2), GV_CTL(3), GV_CTL(0), GV_CTL(1),
+                             GV_CTL(2), GV_CTL(3));
+#undef GV_CTL
+}
+
+/* 16 rows of a group against one column (gemm.h's Q4_K activation: per
+ * super-block the quants of sub-blocks 0 2 1 3 4 6 5 7, their int16 sums,
+ * the float d): out[0..15]. */
+GV_INLINE void gv_x16_q4k_one(int64_t K, const char *w, const char *act, float *out) {
+    static const int pos[8] = {0, 2, 1, 3, 4, 6, 5, 7};
+    const __m256i m4 = _mm256_set1_epi8(0x0F), lo6 = _mm256_set1_epi8(0x3F);
+    const __m256i top2 = _mm256_set1_epi8(0x30);
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+    for (int64_t b = 0; b < K / 256; b++) {
+        const char *p = w + (size_t)b * CLLM_X16_Q4_K_BYTES;
+        const char *a = act + (size_t)b * 288;
+        for (size_t l = 0; l < 256; l += 64)
+            _mm_prefetch(p + CLLM_CPU_PREFETCH_AHEAD + l, _MM_HINT_T0);
+        __m256i sc[2][8], mins[2];
+        for (int h = 0; h < 2; h++) {
+            const __m256i w0 = _mm256_loadu_si256((const __m256i *)(p + 32 * h));
+            const __m256i w1 = _mm256_loadu_si256((const __m256i *)(p + 64 + 32 * h));
+            const __m256i w2 = _mm256_loadu_si256((const __m256i *)(p + 128 + 32 * h));
+            const __m256i s03 = _mm256_and_si256(w0, lo6), m03 = _mm256_and_si256(w1, lo6);
+            const __m256i s47 = _mm256_or_si256(_mm256_and_si256(w2, m4),
+                                                _mm256_and_si256(_mm256_srli_epi32(w0, 2), top2));
+            const __m256i m47 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(w2, 4), m4),
+                                                _mm256_and_si256(_mm256_srli_epi32(w1, 2), top2));
+            for (int s = 0; s < 4; s++) {
+#if GV_VNNI
+                sc[h][s] = _mm256_shuffle_epi8(s03, gv_q4k_ctl(s, -1));
+                sc[h][4 + s] = _mm256_shuffle_epi8(s47, gv_q4k_ctl(s, -1));
+#else
+                sc[h][s] = _mm256_shuffle_epi8(s03, gv_q4k_ctl(s, s));
+                sc[h][4 + s] = _mm256_shuffle_epi8(s47, gv_q4k_ctl(s, s));
+#endif
+            }
+            /* (m_2k, m_2k+1) against the column's (sum_2k, sum_2k+1) */
+            __m256i mm = _mm256_madd_epi16(_mm256_shuffle_epi8(m03, gv_q4k_ctl(0, 1)),
+                                           _mm256_set1_epi32(cllm_load_i32(a + 256)));
+            mm = _mm256_add_epi32(mm, _mm256_madd_epi16(_mm256_shuffle_epi8(m03, gv_q4k_ctl(2, 3)),
+                                                        _mm256_set1_epi32(cllm_load_i32(a + 260))));
+            mm = _mm256_add_epi32(mm, _mm256_madd_epi16(_mm256_shuffle_epi8(m47, gv_q4k_ctl(0, 1)),
+                                                        _mm256_set1_epi32(cllm_load_i32(a + 264))));
+            mm = _mm256_add_epi32(mm, _mm256_madd_epi16(_mm256_shuffle_epi8(m47, gv_q4k_ctl(2, 3)),
+                                                        _mm256_set1_epi32(cllm_load_i32(a + 268))));
+            mins[h] = mm;
+        }
+        __m256i is0 = _mm256_setzero_si256(), is1 = _mm256_setzero_si256();
+        for (int c = 0; c < 4; c++) {
+            const char *q = p + 256 + 512 * (size_t)c;
+            const char *al = a + 32 * pos[2 * c], *ah = a + 32 * pos[2 * c + 1];
+            __m256i l0 = _mm256_setzero_si256(), h0 = l0, l1 = l0, h1 = l0;
+            for (int j = 0; j < 8; j++) {
+                _mm_prefetch(q + 64 * j + CLLM_CPU_PREFETCH_AHEAD, _MM_HINT_T0);
+                const __m256i v0 = _mm256_loadu_si256((const __m256i *)(q + 64 * j));
+                const __m256i v1 = _mm256_loadu_si256((const __m256i *)(q + 64 * j + 32));
+                const __m256i bl = _mm256_set1_epi32(cllm_load_i32(al + 4 * j));
+                const __m256i bh = _mm256_set1_epi32(cllm_load_i32(ah + 4 * j));
+                const __m256i u0 = _mm256_and_si256(v0, m4), u1 = _mm256_and_si256(v1, m4);
+                const __m256i t0 = _mm256_and_si256(_mm256_srli_epi16(v0, 4), m4);
+                const __m256i t1 = _mm256_and_si256(_mm256_srli_epi16(v1, 4), m4);
+#if GV_VNNI
+                l0 = GV_DPBUSD(l0, u0, bl), l1 = GV_DPBUSD(l1, u1, bl);
+                h0 = GV_DPBUSD(h0, t0, bh), h1 = GV_DPBUSD(h1, t1, bh);
+#else
+                l0 = _mm256_add_epi16(l0, _mm256_maddubs_epi16(u0, bl));
+                l1 = _mm256_add_epi16(l1, _mm256_maddubs_epi16(u1, bl));
+                h0 = _mm256_add_epi16(h0, _mm256_maddubs_epi16(t0, bh));
+                h1 = _mm256_add_epi16(h1, _mm256_maddubs_epi16(t1, bh));
+#endif
+            }
+#if GV_VNNI
+            is0 = _mm256_add_epi32(is0, _mm256_add_epi32(_mm256_mullo_epi32(l0, sc[0][2 * c]),
+                                                         _mm256_mullo_epi32(h0, sc[0][2 * c + 1])));
+            is1 = _mm256_add_epi32(is1, _mm256_add_epi32(_mm256_mullo_epi32(l1, sc[1][2 * c]),
+                                                         _mm256_mullo_epi32(h1, sc[1][2 * c + 1])));
+#else
+            is0 = _mm256_add_epi32(is0, _mm256_add_epi32(_mm256_madd_epi16(l0, sc[0][2 * c]),
+                                                         _mm256_madd_epi16(h0, sc[0][2 * c + 1])));
+            is1 = _mm256_add_epi32(is1, _mm256_add_epi32(_mm256_madd_epi16(l1, sc[1][2 * c]),
+                                                         _mm256_madd_epi16(h1, sc[1][2 * c + 1])));
+#endif
+        }
+        float d;
+        memcpy(&d, a + 272, 4);
+        const __m256 da = _mm256_set1_ps(d);
+        const __m256 dw0 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p + 192)));
+        const __m256 dw1 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p + 208)));
+        const __m256 mw0 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p + 224)));
+        const __m256 mw1 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p + 240)));
+        acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is0), _mm256_mul_ps(dw0, da), acc0);
+        acc1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is1), _mm256_mul_ps(dw1, da), acc1);
+        acc0 = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(mins[0]), _mm256_mul_ps(mw0, da), acc0);
+        acc1 = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(mins[1]), _mm256_mul_ps(mw1, da), acc1);
+    }
+    _mm256_storeu_ps(out, acc0);
+    _mm256_storeu_ps(out + 8, acc1);
+}
+
 /* A level's cllm_cpu_gemv_x16: groups of 16 rows x nc columns. */
 GV_INLINE void gv_gemv_x16(cllm_type type, int64_t K, const void *w, int ngroups, const void *act,
                            size_t act_stride, int nc, float *out, size_t out_stride) {
+    if (type == CLLM_TYPE_Q4_K) { /* one column at a time */
+        const size_t gbytes = (size_t)(K / 256) * CLLM_X16_Q4_K_BYTES;
+        for (int gi = 0; gi < ngroups; gi++) {
+            for (int c = 0; c < nc; c++)
+                gv_x16_q4k_one(K, (const char *)w + (size_t)gi * gbytes,
+                               (const char *)act + (size_t)c * act_stride,
+                               out + 16 * gi + (size_t)c * out_stride);
+        }
+        return;
+    }
     const bool q41 = type == CLLM_TYPE_Q4_1;
     const size_t gbytes = (size_t)(K / 32) * (q41 ? 320 : 288);
     for (int gi = 0; gi < ngroups; gi++) {

@@ -948,7 +948,7 @@ static void test_x16(cllm_type t) {
              * AVX2 one's bits: the same integers, the same float steps */
             const cllm_cpu_isa lv = cllm_cpu_isa_level();
             if (lv == CLLM_CPU_ISA_AVXVNNI ||
-                (lv >= CLLM_CPU_ISA_AVX512 && cllm_cpu_prefer_256())) {
+                (lv >= CLLM_CPU_ISA_AVX512 && (cllm_cpu_prefer_256() || q4k))) {
                 cllm_cpu_gemv_x16_avx2(t, n, wx, R / CLLM_X16_ROWS, act, ab, NC, got, R);
                 for (int c = 0; c < NC; c++)
                     CHECKF(memcmp(got + c * R, alone[c], R * sizeof(float)) == 0,

@@ -91,10 +91,9 @@ static cllm_status start_stream(cllm_model *m, int n_slots) {
 }
 
 /* A weight the CPU's one-column kernels read faster 16 rows at a time
- * (gemm.h: CLLM_X16): a layer's matrix or the output, Q4_0 / Q4_1 (and Q4_K
- * at the 256-bit levels), whole groups of 16 rows, read only by mul_mat
- * (which the CPU backend checks: any other reader is an op it does not
- * support). */
+ * (gemm.h: CLLM_X16): a layer's matrix or the output, Q4_0 / Q4_1 / Q4_K,
+ * whole groups of 16 rows, read only by mul_mat (which the CPU backend
+ * checks: any other reader is an op it does not support). */
 static bool x16_candidate(const cllm_tensor *t) {
     const bool named = strncmp(t->name, "blk.", 4) == 0 || strcmp(t->name, "output.weight") == 0;
     return named && t->ne[2] == 1 && t->ne[3] == 1 && t->ne[1] % CLLM_X16_ROWS == 0 &&

@@ -829,10 +829,9 @@ void cllm_cpu_gemm(cllm_type type, int64_t K, const void *panel, const void *act
 bool cllm_cpu_x16_available(cllm_type type, int64_t K) {
 #if defined(__x86_64__) || defined(__i386__)
     const cllm_cpu_isa level = cllm_cpu_isa_level();
-    if (type == CLLM_TYPE_Q4_K) /* (the 256-bit levels: AVX-512's row kernels keep up) */
-        return K > 0 && K % 256 == 0 && level >= CLLM_CPU_ISA_AVX2 && level < CLLM_CPU_ISA_AVX512;
-    return (type == CLLM_TYPE_Q4_0 || type == CLLM_TYPE_Q4_1) && K > 0 && K % 32 == 0 &&
-           level >= CLLM_CPU_ISA_AVX2;
+    const int64_t qk = type == CLLM_TYPE_Q4_K ? 256 : 32;
+    return (type == CLLM_TYPE_Q4_0 || type == CLLM_TYPE_Q4_1 || type == CLLM_TYPE_Q4_K) && K > 0 &&
+           K % qk == 0 && level >= CLLM_CPU_ISA_AVX2;
 #else
     (void)type, (void)K;
     return false;
@@ -978,7 +977,9 @@ void cllm_cpu_gemv_x16(cllm_type type, int64_t K, const void *w, int ngroups, co
     CLLM_ASSERT(cllm_cpu_x16_available(type, K));
 #if defined(__x86_64__) || defined(__i386__)
     const cllm_cpu_isa level = cllm_cpu_isa_level();
-    if (level >= CLLM_CPU_ISA_AVX512 && !cllm_cpu_prefer_256()) {
+    /* (Q4_K: the 256-bit kernel at every level; it reads as fast as the
+     * memory gives with 1 thread) */
+    if (level >= CLLM_CPU_ISA_AVX512 && !cllm_cpu_prefer_256() && type != CLLM_TYPE_Q4_K) {
         cllm_cpu_gemv_x16_avx512(type, K, w, ngroups, act, act_stride, nc, out, out_stride);
     } else if (level >= CLLM_CPU_ISA_AVX512) {
         cllm_cpu_gemv_x16_avx512vl(type, K, w, ngroups, act, act_stride, nc, out, out_stride);

@@ -347,15 +347,15 @@ bool cllm_cpu_gemm_pack_avx512(cllm_type type, const void *a, size_t stride, int
  * AVX-512 level, 8 per 256-bit one at the AVX2 and AVXVNNI levels and where
  * 512-bit operations run as two halves, cllm_cpu_prefer_256); the panel
  * GEMM packs its panels straight from the blocks. x86 levels from AVX2.
- * Q4_K at the AVX2 and AVXVNNI levels (where the row kernel spent a quarter
- * of its operations turning each row's 6-bit scales into vectors), per
- * super-block of 256 elements, 2,304 bytes: the 16 rows' 12 scale bytes as
- * 3 x 64 bytes (bytes 4r..4r+3 of part w: row r's bytes 4w..4w+3), their
- * fp16 d, their fp16 dmin, then 32 x 64 bytes of quants (part P: row r's
- * qs[4P..4P+3]; part 8c + j holds elements 4j..4j+3 of sub-block 2c in its
- * low nibbles and of 2c + 1 in its high ones). The scales then decode with
- * 8 rows per operation, and each sub-block's products sum in the rows' lanes
- * before one vpmaddwd with the sub-block's scales. */
+ * Q4_K (where the AVX2 row kernel spent a quarter of its operations turning
+ * each row's 6-bit scales into vectors), per super-block of 256 elements,
+ * 2,304 bytes: the 16 rows' 12 scale bytes as 3 x 64 bytes (bytes 4r..4r+3
+ * of part w: row r's bytes 4w..4w+3), their fp16 d, their fp16 dmin, then
+ * 32 x 64 bytes of quants (part P: row r's qs[4P..4P+3]; part 8c + j holds
+ * elements 4j..4j+3 of sub-block 2c in its low nibbles and of 2c + 1 in its
+ * high ones). The scales then decode for 8 rows per operation, and each
+ * sub-block's products sum in the rows' lanes before one multiply by the
+ * sub-block's scales; 8 rows per 256-bit register at every level. */
 #define CLLM_X16_ROWS       16
 #define CLLM_X16_Q4_K_BYTES (CLLM_X16_ROWS * 144)
 bool cllm_cpu_x16_available(cllm_type type, int64_t K);

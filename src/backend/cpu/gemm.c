@@ -913,51 +913,8 @@ void cllm_cpu_x16_row_to_float(cllm_type type, int64_t K, const void *group, int
     }
 }
 
-/* Q4_K's panel straight from a group: part 8c + j's low nibbles are step j
- * of scale block 2c (bytes 4r..4r+3: row r's u of elements 4j..4j+3), its
- * high nibbles step j of block 2c + 1; each row's scales and offsets as
- * decode_q4_k makes them. The bytes cllm_cpu_gemm_pack writes from the
- * rows (test_kernels). */
-static void x16_gemm_pack_q4_k(int64_t K, const char *group, char *panel) {
-    const cllm_gemm_form f = cllm_cpu_gemm_form(CLLM_TYPE_Q4_K);
-    const size_t bb = block_bytes(&f), sat = cllm_gemm_scales_at(&f);
-    CLLM_ASSERT(f.bs == 32 && f.offset && !f.sabs && sat == 512);
-    for (int64_t b = 0; b < K / 256; b++) {
-        const char *x = group + (size_t)b * CLLM_X16_Q4_K_BYTES;
-        char *o = panel + (size_t)b * 8 * bb;
-        for (int c = 0; c < 4; c++) {
-            for (int w = 0; w < 8 * 64 / 8; w++) { /* 8 bytes at a time */
-                uint64_t v;
-                memcpy(&v, x + 256 + 512 * (size_t)c + 8 * (size_t)w, 8);
-                const uint64_t lo = v & 0x0F0F0F0F0F0F0F0Full, hi = v >> 4 & 0x0F0F0F0F0F0F0F0Full;
-                memcpy(o + (size_t)(2 * c) * bb + 8 * (size_t)w, &lo, 8);
-                memcpy(o + (size_t)(2 * c + 1) * bb + 8 * (size_t)w, &hi, 8);
-            }
-        }
-        for (int r = 0; r < CLLM_X16_ROWS; r++) {
-            uint8_t sc12[12];
-            for (int w = 0; w < 3; w++) memcpy(sc12 + 4 * w, x + 64 * w + 4 * r, 4);
-            cllm_fp16 dh, dminh;
-            memcpy(&dh, x + 192 + 2 * r, 2);
-            memcpy(&dminh, x + 224 + 2 * r, 2);
-            const float d = h2f(dh), dmin = h2f(dminh);
-            for (int s = 0; s < 8; s++) { /* (decode_q45_k's floats) */
-                int scale, mn;
-                cllm_q4k_scale_min(s, sc12, &scale, &mn);
-                float *ps = (float *)(o + (size_t)s * bb + sat);
-                ps[r] = d * (float)scale;
-                ps[16 + r] = -dmin * (float)mn;
-            }
-        }
-    }
-}
-
 void cllm_cpu_gemm_pack_x16(cllm_type type, int64_t K, const void *group, void *panel) {
     CLLM_ASSERT(cllm_cpu_x16_available(type, K));
-    if (type == CLLM_TYPE_Q4_K) {
-        x16_gemm_pack_q4_k(K, group, panel);
-        return;
-    }
 #if defined(__x86_64__) || defined(__i386__)
     const cllm_cpu_isa level = cllm_cpu_isa_level();
     if (level >= CLLM_CPU_ISA_AVX512) { /* (SmolLM2 pp16 / pp512 as with 512 bits) */

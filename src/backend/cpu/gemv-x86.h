@@ -883,8 +883,60 @@ GV_INLINE void gv_gemv_x16(cllm_type type, int64_t K, const void *w, int ngroups
     }
 }
 
+/* Q4_K's panel (gemm.h: per scale block of 32, 8 steps of 64 bytes of u,
+ * 16 float scales d * sc, 16 float offsets -dmin * m: 640 bytes) from a
+ * group: part 8c + j's low nibbles are step j of block 2c, its high ones
+ * step j of block 2c + 1; the scales decode as gv_x16_q4k_one's, and each
+ * float is the portable packer's single product. */
+GV_INLINE void gv_gemm_pack_x16_q4k(int64_t K, const char *group, char *panel) {
+    const __m256i m4 = _mm256_set1_epi8(0x0F), lo6 = _mm256_set1_epi8(0x3F);
+    const __m256i top2 = _mm256_set1_epi8(0x30);
+    for (int64_t b = 0; b < K / 256; b++) {
+        const char *x = group + (size_t)b * CLLM_X16_Q4_K_BYTES;
+        char *o = panel + (size_t)b * 8 * 640;
+        for (size_t l = 0; l < CLLM_X16_Q4_K_BYTES; l += 64)
+            _mm_prefetch(x + CLLM_CPU_PREFETCH_AHEAD + l, _MM_HINT_T0);
+        for (int c = 0; c < 4; c++) {
+            for (int k = 0; k < 16; k++) { /* step k / 2, half k % 2 */
+                const __m256i v = _mm256_loadu_si256((const __m256i *)(x + 256 + 512 * c + 32 * k));
+                _mm256_storeu_si256((__m256i *)(o + 640 * (2 * c) + 32 * k),
+                                    _mm256_and_si256(v, m4));
+                _mm256_storeu_si256((__m256i *)(o + 640 * (2 * c + 1) + 32 * k),
+                                    _mm256_and_si256(_mm256_srli_epi16(v, 4), m4));
+            }
+        }
+        for (int h = 0; h < 2; h++) {
+            const __m256i w0 = _mm256_loadu_si256((const __m256i *)(x + 32 * h));
+            const __m256i w1 = _mm256_loadu_si256((const __m256i *)(x + 64 + 32 * h));
+            const __m256i w2 = _mm256_loadu_si256((const __m256i *)(x + 128 + 32 * h));
+            const __m256i s03 = _mm256_and_si256(w0, lo6), m03 = _mm256_and_si256(w1, lo6);
+            const __m256i s47 = _mm256_or_si256(_mm256_and_si256(w2, m4),
+                                                _mm256_and_si256(_mm256_srli_epi32(w0, 2), top2));
+            const __m256i m47 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(w2, 4), m4),
+                                                _mm256_and_si256(_mm256_srli_epi32(w1, 2), top2));
+            const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(x + 192 + 16 * h)));
+            const __m256 nm =
+                _mm256_xor_ps(/* -dmin (-0 for 0, as the packer's) */
+                              _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(x + 224 + 16 * h))),
+                              _mm256_set1_ps(-0.0f));
+            for (int s = 0; s < 8; s++) {
+                const __m256i ctl = gv_q4k_ctl(s % 4, -1);
+                const __m256i sc = _mm256_shuffle_epi8(s < 4 ? s03 : s47, ctl);
+                const __m256i mn = _mm256_shuffle_epi8(s < 4 ? m03 : m47, ctl);
+                float *ps = (float *)(o + 640 * s + 512) + 8 * h;
+                _mm256_storeu_ps(ps, _mm256_mul_ps(d, _mm256_cvtepi32_ps(sc)));
+                _mm256_storeu_ps(ps + 16, _mm256_mul_ps(nm, _mm256_cvtepi32_ps(mn)));
+            }
+        }
+    }
+}
+
 /* A level's cllm_cpu_gemm_pack_x16 (the panel: gemm.h). */
 GV_INLINE void gv_gemm_pack_x16(cllm_type type, int64_t K, const void *group, void *panel) {
+    if (type == CLLM_TYPE_Q4_K) {
+        gv_gemm_pack_x16_q4k(K, group, panel);
+        return;
+    }
     const bool q41 = type == CLLM_TYPE_Q4_1;
     const size_t bb = q41 ? 320 : 288, pb = q41 ? 640 : 576;
     const __m256i m4 = _mm256_set1_epi8(0x0F);

@@ -666,6 +666,18 @@ GV_INLINE void gv_x16_half(bool q41, int nc, int64_t K, const char *w, int h, co
     for (int c = 0; c < nc; c++) _mm256_storeu_ps(out + (size_t)c * out_stride + 8 * h, acc[c]);
 }
 
+/* acc + the products of u (unsigned) and a (signed), 4 per row lane: with
+ * vpdpbusd their int32 sums; else vpmaddubsw's sums of two added in s16
+ * (the callers add at most 8 of those, each of two nibbles times bytes of
+ * at most 127 in magnitude: 8 x 3,810 = 30,480 < 32,767). */
+GV_INLINE __m256i gv_x16_dot(__m256i acc, __m256i u, __m256i a) {
+#if GV_VNNI
+    return GV_DPBUSD(acc, u, a);
+#else
+    return _mm256_add_epi16(acc, _mm256_maddubs_epi16(u, a));
+#endif
+}
+
 /* One column, both halves in one pass over the blocks: the group's bytes
  * stream once, and the column's activation bytes are broadcast once a block
  * (gv_x16_half reads the group twice, the second time from the cache, with
@@ -692,15 +704,8 @@ GV_INLINE void gv_x16_one(bool q41, int64_t K, const char *w, const char *act, f
             const __m256i l0 = _mm256_and_si256(v0, m4), l1 = _mm256_and_si256(v1, m4);
             const __m256i h0 = _mm256_and_si256(_mm256_srli_epi16(v0, 4), m4);
             const __m256i h1 = _mm256_and_si256(_mm256_srli_epi16(v1, 4), m4);
-#if GV_VNNI
-            s0 = GV_DPBUSD(GV_DPBUSD(s0, l0, al), h0, ah);
-            s1 = GV_DPBUSD(GV_DPBUSD(s1, l1, al), h1, ah);
-#else
-            s0 = _mm256_add_epi16(s0, _mm256_maddubs_epi16(l0, al));
-            s1 = _mm256_add_epi16(s1, _mm256_maddubs_epi16(l1, al));
-            s0 = _mm256_add_epi16(s0, _mm256_maddubs_epi16(h0, ah));
-            s1 = _mm256_add_epi16(s1, _mm256_maddubs_epi16(h1, ah));
-#endif
+            s0 = gv_x16_dot(gv_x16_dot(s0, l0, al), h0, ah);
+            s1 = gv_x16_dot(gv_x16_dot(s1, l1, al), h1, ah);
         }
 #if !GV_VNNI
         s0 = _mm256_madd_epi16(s0, _mm256_set1_epi16(1));
@@ -733,8 +738,8 @@ GV_INLINE void gv_x16_one(bool q41, int64_t K, const char *w, const char *act, f
  * take their scale (vpmulld; vpmaddwd with the scale in both halves), and
  * the mins meet the column's sub-block sums in 4 vpmaddwd. Then one FMA of
  * the super-block's sums against d and one of its mins against dmin. The
- * same integers at every level, the same float steps: the AVX2 and AVXVNNI
- * kernels agree bit for bit. */
+ * same integers at every level, the same float steps: the AVX2, AVXVNNI and
+ * AVX-512 (256-bit) kernels agree bit for bit. */
 
 /* The vpshufb control taking, in every dword (row) k of a 128-bit lane,
  * its byte b0 into the low int16 and b1 into the high one (-1: zero). */
@@ -747,13 +752,29 @@ GV_INLINE __m256i gv_q4k_ctl(int b0, int b1) {
 #undef GV_CTL
 }
 
+/* Half h's (rows 8h..8h+7) 6-bit scales and mins of a group's super-block
+ * p, one byte per row (its lane) and sub-block: s03 / m03 bytes s of
+ * sub-blocks 0..3, s47 / m47 of sub-blocks 4 + s. */
+GV_INLINE void gv_q4k_scales_x16(const char *p, int h, __m256i *s03, __m256i *s47, __m256i *m03,
+                                 __m256i *m47) {
+    const __m256i lo6 = _mm256_set1_epi8(0x3F), m4 = _mm256_set1_epi8(0x0F);
+    const __m256i top2 = _mm256_set1_epi8(0x30);
+    const __m256i w0 = _mm256_loadu_si256((const __m256i *)(p + 32 * h));
+    const __m256i w1 = _mm256_loadu_si256((const __m256i *)(p + 64 + 32 * h));
+    const __m256i w2 = _mm256_loadu_si256((const __m256i *)(p + 128 + 32 * h));
+    *s03 = _mm256_and_si256(w0, lo6), *m03 = _mm256_and_si256(w1, lo6);
+    *s47 =
+        _mm256_or_si256(_mm256_and_si256(w2, m4), _mm256_and_si256(_mm256_srli_epi32(w0, 2), top2));
+    *m47 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(w2, 4), m4),
+                           _mm256_and_si256(_mm256_srli_epi32(w1, 2), top2));
+}
+
 /* 16 rows of a group against one column (gemm.h's Q4_K activation: per
  * super-block the quants of sub-blocks 0 2 1 3 4 6 5 7, their int16 sums,
  * the float d): out[0..15]. */
 GV_INLINE void gv_x16_q4k_one(int64_t K, const char *w, const char *act, float *out) {
     static const int pos[8] = {0, 2, 1, 3, 4, 6, 5, 7};
-    const __m256i m4 = _mm256_set1_epi8(0x0F), lo6 = _mm256_set1_epi8(0x3F);
-    const __m256i top2 = _mm256_set1_epi8(0x30);
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
     __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
     for (int64_t b = 0; b < K / 256; b++) {
         const char *p = w + (size_t)b * CLLM_X16_Q4_K_BYTES;
@@ -762,14 +783,8 @@ GV_INLINE void gv_x16_q4k_one(int64_t K, const char *w, const char *act, float *
             _mm_prefetch(p + CLLM_CPU_PREFETCH_AHEAD + l, _MM_HINT_T0);
         __m256i sc[2][8], mins[2];
         for (int h = 0; h < 2; h++) {
-            const __m256i w0 = _mm256_loadu_si256((const __m256i *)(p + 32 * h));
-            const __m256i w1 = _mm256_loadu_si256((const __m256i *)(p + 64 + 32 * h));
-            const __m256i w2 = _mm256_loadu_si256((const __m256i *)(p + 128 + 32 * h));
-            const __m256i s03 = _mm256_and_si256(w0, lo6), m03 = _mm256_and_si256(w1, lo6);
-            const __m256i s47 = _mm256_or_si256(_mm256_and_si256(w2, m4),
-                                                _mm256_and_si256(_mm256_srli_epi32(w0, 2), top2));
-            const __m256i m47 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(w2, 4), m4),
-                                                _mm256_and_si256(_mm256_srli_epi32(w1, 2), top2));
+            __m256i s03, s47, m03, m47;
+            gv_q4k_scales_x16(p, h, &s03, &s47, &m03, &m47);
             for (int s = 0; s < 4; s++) {
 #if GV_VNNI
                 sc[h][s] = _mm256_shuffle_epi8(s03, gv_q4k_ctl(s, -1));
@@ -804,15 +819,8 @@ GV_INLINE void gv_x16_q4k_one(int64_t K, const char *w, const char *act, float *
                 const __m256i u0 = _mm256_and_si256(v0, m4), u1 = _mm256_and_si256(v1, m4);
                 const __m256i t0 = _mm256_and_si256(_mm256_srli_epi16(v0, 4), m4);
                 const __m256i t1 = _mm256_and_si256(_mm256_srli_epi16(v1, 4), m4);
-#if GV_VNNI
-                l0 = GV_DPBUSD(l0, u0, bl), l1 = GV_DPBUSD(l1, u1, bl);
-                h0 = GV_DPBUSD(h0, t0, bh), h1 = GV_DPBUSD(h1, t1, bh);
-#else
-                l0 = _mm256_add_epi16(l0, _mm256_maddubs_epi16(u0, bl));
-                l1 = _mm256_add_epi16(l1, _mm256_maddubs_epi16(u1, bl));
-                h0 = _mm256_add_epi16(h0, _mm256_maddubs_epi16(t0, bh));
-                h1 = _mm256_add_epi16(h1, _mm256_maddubs_epi16(t1, bh));
-#endif
+                l0 = gv_x16_dot(l0, u0, bl), l1 = gv_x16_dot(l1, u1, bl);
+                h0 = gv_x16_dot(h0, t0, bh), h1 = gv_x16_dot(h1, t1, bh);
             }
 #if GV_VNNI
             is0 = _mm256_add_epi32(is0, _mm256_add_epi32(_mm256_mullo_epi32(l0, sc[0][2 * c]),
@@ -889,8 +897,7 @@ GV_INLINE void gv_gemv_x16(cllm_type type, int64_t K, const void *w, int ngroups
  * step j of block 2c + 1; the scales decode as gv_x16_q4k_one's, and each
  * float is the portable packer's single product. */
 GV_INLINE void gv_gemm_pack_x16_q4k(int64_t K, const char *group, char *panel) {
-    const __m256i m4 = _mm256_set1_epi8(0x0F), lo6 = _mm256_set1_epi8(0x3F);
-    const __m256i top2 = _mm256_set1_epi8(0x30);
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
     for (int64_t b = 0; b < K / 256; b++) {
         const char *x = group + (size_t)b * CLLM_X16_Q4_K_BYTES;
         char *o = panel + (size_t)b * 8 * 640;
@@ -906,14 +913,8 @@ GV_INLINE void gv_gemm_pack_x16_q4k(int64_t K, const char *group, char *panel) {
             }
         }
         for (int h = 0; h < 2; h++) {
-            const __m256i w0 = _mm256_loadu_si256((const __m256i *)(x + 32 * h));
-            const __m256i w1 = _mm256_loadu_si256((const __m256i *)(x + 64 + 32 * h));
-            const __m256i w2 = _mm256_loadu_si256((const __m256i *)(x + 128 + 32 * h));
-            const __m256i s03 = _mm256_and_si256(w0, lo6), m03 = _mm256_and_si256(w1, lo6);
-            const __m256i s47 = _mm256_or_si256(_mm256_and_si256(w2, m4),
-                                                _mm256_and_si256(_mm256_srli_epi32(w0, 2), top2));
-            const __m256i m47 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(w2, 4), m4),
-                                                _mm256_and_si256(_mm256_srli_epi32(w1, 2), top2));
+            __m256i s03, s47, m03, m47;
+            gv_q4k_scales_x16(x, h, &s03, &s47, &m03, &m47);
             const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(x + 192 + 16 * h)));
             const __m256 nm =
                 _mm256_xor_ps(/* -dmin (-0 for 0, as the packer's) */

@@ -828,10 +828,9 @@ void cllm_cpu_gemm(cllm_type type, int64_t K, const void *panel, const void *act
 
 bool cllm_cpu_x16_available(cllm_type type, int64_t K) {
 #if defined(__x86_64__) || defined(__i386__)
-    const cllm_cpu_isa level = cllm_cpu_isa_level();
-    const int64_t qk = type == CLLM_TYPE_Q4_K ? 256 : 32;
-    return (type == CLLM_TYPE_Q4_0 || type == CLLM_TYPE_Q4_1 || type == CLLM_TYPE_Q4_K) && K > 0 &&
-           K % qk == 0 && level >= CLLM_CPU_ISA_AVX2;
+    if (type != CLLM_TYPE_Q4_0 && type != CLLM_TYPE_Q4_1 && type != CLLM_TYPE_Q4_K) return false;
+    return K > 0 && K % cllm_type_traits_of(type)->blck_size == 0 &&
+           cllm_cpu_isa_level() >= CLLM_CPU_ISA_AVX2;
 #else
     (void)type, (void)K;
     return false;

@@ -11,7 +11,7 @@
 #include "common/check.h"
 #include "common/refs.h"
 #include "runtime/session.h"
-#include "runtime/tokenizer.h"
+#include "text/tokenizer.h"
 
 #include <fcntl.h>
 #include <stdlib.h>

@@ -1,6 +1,6 @@
 /* Tests of chat templates: detection of template families and exact renderings. */
 #include "common/check.h"
-#include "runtime/chat.h"
+#include "text/chat.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -22,7 +22,7 @@
 #include "common/refs.h"
 #include "runtime/model.h"
 #include "runtime/session.h"
-#include "runtime/tokenizer.h"
+#include "text/tokenizer.h"
 
 #include <math.h>
 #include <stdio.h>

@@ -32,7 +32,7 @@
 #include "common/check.h"
 #include "common/refs.h"
 #include "core/hostmem.h"
-#include "runtime/chat.h"
+#include "text/chat.h"
 #include "runtime/fit.h"
 #include "runtime/generate.h"
 

@@ -9,7 +9,7 @@
 #include "common/check.h"
 #include "common/refs.h"
 #include "runtime/session.h"
-#include "runtime/tokenizer.h"
+#include "text/tokenizer.h"
 
 #include <math.h>
 #include <stdio.h>

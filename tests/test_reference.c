@@ -27,7 +27,7 @@
 #include "common/refs.h"
 #include "runtime/fit.h"
 #include "runtime/session.h"
-#include "runtime/tokenizer.h"
+#include "text/tokenizer.h"
 
 #include <stdio.h>
 #include <stdlib.h>

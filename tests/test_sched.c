@@ -10,7 +10,7 @@
 #include "backend/cpu/cpu.h"
 #include "backend/test/test-backend.h"
 #include "common/check.h"
-#include "model/model.h"
+#include "model/arch.h"
 #include "sched/sched.h"
 
 #include <math.h>

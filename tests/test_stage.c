@@ -12,7 +12,7 @@
 #include "common/check.h"
 #include "common/refs.h"
 #include "runtime/model.h"
-#include "runtime/pipeline-impl.h"
+#include "pipeline/pipeline-impl.h"
 #include "runtime/session.h"
 
 #include <stdlib.h>

@@ -9,10 +9,10 @@
 #include "common/refs.h"
 #include "core/hostmem.h"
 #include "gguf/gguf.h"
-#include "runtime/chat.h"
-#include "runtime/tokenizer-impl.h"
-#include "runtime/tokenizer.h"
-#include "runtime/unicode.h"
+#include "text/chat.h"
+#include "text/tokenizer-impl.h"
+#include "text/tokenizer.h"
+#include "text/unicode.h"
 
 #include <stdio.h>
 #include <stdlib.h>

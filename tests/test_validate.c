@@ -8,7 +8,7 @@
 #include "common/check.h"
 #include "runtime/fit.h"
 #include "runtime/session.h"
-#include "runtime/tokenizer.h"
+#include "text/tokenizer.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
-"""Writes src/runtime/unicode-data.c: code point range tables for the
+"""Writes src/text/unicode-data.c: code point range tables for the
 character classes the tokenizer pre-tokenizers use (\\p{L}, \\p{N}, \\s).
 
-    python3 tools/gen-unicode-data.py > src/runtime/unicode-data.c
+    python3 tools/gen-unicode-data.py > src/text/unicode-data.c
 
 The data comes from Python's own unicodedata module (no download); the
 Unicode version is recorded in the output. Letters are the general
@@ -61,7 +61,7 @@ def main():
           % unicodedata.unidata_version)
     print(" * unicodedata). Do not edit; run the script again instead.")
     print(" */")
-    print('#include "runtime/unicode.h"')
+    print('#include "text/unicode.h"')
     print()
     print("/* clang-format off */")
     emit("cllm_unicode_letter", letters, "\\p{L}: general categories Lu Ll Lt Lm Lo")

@@ -1,6 +1,6 @@
 /* The table of architectures and the helpers they share: typed
  * hyper-parameter look-ups, weight tensors checked against the file, masks. */
-#include "model/model.h"
+#include "model/arch.h"
 #include "core/hostmem.h"
 
 #include <math.h>

@@ -27,7 +27,7 @@
  * <arch>.rope.freq_base. The attention scale is 1 / sqrt(head_dim), as for
  * every Gemma 3 size but 27B, which scales by 1 / sqrt(n_embd / n_head).
  */
-#include "model/model.h"
+#include "model/arch.h"
 
 #include <math.h>
 #include <stdio.h>

@@ -12,7 +12,7 @@
  * then logits = output · (layer_norm(x) * output_norm + output_norm_b),
  * output tied to token_embd when the file has no output.weight.
  */
-#include "model/model.h"
+#include "model/arch.h"
 
 #include <math.h>
 #include <stdio.h>

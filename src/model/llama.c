@@ -28,7 +28,7 @@
  * Rope scaling from the metadata (any member): none, linear, yarn,
  * longrope (see rope_scaling below).
  */
-#include "model/model.h"
+#include "model/arch.h"
 
 #include <math.h>
 #include <stdio.h>

@@ -8,10 +8,10 @@
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/threadpool.h"
 #include "gguf/gguf.h"
-#include "runtime/chat.h"
+#include "text/chat.h"
 #include "runtime/model.h"
 #include "runtime/session.h"
-#include "runtime/tokenizer.h"
+#include "text/tokenizer.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -2,6 +2,7 @@
  * budgets, from metadata and measure-mode probes. */
 #include "core/hostmem.h"
 #include "runtime/fit.h"
+#include "runtime/instance.h"
 #include "backend/backend.h"
 #include "backend/cpu/cpu.h"
 #include "runtime/stream.h"

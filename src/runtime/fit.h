@@ -36,7 +36,7 @@
 
 #include "backend/backend.h"
 #include "gguf/gguf.h"
-#include "model/model.h"
+#include "model/arch.h"
 #include "runtime/place.h"
 #include "sched/sched.h"
 

@@ -9,6 +9,6 @@
 
 #include "runtime/sampler.h"
 #include "runtime/session.h"
-#include "runtime/tokenizer.h"
+#include "text/tokenizer.h"
 
 #endif /* CLLM_RUNTIME_GENERATE_H */

@@ -4,7 +4,7 @@
 #include "backend/cpu/cpu.h"
 #include "backend/cpu/gemm.h"
 #include "runtime/fit.h"
-#include "runtime/tokenizer.h"
+#include "text/tokenizer.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -21,7 +21,7 @@
 #define CLLM_RUNTIME_MODEL_H
 
 #include "backend/backend.h"
-#include "model/model.h"
+#include "model/arch.h"
 #include "runtime/place.h"
 #include "runtime/stream.h"
 

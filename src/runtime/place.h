@@ -10,11 +10,9 @@
  *   layout     static tensors laid out per device in creation order, each
  *              aligned for its device's buffer type: the same function
  *              sizes measure buffers (plans) and fills real ones (loading).
- *   instance   the KV cache, the backends and the scheduler of one shape
- *              under one placement, with compute memory measured from the
- *              worst-case graphs. In measure mode (the planner's probes) no
- *              memory is touched; in alloc mode (sessions) every buffer has
- *              exactly the measured size.
+ *
+ * The KV cache, backends and scheduler of one shape under a placement are
+ * an instance (runtime/instance.h).
  *
  *     cllm_placement pl;
  *     st = cllm_placement_init_cpu(&pl, hp.n_layer);            // or from a plan
@@ -24,23 +22,19 @@
  *     cllm_place_weights(&pl, w, wbytes, bufs);                  // placed
  *     cllm_shape sh;
  *     st = cllm_shape_resolve(&hp, &(cllm_shape_params){.n_ctx = 2048}, "session", &sh);
- *     cllm_instance in;
- *     st = cllm_instance_init(&in, &(cllm_instance_args){..., .measure = true});
- *     ... in.bytes[d][kind] ...
- *     cllm_instance_free(&in);
  *     cllm_placement_free(&pl);
  */
 #ifndef CLLM_RUNTIME_PLACE_H
 #define CLLM_RUNTIME_PLACE_H
 
 #include "backend/backend.h"
-#include "model/model.h"
+#include "model/arch.h"
 #include "sched/sched.h"
 
 #define CLLM_PLACE_MAX_DEVICES CLLM_SCHED_MAX_BACKENDS
 
 /* A layer (or the output layer) held by another host of a pipeline
- * (runtime/mpi.h): its weights and KV cache are not placed here. */
+ * (include/cllm-pipeline.h): its weights and KV cache are not placed here. */
 enum { CLLM_PLACE_NONE = -1 };
 
 typedef struct cllm_placement {
@@ -104,6 +98,11 @@ cllm_buffer_type *cllm_placement_buft(const cllm_placement *pl, int d);
 void cllm_place_weights(const cllm_placement *pl, const cllm_weights *w, size_t *bytes,
                         cllm_buffer *const *bufs);
 
+/* The same for a KV cache's tensors (cllm_kv_cache_init, runtime/instance.h):
+ * each layer's K and V on its layer's device. */
+void cllm_place_kv(const cllm_placement *pl, cllm_context *kv_ctx, size_t *bytes,
+                   cllm_buffer *const *bufs);
+
 /* CPU weights of a mapped file: its whole data section. */
 size_t cllm_place_mapped_bytes(const cllm_gguf *g);
 
@@ -154,70 +153,5 @@ cllm_status cllm_shape_check_within(const cllm_shape *sh, const cllm_shape *plan
  * many. */
 enum { CLLM_SHAPE_N_WORST = 5 };
 int cllm_shape_worst(const cllm_shape *sh, cllm_batch_shape out[CLLM_SHAPE_N_WORST]);
-
-/* ---- the KV cache ------------------------------------------------------ */
-
-/* Creates the K and V tensors of every sequence and layer ([n_embd_gqa,
- * n_ctx] of the shape's KV type, named cache_k-L / cache_v-L, and
- * cache_k-L.S for sequence S >= 1; K then V per layer, sequence by
- * sequence) in a new context kv->ctx; nothing placed. */
-cllm_status cllm_kv_cache_init(cllm_kv_cache *kv, const cllm_hparams *hp, const cllm_shape *sh);
-void cllm_kv_cache_free(cllm_kv_cache *kv);
-
-/* ---- an instance: state + compute of one shape under one placement ----- */
-
-typedef struct cllm_instance_args {
-    const cllm_arch *arch;
-    const cllm_hparams *hp;
-    const cllm_weights *w; /* placed (measure-mode or real buffers) */
-    const cllm_placement *pl;
-    cllm_shape shape;
-    bool measure;         /* measure mode: no memory touched */
-    bool unfused_attn;    /* reference attention (bigger compute) */
-    bool f32_activations; /* matmul activations kept in F32 */
-    /* (optional) backends per device index, kept by the caller; the others
-     * are created (and freed) by the instance */
-    cllm_backend *const *backends;
-} cllm_instance_args;
-
-typedef struct cllm_instance {
-    cllm_instance_args a;
-    cllm_kv_cache kv;
-    cllm_buffer *kv_buf[CLLM_PLACE_MAX_DEVICES]; /* CLLM_MEM_STATE, per device */
-    int n_backends; /* devices that hold weights or state, and the CPU (last) */
-    cllm_backend *backends[CLLM_PLACE_MAX_DEVICES];
-    bool own_backend[CLLM_PLACE_MAX_DEVICES];
-    int backend_device[CLLM_PLACE_MAX_DEVICES];
-    cllm_sched *sched; /* owns the CLLM_MEM_COMPUTE buffers */
-    cllm_context *gctx;
-    cllm_graph *graph;
-    /* [max(n_seq, 1)][n_layer][CLLM_KV_WRITES_PER_LAYER]: the KV writes of
-     * the graph last built, per item of its batch (cllm_instance_set_write_pos) */
-    cllm_tensor **kv_writes;
-    /* per device: weights (of w under the placement), state, compute and
-     * workspace bytes of this instance */
-    size_t bytes[CLLM_PLACE_MAX_DEVICES][CLLM_MEM_COUNT];
-} cllm_instance;
-
-/*
- * Creates the KV cache (laid out per device), a backend per device that
- * holds weights or state (the CPU always), the scheduler, and measures the
- * worst-case graphs of the shape. In alloc mode it then allocates the state
- * and compute buffers, exactly the bytes measured. On failure nothing stays
- * allocated and *in is zeroed.
- */
-cllm_status cllm_instance_init(cllm_instance *in, const cllm_instance_args *args);
-void cllm_instance_free(cllm_instance *in);
-
-/* Builds the forward graph of batch `b` into in->graph (in->gctx holds its
- * tensors); returns the logits tensor. */
-cllm_tensor *cllm_instance_build(cllm_instance *in, const cllm_batch_shape *b, cllm_graph_io *io);
-
-/* Moves the KV cache writes of the graph last built (alloc mode) to cache
- * row n_past: the graph then runs as one built for the same batch shape
- * with n_past there, without being built or planned again. For a batch of
- * several sequences, item `item`'s writes (into its own cache); else item
- * 0. */
-void cllm_instance_set_write_pos(cllm_instance *in, int item, int64_t n_past);
 
 #endif /* CLLM_RUNTIME_PLACE_H */

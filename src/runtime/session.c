@@ -2,6 +2,7 @@
 #include "core/hostmem.h"
 #include "runtime/session.h"
 #include "runtime/place.h"
+#include "runtime/instance.h"
 #include "sched/sched.h"
 
 #include <stdatomic.h>

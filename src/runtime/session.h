@@ -41,7 +41,7 @@ uint64_t cllm_session_graph_builds(const cllm_session *s);
  * (the reference that reuse must match bit for bit); on by default. */
 void cllm_session_set_graph_reuse(cllm_session *s, bool reuse);
 
-/* ---- a stage of a pipeline over several hosts (runtime/mpi.c) ---------
+/* ---- a stage of a pipeline over several hosts (src/pipeline/pipeline-mpi.c) ---------
  *
  * A session of a model loaded with some of its layers (cllm_model_load_placed)
  * computes only those. The first stage (which holds the token embeddings)

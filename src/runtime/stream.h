@@ -44,7 +44,7 @@
 #define CLLM_RUNTIME_STREAM_H
 
 #include "gguf/gguf.h"
-#include "model/model.h"
+#include "model/arch.h"
 #include "runtime/place.h"
 #include "sched/sched.h"
 

@@ -12,7 +12,7 @@
  * decodes a short text and every token id.
  */
 #include "gguf/gguf.h"
-#include "runtime/tokenizer.h"
+#include "text/tokenizer.h"
 
 #include <stdint.h>
 #include <stdlib.h>

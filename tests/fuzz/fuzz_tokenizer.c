@@ -17,7 +17,7 @@
  * every input is skipped (returns 0).
  */
 #include "gguf/gguf.h"
-#include "runtime/tokenizer.h"
+#include "text/tokenizer.h"
 
 #include <stdint.h>
 #include <stdio.h>

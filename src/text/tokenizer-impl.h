@@ -3,10 +3,10 @@
  * decoding), tokenizer-spm.c, tokenizer-bpe.c and pretok.c. Not part of the
  * API; tests may include it to reach the pre-tokenizers.
  */
-#ifndef CLLM_RUNTIME_TOKENIZER_IMPL_H
-#define CLLM_RUNTIME_TOKENIZER_IMPL_H
+#ifndef CLLM_TEXT_TOKENIZER_IMPL_H
+#define CLLM_TEXT_TOKENIZER_IMPL_H
 
-#include "runtime/tokenizer.h"
+#include "text/tokenizer.h"
 
 /* Per-token flags. */
 enum {
@@ -182,4 +182,4 @@ typedef cllm_status (*cllm_pretok_fn)(void *user_data, size_t start, size_t end)
 cllm_status cllm_pretok_split(cllm_pretok kind, const char *text, size_t len, cllm_pretok_fn fn,
                               void *user_data);
 
-#endif /* CLLM_RUNTIME_TOKENIZER_IMPL_H */
+#endif /* CLLM_TEXT_TOKENIZER_IMPL_H */

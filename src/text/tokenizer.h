@@ -73,8 +73,8 @@
  * call the const functions on it at once. A detokenizer is one stream's state
  * and must not be used by two threads at once.
  */
-#ifndef CLLM_RUNTIME_TOKENIZER_H
-#define CLLM_RUNTIME_TOKENIZER_H
+#ifndef CLLM_TEXT_TOKENIZER_H
+#define CLLM_TEXT_TOKENIZER_H
 
 #include "core/common.h"
 #include "gguf/gguf.h"
@@ -261,4 +261,4 @@ cllm_status cllm_detokenizer_push(cllm_detokenizer *d, int32_t id, const char **
  * The detokenizer is then ready for a new stream. */
 void cllm_detokenizer_flush(cllm_detokenizer *d, const char **text, size_t *len);
 
-#endif /* CLLM_RUNTIME_TOKENIZER_H */
+#endif /* CLLM_TEXT_TOKENIZER_H */

@@ -17,8 +17,8 @@
  * another character. The text is then merged one such word at a time, with
  * the same result and heaps the size of a word instead of the text.
  */
-#include "runtime/tokenizer-impl.h"
-#include "runtime/unicode.h"
+#include "text/tokenizer-impl.h"
+#include "text/unicode.h"
 
 #include <string.h>
 

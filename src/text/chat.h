@@ -65,11 +65,11 @@
  * verbatim: a user who types "<|im_end|>" gets that text in the prompt, and
  * keeping it from becoming a special token is the tokenizer's business.
  */
-#ifndef CLLM_RUNTIME_CHAT_H
-#define CLLM_RUNTIME_CHAT_H
+#ifndef CLLM_TEXT_CHAT_H
+#define CLLM_TEXT_CHAT_H
 
 #include "core/common.h"
 
 /* The chat API is public (cllm.h); the renderers are chat.c. */
 
-#endif /* CLLM_RUNTIME_CHAT_H */
+#endif /* CLLM_TEXT_CHAT_H */

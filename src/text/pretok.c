@@ -17,8 +17,8 @@
  * sees only text[0..end): the end of a stretch is the end of text for the
  * look-ahead, as in a sequence of Hugging Face pre-tokenizers.
  */
-#include "runtime/tokenizer-impl.h"
-#include "runtime/unicode.h"
+#include "text/tokenizer-impl.h"
+#include "text/unicode.h"
 
 /* Character classes of a matcher; OTHER is [^\s\p{L}\p{N}]. */
 enum { CL_END = 0, CL_LETTER, CL_NUMBER, CL_SPACE, CL_OTHER };

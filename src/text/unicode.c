@@ -1,7 +1,7 @@
 /*
  * UTF-8 decoding and validation, and look-ups in the generated class tables.
  */
-#include "runtime/unicode.h"
+#include "text/unicode.h"
 
 #include <string.h>
 
@@ -86,7 +86,7 @@ bool cllm_utf8_valid(const char *s, size_t n) {
     return true;
 }
 
-size_t cllm_utf8_stream_put(cllm_utf8_stream *st, unsigned char b, char *out) {
+size_t cllm_utf8_decoder_put(cllm_utf8_decoder *st, unsigned char b, char *out) {
     size_t n_out = 0;
     if (st->n > 0) {
         if (b >= st->lo && b <= st->hi) {
@@ -96,14 +96,14 @@ size_t cllm_utf8_stream_put(cllm_utf8_stream *st, unsigned char b, char *out) {
             if (st->n < st->need) return 0;
             memcpy(out, st->buf, st->n);
             n_out = st->n;
-            cllm_utf8_stream_reset(st);
+            cllm_utf8_decoder_reset(st);
             return n_out;
         }
         /* The held bytes are a maximal ill-formed subpart: one U+FFFD; then b
          * starts afresh. */
         memcpy(out, CLLM_UTF8_REPLACEMENT, CLLM_UTF8_REPLACEMENT_LEN);
         n_out = CLLM_UTF8_REPLACEMENT_LEN;
-        cllm_utf8_stream_reset(st);
+        cllm_utf8_decoder_reset(st);
     }
     unsigned char lo, hi;
     int len = utf8_lead(b, &lo, &hi);
@@ -122,9 +122,9 @@ size_t cllm_utf8_stream_put(cllm_utf8_stream *st, unsigned char b, char *out) {
     return n_out;
 }
 
-size_t cllm_utf8_stream_flush(cllm_utf8_stream *st, char *out) {
+size_t cllm_utf8_decoder_flush(cllm_utf8_decoder *st, char *out) {
     if (st->n == 0) return 0;
-    cllm_utf8_stream_reset(st);
+    cllm_utf8_decoder_reset(st);
     memcpy(out, CLLM_UTF8_REPLACEMENT, CLLM_UTF8_REPLACEMENT_LEN);
     return CLLM_UTF8_REPLACEMENT_LEN;
 }

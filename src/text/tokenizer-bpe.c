@@ -9,8 +9,8 @@
  * leftmost on ties) is merged, repeatedly, with a heap of candidates as in
  * the SPM tokenizer. Each final symbol is its vocab token.
  */
-#include "runtime/tokenizer-impl.h"
-#include "runtime/unicode.h"
+#include "text/tokenizer-impl.h"
+#include "text/unicode.h"
 
 #include <string.h>
 

@@ -4,9 +4,9 @@
  * streaming detokenizer. The merge algorithms are in tokenizer-spm.c and
  * tokenizer-bpe.c, the pre-tokenizers in pretok.c.
  */
-#include "runtime/tokenizer-impl.h"
+#include "text/tokenizer-impl.h"
 #include "core/hostmem.h"
-#include "runtime/unicode.h"
+#include "text/unicode.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -947,7 +947,7 @@ struct cllm_detokenizer {
     const cllm_tokenizer *tok;
     int flags;
     bool at_text_start;
-    cllm_utf8_stream utf8;
+    cllm_utf8_decoder utf8;
     size_t cap;
     char buf[]; /* cap bytes */
 };
@@ -971,7 +971,7 @@ void cllm_detokenizer_free(cllm_detokenizer *d) { cllm_free(d); }
 void cllm_detokenizer_reset(cllm_detokenizer *d) {
     CLLM_ASSERT(d);
     d->at_text_start = true;
-    cllm_utf8_stream_reset(&d->utf8);
+    cllm_utf8_decoder_reset(&d->utf8);
 }
 
 cllm_status cllm_detokenizer_push(cllm_detokenizer *d, int32_t id, const char **text, size_t *len) {
@@ -984,7 +984,7 @@ cllm_status cllm_detokenizer_push(cllm_detokenizer *d, int32_t id, const char **
     const char *p = sequence_piece(d->tok, id, d->flags, &d->at_text_start, &pl);
     size_t n = 0;
     for (size_t i = 0; i < pl; i++)
-        n += cllm_utf8_stream_put(&d->utf8, (unsigned char)p[i], d->buf + n);
+        n += cllm_utf8_decoder_put(&d->utf8, (unsigned char)p[i], d->buf + n);
     CLLM_ASSERT(n <= d->cap);
     *text = d->buf;
     *len = n;
@@ -993,7 +993,7 @@ cllm_status cllm_detokenizer_push(cllm_detokenizer *d, int32_t id, const char **
 
 void cllm_detokenizer_flush(cllm_detokenizer *d, const char **text, size_t *len) {
     CLLM_ASSERT(d && text && len);
-    *len = cllm_utf8_stream_flush(&d->utf8, d->buf);
+    *len = cllm_utf8_decoder_flush(&d->utf8, d->buf);
     *text = d->buf;
     d->at_text_start = true;
 }

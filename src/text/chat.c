@@ -1,5 +1,5 @@
 /* Chat templates: family detection and rendering of conversations. */
-#include "runtime/chat.h"
+#include "text/chat.h"
 #include "core/hostmem.h"
 
 #include <stdlib.h>

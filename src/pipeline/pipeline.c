@@ -3,8 +3,9 @@
  * exchange through. No MPI here (pipeline-mpi.c is the transport). */
 #include "cllm-pipeline.h"
 #include "core/hostmem.h"
-#include "runtime/pipeline-impl.h"
+#include "pipeline/pipeline-impl.h"
 #include "runtime/place.h"
+#include "runtime/instance.h"
 
 #include <string.h>
 

@@ -2,8 +2,8 @@
  * pipeline across hosts share: the split of the layers and the sizes of the
  * buffers the ranks exchange through, one function each, so that the bytes
  * planned are the bytes allocated. */
-#ifndef CLLM_RUNTIME_PIPELINE_IMPL_H
-#define CLLM_RUNTIME_PIPELINE_IMPL_H
+#ifndef CLLM_PIPELINE_PIPELINE_IMPL_H
+#define CLLM_PIPELINE_PIPELINE_IMPL_H
 
 #include "cllm-pipeline.h"
 
@@ -21,4 +21,4 @@ size_t cllm_pipe_msg_bytes(const cllm_pipe_plan *plan);
  * the next rank (all but the last), the logits row sent back (the last). */
 size_t cllm_pipe_exchange_bytes(const cllm_pipe_plan *plan, int r);
 
-#endif /* CLLM_RUNTIME_PIPELINE_IMPL_H */
+#endif /* CLLM_PIPELINE_PIPELINE_IMPL_H */

@@ -16,8 +16,8 @@
  * A weights object ("weights tree") exists without any model or session
  * around it; sessions reference it and own only their state and compute.
  */
-#ifndef CLLM_MODEL_MODEL_H
-#define CLLM_MODEL_MODEL_H
+#ifndef CLLM_MODEL_ARCH_H
+#define CLLM_MODEL_ARCH_H
 
 #include "core/tensor.h"
 #include "gguf/gguf.h"
@@ -78,7 +78,7 @@ typedef struct cllm_layer_weights {
  * the placement puts the input group on the CPU. */
 enum { CLLM_WEIGHT_INPUT = -1, CLLM_WEIGHT_OUTPUT = -2, CLLM_WEIGHT_SHARED = -3 };
 /* CLLM_WEIGHT_SHARED: read by every layer (rope frequency factors); kept
- * wherever any layer is, e.g. by every stage of a pipeline (runtime/mpi.h). */
+ * wherever any layer is, e.g. by every stage of a pipeline (include/cllm-pipeline.h). */
 
 typedef struct cllm_weights {
     cllm_context *ctx; /* weight tensors (metadata only) */
@@ -203,7 +203,7 @@ typedef struct cllm_build_args {
     /* (optional) the layers of this graph, [layer_begin, layer_end); 0, 0:
      * all. A graph from layer_begin > 0 starts from the activations of
      * io->act_in, one that ends before the last layer returns io->act_out
-     * (a stage of a pipeline over several hosts, runtime/mpi.h). */
+     * (a stage of a pipeline over several hosts, include/cllm-pipeline.h). */
     int layer_begin, layer_end;
 } cllm_build_args;
 
@@ -351,4 +351,4 @@ void cllm_kv_writes_move(cllm_tensor *const *writes, int n_layer, int64_t n_past
 /* Creates the graph inputs of io (tokens, pos, mask, out_ids) in args->ctx. */
 void cllm_build_inputs(const cllm_build_args *args, cllm_graph_io *io);
 
-#endif /* CLLM_MODEL_MODEL_H */
+#endif /* CLLM_MODEL_ARCH_H */

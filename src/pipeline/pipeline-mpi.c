@@ -18,7 +18,7 @@
  */
 #include "core/hostmem.h"
 #include "runtime/model.h"
-#include "runtime/pipeline-impl.h"
+#include "pipeline/pipeline-impl.h"
 #include "runtime/session.h"
 
 #include <mpi.h>

@@ -119,7 +119,7 @@ typedef enum cllm_pretok {
  * tokenizer (free it with cllm_tokenizer_free). On failure *out is untouched
  * and the status is CLLM_ERR_FORMAT (malformed metadata), CLLM_ERR_UNSUPPORTED
  * (an unknown model or pre-tokenizer) or CLLM_ERR_NOMEM. Accepted with a
- * warning (the README's "Input validation"): tokens that repeat an earlier
+ * warning (docs/cli.md, "Input validation"): tokens that repeat an earlier
  * token's text (encoding gives the last id with that text, each id decodes to
  * its own), negative special token ids (none), an out-of-range padding id.
  */

@@ -15,9 +15,9 @@
  * transposes: each score is a dot product of the row with the key where
  * it lies, in 8 lanes over d summed at the end (ay_scores_rows): in the
  * cache, or in the rows that ops-attn.c converted whole for a key chunk
- * (cllm_cpu_attn_rows_avx2, cllm_attn_unit.kf and .vf). With 3 query rows per kv head (SmolLM2),
- * attention against the Q4_1 one-column kernel's perf samples went from 0.39 to 0.35 (4 sequences,
- * 2 threads, Zen 3).
+ * (cllm_cpu_attn_rows_avx2, cllm_attn_unit.kf and .vf). With so few query
+ * rows (3 per kv head in SmolLM2), a transposed block would serve too few
+ * scores to pay for its transposes.
  */
 #include "backend/cpu/attn.h"
 #include "backend/cpu/ops-impl.h"

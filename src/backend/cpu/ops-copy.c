@@ -92,10 +92,10 @@ static void copy_row(const cllm_tensor *src, const char *srow, const cllm_tensor
 #if defined(__x86_64__) || defined(__i386__)
     } else if (src->type == CLLM_TYPE_F32 && dst->type == CLLM_TYPE_F16 && src_rows && dst_rows &&
                cllm_cpu_isa_level() >= CLLM_CPU_ISA_AVX2) {
-        /* a token's keys or values into an F16 cache, 8 at a time: a step
-         * of 4 SmolLM2 sequences writes 240 such rows, each a node of its
-         * own on one thread; element by element (and through the element
-         * walk below) they took 5 % of the step, the other thread waiting */
+        /* a token's keys or values into an F16 cache, 8 at a time: each
+         * such row is a node of its own that one thread runs while the
+         * others wait (240 of them in a step of 4 SmolLM2 sequences), so
+         * the element walk below would cost every step */
         cllm_cpu_f32_to_f16_row_avx2(n, (cllm_fp16 *)drow, (const float *)srow);
 #endif
     } else if (dt->blck_size > 1) {

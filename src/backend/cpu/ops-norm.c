@@ -4,8 +4,9 @@
  *   rms_norm: y = x / sqrt(mean(x^2) + eps)
  *   norm:     y = (x - mean(x)) / sqrt(mean((x - mean(x))^2) + eps)
  * Sums are accumulated in double (rms_norm's at the AVX2 level in 16 partial
- * sums, cllm_cpu_sumsq_avx2: one chain of double adds took 4 cycles an
- * element, 3 % of Gemma 3's pp512, whose q and k are normed per head); each
+ * sums, cllm_cpu_sumsq_avx2: one chain of double adds waits an add's
+ * latency per element, which shows where q and k are normed per head, as
+ * Gemma 3's are); each
  * thread takes whole rows, reads a row completely before writing it.
  */
 #include "backend/cpu/kernels.h" /* cllm_cpu_isa_level */

@@ -44,9 +44,9 @@
  *    late (the uneven end of a node on an idle machine), and the spin
  *    doubles (up to the maximum), so that the next such wait is caught
  *    without a sleep and a wake-up. (Halving it for these instead sinks it
- *    to the minimum on an idle machine, where 2 threads then sleep at
- *    almost every barrier: measured, 93,000 context switches in 7 s of
- *    TinyLlama generation, 1.45 CPUs busy, 33 tokens/s instead of 46.);
+ *    to the minimum on an idle machine, where 2 threads then sleep and are
+ *    woken at almost every barrier, and generation slows down by about a
+ *    quarter.);
  *  - else, asleep longer than WAKE_LATE_NS: the spin drops to the minimum.
  * A pool with more threads than CPUs does not spin at all: some of its
  * threads are never running.

@@ -15,7 +15,7 @@ set -euo pipefail
 
 src=$(cd "${1:-$(dirname "$0")/../..}" && pwd)
 build=$(cd "${2:-$src/build}" && pwd)
-model="${CLLM_TEST_DATA_DIR:-$src/../shared/models}/stories260K.gguf"
+model="${CLLM_TEST_DATA_DIR:-$src/tests/data/models}/stories260K.gguf"
 skip=77
 case "${CLLM_REQUIRE_TEST_DATA:-}" in "" | 0) ;; *) skip=1 ;; esac
 prompt="Once upon a time"
@@ -25,7 +25,7 @@ if [ ! -f "$model" ]; then
   exit $skip
 fi
 if ! command -v pkg-config >/dev/null 2>&1; then
-  echo "test-install: skipped: pkg-config is not installed"
+  echo "test-install: skipped: pkg-config is not installed (apt-get install pkg-config)"
   exit $skip
 fi
 cc=${CC:-cc}

@@ -10,7 +10,8 @@
 #
 # Exit status 0: passed; 77: skipped (no test model or no pkg-config; 1
 # instead when CLLM_REQUIRE_TEST_DATA is set, as in CI); anything else:
-# failed. The model is looked for in CLLM_TEST_DATA_DIR if set.
+# failed. The model is looked for in CLLM_TEST_DATA_DIR if set, else in
+# tests/data/models.
 set -euo pipefail
 
 src=$(cd "${1:-$(dirname "$0")/../..}" && pwd)

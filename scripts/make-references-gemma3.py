@@ -34,7 +34,7 @@ from llama_cpp import Llama, __version__ as llama_cpp_version
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-VOCAB = os.path.join(ROOT, "..", "shared", "models", "vocab")
+VOCAB = os.path.join(ROOT, "tests", "data", "models", "vocab")
 
 GENERATED = [
     (f"gemma3-rand-{t}", ["--arch", "gemma3", "--vocab", "ggml-vocab-llama-spm.gguf",

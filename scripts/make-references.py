@@ -35,7 +35,7 @@ from llama_cpp import Llama, __version__ as llama_cpp_version
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-VOCAB = os.path.join(ROOT, "..", "shared", "models", "vocab")
+VOCAB = os.path.join(ROOT, "tests", "data", "models", "vocab")
 
 PROMPTS = [
     "Once upon a time",
@@ -142,7 +142,7 @@ FETCHED_VOCABS = {"ggml-vocab-qwen2.gguf", "ggml-vocab-llama-bpe.gguf", "ggml-vo
 
 
 def vocab_path(name):
-    """../shared/models/vocab, or scripts/fetch-vocab's cache for the fixtures it fetches."""
+    """tests/data/models/vocab, or scripts/fetch-vocab's cache for the fixtures it fetches."""
     if name in FETCHED_VOCABS:
         out = subprocess.run([os.path.join(HERE, "fetch-vocab")], check=True,
                              capture_output=True, text=True)

@@ -566,7 +566,8 @@ int main(int argc, char **argv) {
 #ifdef CLLM_HAVE_LIBEDIT
         check_terminal(smol);
 #else
-        check_missing("the terminal test (cllm was built without libedit: libedit-dev)");
+        check_missing(
+            "the terminal test (cllm was built without libedit: apt-get install libedit-dev)");
 #endif
     }
     char cmd[256];

@@ -1,5 +1,5 @@
 /*
- * GGUF reader and writer: the shared real models (v1, v2, v3) with their
+ * GGUF reader and writer: the real test models (v1, v2, v3) with their
  * metadata facts, writer round trips, copy_kv of a real vocabulary, and
  * hostile input (every truncation of the metadata, random overwrites,
  * hand-crafted bad files); none may crash or leak.
@@ -22,7 +22,7 @@
 
 /* ---- helpers ---- */
 
-static char g_models[1024]; /* the shared models directory, with a trailing '/' */
+static char g_models[1024]; /* the test models directory, with a trailing '/' */
 static char g_tmpdir[1024];
 
 static double now_s(void) {
@@ -258,7 +258,7 @@ static bool gguf_equal(const cllm_gguf *a, const cllm_gguf *b) {
     return true;
 }
 
-/* ---- the shared models ---- */
+/* ---- the test models ---- */
 
 typedef struct model_facts {
     const char *file;
@@ -1500,7 +1500,7 @@ int main(void) {
     const char *tmp = getenv("TMPDIR");
     snprintf(g_tmpdir, sizeof(g_tmpdir), "%s", tmp && tmp[0] ? tmp : "/tmp");
 
-    /* without the shared models only the writer and the crafted files run,
+    /* without the test models only the writer and the crafted files run,
      * and the test reports itself skipped */
     const char *files[CLLM_ARRAY_SIZE(k_models) + 1];
     for (size_t m = 0; m < CLLM_ARRAY_SIZE(k_models); m++) files[m] = k_models[m].file;

@@ -1,5 +1,5 @@
 /*
- * End to end on the real models of ../shared/models: greedy tokens equal the
+ * End to end on the real models of tests/data/models: greedy tokens equal the
  * stored reference outputs, first-step logits agree, memory planned equals
  * memory allocated per kind, sessions share a model, a full context is an
  * error that corrupts nothing, bad files are errors.

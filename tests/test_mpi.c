@@ -306,7 +306,8 @@ static void check_serve(const char *model) {
     const bool served = !strstr(built.err, "built without");
     run_free(&built);
     if (!have || !served) {
-        check_missing("curl and cllm serve (libmicrohttpd, jansson)");
+        check_missing(
+            "curl and cllm serve (apt-get install curl libmicrohttpd-dev libjansson-dev)");
         return;
     }
     static const char *const prompts[3] = {"Once upon a time", "The little dog",
@@ -402,7 +403,8 @@ int main(int argc, char **argv) {
     g_mpirun = argc > 2 ? argv[2] : "";
     g_driver = argc > 3 ? argv[3] : "";
     if (!g_mpirun[0] || !g_driver[0]) {
-        check_missing("MPI (cllm was built without it: install libopenmpi-dev openmpi-bin)");
+        check_missing(
+            "MPI (cllm was built without it: apt-get install libopenmpi-dev openmpi-bin)");
         return check_summary("test_mpi");
     }
     /* Open MPI refuses to run as root without these */

@@ -72,7 +72,7 @@ typedef struct model_case {
     bool vocab_only; /* a tokenizer fixture without weights: open, tokenize, detokenize */
 } model_case;
 
-/* The models of ../shared/models that the other tests use (not the Q8_0 file,
+/* The models of tests/data/models that the other tests use (not the Q8_0 file,
  * whose rows are not whole blocks: it does not load), one of them without
  * mmap, and a byte-level BPE tokenizer fixture. */
 static const model_case k_models[] = {

@@ -85,7 +85,7 @@ static int case_model(const char *gen_exe, const char *name, const json *c, char
         const char *a = json_str(json_at(gen, i));
         char rel[512], vocab[2048];
         if (strstr(a, ".gguf")) {
-            /* ../shared/models/vocab, or the fixtures scripts/fetch-vocab
+            /* tests/data/models/vocab, or the fixtures scripts/fetch-vocab
              * fetches (Qwen2, Llama 3, Phi-3) */
             snprintf(rel, sizeof(rel), "vocab/%s", a);
             if (vocab_is_fetched(a)) {

@@ -134,8 +134,9 @@ static void test_test_device(void) {
     CHECK(cllm_registry_device_count() == before);
 }
 
-/* Registries the program adds: after the built-in ones, each name once, and
- * an incomplete entry is refused. */
+/* Registries the program adds: after the built-in ones, each name once; an
+ * incomplete entry, or one built for another backend API version, is
+ * refused. */
 static void test_registry_add(void) {
     CHECK(cllm_registry_count() >= 2); /* cpu, and the test device added above */
     CHECK(strcmp(cllm_backend_reg_name(cllm_registry_get(0)), "cpu") == 0);
@@ -145,8 +146,13 @@ static void test_registry_add(void) {
     const int n = cllm_registry_count();
     cllm_log_set(quiet, NULL);
     CHECK(cllm_registry_add((cllm_backend_reg *)last) == CLLM_ERR_INVALID_ARG);
-    cllm_backend_reg empty = {.iface = {.get_name = NULL}, .context = NULL};
+    cllm_backend_reg empty = {CLLM_BACKEND_REG_ABI, .iface = {.get_name = NULL}, .context = NULL};
     CHECK(cllm_registry_add(&empty) == CLLM_ERR_INVALID_ARG);
+    CHECK(strstr(cllm_last_error(), "incomplete") != NULL);
+    cllm_backend_reg other = *last; /* complete, but of another version */
+    other.api_version = CLLM_BACKEND_API_VERSION + 1;
+    CHECK(cllm_registry_add(&other) == CLLM_ERR_INVALID_ARG);
+    CHECK(strstr(cllm_last_error(), "backend API version") != NULL);
     CHECK(cllm_registry_add(NULL) == CLLM_ERR_INVALID_ARG);
     cllm_log_set(NULL, NULL);
     CHECK(cllm_registry_count() == n);

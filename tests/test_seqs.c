@@ -1,6 +1,6 @@
 /*
  * Several sequences in one session (cllm_session_decode_seqs), on the real
- * models of ../shared/models:
+ * models of tests/data/models:
  *
  *  - every sequence's logits, after prompts of different lengths decoded in
  *    one batch and after token steps of all of them (and of some), equal

@@ -1001,7 +1001,8 @@ int main(int argc, char **argv) {
     snprintf(cmd, sizeof(cmd), "'%s' serve --help >/dev/null 2>&1", g_cllm);
     CHECK(system(cmd) == 0);
 #ifndef CLLM_HAVE_SERVE
-    check_missing("cllm serve (built without libmicrohttpd-dev and libjansson-dev)");
+    check_missing("cllm serve (built without libmicrohttpd and jansson: apt-get install "
+                  "libmicrohttpd-dev libjansson-dev)");
     return check_summary("test_serve");
 #endif
     static const char *files[] = {"stories260K.gguf", NULL};

@@ -1,5 +1,5 @@
 /*
- * Sessions on the real stories260K model of ../shared/models: the logits of
+ * Sessions on the real stories260K model of tests/data/models: the logits of
  * every position (all_logits) equal those of token-by-token decoding, their
  * memory is planned exactly, truncating the context equals never having
  * seen the forgotten tokens (bit for bit), failed calls leave the tokens

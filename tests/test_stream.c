@@ -7,7 +7,7 @@
  *    CLLM_CPU_REPACK=0: streamed layers are not repacked 16 rows at a time,
  *    which the kernels sum in another order): a prompt in several batches,
  *    then greedy tokens one by one, on
- *    every model of ../shared/models and on random-weight models written by
+ *    every model of tests/data/models and on random-weight models written by
  *    cllm-gen-model (argv[1]);
  *  - allocates what it planned, kind by kind;
  *  - keeps the process's peak resident memory (VmHWM) within the budget plus

@@ -22,7 +22,7 @@
 
 /* ---- helpers ---- */
 
-/* rel under ../shared/models, or an absolute path as it is. */
+/* rel under tests/data/models, or an absolute path as it is. */
 static void model_path(char *buf, size_t cap, const char *rel) {
     if (rel[0] == '/') {
         snprintf(buf, cap, "%s", rel);
@@ -109,7 +109,7 @@ static uint32_t rnd(void) {
 
 /* ---- fixtures ---- */
 
-/* The fixture `vocab` in `dir` (NULL: ../shared/models/vocab). */
+/* The fixture `vocab` in `dir` (NULL: tests/data/models/vocab). */
 static void test_fixture(const char *dir, const char *vocab, int decode_flags) {
     char rel[4096], path[4096];
     snprintf(rel, sizeof(rel), "%s/%s", dir ? dir : "vocab", vocab);

@@ -3,7 +3,7 @@
  * written with the GGUF writer and changed in one way. A file is either
  * refused with a message that names the real cause, or accepted (with a
  * warning where the README's "Input validation" says so) and then runs.
- * No shared data is needed.
+ * No model file is read.
  */
 #include "common/check.h"
 #include "runtime/fit.h"

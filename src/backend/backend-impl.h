@@ -117,9 +117,46 @@ struct cllm_backend_reg_i {
 };
 
 struct cllm_backend_reg {
+    /* What the backend was built against (CLLM_BACKEND_REG_ABI). These three
+     * come first and keep their offsets in every version: the loader reads
+     * them before anything else of a module's entry. */
+    int api_version;   /* CLLM_BACKEND_API_VERSION */
+    size_t reg_size;   /* sizeof(struct cllm_backend_reg) */
+    size_t iface_size; /* CLLM_BACKEND_IFACE_SIZE */
     struct cllm_backend_reg_i iface;
     void *context;
 };
+
+/*
+ * The backend ABI: what a loadable module (cllm-backend-*.so) and the library
+ * that loads it must agree on, since the module fills in the structs above
+ * and the library reads them (and the other way round).
+ *
+ * Bump CLLM_BACKEND_API_VERSION whenever a struct of this file changes: a
+ * slot added, removed, reordered or retyped in a vtable (the *_i structs), a
+ * field of a wrapper ({iface, device, context}, ...), or the meaning of a
+ * slot. A module's entry carries the version and the sizes it was built
+ * with; cllm_registry_load_module refuses one whose version or sizes differ
+ * from the library's (logging both versions and the module's path), and the
+ * registry goes on without it. The sizes catch a changed struct whose version
+ * was not bumped. The backends built into the library are compiled with it
+ * and not checked; cllm_registry_add checks what a program adds.
+ */
+#define CLLM_BACKEND_API_VERSION 1
+
+/* The sizes of every struct a backend and the library share (the registry
+ * entry's own size is reg_size). */
+#define CLLM_BACKEND_IFACE_SIZE                                                                    \
+    (sizeof(struct cllm_buffer_type_i) + sizeof(struct cllm_buffer_type) +                         \
+     sizeof(struct cllm_buffer_i) + sizeof(struct cllm_buffer) + sizeof(struct cllm_device_i) +    \
+     sizeof(struct cllm_device) + sizeof(struct cllm_backend_i) + sizeof(struct cllm_backend) +    \
+     sizeof(struct cllm_backend_reg_i))
+
+/* The first fields of a backend's registry entry, as this library expects
+ * them: `static cllm_backend_reg reg = {CLLM_BACKEND_REG_ABI, .iface = ...}`. */
+#define CLLM_BACKEND_REG_ABI                                                                       \
+    .api_version = CLLM_BACKEND_API_VERSION, .reg_size = sizeof(struct cllm_backend_reg),          \
+    .iface_size = CLLM_BACKEND_IFACE_SIZE
 
 /*
  * The backends built into the library, in registry order: one entry function

@@ -341,6 +341,26 @@ static cllm_status add_reg(cllm_backend_reg *reg, void *handle) {
     return CLLM_OK;
 }
 
+/* Whether `reg` was built against this library's backend structs
+ * (backend-impl.h: CLLM_BACKEND_API_VERSION). Reads only the fields that keep
+ * their offsets in every version; on a mismatch `status` is returned with a
+ * message naming `what` and `path` (a module's) and both versions. */
+static cllm_status check_abi(const cllm_backend_reg *reg, const char *what, const char *path,
+                             cllm_status status) {
+    if (reg->api_version == CLLM_BACKEND_API_VERSION &&
+        reg->reg_size == sizeof(struct cllm_backend_reg) &&
+        reg->iface_size == CLLM_BACKEND_IFACE_SIZE) {
+        return CLLM_OK;
+    }
+    return cllm_error(status,
+                      "%s%s was built for backend API version %d (entry %zu bytes, interfaces %zu "
+                      "bytes); this library has version %d (%zu, %zu bytes): not loaded, rebuild "
+                      "it against this library",
+                      what, path, reg->api_version, reg->reg_size, reg->iface_size,
+                      CLLM_BACKEND_API_VERSION, sizeof(struct cllm_backend_reg),
+                      (size_t)CLLM_BACKEND_IFACE_SIZE);
+}
+
 /* Modules call back into the library: only an executable (or shared
  * library) that exports its symbols can host them. */
 static bool can_host_modules(void) {
@@ -370,11 +390,20 @@ static cllm_status load_module_locked(const char *path) {
                           CLLM_BACKEND_MODULE_SYMBOL);
     }
     cllm_backend_reg *reg = init();
-    if (!reg || !reg->iface.get_name || !reg->iface.get_device_count || !reg->iface.get_device) {
+    if (!reg) {
         dlclose(h);
         return cllm_error(CLLM_ERR_BACKEND, "backend module %s did not initialise", path);
     }
-    cllm_status st = add_reg(reg, h);
+    cllm_status st = check_abi(reg, "backend module ", path, CLLM_ERR_UNSUPPORTED);
+    if (st != CLLM_OK) {
+        dlclose(h);
+        return st;
+    }
+    if (!reg->iface.get_name || !reg->iface.get_device_count || !reg->iface.get_device) {
+        dlclose(h);
+        return cllm_error(CLLM_ERR_BACKEND, "backend module %s did not initialise", path);
+    }
+    st = add_reg(reg, h);
     if (st != CLLM_OK) dlclose(h);
     return st;
 }
@@ -467,6 +496,7 @@ cllm_status cllm_registry_load_module(const char *path) {
 }
 
 cllm_status cllm_registry_add(cllm_backend_reg *reg) {
+    if (reg) CLLM_TRY(check_abi(reg, "registry: a backend entry", "", CLLM_ERR_INVALID_ARG));
     if (!reg || !reg->iface.get_name || !reg->iface.get_device_count || !reg->iface.get_device) {
         return cllm_error(CLLM_ERR_INVALID_ARG, "registry: incomplete backend registry entry");
     }

@@ -167,8 +167,10 @@ cllm_status cllm_tensor_copy(const cllm_tensor *src, cllm_tensor *dst);
  *    device 0;
  *  - loadable backend modules: every file named cllm-backend-*.so in
  *    $CLLM_BACKEND_PATH if set, else in the executable's directory, each
- *    exporting `cllm_backend_reg *cllm_backend_module_init(void)`. A module
- *    that fails to load is skipped (the error is logged). Modules run in the
+ *    exporting `cllm_backend_reg *cllm_backend_module_init(void)`, whose
+ *    entry carries the backend API version it was built with
+ *    (backend-impl.h: CLLM_BACKEND_API_VERSION). A module that fails to load
+ *    or was built for another version is skipped (the error is logged). Modules run in the
  *    process and call back into the library, so the executable must export
  *    its symbols (-rdynamic); programs that do not load none. The test
  *    device is such a module (cllm-backend-test.so: device "test0" when
@@ -186,13 +188,16 @@ const char *cllm_backend_reg_name(const cllm_backend_reg *reg);
 
 /* Loads the backend module at `path` and adds its devices. CLLM_ERR_IO if it
  * cannot be loaded, CLLM_ERR_FORMAT without the entry point,
- * CLLM_ERR_UNSUPPORTED if this program does not export the library's symbols,
- * CLLM_ERR_INVALID_ARG if a backend of that name is already there. */
+ * CLLM_ERR_UNSUPPORTED if this program does not export the library's symbols
+ * or the module was built for another backend API version or struct layout,
+ * CLLM_ERR_INVALID_ARG if a backend of that name is already there. The
+ * registry is unchanged on failure. */
 cllm_status cllm_registry_load_module(const char *path);
 /* Adds a backend that the program holds itself (e.g. the tests' test
  * device) after the built-in ones and the modules; `reg` must outlive the
- * process's use of the registry. CLLM_ERR_INVALID_ARG if it is incomplete or
- * a backend of that name is already there (the registry is unchanged). */
+ * process's use of the registry. CLLM_ERR_INVALID_ARG if it is incomplete,
+ * was built for another backend API version (CLLM_BACKEND_REG_ABI) or a
+ * backend of that name is already there (the registry is unchanged). */
 cllm_status cllm_registry_add(cllm_backend_reg *reg);
 /* Configures the backend named `reg_name` ("test", ...) with its option
  * string `params`, e.g. to enable the test device. CLLM_ERR_UNSUPPORTED if no

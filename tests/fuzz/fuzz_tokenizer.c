@@ -1,6 +1,6 @@
 /*
  * libFuzzer target: the tokenizers of the real vocabularies in
- * ../shared/models/vocab (Llama's SentencePiece vocabulary and GPT-2's
+ * tests/data/models/vocab (Llama's SentencePiece vocabulary and GPT-2's
  * byte-level BPE) on arbitrary text and arbitrary token ids.
  *
  *     ./build-fuzz/fuzz_tokenizer -max_total_time=600 CORPUS_DIR
@@ -13,7 +13,7 @@
  * count needed and holds its first ids, decoding measures what it writes,
  * the streaming detokenizer only emits valid UTF-8 and refuses ids out of
  * range. The vocabularies are found in $CLLM_TEST_DATA_DIR/vocab, else in
- * the ../shared/models/vocab the build was configured with; without them
+ * the source tree's tests/data/models/vocab (its path compiled in); without them
  * every input is skipped (returns 0).
  */
 #include "gguf/gguf.h"
@@ -27,7 +27,7 @@
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 #ifndef CLLM_FUZZ_MODELS_DIR
-#define CLLM_FUZZ_MODELS_DIR "../shared/models"
+#define CLLM_FUZZ_MODELS_DIR "tests/data/models"
 #endif
 
 #define FUZZ_REQUIRE(cond)                                                                         \

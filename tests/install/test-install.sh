@@ -10,12 +10,13 @@
 #
 # Exit status 0: passed; 77: skipped (no test model or no pkg-config; 1
 # instead when CLLM_REQUIRE_TEST_DATA is set, as in CI); anything else:
-# failed. The model is looked for in CLLM_TEST_DATA_DIR if set.
+# failed. The model is looked for in CLLM_TEST_DATA_DIR if set, else in
+# tests/data/models.
 set -euo pipefail
 
 src=$(cd "${1:-$(dirname "$0")/../..}" && pwd)
 build=$(cd "${2:-$src/build}" && pwd)
-model="${CLLM_TEST_DATA_DIR:-$src/../shared/models}/stories260K.gguf"
+model="${CLLM_TEST_DATA_DIR:-$src/tests/data/models}/stories260K.gguf"
 skip=77
 case "${CLLM_REQUIRE_TEST_DATA:-}" in "" | 0) ;; *) skip=1 ;; esac
 prompt="Once upon a time"
@@ -25,7 +26,7 @@ if [ ! -f "$model" ]; then
   exit $skip
 fi
 if ! command -v pkg-config >/dev/null 2>&1; then
-  echo "test-install: skipped: pkg-config is not installed"
+  echo "test-install: skipped: pkg-config is not installed (apt-get install pkg-config)"
   exit $skip
 fi
 cc=${CC:-cc}

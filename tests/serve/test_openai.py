@@ -40,7 +40,7 @@ def ensure_venv(venv):
     if not os.path.exists(py):
         r = subprocess.run([sys.executable, "-m", "venv", venv], capture_output=True, text=True)
         if r.returncode != 0:
-            missing(f"python3 -m venv ({r.stderr.strip()[-200:]})")
+            missing(f"python3 -m venv (apt-get install python3-venv; {r.stderr.strip()[-200:]})")
     r = subprocess.run([py, "-c", "import openai"], capture_output=True)
     if r.returncode != 0:
         r = subprocess.run([py, "-m", "pip", "install", "--quiet", "openai"], capture_output=True,

@@ -38,7 +38,7 @@
  *                      and I/O tests; compute on it is meaningless)
  *
  * The vocabulary (tokenizer.* keys) is copied from VOCAB.gguf, e.g. the
- * fixtures in shared/models/vocab; n_vocab is its token count.
+ * fixtures in tests/data/models/vocab; n_vocab is its token count.
  */
 #include "core/types.h"
 #include "gguf/gguf.h"

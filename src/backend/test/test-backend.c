@@ -438,6 +438,7 @@ static cllm_status test_reg_set_params(cllm_backend_reg *reg, const char *params
 }
 
 static cllm_backend_reg g_test_reg = {
+    CLLM_BACKEND_REG_ABI,
     .iface =
         {
             .get_name = test_reg_get_name,

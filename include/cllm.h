@@ -1223,7 +1223,7 @@ typedef enum cllm_event_kind {
 /* A token and its log-probability. */
 typedef struct cllm_token_logprob {
     int32_t id;
-    float logprob;
+    double logprob;
 } cllm_token_logprob;
 
 /* What a request used (with CLLM_EVENT_FINISHED). */
@@ -1249,7 +1249,7 @@ typedef struct cllm_event {
      * model's distribution (the softmax of the raw logits, before any
      * sampler stage), and the n_top most likely tokens, most likely first;
      * else 0 and none */
-    float logprob;
+    double logprob;
     const cllm_token_logprob *top;
     int n_top;
     /* TEXT: whole UTF-8, len > 0 (not NUL-terminated) */

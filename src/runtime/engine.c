@@ -589,8 +589,8 @@ static void engine_schedule(cllm_engine *e) {
 /* The log-probability of `id` in the model's distribution at this position
  * (the softmax of the raw logits), and the `top` most likely tokens into
  * sl->top. */
-static float slot_logprobs(const cllm_engine *e, engine_slot *sl, const float *logits, int32_t id,
-                           int top) {
+static double slot_logprobs(const cllm_engine *e, engine_slot *sl, const float *logits, int32_t id,
+                            int top) {
     const int32_t n = e->n_vocab;
     float mx = -INFINITY;
     for (int32_t i = 0; i < n; i++) mx = logits[i] > mx ? logits[i] : mx;
@@ -606,9 +606,9 @@ static float slot_logprobs(const cllm_engine *e, engine_slot *sl, const float *l
         best[k] = i;
     }
     for (int k = 0; k < nb; k++) {
-        sl->top[k] = (cllm_token_logprob){best[k], (float)((double)logits[best[k]] - lse)};
+        sl->top[k] = (cllm_token_logprob){best[k], (double)logits[best[k]] - lse};
     }
-    return (float)((double)logits[id] - lse);
+    return (double)logits[id] - lse;
 }
 
 /* Samples the next token of slot sl from its logits and reports it and its

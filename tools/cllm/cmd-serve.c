@@ -108,9 +108,9 @@ static int parse_serve_args(int argc, char **argv, serve_args *a) {
     a->http.port = 8080;
     a->http.max_body = (size_t)8 << 20;
     srv_gen_params *d = &a->http.defaults;
-    d->max_tokens = -1;
-    d->sp = cllm_sampler_default_params();
-    d->sp.temperature = 1.0f, d->sp.top_k = 0, d->sp.top_p = 1.0f, d->sp.min_p = 0.0f;
+    d->rp = cllm_request_default_params();
+    cllm_sampler_params *dsp = &d->rp.sampling;
+    dsp->temperature = 1.0f, dsp->top_k = 0, dsp->top_p = 1.0f, dsp->min_p = 0.0f;
     for (int i = 1; i < argc; i++) {
         const char *o = argv[i];
         if (cllm_cli_is_help(o)) {
@@ -169,20 +169,20 @@ static int parse_serve_args(int argc, char **argv, serve_args *a) {
             ok = cllm_cli_int("serve", o, v, 1, 1LL << 30, &n) &&
                  (a->http.max_body = (size_t)n, true);
         } else if (!strcmp(o, "-n")) {
-            ok = cllm_cli_int("serve", o, v, -1, 1 << 30, &n) && (d->max_tokens = (int)n, true);
+            ok = cllm_cli_int("serve", o, v, -1, 1 << 30, &n) && (d->rp.max_tokens = (int)n, true);
         } else if (!strcmp(o, "--temp")) {
-            ok = cllm_cli_float("serve", o, v, &d->sp.temperature);
+            ok = cllm_cli_float("serve", o, v, &dsp->temperature);
         } else if (!strcmp(o, "--top-k")) {
-            ok = cllm_cli_int("serve", o, v, 0, INT32_MAX, &n) && (d->sp.top_k = (int32_t)n, true);
+            ok = cllm_cli_int("serve", o, v, 0, INT32_MAX, &n) && (dsp->top_k = (int32_t)n, true);
         } else if (!strcmp(o, "--top-p")) {
-            ok = cllm_cli_float("serve", o, v, &d->sp.top_p);
+            ok = cllm_cli_float("serve", o, v, &dsp->top_p);
         } else if (!strcmp(o, "--min-p")) {
-            ok = cllm_cli_float("serve", o, v, &d->sp.min_p);
+            ok = cllm_cli_float("serve", o, v, &dsp->min_p);
         } else if (!strcmp(o, "--repeat-penalty")) {
-            ok = cllm_cli_float("serve", o, v, &d->sp.repeat_penalty);
+            ok = cllm_cli_float("serve", o, v, &dsp->repeat_penalty);
         } else { /* --seed */
             ok = cllm_cli_int("serve", o, v, 0, INT64_MAX, &n);
-            d->sp.seed = (uint64_t)n;
+            dsp->seed = (uint64_t)n;
             a->http.seed_given = true;
         }
         if (!ok) return 2;
@@ -193,7 +193,7 @@ static int parse_serve_args(int argc, char **argv, serve_args *a) {
     }
     /* the defaults must make a valid sampler */
     cllm_sampler *probe = NULL;
-    if (cllm_sampler_new(&d->sp, 2, &probe) != CLLM_OK) {
+    if (cllm_sampler_new(dsp, 2, &probe) != CLLM_OK) {
         cllm_cli_lib_error("serve");
         return 2;
     }

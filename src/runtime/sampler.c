@@ -36,6 +36,8 @@ struct cllm_sampler {
     int32_t *counts;
     int32_t *gen;
     int32_t n_gen;
+    /* (n_vocab) the row after stages 1-4; NULL when none of them can be on */
+    float *row;
 };
 
 /* ---- PRNG: xoshiro256** (Blackman & Vigna), seeded through splitmix64 ---- */
@@ -218,6 +220,11 @@ static cllm_status sampler_new(const cllm_sampler_params *params, int32_t n_voca
         s->gen = cllm_malloc((size_t)n_vocab * sizeof(int32_t));
         if (!s->counts || !s->gen) goto nomem;
     }
+    if (s->counts || s->eog || s->bias ||
+        (params->repeat_penalty != 1.0f && params->repeat_last_n > 0)) {
+        s->row = cllm_malloc((size_t)n_vocab * sizeof(float));
+        if (!s->row) goto nomem;
+    }
     cllm_sampler_reset(s);
     *out = s;
     return CLLM_OK;
@@ -247,6 +254,7 @@ void cllm_sampler_free(cllm_sampler *s) {
     cllm_free(s->eog);
     cllm_free(s->counts);
     cllm_free(s->gen);
+    cllm_free(s->row);
     cllm_free(s);
 }
 
@@ -314,41 +322,61 @@ static void cand_swap(cllm_sampler_cand *a, cllm_sampler_cand *b) {
     *b = t;
 }
 
-/* Stage 1. Penalises each distinct token of the window once; `cand` is still
- * indexed by token id. */
-static void apply_repeat_penalty(cllm_sampler *s) {
-    const float pen = s->params.repeat_penalty;
-    for (int32_t i = 0; i < s->window_len; i++) {
-        const int32_t t = s->window[i];
-        const uint8_t bit = (uint8_t)(1u << (t & 7));
-        if (s->seen[t >> 3] & bit) continue;
-        s->seen[t >> 3] |= bit;
-        float *l = &s->cand[t].p;
-        *l = *l > 0.0f ? *l / pen : *l * pen;
-        if (*l > FLT_MAX) *l = FLT_MAX; /* a penalty < 1 must not create +inf */
-    }
-    for (int32_t i = 0; i < s->window_len; i++) s->seen[s->window[i] >> 3] = 0;
-}
+static cllm_status bad_logit(int32_t i, float l);
 
-/* The stages before the repetition penalty, on `cand` indexed by token id:
- * the logit bias (added; -inf masks), OpenAI's penalties (l -= frequency *
- * count + presence, over the generated tokens), the end-token mask. A
- * result above FLT_MAX is FLT_MAX (+inf is no logit). */
-static void apply_bias_and_penalties(cllm_sampler *s) {
-    cllm_sampler_cand *c = s->cand;
+/* Whether logit l is NaN or +inf (-inf is a mask). */
+static bool is_bad(float l) { return isnan(l) || l == INFINITY; }
+
+/*
+ * Stages 1-4 on a copy of the row: s->row = logits with the logit bias
+ * added (-inf masks), OpenAI's penalties (l -= frequency * count +
+ * presence, over the generated tokens), the end tokens masked and the
+ * repetition penalty on each distinct token of the window. A result above
+ * FLT_MAX is FLT_MAX (+inf is no logit). The logits these stages touch are
+ * checked first (a bias or a mask must not hide a NaN or +inf); the others
+ * are checked where the row is read.
+ */
+static cllm_status apply_stages(cllm_sampler *s, const float *logits, bool repeat) {
     for (int32_t i = 0; i < s->params.n_logit_bias; i++) {
-        float *l = &c[s->bias[i].id].p;
+        if (is_bad(logits[s->bias[i].id])) return bad_logit(s->bias[i].id, logits[s->bias[i].id]);
+    }
+    for (int32_t i = 0; i < s->n_gen; i++) {
+        if (is_bad(logits[s->gen[i]])) return bad_logit(s->gen[i], logits[s->gen[i]]);
+    }
+    for (int32_t i = 0; i < s->n_eog; i++) {
+        if (is_bad(logits[s->eog[i]])) return bad_logit(s->eog[i], logits[s->eog[i]]);
+    }
+    for (int32_t i = 0; repeat && i < s->window_len; i++) {
+        if (is_bad(logits[s->window[i]])) return bad_logit(s->window[i], logits[s->window[i]]);
+    }
+    float *row = s->row;
+    memcpy(row, logits, (size_t)s->n_vocab * sizeof(float));
+    for (int32_t i = 0; i < s->params.n_logit_bias; i++) {
+        float *l = &row[s->bias[i].id];
         *l += s->bias[i].bias;
         if (*l > FLT_MAX) *l = FLT_MAX;
     }
     const float fp = s->params.frequency_penalty, pp = s->params.presence_penalty;
     for (int32_t i = 0; i < s->n_gen; i++) {
         const int32_t t = s->gen[i];
-        float *l = &c[t].p;
+        float *l = &row[t];
         *l -= (float)s->counts[t] * fp + pp;
         if (*l > FLT_MAX) *l = FLT_MAX;
     }
-    for (int32_t i = 0; i < s->n_eog; i++) c[s->eog[i]].p = -INFINITY;
+    for (int32_t i = 0; i < s->n_eog; i++) row[s->eog[i]] = -INFINITY;
+    if (!repeat) return CLLM_OK;
+    const float pen = s->params.repeat_penalty;
+    for (int32_t i = 0; i < s->window_len; i++) {
+        const int32_t t = s->window[i];
+        const uint8_t bit = (uint8_t)(1u << (t & 7));
+        if (s->seen[t >> 3] & bit) continue;
+        s->seen[t >> 3] |= bit;
+        float *l = &row[t];
+        *l = *l > 0.0f ? *l / pen : *l * pen;
+        if (*l > FLT_MAX) *l = FLT_MAX; /* a penalty < 1 must not create +inf */
+    }
+    for (int32_t i = 0; i < s->window_len; i++) s->seen[s->window[i] >> 3] = 0;
+    return CLLM_OK;
 }
 
 /* Min-heap on cand_better: the root is the worst of h[0, n). */
@@ -502,9 +530,12 @@ static cllm_status build_dist(cllm_sampler *s, const float *logits, int32_t *n_o
     cllm_sampler_cand *c = s->cand;
     const int32_t n_vocab = s->n_vocab;
     const bool repeat = prm->repeat_penalty != 1.0f && s->window_len > 0;
-    const bool penalise = repeat || prm->n_logit_bias > 0 || s->n_eog > 0 || s->n_gen > 0;
+    if (repeat || prm->n_logit_bias > 0 || s->n_eog > 0 || s->n_gen > 0) {
+        CLLM_TRY(apply_stages(s, logits, repeat));
+        logits = s->row;
+    }
 
-    if (prm->temperature == 0.0f && !penalise) {
+    if (prm->temperature == 0.0f) {
         int32_t best = 0;
         cllm_status st = argmax_plain(logits, n_vocab, &best);
         if (st != CLLM_OK) return st;
@@ -514,46 +545,18 @@ static cllm_status build_dist(cllm_sampler *s, const float *logits, int32_t *n_o
         return CLLM_OK;
     }
 
-    /* Copy the finite logits, penalised, into c[0, n); find the largest
-     * (the first in id order). Without penalties this is a single pass. */
-    int32_t n = 0, imax = 0;
+    /* Copy the finite logits into c[0, n) and find the largest (the first
+     * in id order): a single pass. */
+    int32_t n = 0;
     float lmax = -INFINITY;
-    if (penalise) {
-        for (int32_t i = 0; i < n_vocab; i++) {
-            const float l = logits[i];
-            if (!(l < INFINITY)) return bad_logit(i, l);
-            c[i] = (cllm_sampler_cand){.id = i, .p = l};
-        }
-        apply_bias_and_penalties(s); /* these need c indexed by id */
-        if (repeat) apply_repeat_penalty(s);
-        for (int32_t i = 0; i < n_vocab; i++) {
-            if (c[i].p == -INFINITY) continue;
-            if (c[i].p > lmax) {
-                lmax = c[i].p;
-                imax = n;
-            }
-            c[n++] = c[i];
-        }
-    } else {
-        for (int32_t i = 0; i < n_vocab; i++) {
-            const float l = logits[i];
-            if (!(l < INFINITY)) return bad_logit(i, l);
-            if (l == -INFINITY) continue;
-            if (l > lmax) {
-                lmax = l;
-                imax = n;
-            }
-            c[n++] = (cllm_sampler_cand){.id = i, .p = l};
-        }
+    for (int32_t i = 0; i < n_vocab; i++) {
+        const float l = logits[i];
+        if (!(l < INFINITY)) return bad_logit(i, l);
+        if (l == -INFINITY) continue;
+        if (l > lmax) lmax = l;
+        c[n++] = (cllm_sampler_cand){.id = i, .p = l};
     }
     if (n == 0) return cllm_error(CLLM_ERR_INVALID_ARG, "sampler: every logit is -inf");
-
-    if (prm->temperature == 0.0f) { /* greedy */
-        c[0] = (cllm_sampler_cand){.id = c[imax].id, .p = 1.0f};
-        *n_out = 1;
-        *sum_out = 1.0;
-        return CLLM_OK;
-    }
 
     bool sorted = false;
     if (prm->top_k > 0 && prm->top_k < n) {

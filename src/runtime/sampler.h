@@ -38,15 +38,16 @@
  *  11. draw one token from what is left, renormalised, with the sampler's
  *      own PRNG (xoshiro256**, seeded from `seed` through splitmix64).
  *
- * Stages 1-4 work on a copy of the row indexed by id (one pass); a result
- * above FLT_MAX becomes FLT_MAX.
+ * Stages 1-4 work on a copy of the row (a memcpy, then only the tokens they
+ * touch); a result above FLT_MAX becomes FLT_MAX.
  *
  * Logits of -inf are a valid mask (the token is never chosen). NaN or +inf
  * logits are rejected with CLLM_ERR_INVALID_ARG, as is a row where every
  * logit is -inf.
  *
- * Cost per token: greedy without stages 1-4 is one read-only pass over the
- * logits. Otherwise one pass copies and checks them; top-k costs
+ * Cost per token: stages 1-4, when on, copy the row once (memcpy) and touch
+ * only their tokens. Greedy is then one read-only pass over the row.
+ * Otherwise one pass copies and checks it into candidates; top-k costs
  * O(n_vocab log k) with a k-element heap (no full sort); the exp of the
  * softmax runs over what top-k left, or, with min-p and no top-p, only over
  * the tokens min-p keeps; top-p without top-k sorts only the candidates above

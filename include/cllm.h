@@ -575,6 +575,52 @@ const char *cllm_token_to_piece(const cllm_model *m, int32_t id, bool special, s
 cllm_status cllm_detokenize(const cllm_model *m, const int32_t *ids, size_t n_ids, int flags,
                             char *buf, size_t cap, size_t *len);
 
+/*
+ * A streaming detokenizer: the text of generated tokens, one token at a
+ * time, as whole UTF-8 only. Bytes that begin a character are held back
+ * until a later token completes them; ill-formed bytes become U+FFFD. Each
+ * token costs its own piece, never a pass over the text before it.
+ *
+ *     cllm_detokenizer *d;
+ *     if (cllm_detokenizer_new(m, 0, &d) != CLLM_OK) ...
+ *     for each generated id:
+ *         const char *s; size_t len;
+ *         cllm_detokenizer_put(d, id, &s, &len);      // possibly empty
+ *         fwrite(s, 1, len, stdout);
+ *     cllm_detokenizer_flush(d, &s, &len);            // a cut character: U+FFFD
+ *     cllm_detokenizer_free(d);
+ *
+ * Thread safety: a detokenizer is one stream's state, used by one thread at
+ * a time; any number may exist on a model.
+ */
+typedef struct cllm_detokenizer cllm_detokenizer;
+
+/* A detokenizer for model m's tokens (m must outlive it); `flags` a set of
+ * CLLM_DETOK_* (CLLM_DETOK_STRIP_PREFIX drops the space prefix before the
+ * stream's first text token). CLLM_OK and *out (free it with
+ * cllm_detokenizer_free); CLLM_ERR_UNSUPPORTED for a model without a
+ * tokenizer; CLLM_ERR_NOMEM. On failure *out is untouched. Thread-safe. */
+cllm_status cllm_detokenizer_new(const cllm_model *m, int flags, cllm_detokenizer **out);
+
+/* NULL does nothing. */
+void cllm_detokenizer_free(cllm_detokenizer *d);
+
+/*
+ * Adds token `id` to the stream. *text / *len get the text that became
+ * complete (possibly empty), in a buffer of d valid until the next call on
+ * d. Never allocates. CLLM_OK, or CLLM_ERR_INVALID_ARG for an id out of
+ * range (d unchanged).
+ */
+cllm_status cllm_detokenizer_put(cllm_detokenizer *d, int32_t id, const char **text, size_t *len);
+
+/* Ends the stream: the held bytes of a cut character come out as U+FFFD
+ * (*text / *len as cllm_detokenizer_put). The detokenizer is then ready for
+ * a new stream. */
+void cllm_detokenizer_flush(cllm_detokenizer *d, const char **text, size_t *len);
+
+/* Forgets held bytes and starts a new stream. */
+void cllm_detokenizer_reset(cllm_detokenizer *d);
+
 /* Special ids; -1 when the file has none (or no tokenizer). */
 int32_t cllm_token_bos(const cllm_model *m);
 int32_t cllm_token_eos(const cllm_model *m);
@@ -851,8 +897,9 @@ cllm_status cllm_session_seq_truncate(cllm_session *s, int seq, int64_t n_keep);
 /* The session's sequences (n_seq). */
 int cllm_session_n_seq(const cllm_session *s);
 
-int64_t cllm_session_n_past(const cllm_session *s); /* tokens in the context */
-int64_t cllm_session_n_ctx(const cllm_session *s);  /* its capacity */
+int64_t cllm_session_n_past(const cllm_session *s);  /* tokens in the context */
+int64_t cllm_session_n_ctx(const cllm_session *s);   /* its capacity */
+int64_t cllm_session_n_batch(const cllm_session *s); /* tokens per forward pass at most */
 int64_t cllm_session_n_vocab(const cllm_session *s);
 /* The model the session was made on. */
 const cllm_model *cllm_session_model(const cllm_session *s);
@@ -875,25 +922,44 @@ cllm_memory_report cllm_session_memory_on(const cllm_session *s, const cllm_devi
 
 /*
  * Turns one row of logits into one token id. The chain, in this order (each
- * stage skipped when off): repetition penalty over the last repeat_last_n
- * accepted tokens (l /= penalty if l > 0, else l *= penalty); greedy if
- * temperature == 0 (largest logit, ties: lowest id; nothing below runs);
- * top-k; temperature; softmax; top-p; min-p; one draw with the sampler's own
- * PRNG (xoshiro256**, seeded from `seed` through splitmix64). Logits of -inf
- * are a valid mask; NaN or +inf are rejected.
+ * stage skipped when off):
+ *   1. logit bias: logit_bias[i].bias added to the logit of token
+ *      logit_bias[i].id (-inf: never sampled);
+ *   2. OpenAI's frequency and presence penalties over the tokens generated
+ *      so far (those given to cllm_sampler_accept since the last reset, not
+ *      the prompt's, which go to cllm_sampler_accept_prompt): for each token
+ *      t generated c_t > 0 times, l -= frequency_penalty * c_t +
+ *      presence_penalty;
+ *   3. ignore_eos: the model's end-of-generation tokens are masked (-inf);
+ *   4. repetition penalty over the last repeat_last_n accepted tokens,
+ *      prompt and generated (l /= penalty if l > 0, else l *= penalty);
+ *   5. greedy if temperature == 0 (largest logit, ties: lowest id; nothing
+ *      below runs);
+ *   6. top-k; temperature; softmax; top-p; min-p;
+ *   7. one draw with the sampler's own PRNG (xoshiro256**, seeded from
+ *      `seed` through splitmix64).
+ * A stage's result above the largest float is the largest float. Logits of
+ * -inf are a valid mask; NaN or +inf are rejected.
  *
  *     cllm_sampler_params sp = cllm_sampler_default_params();
  *     sp.temperature = 0.7f;
  *     cllm_sampler *smp;
- *     if (cllm_sampler_new(&sp, cllm_model_n_vocab(m), &smp) != CLLM_OK) ...
+ *     if (cllm_sampler_new_model(&sp, m, &smp) != CLLM_OK) ...
+ *     cllm_sampler_accept_prompt(smp, prompt, n_prompt); // the repetition window
  *     int32_t id;
  *     cllm_sampler_sample(smp, cllm_session_logits(s), &id);
- *     cllm_sampler_accept(smp, id);                   // the penalty window
+ *     cllm_sampler_accept(smp, id);                   // the window and the counts
  *     cllm_sampler_free(smp);
  */
 
 /* Largest accepted repeat_last_n (the window is allocated up front). */
 #define CLLM_SAMPLER_MAX_WINDOW (1 << 20)
+
+/* An additive bias for one token's logit (cllm_sampler_params.logit_bias). */
+typedef struct cllm_logit_bias {
+    int32_t id; /* token id in [0, n_vocab) */
+    float bias; /* finite, or -INFINITY: never sampled */
+} cllm_logit_bias;
 
 typedef struct cllm_sampler_params {
     float temperature;     /* 0: greedy; > 0: logits are divided by it. Default 0.8 */
@@ -903,6 +969,17 @@ typedef struct cllm_sampler_params {
     float repeat_penalty;  /* > 0; 1: off. Default 1 */
     int32_t repeat_last_n; /* penalty window in tokens, >= 0; 0: off. Default 64 */
     uint64_t seed;         /* PRNG seed. Default 0 */
+    /* OpenAI's penalties (stage 2; OpenAI's API takes [-2, 2]): finite;
+     * 0: off. Default 0 */
+    float frequency_penalty;
+    float presence_penalty;
+    /* (optional) n_logit_bias biases (stage 1), at most one per token, in
+     * no particular order; copied by cllm_sampler_new. Default none */
+    const cllm_logit_bias *logit_bias;
+    int32_t n_logit_bias;
+    /* end-of-generation tokens are never sampled (stage 3); needs the
+     * model's tokens: cllm_sampler_new_model. Default false */
+    bool ignore_eos;
 } cllm_sampler_params;
 
 /* One candidate of the final distribution (see cllm_sampler_probs). */
@@ -918,15 +995,29 @@ typedef struct cllm_sampler cllm_sampler;
 cllm_sampler_params cllm_sampler_default_params(void);
 
 /*
- * Creates a sampler for rows of `n_vocab` logits with a copy of `*params`.
- * Allocates all scratch memory (about 8 bytes per vocabulary entry plus the
- * window) here. Returns CLLM_OK and the sampler in *out (free it with
- * cllm_sampler_free); CLLM_ERR_INVALID_ARG (naming the field) if a
- * parameter is out of range or not finite, or n_vocab <= 0; CLLM_ERR_NOMEM.
- * On failure *out is untouched. Thread-safe (an independent object).
+ * Creates a sampler for rows of `n_vocab` logits with a copy of `*params`
+ * (the logit_bias array included). Allocates all scratch memory (about 8
+ * bytes per vocabulary entry plus the window, 8 more with a frequency or
+ * presence penalty) here. Returns CLLM_OK and the sampler in *out (free it
+ * with cllm_sampler_free); CLLM_ERR_INVALID_ARG (naming the field) if a
+ * parameter is out of range or not finite, a bias names a token out of
+ * range or twice, ignore_eos is set (it needs cllm_sampler_new_model), or
+ * n_vocab <= 0; CLLM_ERR_NOMEM. On failure *out is untouched. Thread-safe
+ * (an independent object).
  */
 cllm_status cllm_sampler_new(const cllm_sampler_params *params, int32_t n_vocab,
                              cllm_sampler **out);
+
+/* As cllm_sampler_new for the rows of model m's logits; with ignore_eos its
+ * end-of-generation tokens (cllm_token_is_eog) are masked. CLLM_ERR_INVALID_ARG
+ * too for ignore_eos with a model without a tokenizer. Thread-safe. */
+cllm_status cllm_sampler_new_model(const cllm_sampler_params *params, const cllm_model *m,
+                                   cllm_sampler **out);
+
+/* Checks `params` for rows of n_vocab logits as cllm_sampler_new does, without
+ * making a sampler: CLLM_OK or CLLM_ERR_INVALID_ARG naming the field (the
+ * ignore_eos rule aside). Thread-safe. */
+cllm_status cllm_sampler_params_check(const cllm_sampler_params *params, int32_t n_vocab);
 
 /* NULL does nothing. */
 void cllm_sampler_free(cllm_sampler *s);
@@ -949,12 +1040,20 @@ cllm_status cllm_sampler_sample(cllm_sampler *s, const float *logits, int32_t *o
 cllm_status cllm_sampler_probs(cllm_sampler *s, const float *logits, const cllm_sampler_cand **out,
                                int32_t *n_out);
 
-/* Appends `token` to the penalty window (call it for prompt tokens and for
- * every generated one). CLLM_ERR_INVALID_ARG for a token outside
- * [0, n_vocab) (nothing changes). Not thread-safe. */
+/* A generated token: appends `token` to the repetition window and counts
+ * it for the frequency and presence penalties (call it for every generated
+ * token). CLLM_ERR_INVALID_ARG for a token outside [0, n_vocab) (nothing
+ * changes). Not thread-safe. */
 cllm_status cllm_sampler_accept(cllm_sampler *s, int32_t token);
 
-/* Empties the window and re-seeds the PRNG: as new. Not thread-safe. */
+/* Prompt tokens: appends tokens[0, n) to the repetition window only (the
+ * frequency and presence penalties count generated tokens). Only the last
+ * repeat_last_n matter. CLLM_ERR_INVALID_ARG for a token outside
+ * [0, n_vocab) (nothing changes). Not thread-safe. */
+cllm_status cllm_sampler_accept_prompt(cllm_sampler *s, const int32_t *tokens, size_t n);
+
+/* Empties the window and the counts and re-seeds the PRNG: as new. Not
+ * thread-safe. */
 void cllm_sampler_reset(cllm_sampler *s);
 
 /* ======================================================================== */
@@ -963,13 +1062,17 @@ void cllm_sampler_reset(cllm_sampler *s);
 
 typedef enum cllm_stop_reason {
     CLLM_STOP_EOG = 0,      /* the model produced an end-of-generation token */
-    CLLM_STOP_LENGTH,       /* n_predict tokens were generated */
+    CLLM_STOP_LENGTH,       /* n_predict (max_tokens) tokens were generated */
     CLLM_STOP_CONTEXT_FULL, /* the session's context is full */
-    CLLM_STOP_CALLBACK,     /* the callback returned false (cancelled) */
+    CLLM_STOP_CALLBACK,     /* cllm_generate: the callback returned false */
+    CLLM_STOP_STRING,       /* engine: a stop string was generated */
+    CLLM_STOP_CANCELLED,    /* engine: cllm_engine_cancel */
+    CLLM_STOP_ERROR,        /* engine: the request failed (the event says why) */
     CLLM_STOP_COUNT
 } cllm_stop_reason;
 
-/* "eog", "length", "context_full", "callback". A constant string. */
+/* "eog", "length", "context_full", "callback", "stop_string", "cancelled",
+ * "error". A constant string. */
 const char *cllm_stop_reason_str(cllm_stop_reason r);
 
 /* Receives each piece of text as it becomes complete UTF-8 (possibly empty)
@@ -987,22 +1090,27 @@ typedef struct cllm_generate_result {
 } cllm_generate_result;
 
 /*
- * Decodes prompt[0..n_prompt) into the session (after whatever it holds),
- * then samples, streams (through on_text, which may be NULL) and decodes
- * one token at a time, up to n_predict tokens (n_predict < 0: until an EOG
- * token or a full context). The text comes from the tokenizer of the
- * session's model (CLLM_ERR_UNSUPPORTED if it has none). Every prompt and
- * generated token is fed to the sampler's penalty window.
+ * Decodes prompt[0..n_prompt) into sequence 0 of the session (after
+ * whatever it holds), then samples, streams (through on_text, which may be
+ * NULL) and decodes one token at a time, up to n_predict tokens (n_predict
+ * < 0: until an EOG token or a full context). It is one request of a batch
+ * engine (cllm_engine, below) over the session, with `smp` as its sampler.
+ * The text comes from the tokenizer of the session's model
+ * (CLLM_ERR_UNSUPPORTED if it has none). The prompt goes to the sampler's
+ * repetition window (cllm_sampler_accept_prompt), every generated token to
+ * cllm_sampler_accept.
  *
  * Afterwards the session holds the prompt and res->n_gen_decoded of the
  * generated ids (the last sampled token is not decoded: the one that hit
- * n_predict, the EOG token, or the one refused by the callback).
+ * n_predict, the EOG token, the one refused by the callback, or the one
+ * sampled when the context was full).
  *
  * A full context ends generation with CLLM_STOP_CONTEXT_FULL and CLLM_OK; a
  * prompt that does not fit is CLLM_ERR_TOO_LARGE; an empty prompt
- * CLLM_ERR_INVALID_ARG. *res is filled on success (free it with
- * cllm_generate_result_free) and zeroed on failure. Not thread-safe with
- * respect to the session and the sampler.
+ * CLLM_ERR_INVALID_ARG; a failed forward pass its status (the session then
+ * holds what was decoded before it). *res is filled on success (free it
+ * with cllm_generate_result_free) and zeroed on failure. Not thread-safe
+ * with respect to the session and the sampler.
  */
 cllm_status cllm_generate(cllm_session *s, cllm_sampler *smp, const int32_t *prompt,
                           size_t n_prompt, int n_predict, cllm_on_text_fn on_text, void *user_data,
@@ -1010,6 +1118,219 @@ cllm_status cllm_generate(cllm_session *s, cllm_sampler *smp, const int32_t *pro
 
 /* Frees res->ids and zeroes *res; NULL does nothing. */
 void cllm_generate_result_free(cllm_generate_result *res);
+
+/* ======================================================================== */
+/* Batch engine: many requests over one session                            */
+/* ======================================================================== */
+
+/*
+ * Continuous batching for a program that serves several requests at once:
+ * the engine runs requests over a session of n_seq sequences (one request
+ * per sequence at a time; the others wait, first come first served) and
+ * advances every busy sequence by one forward pass per step: the generating
+ * ones by their last token, the others by a chunk of their prompt. Each
+ * request has its own sampler, stop strings, token budget and detokenizer;
+ * its answer does not depend on the requests beside it (on the CPU, bit for
+ * bit the answer it gets alone: see cllm_session_decode_seqs).
+ *
+ *     static void on_event(const cllm_event *ev, void *ud) {
+ *         if (ev->kind == CLLM_EVENT_TEXT) fwrite(ev->text, 1, ev->len, stdout);
+ *         if (ev->kind == CLLM_EVENT_FINISHED) printf(" [%s]\n", cllm_stop_reason_str(ev->reason));
+ *     }
+ *
+ *     cllm_session_params sp = cllm_session_default_params();
+ *     sp.n_seq = 4;                                   // four requests at a time
+ *     cllm_engine *e;
+ *     if (cllm_engine_new(m, &sp, on_event, NULL, &e) != CLLM_OK) ...
+ *     cllm_request_params rp = cllm_request_default_params();
+ *     rp.sampling.temperature = 0;
+ *     rp.max_tokens = 64;
+ *     for (int i = 0; i < n_prompts; i++)
+ *         cllm_engine_submit(e, prompt[i], n_prompt[i], &rp, NULL, NULL);
+ *     while (cllm_engine_n_waiting(e) + cllm_engine_n_running(e) > 0)
+ *         cllm_engine_step(e);                        // events arrive in on_event
+ *     cllm_engine_free(e);
+ *
+ * What it does for its requests:
+ *  - prefix reuse: a waiting request takes the idle sequence whose cache
+ *    shares the longest beginning with its prompt (any idle sequence, not
+ *    only one whose cache the prompt extends), and decodes only the rest.
+ *    A cache the prompt extends is kept whole (a conversation's next turn:
+ *    its answer rows were computed a token at a time, as with any chat
+ *    engine). Otherwise, with n_batch >= 16, only rows computed as a fresh
+ *    read of a prompt computes them are kept, with at least 8 tokens left
+ *    to read, so the answer is bit for bit that of a fresh read; with
+ *    n_batch 1 (every row computed alone) the whole common beginning; with
+ *    other batch sizes, nothing. A request that can reuse nothing takes the
+ *    sequence used longest ago, so the caches of other conversations live
+ *    as long as they can.
+ *  - prompts are read in chunks of n_batch tokens, no last chunk under 8
+ *    (as cllm_session_decode); the chunks of several requests share a pass.
+ *  - sampling: a sampler per request (cllm_sampler_new_model with the
+ *    request's params: penalties, logit bias and ignore_eos are its
+ *    stages); the prompt goes to its repetition window.
+ *  - text: a streaming detokenizer per request, and stop strings matched
+ *    across token boundaries: text that could still begin a stop string is
+ *    held back until it cannot; the stop string and what follows are never
+ *    released.
+ *
+ * Events: cllm_engine_step calls on_event for each one, in order, on the
+ * caller's thread; per request: TOKEN (a generated token: every one but an
+ * end-of-generation token), TEXT (text that is final: whole UTF-8, before
+ * any stop string), and once FINISHED, its last event. The pointers in an
+ * event are valid during the call only. on_event may call
+ * cllm_engine_submit and cllm_engine_cancel (not step or free).
+ *
+ * Thread safety: an engine is single-threaded: one thread submits, cancels
+ * and steps it (and the session is the engine's while it exists). A server
+ * puts it on a thread of its own and feeds it from a queue: its connection
+ * threads queue requests (and cancellations) under a mutex, and the engine
+ * thread moves them into the engine between steps and hands each event to
+ * the connection that waits for it.
+ */
+typedef struct cllm_engine cllm_engine;
+
+/* Limits of a request. */
+#define CLLM_ENGINE_MAX_STOP         16  /* stop strings */
+#define CLLM_ENGINE_MAX_STOP_LEN     256 /* bytes in a stop string */
+#define CLLM_ENGINE_MAX_TOP_LOGPROBS 20  /* alternatives per token */
+
+typedef struct cllm_request_params {
+    cllm_sampler_params sampling; /* default: cllm_sampler_default_params() */
+    /* tokens to generate; -1: until an end-of-generation token or a full
+     * context (default) */
+    int32_t max_tokens;
+    /* (optional) n_stop stop strings, valid UTF-8 of 1 to
+     * CLLM_ENGINE_MAX_STOP_LEN bytes each, at most CLLM_ENGINE_MAX_STOP;
+     * copied by cllm_engine_submit. Default none */
+    const char *const *stop;
+    int n_stop;
+    /* -1 (default): no log-probabilities; 0: each token's; k in 1 ..
+     * CLLM_ENGINE_MAX_TOP_LOGPROBS: and the k most likely tokens' */
+    int logprobs;
+} cllm_request_params;
+
+/* The defaults given beside each field. Pure; thread-safe. */
+cllm_request_params cllm_request_default_params(void);
+
+typedef enum cllm_event_kind {
+    CLLM_EVENT_TOKEN = 0, /* a token was generated */
+    CLLM_EVENT_TEXT,      /* text became final */
+    CLLM_EVENT_FINISHED,  /* the request ended (its last event) */
+    CLLM_EVENT_COUNT
+} cllm_event_kind;
+
+/* A token and its log-probability. */
+typedef struct cllm_token_logprob {
+    int32_t id;
+    double logprob;
+} cllm_token_logprob;
+
+/* What a request used (with CLLM_EVENT_FINISHED). */
+typedef struct cllm_request_usage {
+    bool started;         /* it had a sequence (false: cancelled while waiting) */
+    size_t n_prompt;      /* prompt tokens */
+    size_t n_cached;      /* of those, reused from the sequence's cache */
+    size_t n_completion;  /* tokens generated (an end-of-generation token not counted) */
+    size_t n_gen_decoded; /* generated tokens that went through the model */
+    double queued_ms;     /* from submit to a sequence */
+    double prompt_ms;     /* forward passes that read its prompt (shared with others) */
+    double gen_ms;        /* forward passes that decoded its tokens (sampling excluded) */
+} cllm_request_usage;
+
+typedef struct cllm_event {
+    cllm_event_kind kind;
+    uint64_t request; /* the id cllm_engine_submit gave */
+    void *user_data;  /* the request's, given to cllm_engine_submit */
+    /* TOKEN: the token. TEXT: the token whose sampling released the text,
+     * -1 for text released by the end (held back, or a cut character) */
+    int32_t token;
+    /* TOKEN with logprobs >= 0: the token's log-probability under the
+     * model's distribution (the softmax of the raw logits, before any
+     * sampler stage), and the n_top most likely tokens, most likely first;
+     * else 0 and none */
+    double logprob;
+    const cllm_token_logprob *top;
+    int n_top;
+    /* TEXT: whole UTF-8, len > 0 (not NUL-terminated) */
+    const char *text;
+    size_t len;
+    /* FINISHED: why, what it used, and for CLLM_STOP_ERROR the failure's
+     * status and message (else CLLM_OK and NULL) */
+    cllm_stop_reason reason;
+    cllm_request_usage usage;
+    cllm_status status;
+    const char *error;
+} cllm_event;
+
+/* Receives every event of an engine (see above). */
+typedef void (*cllm_event_fn)(const cllm_event *ev, void *user_data);
+
+/*
+ * Creates an engine on `model` with a session of its own (params NULL: the
+ * defaults), of params->n_seq sequences; an n_batch below n_seq is raised to
+ * n_seq, so that a step of every sequence fits one pass. on_event (not
+ * NULL) receives the events with user_data. Errors of cllm_session_new;
+ * CLLM_ERR_UNSUPPORTED for a model without a tokenizer; CLLM_ERR_NOMEM. On
+ * failure *out is untouched. Free it with cllm_engine_free.
+ */
+cllm_status cllm_engine_new(const cllm_model *model, const cllm_session_params *params,
+                            cllm_event_fn on_event, void *user_data, cllm_engine **out);
+
+/*
+ * Creates an engine over the caller's session `s` (which must outlive the
+ * engine; free it after cllm_engine_free), e.g. one whose layers run on
+ * other hosts. The engine uses all its sequences and treats what they hold
+ * as unknown (the first request on a sequence starts it anew); the session
+ * must not be used by anything else while the engine exists. Errors as
+ * cllm_engine_new.
+ */
+cllm_status cllm_engine_new_session(cllm_session *s, cllm_event_fn on_event, void *user_data,
+                                    cllm_engine **out);
+
+/* Frees the engine (and the session it made; not a caller's). Requests
+ * that have not finished are dropped without events. NULL does nothing. */
+void cllm_engine_free(cllm_engine *e);
+
+/*
+ * Queues a request: prompt[0, n_prompt) (copied; 1 .. n_ctx tokens, each in
+ * [0, n_vocab)) generated with `params` (NULL: the defaults; copied, stop
+ * strings included). user_data comes back with its events. *id (may be
+ * NULL) gets its id, unique in the engine. Nothing is computed until
+ * cllm_engine_step. CLLM_ERR_INVALID_ARG naming the field for a bad
+ * parameter (the sampler's too), CLLM_ERR_TOO_LARGE for a prompt longer
+ * than the context, CLLM_ERR_NOMEM; then nothing is queued.
+ */
+cllm_status cllm_engine_submit(cllm_engine *e, const int32_t *prompt, size_t n_prompt,
+                               const cllm_request_params *params, void *user_data, uint64_t *id);
+
+/*
+ * Cancels request `id`, waiting or running: the next cllm_engine_step ends
+ * it (CLLM_STOP_CANCELLED, before any further computation for it); a
+ * running one's sequence keeps its cache for the requests after it.
+ * CLLM_ERR_INVALID_ARG for an id that is not waiting or running (already
+ * finished, or never given).
+ */
+cllm_status cllm_engine_cancel(cllm_engine *e, uint64_t id);
+
+/*
+ * One step: ends the cancelled requests, gives waiting requests to idle
+ * sequences, then runs the forward pass (or passes: prompt chunks that
+ * cannot join the generating tokens go in passes of their own, up to
+ * n_batch tokens each) for every running request, samples the requests
+ * whose logits are ready, and calls on_event for everything that happened.
+ * Does nothing without requests. A request that fails (a forward pass that
+ * fails for it alone, out of memory) ends with CLLM_STOP_ERROR and the
+ * others go on; if a shared pass fails, its requests are decoded one by one
+ * so that only those that cannot go on fail. Returns CLLM_OK.
+ */
+cllm_status cllm_engine_step(cllm_engine *e);
+
+/* Requests waiting for a sequence, and running on one. */
+int cllm_engine_n_waiting(const cllm_engine *e);
+int cllm_engine_n_running(const cllm_engine *e);
+/* The session the engine runs on (its own, or the caller's). */
+cllm_session *cllm_engine_session(cllm_engine *e);
 
 #ifdef __cplusplus
 }

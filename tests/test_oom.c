@@ -287,12 +287,12 @@ static void vocab_scenario(const char *path, outcome *o) {
     STEP(STEP_ENCODE,
          cllm_tokenizer_encode(tok, k_text, strlen(k_text), true, true, o->prompt, MAX_PROMPT, &n));
     o->n_prompt = (int64_t)n;
-    STEP_OUT(STEP_DETOK, d, d_out, cllm_detokenizer_new(tok, CLLM_DETOK_SPECIAL, &d_out));
+    STEP_OUT(STEP_DETOK, d, d_out, cllm_detokenizer_new_tok(tok, CLLM_DETOK_SPECIAL, &d_out));
     for (size_t i = 0; i <= n; i++) {
         const char *text;
         size_t len;
         if (i < n) {
-            STEP(STEP_DETOK, cllm_detokenizer_push(d, o->prompt[i], &text, &len));
+            STEP(STEP_DETOK, cllm_detokenizer_put(d, o->prompt[i], &text, &len));
         } else {
             cllm_detokenizer_flush(d, &text, &len);
         }

@@ -1,5 +1,7 @@
-/* Tests of the sampler: greedy, top-k/p, min-p, penalties, seeds, statistics. */
+/* Tests of the sampler: greedy, top-k/p, min-p, penalties, logit bias, the
+ * end-token mask, seeds, statistics. */
 #include "common/check.h"
+#include "common/refs.h"
 #include "runtime/sampler.h"
 
 #include <math.h>
@@ -608,6 +610,205 @@ static void test_invalid_params(void) {
     cllm_sampler_free(NULL);
 }
 
+/* The probabilities cllm_sampler_probs gives, indexed by id (0 for tokens
+ * out of the distribution). */
+static void probs_by_id(cllm_sampler *s, const float *logits, int32_t n_vocab, double *p) {
+    const cllm_sampler_cand *c = NULL;
+    int32_t n = 0;
+    memset(p, 0, (size_t)n_vocab * sizeof(*p));
+    CHECKF(cllm_sampler_probs(s, logits, &c, &n) == CLLM_OK, "%s", cllm_last_error());
+    for (int32_t i = 0; i < n; i++) p[c[i].id] = c[i].p;
+}
+
+/* softmax(l) into p (double). */
+static void softmax_ref(const double *l, int32_t n, double *p) {
+    double mx = -INFINITY, sum = 0;
+    for (int32_t i = 0; i < n; i++) mx = l[i] > mx ? l[i] : mx;
+    for (int32_t i = 0; i < n; i++) sum += (p[i] = isinf(l[i]) ? 0 : exp(l[i] - mx));
+    for (int32_t i = 0; i < n; i++) p[i] /= sum;
+}
+
+/* Logit bias: -inf is never sampled, a large bias always; a finite bias
+ * moves the distribution by exp(bias), as the formula says. */
+static void test_logit_bias(void) {
+    enum { V = 32 };
+    float logits[V];
+    for (int i = 0; i < V; i++) logits[i] = test_normal();
+    logits[7] = 5.0f; /* the likeliest by far */
+    /* -inf on the best: greedy and sampling never take it */
+    cllm_logit_bias ban = {7, -INFINITY};
+    cllm_sampler_params p = plain_params(0.0f);
+    p.logit_bias = &ban, p.n_logit_bias = 1;
+    cllm_sampler *s = make(&p, V);
+    CHECK(sample1(s, logits) != 7);
+    cllm_sampler_free(s);
+    p.temperature = 1.0f;
+    s = make(&p, V);
+    int hits = 0;
+    for (int i = 0; i < 2000; i++) hits += sample1(s, logits) == 7;
+    CHECK_EQ_INT(hits, 0);
+    cllm_sampler_free(s);
+    /* +100 on the least likely: always it, greedy or sampled */
+    int worst = 0;
+    for (int i = 1; i < V; i++) worst = logits[i] < logits[worst] ? i : worst;
+    cllm_logit_bias force = {worst, 100.0f};
+    p.logit_bias = &force;
+    s = make(&p, V);
+    hits = 0;
+    for (int i = 0; i < 500; i++) hits += sample1(s, logits) == worst;
+    CHECK_EQ_INT(hits, 500);
+    cllm_sampler_free(s);
+    /* finite biases: the probabilities are softmax(l + bias) */
+    cllm_logit_bias two[2] = {{3, 1.5f}, {11, -2.25f}}; /* not sorted by id: either order */
+    p.logit_bias = two, p.n_logit_bias = 2;
+    s = make(&p, V);
+    double got[V], want[V], l[V];
+    probs_by_id(s, logits, V, got);
+    for (int i = 0; i < V; i++) l[i] = logits[i];
+    l[3] += 1.5, l[11] -= 2.25;
+    softmax_ref(l, V, want);
+    double err = 0;
+    for (int i = 0; i < V; i++) err = fmax(err, fabs(got[i] - want[i]));
+    CHECKF(err < 1e-5, "biased distribution off by %g", err);
+    cllm_sampler_free(s);
+    /* the array is copied: the caller's may change after cllm_sampler_new */
+    cllm_logit_bias mine = {7, -INFINITY};
+    p = plain_params(0.0f);
+    p.logit_bias = &mine, p.n_logit_bias = 1;
+    s = make(&p, V);
+    mine.id = 0;
+    CHECK(sample1(s, logits) != 7);
+    cllm_sampler_free(s);
+    /* bad biases, each named */
+    static const struct {
+        cllm_logit_bias b[2];
+        int32_t n;
+        const char *needle;
+    } bad[] = {
+        {{{V, 1.0f}}, 1, "logit_bias[0]"},           {{{-1, 1.0f}}, 1, "logit_bias[0]"},
+        {{{1, 1.0f}, {2, NAN}}, 2, "logit_bias[1]"}, {{{1, INFINITY}}, 1, "logit_bias[0]"},
+        {{{4, 1.0f}, {4, 2.0f}}, 2, "given twice"},
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        p = plain_params(1.0f);
+        p.logit_bias = bad[i].b, p.n_logit_bias = bad[i].n;
+        cllm_sampler *t = NULL;
+        CHECKF(cllm_sampler_new(&p, V, &t) == CLLM_ERR_INVALID_ARG && t == NULL &&
+                   strstr(cllm_last_error(), bad[i].needle),
+               "case %zu: %s", i, cllm_last_error());
+    }
+    p = plain_params(1.0f);
+    p.n_logit_bias = 1; /* without an array */
+    CHECK(cllm_sampler_params_check(&p, V) == CLLM_ERR_INVALID_ARG);
+}
+
+/* OpenAI's penalties: over the generated tokens only (not the prompt's),
+ * l -= frequency * count + presence, then the rest of the chain; greedy
+ * turns away from a repeated token; reset forgets the counts. */
+static void test_openai_penalties(void) {
+    enum { V = 16 };
+    float logits[V];
+    for (int i = 0; i < V; i++) logits[i] = test_normal();
+    const float f = 0.75f, pp = 0.5f;
+    cllm_sampler_params p = plain_params(1.0f);
+    p.frequency_penalty = f, p.presence_penalty = pp;
+    cllm_sampler *s = make(&p, V);
+    const int32_t prompt[] = {9, 9, 9, 9};
+    CHECK(cllm_sampler_accept_prompt(s, prompt, 4) == CLLM_OK);
+    const int32_t gen[] = {3, 3, 5, 3};
+    for (int i = 0; i < 4; i++) CHECK(cllm_sampler_accept(s, gen[i]) == CLLM_OK);
+    double got[V], want[V], l[V];
+    probs_by_id(s, logits, V, got);
+    for (int i = 0; i < V; i++) l[i] = logits[i];
+    l[3] -= 3 * f + pp; /* three times */
+    l[5] -= 1 * f + pp; /* once; 9 only in the prompt: untouched */
+    softmax_ref(l, V, want);
+    double err = 0;
+    for (int i = 0; i < V; i++) err = fmax(err, fabs(got[i] - want[i]));
+    CHECKF(err < 1e-5, "penalised distribution off by %g", err);
+    /* reset: the counts are gone */
+    cllm_sampler_reset(s);
+    probs_by_id(s, logits, V, got);
+    for (int i = 0; i < V; i++) l[i] = logits[i];
+    softmax_ref(l, V, want);
+    err = 0;
+    for (int i = 0; i < V; i++) err = fmax(err, fabs(got[i] - want[i]));
+    CHECKF(err < 1e-5, "after reset off by %g", err);
+    cllm_sampler_free(s);
+    /* greedy: a presence penalty larger than the gap moves off the best */
+    float two[V];
+    for (int i = 0; i < V; i++) two[i] = -5.0f;
+    two[1] = 1.0f, two[2] = 0.5f;
+    p = plain_params(0.0f);
+    p.presence_penalty = 0.6f;
+    s = make(&p, V);
+    CHECK_EQ_INT(sample1(s, two), 1);
+    CHECK(cllm_sampler_accept(s, 1) == CLLM_OK);
+    CHECK_EQ_INT(sample1(s, two), 2);
+    cllm_sampler_free(s);
+    /* a negative one draws a token back (OpenAI allows [-2, 2]) */
+    p.presence_penalty = -0.6f;
+    s = make(&p, V);
+    CHECK(cllm_sampler_accept(s, 2) == CLLM_OK);
+    CHECK_EQ_INT(sample1(s, two), 2);
+    cllm_sampler_free(s);
+    /* bad values, each named; accept_prompt checks every token first */
+    p = plain_params(1.0f);
+    p.frequency_penalty = NAN;
+    CHECK(cllm_sampler_params_check(&p, V) == CLLM_ERR_INVALID_ARG &&
+          strstr(cllm_last_error(), "frequency_penalty"));
+    p.frequency_penalty = 0, p.presence_penalty = INFINITY;
+    CHECK(cllm_sampler_params_check(&p, V) == CLLM_ERR_INVALID_ARG &&
+          strstr(cllm_last_error(), "presence_penalty"));
+    p = plain_params(1.0f);
+    s = make(&p, V);
+    const int32_t bad[] = {1, V};
+    CHECK(cllm_sampler_accept_prompt(s, bad, 2) == CLLM_ERR_INVALID_ARG);
+    cllm_sampler_free(s);
+}
+
+/* ignore_eos: the model's end tokens are never sampled; it needs the model
+ * (cllm_sampler_new_model). */
+static void test_ignore_eos(void) {
+    cllm_sampler_params p = plain_params(0.0f);
+    p.ignore_eos = true;
+    cllm_sampler *s = NULL;
+    CHECK(cllm_sampler_new(&p, 512, &s) == CLLM_ERR_INVALID_ARG && s == NULL &&
+          strstr(cllm_last_error(), "ignore_eos"));
+    static const char *const files[] = {"stories260K.gguf", NULL};
+    if (!refs_have(files)) return;
+    char path[4096];
+    cllm_model *m = NULL;
+    if (cllm_model_load(refs_model_path(path, sizeof(path), "stories260K.gguf"), NULL, &m) !=
+        CLLM_OK) {
+        CHECKF(false, "%s", cllm_last_error());
+        return;
+    }
+    const int32_t V = cllm_model_n_vocab(m), eos = cllm_token_eos(m);
+    float *logits = malloc((size_t)V * sizeof(float));
+    for (int32_t i = 0; i < V; i++) logits[i] = test_normal();
+    logits[eos] = 50.0f; /* by far the likeliest */
+    CHECK(cllm_sampler_new_model(&p, m, &s) == CLLM_OK);
+    if (s) {
+        const int32_t t = sample1(s, logits);
+        CHECKF(t != eos && !cllm_token_is_eog(m, t), "sampled %d", t);
+        cllm_sampler_free(s);
+    }
+    p.temperature = 1.0f;
+    CHECK(cllm_sampler_new_model(&p, m, &s) == CLLM_OK);
+    int hits = 0;
+    for (int i = 0; s && i < 500; i++) hits += cllm_token_is_eog(m, sample1(s, logits));
+    CHECK_EQ_INT(hits, 0);
+    cllm_sampler_free(s);
+    /* without it, the end token wins */
+    p = plain_params(0.0f);
+    CHECK(cllm_sampler_new_model(&p, m, &s) == CLLM_OK);
+    if (s) CHECK_EQ_INT(sample1(s, logits), eos);
+    cllm_sampler_free(s);
+    free(logits);
+    cllm_model_free(m);
+}
+
 int main(void) {
     cllm_log_set(quiet_log, NULL);
     test_greedy();
@@ -622,5 +823,8 @@ int main(void) {
     test_repeat_penalty();
     test_masks_and_bad_logits();
     test_invalid_params();
+    test_logit_bias();
+    test_openai_penalties();
+    test_ignore_eos();
     return check_summary("test_sampler");
 }

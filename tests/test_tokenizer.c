@@ -467,7 +467,7 @@ static void test_bpe_api(const cllm_tokenizer *tok) {
 static char *stream(const cllm_tokenizer *tok, const int32_t *ids, size_t n, int flags,
                     int *n_empty) {
     cllm_detokenizer *d = NULL;
-    if (cllm_detokenizer_new(tok, flags, &d) != CLLM_OK) return NULL;
+    if (cllm_detokenizer_new_tok(tok, flags, &d) != CLLM_OK) return NULL;
     size_t cap = 64, len = 0;
     char *all = malloc(cap);
     *n_empty = 0;
@@ -475,7 +475,7 @@ static char *stream(const cllm_tokenizer *tok, const int32_t *ids, size_t n, int
         const char *t;
         size_t tl;
         if (i < n) {
-            cllm_status st = cllm_detokenizer_push(d, ids[i], &t, &tl);
+            cllm_status st = cllm_detokenizer_put(d, ids[i], &t, &tl);
             CHECK(st == CLLM_OK);
             if (st != CLLM_OK) tl = 0;
         } else {
@@ -538,13 +538,13 @@ static void test_detokenizer(const cllm_tokenizer *spm, const cllm_tokenizer *bp
         CHECK(s != NULL);
         free(s);
         cllm_detokenizer *d = NULL;
-        CHECK(cllm_detokenizer_new(spm, 0, &d) == CLLM_OK);
+        CHECK(cllm_detokenizer_new_tok(spm, 0, &d) == CLLM_OK);
         const char *t;
         size_t tl;
-        CHECK(cllm_detokenizer_push(d, 32000, &t, &tl) == CLLM_ERR_INVALID_ARG);
-        CHECK(cllm_detokenizer_push(d, 3 + 0xC3, &t, &tl) == CLLM_OK && tl == 0);
+        CHECK(cllm_detokenizer_put(d, 32000, &t, &tl) == CLLM_ERR_INVALID_ARG);
+        CHECK(cllm_detokenizer_put(d, 3 + 0xC3, &t, &tl) == CLLM_OK && tl == 0);
         cllm_detokenizer_reset(d); /* drops the held byte */
-        CHECK(cllm_detokenizer_push(d, 3 + 'x', &t, &tl) == CLLM_OK && tl == 1 && t[0] == 'x');
+        CHECK(cllm_detokenizer_put(d, 3 + 'x', &t, &tl) == CLLM_OK && tl == 1 && t[0] == 'x');
         cllm_detokenizer_free(d);
         cllm_detokenizer_free(NULL);
     }

@@ -142,6 +142,12 @@ cllm_status cllm_detokenize(const cllm_model *m, const int32_t *ids, size_t n_id
     return cllm_tokenizer_decode(m->tok, ids, n_ids, flags, buf, cap, len);
 }
 
+cllm_status cllm_detokenizer_new(const cllm_model *m, int flags, cllm_detokenizer **out) {
+    CLLM_ASSERT(m != NULL && out != NULL);
+    if (!m->tok) return no_tokenizer(m);
+    return cllm_detokenizer_new_tok(m->tok, flags, out);
+}
+
 int32_t cllm_token_bos(const cllm_model *m) { return m->tok ? cllm_tokenizer_bos(m->tok) : -1; }
 
 int32_t cllm_token_eos(const cllm_model *m) { return m->tok ? cllm_tokenizer_eos(m->tok) : -1; }

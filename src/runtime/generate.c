@@ -1,22 +1,12 @@
-/* The generation loop. */
+/* The generation loop of one request: cllm_generate, a request of a batch
+ * engine (engine.c) over the caller's session, with the caller's sampler. */
 #include "runtime/generate.h"
 #include "core/hostmem.h"
+#include "runtime/engine.h"
 
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-
-static const char *const k_stop_names[] = {
-    [CLLM_STOP_EOG] = "eog",
-    [CLLM_STOP_LENGTH] = "length",
-    [CLLM_STOP_CONTEXT_FULL] = "context_full",
-    [CLLM_STOP_CALLBACK] = "callback",
-};
-_Static_assert(CLLM_ARRAY_SIZE(k_stop_names) == CLLM_STOP_COUNT, "stop reason names");
-
-const char *cllm_stop_reason_str(cllm_stop_reason r) {
-    return (unsigned)r < CLLM_STOP_COUNT ? k_stop_names[r] : "unknown";
-}
 
 double cllm_time_ms(void) {
     struct timespec ts;
@@ -30,71 +20,112 @@ void cllm_generate_result_free(cllm_generate_result *res) {
     memset(res, 0, sizeof(*res));
 }
 
+/* The state of one cllm_generate between the engine's events. */
+typedef struct gen_run {
+    cllm_engine *e;
+    uint64_t id;
+    cllm_on_text_fn on_text;
+    void *ud;
+    cllm_generate_result r;
+    size_t cap;
+    /* the last token reported, whose text has not been given to on_text
+     * yet (-1: none): it gets "" when no text comes for it */
+    int32_t untold;
+    bool stopped; /* on_text returned false */
+    bool finished, oom;
+    cllm_status status;
+} gen_run;
+
+/* Calls on_text for token `id` (-1: the final text, whose answer does not
+ * matter); a false answer cancels the request, which ends at the next step
+ * before any decoding. */
+static void tell(gen_run *g, int32_t id, const char *text, size_t len) {
+    if (!g->on_text || (g->stopped && id >= 0)) return;
+    if (!g->on_text(id, text, len, g->ud) && id >= 0) {
+        g->stopped = true;
+        (void)cllm_engine_cancel(g->e, g->id); /* finished already: nothing to cancel */
+    }
+}
+
+/* The token reported last gets "" when no text came for it. */
+static void tell_untold(gen_run *g) {
+    if (g->untold < 0) return;
+    const int32_t id = g->untold;
+    g->untold = -1;
+    tell(g, id, "", 0);
+}
+
+static void on_event(const cllm_event *ev, void *ud) {
+    gen_run *g = ud;
+    switch (ev->kind) {
+    case CLLM_EVENT_TOKEN:
+        tell_untold(g);
+        if (g->r.n_ids == g->cap) {
+            const size_t cap = g->cap ? 2 * g->cap : 64;
+            int32_t *ids = cllm_realloc(g->r.ids, cap * sizeof(*ids));
+            if (!ids) {
+                g->oom = true;
+                (void)cllm_engine_cancel(g->e, g->id);
+                return;
+            }
+            g->r.ids = ids;
+            g->cap = cap;
+        }
+        g->r.ids[g->r.n_ids++] = ev->token;
+        g->untold = ev->token;
+        break;
+    case CLLM_EVENT_TEXT:
+        if (ev->token < 0 || ev->token != g->untold) tell_untold(g);
+        if (ev->token == g->untold) g->untold = -1;
+        tell(g, ev->token, ev->text, ev->len);
+        break;
+    default: /* CLLM_EVENT_FINISHED */
+        tell_untold(g);
+        g->finished = true;
+        g->r.stop = ev->reason;
+        g->r.prompt_ms = ev->usage.prompt_ms;
+        g->r.gen_ms = ev->usage.gen_ms;
+        g->r.n_gen_decoded = ev->usage.n_gen_decoded;
+        if (ev->reason == CLLM_STOP_ERROR) {
+            g->status = cllm_error(ev->status, "%s", ev->error ? ev->error : "generation failed");
+        }
+        break;
+    }
+}
+
 cllm_status cllm_generate(cllm_session *s, cllm_sampler *smp, const int32_t *prompt,
                           size_t n_prompt, int n_predict, cllm_on_text_fn on_text, void *user_data,
                           cllm_generate_result *res) {
     memset(res, 0, sizeof(*res));
     if (n_prompt == 0) return cllm_error(CLLM_ERR_INVALID_ARG, "generate: empty prompt");
-    const cllm_tokenizer *tok = cllm_session_model(s)->tok;
-    if (!tok) {
+    const cllm_model *m = cllm_session_model(s);
+    if (!m->tok) {
         return cllm_error(CLLM_ERR_UNSUPPORTED, "%s: generate: the model has no tokenizer",
-                          cllm_session_model(s)->path);
+                          m->path);
     }
-    const size_t room = (size_t)(cllm_session_n_ctx(s) - cllm_session_n_past(s));
-    const size_t cap = n_predict < 0 ? room : CLLM_MIN((size_t)n_predict, room);
-    cllm_generate_result r = {0};
-    r.ids = cllm_malloc((cap + 1) * sizeof(*r.ids));
-    cllm_detokenizer *detok = NULL;
-    if (!r.ids || cllm_detokenizer_new(tok, 0, &detok) != CLLM_OK) {
-        cllm_free(r.ids);
-        return cllm_error(CLLM_ERR_NOMEM, "generate: out of host memory");
+    const int64_t room = cllm_session_n_ctx(s) - cllm_session_n_past(s);
+    if ((int64_t)n_prompt > room) {
+        return cllm_error(
+            CLLM_ERR_TOO_LARGE, "context full: %lld tokens + %zu new exceed the context of %lld",
+            (long long)cllm_session_n_past(s), n_prompt, (long long)cllm_session_n_ctx(s));
     }
-    for (size_t i = 0; i < n_prompt; i++) CLLM_UNUSED(cllm_sampler_accept(smp, prompt[i]));
-
-    double t0 = cllm_time_ms();
-    cllm_status st = cllm_session_decode(s, prompt, (int64_t)n_prompt);
-    r.prompt_ms = cllm_time_ms() - t0;
-    if (st != CLLM_OK) goto fail;
-
-    r.stop = CLLM_STOP_LENGTH;
-    for (;;) {
-        int32_t id;
-        if ((st = cllm_sampler_sample(smp, cllm_session_logits(s), &id)) != CLLM_OK) goto fail;
-        if (cllm_tokenizer_is_eog(tok, id)) {
-            r.stop = CLLM_STOP_EOG;
-            break;
-        }
-        if (n_predict >= 0 && r.n_ids >= (size_t)n_predict) break;
-        if (cllm_session_n_past(s) >= cllm_session_n_ctx(s)) {
-            r.stop = CLLM_STOP_CONTEXT_FULL;
-            break;
-        }
-        r.ids[r.n_ids++] = id;
-        CLLM_UNUSED(cllm_sampler_accept(smp, id));
-        const char *text;
-        size_t len;
-        if ((st = cllm_detokenizer_push(detok, id, &text, &len)) != CLLM_OK) goto fail;
-        if (on_text && !on_text(id, text, len, user_data)) {
-            r.stop = CLLM_STOP_CALLBACK;
-            break;
-        }
-        if (n_predict >= 0 && r.n_ids >= (size_t)n_predict) break;
-        t0 = cllm_time_ms();
-        st = cllm_session_decode(s, &id, 1);
-        r.gen_ms += cllm_time_ms() - t0;
-        if (st != CLLM_OK) goto fail;
-        r.n_gen_decoded++;
+    gen_run g = {.on_text = on_text, .ud = user_data, .untold = -1, .status = CLLM_OK};
+    CLLM_TRY(cllm_engine_new_session(s, on_event, &g, &g.e));
+    cllm_request_params rp = cllm_request_default_params();
+    rp.max_tokens = n_predict < 0 ? -1 : n_predict;
+    cllm_status st = cllm_engine_submit_append(g.e, prompt, n_prompt, &rp, smp, &g, &g.id);
+    while (st == CLLM_OK && !g.finished) {
+        cllm_engine_step(g.e);
+        tell_untold(&g); /* before the next step decodes that token */
     }
-    const char *text;
-    size_t len;
-    cllm_detokenizer_flush(detok, &text, &len);
-    if (on_text && len) on_text(-1, text, len, user_data);
-    cllm_detokenizer_free(detok);
-    *res = r;
+    cllm_engine_free(g.e);
+    if (st == CLLM_OK && g.oom) st = cllm_error(CLLM_ERR_NOMEM, "generate: out of host memory");
+    if (st == CLLM_OK) st = g.status;
+    if (st != CLLM_OK) {
+        cllm_free(g.r.ids);
+        return st;
+    }
+    if (g.stopped) g.r.stop = CLLM_STOP_CALLBACK;
+    *res = g.r;
     return CLLM_OK;
-
-fail:
-    cllm_detokenizer_free(detok);
-    cllm_free(r.ids);
-    return st;
 }

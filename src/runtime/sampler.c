@@ -1,6 +1,9 @@
-/* Token sampling: penalties, greedy, top-k, temperature, top-p, min-p. */
+/* Token sampling: logit bias, penalties, the end-token mask, greedy, top-k,
+ * temperature, top-p, min-p. */
 #include "runtime/sampler.h"
 #include "core/hostmem.h"
+#include "runtime/model.h"
+#include "text/tokenizer.h"
 
 #include <float.h>
 #include <math.h>
@@ -22,6 +25,19 @@ struct cllm_sampler {
     int32_t window_len;  /* valid slots are [0, window_len) */
     int32_t window_head; /* next slot to write */
     uint64_t rng[4];     /* xoshiro256** state */
+    /* (n_bias) the logit bias, a copy of params.logit_bias sorted by id */
+    cllm_logit_bias *bias;
+    /* (n_eog) the ids masked by ignore_eos; NULL without it */
+    int32_t *eog;
+    int32_t n_eog;
+    /* OpenAI's penalties, NULL when both are 0: (n_vocab) occurrences of
+     * each generated id, and (n_vocab) the distinct ids generated, n_gen of
+     * them, in the order they first came */
+    int32_t *counts;
+    int32_t *gen;
+    int32_t n_gen;
+    /* (n_vocab) the row after stages 1-4; NULL when none of them can be on */
+    float *row;
 };
 
 /* ---- PRNG: xoshiro256** (Blackman & Vigna), seeded through splitmix64 ---- */
@@ -66,7 +82,17 @@ cllm_sampler_params cllm_sampler_default_params(void) {
         .repeat_penalty = 1.0f,
         .repeat_last_n = 64,
         .seed = 0,
+        .frequency_penalty = 0.0f,
+        .presence_penalty = 0.0f,
+        .logit_bias = NULL,
+        .n_logit_bias = 0,
+        .ignore_eos = false,
     };
+}
+
+static int bias_cmp(const void *pa, const void *pb) {
+    const cllm_logit_bias *a = pa, *b = pb;
+    return (a->id > b->id) - (a->id < b->id);
 }
 
 static cllm_status validate_params(const cllm_sampler_params *p, int32_t n_vocab) {
@@ -97,16 +123,58 @@ static cllm_status validate_params(const cllm_sampler_params *p, int32_t n_vocab
         return cllm_error(CLLM_ERR_INVALID_ARG, "sampler: repeat_last_n must be in [0, %d], got %d",
                           CLLM_SAMPLER_MAX_WINDOW, p->repeat_last_n);
     }
+    if (!isfinite(p->frequency_penalty)) {
+        return cllm_error(CLLM_ERR_INVALID_ARG,
+                          "sampler: frequency_penalty must be finite (0 = off), got %g",
+                          (double)p->frequency_penalty);
+    }
+    if (!isfinite(p->presence_penalty)) {
+        return cllm_error(CLLM_ERR_INVALID_ARG,
+                          "sampler: presence_penalty must be finite (0 = off), got %g",
+                          (double)p->presence_penalty);
+    }
+    if (p->n_logit_bias < 0 || p->n_logit_bias > n_vocab ||
+        (p->n_logit_bias > 0 && !p->logit_bias)) {
+        return cllm_error(CLLM_ERR_INVALID_ARG,
+                          "sampler: n_logit_bias must be in [0, n_vocab = %d] with a logit_bias "
+                          "array, got %d",
+                          n_vocab, p->n_logit_bias);
+    }
+    for (int32_t i = 0; i < p->n_logit_bias; i++) {
+        const cllm_logit_bias b = p->logit_bias[i];
+        if (b.id < 0 || b.id >= n_vocab) {
+            return cllm_error(CLLM_ERR_INVALID_ARG,
+                              "sampler: logit_bias[%d]: token %d is outside [0, %d)", i, b.id,
+                              n_vocab);
+        }
+        if (isnan(b.bias) || b.bias == INFINITY) {
+            return cllm_error(CLLM_ERR_INVALID_ARG,
+                              "sampler: logit_bias[%d]: the bias of token %d must be finite or "
+                              "-inf, got %g",
+                              i, b.id, (double)b.bias);
+        }
+    }
     return CLLM_OK;
+}
+
+cllm_status cllm_sampler_params_check(const cllm_sampler_params *p, int32_t n_vocab) {
+    return validate_params(p, n_vocab);
 }
 
 /* ---- lifecycle ---- */
 
-cllm_status cllm_sampler_new(const cllm_sampler_params *params, int32_t n_vocab,
-                             cllm_sampler **out) {
+/* The sampler of cllm_sampler_new and cllm_sampler_new_model: `tok` (may
+ * be NULL) gives the end tokens that ignore_eos masks. */
+static cllm_status sampler_new(const cllm_sampler_params *params, int32_t n_vocab,
+                               const cllm_tokenizer *tok, cllm_sampler **out) {
     CLLM_ASSERT(params != NULL && out != NULL);
     cllm_status st = validate_params(params, n_vocab);
     if (st != CLLM_OK) return st;
+    if (params->ignore_eos && !tok) {
+        return cllm_error(CLLM_ERR_INVALID_ARG,
+                          "sampler: ignore_eos needs the model's end tokens "
+                          "(cllm_sampler_new_model, with a model that has a tokenizer)");
+    }
 
     size_t cand_bytes;
     if (cllm_mul_overflow((size_t)n_vocab, sizeof(cllm_sampler_cand), &cand_bytes)) {
@@ -123,6 +191,40 @@ cllm_status cllm_sampler_new(const cllm_sampler_params *params, int32_t n_vocab,
         s->window = cllm_malloc((size_t)params->repeat_last_n * sizeof(int32_t));
         if (!s->window) goto nomem;
     }
+    s->params.logit_bias = NULL; /* the caller's array: s->bias is the copy */
+    if (params->n_logit_bias > 0) {
+        s->bias = cllm_malloc((size_t)params->n_logit_bias * sizeof(*s->bias));
+        if (!s->bias) goto nomem;
+        memcpy(s->bias, params->logit_bias, (size_t)params->n_logit_bias * sizeof(*s->bias));
+        qsort(s->bias, (size_t)params->n_logit_bias, sizeof(*s->bias), bias_cmp);
+        for (int32_t i = 1; i < params->n_logit_bias; i++) {
+            if (s->bias[i].id == s->bias[i - 1].id) {
+                const int32_t id = s->bias[i].id;
+                cllm_sampler_free(s);
+                return cllm_error(CLLM_ERR_INVALID_ARG,
+                                  "sampler: logit_bias: token %d is given twice", id);
+            }
+        }
+        s->params.logit_bias = s->bias;
+    }
+    if (params->ignore_eos) {
+        for (int32_t id = 0; id < n_vocab; id++) s->n_eog += cllm_tokenizer_is_eog(tok, id);
+        s->eog = cllm_malloc(((size_t)s->n_eog + 1) * sizeof(int32_t));
+        if (!s->eog) goto nomem;
+        for (int32_t id = 0, k = 0; id < n_vocab; id++) {
+            if (cllm_tokenizer_is_eog(tok, id)) s->eog[k++] = id;
+        }
+    }
+    if (params->frequency_penalty != 0.0f || params->presence_penalty != 0.0f) {
+        s->counts = cllm_calloc((size_t)n_vocab, sizeof(int32_t));
+        s->gen = cllm_malloc((size_t)n_vocab * sizeof(int32_t));
+        if (!s->counts || !s->gen) goto nomem;
+    }
+    if (s->counts || s->eog || s->bias ||
+        (params->repeat_penalty != 1.0f && params->repeat_last_n > 0)) {
+        s->row = cllm_malloc((size_t)n_vocab * sizeof(float));
+        if (!s->row) goto nomem;
+    }
     cllm_sampler_reset(s);
     *out = s;
     return CLLM_OK;
@@ -132,11 +234,27 @@ nomem:
     return cllm_error(CLLM_ERR_NOMEM, "sampler: out of memory for n_vocab %d", n_vocab);
 }
 
+cllm_status cllm_sampler_new(const cllm_sampler_params *params, int32_t n_vocab,
+                             cllm_sampler **out) {
+    return sampler_new(params, n_vocab, NULL, out);
+}
+
+cllm_status cllm_sampler_new_model(const cllm_sampler_params *params, const cllm_model *m,
+                                   cllm_sampler **out) {
+    CLLM_ASSERT(m != NULL);
+    return sampler_new(params, (int32_t)m->hp.n_vocab, m->tok, out);
+}
+
 void cllm_sampler_free(cllm_sampler *s) {
     if (!s) return;
     cllm_free(s->cand);
     cllm_free(s->seen);
     cllm_free(s->window);
+    cllm_free(s->bias);
+    cllm_free(s->eog);
+    cllm_free(s->counts);
+    cllm_free(s->gen);
+    cllm_free(s->row);
     cllm_free(s);
 }
 
@@ -144,7 +262,18 @@ void cllm_sampler_reset(cllm_sampler *s) {
     CLLM_ASSERT(s != NULL);
     s->window_len = 0;
     s->window_head = 0;
+    for (int32_t i = 0; i < s->n_gen; i++) s->counts[s->gen[i]] = 0;
+    s->n_gen = 0;
     rng_seed(s->rng, s->params.seed);
+}
+
+/* Appends `token` (in range) to the repetition window. */
+static void window_push(cllm_sampler *s, int32_t token) {
+    const int32_t cap = s->params.repeat_last_n;
+    if (cap == 0) return;
+    s->window[s->window_head] = token;
+    s->window_head = s->window_head + 1 == cap ? 0 : s->window_head + 1;
+    if (s->window_len < cap) s->window_len++;
 }
 
 cllm_status cllm_sampler_accept(cllm_sampler *s, int32_t token) {
@@ -153,11 +282,23 @@ cllm_status cllm_sampler_accept(cllm_sampler *s, int32_t token) {
         return cllm_error(CLLM_ERR_INVALID_ARG, "sampler: token %d out of range [0, %d)", token,
                           s->n_vocab);
     }
-    const int32_t cap = s->params.repeat_last_n;
-    if (cap == 0) return CLLM_OK;
-    s->window[s->window_head] = token;
-    s->window_head = s->window_head + 1 == cap ? 0 : s->window_head + 1;
-    if (s->window_len < cap) s->window_len++;
+    window_push(s, token);
+    if (s->counts && s->counts[token]++ == 0) s->gen[s->n_gen++] = token;
+    return CLLM_OK;
+}
+
+cllm_status cllm_sampler_accept_prompt(cllm_sampler *s, const int32_t *tokens, size_t n) {
+    CLLM_ASSERT(s != NULL && (tokens != NULL || n == 0));
+    for (size_t i = 0; i < n; i++) {
+        if (tokens[i] < 0 || tokens[i] >= s->n_vocab) {
+            return cllm_error(CLLM_ERR_INVALID_ARG,
+                              "sampler: prompt token %zu is %d, out of range [0, %d)", i, tokens[i],
+                              s->n_vocab);
+        }
+    }
+    /* only the last repeat_last_n stay in the window */
+    const size_t cap = (size_t)s->params.repeat_last_n;
+    for (size_t i = n > cap ? n - cap : 0; i < n; i++) window_push(s, tokens[i]);
     return CLLM_OK;
 }
 
@@ -181,20 +322,61 @@ static void cand_swap(cllm_sampler_cand *a, cllm_sampler_cand *b) {
     *b = t;
 }
 
-/* Stage 1. Penalises each distinct token of the window once; `cand` is still
- * indexed by token id. */
-static void apply_repeat_penalty(cllm_sampler *s) {
+static cllm_status bad_logit(int32_t i, float l);
+
+/* Whether logit l is NaN or +inf (-inf is a mask). */
+static bool is_bad(float l) { return isnan(l) || l == INFINITY; }
+
+/*
+ * Stages 1-4 on a copy of the row: s->row = logits with the logit bias
+ * added (-inf masks), OpenAI's penalties (l -= frequency * count +
+ * presence, over the generated tokens), the end tokens masked and the
+ * repetition penalty on each distinct token of the window. A result above
+ * FLT_MAX is FLT_MAX (+inf is no logit). The logits these stages touch are
+ * checked first (a bias or a mask must not hide a NaN or +inf); the others
+ * are checked where the row is read.
+ */
+static cllm_status apply_stages(cllm_sampler *s, const float *logits, bool repeat) {
+    for (int32_t i = 0; i < s->params.n_logit_bias; i++) {
+        if (is_bad(logits[s->bias[i].id])) return bad_logit(s->bias[i].id, logits[s->bias[i].id]);
+    }
+    for (int32_t i = 0; i < s->n_gen; i++) {
+        if (is_bad(logits[s->gen[i]])) return bad_logit(s->gen[i], logits[s->gen[i]]);
+    }
+    for (int32_t i = 0; i < s->n_eog; i++) {
+        if (is_bad(logits[s->eog[i]])) return bad_logit(s->eog[i], logits[s->eog[i]]);
+    }
+    for (int32_t i = 0; repeat && i < s->window_len; i++) {
+        if (is_bad(logits[s->window[i]])) return bad_logit(s->window[i], logits[s->window[i]]);
+    }
+    float *row = s->row;
+    memcpy(row, logits, (size_t)s->n_vocab * sizeof(float));
+    for (int32_t i = 0; i < s->params.n_logit_bias; i++) {
+        float *l = &row[s->bias[i].id];
+        *l += s->bias[i].bias;
+        if (*l > FLT_MAX) *l = FLT_MAX;
+    }
+    const float fp = s->params.frequency_penalty, pp = s->params.presence_penalty;
+    for (int32_t i = 0; i < s->n_gen; i++) {
+        const int32_t t = s->gen[i];
+        float *l = &row[t];
+        *l -= (float)s->counts[t] * fp + pp;
+        if (*l > FLT_MAX) *l = FLT_MAX;
+    }
+    for (int32_t i = 0; i < s->n_eog; i++) row[s->eog[i]] = -INFINITY;
+    if (!repeat) return CLLM_OK;
     const float pen = s->params.repeat_penalty;
     for (int32_t i = 0; i < s->window_len; i++) {
         const int32_t t = s->window[i];
         const uint8_t bit = (uint8_t)(1u << (t & 7));
         if (s->seen[t >> 3] & bit) continue;
         s->seen[t >> 3] |= bit;
-        float *l = &s->cand[t].p;
+        float *l = &row[t];
         *l = *l > 0.0f ? *l / pen : *l * pen;
         if (*l > FLT_MAX) *l = FLT_MAX; /* a penalty < 1 must not create +inf */
     }
     for (int32_t i = 0; i < s->window_len; i++) s->seen[s->window[i] >> 3] = 0;
+    return CLLM_OK;
 }
 
 /* Min-heap on cand_better: the root is the worst of h[0, n). */
@@ -347,9 +529,13 @@ static cllm_status build_dist(cllm_sampler *s, const float *logits, int32_t *n_o
     const cllm_sampler_params *prm = &s->params;
     cllm_sampler_cand *c = s->cand;
     const int32_t n_vocab = s->n_vocab;
-    const bool penalise = prm->repeat_penalty != 1.0f && s->window_len > 0;
+    const bool repeat = prm->repeat_penalty != 1.0f && s->window_len > 0;
+    if (repeat || prm->n_logit_bias > 0 || s->n_eog > 0 || s->n_gen > 0) {
+        CLLM_TRY(apply_stages(s, logits, repeat));
+        logits = s->row;
+    }
 
-    if (prm->temperature == 0.0f && !penalise) {
+    if (prm->temperature == 0.0f) {
         int32_t best = 0;
         cllm_status st = argmax_plain(logits, n_vocab, &best);
         if (st != CLLM_OK) return st;
@@ -359,45 +545,18 @@ static cllm_status build_dist(cllm_sampler *s, const float *logits, int32_t *n_o
         return CLLM_OK;
     }
 
-    /* Copy the finite logits, penalised, into c[0, n); find the largest
-     * (the first in id order). Without penalties this is a single pass. */
-    int32_t n = 0, imax = 0;
+    /* Copy the finite logits into c[0, n) and find the largest (the first
+     * in id order): a single pass. */
+    int32_t n = 0;
     float lmax = -INFINITY;
-    if (penalise) {
-        for (int32_t i = 0; i < n_vocab; i++) {
-            const float l = logits[i];
-            if (!(l < INFINITY)) return bad_logit(i, l);
-            c[i] = (cllm_sampler_cand){.id = i, .p = l};
-        }
-        apply_repeat_penalty(s); /* needs c indexed by id */
-        for (int32_t i = 0; i < n_vocab; i++) {
-            if (c[i].p == -INFINITY) continue;
-            if (c[i].p > lmax) {
-                lmax = c[i].p;
-                imax = n;
-            }
-            c[n++] = c[i];
-        }
-    } else {
-        for (int32_t i = 0; i < n_vocab; i++) {
-            const float l = logits[i];
-            if (!(l < INFINITY)) return bad_logit(i, l);
-            if (l == -INFINITY) continue;
-            if (l > lmax) {
-                lmax = l;
-                imax = n;
-            }
-            c[n++] = (cllm_sampler_cand){.id = i, .p = l};
-        }
+    for (int32_t i = 0; i < n_vocab; i++) {
+        const float l = logits[i];
+        if (!(l < INFINITY)) return bad_logit(i, l);
+        if (l == -INFINITY) continue;
+        if (l > lmax) lmax = l;
+        c[n++] = (cllm_sampler_cand){.id = i, .p = l};
     }
     if (n == 0) return cllm_error(CLLM_ERR_INVALID_ARG, "sampler: every logit is -inf");
-
-    if (prm->temperature == 0.0f) { /* greedy */
-        c[0] = (cllm_sampler_cand){.id = c[imax].id, .p = 1.0f};
-        *n_out = 1;
-        *sum_out = 1.0;
-        return CLLM_OK;
-    }
 
     bool sorted = false;
     if (prm->top_k > 0 && prm->top_k < n) {

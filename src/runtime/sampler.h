@@ -18,26 +18,36 @@
  *
  * The pipeline, in this order (each stage is skipped when it is off):
  *
- *   1. repetition penalty: for every distinct token t among the last
- *      `repeat_last_n` accepted tokens, l[t] /= penalty if l[t] > 0, else
- *      l[t] *= penalty;
- *   2. greedy: if temperature == 0, the token with the largest logit (ties: the
+ *   1. logit bias: l[t] += bias[t] (-inf masks t);
+ *   2. OpenAI's penalties over the generated tokens (cllm_sampler_accept
+ *      since the last reset; not the prompt's, cllm_sampler_accept_prompt):
+ *      l[t] -= frequency_penalty * count[t] + presence_penalty, for every t
+ *      with count[t] > 0;
+ *   3. ignore_eos: l[t] = -inf for the model's end-of-generation tokens;
+ *   4. repetition penalty: for every distinct token t among the last
+ *      `repeat_last_n` accepted tokens (prompt and generated), l[t] /=
+ *      penalty if l[t] > 0, else l[t] *= penalty;
+ *   5. greedy: if temperature == 0, the token with the largest logit (ties: the
  *      lowest id) is returned and nothing below runs;
- *   3. top-k: keep the k largest logits (ties broken by lowest id);
- *   4. temperature: l /= temperature;
- *   5. softmax: p[i] = exp(l[i] - max l) / sum_j exp(l[j] - max l);
- *   6. top-p (nucleus): sort by p descending (ties: lowest id first) and keep
+ *   6. top-k: keep the k largest logits (ties broken by lowest id);
+ *   7. temperature: l /= temperature;
+ *   8. softmax: p[i] = exp(l[i] - max l) / sum_j exp(l[j] - max l);
+ *   9. top-p (nucleus): sort by p descending (ties: lowest id first) and keep
  *      the shortest prefix whose cumulative probability reaches top_p;
- *   7. min-p: keep the tokens with p >= min_p * max p;
- *   8. draw one token from what is left, renormalised, with the sampler's
+ *  10. min-p: keep the tokens with p >= min_p * max p;
+ *  11. draw one token from what is left, renormalised, with the sampler's
  *      own PRNG (xoshiro256**, seeded from `seed` through splitmix64).
+ *
+ * Stages 1-4 work on a copy of the row (a memcpy, then only the tokens they
+ * touch); a result above FLT_MAX becomes FLT_MAX.
  *
  * Logits of -inf are a valid mask (the token is never chosen). NaN or +inf
  * logits are rejected with CLLM_ERR_INVALID_ARG, as is a row where every
  * logit is -inf.
  *
- * Cost per token: greedy without penalties is one read-only pass over the
- * logits. Otherwise one pass copies and checks them; top-k costs
+ * Cost per token: stages 1-4, when on, copy the row once (memcpy) and touch
+ * only their tokens. Greedy is then one read-only pass over the row.
+ * Otherwise one pass copies and checks it into candidates; top-k costs
  * O(n_vocab log k) with a k-element heap (no full sort); the exp of the
  * softmax runs over what top-k left, or, with min-p and no top-p, only over
  * the tokens min-p keeps; top-p without top-k sorts only the candidates above

@@ -63,11 +63,14 @@ struct cllm_session {
  * creation attend to all n_ctx rows, so a padded graph fits the plan. */
 enum { SESSION_KV_PAD = 256 };
 
-/* The fewest tokens a batch of a longer prompt holds (cllm_session_decode):
- * from 8 columns on, the CPU's products use the panel kernels, and the
- * rows and logits of a prompt do not depend on where its batches start;
- * with fewer they would take the one-column kernels, rounded otherwise. */
-enum { SESSION_MIN_CHUNK = 8 };
+int64_t cllm_session_prompt_chunk(int64_t n_batch, int64_t left) {
+    if (left <= n_batch) return left;
+    /* no last batch of fewer than CLLM_SESSION_MIN_CHUNK tokens: the one
+     * before gives it that many */
+    if (left - n_batch < CLLM_SESSION_MIN_CHUNK && n_batch >= 2 * CLLM_SESSION_MIN_CHUNK)
+        return n_batch - CLLM_SESSION_MIN_CHUNK;
+    return n_batch;
+}
 
 static size_t cllm_buffer_size_or_0(const cllm_buffer *b) { return b ? cllm_buffer_size(b) : 0; }
 
@@ -393,11 +396,7 @@ cllm_status cllm_session_decode(cllm_session *s, const int32_t *tokens, int64_t 
     }
     const int64_t start = s->n_past, nb = s->params.n_batch;
     for (int64_t i = 0, chunk = 0; i < n; i += chunk) {
-        /* no last batch of fewer than SESSION_MIN_CHUNK tokens: the one
-         * before gives it that many */
-        chunk = CLLM_MIN(nb, n - i);
-        if (n - i > nb && n - i - nb < SESSION_MIN_CHUNK && nb >= 2 * SESSION_MIN_CHUNK)
-            chunk = nb - SESSION_MIN_CHUNK;
+        chunk = cllm_session_prompt_chunk(nb, n - i);
         /* only the last batch's logits are kept: earlier ones would be
          * overwritten, and a failure must leave the previous ones */
         const cllm_status st = decode_batch(s, tokens + i, chunk, i + chunk == n);
@@ -434,6 +433,7 @@ const float *cllm_session_logits_ith(const cllm_session *s, int64_t i) {
 
 int64_t cllm_session_n_past(const cllm_session *s) { return s->n_past; }
 int64_t cllm_session_n_ctx(const cllm_session *s) { return s->params.n_ctx; }
+int64_t cllm_session_n_batch(const cllm_session *s) { return s->params.n_batch; }
 int64_t cllm_session_n_vocab(const cllm_session *s) { return s->model->hp.n_vocab; }
 
 void cllm_session_reset(cllm_session *s) {

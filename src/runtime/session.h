@@ -33,6 +33,21 @@
 
 /* The session API is public (cllm.h); the layout lives in session.c. */
 
+/* The fewest tokens a batch of a longer prompt holds: from 8 columns on,
+ * the CPU's products use the panel kernels, and the rows and logits of a
+ * prompt do not depend on where its batches start; with fewer they would
+ * take the one-column kernels, rounded otherwise. The batch engine
+ * (engine.c) reads its prompts by the same rule and reuses a cut cache
+ * only where at least this many tokens are left to read. */
+enum { CLLM_SESSION_MIN_CHUNK = 8 };
+
+/* The tokens of the next batch of a prompt with `left` tokens to read, at
+ * most n_batch at a time: all of them when they fit; else n_batch, less
+ * CLLM_SESSION_MIN_CHUNK when fewer than that would be left for the last
+ * batch (n_batch >= 2 * CLLM_SESSION_MIN_CHUNK). cllm_session_decode cuts
+ * prompts so, and so does the engine. Pure. */
+int64_t cllm_session_prompt_chunk(int64_t n_batch, int64_t left);
+
 /* For tests: the graphs s has built and planned so far (a graph run again
  * for a batch of the same shape is not counted). */
 uint64_t cllm_session_graph_builds(const cllm_session *s);

@@ -952,7 +952,7 @@ struct cllm_detokenizer {
     char buf[]; /* cap bytes */
 };
 
-cllm_status cllm_detokenizer_new(const cllm_tokenizer *tok, int flags, cllm_detokenizer **out) {
+cllm_status cllm_detokenizer_new_tok(const cllm_tokenizer *tok, int flags, cllm_detokenizer **out) {
     CLLM_ASSERT(tok && out);
     /* Every byte in (3 held + one piece) gives at most 3 bytes out. */
     size_t cap = 3 * (tok->max_piece_len + 3);
@@ -974,7 +974,7 @@ void cllm_detokenizer_reset(cllm_detokenizer *d) {
     cllm_utf8_decoder_reset(&d->utf8);
 }
 
-cllm_status cllm_detokenizer_push(cllm_detokenizer *d, int32_t id, const char **text, size_t *len) {
+cllm_status cllm_detokenizer_put(cllm_detokenizer *d, int32_t id, const char **text, size_t *len) {
     CLLM_ASSERT(d && text && len);
     if (id < 0 || id >= d->tok->n_vocab)
         return cllm_error(CLLM_ERR_INVALID_ARG,

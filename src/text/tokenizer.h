@@ -11,10 +11,10 @@
  *     if (st == CLLM_ERR_TOO_LARGE) { ... n is the number of ids needed ... }
  *
  *     cllm_detokenizer *d;
- *     cllm_detokenizer_new(tok, 0, &d);
+ *     cllm_detokenizer_new_tok(tok, 0, &d);
  *     for each generated id:
  *         const char *s; size_t len;
- *         cllm_detokenizer_push(d, id, &s, &len);   // complete UTF-8 only
+ *         cllm_detokenizer_put(d, id, &s, &len);   // complete UTF-8 only
  *         fwrite(s, 1, len, stdout);
  *     cllm_detokenizer_flush(d, &s, &len);
  *     cllm_detokenizer_free(d);
@@ -231,9 +231,10 @@ const char *cllm_tokenizer_token_text(const cllm_tokenizer *tok, int32_t id, siz
  * occurs twice in a vocab, the later id wins. */
 int32_t cllm_tokenizer_find(const cllm_tokenizer *tok, const char *text, size_t len);
 
-/* ---- streaming detokenizer ---- */
-
-typedef struct cllm_detokenizer cllm_detokenizer;
+/* ---- streaming detokenizer ----
+ *
+ * The detokenizer is public (cllm.h: cllm_detokenizer_new on a model, put,
+ * flush, reset, free); the library makes one on a tokenizer. */
 
 /*
  * A detokenizer for one output stream of `tok` (which must outlive it);
@@ -242,23 +243,6 @@ typedef struct cllm_detokenizer cllm_detokenizer;
  * them; ill-formed bytes become U+FFFD. CLLM_OK, or CLLM_ERR_NOMEM (*out then
  * untouched).
  */
-cllm_status cllm_detokenizer_new(const cllm_tokenizer *tok, int flags, cllm_detokenizer **out);
-
-/* NULL does nothing. */
-void cllm_detokenizer_free(cllm_detokenizer *d);
-
-/* Forgets held bytes and starts a new stream. */
-void cllm_detokenizer_reset(cllm_detokenizer *d);
-
-/*
- * Adds one token. *text / *len get the text that became complete (possibly
- * empty), in a buffer of d valid until the next call on d. Never allocates.
- * CLLM_OK, or CLLM_ERR_INVALID_ARG for an id out of range (d unchanged).
- */
-cllm_status cllm_detokenizer_push(cllm_detokenizer *d, int32_t id, const char **text, size_t *len);
-
-/* Ends the stream: held bytes of an incomplete character come out as U+FFFD.
- * The detokenizer is then ready for a new stream. */
-void cllm_detokenizer_flush(cllm_detokenizer *d, const char **text, size_t *len);
+cllm_status cllm_detokenizer_new_tok(const cllm_tokenizer *tok, int flags, cllm_detokenizer **out);
 
 #endif /* CLLM_TEXT_TOKENIZER_H */

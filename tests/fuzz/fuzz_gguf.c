@@ -123,7 +123,7 @@ static void check_tokenizer(const cllm_gguf *g) {
     /* every token (at most the first 4096) as a piece, as text and through
      * the streaming detokenizer */
     cllm_detokenizer *d = NULL;
-    if (cllm_detokenizer_new(tok, 0, &d) == CLLM_OK) {
+    if (cllm_detokenizer_new_tok(tok, 0, &d) == CLLM_OK) {
         const int32_t n = n_vocab < 4096 ? n_vocab : 4096;
         for (int32_t id = 0; id < n; id++) {
             size_t len = 0;
@@ -136,7 +136,7 @@ static void check_tokenizer(const cllm_gguf *g) {
             (void)cllm_tokenizer_token_type(tok, id);
             (void)cllm_tokenizer_is_eog(tok, id);
             const char *out;
-            FUZZ_REQUIRE(cllm_detokenizer_push(d, id, &out, &len) == CLLM_OK);
+            FUZZ_REQUIRE(cllm_detokenizer_put(d, id, &out, &len) == CLLM_OK);
             touch(out, len);
         }
         const char *out;

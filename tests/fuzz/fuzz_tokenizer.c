@@ -118,12 +118,12 @@ static void check_decode(const cllm_tokenizer *tok, const int32_t *ids, size_t n
     }
 
     cllm_detokenizer *d = NULL;
-    if (cllm_detokenizer_new(tok, flags, &d) != CLLM_OK) return;
+    if (cllm_detokenizer_new_tok(tok, flags, &d) != CLLM_OK) return;
     const char *out;
     size_t len;
     for (size_t i = 0; i < n; i++) {
         const bool ok = ids[i] >= 0 && ids[i] < n_vocab;
-        FUZZ_REQUIRE(cllm_detokenizer_push(d, ids[i], &out, &len) ==
+        FUZZ_REQUIRE(cllm_detokenizer_put(d, ids[i], &out, &len) ==
                      (ok ? CLLM_OK : CLLM_ERR_INVALID_ARG));
         if (ok) FUZZ_REQUIRE(utf8_valid((const unsigned char *)out, len));
         size_t plen = 0;

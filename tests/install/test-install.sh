@@ -3,8 +3,9 @@
 # builds examples/simple.c and examples/chat.c with `pkg-config --cflags
 # --libs cllm` (shared, and simple also fully static with --static) and with
 # find_package(cllm), checks that simple's 32 greedy tokens are the ones of
-# `cllm run --temp 0 -n 32 --json` on the same prompt, and runs chat on two
-# piped lines (the second turn must continue the session's KV cache).
+# `cllm run --temp 0 -n 32 --json` on the same prompt, runs chat on two
+# piped lines (the second turn must continue the session's KV cache), and
+# batch on three prompts at once (each answer cllm run's alone).
 #
 #   tests/install/test-install.sh [SOURCE_DIR] [BUILD_DIR]
 #
@@ -59,6 +60,8 @@ echo "== build the examples with pkg-config"
 "$cc" "${warn[@]}" "$src/examples/simple.c" $(pkg-config --cflags --libs cllm) -o "$tmp/simple"
 # shellcheck disable=SC2046
 "$cc" "${warn[@]}" "$src/examples/chat.c" $(pkg-config --cflags --libs cllm) -o "$tmp/chat"
+# shellcheck disable=SC2046
+"$cc" "${warn[@]}" "$src/examples/batch.c" $(pkg-config --cflags --libs cllm) -o "$tmp/batch"
 # fully static libcllm: Libs.private must be enough
 static_flags=$(pkg-config --static --cflags --libs cllm | sed 's/-lcllm\b/-l:libcllm.a/')
 # shellcheck disable=SC2086
@@ -92,5 +95,18 @@ printf 'Hello there.\nTell me a story.\n' | "$tmp/chat" "$model" chatml >"$tmp/c
 [ "$(grep -c '^assistant: ' "$tmp/chat.out")" -eq 2 ] || fail "chat did not answer twice"
 grep -q '^\[continued: ' "$tmp/chat.err" || fail "the second turn did not continue the session"
 "$tmp/examples-build/chat" "$model" chatml </dev/null || fail "chat (find_package) failed"
+
+echo "== batch: three prompts at once, each answered as cllm run answers it alone"
+"$tmp/batch" "$model" "$prompt" "The dog" "Lily saw a bird" >"$tmp/batch.out" ||
+  fail "batch exited with an error"
+for p in "$prompt" "The dog" "Lily saw a bird"; do
+  "$prefix/bin/cllm" run -m "$model" -p "$p" --temp 0 -n 48 -c 512 2>/dev/null >"$tmp/run.out"
+  # the text up to the stop string "\n\n", as batch prints it
+  python3 -c 'import sys
+p, run, out = sys.argv[1], open(sys.argv[2]).read(), open(sys.argv[3]).read()
+sys.exit(0 if "[%s]%s (" % (p, run.split("\n\n")[0]) in out else 1)' "$p" "$tmp/run.out" \
+    "$tmp/batch.out" || fail "batch's answer to '$p' is not cllm run's"
+done
+"$tmp/examples-build/batch" "$model" "$prompt" >/dev/null || fail "batch (find_package) failed"
 
 echo "test-install: passed"

@@ -25,7 +25,7 @@ static void cli_log(cllm_log_level level, const char *msg, void *ud) {
     fputc('\n', stderr);
 }
 
-void cllm_cli_init_log(void) { cllm_log_set(cli_log, NULL); }
+void cli_init_log(void) { cllm_log_set(cli_log, NULL); }
 
 static void say(const char *cmd, const char *what, const char *fmt, va_list ap) {
     char msg[2048];
@@ -35,26 +35,26 @@ static void say(const char *cmd, const char *what, const char *fmt, va_list ap) 
     fputc('\n', stderr);
 }
 
-void cllm_cli_error(const char *cmd, const char *fmt, ...) {
+void cli_error(const char *cmd, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
     say(cmd, "", fmt, ap);
     va_end(ap);
 }
 
-void cllm_cli_warn(const char *cmd, const char *fmt, ...) {
+void cli_warn(const char *cmd, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
     say(cmd, "warning: ", fmt, ap);
     va_end(ap);
 }
 
-void cllm_cli_lib_error(const char *cmd) {
+void cli_lib_error(const char *cmd) {
     const char *msg = cllm_last_error();
-    cllm_cli_error(cmd, "%s", *msg ? msg : "failed (no message)");
+    cli_error(cmd, "%s", *msg ? msg : "failed (no message)");
 }
 
-void cllm_cli_json_str(FILE *f, const char *s, size_t len) {
+void cli_json_str(FILE *f, const char *s, size_t len) {
     fputc('"', f);
     cllm_escape_fputs(f, s, len, CLLM_ESCAPE_JSON);
     fputc('"', f);
@@ -62,9 +62,9 @@ void cllm_cli_json_str(FILE *f, const char *s, size_t len) {
 
 /* ---- options ----------------------------------------------------------- */
 
-bool cllm_cli_is_help(const char *arg) { return !strcmp(arg, "-h") || !strcmp(arg, "--help"); }
+bool cli_is_help(const char *arg) { return !strcmp(arg, "-h") || !strcmp(arg, "--help"); }
 
-bool cllm_cli_is_one_of(const char *arg, const char *words) {
+bool cli_is_one_of(const char *arg, const char *words) {
     const size_t n = strlen(arg);
     for (const char *w = words; *w;) {
         const size_t k = strcspn(w, " ");
@@ -75,52 +75,51 @@ bool cllm_cli_is_one_of(const char *arg, const char *words) {
     return false;
 }
 
-const char *cllm_cli_value(const char *cmd, int argc, char **argv, int *i) {
+const char *cli_value(const char *cmd, int argc, char **argv, int *i) {
     if (*i + 1 >= argc) {
-        cllm_cli_error(cmd, "option '%s' needs a value (see cllm %s --help)", argv[*i], cmd);
+        cli_error(cmd, "option '%s' needs a value (see cllm %s --help)", argv[*i], cmd);
         return NULL;
     }
     return argv[++*i];
 }
 
-bool cllm_cli_int(const char *cmd, const char *opt, const char *v, long long min, long long max,
-                  long long *out) {
+bool cli_int(const char *cmd, const char *opt, const char *v, long long min, long long max,
+             long long *out) {
     char *end;
     errno = 0;
     const long long x = strtoll(v, &end, 10);
     if (end == v || *end) {
-        cllm_cli_error(cmd, "%s: '%s' is not a whole number", opt, v);
+        cli_error(cmd, "%s: '%s' is not a whole number", opt, v);
         return false;
     }
     if (errno == ERANGE || x < min || x > max) {
-        cllm_cli_error(cmd, "%s: %s is out of range (%lld to %lld)", opt, v, min, max);
+        cli_error(cmd, "%s: %s is out of range (%lld to %lld)", opt, v, min, max);
         return false;
     }
     *out = x;
     return true;
 }
 
-bool cllm_cli_float(const char *cmd, const char *opt, const char *v, float *out) {
+bool cli_float(const char *cmd, const char *opt, const char *v, float *out) {
     char *end;
     errno = 0;
     const double x = strtod(v, &end);
     if (end == v || *end || isnan(x)) {
-        cllm_cli_error(cmd, "%s: '%s' is not a number", opt, v);
+        cli_error(cmd, "%s: '%s' is not a number", opt, v);
         return false;
     }
     if (isinf(x) && errno != ERANGE) {
-        cllm_cli_error(cmd, "%s: %s is out of range: a finite number is needed", opt, v);
+        cli_error(cmd, "%s: %s is out of range: a finite number is needed", opt, v);
         return false;
     }
     /* ERANGE: past the largest double, or nearer 0 than the smallest */
     if ((errno == ERANGE && fabs(x) >= 1.0) || fabs(x) > FLT_MAX) {
-        cllm_cli_error(cmd, "%s: %s is out of range: too large (at most %g)", opt, v,
-                       (double)FLT_MAX);
+        cli_error(cmd, "%s: %s is out of range: too large (at most %g)", opt, v, (double)FLT_MAX);
         return false;
     }
     if ((errno == ERANGE && fabs(x) < 1.0) || (x != 0.0 && fabs(x) < FLT_MIN)) {
-        cllm_cli_error(cmd, "%s: %s is out of range: too close to 0 (0, or at least %g)", opt, v,
-                       (double)FLT_MIN);
+        cli_error(cmd, "%s: %s is out of range: too close to 0 (0, or at least %g)", opt, v,
+                  (double)FLT_MIN);
         return false;
     }
     *out = (float)x;
@@ -129,11 +128,11 @@ bool cllm_cli_float(const char *cmd, const char *opt, const char *v, float *out)
 
 /* ---- texts ------------------------------------------------------------- */
 
-bool cllm_cli_read_text(const char *cmd, const char *path, char **out, size_t *len) {
+bool cli_read_text(const char *cmd, const char *path, char **out, size_t *len) {
     const bool std_in = !strcmp(path, "-");
     FILE *f = std_in ? stdin : fopen(path, "rb");
     if (!f) {
-        cllm_cli_error(cmd, "%s: %s", path, strerror(errno));
+        cli_error(cmd, "%s: %s", path, strerror(errno));
         return false;
     }
     size_t n = 0, cap = 1 << 16;
@@ -141,10 +140,10 @@ bool cllm_cli_read_text(const char *cmd, const char *path, char **out, size_t *l
     bool ok = buf != NULL;
     while (ok) {
         if (n + 1 == cap) {
-            if (n > CLLM_CLI_MAX_TEXT) break; /* refused below */
+            if (n > CLI_MAX_TEXT) break; /* refused below */
             char *nb = realloc(buf, cap * 2);
             if (!nb) {
-                cllm_cli_error(cmd, "%s: out of memory after %zu bytes", path, n);
+                cli_error(cmd, "%s: out of memory after %zu bytes", path, n);
                 ok = false;
                 break;
             }
@@ -154,13 +153,13 @@ bool cllm_cli_read_text(const char *cmd, const char *path, char **out, size_t *l
         n += got;
         if (got == 0) break;
     }
-    if (!buf) cllm_cli_error(cmd, "%s: out of memory", path);
-    if (ok && n > CLLM_CLI_MAX_TEXT) {
-        cllm_cli_error(cmd, "%s: longer than %zu bytes", path, (size_t)CLLM_CLI_MAX_TEXT);
+    if (!buf) cli_error(cmd, "%s: out of memory", path);
+    if (ok && n > CLI_MAX_TEXT) {
+        cli_error(cmd, "%s: longer than %zu bytes", path, (size_t)CLI_MAX_TEXT);
         ok = false;
     }
     if (ok && ferror(f)) {
-        cllm_cli_error(cmd, "%s: read error: %s", path, strerror(errno));
+        cli_error(cmd, "%s: read error: %s", path, strerror(errno));
         ok = false;
     }
     if (!std_in) fclose(f);

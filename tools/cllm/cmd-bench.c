@@ -72,22 +72,22 @@ static bool parse_threads(const char *o, const char *s, bench_args *a) {
     a->n_threads_list = 0;
     char buf[256];
     if (strlen(s) >= sizeof(buf) || !*s) {
-        cllm_cli_error("bench", "%s: '%s' is not a list of thread counts (1,2,4)", o, s);
+        cli_error("bench", "%s: '%s' is not a list of thread counts (1,2,4)", o, s);
         return false;
     }
     snprintf(buf, sizeof(buf), "%s", s);
     for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok;
          tok = strtok_r(NULL, ",", &save)) {
         long long v;
-        if (!cllm_cli_int("bench", o, tok, 1, 1024, &v)) return false;
+        if (!cli_int("bench", o, tok, 1, 1024, &v)) return false;
         if (a->n_threads_list == BENCH_MAX_THREADS) {
-            cllm_cli_error("bench", "%s: more than %d thread counts", o, BENCH_MAX_THREADS);
+            cli_error("bench", "%s: more than %d thread counts", o, BENCH_MAX_THREADS);
             return false;
         }
         a->threads[a->n_threads_list++] = (int)v;
     }
     if (a->n_threads_list == 0) {
-        cllm_cli_error("bench", "%s: '%s' is not a list of thread counts (1,2,4)", o, s);
+        cli_error("bench", "%s: '%s' is not a list of thread counts (1,2,4)", o, s);
         return false;
     }
     return true;
@@ -107,7 +107,7 @@ static int parse_bench_args(int argc, char **argv, bench_args *a) {
     a->n_threads_list = 1;
     for (int i = 1; i < argc; i++) {
         const char *o = argv[i];
-        if (cllm_cli_is_help(o)) {
+        if (cli_is_help(o)) {
             bench_usage(stdout);
             return -1;
         }
@@ -116,35 +116,34 @@ static int parse_bench_args(int argc, char **argv, bench_args *a) {
             continue;
         }
         /* every other option but -h takes a value */
-        if (!cllm_cli_is_one_of(o,
-                                "-m --model -p --n-prompt -n --n-gen -b --batch-size -c --ctx-size "
-                                "-r --repetitions -t --threads -o --output -s --seqs --mem")) {
-            cllm_cli_error("bench", "unknown option '%s' (see cllm bench --help)", o);
+        if (!cli_is_one_of(o, "-m --model -p --n-prompt -n --n-gen -b --batch-size -c --ctx-size "
+                              "-r --repetitions -t --threads -o --output -s --seqs --mem")) {
+            cli_error("bench", "unknown option '%s' (see cllm bench --help)", o);
             return 2;
         }
-        const char *v = cllm_cli_value("bench", argc, argv, &i);
+        const char *v = cli_value("bench", argc, argv, &i);
         if (!v) return 2;
         long long n;
         bool ok;
         if (!strcmp(o, "-m") || !strcmp(o, "--model")) {
             ok = (a->model = v) != NULL;
         } else if (!strcmp(o, "-p") || !strcmp(o, "--n-prompt")) {
-            ok = cllm_cli_int("bench", o, v, 0, 1 << 20, &n) && ((a->n_prompt = n), true);
+            ok = cli_int("bench", o, v, 0, 1 << 20, &n) && ((a->n_prompt = n), true);
         } else if (!strcmp(o, "-n") || !strcmp(o, "--n-gen")) {
-            ok = cllm_cli_int("bench", o, v, 0, 1 << 20, &n) && ((a->n_gen = n), true);
+            ok = cli_int("bench", o, v, 0, 1 << 20, &n) && ((a->n_gen = n), true);
         } else if (!strcmp(o, "-b") || !strcmp(o, "--batch-size")) {
-            ok = cllm_cli_int("bench", o, v, 1, 1 << 20, &n) && ((a->n_batch = n), true);
+            ok = cli_int("bench", o, v, 1, 1 << 20, &n) && ((a->n_batch = n), true);
         } else if (!strcmp(o, "-c") || !strcmp(o, "--ctx-size")) {
-            ok = cllm_cli_int("bench", o, v, 1, 1 << 24, &n) && ((a->n_ctx = n), true);
+            ok = cli_int("bench", o, v, 1, 1 << 24, &n) && ((a->n_ctx = n), true);
         } else if (!strcmp(o, "-r") || !strcmp(o, "--repetitions")) {
-            ok = cllm_cli_int("bench", o, v, 1, 1000, &n) && ((a->reps = (int)n), true);
+            ok = cli_int("bench", o, v, 1, 1000, &n) && ((a->reps = (int)n), true);
         } else if (!strcmp(o, "-t") || !strcmp(o, "--threads")) {
             ok = parse_threads(o, v, a);
         } else if (!strcmp(o, "-s") || !strcmp(o, "--seqs")) {
-            ok = cllm_cli_int("bench", o, v, 1, 64, &n) && ((a->n_seqs = (int)n), true);
+            ok = cli_int("bench", o, v, 1, 64, &n) && ((a->n_seqs = (int)n), true);
         } else if (!strcmp(o, "--mem")) {
             ok = cllm_plan_parse_mem(&a->fit, v) == CLLM_OK;
-            if (!ok) cllm_cli_lib_error("bench");
+            if (!ok) cli_lib_error("bench");
             a->use_plan = true;
         } else { /* -o, --output */
             ok = true;
@@ -155,18 +154,18 @@ static int parse_bench_args(int argc, char **argv, bench_args *a) {
             } else if (!strcmp(v, "json")) {
                 a->output = BENCH_JSON;
             } else {
-                cllm_cli_error("bench", "%s: '%s' is not md, csv or json", o, v);
+                cli_error("bench", "%s: '%s' is not md, csv or json", o, v);
                 ok = false;
             }
         }
         if (!ok) return 2;
     }
     if (!a->model) {
-        cllm_cli_error("bench", "no model given (-m FILE)");
+        cli_error("bench", "no model given (-m FILE)");
         return 2;
     }
     if (a->n_prompt == 0 && a->n_gen == 0) {
-        cllm_cli_error("bench", "nothing to run (-p 0 -n 0)");
+        cli_error("bench", "nothing to run (-p 0 -n 0)");
         return 2;
     }
     return 0;
@@ -292,7 +291,7 @@ static bool run_test(cllm_session *s, const int32_t *ids, int64_t n, bool batch,
     return true;
 }
 
-int cllm_cmd_bench(int argc, char **argv) {
+int cli_cmd_bench(int argc, char **argv) {
     bench_args a;
     const int parsed = parse_bench_args(argc, argv, &a);
     if (parsed != 0) return parsed < 0 ? 0 : parsed;
@@ -328,7 +327,7 @@ int cllm_cmd_bench(int argc, char **argv) {
     const int64_t n_ids = BENCH_MAX(a.n_prompt, a.n_gen);
     ids = malloc((size_t)n_ids * sizeof(*ids));
     if (!ids) {
-        cllm_cli_error("bench", "out of memory for %lld token ids", (long long)n_ids);
+        cli_error("bench", "out of memory for %lld token ids", (long long)n_ids);
         goto done;
     }
     uint64_t rng = 0x2545f4914f6cdd1dULL;
@@ -402,13 +401,13 @@ int cllm_cmd_bench(int argc, char **argv) {
 
     if (a.output == BENCH_JSON) {
         printf("{\"commit\": ");
-        cllm_cli_json_str(stdout, commit, strlen(commit));
+        cli_json_str(stdout, commit, strlen(commit));
         printf(", \"cpu\": ");
-        cllm_cli_json_str(stdout, cpu, strlen(cpu));
+        cli_json_str(stdout, cpu, strlen(cpu));
         printf(", \"features\": ");
-        cllm_cli_json_str(stdout, features, strlen(features));
+        cli_json_str(stdout, features, strlen(features));
         printf(", \"model\": ");
-        cllm_cli_json_str(stdout, base, strlen(base));
+        cli_json_str(stdout, base, strlen(base));
         printf(", \"type\": \"%s\", \"size_bytes\": %llu, \"params\": %llu, \"results\": [",
                cllm_type_name(d.type), (unsigned long long)d.bytes, (unsigned long long)d.params);
         for (int i = 0; i < n_res; i++) {
@@ -422,7 +421,7 @@ int cllm_cmd_bench(int argc, char **argv) {
     rc = 0;
     goto done;
 fail:
-    cllm_cli_lib_error("bench");
+    cli_lib_error("bench");
 done:
     cllm_session_free(s);
     free(ids);

@@ -2,13 +2,14 @@
  * cllm chat: a conversation in the terminal.
  *
  * Each turn renders the whole conversation through the model's chat
- * template, but only the tokens the session does not hold yet go through
- * the model: the session keeps its KV cache across turns, and the text its
- * tokens came from (the last rendered prompt plus the answer) is a prefix of
- * the next turn's rendering, so the new turn is the rest of the text. When
- * the text no longer extends it (a template that trims the answer, /system,
- * /load, turns dropped for room), the whole conversation is tokenized and
- * the tokens it shares with the cache (the longest common prefix) are kept.
+ * template and asks the library's batch engine (one sequence) for the
+ * answer. The engine keeps its KV cache across turns and decodes only what
+ * its cache does not hold (the longest common beginning is reused). So that
+ * the tokens of the conversation stay those the model saw and wrote, a turn
+ * whose text extends the text they came from (the last rendered prompt plus
+ * the answer) is sent as those tokens plus the new text's; otherwise (a
+ * template that trims the answer, /system, /load, turns dropped for room)
+ * the whole conversation is tokenized anew.
  *
  * When the context is full, the oldest turns (never the system message nor
  * the current one) are dropped and what remains is processed again once,
@@ -221,22 +222,37 @@ static const char *lines_read(line_reader *r) {
 
 /* ---- the conversation -------------------------------------------------- */
 
+/* What the engine reported of the request being answered. */
+typedef struct answer {
+    char *text; /* everything printed of this answer */
+    size_t len, cap;
+    bool oom;
+    int32_t *ids; /* [n_ctx]: the tokens of this request */
+    size_t n_ids;
+    bool finished;
+    cllm_stop_reason stop;
+    cllm_request_usage usage;
+    char error[512];
+} answer;
+
 typedef struct chat {
-    cllm_cli_gen *g;
+    cli_gen *g;
     const char *style_name; /* --template, or NULL: the model's */
     cllm_model *m;
-    cllm_session *s;
-    cllm_sampler *smp;
+    cllm_engine *eng; /* one sequence: the conversation's KV cache */
     int64_t n_ctx;
 
     cllm_chat_msg *msgs; /* contents owned (malloc) */
     size_t n_msgs, cap_msgs;
     char *system; /* the system message (--system, /system), or NULL */
 
-    int32_t *held; /* [n_ctx]: the tokens the session holds */
+    /* [n_ctx]: the tokens of the conversation as the model saw and wrote
+     * them (the last prompt and its answer) */
+    int32_t *held;
     size_t n_held;
     char *held_text; /* the text they came from, or NULL when unknown */
     int turn;
+    answer *a; /* the answer being generated */
 } chat;
 
 static char *dup_n(const char *s, size_t n) {
@@ -286,7 +302,7 @@ static void forget_held_text(chat *c) {
 static bool render(chat *c, size_t skip, const char *tail, char **out, bool *has_bos) {
     cllm_chat_msg *all = malloc((c->n_msgs - skip + 1) * sizeof(*all));
     if (!all) {
-        cllm_cli_error("chat", "out of memory for the conversation");
+        cli_error("chat", "out of memory for the conversation");
         return false;
     }
     size_t n = 0;
@@ -299,7 +315,7 @@ static bool render(chat *c, size_t skip, const char *tail, char **out, bool *has
     const cllm_status st = cllm_chat_apply(c->m, c->style_name, all, n, true, &text, &len, &style);
     free(all);
     if (st != CLLM_OK) {
-        cllm_cli_lib_error("chat");
+        cli_lib_error("chat");
         return false;
     }
     if (tail && *tail) {
@@ -307,7 +323,7 @@ static bool render(chat *c, size_t skip, const char *tail, char **out, bool *has
         char *joined = realloc(text, len + k + 1);
         if (!joined) {
             free(text);
-            cllm_cli_error("chat", "out of memory for the conversation");
+            cli_error("chat", "out of memory for the conversation");
             return false;
         }
         memcpy(joined + len, tail, k + 1);
@@ -327,7 +343,7 @@ static bool tokenize(chat *c, const char *text, size_t len, bool add_bos, int32_
     if (st != CLLM_OK && st != CLLM_ERR_TOO_LARGE) goto fail;
     int32_t *buf = malloc((n + 1) * sizeof(*buf));
     if (!buf) {
-        cllm_cli_error("chat", "out of memory for %zu tokens", n);
+        cli_error("chat", "out of memory for %zu tokens", n);
         return false;
     }
     if (cllm_tokenize(c->m, text, len, add_bos, true, buf, n + 1, &n) != CLLM_OK) {
@@ -338,37 +354,39 @@ static bool tokenize(chat *c, const char *text, size_t len, bool add_bos, int32_
     *n_ids = n;
     return true;
 fail:
-    cllm_cli_lib_error("chat");
+    cli_lib_error("chat");
     return false;
 }
 
-/* What the session must decode so that it holds the tokens of `text`:
- * keep its first *keep tokens, then decode ids[0, *n_ids) (at least one, so
- * that there are logits to sample from). False after printing the error. */
-static bool prompt_for(chat *c, const char *text, bool has_bos, size_t *keep, int32_t **ids,
-                       size_t *n_ids) {
+/* The tokens of `text` for the engine, in a new array: the held tokens and
+ * the new text's when `text` extends the held text, else all of it
+ * tokenized. False after printing the error. */
+static bool prompt_for(chat *c, const char *text, bool has_bos, int32_t **ids, size_t *n_ids) {
     const size_t n_text = c->held_text ? strlen(c->held_text) : 0;
     if (c->held_text && c->n_held > 0 && strlen(text) > n_text &&
         !strncmp(text, c->held_text, n_text)) {
-        /* the held text extends: only its continuation is new */
-        *keep = c->n_held;
-        return tokenize(c, text + n_text, strlen(text + n_text), false, ids, n_ids);
+        int32_t *more = NULL;
+        size_t n_more = 0;
+        if (!tokenize(c, text + n_text, strlen(text + n_text), false, &more, &n_more)) return false;
+        int32_t *all = malloc((c->n_held + n_more + 1) * sizeof(*all));
+        if (!all) {
+            free(more);
+            cli_error("chat", "out of memory for %zu tokens", c->n_held + n_more);
+            return false;
+        }
+        memcpy(all, c->held, c->n_held * sizeof(*all));
+        memcpy(all + c->n_held, more, n_more * sizeof(*all));
+        free(more);
+        *ids = all;
+        *n_ids = c->n_held + n_more;
+        return true;
     }
-    int32_t *all = NULL;
-    size_t n_all = 0;
-    if (!tokenize(c, text, strlen(text), !has_bos, &all, &n_all)) return false;
-    if (n_all == 0) {
-        free(all);
-        cllm_cli_error("chat", "the conversation renders to no tokens");
+    if (!tokenize(c, text, strlen(text), !has_bos, ids, n_ids)) return false;
+    if (*n_ids == 0) {
+        free(*ids);
+        cli_error("chat", "the conversation renders to no tokens");
         return false;
     }
-    size_t lcp = 0;
-    while (lcp < n_all && lcp < c->n_held && all[lcp] == c->held[lcp]) lcp++;
-    if (lcp == n_all) lcp--;
-    memmove(all, all + lcp, (n_all - lcp) * sizeof(*all));
-    *keep = lcp;
-    *ids = all;
-    *n_ids = n_all - lcp;
     return true;
 }
 
@@ -397,24 +415,24 @@ static size_t answer_room(const chat *c) {
 }
 
 /*
- * Renders the conversation (plus the partial answer `tail`) and finds what
- * to decode (prompt_for), leaving out the oldest turns while the prompt and
+ * Renders the conversation (plus the partial answer `tail`) into its
+ * tokens (prompt_for), leaving out the oldest turns while the prompt and
  * `room` tokens do not fit the context; *dropped gets how many messages
  * that takes (the caller drops them). When even the current turn alone
  * leaves no room, it goes on with what fits. False after printing why (also
  * when the current turn alone does not fit); nothing changes then.
  */
-static bool fit_prompt(chat *c, const char *tail, size_t room, char **text, size_t *keep,
-                       int32_t **ids, size_t *n_ids, size_t *dropped) {
+static bool fit_prompt(chat *c, const char *tail, size_t room, char **text, int32_t **ids,
+                       size_t *n_ids, size_t *dropped) {
     size_t skip = 0;
     for (;;) {
         bool has_bos;
         if (!render(c, skip, tail, text, &has_bos)) return false;
-        if (!prompt_for(c, *text, has_bos, keep, ids, n_ids)) {
+        if (!prompt_for(c, *text, has_bos, ids, n_ids)) {
             free(*text);
             return false;
         }
-        const size_t need = *keep + *n_ids;
+        const size_t need = *n_ids;
         const size_t next = skip_turn(c, skip);
         if (need + room <= (size_t)c->n_ctx || (next == skip && need < (size_t)c->n_ctx)) {
             *dropped = skip;
@@ -422,47 +440,75 @@ static bool fit_prompt(chat *c, const char *tail, size_t room, char **text, size
         }
         free(*text), free(*ids);
         if (next == skip) {
-            cllm_cli_error("chat",
-                           "the turn needs %zu tokens and the context holds %lld (-c sets the "
-                           "context)",
-                           need, (long long)c->n_ctx);
+            cli_error("chat",
+                      "the turn needs %zu tokens and the context holds %lld (-c sets the "
+                      "context)",
+                      need, (long long)c->n_ctx);
             return false;
         }
         skip = next;
     }
 }
 
-typedef struct answer {
-    char *text; /* everything printed of this answer */
-    size_t len, cap;
-    bool oom;
-} answer;
-
-static bool on_text(int32_t id, const char *text, size_t len, void *ud) {
-    (void)id;
-    answer *a = ud;
-    fwrite(text, 1, len, stdout);
+/* The engine's events: the answer's text is printed as it comes. */
+static void on_event(const cllm_event *ev, void *ud) {
+    chat *c = ud;
+    answer *a = c->a;
+    if (ev->kind == CLLM_EVENT_TOKEN) {
+        if (a->n_ids < (size_t)c->n_ctx) a->ids[a->n_ids++] = ev->token;
+        return;
+    }
+    if (ev->kind == CLLM_EVENT_FINISHED) {
+        a->finished = true;
+        a->stop = ev->reason;
+        a->usage = ev->usage;
+        if (ev->error) snprintf(a->error, sizeof(a->error), "%s", ev->error);
+        return;
+    }
+    fwrite(ev->text, 1, ev->len, stdout);
     fflush(stdout);
-    if (a->len + len + 1 > a->cap) {
-        const size_t cap = (a->len + len + 1) * 2;
+    if (a->len + ev->len + 1 > a->cap) {
+        const size_t cap = (a->len + ev->len + 1) * 2;
         char *nb = realloc(a->text, cap);
         if (!nb) {
             a->oom = true;
-            return false;
+            return;
         }
         a->text = nb;
         a->cap = cap;
     }
-    memcpy(a->text + a->len, text, len);
-    a->len += len;
+    memcpy(a->text + a->len, ev->text, ev->len);
+    a->len += ev->len;
     a->text[a->len] = '\0';
-    return !g_interrupted;
 }
 
-/* Records that the session now holds ids[0, n) after its first `keep`. */
-static void hold(chat *c, size_t keep, const int32_t *ids, size_t n) {
-    memcpy(c->held + keep, ids, n * sizeof(*ids));
-    c->n_held = keep + n;
+/* Generates the answer to ids[0, n_ids) (at most `max_tokens`; -1: no
+ * limit) into *a, stopping at Ctrl-C; false after printing an error. */
+static bool generate(chat *c, const int32_t *ids, size_t n_ids, int max_tokens, answer *a) {
+    cllm_request_params rp = cllm_request_default_params();
+    rp.sampling = c->g->sp;
+    rp.max_tokens = max_tokens;
+    a->n_ids = 0;
+    a->finished = false;
+    c->a = a;
+    uint64_t id = 0;
+    if (cllm_engine_submit(c->eng, ids, n_ids, &rp, NULL, &id) != CLLM_OK) {
+        cli_lib_error("chat");
+        return false;
+    }
+    bool cancelled = false;
+    while (!a->finished) {
+        cllm_engine_step(c->eng);
+        if ((g_interrupted || a->oom) && !a->finished && !cancelled) {
+            (void)cllm_engine_cancel(c->eng, id);
+            cancelled = true;
+        }
+    }
+    if (a->stop == CLLM_STOP_ERROR) {
+        cli_error("chat", "%s", a->error);
+        return false;
+    }
+    return true;
 }
 
 /*
@@ -476,19 +522,23 @@ static bool answer_turn(chat *c) {
     size_t processed = 0, reused = 0, generated = 0;
     double prompt_ms = 0, gen_ms = 0;
     int remaining = c->g->n_predict;
-    char *text = NULL;      /* what the tokens held before generating came from */
+    char *text = NULL;      /* the text of the last prompt */
     size_t text_answer = 0; /* bytes of the answer already inside `text` */
     bool ok = false, cut = false, first = true;
     c->turn++;
+    a.ids = malloc((size_t)c->n_ctx * sizeof(*a.ids));
+    if (!a.ids) {
+        cli_error("chat", "out of memory");
+        goto done;
+    }
 
     for (;;) {
-        size_t keep = 0, n_ids = 0;
+        size_t n_ids = 0;
         int32_t *ids = NULL;
         free(text);
         text = NULL;
         size_t dropped = 0;
-        if (!fit_prompt(c, first ? NULL : a.text, answer_room(c), &text, &keep, &ids, &n_ids,
-                        &dropped)) {
+        if (!fit_prompt(c, first ? NULL : a.text, answer_room(c), &text, &ids, &n_ids, &dropped)) {
             if (first) goto done;
             cut = true;             /* the answer so far stays */
             text_answer = SIZE_MAX; /* `text` is gone: the held text is not known */
@@ -497,69 +547,36 @@ static bool answer_turn(chat *c) {
         if (dropped) {
             drop_messages(c, dropped);
             fprintf(stderr,
-                    "%scllm chat: the context is full: the oldest %zu message%s dropped; %zu "
-                    "tokens of the conversation are processed again\n",
+                    "%scllm chat: the context is full: the oldest %zu message%s dropped; the "
+                    "conversation (%zu tokens) is processed again where it differs\n",
                     first ? "" : "\n", dropped, dropped == 1 ? " is" : "s are", n_ids);
         }
         text_answer = first ? 0 : a.len;
-        cllm_status tst = cllm_session_truncate(c->s, (int64_t)keep);
-        if (tst != CLLM_OK && keep > 0) {
-            /* the sliding-window layers no longer hold the window before
-             * `keep`: the held tokens are processed again */
-            int32_t *all = malloc((keep + n_ids) * sizeof(*all));
-            if (!all) {
-                free(ids);
-                cllm_cli_error("chat", "out of memory");
-                goto done;
-            }
-            memcpy(all, c->held, keep * sizeof(*all));
-            memcpy(all + keep, ids, n_ids * sizeof(*all));
+        forget_held_text(c); /* until the answer is known */
+        const bool gen_ok = generate(c, ids, n_ids, remaining, &a);
+        if (!gen_ok) {
             free(ids);
-            ids = all, n_ids += keep, keep = 0;
-            tst = cllm_session_truncate(c->s, 0);
-        }
-        if (tst != CLLM_OK) {
-            free(ids);
-            cllm_cli_lib_error("chat");
             goto done;
         }
-        if (first) reused = keep;
-        first = false;
-        c->n_held = keep;
-        cllm_generate_result res;
-        const cllm_status st =
-            cllm_generate(c->s, c->smp, ids, n_ids, remaining, on_text, &a, &res);
-        if (st != CLLM_OK) {
-            free(ids);
-            cllm_cli_lib_error("chat");
-            goto done;
-        }
-        hold(c, keep, ids, n_ids);
+        /* the conversation's tokens: this prompt and its answer */
+        memcpy(c->held, ids, n_ids * sizeof(*ids));
+        const size_t n_ans =
+            a.n_ids < (size_t)c->n_ctx - n_ids ? a.n_ids : (size_t)c->n_ctx - n_ids;
+        memcpy(c->held + n_ids, a.ids, n_ans * sizeof(*ids));
+        c->n_held = n_ids + n_ans;
         free(ids);
-        forget_held_text(c); /* it was the text of the tokens before this turn */
-        hold(c, c->n_held, res.ids, res.n_gen_decoded);
-        processed += n_ids;
-        generated += res.n_ids;
-        prompt_ms += res.prompt_ms;
-        gen_ms += res.gen_ms;
-        if (remaining >= 0) remaining -= (int)res.n_ids;
-        /* the last token sampled is not decoded: decode it so that the
-         * session holds the whole answer (not after a full context) */
-        if (res.n_gen_decoded < res.n_ids) {
-            const int64_t n_rest = (int64_t)(res.n_ids - res.n_gen_decoded);
-            if (cllm_session_decode(c->s, res.ids + res.n_gen_decoded, n_rest) == CLLM_OK) {
-                hold(c, c->n_held, res.ids + res.n_gen_decoded, (size_t)n_rest);
-            } else {
-                text_answer = SIZE_MAX; /* the held text is not known */
-            }
-        }
-        const cllm_stop_reason stop = res.stop;
-        cllm_generate_result_free(&res);
+        if (first) reused = a.usage.n_cached;
+        first = false;
+        processed += a.usage.n_prompt - a.usage.n_cached;
+        generated += a.usage.n_completion;
+        prompt_ms += a.usage.prompt_ms;
+        gen_ms += a.usage.gen_ms;
+        if (remaining >= 0) remaining -= (int)a.usage.n_completion;
         if (a.oom) {
-            cllm_cli_error("chat", "out of memory for the answer");
+            cli_error("chat", "out of memory for the answer");
             goto done;
         }
-        if (stop != CLLM_STOP_CONTEXT_FULL || remaining == 0) break;
+        if (a.stop != CLLM_STOP_CONTEXT_FULL || remaining == 0) break;
         /* full in the middle of the answer: drop turns, continue it */
         if (skip_turn(c, 0) == 0) {
             cut = true;
@@ -576,7 +593,7 @@ static bool answer_turn(chat *c) {
                 (long long)c->n_ctx);
     }
     if (!push_message(c, "assistant", a.text ? a.text : "", a.len)) {
-        cllm_cli_error("chat", "out of memory for the answer");
+        cli_error("chat", "out of memory for the answer");
         goto done;
     }
     /* the held tokens came from `text` and the rest of the answer */
@@ -604,47 +621,44 @@ static bool answer_turn(chat *c) {
 done:
     if (!ok) {
         if (a.len) fputc('\n', stdout);
-        /* take the turn back (turns dropped for room stay dropped); the
-         * session keeps the tokens that are known */
+        /* take the turn back (turns dropped for room stay dropped) */
         if (c->n_msgs > 0 && !strcmp(c->msgs[c->n_msgs - 1].role, "user")) pop_message(c);
-        if (cllm_session_n_past(c->s) != (int64_t)c->n_held) {
-            forget_held_text(c);
-            (void)cllm_session_truncate(c->s, (int64_t)c->n_held);
-        }
         c->turn--;
     }
+    c->a = NULL;
     free(text);
     free(a.text);
+    free(a.ids);
     return ok;
 }
 
 /* ---- /save and /load --------------------------------------------------- */
 
 /* The conversation as {"messages": [{"role": R, "content": C}, ...]}, the
- * system message first. Valid JSON for any bytes (cllm_cli_json_str). */
+ * system message first. Valid JSON for any bytes (cli_json_str). */
 static bool save_conversation(const chat *c, const char *path) {
     FILE *f = fopen(path, "w");
     if (!f) {
-        cllm_cli_error("chat", "/save: %s: %s", path, strerror(errno));
+        cli_error("chat", "/save: %s: %s", path, strerror(errno));
         return false;
     }
     fputs("{\"messages\": [", f);
     size_t k = 0;
     if (c->system) {
         fputs("\n  {\"role\": \"system\", \"content\": ", f);
-        cllm_cli_json_str(f, c->system, strlen(c->system));
+        cli_json_str(f, c->system, strlen(c->system));
         fputs("}", f);
         k++;
     }
     for (size_t i = 0; i < c->n_msgs; i++, k++) {
         fprintf(f, "%s\n  {\"role\": \"%s\", \"content\": ", k ? "," : "", c->msgs[i].role);
-        cllm_cli_json_str(f, c->msgs[i].content, strlen(c->msgs[i].content));
+        cli_json_str(f, c->msgs[i].content, strlen(c->msgs[i].content));
         fputs("}", f);
     }
     fputs("\n]}\n", f);
     const bool ok = !ferror(f);
     if (fclose(f) != 0 || !ok) {
-        cllm_cli_error("chat", "/save: %s: write error", path);
+        cli_error("chat", "/save: %s: write error", path);
         return false;
     }
     return true;
@@ -668,7 +682,7 @@ static bool load_conversation(chat *c, const char *path) {
     json_error_t err;
     json_t *doc = json_load_file(path, JSON_REJECT_DUPLICATES, &err);
     if (!doc) {
-        cllm_cli_error("chat", "/load: %s: line %d: %s", path, err.line, err.text);
+        cli_error("chat", "/load: %s: line %d: %s", path, err.line, err.text);
         return false;
     }
     const json_t *arr = json_is_object(doc) ? json_object_get(doc, "messages") : doc;
@@ -678,7 +692,7 @@ static bool load_conversation(chat *c, const char *path) {
     next.system = NULL;
     bool ok = true;
     if (!json_is_array(arr)) {
-        cllm_cli_error("chat", "/load: %s: expected {\"messages\": [...]} or an array", path);
+        cli_error("chat", "/load: %s: expected {\"messages\": [...]} or an array", path);
         ok = false;
     }
     for (size_t i = 0; ok && i < json_array_size(arr); i++) {
@@ -687,17 +701,17 @@ static bool load_conversation(chat *c, const char *path) {
         const json_t *content = json_object_get(msg, "content");
         const char *r = json_is_string(role) ? known_role(json_string_value(role)) : NULL;
         if (!r || !json_is_string(content)) {
-            cllm_cli_error("chat",
-                           "/load: %s: message %zu needs a role (system, user or assistant) and "
-                           "a content string",
-                           path, i);
+            cli_error("chat",
+                      "/load: %s: message %zu needs a role (system, user or assistant) and "
+                      "a content string",
+                      path, i);
             ok = false;
         } else if (!strcmp(r, "system") && i == 0) {
             ok = (next.system = dup_n(json_string_value(content), json_string_length(content)));
         } else {
             ok = push_message(&next, r, json_string_value(content), json_string_length(content));
         }
-        if (!ok && r && json_is_string(content)) cllm_cli_error("chat", "/load: out of memory");
+        if (!ok && r && json_is_string(content)) cli_error("chat", "/load: out of memory");
     }
     json_decref(doc);
     /* the template must accept it (e.g. alternating turns) */
@@ -726,7 +740,7 @@ static bool load_conversation(chat *c, const char *path) {
 #else
 static bool load_conversation(chat *c, const char *path) {
     (void)c, (void)path;
-    cllm_cli_error("chat", "/load: this cllm was built without JSON support (libjansson)");
+    cli_error("chat", "/load: this cllm was built without JSON support (libjansson)");
     return false;
 }
 #endif
@@ -751,7 +765,7 @@ static void chat_usage(FILE *f) {
                "the same (printf 'Hi\\n/exit\\n' | cllm chat -m FILE).\n"
                "\n"
                "  -m FILE              the model (GGUF)\n");
-    cllm_cli_gen_usage(f, -1);
+    cli_gen_usage(f, -1);
     fprintf(f,
             "  --template STYLE     the chat template (chatml, llama2, llama3, gemma, zephyr,\n"
             "                       phi3)\n"
@@ -786,7 +800,7 @@ static bool run_command(chat *c, const char *line) {
     } else if (is_command(line, "/system", &arg)) {
         char *sys = *arg ? dup_str(arg) : NULL;
         if (*arg && !sys) {
-            cllm_cli_error("chat", "/system: out of memory");
+            cli_error("chat", "/system: out of memory");
         } else {
             free(c->system);
             c->system = sys;
@@ -796,7 +810,7 @@ static bool run_command(chat *c, const char *line) {
     } else if (is_command(line, "/save", &arg) || is_command(line, "/load", &arg)) {
         const bool save = line[1] == 's';
         if (!*arg) {
-            cllm_cli_error("chat", "%s needs a file name", save ? "/save" : "/load");
+            cli_error("chat", "%s needs a file name", save ? "/save" : "/load");
         } else if (save ? save_conversation(c, arg) : load_conversation(c, arg)) {
             fprintf(stderr, "cllm chat: %s %zu messages %s ", save ? "saved" : "loaded",
                     c->n_msgs + (c->system != NULL), save ? "to" : "from");
@@ -804,48 +818,48 @@ static bool run_command(chat *c, const char *line) {
             fputc('\n', stderr);
         }
     } else {
-        cllm_cli_error("chat", "unknown command '%s' (/help lists them)", line);
+        cli_error("chat", "unknown command '%s' (/help lists them)", line);
     }
     return true;
 }
 
-int cllm_cmd_chat(int argc, char **argv) {
-    cllm_cli_gen g;
-    cllm_cli_gen_init(&g, -1);
+int cli_cmd_chat(int argc, char **argv) {
+    cli_gen g;
+    cli_gen_init(&g, -1);
     chat c = {.g = &g};
     for (int i = 1; i < argc; i++) {
         const char *o = argv[i];
-        if (cllm_cli_is_help(o)) {
+        if (cli_is_help(o)) {
             chat_usage(stdout);
             return 0;
         }
-        const int taken = cllm_cli_gen_option("chat", &g, argc, argv, &i);
+        const int taken = cli_gen_option("chat", &g, argc, argv, &i);
         if (taken == 2) return 2;
         if (taken == 1) continue;
         if (strcmp(o, "--template") != 0) {
-            cllm_cli_error("chat", "unknown option '%s' (see cllm chat --help)", o);
+            cli_error("chat", "unknown option '%s' (see cllm chat --help)", o);
             return 2;
         }
-        if (!(c.style_name = cllm_cli_value("chat", argc, argv, &i))) return 2;
+        if (!(c.style_name = cli_value("chat", argc, argv, &i))) return 2;
         cllm_chat_style style;
         if (cllm_chat_style_from_name(c.style_name, &style) != CLLM_OK) {
-            cllm_cli_lib_error("chat");
+            cli_lib_error("chat");
             return 2;
         }
     }
-    if (!cllm_cli_gen_finish("chat", &g)) return 2;
+    if (!cli_gen_finish("chat", &g)) return 2;
 
     setlocale(LC_CTYPE, ""); /* libedit reads multibyte characters by it */
     int rc = 1;
     line_reader lr;
     lines_open(&lr, argv[0]);
-    if (!cllm_cli_gen_load("chat", &g, &c.m)) goto done;
-    if (!cllm_cli_gen_session("chat", &g, c.m, &c.s, &c.smp)) goto done;
-    c.n_ctx = cllm_session_n_ctx(c.s);
+    if (!cli_gen_load("chat", &g, &c.m)) goto done;
+    if (!cli_gen_engine("chat", &g, c.m, 1, on_event, &c, &c.eng)) goto done;
+    c.n_ctx = cllm_session_n_ctx(cllm_engine_session(c.eng));
     c.held = malloc((size_t)c.n_ctx * sizeof(*c.held));
     if (g.system) c.system = dup_str(g.system);
     if (!c.held || (g.system && !c.system)) {
-        cllm_cli_error("chat", "out of memory");
+        cli_error("chat", "out of memory");
         goto done;
     }
     { /* the template must be known before the first turn */
@@ -882,7 +896,7 @@ int cllm_cmd_chat(int argc, char **argv) {
             continue;
         }
         if (!push_message(&c, "user", line, strlen(line))) {
-            cllm_cli_error("chat", "out of memory for the message");
+            cli_error("chat", "out of memory for the message");
             continue;
         }
         answer_turn(&c);
@@ -895,8 +909,7 @@ done:
     free(c.system);
     free(c.held);
     free(c.held_text);
-    cllm_sampler_free(c.smp);
-    cllm_session_free(c.s);
+    cllm_engine_free(c.eng);
     cllm_model_free(c.m);
     return rc;
 }

@@ -7,9 +7,9 @@
 
 /* --test-device SPEC (a debug option shared by devices, plan and run):
  * enables the test device with the given options (see test-backend.h). */
-int cllm_cli_enable_test_device(const char *cmd, const char *spec) {
+int cli_enable_test_device(const char *cmd, const char *spec) {
     if (cllm_device_enable_test(spec) != CLLM_OK) {
-        cllm_cli_error(cmd, "--test-device: %s", cllm_last_error());
+        cli_error(cmd, "--test-device: %s", cllm_last_error());
         return 2;
     }
     return 0;
@@ -25,21 +25,21 @@ static void devices_usage(FILE *f) {
                "  -h, --help           this help\n");
 }
 
-int cllm_cmd_devices(int argc, char **argv) {
+int cli_cmd_devices(int argc, char **argv) {
     bool json = false;
     for (int i = 1; i < argc; i++) {
-        if (cllm_cli_is_help(argv[i])) {
+        if (cli_is_help(argv[i])) {
             devices_usage(stdout);
             return 0;
         } else if (!strcmp(argv[i], "--json")) {
             json = true;
         } else if (!strcmp(argv[i], "--test-device")) {
-            const char *v = cllm_cli_value("devices", argc, argv, &i);
+            const char *v = cli_value("devices", argc, argv, &i);
             if (!v) return 2;
-            const int rc = cllm_cli_enable_test_device("devices", v);
+            const int rc = cli_enable_test_device("devices", v);
             if (rc) return rc;
         } else {
-            cllm_cli_error("devices", "unknown option '%s' (see cllm devices --help)", argv[i]);
+            cli_error("devices", "unknown option '%s' (see cllm devices --help)", argv[i]);
             return 2;
         }
     }
@@ -55,10 +55,10 @@ int cllm_cmd_devices(int argc, char **argv) {
         const char *name = cllm_device_name(d), *desc = cllm_device_description(d);
         if (json) {
             printf("%s\n {\"name\": ", i ? "," : "");
-            cllm_cli_json_str(stdout, name, strlen(name));
+            cli_json_str(stdout, name, strlen(name));
             printf(", \"kind\": \"%s\", \"free\": %zu, \"total\": %zu, \"description\": ",
                    cllm_device_kind_str(cllm_device_kind_of(d)), fr, tot);
-            cllm_cli_json_str(stdout, desc, strlen(desc));
+            cli_json_str(stdout, desc, strlen(desc));
             printf("}");
         } else {
             char a[32], b[32], nm[64];

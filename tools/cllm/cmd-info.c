@@ -37,26 +37,26 @@ static void print_value(const cllm_gguf *g, int64_t i) {
     printf("\"%s%s\"", esc, n > have || m >= sizeof(esc) ? "..." : "");
 }
 
-int cllm_cmd_info(int argc, char **argv) {
+int cli_cmd_info(int argc, char **argv) {
     const char *path = NULL;
     for (int i = 1; i < argc; i++) {
-        if (cllm_cli_is_help(argv[i])) {
+        if (cli_is_help(argv[i])) {
             info_usage(stdout);
             return 0;
         } else if (!strcmp(argv[i], "-m") || !strcmp(argv[i], "--model")) {
-            if (!(path = cllm_cli_value("info", argc, argv, &i))) return 2;
+            if (!(path = cli_value("info", argc, argv, &i))) return 2;
         } else {
-            cllm_cli_error("info", "unknown option '%s' (see cllm info --help)", argv[i]);
+            cli_error("info", "unknown option '%s' (see cllm info --help)", argv[i]);
             return 2;
         }
     }
     if (!path) {
-        cllm_cli_error("info", "no model given (-m FILE)");
+        cli_error("info", "no model given (-m FILE)");
         return 2;
     }
     cllm_gguf *g = NULL;
     if (cllm_gguf_open(path, &g) != CLLM_OK) {
-        cllm_cli_lib_error("info");
+        cli_lib_error("info");
         return 1;
     }
     printf("file: ");

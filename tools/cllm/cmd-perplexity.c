@@ -61,7 +61,7 @@ static int parse_ppl_args(int argc, char **argv, ppl_args *a) {
     a->n_chunks = -1;
     for (int i = 1; i < argc; i++) {
         const char *o = argv[i];
-        if (cllm_cli_is_help(o)) {
+        if (cli_is_help(o)) {
             ppl_usage(stdout);
             return -1;
         } else if (!strcmp(o, "--no-mmap")) {
@@ -69,11 +69,11 @@ static int parse_ppl_args(int argc, char **argv, ppl_args *a) {
             continue;
         }
         /* the other options take a value */
-        if (!cllm_cli_is_one_of(o, "-m --model -f --file -c -b -t --chunks")) {
-            cllm_cli_error("perplexity", "unknown option '%s' (see cllm perplexity --help)", o);
+        if (!cli_is_one_of(o, "-m --model -f --file -c -b -t --chunks")) {
+            cli_error("perplexity", "unknown option '%s' (see cllm perplexity --help)", o);
             return 2;
         }
-        const char *v = cllm_cli_value("perplexity", argc, argv, &i);
+        const char *v = cli_value("perplexity", argc, argv, &i);
         if (!v) return 2;
         long long n;
         bool ok = true;
@@ -82,22 +82,22 @@ static int parse_ppl_args(int argc, char **argv, ppl_args *a) {
         } else if (!strcmp(o, "-f") || !strcmp(o, "--file")) {
             a->file = v;
         } else if (!strcmp(o, "-c")) {
-            ok = cllm_cli_int("perplexity", o, v, 4, 1 << 24, &n) && (a->n_ctx = n, true);
+            ok = cli_int("perplexity", o, v, 4, 1 << 24, &n) && (a->n_ctx = n, true);
         } else if (!strcmp(o, "-b")) {
-            ok = cllm_cli_int("perplexity", o, v, 1, 1 << 24, &n) && (a->n_batch = n, true);
+            ok = cli_int("perplexity", o, v, 1, 1 << 24, &n) && (a->n_batch = n, true);
         } else if (!strcmp(o, "-t")) {
-            ok = cllm_cli_int("perplexity", o, v, 0, 1024, &n) && (a->n_threads = (int)n, true);
+            ok = cli_int("perplexity", o, v, 0, 1024, &n) && (a->n_threads = (int)n, true);
         } else { /* --chunks */
-            ok = cllm_cli_int("perplexity", o, v, -1, INT32_MAX, &n) && (a->n_chunks = n, true);
+            ok = cli_int("perplexity", o, v, -1, INT32_MAX, &n) && (a->n_chunks = n, true);
             if (ok && n == 0) {
-                cllm_cli_error("perplexity", "%s 0: nothing to score (-1: all chunks)", o);
+                cli_error("perplexity", "%s 0: nothing to score (-1: all chunks)", o);
                 ok = false;
             }
         }
         if (!ok) return 2;
     }
     if (!a->model || !a->file) {
-        cllm_cli_error("perplexity", "needs a model (-m FILE) and a text (-f FILE)");
+        cli_error("perplexity", "needs a model (-m FILE) and a text (-f FILE)");
         return 2;
     }
     if (a->n_batch == 0) a->n_batch = a->n_ctx < 512 ? a->n_ctx : 512;
@@ -119,7 +119,7 @@ static double now_s(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-int cllm_cmd_perplexity(int argc, char **argv) {
+int cli_cmd_perplexity(int argc, char **argv) {
     ppl_args a;
     const int parsed = parse_ppl_args(argc, argv, &a);
     if (parsed != 0) return parsed < 0 ? 0 : parsed;
@@ -131,7 +131,7 @@ int cllm_cmd_perplexity(int argc, char **argv) {
     int32_t *ids = NULL, *batch = NULL;
     size_t len = 0, n_ids = 0;
 
-    if (!cllm_cli_read_text("perplexity", a.file, &text, &len)) {
+    if (!cli_read_text("perplexity", a.file, &text, &len)) {
         said = true;
         goto fail;
     }
@@ -142,16 +142,16 @@ int cllm_cmd_perplexity(int argc, char **argv) {
     if (cllm_model_load(a.model, &mp, &m) != CLLM_OK) goto fail;
     const int64_t n_train = cllm_model_n_ctx_train(m);
     if (n_train > 0 && a.n_ctx > n_train) {
-        cllm_cli_warn("perplexity",
-                      "%s: chunks of %lld tokens (-c) are longer than the %lld tokens the model "
-                      "was trained with",
-                      a.model, (long long)a.n_ctx, (long long)n_train);
+        cli_warn("perplexity",
+                 "%s: chunks of %lld tokens (-c) are longer than the %lld tokens the model "
+                 "was trained with",
+                 a.model, (long long)a.n_ctx, (long long)n_train);
     }
     /* count first, then tokenize into an exactly sized array */
     if (cllm_tokenize(m, text, len, true, false, NULL, 0, &n_ids) != CLLM_OK) goto fail;
     ids = malloc((n_ids + 1) * sizeof(*ids));
     if (!ids) {
-        cllm_cli_error("perplexity", "out of memory for %zu tokens", n_ids), said = true;
+        cli_error("perplexity", "out of memory for %zu tokens", n_ids), said = true;
         goto fail;
     }
     if (cllm_tokenize(m, text, len, true, false, ids, n_ids + 1, &n_ids) != CLLM_OK) goto fail;
@@ -159,9 +159,9 @@ int cllm_cmd_perplexity(int argc, char **argv) {
     const int64_t n_ctx = a.n_ctx;
     int64_t n_chunks = (int64_t)n_ids / n_ctx;
     if (n_chunks < 1) {
-        cllm_cli_error("perplexity",
-                       "%s: %zu tokens, fewer than one chunk of %lld (-c); give a longer text",
-                       a.file, n_ids, (long long)n_ctx);
+        cli_error("perplexity",
+                  "%s: %zu tokens, fewer than one chunk of %lld (-c); give a longer text", a.file,
+                  n_ids, (long long)n_ctx);
         said = true;
         goto fail;
     }
@@ -177,7 +177,7 @@ int cllm_cmd_perplexity(int argc, char **argv) {
     const int64_t n_vocab = cllm_session_n_vocab(s);
     batch = malloc((size_t)n_batch * sizeof(*batch));
     if (!batch) {
-        cllm_cli_error("perplexity", "out of memory"), said = true;
+        cli_error("perplexity", "out of memory"), said = true;
         goto fail;
     }
     const int32_t bos = cllm_token_bos(m);
@@ -225,7 +225,7 @@ int cllm_cmd_perplexity(int argc, char **argv) {
     fprintf(stderr, "perplexity: %lld tokens scored in %.2f s\n", (long long)count, now_s() - t0);
     rc = 0;
 fail:
-    if (rc != 0 && !said) cllm_cli_lib_error("perplexity");
+    if (rc != 0 && !said) cli_lib_error("perplexity");
     free(batch);
     free(ids);
     free(text);

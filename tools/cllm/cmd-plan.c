@@ -37,14 +37,14 @@ static void plan_usage(FILE *f) {
                "  -h, --help           this help\n");
 }
 
-int cllm_cmd_plan(int argc, char **argv) {
+int cli_cmd_plan(int argc, char **argv) {
     const char *path = NULL;
     bool verbose = false, json = false;
     int n_ranks = 0;
     cllm_plan_params fp = cllm_plan_default_params();
     for (int i = 1; i < argc; i++) {
         const char *o = argv[i];
-        if (cllm_cli_is_help(o)) {
+        if (cli_is_help(o)) {
             plan_usage(stdout);
             return 0;
         } else if (!strcmp(o, "--no-mmap")) {
@@ -61,74 +61,73 @@ int cllm_cmd_plan(int argc, char **argv) {
             continue;
         }
         /* the other options take a value */
-        if (!cllm_cli_is_one_of(
-                o, "-m --model -c -b -t --sessions --seqs --kv-type --mem --test-device "
-                   "--stream-slots --read-bw --ranks")) {
-            cllm_cli_error("plan", "unknown option '%s' (see cllm plan --help)", o);
+        if (!cli_is_one_of(o, "-m --model -c -b -t --sessions --seqs --kv-type --mem --test-device "
+                              "--stream-slots --read-bw --ranks")) {
+            cli_error("plan", "unknown option '%s' (see cllm plan --help)", o);
             return 2;
         }
-        const char *v = cllm_cli_value("plan", argc, argv, &i);
+        const char *v = cli_value("plan", argc, argv, &i);
         if (!v) return 2;
         long long n;
         bool ok = true;
         if (!strcmp(o, "-m") || !strcmp(o, "--model")) {
             path = v;
         } else if (!strcmp(o, "-c")) {
-            ok = cllm_cli_int("plan", o, v, 1, 1 << 24, &n) && (fp.n_ctx = n, true);
+            ok = cli_int("plan", o, v, 1, 1 << 24, &n) && (fp.n_ctx = n, true);
         } else if (!strcmp(o, "-b")) {
-            ok = cllm_cli_int("plan", o, v, 1, 1 << 24, &n) && (fp.n_batch = n, true);
+            ok = cli_int("plan", o, v, 1, 1 << 24, &n) && (fp.n_batch = n, true);
         } else if (!strcmp(o, "-t")) {
-            ok = cllm_cli_int("plan", o, v, 0, 1024, &n) && (fp.n_threads = (int)n, true);
+            ok = cli_int("plan", o, v, 0, 1024, &n) && (fp.n_threads = (int)n, true);
         } else if (!strcmp(o, "--ranks")) {
-            ok = cllm_cli_int("plan", o, v, 1, CLLM_PIPE_MAX_RANKS, &n) && (n_ranks = (int)n, true);
+            ok = cli_int("plan", o, v, 1, CLLM_PIPE_MAX_RANKS, &n) && (n_ranks = (int)n, true);
         } else if (!strcmp(o, "--seqs")) {
-            ok = cllm_cli_int("plan", o, v, 1, 64, &n) && (fp.n_seq = (int)n, true);
+            ok = cli_int("plan", o, v, 1, 64, &n) && (fp.n_seq = (int)n, true);
         } else if (!strcmp(o, "--sessions")) {
-            ok = cllm_cli_int("plan", o, v, 1, 4096, &n) && (fp.n_sessions = (int)n, true);
+            ok = cli_int("plan", o, v, 1, 4096, &n) && (fp.n_sessions = (int)n, true);
         } else if (!strcmp(o, "--kv-type")) {
             ok = !strcmp(v, "f16") || !strcmp(v, "f32");
             if (ok) fp.kv_type = !strcmp(v, "f16") ? CLLM_TYPE_F16 : CLLM_TYPE_F32;
-            if (!ok) cllm_cli_error("plan", "%s: '%s' is not f16 or f32", o, v);
+            if (!ok) cli_error("plan", "%s: '%s' is not f16 or f32", o, v);
         } else if (!strcmp(o, "--mem")) {
             ok = cllm_plan_parse_mem(&fp, v) == CLLM_OK;
-            if (!ok) cllm_cli_lib_error("plan");
+            if (!ok) cli_lib_error("plan");
         } else if (!strcmp(o, "--stream-slots")) {
-            ok = cllm_cli_int("plan", o, v, 2, 64, &n) && (fp.stream_slots = (int)n, true);
+            ok = cli_int("plan", o, v, 2, 64, &n) && (fp.stream_slots = (int)n, true);
         } else if (!strcmp(o, "--read-bw")) {
             float mbps = 0;
-            ok = cllm_cli_float("plan", o, v, &mbps);
+            ok = cli_float("plan", o, v, &mbps);
             if (ok && !(mbps > 0)) {
-                cllm_cli_error("plan", "%s: '%s' is not a positive bandwidth in MB/s", o, v);
+                cli_error("plan", "%s: '%s' is not a positive bandwidth in MB/s", o, v);
                 ok = false;
             }
             if (ok) fp.read_bw = (double)mbps * 1e6;
         } else { /* --test-device */
-            ok = cllm_cli_enable_test_device("plan", v) == 0;
+            ok = cli_enable_test_device("plan", v) == 0;
         }
         if (!ok) return 2;
     }
     if (!path) {
-        cllm_cli_error("plan", "no model given (-m FILE)");
+        cli_error("plan", "no model given (-m FILE)");
         return 2;
     }
     if (n_ranks > 0) {
         if (fp.n_seq > 1 || json) {
-            cllm_cli_error("plan", "--ranks plans sessions of one sequence (--sessions N: N "
-                                   "concurrent sequences), as text");
+            cli_error("plan", "--ranks plans sessions of one sequence (--sessions N: N "
+                              "concurrent sequences), as text");
             return 2;
         }
         cllm_pipe_plan pp;
         const cllm_status st = cllm_pipe_plan_file(path, &fp, n_ranks, &pp);
         if (st == CLLM_OK || st == CLLM_ERR_TOO_LARGE) cllm_pipe_plan_print(&pp, stdout);
         if (st != CLLM_OK) {
-            cllm_cli_lib_error("plan");
+            cli_lib_error("plan");
             return 1;
         }
         return 0;
     }
     cllm_plan *plan = NULL;
     if (cllm_plan_file(path, &fp, &plan) != CLLM_OK) {
-        cllm_cli_lib_error("plan");
+        cli_lib_error("plan");
         return 1;
     }
     if (json) {

@@ -12,7 +12,7 @@
 /* ---- argument parsing -------------------------------------------------- */
 
 typedef struct run_args {
-    cllm_cli_gen g;          /* model, sampling, memory */
+    cli_gen g;               /* model, sampling, memory */
     const char *prompt;      /* -p */
     const char *prompt_file; /* -f: "-" is standard input */
     bool chat, json;
@@ -29,7 +29,7 @@ static void run_usage(FILE *f) {
                "  -p TEXT              the prompt\n"
                "  -f FILE              the prompt from a file (-: standard input), without one\n"
                "                       trailing newline; for prompts longer than a command line\n");
-    cllm_cli_gen_usage(f, 128);
+    cli_gen_usage(f, 128);
     fprintf(f, "  --chat               wrap the prompt in the model's chat template\n"
                "  --pipe-timeout S     under mpirun: give up when a rank does not answer\n"
                "                       within S seconds (default 120)\n"
@@ -43,10 +43,10 @@ static void run_usage(FILE *f) {
  * the problem. */
 static int parse_run_args(int argc, char **argv, run_args *a) {
     memset(a, 0, sizeof(*a));
-    cllm_cli_gen_init(&a->g, 128);
+    cli_gen_init(&a->g, 128);
     for (int i = 1; i < argc; i++) {
         const char *o = argv[i];
-        if (cllm_cli_is_help(o)) {
+        if (cli_is_help(o)) {
             run_usage(stdout);
             return -1;
         }
@@ -57,20 +57,20 @@ static int parse_run_args(int argc, char **argv, run_args *a) {
             a->json = true;
             continue;
         }
-        const int taken = cllm_cli_gen_option("run", &a->g, argc, argv, &i);
+        const int taken = cli_gen_option("run", &a->g, argc, argv, &i);
         if (taken == 2) return 2;
         if (taken == 1) continue;
-        if (!cllm_cli_is_one_of(o, "-p --prompt -f --file --pipe-timeout")) {
-            cllm_cli_error("run", "unknown option '%s' (see cllm run --help)", o);
+        if (!cli_is_one_of(o, "-p --prompt -f --file --pipe-timeout")) {
+            cli_error("run", "unknown option '%s' (see cllm run --help)", o);
             return 2;
         }
-        const char *v = cllm_cli_value("run", argc, argv, &i);
+        const char *v = cli_value("run", argc, argv, &i);
         if (!v) return 2;
         if (!strcmp(o, "--pipe-timeout")) {
             char *end = NULL;
             a->pipe_timeout = strtod(v, &end);
             if (!end || *end || !(a->pipe_timeout > 0)) {
-                cllm_cli_error("run", "--pipe-timeout wants seconds > 0, not '%s'", v);
+                cli_error("run", "--pipe-timeout wants seconds > 0, not '%s'", v);
                 return 2;
             }
         } else if (!strcmp(o, "-p") || !strcmp(o, "--prompt")) {
@@ -79,10 +79,10 @@ static int parse_run_args(int argc, char **argv, run_args *a) {
             a->prompt_file = v;
         }
     }
-    if (!cllm_cli_gen_finish("run", &a->g)) return 2;
+    if (!cli_gen_finish("run", &a->g)) return 2;
     if (!a->prompt == !a->prompt_file) {
-        cllm_cli_error("run", a->prompt ? "give the prompt once: -p TEXT or -f FILE, not both"
-                                        : "no prompt given (-p TEXT or -f FILE)");
+        cli_error("run", a->prompt ? "give the prompt once: -p TEXT or -f FILE, not both"
+                                   : "no prompt given (-p TEXT or -f FILE)");
         return 2;
     }
     return 0;
@@ -145,13 +145,13 @@ static bool read_prompt(const run_args *a, char **out, size_t *len) {
         *len = strlen(a->prompt);
         *out = malloc(*len + 1);
         if (!*out) {
-            cllm_cli_error("run", "out of memory for the prompt");
+            cli_error("run", "out of memory for the prompt");
             return false;
         }
         memcpy(*out, a->prompt, *len + 1);
         return true;
     }
-    if (!cllm_cli_read_text("run", a->prompt_file, out, len)) return false;
+    if (!cli_read_text("run", a->prompt_file, out, len)) return false;
     if (*len > 0 && (*out)[*len - 1] == '\n') (*out)[--*len] = '\0';
     return true;
 }
@@ -183,7 +183,7 @@ static size_t peak_rss_bytes(void) {
     return getrusage(RUSAGE_SELF, &ru) == 0 ? (size_t)ru.ru_maxrss * 1024 : 0;
 }
 
-int cllm_cmd_run(int argc, char **argv) {
+int cli_cmd_run(int argc, char **argv) {
     run_args a;
     const int parsed = parse_run_args(argc, argv, &a);
     if (parsed != 0) return parsed < 0 ? 0 : parsed;
@@ -200,12 +200,12 @@ int cllm_cmd_run(int argc, char **argv) {
     bool piped = cllm_pipe_launched(); /* under mpirun: layers across the ranks */
 
     if (piped) {
-        const int prc = cllm_cli_pipe_open("run", &a.g, 1, a.pipe_timeout, false, &pipe);
+        const int prc = cli_pipe_open("run", &a.g, 1, a.pipe_timeout, false, &pipe);
         if (prc >= 0) return prc; /* a rank > 0 served, or the pipeline failed */
         m = cllm_pipe_model(pipe);
     }
     if (!read_prompt(&a, &prompt, &len)) goto done;
-    if (!piped && !cllm_cli_gen_load("run", &a.g, &m)) goto done;
+    if (!piped && !cli_gen_load("run", &a.g, &m)) goto done;
 
     bool has_bos = false;
     if (make_prompt(&a, m, &prompt, &len, &has_bos) != CLLM_OK) goto fail;
@@ -215,7 +215,7 @@ int cllm_cmd_run(int argc, char **argv) {
     if (st != CLLM_OK && st != CLLM_ERR_TOO_LARGE) goto fail;
     ids = malloc((n_ids + 1) * sizeof(*ids));
     if (!ids) {
-        cllm_cli_error("run", "out of memory for %zu tokens", n_ids);
+        cli_error("run", "out of memory for %zu tokens", n_ids);
         goto done;
     }
     if (cllm_tokenize(m, prompt, len, !has_bos, a.chat, ids, n_ids + 1, &n_ids) != CLLM_OK) {
@@ -225,25 +225,25 @@ int cllm_cmd_run(int argc, char **argv) {
     if (piped) {
         s = cllm_pipe_session(pipe);
         if (cllm_sampler_new(&a.g.sp, cllm_model_n_vocab(m), &smp) != CLLM_OK) goto fail;
-    } else if (!cllm_cli_gen_session("run", &a.g, m, &s, &smp)) {
+    } else if (!cli_gen_session("run", &a.g, m, &s, &smp)) {
         goto done;
     }
     const int64_t n_ctx = cllm_session_n_ctx(s);
     if ((int64_t)n_ids > n_ctx) {
-        cllm_cli_error("run", "%s: the prompt has %zu tokens, the context only %lld (-c)",
-                       a.g.model, n_ids, (long long)n_ctx);
+        cli_error("run", "%s: the prompt has %zu tokens, the context only %lld (-c)", a.g.model,
+                  n_ids, (long long)n_ctx);
         goto done;
     }
     if (cllm_generate(s, smp, ids, n_ids, a.g.n_predict, on_text, &sink, &res) != CLLM_OK) {
         goto fail;
     }
     if (sink.oom) {
-        cllm_cli_error("run", "out of memory for the generated text");
+        cli_error("run", "out of memory for the generated text");
         goto done;
     }
     if (res.stop == CLLM_STOP_CONTEXT_FULL) {
         if (!a.json) fputc('\n', stderr);
-        cllm_cli_warn("run", "context full (%lld tokens): generation stopped", (long long)n_ctx);
+        cli_warn("run", "context full (%lld tokens): generation stopped", (long long)n_ctx);
     }
 
     const double pp_tps = res.prompt_ms > 0 ? (double)n_ids / (res.prompt_ms / 1e3) : 0;
@@ -252,13 +252,13 @@ int cllm_cmd_run(int argc, char **argv) {
     if (a.json) {
         FILE *f = stdout;
         fprintf(f, "{\n  \"model\": ");
-        cllm_cli_json_str(f, a.g.model, strlen(a.g.model));
+        cli_json_str(f, a.g.model, strlen(a.g.model));
         fprintf(f, ",\n  \"prompt_ids\": ");
         json_ids(f, ids, n_ids);
         fprintf(f, ",\n  \"generated_ids\": ");
         json_ids(f, res.ids, res.n_ids);
         fprintf(f, ",\n  \"text\": ");
-        cllm_cli_json_str(f, sink.buf ? sink.buf : "", sink.len);
+        cli_json_str(f, sink.buf ? sink.buf : "", sink.len);
         fprintf(f, ",\n  \"stop\": \"%s\"", cllm_stop_reason_str(res.stop));
         fprintf(f, ",\n  \"seed\": %llu", (unsigned long long)a.g.sp.seed);
         fprintf(f,
@@ -279,7 +279,7 @@ int cllm_cmd_run(int argc, char **argv) {
             if (total == 0) continue;
             const char *name = cllm_device_name(dev);
             fputs(first ? "" : ", ", f);
-            cllm_cli_json_str(f, name, strlen(name));
+            cli_json_str(f, name, strlen(name));
             fprintf(f, ": ");
             json_memory(f, &r);
             first = false;
@@ -291,10 +291,10 @@ int cllm_cmd_run(int argc, char **argv) {
                 n_ids, pp_tps, res.n_gen_decoded, tg_tps);
     }
     rc = 0;
-    if (piped && !cllm_cli_pipe_close("run", pipe)) rc = 1;
+    if (piped && !cli_pipe_close("run", pipe)) rc = 1;
     goto done;
 fail:
-    cllm_cli_lib_error("run");
+    cli_lib_error("run");
 done:
     cllm_generate_result_free(&res);
     free(sink.buf);

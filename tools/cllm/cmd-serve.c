@@ -55,13 +55,13 @@ static void serve_usage(FILE *f) {
 
 #ifndef CLLM_HAVE_SERVE
 
-int cllm_cmd_serve(int argc, char **argv) {
-    if (argc > 1 && cllm_cli_is_help(argv[1])) {
+int cli_cmd_serve(int argc, char **argv) {
+    if (argc > 1 && cli_is_help(argv[1])) {
         serve_usage(stdout);
         return 0;
     }
-    cllm_cli_error("serve", "this cllm was built without libmicrohttpd and jansson (install "
-                            "libmicrohttpd-dev and libjansson-dev and build again)");
+    cli_error("serve", "this cllm was built without libmicrohttpd and jansson (install "
+                       "libmicrohttpd-dev and libjansson-dev and build again)");
     return 1;
 }
 
@@ -73,7 +73,7 @@ int cllm_cmd_serve(int argc, char **argv) {
 #include <signal.h>
 
 typedef struct serve_args {
-    cllm_cli_gen g;
+    cli_gen g;
     srv_http_opts http;
     int parallel, max_queue;
     const char *api_key_file;
@@ -85,13 +85,13 @@ typedef struct serve_args {
 static char *read_key(const char *path) {
     char *text = NULL;
     size_t len = 0;
-    if (!cllm_cli_read_text("serve", path, &text, &len)) return NULL;
+    if (!cli_read_text("serve", path, &text, &len)) return NULL;
     while (len > 0 && (text[len - 1] == '\n' || text[len - 1] == '\r' || text[len - 1] == ' ' ||
                        text[len - 1] == '\t')) {
         text[--len] = '\0';
     }
     if (len == 0 || strlen(text) != len) {
-        cllm_cli_error("serve", "%s: no API key in the file (or a NUL byte)", path);
+        cli_error("serve", "%s: no API key in the file (or a NUL byte)", path);
         free(text);
         return NULL;
     }
@@ -101,25 +101,25 @@ static char *read_key(const char *path) {
 /* 0 to go on, -1 after --help, 2 on bad usage. */
 static int parse_serve_args(int argc, char **argv, serve_args *a) {
     memset(a, 0, sizeof(*a));
-    cllm_cli_gen_init(&a->g, -1);
+    cli_gen_init(&a->g, -1);
     a->parallel = 1;
     a->max_queue = 64;
     a->http.host = "127.0.0.1";
     a->http.port = 8080;
     a->http.max_body = (size_t)8 << 20;
     srv_gen_params *d = &a->http.defaults;
-    d->max_tokens = -1;
-    d->sp = cllm_sampler_default_params();
-    d->sp.temperature = 1.0f, d->sp.top_k = 0, d->sp.top_p = 1.0f, d->sp.min_p = 0.0f;
+    d->rp = cllm_request_default_params();
+    cllm_sampler_params *dsp = &d->rp.sampling;
+    dsp->temperature = 1.0f, dsp->top_k = 0, dsp->top_p = 1.0f, dsp->min_p = 0.0f;
     for (int i = 1; i < argc; i++) {
         const char *o = argv[i];
-        if (cllm_cli_is_help(o)) {
+        if (cli_is_help(o)) {
             serve_usage(stdout);
             return -1;
         }
-        if (cllm_cli_is_one_of(o, "-m --model -c -b -t --mem --kv-type --no-mmap --test-device "
-                                  "--verbose")) {
-            const int r = cllm_cli_gen_option("serve", &a->g, argc, argv, &i);
+        if (cli_is_one_of(o, "-m --model -c -b -t --mem --kv-type --no-mmap --test-device "
+                             "--verbose")) {
+            const int r = cli_gen_option("serve", &a->g, argc, argv, &i);
             if (r != 1) return 2;
             continue;
         }
@@ -127,79 +127,78 @@ static int parse_serve_args(int argc, char **argv, serve_args *a) {
             a->http.metrics = true;
             continue;
         }
-        if (!cllm_cli_is_one_of(o, "--host --port --parallel --api-key --api-key-file "
-                                   "--max-queue --timeout --max-body -n --temp --top-k --top-p "
-                                   "--min-p --repeat-penalty --seed --pipe-timeout")) {
-            cllm_cli_error("serve", "unknown option '%s' (see cllm serve --help)", o);
+        if (!cli_is_one_of(o, "--host --port --parallel --api-key --api-key-file "
+                              "--max-queue --timeout --max-body -n --temp --top-k --top-p "
+                              "--min-p --repeat-penalty --seed --pipe-timeout")) {
+            cli_error("serve", "unknown option '%s' (see cllm serve --help)", o);
             return 2;
         }
-        const char *v = cllm_cli_value("serve", argc, argv, &i);
+        const char *v = cli_value("serve", argc, argv, &i);
         if (!v) return 2;
         long long n = 0;
         bool ok = true;
         if (!strcmp(o, "--host")) {
             a->http.host = v;
         } else if (!strcmp(o, "--port")) {
-            ok = cllm_cli_int("serve", o, v, 0, 65535, &n) && (a->http.port = (int)n, true);
+            ok = cli_int("serve", o, v, 0, 65535, &n) && (a->http.port = (int)n, true);
         } else if (!strcmp(o, "--parallel")) {
-            ok = cllm_cli_int("serve", o, v, 1, 64, &n) && (a->parallel = (int)n, true);
+            ok = cli_int("serve", o, v, 1, 64, &n) && (a->parallel = (int)n, true);
         } else if (!strcmp(o, "--api-key")) {
             ok = v[0] != '\0';
-            if (!ok) cllm_cli_error("serve", "--api-key: the key is empty");
+            if (!ok) cli_error("serve", "--api-key: the key is empty");
             a->http.api_key = v;
         } else if (!strcmp(o, "--api-key-file")) {
             a->api_key_file = v;
         } else if (!strcmp(o, "--max-queue")) {
-            ok = cllm_cli_int("serve", o, v, 0, 1 << 20, &n) && (a->max_queue = (int)n, true);
+            ok = cli_int("serve", o, v, 0, 1 << 20, &n) && (a->max_queue = (int)n, true);
         } else if (!strcmp(o, "--timeout")) {
             float t = 0;
-            ok = cllm_cli_float("serve", o, v, &t);
+            ok = cli_float("serve", o, v, &t);
             if (ok && t < 0) {
-                cllm_cli_error("serve", "--timeout: %s is negative", v);
+                cli_error("serve", "--timeout: %s is negative", v);
                 ok = false;
             }
             a->http.timeout_s = t;
         } else if (!strcmp(o, "--pipe-timeout")) {
-            ok = cllm_cli_float("serve", o, v, &a->pipe_timeout);
+            ok = cli_float("serve", o, v, &a->pipe_timeout);
             if (ok && !(a->pipe_timeout > 0)) {
-                cllm_cli_error("serve", "--pipe-timeout wants seconds > 0, not '%s'", v);
+                cli_error("serve", "--pipe-timeout wants seconds > 0, not '%s'", v);
                 ok = false;
             }
         } else if (!strcmp(o, "--max-body")) {
-            ok = cllm_cli_int("serve", o, v, 1, 1LL << 30, &n) &&
-                 (a->http.max_body = (size_t)n, true);
+            ok = cli_int("serve", o, v, 1, 1LL << 30, &n) && (a->http.max_body = (size_t)n, true);
         } else if (!strcmp(o, "-n")) {
-            ok = cllm_cli_int("serve", o, v, -1, 1 << 30, &n) && (d->max_tokens = (int)n, true);
+            ok = cli_int("serve", o, v, -1, 1 << 30, &n) && (d->rp.max_tokens = (int)n, true);
         } else if (!strcmp(o, "--temp")) {
-            ok = cllm_cli_float("serve", o, v, &d->sp.temperature);
+            ok = cli_float("serve", o, v, &dsp->temperature);
         } else if (!strcmp(o, "--top-k")) {
-            ok = cllm_cli_int("serve", o, v, 0, INT32_MAX, &n) && (d->sp.top_k = (int32_t)n, true);
+            ok = cli_int("serve", o, v, 0, INT32_MAX, &n) && (dsp->top_k = (int32_t)n, true);
         } else if (!strcmp(o, "--top-p")) {
-            ok = cllm_cli_float("serve", o, v, &d->sp.top_p);
+            ok = cli_float("serve", o, v, &dsp->top_p);
         } else if (!strcmp(o, "--min-p")) {
-            ok = cllm_cli_float("serve", o, v, &d->sp.min_p);
+            ok = cli_float("serve", o, v, &dsp->min_p);
         } else if (!strcmp(o, "--repeat-penalty")) {
-            ok = cllm_cli_float("serve", o, v, &d->sp.repeat_penalty);
+            ok = cli_float("serve", o, v, &dsp->repeat_penalty);
         } else { /* --seed */
-            ok = cllm_cli_int("serve", o, v, 0, INT64_MAX, &n);
-            d->sp.seed = (uint64_t)n;
+            ok = cli_int("serve", o, v, 0, INT64_MAX, &n);
+            dsp->seed = (uint64_t)n;
             a->http.seed_given = true;
         }
         if (!ok) return 2;
     }
     if (a->http.api_key && a->api_key_file) {
-        cllm_cli_error("serve", "--api-key and --api-key-file: give one");
+        cli_error("serve", "--api-key and --api-key-file: give one");
         return 2;
     }
     /* the defaults must make a valid sampler */
     cllm_sampler *probe = NULL;
-    if (cllm_sampler_new(&d->sp, 2, &probe) != CLLM_OK) {
-        cllm_cli_lib_error("serve");
+    if (cllm_sampler_new(dsp, 2, &probe) != CLLM_OK) {
+        cli_lib_error("serve");
         return 2;
     }
     cllm_sampler_free(probe);
     a->g.seed_given = true; /* seeds are per request */
-    if (!cllm_cli_gen_finish("serve", &a->g)) return 2;
+    if (!cli_gen_finish("serve", &a->g)) return 2;
     a->http.verbose = a->g.verbose;
     return 0;
 }
@@ -216,7 +215,7 @@ static void print_memory(const srv_engine *e) {
     }
 }
 
-int cllm_cmd_serve(int argc, char **argv) {
+int cli_cmd_serve(int argc, char **argv) {
     serve_args a;
     const int parsed = parse_serve_args(argc, argv, &a);
     if (parsed != 0) return parsed < 0 ? 0 : parsed;
@@ -247,14 +246,14 @@ int cllm_cmd_serve(int argc, char **argv) {
      * compute what rank 0 sends until it stops */
     cllm_pipe *pipe = NULL;
     if (cllm_pipe_launched()) {
-        const int prc = cllm_cli_pipe_open("serve", &a.g, a.parallel, a.pipe_timeout, true, &pipe);
+        const int prc = cli_pipe_open("serve", &a.g, a.parallel, a.pipe_timeout, true, &pipe);
         if (prc >= 0) {
             free(key);
             return prc;
         }
         if (!cllm_pipe_any_thread()) {
-            cllm_cli_error("serve", "the MPI library does not let the engine thread use it "
-                                    "(MPI_THREAD_SERIALIZED was not granted)");
+            cli_error("serve", "the MPI library does not let the engine thread use it "
+                               "(MPI_THREAD_SERIALIZED was not granted)");
             goto done;
         }
         cllm_pipe_plan_print(cllm_pipe_get_plan(pipe), stderr);
@@ -267,7 +266,7 @@ int cllm_cmd_serve(int argc, char **argv) {
     fflush(stdout);
 
     a.g.fit.n_seq = a.parallel; /* one session, a sequence per slot */
-    if (!pipe && !cllm_cli_gen_load("serve", &a.g, &m)) goto done;
+    if (!pipe && !cli_gen_load("serve", &a.g, &m)) goto done;
     cllm_session_params sp = cllm_session_default_params();
     sp.n_ctx = a.g.n_ctx, sp.n_batch = a.g.n_batch, sp.n_threads = a.g.n_threads;
     sp.kv_type = a.g.kv_type;
@@ -286,7 +285,7 @@ int cllm_cmd_serve(int argc, char **argv) {
     const bool failed = e.failed;
     pthread_mutex_unlock(&e.mu);
     if (failed) {
-        cllm_cli_error("serve", "stopping: the pipeline failed: %s", e.failure);
+        cli_error("serve", "stopping: the pipeline failed: %s", e.failure);
     } else {
         fprintf(stderr, "cllm serve: %s: stopping\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
         rc = 0;
@@ -299,7 +298,7 @@ done:
     if (engine_ok) srv_engine_free(&e);
     if (pipe) {
         /* the other ranks stop with rank 0; after a failure they are ended */
-        if (rc == 0 && !cllm_cli_pipe_close("serve", pipe)) rc = 1;
+        if (rc == 0 && !cli_pipe_close("serve", pipe)) rc = 1;
         cllm_pipe_free(pipe);
         cllm_pipe_finalize(rc != 0);
     } else {

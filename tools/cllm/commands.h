@@ -7,7 +7,7 @@
  * Every message goes to stderr as "cllm COMMAND: ..." on one line, escaped
  * (cllm_escape): messages quote strings of model files and of the command
  * line. Errors of the library are printed once, by the command
- * (cllm_cli_lib_error); the log callback prints only the other levels.
+ * (cli_lib_error); the log callback prints only the other levels.
  */
 #ifndef CLLM_TOOLS_COMMANDS_H
 #define CLLM_TOOLS_COMMANDS_H
@@ -18,100 +18,107 @@
 #include <stddef.h>
 #include <stdio.h>
 
-int cllm_cmd_run(int argc, char **argv);
-int cllm_cmd_chat(int argc, char **argv);
-int cllm_cmd_serve(int argc, char **argv);
-int cllm_cmd_info(int argc, char **argv);
-int cllm_cmd_devices(int argc, char **argv);
-int cllm_cmd_plan(int argc, char **argv);
-int cllm_cmd_bench(int argc, char **argv);
-int cllm_cmd_perplexity(int argc, char **argv);
+int cli_cmd_run(int argc, char **argv);
+int cli_cmd_chat(int argc, char **argv);
+int cli_cmd_serve(int argc, char **argv);
+int cli_cmd_info(int argc, char **argv);
+int cli_cmd_devices(int argc, char **argv);
+int cli_cmd_plan(int argc, char **argv);
+int cli_cmd_bench(int argc, char **argv);
+int cli_cmd_perplexity(int argc, char **argv);
 
 /* --test-device SPEC: enables the test device (0, or 2 after printing why). */
-int cllm_cli_enable_test_device(const char *cmd, const char *spec);
+int cli_enable_test_device(const char *cmd, const char *spec);
 
 /* ---- shared by the commands (cli.c) ------------------------------------ */
 
 #if defined(__GNUC__) || defined(__clang__)
-#define CLLM_CLI_PRINTF(fmt_idx, arg_idx) __attribute__((format(printf, fmt_idx, arg_idx)))
+#define CLI_PRINTF(fmt_idx, arg_idx) __attribute__((format(printf, fmt_idx, arg_idx)))
 #else
-#define CLLM_CLI_PRINTF(fmt_idx, arg_idx)
+#define CLI_PRINTF(fmt_idx, arg_idx)
 #endif
 
 /* Routes the library's log to the tool: warnings (and info and debug at the
  * level CLLM_LOG asks for) one escaped line each; errors not (see above). */
-void cllm_cli_init_log(void);
+void cli_init_log(void);
 
 /* "cllm CMD: MESSAGE" / "cllm CMD: warning: MESSAGE" on stderr, escaped. */
-void cllm_cli_error(const char *cmd, const char *fmt, ...) CLLM_CLI_PRINTF(2, 3);
-void cllm_cli_warn(const char *cmd, const char *fmt, ...) CLLM_CLI_PRINTF(2, 3);
-/* The library's last error, as cllm_cli_error. */
-void cllm_cli_lib_error(const char *cmd);
+void cli_error(const char *cmd, const char *fmt, ...) CLI_PRINTF(2, 3);
+void cli_warn(const char *cmd, const char *fmt, ...) CLI_PRINTF(2, 3);
+/* The library's last error, as cli_error. */
+void cli_lib_error(const char *cmd);
 
 /* `len` bytes of s as a JSON string (quoted, escaped: valid for any bytes). */
-void cllm_cli_json_str(FILE *f, const char *s, size_t len);
+void cli_json_str(FILE *f, const char *s, size_t len);
 
 /* -h or --help */
-bool cllm_cli_is_help(const char *arg);
+bool cli_is_help(const char *arg);
 
 /* Whether `arg` is one of the space-separated `words` ("-m --model -c"). */
-bool cllm_cli_is_one_of(const char *arg, const char *words);
+bool cli_is_one_of(const char *arg, const char *words);
 
 /* The value of the option argv[*i]: argv[*i + 1] (and *i advanced), or NULL
  * after printing that the option needs a value. */
-const char *cllm_cli_value(const char *cmd, int argc, char **argv, int *i);
+const char *cli_value(const char *cmd, int argc, char **argv, int *i);
 
 /* The value `v` of option `opt` as a whole number in [min, max], or false
  * after printing why not (not a number, out of range, overflow). */
-bool cllm_cli_int(const char *cmd, const char *opt, const char *v, long long min, long long max,
-                  long long *out);
+bool cli_int(const char *cmd, const char *opt, const char *v, long long min, long long max,
+             long long *out);
 /* As a float: NaN, infinities, and values too large for a float or too
  * close to 0 (except 0) are refused with the reason. */
-bool cllm_cli_float(const char *cmd, const char *opt, const char *v, float *out);
+bool cli_float(const char *cmd, const char *opt, const char *v, float *out);
 
 /* Texts read by -f longer than this are refused (the tokenizer's limit per
  * call). */
-#define CLLM_CLI_MAX_TEXT ((size_t)64 << 20)
+#define CLI_MAX_TEXT ((size_t)64 << 20)
 
 /* The whole of `path` ("-": standard input) into *out (NUL-terminated, free
  * it) and *len; false after printing the problem. */
-bool cllm_cli_read_text(const char *cmd, const char *path, char **out, size_t *len);
+bool cli_read_text(const char *cmd, const char *path, char **out, size_t *len);
 
 /* ---- what run and chat share (genopts.c) --------------------------------- */
 
 /* The model, sampling and memory options of run and chat. */
-typedef struct cllm_cli_gen {
+typedef struct cli_gen {
     const char *model;  /* -m */
     const char *system; /* --system */
     int n_predict;      /* -n: tokens per answer, -1 until the end */
     int64_t n_ctx, n_batch;
     int n_threads;
     cllm_sampler_params sp;
-    bool seed_given; /* --seed; else cllm_cli_gen_finish draws one */
+    bool seed_given; /* --seed; else cli_gen_finish draws one */
     cllm_type kv_type;
     bool no_mmap, verbose;
     cllm_plan_params fit; /* --mem budgets */
     bool use_plan;        /* --mem or --test-device: place layers with the fit planner */
-} cllm_cli_gen;
+} cli_gen;
 
 /* The defaults, with `n_predict` tokens per answer. */
-void cllm_cli_gen_init(cllm_cli_gen *g, int n_predict);
+void cli_gen_init(cli_gen *g, int n_predict);
 /* The help lines of these options (-n's default as given to init). */
-void cllm_cli_gen_usage(FILE *f, int n_predict);
+void cli_gen_usage(FILE *f, int n_predict);
 /* If argv[*i] is one of these options, takes it (and its value, advancing
  * *i) and returns 1; 0 if it is not one; 2 after printing what is wrong. */
-int cllm_cli_gen_option(const char *cmd, cllm_cli_gen *g, int argc, char **argv, int *i);
+int cli_gen_option(const char *cmd, cli_gen *g, int argc, char **argv, int *i);
 /* After the options: checks that a model was given and draws a random seed
  * when none was; false after printing the problem. */
-bool cllm_cli_gen_finish(const char *cmd, cllm_cli_gen *g);
+bool cli_gen_finish(const char *cmd, cli_gen *g);
 /* Loads the model (with the fit planner's placement for --mem); false after
  * printing the error. */
-bool cllm_cli_gen_load(const char *cmd, cllm_cli_gen *g, cllm_model **m);
+bool cli_gen_load(const char *cmd, cli_gen *g, cllm_model **m);
 /* A session of the options' shape on m, and a sampler with their seed
  * (the seed printed with --verbose); a context above the trained one gets
  * a warning. False after printing the error (nothing left allocated). */
-bool cllm_cli_gen_session(const char *cmd, const cllm_cli_gen *g, const cllm_model *m,
-                          cllm_session **s, cllm_sampler **smp);
+bool cli_gen_session(const char *cmd, const cli_gen *g, const cllm_model *m, cllm_session **s,
+                     cllm_sampler **smp);
+
+/* The library's batch engine over n_seq sequences of the options' shape
+ * on m (the sampling options checked; events to on_event with user_data); a
+ * context above the trained one gets a warning. False after printing the
+ * error. */
+bool cli_gen_engine(const char *cmd, const cli_gen *g, const cllm_model *m, int n_seq,
+                    cllm_event_fn on_event, void *user_data, cllm_engine **out);
 
 /* ---- under mpirun: run and serve across the ranks (pipe.c) --------------- */
 
@@ -125,10 +132,10 @@ typedef struct cllm_pipe cllm_pipe;
  * and get their exit status; every rank gets 1 when the pipeline cannot
  * start (rank 0 says why).
  */
-int cllm_cli_pipe_open(const char *cmd, const cllm_cli_gen *g, int n_sessions, double timeout_s,
-                       bool server, cllm_pipe **out);
+int cli_pipe_open(const char *cmd, const cli_gen *g, int n_sessions, double timeout_s, bool server,
+                  cllm_pipe **out);
 /* Rank 0 at the end: stops the other ranks and prints what each sent and
  * waited (standard error); false after printing the error. */
-bool cllm_cli_pipe_close(const char *cmd, cllm_pipe *p);
+bool cli_pipe_close(const char *cmd, cllm_pipe *p);
 
 #endif /* CLLM_TOOLS_COMMANDS_H */

@@ -9,7 +9,7 @@
 #include <time.h>
 #include <unistd.h>
 
-void cllm_cli_gen_init(cllm_cli_gen *g, int n_predict) {
+void cli_gen_init(cli_gen *g, int n_predict) {
     memset(g, 0, sizeof(*g));
     g->n_predict = n_predict;
     g->n_batch = 512;
@@ -18,7 +18,7 @@ void cllm_cli_gen_init(cllm_cli_gen *g, int n_predict) {
     g->fit = cllm_plan_default_params();
 }
 
-void cllm_cli_gen_usage(FILE *f, int n_predict) {
+void cli_gen_usage(FILE *f, int n_predict) {
     if (n_predict < 0) {
         fprintf(f, "  -n N                 tokens to generate per answer (default -1: until the\n"
                    "                       model ends its turn)\n");
@@ -46,7 +46,7 @@ void cllm_cli_gen_usage(FILE *f, int n_predict) {
             "  --verbose            print the seed and the tokens processed to stderr\n");
 }
 
-int cllm_cli_gen_option(const char *cmd, cllm_cli_gen *g, int argc, char **argv, int *i) {
+int cli_gen_option(const char *cmd, cli_gen *g, int argc, char **argv, int *i) {
     const char *o = argv[*i];
     if (!strcmp(o, "--no-mmap")) {
         g->no_mmap = true;
@@ -56,11 +56,11 @@ int cllm_cli_gen_option(const char *cmd, cllm_cli_gen *g, int argc, char **argv,
         g->verbose = true;
         return 1;
     }
-    if (!cllm_cli_is_one_of(o, "-m --model --system -n -c -b -t --temp --top-k --top-p --min-p "
-                               "--repeat-penalty --seed --mem --test-device --kv-type")) {
+    if (!cli_is_one_of(o, "-m --model --system -n -c -b -t --temp --top-k --top-p --min-p "
+                          "--repeat-penalty --seed --mem --test-device --kv-type")) {
         return 0;
     }
-    const char *v = cllm_cli_value(cmd, argc, argv, i);
+    const char *v = cli_value(cmd, argc, argv, i);
     if (!v) return 2;
     long long n;
     bool ok = true;
@@ -69,39 +69,39 @@ int cllm_cli_gen_option(const char *cmd, cllm_cli_gen *g, int argc, char **argv,
     } else if (!strcmp(o, "--system")) {
         g->system = v;
     } else if (!strcmp(o, "-n")) {
-        ok = cllm_cli_int(cmd, o, v, -1, INT32_MAX, &n) && (g->n_predict = (int)n, true);
+        ok = cli_int(cmd, o, v, -1, INT32_MAX, &n) && (g->n_predict = (int)n, true);
     } else if (!strcmp(o, "-c")) {
-        ok = cllm_cli_int(cmd, o, v, 0, 1 << 24, &n) && (g->n_ctx = n, true);
+        ok = cli_int(cmd, o, v, 0, 1 << 24, &n) && (g->n_ctx = n, true);
     } else if (!strcmp(o, "-b")) {
-        ok = cllm_cli_int(cmd, o, v, 1, 1 << 24, &n) && (g->n_batch = n, true);
+        ok = cli_int(cmd, o, v, 1, 1 << 24, &n) && (g->n_batch = n, true);
     } else if (!strcmp(o, "-t")) {
-        ok = cllm_cli_int(cmd, o, v, 0, 1024, &n) && (g->n_threads = (int)n, true);
+        ok = cli_int(cmd, o, v, 0, 1024, &n) && (g->n_threads = (int)n, true);
     } else if (!strcmp(o, "--temp")) {
-        ok = cllm_cli_float(cmd, o, v, &g->sp.temperature);
+        ok = cli_float(cmd, o, v, &g->sp.temperature);
     } else if (!strcmp(o, "--top-k")) {
-        ok = cllm_cli_int(cmd, o, v, 0, INT32_MAX, &n) && (g->sp.top_k = (int32_t)n, true);
+        ok = cli_int(cmd, o, v, 0, INT32_MAX, &n) && (g->sp.top_k = (int32_t)n, true);
     } else if (!strcmp(o, "--top-p")) {
-        ok = cllm_cli_float(cmd, o, v, &g->sp.top_p);
+        ok = cli_float(cmd, o, v, &g->sp.top_p);
     } else if (!strcmp(o, "--min-p")) {
-        ok = cllm_cli_float(cmd, o, v, &g->sp.min_p);
+        ok = cli_float(cmd, o, v, &g->sp.min_p);
     } else if (!strcmp(o, "--repeat-penalty")) {
-        ok = cllm_cli_float(cmd, o, v, &g->sp.repeat_penalty);
+        ok = cli_float(cmd, o, v, &g->sp.repeat_penalty);
     } else if (!strcmp(o, "--seed")) {
-        ok = cllm_cli_int(cmd, o, v, 0, INT64_MAX, &n);
+        ok = cli_int(cmd, o, v, 0, INT64_MAX, &n);
         if (ok) g->sp.seed = (uint64_t)n, g->seed_given = true;
     } else if (!strcmp(o, "--mem")) {
         if (cllm_plan_parse_mem(&g->fit, v) != CLLM_OK) {
-            cllm_cli_lib_error(cmd);
+            cli_lib_error(cmd);
             return 2;
         }
         g->use_plan = true;
     } else if (!strcmp(o, "--test-device")) {
-        if (cllm_cli_enable_test_device(cmd, v) != 0) return 2;
+        if (cli_enable_test_device(cmd, v) != 0) return 2;
         g->use_plan = true;
     } else { /* --kv-type */
         ok = !strcmp(v, "f16") || !strcmp(v, "f32");
         if (ok) g->kv_type = !strcmp(v, "f16") ? CLLM_TYPE_F16 : CLLM_TYPE_F32;
-        if (!ok) cllm_cli_error(cmd, "%s: '%s' is not f16 or f32", o, v);
+        if (!ok) cli_error(cmd, "%s: '%s' is not f16 or f32", o, v);
     }
     return ok ? 1 : 2;
 }
@@ -119,16 +119,16 @@ static uint64_t random_seed(void) {
     return x & (uint64_t)INT64_MAX;
 }
 
-bool cllm_cli_gen_finish(const char *cmd, cllm_cli_gen *g) {
+bool cli_gen_finish(const char *cmd, cli_gen *g) {
     if (!g->model) {
-        cllm_cli_error(cmd, "no model given (-m FILE; see cllm %s --help)", cmd);
+        cli_error(cmd, "no model given (-m FILE; see cllm %s --help)", cmd);
         return false;
     }
     if (!g->seed_given) g->sp.seed = random_seed();
     return true;
 }
 
-bool cllm_cli_gen_load(const char *cmd, cllm_cli_gen *g, cllm_model **m_out) {
+bool cli_gen_load(const char *cmd, cli_gen *g, cllm_model **m_out) {
     cllm_model_params mp = cllm_model_default_params();
     mp.use_mmap = !g->no_mmap;
     cllm_plan *plan = NULL;
@@ -137,7 +137,7 @@ bool cllm_cli_gen_load(const char *cmd, cllm_cli_gen *g, cllm_model **m_out) {
         g->fit.n_ctx = g->n_ctx, g->fit.n_batch = g->n_batch, g->fit.n_threads = g->n_threads;
         g->fit.kv_type = g->kv_type, g->fit.use_mmap = mp.use_mmap;
         if (cllm_plan_file(g->model, &g->fit, &plan) != CLLM_OK) {
-            cllm_cli_lib_error(cmd);
+            cli_lib_error(cmd);
             return false;
         }
         mp.plan = plan;
@@ -145,42 +145,67 @@ bool cllm_cli_gen_load(const char *cmd, cllm_cli_gen *g, cllm_model **m_out) {
     const cllm_status st = cllm_model_load(g->model, &mp, m_out);
     cllm_plan_free(plan); /* the model keeps the placement */
     if (st != CLLM_OK) {
-        cllm_cli_lib_error(cmd);
+        cli_lib_error(cmd);
         return false;
     }
     return true;
 }
 
-bool cllm_cli_gen_session(const char *cmd, const cllm_cli_gen *g, const cllm_model *m,
-                          cllm_session **s_out, cllm_sampler **smp_out) {
+/* The session shape of the options, with n_seq sequences. */
+static cllm_session_params session_params(const cli_gen *g, int n_seq) {
     cllm_session_params sp = cllm_session_default_params();
     sp.n_ctx = g->n_ctx;
     sp.n_batch = g->n_batch;
     sp.n_threads = g->n_threads;
     sp.kv_type = g->kv_type;
-    cllm_session *s = NULL;
-    if (cllm_session_new(m, &sp, &s) != CLLM_OK) {
-        cllm_cli_lib_error(cmd);
-        return false;
-    }
-    const int64_t n_ctx = cllm_session_n_ctx(s), n_train = cllm_model_n_ctx_train(m);
+    sp.n_seq = n_seq;
+    return sp;
+}
+
+/* A warning for a context above the trained one; the seed with --verbose. */
+static void report_context(const char *cmd, const cli_gen *g, const cllm_model *m, int64_t n_ctx) {
+    const int64_t n_train = cllm_model_n_ctx_train(m);
     if (n_train > 0 && n_ctx > n_train) {
-        cllm_cli_warn(cmd,
-                      "%s: context %lld is larger than the %lld tokens the model was trained "
-                      "with; past them the output may degrade",
-                      g->model, (long long)n_ctx, (long long)n_train);
-    }
-    cllm_sampler *smp = NULL;
-    if (cllm_sampler_new(&g->sp, cllm_model_n_vocab(m), &smp) != CLLM_OK) {
-        cllm_cli_lib_error(cmd);
-        cllm_session_free(s);
-        return false;
+        cli_warn(cmd,
+                 "%s: context %lld is larger than the %lld tokens the model was trained "
+                 "with; past them the output may degrade",
+                 g->model, (long long)n_ctx, (long long)n_train);
     }
     if (g->verbose) {
         fprintf(stderr, "cllm %s: seed %llu%s, context %lld tokens\n", cmd,
                 (unsigned long long)g->sp.seed, g->seed_given ? "" : " (random)", (long long)n_ctx);
     }
+}
+
+bool cli_gen_session(const char *cmd, const cli_gen *g, const cllm_model *m, cllm_session **s_out,
+                     cllm_sampler **smp_out) {
+    const cllm_session_params sp = session_params(g, 1);
+    cllm_session *s = NULL;
+    if (cllm_session_new(m, &sp, &s) != CLLM_OK) {
+        cli_lib_error(cmd);
+        return false;
+    }
+    cllm_sampler *smp = NULL;
+    if (cllm_sampler_new_model(&g->sp, m, &smp) != CLLM_OK) {
+        cli_lib_error(cmd);
+        cllm_session_free(s);
+        return false;
+    }
+    report_context(cmd, g, m, cllm_session_n_ctx(s));
     *s_out = s;
     *smp_out = smp;
+    return true;
+}
+
+bool cli_gen_engine(const char *cmd, const cli_gen *g, const cllm_model *m, int n_seq,
+                    cllm_event_fn on_event, void *user_data, cllm_engine **out) {
+    const cllm_session_params sp = session_params(g, n_seq);
+    /* the sampling options must make a sampler: say so now, not per turn */
+    if (cllm_sampler_params_check(&g->sp, cllm_model_n_vocab(m)) != CLLM_OK ||
+        cllm_engine_new(m, &sp, on_event, user_data, out) != CLLM_OK) {
+        cli_lib_error(cmd);
+        return false;
+    }
+    report_context(cmd, g, m, cllm_session_n_ctx(cllm_engine_session(*out)));
     return true;
 }

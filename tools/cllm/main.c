@@ -43,24 +43,24 @@ static void usage(FILE *f) {
 }
 
 int main(int argc, char **argv) {
-    if (argc < 2 || cllm_cli_is_help(argv[1]) || !strcmp(argv[1], "help")) {
+    if (argc < 2 || cli_is_help(argv[1]) || !strcmp(argv[1], "help")) {
         usage(argc < 2 ? stderr : stdout);
         return argc < 2 ? 2 : 0;
     }
-    cllm_cli_init_log();
+    cli_init_log();
     const char *cmd = argv[1];
     static const struct {
         const char *name;
         int (*fn)(int argc, char **argv);
     } commands[] = {
-        {"run", cllm_cmd_run},               /* cmd-run.c */
-        {"chat", cllm_cmd_chat},             /* cmd-chat.c */
-        {"serve", cllm_cmd_serve},           /* cmd-serve.c, server-*.c */
-        {"info", cllm_cmd_info},             /* cmd-info.c */
-        {"devices", cllm_cmd_devices},       /* cmd-devices.c */
-        {"plan", cllm_cmd_plan},             /* cmd-plan.c */
-        {"bench", cllm_cmd_bench},           /* cmd-bench.c */
-        {"perplexity", cllm_cmd_perplexity}, /* cmd-perplexity.c */
+        {"run", cli_cmd_run},               /* cmd-run.c */
+        {"chat", cli_cmd_chat},             /* cmd-chat.c */
+        {"serve", cli_cmd_serve},           /* cmd-serve.c, server-*.c */
+        {"info", cli_cmd_info},             /* cmd-info.c */
+        {"devices", cli_cmd_devices},       /* cmd-devices.c */
+        {"plan", cli_cmd_plan},             /* cmd-plan.c */
+        {"bench", cli_cmd_bench},           /* cmd-bench.c */
+        {"perplexity", cli_cmd_perplexity}, /* cmd-perplexity.c */
     };
     for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++) {
         if (strcmp(cmd, commands[i].name) != 0) continue;
@@ -76,12 +76,12 @@ int main(int argc, char **argv) {
         return commands[i].fn(argc - 1, argv + 1);
     }
     if (!strcmp(cmd, "version") || !strcmp(cmd, "--version")) {
-        if (argc > 2 && cllm_cli_is_help(argv[2])) {
+        if (argc > 2 && cli_is_help(argv[2])) {
             printf("usage: cllm version\n\nPrints the version of cllm.\n");
             return 0;
         }
         if (argc > 2) {
-            cllm_cli_error("version", "unknown option '%s' (see cllm version --help)", argv[2]);
+            cli_error("version", "unknown option '%s' (see cllm version --help)", argv[2]);
             return 2;
         }
         printf("cllm %s\n", cllm_version());

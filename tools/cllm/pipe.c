@@ -5,10 +5,10 @@
 #include <stdlib.h>
 #include <unistd.h>
 
-int cllm_cli_pipe_open(const char *cmd, const cllm_cli_gen *g, int n_sessions, double timeout_s,
-                       bool server, cllm_pipe **out) {
+int cli_pipe_open(const char *cmd, const cli_gen *g, int n_sessions, double timeout_s, bool server,
+                  cllm_pipe **out) {
     if (cllm_pipe_init(NULL, NULL) != CLLM_OK) {
-        cllm_cli_lib_error(cmd);
+        cli_lib_error(cmd);
         return 1;
     }
     cllm_plan_params fp = g->fit; /* --mem cpu=SIZE: each rank's budget */
@@ -25,7 +25,7 @@ int cllm_cli_pipe_open(const char *cmd, const cllm_cli_gen *g, int n_sessions, d
         int rank = 0;
         const char *r = getenv("OMPI_COMM_WORLD_RANK");
         if (r) rank = atoi(r);
-        if (rank == 0) cllm_cli_lib_error(cmd);
+        if (rank == 0) cli_lib_error(cmd);
         cllm_pipe_finalize(false);
         return 1;
     }
@@ -38,21 +38,21 @@ int cllm_cli_pipe_open(const char *cmd, const cllm_cli_gen *g, int n_sessions, d
     cllm_pipe_free(p);
     if (st != CLLM_OK) {
         /* rank 0 reports it (and ends the job); if it cannot, say it here */
-        cllm_cli_lib_error(cmd);
+        cli_lib_error(cmd);
         sleep(5);
     }
     cllm_pipe_finalize(st != CLLM_OK);
     return st == CLLM_OK ? 0 : 1;
 }
 
-bool cllm_cli_pipe_close(const char *cmd, cllm_pipe *p) {
+bool cli_pipe_close(const char *cmd, cllm_pipe *p) {
     if (cllm_pipe_close(p) != CLLM_OK) {
-        cllm_cli_lib_error(cmd);
+        cli_lib_error(cmd);
         return false;
     }
     cllm_pipe_stats stats;
     if (cllm_pipe_gather_stats(p, &stats) != CLLM_OK) {
-        cllm_cli_lib_error(cmd);
+        cli_lib_error(cmd);
         return false;
     }
     for (int r = 0; r < cllm_pipe_size(p); r++) {

@@ -3,6 +3,7 @@
  * streamed as server-sent events (server.h). */
 #include "server.h"
 
+#include <math.h>
 #include <microhttpd.h>
 #include <poll.h>
 #include <stdarg.h>
@@ -197,40 +198,79 @@ static int get_stop(json_t *o, srv_gen_params *gp, req_err *er) {
     return 1;
 }
 
+/* "logit_bias": {"TOKEN_ID": BIAS, ...} with BIAS in [-100, 100], as
+ * OpenAI's (-100 all but bans a token, 100 all but forces it). */
+static int get_logit_bias(json_t *o, int32_t n_vocab, srv_gen_params *gp, req_err *er) {
+    json_t *v = json_object_get(o, "logit_bias");
+    if (!v || json_is_null(v)) return 0;
+    if (!json_is_object(v)) {
+        return fail(er, 400, "logit_bias", "invalid_type",
+                    "'logit_bias' must be an object of token ids to numbers");
+    }
+    const size_t n = json_object_size(v);
+    if (n > (size_t)n_vocab) {
+        return fail(er, 400, "logit_bias", "invalid_value", "'logit_bias' has %zu entries", n);
+    }
+    if (n == 0) return 0;
+    if (!(gp->bias = calloc(n, sizeof(*gp->bias))))
+        return fail(er, 500, NULL, NULL, "out of memory");
+    const char *key;
+    json_t *b;
+    size_t k = 0;
+    json_object_foreach(v, key, b) {
+        char *end = NULL;
+        const long id = strtol(key, &end, 10);
+        if (!*key || *end || id < 0 || id >= n_vocab) {
+            return fail(er, 400, "logit_bias", "invalid_value",
+                        "'logit_bias': '%.32s' is not a token id in [0, %d)", key, n_vocab);
+        }
+        const double d = json_is_number(b) ? json_number_value(b) : NAN;
+        if (!(d >= -100 && d <= 100)) {
+            return fail(er, 400, "logit_bias", "invalid_value",
+                        "'logit_bias': the bias of token %ld must be a number in [-100, 100]", id);
+        }
+        gp->bias[k++] = (cllm_logit_bias){(int32_t)id, (float)d};
+    }
+    gp->rp.sampling.logit_bias = gp->bias;
+    gp->rp.sampling.n_logit_bias = (int32_t)n;
+    return 1;
+}
+
 /* The generation settings of a request over the server's defaults. */
-static int parse_gen(const srv_http *h, json_t *o, bool chat, srv_gen_params *gp, bool *stream,
-                     bool *usage, req_err *er) {
+static int parse_gen(const srv_http *h, json_t *o, bool chat, int32_t n_vocab, srv_gen_params *gp,
+                     bool *stream, bool *usage, req_err *er) {
     *gp = h->o.defaults;
     gp->n_stop = 0;
+    gp->bias = NULL;
     double d;
     long long n;
     int r;
     if ((r = get_int(o, "max_tokens", 0, 1 << 30, &n, er)) < 0) return -1;
-    if (r) gp->max_tokens = (int)n;
+    if (r) gp->rp.max_tokens = (int)n;
     if (chat && (r = get_int(o, "max_completion_tokens", 0, 1 << 30, &n, er)) < 0) return -1;
-    if (chat && r) gp->max_tokens = (int)n;
+    if (chat && r) gp->rp.max_tokens = (int)n;
     if ((r = get_num(o, "temperature", 0, 2, &d, er)) < 0) return -1;
-    if (r) gp->sp.temperature = (float)d;
+    if (r) gp->rp.sampling.temperature = (float)d;
     if ((r = get_num(o, "top_p", 0, 1, &d, er)) < 0) return -1;
-    if (r) gp->sp.top_p = d > 0 ? (float)d : 1e-6f;
+    if (r) gp->rp.sampling.top_p = d > 0 ? (float)d : 1e-6f;
     if ((r = get_int(o, "top_k", 0, INT32_MAX, &n, er)) < 0) return -1;
-    if (r) gp->sp.top_k = (int32_t)n;
+    if (r) gp->rp.sampling.top_k = (int32_t)n;
     if ((r = get_num(o, "min_p", 0, 1, &d, er)) < 0) return -1;
-    if (r) gp->sp.min_p = (float)d;
+    if (r) gp->rp.sampling.min_p = (float)d;
     if ((r = get_num(o, "repeat_penalty", 1e-3, 100, &d, er)) < 0) return -1;
-    if (r) gp->sp.repeat_penalty = (float)d;
+    if (r) gp->rp.sampling.repeat_penalty = (float)d;
     if ((r = get_num(o, "presence_penalty", -2, 2, &d, er)) < 0) return -1;
-    if (r) gp->presence_penalty = (float)d;
+    if (r) gp->rp.sampling.presence_penalty = (float)d;
     if ((r = get_num(o, "frequency_penalty", -2, 2, &d, er)) < 0) return -1;
-    if (r) gp->frequency_penalty = (float)d;
+    if (r) gp->rp.sampling.frequency_penalty = (float)d;
     if ((r = get_int(o, "seed", INT64_MIN, INT64_MAX, &n, er)) < 0) return -1;
-    if (r) gp->sp.seed = (uint64_t)n;
+    if (r) gp->rp.sampling.seed = (uint64_t)n;
     if (!r && !h->o.seed_given) {
         uint64_t x = 0;
         if (getrandom(&x, sizeof(x), GRND_NONBLOCK) != (ssize_t)sizeof(x)) {
             x = (uint64_t)(cllm_time_ms() * 1e6);
         }
-        gp->sp.seed = x;
+        gp->rp.sampling.seed = x;
     }
     if ((r = get_int(o, "n", 1, 1, &n, er)) < 0) {
         return fail(er, 400, "n", "unsupported_value", "only n = 1 is supported");
@@ -263,8 +303,9 @@ static int parse_gen(const srv_http *h, json_t *o, bool chat, srv_gen_params *gp
     }
     bool ignore_eos = false;
     if (get_bool(o, "ignore_eos", &ignore_eos, er) < 0) return -1;
-    gp->ignore_eos = ignore_eos;
+    gp->rp.sampling.ignore_eos = ignore_eos;
     if (get_stop(o, gp, er) < 0) return -1;
+    if (get_logit_bias(o, n_vocab, gp, er) < 0) return -1;
     return 0;
 }
 
@@ -647,7 +688,8 @@ static enum MHD_Result completions(srv_http *h, srv_engine *e, struct MHD_Connec
             goto bad;
         }
     }
-    if (parse_gen(h, o, chat, &gp, &stream, &usage, &er) < 0) goto bad;
+    if (parse_gen(h, o, chat, cllm_model_n_vocab(e->model), &gp, &stream, &usage, &er) < 0)
+        goto bad;
     if (chat) {
         bool bos = false;
         if (chat_prompt(e->model, o, &text, &bos, &er) < 0) goto bad;
@@ -677,11 +719,11 @@ static enum MHD_Result completions(srv_http *h, srv_engine *e, struct MHD_Connec
              n_ids, (long long)e->n_ctx);
         goto bad;
     }
-    if (gp.max_tokens >= 0 && (int64_t)n_ids + gp.max_tokens > e->n_ctx) {
+    if (gp.rp.max_tokens >= 0 && (int64_t)n_ids + gp.rp.max_tokens > e->n_ctx) {
         fail(&er, 400, "max_tokens", "context_length_exceeded",
              "the context of a slot holds %lld tokens (-c), but %zu prompt tokens and %d of "
              "max_tokens were asked for",
-             (long long)e->n_ctx, n_ids, gp.max_tokens);
+             (long long)e->n_ctx, n_ids, gp.rp.max_tokens);
         goto bad;
     }
     free(text);
@@ -693,7 +735,8 @@ static enum MHD_Result completions(srv_http *h, srv_engine *e, struct MHD_Connec
     srv_job *j = srv_job_new(ids, n_ids, &gp, deadline);
     if (j) j->stream = stream;
     ids = NULL;
-    gp.n_stop = 0; /* the job owns the stop strings */
+    gp.n_stop = 0; /* the job owns the stop strings and the bias */
+    gp.bias = NULL;
     reply *r = calloc(1, sizeof(*r));
     if (!j || !r) {
         if (j) srv_job_release(e, j), srv_job_release(e, j);

@@ -3,22 +3,22 @@
  *
  * Threads:
  *  - HTTP threads (libmicrohttpd, one per connection, server-http.c) parse a
- *    request, render and tokenize its prompt, put a job on the engine's
- *    bounded queue and wait for its text (streamed or whole).
- *  - The engine thread (server-engine.c) owns the slots: one session of N
- *    sequences, a slot each, with its own KV cache, and the token ids that
- *    cache holds. It hands queued jobs to idle slots (the one whose cached
- *    tokens share the longest prefix with the prompt), then advances every
- *    busy slot by one step (srv_engine_step: one forward pass for all of
- *    them) until the jobs are done, cancelled or timed out. Under mpirun
- *    the layers are spread over the ranks (cllm-pipeline.h): each slot is
- *    a session on every rank, and a step sends each slot's batch down the
- *    pipeline while rank 0 computes the next one's.
+ *    request, render and tokenize its prompt, put a job on the engine
+ *    thread's bounded queue and wait for its text (streamed or whole).
+ *  - The engine thread (server-thread.c) owns the library's batch engine
+ *    (cllm_engine: one session of N sequences, the slots; prefix reuse,
+ *    prompt chunks, sampling, stop strings and detokenizing are its own).
+ *    It moves queued jobs into the engine, cancels those whose client left
+ *    or whose time is up, steps the engine while it has work, and hands
+ *    each event (a token's log-probabilities, text, the end) to its job.
+ *    Under mpirun the layers are spread over the ranks (cllm-pipeline.h)
+ *    and the engine runs over the pipeline's session on rank 0.
  *  - The main thread (cmd-serve.c) loads the model, starts both, and waits
  *    for SIGINT/SIGTERM.
  *
- * Everything a job shares between an HTTP thread and the engine is guarded
- * by the engine's mutex; a job is freed when both sides have released it.
+ * Everything a job shares between an HTTP thread and the engine thread is
+ * guarded by the engine's mutex; a job is freed when both sides have
+ * released it.
  */
 #ifndef CLLM_TOOLS_SERVER_H
 #define CLLM_TOOLS_SERVER_H
@@ -32,22 +32,22 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* Most stop strings per request, and their longest length in bytes. */
-#define SRV_MAX_STOP     16
-#define SRV_MAX_STOP_LEN 256
-/* Most top_logprobs per token. */
-#define SRV_MAX_TOP_LOGPROBS 20
+/* Most stop strings per request, their longest length in bytes, and most
+ * top_logprobs per token: the engine's limits. */
+#define SRV_MAX_STOP         CLLM_ENGINE_MAX_STOP
+#define SRV_MAX_STOP_LEN     CLLM_ENGINE_MAX_STOP_LEN
+#define SRV_MAX_TOP_LOGPROBS CLLM_ENGINE_MAX_TOP_LOGPROBS
 
 /* The generation settings of one request. */
 typedef struct srv_gen_params {
-    int max_tokens; /* -1: until an end token or a full context */
-    cllm_sampler_params sp;
-    float presence_penalty, frequency_penalty; /* OpenAI's, over generated tokens */
-    char *stop[SRV_MAX_STOP];                  /* owned (free) */
+    /* max_tokens, sampling (penalties, ignore_eos included); its stop
+     * strings are set from stop[] when the job is submitted */
+    cllm_request_params rp;
+    char *stop[SRV_MAX_STOP]; /* owned (free) */
     int n_stop;
-    bool logprobs;
-    int top_logprobs; /* 0..SRV_MAX_TOP_LOGPROBS */
-    bool ignore_eos;  /* end tokens are never sampled (llama-server's, vLLM's) */
+    bool logprobs;         /* the answer carries log-probabilities */
+    int top_logprobs;      /* 0..SRV_MAX_TOP_LOGPROBS alternatives each */
+    cllm_logit_bias *bias; /* owned (free): rp.sampling.logit_bias */
 } srv_gen_params;
 
 typedef enum srv_finish {
@@ -71,11 +71,16 @@ typedef struct srv_job {
     double deadline_ms; /* cllm_time_ms() past which it is cancelled; 0: none */
     bool stream;        /* the reader takes text as it comes (else: once, at the end) */
 
+    /* the engine thread's */
+    uint64_t id;            /* in the engine, once submitted */
+    srv_finish cancel_why;  /* why the engine thread cancelled it */
+    struct srv_job *active; /* the next job in the engine */
+
     /* under the engine's mutex */
     srv_job_state state;
     srv_finish finish;
     bool cancel; /* set by the HTTP side: the client left */
-    char *out;   /* text produced and not yet taken (valid UTF-8 or not) */
+    char *out;   /* text produced and not yet taken (valid UTF-8) */
     size_t out_len, out_cap;
     json_t *logprobs;    /* array of chat-style entries not yet taken, or NULL */
     size_t n_cached;     /* prompt tokens reused from the slot's cache */
@@ -97,36 +102,27 @@ typedef struct srv_stats {
     uint64_t completion_tokens;
 } srv_stats;
 
-typedef struct srv_slot srv_slot;
-
-/* The fewest tokens of a prompt chunk (server-engine.c: slot_reuse). */
-#define SRV_MIN_CHUNK 8
-
-/* The engine: the model, its slots and the queue. */
+/* The engine thread, the library's engine and the queue that feeds it. */
 typedef struct srv_engine {
     const cllm_model *model;
-    int32_t *eog; /* the model's end-of-generation ids (ignore_eos) */
-    int64_t n_eog;
+    cllm_engine *eng; /* one session, a sequence (KV cache) per slot */
     int n_slots;
-    srv_slot *slots;
-    cllm_session *s; /* one sequence (KV cache) per slot */
-    int64_t n_ctx, n_batch;
-    /* prompt chunks hold at least SRV_MIN_CHUNK tokens (n_batch >= 2 *
-     * SRV_MIN_CHUNK, one process), so that a cut cache can be reused as a
-     * fresh read would compute it (server-engine.c) */
-    bool chunked;
+    int64_t n_ctx;
     int max_queue;
 
     pthread_mutex_t mu;
-    pthread_cond_t work; /* a job was queued or cancelled, or stop was set */
-    srv_job *queue_head, *queue_tail;
-    int n_queued, n_busy;
-    uint64_t n_started; /* jobs given a slot so far */
+    pthread_cond_t work;              /* a job was queued or cancelled, or stop was set */
+    srv_job *queue_head, *queue_tail; /* not yet in the engine */
+    int n_in_queue;
+    int n_waiting; /* in the engine without a slot (the engine thread's count) */
+    int n_queued;  /* n_in_queue + n_waiting: against max_queue */
+    int n_busy;    /* slots running a job */
     bool stop;
     srv_stats stats;
-    /* under mpirun: the pipeline across the ranks, a session per slot on
-     * each (NULL: one session of n_slots sequences, s); a decoding failure
-     * of the pipeline is fatal: the engine records it, raises SIGTERM and
+    srv_job *active; /* in the engine (the engine thread's list) */
+    /* under mpirun: the pipeline across the ranks, whose session on rank 0
+     * the engine runs over; a failure of a request there is the
+     * pipeline's, fatal: the engine thread records it, raises SIGTERM and
      * takes no more work */
     cllm_pipe *pipe;
     bool failed;
@@ -136,16 +132,16 @@ typedef struct srv_engine {
     bool verbose;
 } srv_engine;
 
-/* Creates n slots of sessions with `params` on `model`, or (pipe not NULL)
- * a slot per session of the pipeline, which holds the model; false after
- * printing the error (nothing left allocated). */
+/* The engine over `model` with a session of n slots made with `params`, or
+ * (pipe not NULL) over the pipeline's session, which holds the model;
+ * false after printing the error (nothing left allocated). */
 bool srv_engine_init(srv_engine *e, const cllm_model *model, cllm_pipe *pipe, int n_slots,
                      const cllm_session_params *params, int max_queue, bool verbose);
 /* Starts the engine thread. */
 bool srv_engine_start(srv_engine *e);
 /* Cancels every job and stops the thread (new jobs are refused). */
 void srv_engine_stop(srv_engine *e);
-/* Stops it (if running) and frees the slots. */
+/* Stops it (if running) and frees the engine. */
 void srv_engine_free(srv_engine *e);
 /* Memory of all slots together (weights once). */
 cllm_memory_report srv_engine_memory(const srv_engine *e);
@@ -158,11 +154,13 @@ srv_job *srv_job_new(int32_t *prompt, size_t n_prompt, srv_gen_params *gp, doubl
 bool srv_engine_submit(srv_engine *e, srv_job *job);
 /* The HTTP side lets go of the job (cancelling it if it still runs). */
 void srv_job_release(srv_engine *e, srv_job *job);
-/* Frees the strings of gp. */
+/* Frees the strings and the logit bias of gp. */
 void srv_gen_params_free(srv_gen_params *gp);
 
 /* The longest valid-UTF-8 rendering of s[0, n): invalid bytes become U+FFFD;
- * a new string (free) of length *out_len; NULL when out of memory. */
+ * a new string (free) of length *out_len; NULL when out of memory. For the
+ * JSON strings of token pieces and messages (the engine's text is valid
+ * UTF-8 already). */
 char *srv_utf8_clean(const char *s, size_t n, size_t *out_len);
 
 /* ---- HTTP (server-http.c) ----------------------------------------------- */

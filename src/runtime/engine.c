@@ -1,0 +1,783 @@
+/*
+ * The batch engine (cllm.h): requests over a session of n_seq sequences.
+ *
+ * A slot is a sequence of the session with the ids its KV cache holds and
+ * the state of the request it runs. A step gives waiting requests to idle
+ * slots (engine_schedule), decodes the last token of every generating slot
+ * and the next prompt chunk of every other busy slot (engine_decode), then
+ * samples the slots whose logits are ready (slot_sample) and reports what
+ * happened through the engine's event callback.
+ */
+#include "runtime/engine.h"
+#include "core/hostmem.h"
+#include "runtime/model.h"
+#include "runtime/session.h"
+#include "text/tokenizer.h"
+#include "text/unicode.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+/* A request from its submission to its end. */
+typedef struct engine_req {
+    uint64_t id;
+    void *user_data;
+    int32_t *prompt; /* owned */
+    size_t n_prompt;
+    cllm_request_params p; /* p.stop points at stop[] */
+    char *stop[CLLM_ENGINE_MAX_STOP];
+    size_t stop_len[CLLM_ENGINE_MAX_STOP];
+    cllm_sampler *borrowed; /* cllm_generate's sampler, or NULL */
+    bool append;            /* continues sequence 0's context (cllm_generate) */
+    bool cancel;            /* cllm_engine_cancel: ends at the next step */
+    double t_submit;
+    struct engine_req *next; /* in the waiting list */
+} engine_req;
+
+/* A sequence of the session, and the request it runs. */
+typedef struct engine_slot {
+    int seq;
+    int32_t *cached;  /* [n_ctx]: the ids of its cache rows, the first n_known known */
+    size_t n_cached;  /* rows in its cache */
+    size_t n_known;   /* cached[0, n_known) hold their ids (the rest: unknown) */
+    size_t n_fresh;   /* the first rows, computed as a fresh read computes them */
+    uint64_t started; /* when its last request started (engine's count); 0: never */
+
+    engine_req *req; /* NULL: idle */
+    cllm_sampler *smp;
+    cllm_detokenizer *detok;
+    size_t n_fed;    /* prompt tokens in the cache */
+    int32_t pending; /* sampled and not yet decoded; -1: none */
+    size_t n_gen;    /* tokens generated */
+    char *held;      /* text not released yet (it may begin a stop string) */
+    size_t held_len, held_cap;
+    cllm_token_logprob top[CLLM_ENGINE_MAX_TOP_LOGPROBS];
+    cllm_request_usage usage;
+} engine_slot;
+
+/* What a busy slot decodes in a step: a chunk of its prompt, or the token
+ * it sampled last. */
+typedef struct engine_work {
+    engine_slot *slot;
+    const int32_t *ids;
+    int64_t n;
+    bool prompt; /* a prompt chunk */
+    bool sample; /* the logits of its last id are sampled afterwards */
+    cllm_status st;
+    char error[256];
+} engine_work;
+
+struct cllm_engine {
+    const cllm_model *model;
+    cllm_session *s;
+    bool own_session;
+    int n_slots;
+    int64_t n_ctx, n_batch;
+    int32_t n_vocab;
+    /* prompt chunks hold at least CLLM_SESSION_MIN_CHUNK tokens, so that a
+     * cut cache can be reused as a fresh read computes it (engine_reuse) */
+    bool chunked;
+    cllm_event_fn on_event;
+    void *ud;
+
+    engine_slot *slots;                /* [n_slots] */
+    engine_work *work;                 /* [n_slots] scratch of a step */
+    cllm_seq_tokens *items;            /* [n_slots] scratch of a step */
+    engine_req *wait_head, *wait_tail; /* first come, first served */
+    int n_waiting, n_running;
+    uint64_t next_id, n_started;
+};
+
+static const char *const k_stop_names[] = {
+    [CLLM_STOP_EOG] = "eog",
+    [CLLM_STOP_LENGTH] = "length",
+    [CLLM_STOP_CONTEXT_FULL] = "context_full",
+    [CLLM_STOP_CALLBACK] = "callback",
+    [CLLM_STOP_STRING] = "stop_string",
+    [CLLM_STOP_CANCELLED] = "cancelled",
+    [CLLM_STOP_ERROR] = "error",
+};
+_Static_assert(CLLM_ARRAY_SIZE(k_stop_names) == CLLM_STOP_COUNT, "stop reason names");
+
+const char *cllm_stop_reason_str(cllm_stop_reason r) {
+    return (unsigned)r < CLLM_STOP_COUNT ? k_stop_names[r] : "unknown";
+}
+
+cllm_request_params cllm_request_default_params(void) {
+    return (cllm_request_params){
+        .sampling = cllm_sampler_default_params(),
+        .max_tokens = -1,
+        .stop = NULL,
+        .n_stop = 0,
+        .logprobs = -1,
+    };
+}
+
+/* ---- lifecycle ---------------------------------------------------------- */
+
+static cllm_status engine_make(const cllm_model *m, cllm_session *s, bool own,
+                               cllm_event_fn on_event, void *ud, cllm_engine **out) {
+    CLLM_ASSERT(on_event != NULL && out != NULL);
+    if (!m->tok) {
+        return cllm_error(CLLM_ERR_UNSUPPORTED,
+                          "%s: engine: the model has no tokenizer (tokenizer.ggml.*)", m->path);
+    }
+    const int n = cllm_session_n_seq(s);
+    const int64_t n_ctx = cllm_session_n_ctx(s);
+    cllm_engine *e = cllm_calloc(1, sizeof(*e));
+    if (!e) goto nomem;
+    e->model = m;
+    e->s = s;
+    e->own_session = own;
+    e->n_ctx = n_ctx;
+    e->n_batch = cllm_session_n_batch(s);
+    e->n_vocab = (int32_t)m->hp.n_vocab;
+    e->chunked = e->n_batch >= 2 * CLLM_SESSION_MIN_CHUNK;
+    e->on_event = on_event;
+    e->ud = ud;
+    e->slots = cllm_calloc((size_t)n, sizeof(*e->slots));
+    e->work = cllm_calloc((size_t)n, sizeof(*e->work));
+    e->items = cllm_calloc((size_t)n, sizeof(*e->items));
+    if (!e->slots || !e->work || !e->items) goto nomem;
+    for (int i = 0; i < n; i++) {
+        engine_slot *sl = &e->slots[i];
+        e->n_slots = i + 1;
+        sl->seq = i;
+        sl->pending = -1;
+        /* whatever a caller's session holds is unknown: nothing reused */
+        sl->n_cached = (size_t)cllm_session_seq_n_past(s, i);
+        sl->cached = cllm_malloc((size_t)n_ctx * sizeof(int32_t));
+        if (!sl->cached || cllm_detokenizer_new_tok(m->tok, 0, &sl->detok) != CLLM_OK) goto nomem;
+    }
+    e->next_id = 1;
+    *out = e;
+    return CLLM_OK;
+
+nomem:
+    if (e) e->own_session = false; /* the caller frees what it made */
+    cllm_engine_free(e);
+    return cllm_error(CLLM_ERR_NOMEM, "engine: out of host memory for %d sequences", n);
+}
+
+cllm_status cllm_engine_new(const cllm_model *model, const cllm_session_params *params,
+                            cllm_event_fn on_event, void *user_data, cllm_engine **out) {
+    CLLM_ASSERT(model != NULL);
+    cllm_session_params sp = params ? *params : cllm_session_default_params();
+    const int n_seq = sp.n_seq > 0 ? sp.n_seq : 1;
+    /* a step of every sequence's token fits one pass */
+    if (sp.n_batch > 0 && sp.n_batch < n_seq) sp.n_batch = n_seq;
+    if (!model->tok) {
+        return cllm_error(CLLM_ERR_UNSUPPORTED,
+                          "%s: engine: the model has no tokenizer (tokenizer.ggml.*)", model->path);
+    }
+    cllm_session *s = NULL;
+    CLLM_TRY(cllm_session_new(model, &sp, &s));
+    const cllm_status st = engine_make(model, s, true, on_event, user_data, out);
+    if (st != CLLM_OK) cllm_session_free(s);
+    return st;
+}
+
+cllm_status cllm_engine_new_session(cllm_session *s, cllm_event_fn on_event, void *user_data,
+                                    cllm_engine **out) {
+    CLLM_ASSERT(s != NULL);
+    return engine_make(cllm_session_model(s), s, false, on_event, user_data, out);
+}
+
+static void req_free(engine_req *r) {
+    if (!r) return;
+    cllm_free((void *)r->p.sampling.logit_bias); /* the request's copy */
+    for (int i = 0; i < CLLM_ENGINE_MAX_STOP; i++) cllm_free(r->stop[i]);
+    cllm_free(r->prompt);
+    cllm_free(r);
+}
+
+void cllm_engine_free(cllm_engine *e) {
+    if (!e) return;
+    for (int i = 0; i < e->n_slots; i++) {
+        engine_slot *sl = &e->slots[i];
+        if (sl->req && !sl->req->borrowed) cllm_sampler_free(sl->smp);
+        req_free(sl->req);
+        cllm_detokenizer_free(sl->detok);
+        cllm_free(sl->cached);
+        cllm_free(sl->held);
+    }
+    for (engine_req *r = e->wait_head, *next; r; r = next) {
+        next = r->next;
+        req_free(r);
+    }
+    if (e->own_session) cllm_session_free(e->s);
+    cllm_free(e->slots);
+    cllm_free(e->work);
+    cllm_free(e->items);
+    cllm_free(e);
+}
+
+int cllm_engine_n_waiting(const cllm_engine *e) { return e->n_waiting; }
+int cllm_engine_n_running(const cllm_engine *e) { return e->n_running; }
+cllm_session *cllm_engine_session(cllm_engine *e) { return e->s; }
+
+/* ---- requests ----------------------------------------------------------- */
+
+static cllm_status check_request(const cllm_engine *e, const int32_t *prompt, size_t n_prompt,
+                                 const cllm_request_params *p, bool check_sampling) {
+    if (n_prompt == 0) return cllm_error(CLLM_ERR_INVALID_ARG, "engine: empty prompt");
+    if (n_prompt > (size_t)e->n_ctx) {
+        return cllm_error(CLLM_ERR_TOO_LARGE,
+                          "engine: the prompt has %zu tokens, the context of a sequence %lld",
+                          n_prompt, (long long)e->n_ctx);
+    }
+    for (size_t i = 0; i < n_prompt; i++) {
+        if (prompt[i] < 0 || prompt[i] >= e->n_vocab) {
+            return cllm_error(CLLM_ERR_INVALID_ARG,
+                              "engine: prompt token %zu is %d, outside [0, %d)", i, prompt[i],
+                              e->n_vocab);
+        }
+    }
+    if (p->max_tokens < -1) {
+        return cllm_error(CLLM_ERR_INVALID_ARG,
+                          "engine: max_tokens must be >= 0 (or -1: no limit), got %d",
+                          p->max_tokens);
+    }
+    if (p->n_stop < 0 || p->n_stop > CLLM_ENGINE_MAX_STOP || (p->n_stop > 0 && !p->stop)) {
+        return cllm_error(CLLM_ERR_INVALID_ARG,
+                          "engine: n_stop must be in [0, %d] with a stop array, got %d",
+                          CLLM_ENGINE_MAX_STOP, p->n_stop);
+    }
+    for (int i = 0; i < p->n_stop; i++) {
+        const size_t len = p->stop[i] ? strlen(p->stop[i]) : 0;
+        if (len == 0 || len > CLLM_ENGINE_MAX_STOP_LEN || !cllm_utf8_valid(p->stop[i], len)) {
+            return cllm_error(CLLM_ERR_INVALID_ARG,
+                              "engine: stop[%d] must be valid UTF-8 of 1 to %d bytes", i,
+                              CLLM_ENGINE_MAX_STOP_LEN);
+        }
+    }
+    if (p->logprobs < -1 || p->logprobs > CLLM_ENGINE_MAX_TOP_LOGPROBS) {
+        return cllm_error(CLLM_ERR_INVALID_ARG, "engine: logprobs must be in [-1, %d], got %d",
+                          CLLM_ENGINE_MAX_TOP_LOGPROBS, p->logprobs);
+    }
+    return check_sampling ? cllm_sampler_params_check(&p->sampling, e->n_vocab) : CLLM_OK;
+}
+
+static cllm_status submit(cllm_engine *e, const int32_t *prompt, size_t n_prompt,
+                          const cllm_request_params *params, cllm_sampler *smp, bool append,
+                          void *user_data, uint64_t *id) {
+    CLLM_ASSERT(e != NULL && (prompt != NULL || n_prompt == 0));
+    const cllm_request_params p = params ? *params : cllm_request_default_params();
+    CLLM_TRY(check_request(e, prompt, n_prompt, &p, smp == NULL));
+    engine_req *r = cllm_calloc(1, sizeof(*r));
+    if (!r) goto nomem;
+    r->prompt = cllm_malloc(n_prompt * sizeof(int32_t));
+    if (!r->prompt) goto nomem;
+    memcpy(r->prompt, prompt, n_prompt * sizeof(int32_t));
+    r->n_prompt = n_prompt;
+    r->p = p;
+    /* the sampler copies its logit bias when it is made (at the start):
+     * until then the request keeps none of the caller's pointers */
+    r->p.sampling.logit_bias = NULL;
+    if (p.sampling.n_logit_bias > 0) {
+        /* kept in the stop strings' place would be a second array: the
+         * bias goes with the request as a copy of its own */
+        const size_t bytes = (size_t)p.sampling.n_logit_bias * sizeof(cllm_logit_bias);
+        cllm_logit_bias *b = cllm_malloc(bytes);
+        if (!b) goto nomem;
+        memcpy(b, p.sampling.logit_bias, bytes);
+        r->p.sampling.logit_bias = b;
+    }
+    for (int i = 0; i < p.n_stop; i++) {
+        r->stop_len[i] = strlen(p.stop[i]);
+        if (!(r->stop[i] = cllm_strdup(p.stop[i]))) goto nomem;
+    }
+    r->p.stop = (const char *const *)r->stop;
+    r->borrowed = smp;
+    r->append = append;
+    r->user_data = user_data;
+    r->id = e->next_id++;
+    r->t_submit = cllm_time_ms();
+    if (e->wait_tail)
+        e->wait_tail->next = r;
+    else
+        e->wait_head = r;
+    e->wait_tail = r;
+    e->n_waiting++;
+    if (id) *id = r->id;
+    return CLLM_OK;
+
+nomem:
+    req_free(r);
+    return cllm_error(CLLM_ERR_NOMEM, "engine: out of host memory for a request of %zu tokens",
+                      n_prompt);
+}
+
+cllm_status cllm_engine_submit(cllm_engine *e, const int32_t *prompt, size_t n_prompt,
+                               const cllm_request_params *params, void *user_data, uint64_t *id) {
+    return submit(e, prompt, n_prompt, params, NULL, false, user_data, id);
+}
+
+cllm_status cllm_engine_submit_append(cllm_engine *e, const int32_t *prompt, size_t n_prompt,
+                                      const cllm_request_params *params, cllm_sampler *smp,
+                                      void *user_data, uint64_t *id) {
+    CLLM_ASSERT(smp != NULL);
+    return submit(e, prompt, n_prompt, params, smp, true, user_data, id);
+}
+
+cllm_status cllm_engine_cancel(cllm_engine *e, uint64_t id) {
+    for (int i = 0; i < e->n_slots; i++) {
+        if (e->slots[i].req && e->slots[i].req->id == id) {
+            e->slots[i].req->cancel = true;
+            return CLLM_OK;
+        }
+    }
+    for (engine_req *r = e->wait_head; r; r = r->next) {
+        if (r->id == id) {
+            r->cancel = true;
+            return CLLM_OK;
+        }
+    }
+    return cllm_error(CLLM_ERR_INVALID_ARG, "engine: no request %llu is waiting or running",
+                      (unsigned long long)id);
+}
+
+/* ---- events ------------------------------------------------------------- */
+
+static void emit(cllm_engine *e, const engine_req *r, cllm_event *ev) {
+    ev->request = r->id;
+    ev->user_data = r->user_data;
+    e->on_event(ev, e->ud);
+}
+
+/* Hands held[0, n) of slot sl to its request as text released by `token`,
+ * and keeps the rest. */
+static void release(cllm_engine *e, engine_slot *sl, size_t n, int32_t token) {
+    if (n == 0) return;
+    cllm_event ev = {.kind = CLLM_EVENT_TEXT, .token = token, .text = sl->held, .len = n};
+    emit(e, sl->req, &ev);
+    memmove(sl->held, sl->held + n, sl->held_len - n);
+    sl->held_len -= n;
+}
+
+/* Appends text[0, n) to what slot sl holds back; false when out of memory. */
+static bool hold(engine_slot *sl, const char *text, size_t n) {
+    if (n == 0) return true;
+    if (sl->held_len + n > sl->held_cap) {
+        const size_t cap = (sl->held_len + n) * 2 + 64;
+        char *nb = cllm_realloc(sl->held, cap);
+        if (!nb) return false;
+        sl->held = nb;
+        sl->held_cap = cap;
+    }
+    memcpy(sl->held + sl->held_len, text, n);
+    sl->held_len += n;
+    return true;
+}
+
+/*
+ * Releases the text of slot sl that is decided. A stop string can only
+ * begin in what is held (what was released could not begin one): the
+ * first one found ends the text before it (returns true; the rest is
+ * dropped). Otherwise, unless `final`, the longest end of the held text
+ * that begins a stop string stays held. Stop strings and the text are
+ * valid UTF-8, so every cut falls between characters.
+ */
+static bool release_decided(cllm_engine *e, engine_slot *sl, int32_t token, bool final) {
+    const engine_req *r = sl->req;
+    size_t first = SIZE_MAX;
+    for (int i = 0; i < r->p.n_stop && sl->held_len > 0; i++) {
+        const char *hit = memmem(sl->held, sl->held_len, r->stop[i], r->stop_len[i]);
+        if (hit && (size_t)(hit - sl->held) < first) first = (size_t)(hit - sl->held);
+    }
+    if (first != SIZE_MAX) {
+        release(e, sl, first, token);
+        sl->held_len = 0;
+        return true;
+    }
+    size_t keep = 0;
+    for (int i = 0; i < r->p.n_stop && !final; i++) {
+        for (size_t k = CLLM_MIN(r->stop_len[i] - 1, sl->held_len); k > keep; k--) {
+            if (!memcmp(sl->held + sl->held_len - k, r->stop[i], k)) {
+                keep = k;
+                break;
+            }
+        }
+    }
+    release(e, sl, sl->held_len - keep, token);
+    return false;
+}
+
+/* Ends the request of slot sl: the text it holds back released (a cut
+ * character as U+FFFD, up to a stop string it completes), then FINISHED.
+ * The slot keeps its cache. */
+static void slot_finish(cllm_engine *e, engine_slot *sl, cllm_stop_reason why, cllm_status status,
+                        const char *error) {
+    engine_req *r = sl->req;
+    if (why != CLLM_STOP_ERROR) {
+        const char *text;
+        size_t len;
+        cllm_detokenizer_flush(sl->detok, &text, &len);
+        if (hold(sl, text, len)) {
+            if (release_decided(e, sl, -1, true) && why != CLLM_STOP_CANCELLED) {
+                why = CLLM_STOP_STRING;
+            }
+        }
+    }
+    cllm_detokenizer_reset(sl->detok);
+    sl->held_len = 0;
+    sl->usage.n_completion = sl->n_gen;
+    cllm_event ev = {.kind = CLLM_EVENT_FINISHED,
+                     .token = -1,
+                     .reason = why,
+                     .usage = sl->usage,
+                     .status = why == CLLM_STOP_ERROR ? status : CLLM_OK,
+                     .error = why == CLLM_STOP_ERROR ? error : NULL};
+    if (!r->borrowed) cllm_sampler_free(sl->smp);
+    sl->smp = NULL;
+    sl->req = NULL;
+    e->n_running--;
+    emit(e, r, &ev);
+    req_free(r);
+}
+
+/* slot_finish with CLLM_STOP_ERROR and a message made from fmt. */
+static void slot_fail(cllm_engine *e, engine_slot *sl, cllm_status st, const char *fmt,
+                      const char *detail) {
+    char msg[512];
+    snprintf(msg, sizeof(msg), fmt, detail);
+    slot_finish(e, sl, CLLM_STOP_ERROR, st, msg);
+}
+
+/* ---- scheduling ----------------------------------------------------------- */
+
+/*
+ * The prompt tokens slot sl can reuse for request r:
+ *
+ * - its whole cache, when the prompt extends it and the cache holds rows of
+ *   an answer: a conversation's next turn. Those rows were computed one
+ *   token at a time, which the kernels round differently from a prompt
+ *   chunk, so the answer is that of this conversation in this order (as
+ *   with any chat engine), not always bit for bit that of a fresh read of
+ *   the prompt. A cache of prompt rows only (a request cancelled before its
+ *   answer began) is reused whole only when the rest holds at least
+ *   CLLM_SESSION_MIN_CHUNK tokens; else as below (reused whole, the same
+ *   prompt again would have its last token decoded alone, and its answer
+ *   could differ from the first one's).
+ * - with n_batch 1, the longest common prefix: every row, prompt or answer,
+ *   was computed one token at a time, as a fresh read computes it.
+ * - otherwise (n_batch >= 2 * CLLM_SESSION_MIN_CHUNK) the longest common
+ *   prefix, cut back to rows computed as a fresh read of the prompt
+ *   computes them (n_fresh), with at least CLLM_SESSION_MIN_CHUNK tokens
+ *   left to decode. Prompt chunks hold at least that many tokens
+ *   (cllm_session_prompt_chunk), and decoding the same tokens in any such
+ *   chunks, wherever they start, gives the same rows and logits bit for
+ *   bit (from 8 columns on, the kernels sum every column the same way
+ *   whatever columns share its pass; test_seqs checks it), so such a reuse
+ *   does not change any answer: a shared system prompt, a regenerated or
+ *   edited last message. Other batch sizes reuse nothing but a cache the
+ *   prompt extends.
+ */
+static size_t engine_reuse(const cllm_engine *e, const engine_slot *sl, const engine_req *r) {
+    const size_t min = CLLM_SESSION_MIN_CHUNK;
+    size_t lcp = 0;
+    while (lcp < sl->n_known && lcp < r->n_prompt && sl->cached[lcp] == r->prompt[lcp]) lcp++;
+    if (lcp == sl->n_cached &&
+        (!e->chunked || sl->n_fresh < sl->n_cached || r->n_prompt - lcp >= min)) {
+        return lcp;
+    }
+    if (e->n_batch == 1) return lcp;
+    if (!e->chunked || r->n_prompt <= min) return 0;
+    const size_t kept = CLLM_MIN(lcp, sl->n_fresh);
+    return CLLM_MIN(kept, r->n_prompt - min);
+}
+
+/* Starts request r on idle slot sl, keeping the first `lcp` rows of its
+ * cache (at least one prompt token is decoded anew, for the logits to
+ * sample from); an append request keeps them all. */
+static void slot_start(cllm_engine *e, engine_slot *sl, engine_req *r, size_t lcp) {
+    if (r->append) {
+        lcp = 0;
+        const size_t past = (size_t)cllm_session_seq_n_past(e->s, sl->seq);
+        if (past != sl->n_cached) { /* the caller decoded beside the engine */
+            sl->n_cached = past;
+            sl->n_known = sl->n_fresh = 0;
+        }
+    } else {
+        if (lcp >= r->n_prompt) lcp = r->n_prompt - 1;
+        if (cllm_session_seq_truncate(e->s, sl->seq, (int64_t)lcp) != CLLM_OK) {
+            /* a sliding-window layer no longer holds the window before lcp */
+            (void)cllm_session_seq_truncate(e->s, sl->seq, 0);
+            lcp = 0;
+        }
+        sl->n_cached = sl->n_known = lcp;
+        if (sl->n_fresh > lcp) sl->n_fresh = lcp;
+    }
+    sl->req = r;
+    sl->n_fed = lcp;
+    sl->pending = -1;
+    sl->n_gen = 0;
+    sl->held_len = 0;
+    sl->started = ++e->n_started;
+    sl->usage = (cllm_request_usage){.started = true,
+                                     .n_prompt = r->n_prompt,
+                                     .n_cached = lcp,
+                                     .queued_ms = cllm_time_ms() - r->t_submit};
+    e->n_running++;
+    cllm_detokenizer_reset(sl->detok);
+    if (r->borrowed) {
+        sl->smp = r->borrowed;
+    } else {
+        const cllm_status st = cllm_sampler_new_model(&r->p.sampling, e->model, &sl->smp);
+        if (st != CLLM_OK) {
+            sl->smp = NULL;
+            slot_fail(e, sl, st, "%s", cllm_last_error());
+            return;
+        }
+    }
+    /* the repetition window sees the prompt, as a fresh generation's does */
+    (void)cllm_sampler_accept_prompt(sl->smp, r->prompt, r->n_prompt);
+}
+
+/* Ends the cancelled requests, then gives waiting requests to idle slots in
+ * order, each to the idle slot of which it can reuse the most tokens; one
+ * that can reuse none takes the slot used longest ago (an empty one first),
+ * so that the caches of other conversations live as long as they can. */
+static void engine_schedule(cllm_engine *e) {
+    for (int i = 0; i < e->n_slots; i++) {
+        engine_slot *sl = &e->slots[i];
+        if (sl->req && sl->req->cancel) slot_finish(e, sl, CLLM_STOP_CANCELLED, CLLM_OK, NULL);
+    }
+    for (engine_req **pp = &e->wait_head, *prev = NULL; *pp;) {
+        engine_req *r = *pp;
+        int best = -1;
+        size_t best_lcp = 0;
+        if (!r->cancel && r->append) {
+            best = e->slots[0].req ? -1 : 0;
+        } else if (!r->cancel) {
+            for (int i = 0; i < e->n_slots; i++) {
+                const engine_slot *sl = &e->slots[i];
+                if (sl->req) continue;
+                const size_t lcp = engine_reuse(e, sl, r);
+                if (best < 0 || lcp > best_lcp ||
+                    (lcp == best_lcp && sl->started < e->slots[best].started)) {
+                    best = i, best_lcp = lcp;
+                }
+            }
+        }
+        if (!r->cancel && best < 0) { /* no idle slot (for it): it waits */
+            prev = r;
+            pp = &r->next;
+            continue;
+        }
+        *pp = r->next;
+        if (e->wait_tail == r) e->wait_tail = prev;
+        r->next = NULL;
+        e->n_waiting--;
+        if (r->cancel) {
+            cllm_event ev = {
+                .kind = CLLM_EVENT_FINISHED,
+                .token = -1,
+                .reason = CLLM_STOP_CANCELLED,
+                .usage = {.n_prompt = r->n_prompt, .queued_ms = cllm_time_ms() - r->t_submit}};
+            emit(e, r, &ev);
+            req_free(r);
+        } else {
+            slot_start(e, &e->slots[best], r, best_lcp);
+        }
+    }
+}
+
+/* ---- one step ----------------------------------------------------------- */
+
+/* The log-probability of `id` in the model's distribution at this position
+ * (the softmax of the raw logits), and the `top` most likely tokens into
+ * sl->top. */
+static double slot_logprobs(const cllm_engine *e, engine_slot *sl, const float *logits, int32_t id,
+                            int top) {
+    const int32_t n = e->n_vocab;
+    float mx = -INFINITY;
+    for (int32_t i = 0; i < n; i++) mx = logits[i] > mx ? logits[i] : mx;
+    double sum = 0;
+    for (int32_t i = 0; i < n; i++) sum += exp((double)logits[i] - mx);
+    const double lse = mx + log(sum);
+    int32_t best[CLLM_ENGINE_MAX_TOP_LOGPROBS];
+    int nb = 0;
+    for (int32_t i = 0; i < n && top > 0; i++) { /* insertion into the top list */
+        if (nb == top && logits[i] <= logits[best[nb - 1]]) continue;
+        int k = nb < top ? nb++ : nb - 1;
+        while (k > 0 && logits[best[k - 1]] < logits[i]) best[k] = best[k - 1], k--;
+        best[k] = i;
+    }
+    for (int k = 0; k < nb; k++) {
+        sl->top[k] = (cllm_token_logprob){best[k], (double)logits[best[k]] - lse};
+    }
+    return (double)logits[id] - lse;
+}
+
+/* Samples the next token of slot sl from its logits and reports it and its
+ * text; ends the request on an end token, a stop string, its length or a
+ * full context. */
+static void slot_sample(cllm_engine *e, engine_slot *sl) {
+    const engine_req *r = sl->req;
+    if (r->p.max_tokens == 0) {
+        slot_finish(e, sl, CLLM_STOP_LENGTH, CLLM_OK, NULL);
+        return;
+    }
+    const float *logits = cllm_session_seq_logits(e->s, sl->seq);
+    if (!logits) {
+        slot_fail(e, sl, CLLM_ERR_BACKEND, "%s", "no logits after decoding");
+        return;
+    }
+    int32_t id;
+    const cllm_status st = cllm_sampler_sample(sl->smp, logits, &id);
+    if (st != CLLM_OK) {
+        slot_fail(e, sl, st, "sampling failed: %s", cllm_last_error());
+        return;
+    }
+    if (cllm_tokenizer_is_eog(e->model->tok, id)) {
+        slot_finish(e, sl, CLLM_STOP_EOG, CLLM_OK, NULL);
+        return;
+    }
+    (void)cllm_sampler_accept(sl->smp, id);
+    sl->n_gen++;
+    sl->pending = id;
+    cllm_event ev = {.kind = CLLM_EVENT_TOKEN, .token = id};
+    if (r->p.logprobs >= 0) {
+        ev.logprob = slot_logprobs(e, sl, logits, id, r->p.logprobs);
+        ev.top = sl->top;
+        ev.n_top = r->p.logprobs;
+    }
+    emit(e, r, &ev);
+    const char *text;
+    size_t len;
+    (void)cllm_detokenizer_put(sl->detok, id, &text, &len); /* id is in range */
+    if (!hold(sl, text, len)) {
+        slot_fail(e, sl, CLLM_ERR_NOMEM, "%s", "out of memory for the text");
+        return;
+    }
+    const bool at_length = r->p.max_tokens >= 0 && sl->n_gen >= (size_t)r->p.max_tokens;
+    /* the pending token needs one more row of the context */
+    const bool full = sl->n_cached + 1 > (size_t)e->n_ctx;
+    if (release_decided(e, sl, id, false)) {
+        slot_finish(e, sl, CLLM_STOP_STRING, CLLM_OK, NULL);
+    } else if (at_length || full) {
+        slot_finish(e, sl, at_length ? CLLM_STOP_LENGTH : CLLM_STOP_CONTEXT_FULL, CLLM_OK, NULL);
+    }
+}
+
+/* One forward pass over w[0, n) (items[0, n)); if it fails, each item alone.
+ * Each item's request is charged the pass's time. */
+static void engine_pass(cllm_engine *e, engine_work *w, const cllm_seq_tokens *items, int n) {
+    const double t0 = cllm_time_ms();
+    cllm_status st = cllm_session_decode_seqs(e->s, items, n);
+    const double ms = cllm_time_ms() - t0;
+    for (int i = 0; i < n; i++) {
+        w[i].st = st;
+        if (st != CLLM_OK && n > 1) w[i].st = cllm_session_decode_seqs(e->s, &items[i], 1);
+        if (w[i].st != CLLM_OK) {
+            snprintf(w[i].error, sizeof(w[i].error), "decoding failed: %s", cllm_last_error());
+        }
+        cllm_request_usage *u = &w[i].slot->usage;
+        if (w[i].prompt)
+            u->prompt_ms += ms;
+        else
+            u->gen_ms += ms;
+    }
+}
+
+/*
+ * Decodes the items of a step: the generating slots' tokens (one each, the
+ * first n_gen items) and the prompt chunks of at least
+ * CLLM_SESSION_MIN_CHUNK tokens that fit beside them in n_batch, in one
+ * forward pass, which reads the weights once for all of them: each
+ * one-token column is computed as it would be alone and attends to its own
+ * KV cache, and the chunks' columns as in a pass of their own. The other
+ * prompt chunks go together in passes of up to n_batch tokens: chunks of at
+ * least CLLM_SESSION_MIN_CHUNK tokens get in a joint pass the logits they
+ * get read alone, bit for bit (cllm_session_decode_seqs), and requests that
+ * arrive together pay for the weights once instead of once each. A shorter
+ * chunk (a prompt of fewer tokens) has a pass of its own. So a request's
+ * answer does not depend on the others.
+ */
+static void engine_decode(cllm_engine *e, engine_work *w, int n, int n_gen) {
+    cllm_seq_tokens *items = e->items;
+    const int64_t min = CLLM_SESSION_MIN_CHUNK, nb = e->n_batch;
+    for (int i = 0; i < n; i++) items[i] = (cllm_seq_tokens){w[i].slot->seq, w[i].ids, w[i].n};
+    int i = 0;
+    while (i < n_gen) { /* a caller's session may batch fewer tokens than it has sequences */
+        int j = (int)CLLM_MIN((int64_t)n_gen, i + nb);
+        int64_t total = j - i;
+        if (j == n_gen) {
+            while (j < n && items[j].n_tokens >= min && total + items[j].n_tokens <= nb)
+                total += items[j++].n_tokens;
+        }
+        engine_pass(e, w + i, items + i, j - i);
+        i = j;
+    }
+    while (i < n) {
+        int j = i + 1;
+        int64_t total = items[i].n_tokens;
+        while (items[i].n_tokens >= min && j < n && items[j].n_tokens >= min &&
+               total + items[j].n_tokens <= nb) {
+            total += items[j++].n_tokens;
+        }
+        engine_pass(e, w + i, items + i, j - i);
+        i = j;
+    }
+}
+
+cllm_status cllm_engine_step(cllm_engine *e) {
+    CLLM_ASSERT(e != NULL);
+    engine_schedule(e);
+    /* a token of every generating slot, then the next chunk of every prompt
+     * being read (at most n_batch tokens, as it would be alone) */
+    engine_work *work = e->work;
+    int n = 0, n_gen = 0;
+    for (int pass = 0; pass < 2; pass++) {
+        for (int i = 0; i < e->n_slots; i++) {
+            engine_slot *sl = &e->slots[i];
+            const engine_req *r = sl->req;
+            if (!r || (sl->n_fed < r->n_prompt) != (pass == 1)) continue;
+            engine_work *w = &work[n++];
+            *w = (engine_work){.slot = sl, .prompt = pass == 1, .sample = true};
+            if (pass == 1) {
+                const size_t left = r->n_prompt - sl->n_fed;
+                w->ids = r->prompt + sl->n_fed;
+                w->n = cllm_session_prompt_chunk(e->n_batch, (int64_t)left);
+                w->sample = (size_t)w->n == left;
+            } else {
+                w->ids = &sl->pending;
+                w->n = 1;
+                n_gen++;
+            }
+        }
+    }
+    if (n == 0) return CLLM_OK;
+
+    engine_decode(e, work, n, n_gen);
+
+    for (int i = 0; i < n; i++) {
+        engine_work *w = &work[i];
+        engine_slot *sl = w->slot;
+        if (w->st != CLLM_OK) {
+            /* the sequence keeps the rows it had */
+            (void)cllm_session_seq_truncate(e->s, sl->seq, (int64_t)sl->n_cached);
+            slot_finish(e, sl, CLLM_STOP_ERROR, w->st, w->error);
+            continue;
+        }
+        if (sl->n_known == sl->n_cached) {
+            memcpy(sl->cached + sl->n_cached, w->ids, (size_t)w->n * sizeof(int32_t));
+            sl->n_known += (size_t)w->n;
+        }
+        /* a prompt chunk of CLLM_SESSION_MIN_CHUNK or more after fresh rows:
+         * its rows are fresh too */
+        if (w->prompt && e->chunked && sl->n_fresh == sl->n_cached &&
+            w->n >= CLLM_SESSION_MIN_CHUNK) {
+            sl->n_fresh += (size_t)w->n;
+        }
+        sl->n_cached += (size_t)w->n;
+        if (w->prompt)
+            sl->n_fed += (size_t)w->n;
+        else
+            sl->usage.n_gen_decoded++;
+        if (w->sample) slot_sample(e, sl);
+    }
+    return CLLM_OK;
+}

@@ -5,20 +5,41 @@
  * computes its layers and sends the activations of the batch to the next;
  * the last rank computes the logits and sends them back to rank 0.
  *
+ * Rank 0 holds one session of fp->n_sessions sequences, which a program
+ * uses as a local session of that many sequences (cllm.h): decode,
+ * decode_seqs, seq_logits, seq_n_past, seq_truncate, memory. Each rank's
+ * session holds its layers' KV cache of every sequence.
+ *
  *     // every rank (under mpirun -np N):
  *     cllm_plan_params fp = cllm_plan_default_params();   // shape, budgets per rank
+ *     fp.n_sessions = 4;                                   // sequences
+ *     cllm_pipe_opts po = cllm_pipe_default_opts();
  *     cllm_pipe *p;
  *     if (cllm_pipe_init(&argc, &argv) != CLLM_OK) ...
- *     if (cllm_pipe_open("model.gguf", &fp, &cllm_pipe_default_opts(), &p) != CLLM_OK) ...
+ *     if (cllm_pipe_open("model.gguf", &fp, &po, &p) != CLLM_OK) ...
  *     if (cllm_pipe_rank(p) == 0) {
- *         cllm_session *s = cllm_pipe_session(p);   // decode as on one machine
- *         ... cllm_generate(s, ...) ...
+ *         cllm_session *s = cllm_pipe_session(p);   // as on one machine
+ *         st = cllm_session_decode(s, prompt, n_prompt);          // sequence 0
+ *         cllm_seq_tokens step[4] = {{0, &t0, 1}, {1, &t1, 1}, {2, &t2, 1}, {3, &t3, 1}};
+ *         st = cllm_session_decode_seqs(s, step, 4);  // the ranks work on
+ *         ... cllm_session_seq_logits(s, 2) ...       // different sequences at once
  *     } else {
  *         st = cllm_pipe_serve(p);                  // until rank 0 closes
  *     }
  *     cllm_pipe_close(p);                           // rank 0: stops the others
  *     cllm_pipe_free(p);
  *     cllm_pipe_finalize(st != CLLM_OK);
+ *
+ * On rank 0, cllm_session_decode sends its prompt's micro-batches (n_batch
+ * tokens) down the ranks one after the other, computing the next while the
+ * last one travels; cllm_session_decode_seqs computes and sends each item
+ * (a sequence's tokens) as a batch of its own before it collects the
+ * logits of all of them, so that the ranks work on different sequences at
+ * the same time. Each item's logits are those it gets alone; a local
+ * session's batch gives the same bit for bit in the cases cllm.h names
+ * (items of one token, of at least 8 tokens, or the one-token items first).
+ * A truncation needs no message: every batch carries its sequence's
+ * position, and the other ranks go back to it.
  *
  * The plan of the ranks (cllm_pipe_plan) needs no MPI: `cllm plan --ranks N`
  * prints it on one machine. The transport (cllm_pipe_init and the rest) is
@@ -57,7 +78,7 @@ typedef struct cllm_pipe_rank_plan {
 typedef struct cllm_pipe_plan {
     int n_ranks;
     int64_t n_layer, n_embd, n_vocab, n_ctx, n_batch;
-    int n_seq; /* concurrent sequences: sessions per rank */
+    int n_seq; /* concurrent sequences: those of each rank's session */
     /* bytes one batch of n tokens sends between two ranks: act_header +
      * n x act_row; the last rank sends n_outputs x logits_row to rank 0 */
     size_t act_header, act_row, logits_row;
@@ -72,8 +93,10 @@ typedef struct cllm_pipe_plan {
  * n_threads; fp->use_mmap is ignored: a rank reads only its own tensors into
  * memory, since a file's tensors need not lie in layer order), plus the
  * exchange buffers. fp's budget "cpu" (cllm_plan_add_budget)
- * applies to every rank; fp->n_sessions concurrent sequences (sessions per
- * rank, at most CLLM_PIPE_MAX_SEQS) multiply state, compute and workspace.
+ * applies to every rank; fp->n_sessions concurrent sequences (at most
+ * CLLM_PIPE_MAX_SEQS) make each rank's session one of that many sequences,
+ * measured as such (a KV cache per sequence, the compute of their worst
+ * batches).
  * CLLM_ERR_TOO_LARGE names the rank that is short and
  * by how much (*out is still filled); CLLM_ERR_INVALID_ARG for more ranks
  * than layers; CLLM_ERR_UNSUPPORTED for an architecture that cannot run a
@@ -132,31 +155,33 @@ int cllm_pipe_rank(const cllm_pipe *p);
 int cllm_pipe_size(const cllm_pipe *p);
 const cllm_pipe_plan *cllm_pipe_get_plan(const cllm_pipe *p);
 
-/* This rank's model and session (owned by p). On rank 0 the session
- * decodes tokens as on one machine (sequence 0); the model has the
- * tokenizer. */
+/* This rank's model and session (owned by p). On rank 0 the session (of
+ * cllm_pipe_n_seq sequences) decodes tokens as a local one; the model has
+ * the tokenizer. */
 cllm_model *cllm_pipe_model(cllm_pipe *p);
 cllm_session *cllm_pipe_session(cllm_pipe *p);
 
-/* Concurrent sequences: fp->n_sessions sessions per rank (each with its
- * KV cache and compute, planned x n_sessions; the weights shared). On rank
- * 0 sequence `seq`'s session decodes as above, one sequence at a time. */
+/* The sequences of the session (fp->n_sessions). */
 int cllm_pipe_n_seq(const cllm_pipe *p);
+
+/* ---- deprecated: a session per sequence ---------------------------------
+ * Thin wrappers over the session of n_seq sequences, kept until their
+ * callers use it; do not use them in new code. */
+
+/* Deprecated: sequence `seq` of cllm_pipe_session(p) seen as a session of
+ * one sequence (owned by p; NULL for a sequence out of range or out of
+ * memory): decode, logits, truncate, reset and n_past act on that
+ * sequence. Its memory report is the session's for sequence 0, the shared
+ * weights alone for the others. */
 cllm_session *cllm_pipe_session_seq(cllm_pipe *p, int seq);
 
-/* Rank 0: one token for each of sequences 0 .. n-1 (tokens[i] for sequence
- * i), pipelined: sequence i's token travels down the ranks while rank 0
- * computes sequence i + 1's, so that the ranks work at the same time; the
- * logits are collected at the end (cllm_session_logits of each sequence's
- * session). */
+/* Deprecated: cllm_session_decode_seqs of one token for each of sequences
+ * 0 .. n-1 (tokens[i] for sequence i). */
 cllm_status cllm_pipe_decode_seqs(cllm_pipe *p, const int32_t *tokens, int n);
 
-/* Rank 0: the tokens of several sequences (distinct; each item's n_tokens
- * decoded in its sequence's session, n_batch at a time), pipelined as
- * cllm_pipe_decode_seqs: an item's batches travel down the ranks while
- * rank 0 computes the next item's; afterwards each session's logits are its
- * last token's. cllm_pipe_decode_seqs is this with one token per sequence
- * 0 .. n-1. */
+/* Deprecated: cllm_session_decode_seqs of the items (distinct sequences)
+ * on rank 0, in calls of at most n_batch tokens; an item longer than that
+ * is decoded in batches of its own. A failure keeps the calls before it. */
 cllm_status cllm_pipe_decode_items(cllm_pipe *p, const cllm_seq_tokens *items, int n);
 
 /* Ranks > 0: computes what arrives until rank 0 closes the pipeline.

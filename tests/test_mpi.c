@@ -7,10 +7,16 @@
  *    on stories260K, TinyLLama-v0 (Q4_0) and SmolLM2-135M (Q4_1), with the
  *    prompt in several micro-batches; every rank reports its memory planned
  *    == allocated (weights, state, compute, workspace, exchange buffers);
- *  - 4 sequences decoded together through the pipeline (each rank's token
- *    of one sequence computed while the next rank works on another's,
- *    cllm_pipe_decode_seqs; argv[3] is cllm-pipeline-bench, the driver)
- *    give every sequence the greedy tokens of the single process;
+ *  - 4 sequences decoded together through the pipeline's session (each
+ *    rank's token of one sequence computed while the next rank works on
+ *    another's, cllm_session_decode_seqs; argv[3] is cllm-pipeline-bench,
+ *    the driver) give every sequence the greedy tokens of the single
+ *    process;
+ *  - a program of 4 sequences on rank 0's session (prompts of several
+ *    sequences in one call, a prompt in micro-batches, steps of a token
+ *    each, a step a chunk joins, truncations) gives after every call the
+ *    positions and logits, bit for bit, of a local session of 4 sequences
+ *    on the whole model (the driver's --check), with 2 and 3 ranks;
  *  - a plan that does not fit names the rank that is short and exits 1;
  *    another command than run under mpirun is refused;
  *  - a rank that fails mid-run is reported by rank 0 ("rank 1 failed"),
@@ -150,6 +156,19 @@ static void check_seqs(const char *model) {
     }
     run_free(&one);
 #undef DRIVER_OPTS
+}
+
+/* The driver's --check: rank 0's session against a local one. */
+static void check_session(const char *model, int np) {
+    run_out o = run("%s'%s' " MPIRUN_OPTS " -np %d '%s' -m '%s' -t 1 -c 128 -b 32 --pp 40 --tg 3 "
+                    "--seqs 4 --check",
+                    g_mpi_env, g_mpirun, np, g_driver, model);
+    char want[128];
+    snprintf(want, sizeof(want), "check: 4 sequences, %d ranks:", np);
+    CHECKF(o.rc == 0 && strstr(o.out, want) && strstr(o.out, "bit for bit the local session's"),
+           "%s, %d ranks: the pipeline's session against a local one: rc %d\n%s%s", model, np, o.rc,
+           o.out, o.err);
+    run_free(&o);
 }
 
 static void check_failures(const char *model) {
@@ -429,6 +448,8 @@ int main(int argc, char **argv) {
     if (refs_have(files)) {
         check_model(refs_model_path(path, sizeof(path), "stories260K.gguf"), "Once upon a time");
         check_seqs(path);
+        check_session(path, 2);
+        check_session(path, 3);
         check_failures(path);
         check_serve(path);
         check_model(refs_model_path(path, sizeof(path), "TinyLLama-v0.Q4_0.gguf"),
@@ -437,6 +458,7 @@ int main(int argc, char **argv) {
     if (refs_fetch_model("smollm2", path, sizeof(path))) {
         check_model(path, "The capital of France is");
         check_seqs(path);
+        check_session(path, 3);
     }
     char rm[192];
     snprintf(rm, sizeof(rm), "rm -rf '%s'", g_dir);

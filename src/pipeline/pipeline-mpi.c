@@ -38,15 +38,14 @@ struct cllm_pipe {
     cllm_pipe_opts o;
     cllm_pipe_plan plan;
     cllm_model *m;
-    int n_seq; /* sessions: one per concurrent sequence */
-    cllm_session *s[CLLM_PIPE_MAX_SEQS];
-    struct pipe_seq {
-        struct cllm_pipe *p;
-        int seq;
-    } link_ud[CLLM_PIPE_MAX_SEQS];
-    /* rank 0, cllm_pipe_decode_seqs: logits received later, in order */
-    bool defer;
+    int n_seq;       /* concurrent sequences: those of s */
+    cllm_session *s; /* this rank's layers, n_seq sequences */
+    /* (deprecated cllm_pipe_session_seq) views of sequences 1 .. n_seq - 1 */
+    cllm_session *views[CLLM_PIPE_MAX_SEQS];
+    /* rank 0: the logits asked for since the link's last wait, received in
+     * the order of the batches sent */
     MPI_Request pending[CLLM_PIPE_MAX_SEQS];
+    int n_pending;
     size_t msg_bytes;
     char *recv_msg;    /* ranks > 0 */
     char *send_msg[2]; /* all but the last */
@@ -200,38 +199,43 @@ static cllm_status take_slot(cllm_pipe *p, int *slot) {
 
 /* ---- rank 0: the session link ------------------------------------------- */
 
-static cllm_status link_send(void *ud, int64_t n_past, int64_t n, int64_t n_outputs, bool want,
-                             const float *act) {
-    const struct pipe_seq *ps = ud;
-    cllm_pipe *p = ps->p;
+static cllm_status link_send(void *ud, int seq, int64_t n_past, int64_t n, int64_t n_outputs,
+                             const float *act, float *logits) {
+    cllm_pipe *p = ud;
+    if (logits && p->n_pending == CLLM_PIPE_MAX_SEQS) {
+        return cllm_error(CLLM_ERR_INVALID_ARG, "pipeline: more than %d logits asked at once",
+                          CLLM_PIPE_MAX_SEQS);
+    }
     int slot;
     CLLM_TRY(take_slot(p, &slot));
     memcpy(p->send_msg[slot] + CLLM_PIPE_HEADER_BYTES, act, (size_t)n * p->plan.act_row);
     p->n_batches++;
-    const int64_t h[8] = {OP_BATCH, n_past, n, n_outputs, want, ps->seq, 0, 0};
-    return send_batch(p, slot, h, n);
+    const int64_t h[8] = {OP_BATCH, n_past, n, n_outputs, logits != NULL, seq, 0, 0};
+    CLLM_TRY(send_batch(p, slot, h, n));
+    if (!logits) return CLLM_OK;
+    /* posted now, so that the last rank's logits go as soon as they are
+     * computed; messages of one sender and tag arrive in the order sent, so
+     * each batch's logits land in its buffer */
+    const int last = p->size - 1;
+    const int rc = MPI_Irecv(logits, (int)((size_t)n_outputs * p->plan.logits_row), MPI_BYTE, last,
+                             TAG_LOGITS, MPI_COMM_WORLD, &p->pending[p->n_pending]);
+    if (rc != MPI_SUCCESS) return mpi_error(rc, "receiving the logits");
+    p->n_pending++;
+    return CLLM_OK;
 }
 
-static cllm_status link_recv(void *ud, float *logits, int64_t n_outputs) {
-    const struct pipe_seq *ps = ud;
-    cllm_pipe *p = ps->p;
-    MPI_Request req;
-    const int last = p->size - 1;
-    /* messages of one sender and tag arrive in the order sent: the logits
-     * of the sequences of cllm_pipe_decode_seqs come back in their order */
-    const int rc = MPI_Irecv(logits, (int)((size_t)n_outputs * p->plan.logits_row), MPI_BYTE, last,
-                             TAG_LOGITS, MPI_COMM_WORLD, &req);
-    if (rc != MPI_SUCCESS) return mpi_error(rc, "receiving the logits");
-    if (p->defer) {
-        p->pending[ps->seq] = req; /* waited for at the end of the step */
-        return CLLM_OK;
+static cllm_status link_wait(void *ud) {
+    cllm_pipe *p = ud;
+    cllm_status st = CLLM_OK;
+    for (int i = 0; i < p->n_pending; i++) {
+        if (st == CLLM_OK) st = wait_req(p, &p->pending[i], "(logits) from", p->size - 1);
+        if (st != CLLM_OK && p->pending[i] != MPI_REQUEST_NULL) {
+            MPI_Cancel(&p->pending[i]); /* the pipeline is given up */
+            p->pending[i] = MPI_REQUEST_NULL;
+        }
     }
-    const cllm_status st = wait_req(p, &req, "(logits) from", last);
-    if (st != CLLM_OK) {
-        MPI_Cancel(&req);
-        return st;
-    }
-    return CLLM_OK;
+    p->n_pending = 0;
+    return st;
 }
 
 /* ---- open ----------------------------------------------------------------- */
@@ -253,11 +257,9 @@ static cllm_status pipe_load(cllm_pipe *p, const char *path, const cllm_plan_par
     sp.n_batch = p->plan.n_batch;
     sp.n_threads = fp->n_threads;
     sp.kv_type = fp->kv_type;
+    sp.n_seq = fp->n_sessions;
     p->n_seq = fp->n_sessions;
-    for (int i = 0; i < p->n_seq; i++) {
-        CLLM_TRY(cllm_session_new(p->m, &sp, &p->s[i]));
-        p->pending[i] = MPI_REQUEST_NULL;
-    }
+    CLLM_TRY(cllm_session_new(p->m, &sp, &p->s));
 
     /* the buffers of the exchange, exactly as planned */
     p->msg_bytes = cllm_pipe_msg_bytes(&p->plan);
@@ -276,11 +278,9 @@ static cllm_status pipe_load(cllm_pipe *p, const char *path, const cllm_plan_par
             p->exchange += p->plan.logits_row;
         }
     }
-    for (int i = 0; i < p->n_seq && p->rank == 0; i++) {
-        p->link_ud[i] = (struct pipe_seq){.p = p, .seq = i};
-        cllm_session_set_link(p->s[i], &(cllm_session_link){.ud = &p->link_ud[i],
-                                                            .send = link_send,
-                                                            .recv_logits = link_recv});
+    if (p->rank == 0 && p->size > 1) {
+        cllm_session_set_link(p->s,
+                              &(cllm_session_link){.ud = p, .send = link_send, .wait = link_wait});
     }
     return CLLM_OK;
 nomem:
@@ -293,18 +293,10 @@ static bool memory_exact(const cllm_pipe *p, size_t *total) {
     const cllm_pipe_rank_plan *rp = &p->plan.ranks[p->rank];
     bool same = p->exchange == rp->exchange;
     *total = p->exchange;
-    size_t bytes[CLLM_MEM_COUNT] = {0};
-    for (int i = 0; i < p->n_seq; i++) {
-        const cllm_memory_report r = cllm_session_memory(p->s[i]);
-        for (int k = 0; k < CLLM_MEM_COUNT; k++) {
-            same = same && r.planned[k] == r.allocated[k];
-            /* the weights are the model's, shared by the sessions */
-            if (k != CLLM_MEM_WEIGHTS || i == 0) bytes[k] += r.allocated[k];
-        }
-    }
+    const cllm_memory_report r = cllm_session_memory(p->s);
     for (int k = 0; k < CLLM_MEM_COUNT; k++) {
-        same = same && rp->bytes[k] == bytes[k];
-        *total += bytes[k];
+        same = same && r.planned[k] == r.allocated[k] && rp->bytes[k] == r.allocated[k];
+        *total += r.allocated[k];
     }
     return same;
 }
@@ -332,6 +324,7 @@ cllm_status cllm_pipe_open(const char *path, const cllm_plan_params *fp, const c
     p->o = opts ? *opts : cllm_pipe_default_opts();
     if (!(p->o.timeout_s > 0)) p->o.timeout_s = cllm_pipe_default_opts().timeout_s;
     p->send_req[0] = p->send_req[1] = MPI_REQUEST_NULL;
+    for (int i = 0; i < CLLM_PIPE_MAX_SEQS; i++) p->pending[i] = MPI_REQUEST_NULL;
     MPI_Comm_rank(MPI_COMM_WORLD, &p->rank);
     MPI_Comm_size(MPI_COMM_WORLD, &p->size);
     read_fault(p);
@@ -396,11 +389,17 @@ int cllm_pipe_rank(const cllm_pipe *p) { return p->rank; }
 int cllm_pipe_size(const cllm_pipe *p) { return p->size; }
 const cllm_pipe_plan *cllm_pipe_get_plan(const cllm_pipe *p) { return &p->plan; }
 cllm_model *cllm_pipe_model(cllm_pipe *p) { return p->m; }
-cllm_session *cllm_pipe_session(cllm_pipe *p) { return p->s[0]; }
-cllm_session *cllm_pipe_session_seq(cllm_pipe *p, int seq) {
-    return seq >= 0 && seq < p->n_seq ? p->s[seq] : NULL;
-}
+cllm_session *cllm_pipe_session(cllm_pipe *p) { return p->s; }
 int cllm_pipe_n_seq(const cllm_pipe *p) { return p->n_seq; }
+
+/* ---- deprecated: a session per sequence ------------------------------------ */
+
+cllm_session *cllm_pipe_session_seq(cllm_pipe *p, int seq) {
+    if (seq < 0 || seq >= p->n_seq) return NULL;
+    if (seq == 0) return p->s;
+    if (!p->views[seq] && cllm_session_seq_view(p->s, seq, &p->views[seq]) != CLLM_OK) return NULL;
+    return p->views[seq];
+}
 
 cllm_status cllm_pipe_decode_items(cllm_pipe *p, const cllm_seq_tokens *items, int n) {
     if (p->rank != 0 || n < 1 || n > p->n_seq) {
@@ -418,25 +417,22 @@ cllm_status cllm_pipe_decode_items(cllm_pipe *p, const cllm_seq_tokens *items, i
         }
         seen[q] = true;
     }
-    /* each sequence's batches go down the pipeline while rank 0 computes
-     * the next one's; the logits are collected at the end */
-    p->defer = p->size > 1;
-    cllm_status st = CLLM_OK;
-    for (int i = 0; i < n && st == CLLM_OK; i++) {
-        st = cllm_session_decode(p->s[items[i].seq], items[i].tokens, items[i].n_tokens);
-    }
-    p->defer = false;
-    for (int q = 0; q < p->n_seq; q++) {
-        if (p->pending[q] == MPI_REQUEST_NULL) continue;
-        if (st == CLLM_OK) {
-            st = wait_req(p, &p->pending[q], "(logits) from", p->size - 1);
+    /* the session's decode_seqs, in calls of at most a batch of tokens; an
+     * item longer than that in batches of its own */
+    const int64_t nb = p->plan.n_batch;
+    for (int i = 0, j; i < n; i = j) {
+        if (items[i].n_tokens > nb) {
+            cllm_session *s = cllm_pipe_session_seq(p, items[i].seq);
+            if (!s) return cllm_error(CLLM_ERR_NOMEM, "pipeline: out of host memory");
+            CLLM_TRY(cllm_session_decode(s, items[i].tokens, items[i].n_tokens));
+            j = i + 1;
+            continue;
         }
-        if (st != CLLM_OK && p->pending[q] != MPI_REQUEST_NULL) {
-            MPI_Cancel(&p->pending[q]);
-            p->pending[q] = MPI_REQUEST_NULL;
-        }
+        int64_t total = 0;
+        for (j = i; j < n && items[j].n_tokens <= nb - total; j++) total += items[j].n_tokens;
+        CLLM_TRY(cllm_session_decode_seqs(p->s, items + i, j - i));
     }
-    return st;
+    return CLLM_OK;
 }
 
 cllm_status cllm_pipe_decode_seqs(cllm_pipe *p, const int32_t *tokens, int n) {
@@ -445,6 +441,7 @@ cllm_status cllm_pipe_decode_seqs(cllm_pipe *p, const int32_t *tokens, int n) {
     for (int i = 0; i < n; i++) items[i] = (cllm_seq_tokens){i, &tokens[i], 1};
     return cllm_pipe_decode_items(p, items, n);
 }
+
 double cllm_pipe_comm_seconds(const cllm_pipe *p) { return p->comm_s; }
 uint64_t cllm_pipe_bytes_sent(const cllm_pipe *p) { return p->bytes_sent; }
 
@@ -509,7 +506,7 @@ static cllm_status serve_one(cllm_pipe *p, bool *stop) {
         return cllm_error(CLLM_ERR_IO, "pipeline: rank %d: sequence %lld of %d", p->rank,
                           (long long)h[5], p->n_seq);
     }
-    cllm_session *s = p->s[h[5]];
+    const int seq = (int)h[5];
     const float *act = (const float *)(p->recv_msg + CLLM_PIPE_HEADER_BYTES);
     if (last) {
         /* logits of the last row (n_outputs > 1 needs all_logits, not planned here) */
@@ -517,7 +514,7 @@ static cllm_status serve_one(cllm_pipe *p, bool *stop) {
             return cllm_error(CLLM_ERR_IO, "pipeline: rank %d: %lld logit rows asked, 1 planned",
                               p->rank, (long long)n_outputs);
         }
-        CLLM_TRY(cllm_session_stage_run(s, n_past, n, n_outputs, act, p->logits_out));
+        CLLM_TRY(cllm_session_stage_run(p->s, seq, n_past, n, n_outputs, act, p->logits_out));
         if (!want) return CLLM_OK;
         rc = MPI_Isend(p->logits_out, (int)p->plan.logits_row, MPI_BYTE, 0, TAG_LOGITS,
                        MPI_COMM_WORLD, &req);
@@ -527,7 +524,7 @@ static cllm_status serve_one(cllm_pipe *p, bool *stop) {
     }
     int slot;
     CLLM_TRY(take_slot(p, &slot));
-    st = cllm_session_stage_run(s, n_past, n, n_outputs, act,
+    st = cllm_session_stage_run(p->s, seq, n_past, n, n_outputs, act,
                                 (float *)(p->send_msg[slot] + CLLM_PIPE_HEADER_BYTES));
     if (st != CLLM_OK) return st;
     return send_batch(p, slot, h, n);
@@ -610,7 +607,8 @@ cllm_status cllm_pipe_measure_transfer(cllm_pipe *p, size_t bytes, int reps, dou
 
 void cllm_pipe_free(cllm_pipe *p) {
     if (!p) return;
-    for (int i = 0; i < p->n_seq; i++) cllm_session_free(p->s[i]);
+    for (int i = 0; i < CLLM_PIPE_MAX_SEQS; i++) cllm_session_free(p->views[i]);
+    cllm_session_free(p->s);
     cllm_model_free(p->m);
     cllm_free(p->recv_msg);
     cllm_free(p->send_msg[0]);

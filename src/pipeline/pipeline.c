@@ -1,6 +1,6 @@
 /* The plan of a pipeline across hosts (cllm-pipeline.h): contiguous layer
- * ranges, each measured as a session of its own, and the buffers the ranks
- * exchange through. No MPI here (pipeline-mpi.c is the transport). */
+ * ranges, each measured as the session of its rank, and the buffers the
+ * ranks exchange through. No MPI here (pipeline-mpi.c is the transport). */
 #include "cllm-pipeline.h"
 #include "core/hostmem.h"
 #include "pipeline/pipeline-impl.h"
@@ -39,10 +39,10 @@ static size_t budget_of(const cllm_plan_params *fp) {
     return 0;
 }
 
-/* Measures rank r's part: its weights (read), and its sessions' state,
- * compute and workspace, in measure mode. */
+/* Measures rank r's part: its weights (read), and its session's state,
+ * compute and workspace (sh: n_seq sequences), in measure mode. */
 static cllm_status plan_rank(const cllm_arch *arch, const cllm_hparams *hp, cllm_weights *w,
-                             const cllm_shape *sh, int n_sessions, cllm_pipe_plan *plan, int r) {
+                             const cllm_shape *sh, cllm_pipe_plan *plan, int r) {
     cllm_pipe_rank_plan *rp = &plan->ranks[r];
     cllm_pipe_split((int)hp->n_layer, plan->n_ranks, r, &rp->layer_begin, &rp->layer_end);
     cllm_placement pl;
@@ -67,10 +67,7 @@ static cllm_status plan_rank(const cllm_arch *arch, const cllm_hparams *hp, cllm
     const cllm_instance_args ia = {
         .arch = arch, .hp = hp, .w = w, .pl = &pl, .shape = *sh, .measure = true};
     if ((st = cllm_instance_init(&in, &ia)) != CLLM_OK) goto done;
-    /* per sequence (a session each): state, compute, workspace */
-    for (int k = 0; k < CLLM_MEM_COUNT; k++) {
-        rp->bytes[k] = in.bytes[cpu][k] * (k == CLLM_MEM_WEIGHTS ? 1 : (size_t)n_sessions);
-    }
+    for (int k = 0; k < CLLM_MEM_COUNT; k++) rp->bytes[k] = in.bytes[cpu][k];
     rp->exchange = cllm_pipe_exchange_bytes(plan, r);
     rp->total = rp->exchange;
     for (int k = 0; k < CLLM_MEM_COUNT; k++) rp->total += rp->bytes[k];
@@ -135,7 +132,7 @@ cllm_status cllm_pipe_plan_file(const char *path, const cllm_plan_params *fp, in
                                    .n_batch = p.n_batch,
                                    .kv_type = p.kv_type,
                                    .n_threads = p.n_threads,
-                                   .n_seq = 1};
+                                   .n_seq = p.n_sessions};
     if ((st = cllm_shape_resolve(&hp, &shp, "pipeline", &sh)) != CLLM_OK) goto done;
     if ((st = cllm_weights_new(g, arch, &hp, &w)) != CLLM_OK) goto done;
     plan.n_ranks = n_ranks;
@@ -150,7 +147,7 @@ cllm_status cllm_pipe_plan_file(const char *path, const cllm_plan_params *fp, in
     plan.logits_row = (size_t)hp.n_vocab * sizeof(float);
     const size_t budget = budget_of(&p);
     for (int r = 0; r < n_ranks; r++) {
-        if ((st = plan_rank(arch, &hp, w, &sh, p.n_sessions, &plan, r)) != CLLM_OK) goto done;
+        if ((st = plan_rank(arch, &hp, w, &sh, &plan, r)) != CLLM_OK) goto done;
         plan.ranks[r].budget = budget;
     }
     *out = plan;

@@ -48,11 +48,19 @@ struct cllm_session {
     cllm_graph_io io;
     uint64_t n_builds;
 
-    /* a stage of a pipeline that is not the last: the next stage, and the
-     * activations of a batch staged for it ([n_batch][n_embd]) */
+    /* a stage of a pipeline that is not the last: the next stage, the
+     * activations of a batch staged for it ([n_batch][n_embd]), and (the
+     * first stage) the logits the link receives until they are all there,
+     * [max(n_seq, n_outputs)][n_vocab] */
     bool has_link;
     cllm_session_link link;
     float *act;
+    float *link_logits;
+
+    /* transitional (cllm_session_seq_view): a view of sequence view_seq of
+     * view_of, which holds everything */
+    cllm_session *view_of;
+    int view_seq;
 };
 
 /* A one-token batch attends to the cache rows up to the next multiple of
@@ -185,8 +193,11 @@ cllm_status cllm_session_new(const cllm_model *model, const cllm_session_params 
     s->seq_logits = cllm_malloc((size_t)shape.n_seq * (size_t)hp->n_vocab * sizeof(float));
     if (model->partial) {
         s->act = cllm_malloc((size_t)shape.n_batch * (size_t)hp->n_embd * sizeof(float));
+        const int64_t rows = CLLM_MAX((int64_t)shape.n_seq, shape.n_outputs);
+        s->link_logits = cllm_malloc((size_t)rows * (size_t)hp->n_vocab * sizeof(float));
     }
-    if (!s->logits || !s->mask_row || !s->seq_logits || (model->partial && !s->act)) {
+    if (!s->logits || !s->mask_row || !s->seq_logits ||
+        (model->partial && (!s->act || !s->link_logits))) {
         cllm_error(st, "out of host memory for a session");
         goto fail;
     }
@@ -212,17 +223,27 @@ fail:
 
 void cllm_session_free(cllm_session *s) {
     if (!s) return;
+    if (s->view_of) {
+        cllm_free(s);
+        return;
+    }
     if (s->sched) atomic_fetch_sub(&((cllm_model *)s->model)->n_sessions, 1);
     cllm_instance_free(&s->in);
     cllm_free(s->logits);
     cllm_free(s->mask_row);
     cllm_free(s->seq_logits);
     cllm_free(s->act);
+    cllm_free(s->link_logits);
     cllm_free(s);
 }
 
-static cllm_status stage_batch(cllm_session *s, const int32_t *tokens, const float *act_in,
-                               int64_t n, int64_t n_outputs, bool keep, float *act_out);
+static cllm_status stage_batch(cllm_session *s, int seq, const int32_t *tokens, const float *act_in,
+                               int64_t n, int64_t n_outputs, float *logits, float *act_out);
+
+/* Sequence seq's tokens in its cache. */
+static int64_t *seq_past(cllm_session *s, int seq) {
+    return seq == 0 ? &s->n_past : &s->seq_past[seq];
+}
 
 /* Computes the graph last prepared; with streamed layers the pass waits
  * for each one's weights and frees its slot after it (runtime/stream.h). */
@@ -235,28 +256,51 @@ static cllm_status session_compute(cllm_session *s) {
     return rc;
 }
 
-/* Runs one batch of n tokens at n_past. With `keep`, copies the logits of
- * the batch's outputs (all its tokens with all_logits, else the last one)
- * into s->logits once the graph has run, so a failure leaves the previous
- * logits untouched. Does not change n_past. */
+/* Runs one batch of sequence 0's n tokens at n_past. With `keep`, the
+ * logits of the batch's outputs (all its tokens with all_logits, else the
+ * last one) are kept: in s->logits once the graph has run, so a failure
+ * leaves the previous logits untouched, or, linked, in s->link_logits once
+ * the link's wait returns. Does not change n_past. */
 static cllm_status decode_batch(cllm_session *s, const int32_t *tokens, int64_t n, bool keep) {
     const int64_t n_outputs = s->params.all_logits ? n : 1;
-    return stage_batch(s, tokens, NULL, n, n_outputs, keep, NULL);
+    float *logits = !keep ? NULL : s->has_link ? s->link_logits : s->logits;
+    CLLM_TRY(stage_batch(s, 0, tokens, NULL, n, n_outputs, logits, NULL));
+    if (keep && !s->has_link) {
+        s->n_logits = n_outputs;
+        s->n_last = n;
+    }
+    return CLLM_OK;
 }
 
-/* decode_batch for every stage of a pipeline too: the input is tokens or
- * (a later stage) the activations act_in; a stage that is not the last
- * copies its activations to act_out, or sends them through its link. */
-static cllm_status stage_batch(cllm_session *s, const int32_t *tokens, const float *act_in,
-                               int64_t n, int64_t n_outputs, bool keep, float *act_out) {
-    const cllm_batch_shape shape = {.n_tokens = n,
-                                    .n_past = s->n_past,
-                                    .n_kv = padded_n_kv(s, s->n_past, n),
-                                    .n_outputs = n_outputs};
+/*
+ * One batch of n tokens of sequence seq at its position, which it does not
+ * change, for every stage of a pipeline too: the input is tokens or (a
+ * later stage) the activations act_in. Sequence 0 takes the
+ * single-sequence graph, another one a batch of that sequence alone (as
+ * cllm_session_decode_seqs builds it). The output: a stage that is not the
+ * last copies its activations to act_out, or sends them through its link
+ * (`logits`: where the link puts the batch's logits); else the logits of
+ * the n_outputs last rows go to act_out (a last stage) or `logits` (NULL:
+ * not kept), once the graph has run.
+ */
+static cllm_status stage_batch(cllm_session *s, int seq, const int32_t *tokens, const float *act_in,
+                               int64_t n, int64_t n_outputs, float *logits, float *act_out) {
+    const int64_t past = *seq_past(s, seq);
+    cllm_batch_shape shape = {.n_tokens = n, .n_outputs = n_outputs};
+    if (seq == 0) {
+        shape.n_past = past;
+        shape.n_kv = padded_n_kv(s, past, n);
+    } else {
+        shape.n_seqs = 1;
+        shape.seqs[0] = (cllm_seq_shape){
+            .seq = seq, .n_tokens = n, .n_past = past, .n_kv = padded_n_kv(s, past, n)};
+    }
     CLLM_TRY(prepare_graph(s, &shape));
     const cllm_graph_io io = s->io;
+    cllm_tensor *mask = seq == 0 ? io.mask : io.seq_mask[0];
+    cllm_tensor *swa_mask = seq == 0 ? io.swa_mask : io.seq_swa_mask[0];
     /* the rows are written even when the pass fails later */
-    s->seq_high[0] = CLLM_MAX(s->seq_high[0], s->n_past + n);
+    s->seq_high[seq] = CLLM_MAX(s->seq_high[seq], past + n);
 
     /* every input is set in full: a reused graph holds the last batch's */
     const size_t act_bytes = (size_t)n * (size_t)s->model->hp.n_embd * sizeof(float);
@@ -266,9 +310,9 @@ static cllm_status stage_batch(cllm_session *s, const int32_t *tokens, const flo
         cllm_tensor_set(io.act_in, act_in, 0, act_bytes);
     }
     for (int64_t i = 0; i < n; i++) {
-        const int32_t pos = (int32_t)(s->n_past + i);
+        const int32_t pos = (int32_t)(past + i);
         cllm_tensor_set(io.pos, &pos, (size_t)i * sizeof(pos), sizeof(pos));
-        fill_masks(s, io.mask, io.swa_mask, i, pos, s->n_past + n);
+        fill_masks(s, mask, swa_mask, i, pos, past + n);
     }
     /* output row r is batch row n - n_outputs + r: all rows, or the last */
     for (int64_t r = 0; io.out_ids && r < n_outputs; r++) {
@@ -292,24 +336,11 @@ static cllm_status stage_batch(cllm_session *s, const int32_t *tokens, const flo
                               "link to the next stage");
         }
         cllm_tensor_get(io.act_out, s->act, 0, act_bytes);
-        CLLM_TRY(s->link.send(s->link.ud, s->n_past, n, n_outputs, keep, s->act));
-        if (keep) {
-            CLLM_TRY(s->link.recv_logits(s->link.ud, s->logits, n_outputs));
-            s->n_logits = n_outputs;
-            s->n_last = n;
-        }
-        return CLLM_OK;
+        return s->link.send(s->link.ud, seq, past, n, n_outputs, s->act, logits);
     }
-    if (act_out) {
-        cllm_tensor_get(io.logits, act_out, 0,
+    if (act_out || logits) {
+        cllm_tensor_get(io.logits, act_out ? act_out : logits, 0,
                         (size_t)n_outputs * (size_t)s->model->hp.n_vocab * sizeof(float));
-        return CLLM_OK;
-    }
-    if (keep) {
-        cllm_tensor_get(io.logits, s->logits, 0,
-                        (size_t)n_outputs * (size_t)s->model->hp.n_vocab * sizeof(float));
-        s->n_logits = n_outputs;
-        s->n_last = n;
     }
     return CLLM_OK;
 }
@@ -350,27 +381,54 @@ bool cllm_session_is_last_stage(const cllm_session *s) {
     return s->model->place.output_device != CLLM_PLACE_NONE;
 }
 
-cllm_status cllm_session_stage_run(cllm_session *s, int64_t n_past, int64_t n, int64_t n_outputs,
-                                   const float *act_in, float *out) {
-    if (n < 1 || n > s->params.n_batch || n_past < 0 || n_past > s->params.n_ctx - n ||
-        n_outputs < 1 || n_outputs > n || n_outputs > s->shape.n_outputs) {
+cllm_status cllm_session_stage_run(cllm_session *s, int seq, int64_t n_past, int64_t n,
+                                   int64_t n_outputs, const float *act_in, float *out) {
+    if (seq < 0 || seq >= s->shape.n_seq || n < 1 || n > s->params.n_batch || n_past < 0 ||
+        n_past > s->params.n_ctx - n || n_outputs < 1 || n_outputs > n ||
+        n_outputs > s->shape.n_outputs) {
         return cllm_error(CLLM_ERR_INVALID_ARG,
-                          "stage: a batch of %lld tokens at %lld with %lld outputs does not fit "
-                          "the session (context %lld, batch %lld)",
-                          (long long)n, (long long)n_past, (long long)n_outputs,
-                          (long long)s->params.n_ctx, (long long)s->params.n_batch);
+                          "stage: a batch of %lld tokens of sequence %d at %lld with %lld outputs "
+                          "does not fit the session (%d sequences, context %lld, batch %lld)",
+                          (long long)n, seq, (long long)n_past, (long long)n_outputs,
+                          s->shape.n_seq, (long long)s->params.n_ctx, (long long)s->params.n_batch);
     }
     if (!s->model->place.no_input) {
         return cllm_error(CLLM_ERR_INVALID_ARG, "stage: the first stage decodes tokens");
     }
-    if (n_past < s->n_past) CLLM_TRY(check_keep(s, 0, n_past)); /* a rewind */
-    s->n_past = n_past;
-    CLLM_TRY(stage_batch(s, NULL, act_in, n, n_outputs, false, out));
-    s->n_past = n_past + n;
+    int64_t *past = seq_past(s, seq);
+    if (n_past > *past) {
+        return cllm_error(CLLM_ERR_INVALID_ARG,
+                          "stage: sequence %d holds %lld tokens, a batch at %lld would leave a gap",
+                          seq, (long long)*past, (long long)n_past);
+    }
+    /* a batch before the sequence's end follows a truncation on the first
+     * stage, which checked the same: every stage wrote the same rows. At 0
+     * nothing of the rings is seen again (as cllm_session_seq_truncate). */
+    if (n_past == 0) s->seq_high[seq] = 0;
+    if (n_past < *past) CLLM_TRY(check_keep(s, seq, n_past));
+    *past = n_past;
+    CLLM_TRY(stage_batch(s, seq, NULL, act_in, n, n_outputs, NULL, out));
+    *past = n_past + n;
+    return CLLM_OK;
+}
+
+/* cllm_session_decode of a view (cllm_session_seq_view) of a sequence
+ * other than 0: batches of at most n_batch tokens, cut as decode cuts
+ * them. Transitional: a failure keeps the batches before it. */
+static cllm_status view_decode(cllm_session *v, const int32_t *tokens, int64_t n) {
+    cllm_session *s = v->view_of;
+    const int64_t nb = s->params.n_batch;
+    for (int64_t i = 0, chunk = 0; i < n; i += chunk) {
+        chunk = cllm_session_prompt_chunk(nb, n - i);
+        const cllm_seq_tokens it = {v->view_seq, tokens + i, chunk};
+        CLLM_TRY(cllm_session_decode_seqs(s, &it, 1));
+    }
     return CLLM_OK;
 }
 
 cllm_status cllm_session_decode(cllm_session *s, const int32_t *tokens, int64_t n) {
+    if (s->view_of && s->view_seq == 0) return cllm_session_decode(s->view_of, tokens, n);
+    if (s->view_of) return view_decode(s, tokens, n);
     const int64_t n_vocab = s->model->hp.n_vocab;
     if (n <= 0) return cllm_error(CLLM_ERR_INVALID_ARG, "decode: no tokens");
     if (s->model->place.no_input) {
@@ -395,27 +453,41 @@ cllm_status cllm_session_decode(cllm_session *s, const int32_t *tokens, int64_t 
                           (long long)n, (long long)s->params.n_batch);
     }
     const int64_t start = s->n_past, nb = s->params.n_batch;
-    for (int64_t i = 0, chunk = 0; i < n; i += chunk) {
-        chunk = cllm_session_prompt_chunk(nb, n - i);
+    cllm_status st = CLLM_OK;
+    int64_t last = 0; /* tokens of the last batch */
+    for (int64_t i = 0; i < n && st == CLLM_OK; i += last) {
+        last = cllm_session_prompt_chunk(nb, n - i);
         /* only the last batch's logits are kept: earlier ones would be
          * overwritten, and a failure must leave the previous ones */
-        const cllm_status st = decode_batch(s, tokens + i, chunk, i + chunk == n);
-        if (st != CLLM_OK) {
-            s->n_past = start;
-            if (i > 0 && !can_keep(s, 0, start)) {
-                /* the batches that ran overwrote the window before `start`
-                 * in the sliding-window rings: the context is lost */
-                char why[512];
-                snprintf(why, sizeof(why), "%s", cllm_last_error());
-                cllm_session_reset(s);
-                return cllm_error(st,
-                                  "%s (the sliding-window layers no longer hold the context: it "
-                                  "was cleared)",
-                                  why);
-            }
-            return st;
+        st = decode_batch(s, tokens + i, last, i + last == n);
+        if (st == CLLM_OK) s->n_past += last;
+    }
+    if (s->has_link) {
+        /* the batches went down the stages one after the other; the last
+         * one's logits come back */
+        const cllm_status w = s->link.wait(s->link.ud);
+        if (st == CLLM_OK) st = w;
+        if (st == CLLM_OK) {
+            const int64_t n_outputs = s->params.all_logits ? last : 1;
+            memcpy(s->logits, s->link_logits, (size_t)n_outputs * (size_t)n_vocab * sizeof(float));
+            s->n_logits = n_outputs;
+            s->n_last = last;
         }
-        s->n_past += chunk;
+    }
+    if (st != CLLM_OK) {
+        s->n_past = start;
+        if (!can_keep(s, 0, start)) {
+            /* the batches that ran overwrote the window before `start`
+             * in the sliding-window rings: the context is lost */
+            char why[512];
+            snprintf(why, sizeof(why), "%s", cllm_last_error());
+            cllm_session_reset(s);
+            return cllm_error(st,
+                              "%s (the sliding-window layers no longer hold the context: it "
+                              "was cleared)",
+                              why);
+        }
+        return st;
     }
     return CLLM_OK;
 }
@@ -423,6 +495,8 @@ cllm_status cllm_session_decode(cllm_session *s, const int32_t *tokens, int64_t 
 const float *cllm_session_logits(const cllm_session *s) { return cllm_session_logits_ith(s, -1); }
 
 const float *cllm_session_logits_ith(const cllm_session *s, int64_t i) {
+    if (s->view_of && s->view_seq == 0) return cllm_session_logits_ith(s->view_of, i);
+    if (s->view_of) return i == -1 ? cllm_session_seq_logits(s->view_of, s->view_seq) : NULL;
     if (s->n_logits == 0) return NULL;
     if (i < 0) i += s->n_last;
     /* rows n_last - n_logits .. n_last - 1 of the last decode are kept */
@@ -431,12 +505,20 @@ const float *cllm_session_logits_ith(const cllm_session *s, int64_t i) {
     return s->logits + r * s->model->hp.n_vocab;
 }
 
-int64_t cllm_session_n_past(const cllm_session *s) { return s->n_past; }
-int64_t cllm_session_n_ctx(const cllm_session *s) { return s->params.n_ctx; }
+int64_t cllm_session_n_past(const cllm_session *s) {
+    return s->view_of ? cllm_session_seq_n_past(s->view_of, s->view_seq) : s->n_past;
+}
+int64_t cllm_session_n_ctx(const cllm_session *s) {
+    return s->view_of ? cllm_session_n_ctx(s->view_of) : s->params.n_ctx;
+}
 int64_t cllm_session_n_batch(const cllm_session *s) { return s->params.n_batch; }
 int64_t cllm_session_n_vocab(const cllm_session *s) { return s->model->hp.n_vocab; }
 
 void cllm_session_reset(cllm_session *s) {
+    if (s->view_of) {
+        (void)cllm_session_seq_truncate(s->view_of, s->view_seq, 0); /* never refused */
+        return;
+    }
     s->n_past = 0;
     s->n_logits = 0;
     memset(s->seq_past, 0, sizeof(s->seq_past));
@@ -445,6 +527,7 @@ void cllm_session_reset(cllm_session *s) {
 }
 
 cllm_status cllm_session_truncate(cllm_session *s, int64_t n_keep) {
+    if (s->view_of) return cllm_session_seq_truncate(s->view_of, s->view_seq, n_keep);
     if (n_keep < 0 || n_keep > s->n_past) {
         return cllm_error(CLLM_ERR_INVALID_ARG, "truncate: %lld tokens to keep, outside [0, %lld]",
                           (long long)n_keep, (long long)s->n_past);
@@ -462,14 +545,16 @@ cllm_status cllm_session_truncate(cllm_session *s, int64_t n_keep) {
 
 /* ---- several sequences ------------------------------------------------- */
 
-int cllm_session_n_seq(const cllm_session *s) { return s->shape.n_seq; }
+int cllm_session_n_seq(const cllm_session *s) { return s->view_of ? 1 : s->shape.n_seq; }
 
 int64_t cllm_session_seq_n_past(const cllm_session *s, int seq) {
+    if (s->view_of) return seq == 0 ? cllm_session_n_past(s) : -1;
     if (seq < 0 || seq >= s->shape.n_seq) return -1;
     return seq == 0 ? s->n_past : s->seq_past[seq];
 }
 
 const float *cllm_session_seq_logits(const cllm_session *s, int seq) {
+    if (s->view_of) return seq == 0 ? cllm_session_logits(s) : NULL;
     if (seq < 0 || seq >= s->shape.n_seq) return NULL;
     if (seq == 0) return cllm_session_logits(s);
     return s->seq_has_logits[seq] ? s->seq_logits + (size_t)seq * (size_t)s->model->hp.n_vocab
@@ -478,7 +563,7 @@ const float *cllm_session_seq_logits(const cllm_session *s, int seq) {
 
 cllm_status cllm_session_seq_truncate(cllm_session *s, int seq, int64_t n_keep) {
     if (seq == 0) return cllm_session_truncate(s, n_keep);
-    if (seq < 0 || seq >= s->shape.n_seq) {
+    if (seq < 0 || seq >= cllm_session_n_seq(s)) {
         return cllm_error(CLLM_ERR_INVALID_ARG, "truncate: sequence %d of %d", seq, s->shape.n_seq);
     }
     if (n_keep < 0 || n_keep > s->seq_past[seq]) {
@@ -546,7 +631,65 @@ static cllm_status seqs_shape(const cllm_session *s, const cllm_seq_tokens *item
     return CLLM_OK;
 }
 
+/*
+ * cllm_session_decode_seqs on the first stage of a pipeline: each item is a
+ * batch of its own (its sequence alone), sent down the stages before the
+ * logits of all of them come back, so that the stages work on different
+ * sequences at the same time. Each item's logits are those it gets alone,
+ * which a local session's batch gives too, bit for bit, in the cases
+ * cllm.h names.
+ */
+static cllm_status decode_seqs_linked(cllm_session *s, const cllm_seq_tokens *items, int n) {
+    if (s->model->place.no_input) {
+        return cllm_error(CLLM_ERR_INVALID_ARG,
+                          "decode: a later stage of a pipeline takes activations, not tokens");
+    }
+    if (!s->has_link) {
+        return cllm_error(CLLM_ERR_INVALID_ARG,
+                          "decode: the model holds only some layers and the session has no link "
+                          "to the next stage");
+    }
+    const size_t row = (size_t)s->model->hp.n_vocab;
+    cllm_status st = CLLM_OK;
+    int ran = 0; /* items computed and sent */
+    for (; ran < n && st == CLLM_OK; ran++) {
+        const cllm_seq_tokens *it = &items[ran];
+        st = stage_batch(s, it->seq, it->tokens, NULL, it->n_tokens, 1,
+                         s->link_logits + (size_t)ran * row, NULL);
+        if (st != CLLM_OK) break;
+        *seq_past(s, it->seq) += it->n_tokens;
+    }
+    const cllm_status w = s->link.wait(s->link.ud);
+    if (st == CLLM_OK) st = w;
+    if (st != CLLM_OK) {
+        /* no sequence changes: each went back at most a batch, which the
+         * sliding-window rings still hold (the later stages go back with
+         * the position of the next batch) */
+        for (int i = 0; i < ran; i++) *seq_past(s, items[i].seq) -= items[i].n_tokens;
+        return st;
+    }
+    for (int i = 0; i < n; i++) {
+        const int q = items[i].seq;
+        if (q == 0) {
+            memcpy(s->logits, s->link_logits + (size_t)i * row, row * sizeof(float));
+            s->n_logits = 1;
+            s->n_last = items[i].n_tokens;
+        } else {
+            memcpy(s->seq_logits + (size_t)q * row, s->link_logits + (size_t)i * row,
+                   row * sizeof(float));
+            s->seq_has_logits[q] = true;
+        }
+    }
+    return CLLM_OK;
+}
+
 cllm_status cllm_session_decode_seqs(cllm_session *s, const cllm_seq_tokens *items, int n) {
+    if (s->view_of) {
+        if (n == 1 && items[0].seq == 0) {
+            return cllm_session_decode(s, items[0].tokens, items[0].n_tokens);
+        }
+        return cllm_error(CLLM_ERR_INVALID_ARG, "decode: a view holds one sequence, 0");
+    }
     cllm_batch_shape shape;
     CLLM_TRY(seqs_shape(s, items, n, &shape));
     const int64_t n_vocab = s->model->hp.n_vocab;
@@ -555,11 +698,7 @@ cllm_status cllm_session_decode_seqs(cllm_session *s, const cllm_seq_tokens *ite
     if (n == 1 && items[0].seq == 0) {
         return cllm_session_decode(s, items[0].tokens, items[0].n_tokens);
     }
-    if (s->model->partial) {
-        return cllm_error(CLLM_ERR_UNSUPPORTED,
-                          "decode: a pipeline stage decodes sequence 0 alone (several sequences "
-                          "across hosts are not supported yet)");
-    }
+    if (s->model->partial) return decode_seqs_linked(s, items, n);
 
     /* steps of one token per sequence reuse their graph while every
      * sequence's padded cache rows stay the same (as one sequence's do) */
@@ -602,6 +741,14 @@ cllm_status cllm_session_decode_seqs(cllm_session *s, const cllm_seq_tokens *ite
 }
 
 cllm_memory_report cllm_session_memory_on(const cllm_session *s, const cllm_device *dev) {
+    if (s->view_of) {
+        /* the session's for sequence 0's view, the weights for the others */
+        cllm_memory_report v = cllm_session_memory_on(s->view_of, dev);
+        for (int k = 0; k < CLLM_MEM_COUNT && s->view_seq != 0; k++) {
+            if (k != CLLM_MEM_WEIGHTS) v.planned[k] = v.allocated[k] = 0;
+        }
+        return v;
+    }
     cllm_memory_report r = {0};
     const cllm_model *m = s->model;
     const cllm_placement *pl = &m->place;
@@ -637,4 +784,20 @@ uint64_t cllm_session_graph_builds(const cllm_session *s) { return s->n_builds; 
 void cllm_session_set_graph_reuse(cllm_session *s, bool reuse) {
     s->no_reuse = !reuse;
     s->graph_ready = false;
+}
+
+/* ---- transitional: one sequence seen as a session ------------------------ */
+
+cllm_status cllm_session_seq_view(cllm_session *of, int seq, cllm_session **out) {
+    if (of->view_of || seq < 0 || seq >= of->shape.n_seq) {
+        return cllm_error(CLLM_ERR_INVALID_ARG, "session: a view of sequence %d of %d", seq,
+                          cllm_session_n_seq(of));
+    }
+    cllm_session *v = cllm_calloc(1, sizeof(*v));
+    if (!v) return cllm_error(CLLM_ERR_NOMEM, "out of host memory for a session");
+    v->model = of->model;
+    v->view_of = of;
+    v->view_seq = seq;
+    *out = v;
+    return CLLM_OK;
 }

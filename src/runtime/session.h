@@ -56,42 +56,68 @@ uint64_t cllm_session_graph_builds(const cllm_session *s);
  * (the reference that reuse must match bit for bit); on by default. */
 void cllm_session_set_graph_reuse(cllm_session *s, bool reuse);
 
-/* ---- a stage of a pipeline over several hosts (src/pipeline/pipeline-mpi.c) ---------
+/* ---- a stage of a pipeline over several hosts (src/pipeline/) -----------
  *
  * A session of a model loaded with some of its layers (cllm_model_load_placed)
  * computes only those. The first stage (which holds the token embeddings)
- * decodes with the ordinary API; each batch's activations go to the next
- * stage through its link, and the logits of the batches that keep them come
- * back through it. The later stages run their part with
- * cllm_session_stage_run. Sequence 0 only. */
+ * decodes with the ordinary API, every sequence of it: each batch's
+ * activations go to the next stage through its link, and the logits of the
+ * batches that keep them come back through it. The later stages run their
+ * part with cllm_session_stage_run. The session knows nothing of the
+ * transport: the link is a few functions and their user data.
+ *
+ * A linked session decodes one sequence per batch. cllm_session_decode
+ * sends its prompt's batches one after the other and waits once for the
+ * logits of the last; cllm_session_decode_seqs sends each item as a batch
+ * of its own (its sequence, its tokens) and then waits once for all their
+ * logits, so that the stages work on different sequences at the same
+ * time. Truncation needs no message: every batch carries its sequence's
+ * position, and a later stage goes back to it (cllm_session_stage_run). */
 
 typedef struct cllm_session_link {
     void *ud;
-    /* Sends the activations of a batch, act [n][n_embd] f32, of n tokens at
-     * n_past with n_outputs logit rows; `want`: the logits of this batch are
-     * received next (recv_logits). act is only valid during the call. */
-    cllm_status (*send)(void *ud, int64_t n_past, int64_t n, int64_t n_outputs, bool want,
-                        const float *act);
-    /* Receives the logits of the batch last sent with `want`,
-     * [n_outputs][n_vocab]. */
-    cllm_status (*recv_logits)(void *ud, float *logits, int64_t n_outputs);
+    /* Sends the activations of a batch of sequence `seq`, act [n][n_embd]
+     * f32, of n tokens at n_past with n_outputs logit rows; act is only
+     * valid during the call. `logits`: NULL, or where the logits of this
+     * batch go, [n_outputs][n_vocab]: they are there once `wait` returns
+     * CLLM_OK (the buffer stays valid until then). */
+    cllm_status (*send)(void *ud, int seq, int64_t n_past, int64_t n, int64_t n_outputs,
+                        const float *act, float *logits);
+    /* Waits for the logits of every batch sent with a buffer since the last
+     * wait. The session calls it once after the sends of a decode, also
+     * when a send failed (the link gives up what is still posted). */
+    cllm_status (*wait)(void *ud);
 } cllm_session_link;
 
 /* Sets the link of a first stage (copied); NULL removes it. */
 void cllm_session_set_link(cllm_session *s, const cllm_session_link *link);
 
 /*
- * A later stage: runs its layers on the activations of a batch, act_in
- * [n][n_embd] f32, of n tokens at n_past (the first stage's position; the
- * session's own follows it), with n_outputs logit rows. out receives the
- * activations to send on ([n][n_embd]), or, at the last stage, the logits
- * [n_outputs][n_vocab]. CLLM_ERR_INVALID_ARG for a position or size outside
- * the session's.
+ * A later stage: runs its layers for sequence `seq` on the activations of a
+ * batch, act_in [n][n_embd] f32, of n tokens at n_past (the first stage's
+ * position of that sequence; the session's own follows it: a batch before
+ * it is a truncation, checked as cllm_session_seq_truncate), with
+ * n_outputs logit rows. out receives the activations to send on
+ * ([n][n_embd]), or, at the last stage, the logits [n_outputs][n_vocab].
+ * CLLM_ERR_INVALID_ARG for a sequence, position or size outside the
+ * session's.
  */
-cllm_status cllm_session_stage_run(cllm_session *s, int64_t n_past, int64_t n, int64_t n_outputs,
-                                   const float *act_in, float *out);
+cllm_status cllm_session_stage_run(cllm_session *s, int seq, int64_t n_past, int64_t n,
+                                   int64_t n_outputs, const float *act_in, float *out);
 
 /* Whether the session's model holds the last layer (computes logits). */
 bool cllm_session_is_last_stage(const cllm_session *s);
+
+/* ---- transitional: one sequence seen as a session ------------------------
+ *
+ * For cllm_pipe_session_seq (deprecated) until its callers use a session of
+ * n_seq sequences: a view of sequence `seq` of `of` that the single-sequence
+ * functions (decode, logits, truncate, reset, n_past) act on as on a
+ * session of its own, and the seq functions as sequence 0. Its memory
+ * report is the session's for the view of sequence 0, the shared weights
+ * alone for the others (so that the views' reports add up to the
+ * session's). It holds no memory of its own; free it (cllm_session_free)
+ * before `of`. CLLM_ERR_INVALID_ARG for a sequence out of range. */
+cllm_status cllm_session_seq_view(cllm_session *of, int seq, cllm_session **out);
 
 #endif /* CLLM_RUNTIME_SESSION_H */

@@ -4,18 +4,27 @@
  * several-sequence case.
  *
  *   mpirun -np 2 cllm-pipeline-bench -m MODEL [-t N] [-c N] [-b N] [--pp N]
- *       [--tg N] [--seqs S] [--reps R] [--mem cpu=SIZE] [--ids]
+ *       [--tg N] [--seqs S] [--reps R] [--mem cpu=SIZE] [--ids] [--check]
  *
- * Rank 0, after a warm-up: prompt processing (a prompt of --pp synthetic
- * token ids on sequence 0, in micro-batches of -b), token generation (--tg
- * greedy tokens on sequence 0), and with --seqs S > 1 S sequences each
- * prefilled with 8 tokens of its own and then --tg greedy steps of all of
- * them, pipelined (cllm_pipe_decode_seqs); each --reps times, as mean ±
- * stddev. Then every rank's time waiting on the others and bytes sent, and
- * the one-way time of a token's activations and logits between ranks 0, 1.
- * --ids prints each sequence's greedy tokens (to compare runs). With -np 1
- * (or no mpirun) the same code runs every layer in one process: the
- * single-process figure.
+ * Rank 0 holds the pipeline's session of S sequences (--seqs, default 1)
+ * and, after a warm-up, measures: prompt processing (a prompt of --pp
+ * synthetic token ids on sequence 0, in micro-batches of -b), token
+ * generation (--tg greedy tokens on sequence 0), and with S > 1 every
+ * sequence prefilled with 8 tokens of its own and then --tg greedy steps
+ * of all of them, one cllm_session_decode_seqs call a step (the pipeline
+ * sends each sequence's token down the ranks before collecting the
+ * logits); each --reps times, as mean ± stddev. Then every rank's time
+ * waiting on the others and bytes sent, and the one-way time of a token's
+ * activations and logits between ranks 0, 1. --ids prints each sequence's
+ * greedy tokens (to compare runs). With -np 1 (or no mpirun) the same code
+ * runs every layer in one process: the single-process figure.
+ *
+ * --check (test_mpi) measures nothing: rank 0 also loads the whole model
+ * into a local session of the same shape and runs one program of S >= 2
+ * sequences on both (prompt chunks of several sequences in one call, a
+ * prompt of sequence 0 in several micro-batches, steps of a token per
+ * sequence, a step that a chunk of 8 tokens joins, truncations), comparing
+ * every sequence's position and logits bit for bit after each call.
  */
 #include "cllm-pipeline.h"
 #include "cllm.h"
@@ -29,7 +38,7 @@
 typedef struct opts {
     const char *model;
     int pp, tg, seqs, reps;
-    bool ids;
+    bool ids, check;
     cllm_plan_params fp;
 } opts;
 
@@ -67,9 +76,24 @@ static void print_figure(const char *what, double *x, int n) {
         if ((x) != CLLM_OK) return false;                                                          \
     } while (0)
 
+/* cllm_session_decode_seqs over items[0, n), in calls of at most n_batch
+ * tokens */
+static cllm_status decode_items(cllm_session *s, const cllm_seq_tokens *items, int n,
+                                int64_t n_batch) {
+    for (int i = 0, j; i < n; i = j) {
+        int64_t total = 0;
+        for (j = i; j < n && (j == i || total + items[j].n_tokens <= n_batch); j++)
+            total += items[j].n_tokens;
+        const cllm_status st = cllm_session_decode_seqs(s, items + i, j - i);
+        if (st != CLLM_OK) return st;
+    }
+    return CLLM_OK;
+}
+
 /* Rank 0's measurements; false after a failure (cllm_last_error()). */
 static bool bench(cllm_pipe *p, const opts *o) {
     cllm_session *s0 = cllm_pipe_session(p);
+    const int64_t nb = cllm_pipe_get_plan(p)->n_batch;
     const int32_t n_vocab = cllm_model_n_vocab(cllm_pipe_model(p));
     int32_t *prompt = malloc((size_t)(o->pp > 0 ? o->pp : 1) * sizeof(int32_t));
     if (!prompt) return false;
@@ -93,27 +117,33 @@ static bool bench(cllm_pipe *p, const opts *o) {
         if (r >= 0) tg[r] = o->tg / (now_s() - t0);
 
         if (o->seqs < 2) continue;
-        int32_t next[CLLM_PIPE_MAX_SEQS];
+        int32_t next[CLLM_PIPE_MAX_SEQS], pre[CLLM_PIPE_MAX_SEQS][8];
+        cllm_seq_tokens items[CLLM_PIPE_MAX_SEQS];
+        cllm_session_reset(s0);
         for (int q = 0; q < o->seqs; q++) {
-            cllm_session *s = cllm_pipe_session_seq(p, q);
-            cllm_session_reset(s);
-            int32_t pre[8];
             for (int i = 0; i < 8; i++)
-                pre[i] = i == 0 ? 1 : (int32_t)((q * 131 + i * 17) % n_vocab);
-            TRY(cllm_session_decode(s, pre, 8));
-            next[q] = argmax(cllm_session_logits(s), n_vocab);
+                pre[q][i] = i == 0 ? 1 : (int32_t)((q * 131 + i * 17) % n_vocab);
+            /* a batch of its own each, at most n_batch tokens */
+            for (int64_t i = 0; i < 8; i += nb) {
+                const cllm_seq_tokens it = {q, pre[q] + i, 8 - i < nb ? 8 - i : nb};
+                TRY(cllm_session_decode_seqs(s0, &it, 1));
+            }
+            next[q] = argmax(cllm_session_seq_logits(s0, q), n_vocab);
         }
         int32_t *hist = calloc((size_t)o->seqs * (size_t)o->tg, sizeof(int32_t));
         if (!hist) return false;
         t0 = now_s();
         for (int i = 0; i < o->tg; i++) {
-            for (int q = 0; q < o->seqs; q++) hist[q * o->tg + i] = next[q];
-            if (cllm_pipe_decode_seqs(p, next, o->seqs) != CLLM_OK) {
+            for (int q = 0; q < o->seqs; q++) {
+                hist[q * o->tg + i] = next[q];
+                items[q] = (cllm_seq_tokens){q, &next[q], 1};
+            }
+            if (decode_items(s0, items, o->seqs, nb) != CLLM_OK) {
                 free(hist);
                 return false;
             }
             for (int q = 0; q < o->seqs; q++) {
-                next[q] = argmax(cllm_session_logits(cllm_pipe_session_seq(p, q)), n_vocab);
+                next[q] = argmax(cllm_session_seq_logits(s0, q), n_vocab);
             }
         }
         if (r >= 0) agg[r] = (double)o->seqs * o->tg / (now_s() - t0);
@@ -139,9 +169,133 @@ static bool bench(cllm_pipe *p, const opts *o) {
     return true;
 }
 
+/* ---- --check ---- */
+
+typedef struct check {
+    cllm_session *pip, *loc; /* the pipeline's session, a local one */
+    int n_seq;
+    int64_t n_vocab, n_batch;
+    int calls, rows; /* calls made, logits rows compared */
+} check;
+
+/* Whether both sessions hold the same positions and logits, bit for bit. */
+static bool check_same(check *c, const char *what) {
+    c->calls++;
+    for (int q = 0; q < c->n_seq; q++) {
+        const float *a = cllm_session_seq_logits(c->pip, q),
+                    *b = cllm_session_seq_logits(c->loc, q);
+        const int64_t na = cllm_session_seq_n_past(c->pip, q);
+        const int64_t nl = cllm_session_seq_n_past(c->loc, q);
+        if (na != nl || !a != !b || (a && memcmp(a, b, (size_t)c->n_vocab * sizeof(float)) != 0)) {
+            printf("check: %s: sequence %d differs (pipeline at %lld%s, local at %lld%s)\n", what,
+                   q, (long long)na, a ? "" : " without logits", (long long)nl,
+                   b ? "" : " without logits");
+            return false;
+        }
+        c->rows += a != NULL;
+    }
+    return true;
+}
+
+/* Runs the call on both sessions (s names the one), then compares. */
+#define BOTH(c, call, what)                                                                        \
+    do {                                                                                           \
+        for (int k_ = 0; k_ < 2; k_++) {                                                           \
+            cllm_session *s = k_ ? (c)->loc : (c)->pip;                                            \
+            if ((call) != CLLM_OK) {                                                               \
+                printf("check: %s (%s): %s\n", what, k_ ? "local" : "pipeline",                    \
+                       cllm_last_error());                                                         \
+                return false;                                                                      \
+            }                                                                                      \
+        }                                                                                          \
+        if (!check_same(c, what)) return false;                                                    \
+    } while (0)
+
+/* One token per sequence, greedy from the local session's logits. */
+static bool check_step(check *c, const char *what) {
+    int32_t next[CLLM_PIPE_MAX_SEQS];
+    cllm_seq_tokens items[CLLM_PIPE_MAX_SEQS];
+    for (int q = 0; q < c->n_seq; q++) {
+        const float *l = cllm_session_seq_logits(c->loc, q); /* NULL after a truncation */
+        next[q] = l ? argmax(l, (int32_t)c->n_vocab) : 1 + q;
+        items[q] = (cllm_seq_tokens){q, &next[q], 1};
+    }
+    BOTH(c, decode_items(s, items, c->n_seq, c->n_batch), what);
+    return true;
+}
+
+static bool check_program(check *c, int pp, int tg) {
+    const int S = c->n_seq;
+    int32_t t[256];
+    for (int i = 0; i < 256; i++) t[i] = (int32_t)(1 + (i * 7919 + 13) % (c->n_vocab - 1));
+    /* prompts of 8 tokens or more for sequences 1 .. S-1, several a call */
+    cllm_seq_tokens items[CLLM_PIPE_MAX_SEQS];
+    for (int q = 1; q < S; q++) items[q - 1] = (cllm_seq_tokens){q, t + 3 * q, 8 + q % 3};
+    BOTH(c, decode_items(s, items, S - 1, c->n_batch), "the prompts of sequences 1 and on");
+    /* sequence 0's prompt: micro-batches of n_batch */
+    BOTH(c, cllm_session_decode(s, t + 100, pp), "sequence 0's prompt");
+    for (int i = 0; i < tg; i++) {
+        if (!check_step(c, "a step")) return false;
+    }
+    /* the other sequences' tokens first, then a chunk of 8 of the last */
+    int32_t one[CLLM_PIPE_MAX_SEQS];
+    for (int q = 0; q < S - 1; q++) {
+        one[q] = t[q];
+        items[q] = (cllm_seq_tokens){q, &one[q], 1};
+    }
+    items[S - 1] = (cllm_seq_tokens){S - 1, t + 40, 8};
+    if (S - 1 + 8 <= c->n_batch) BOTH(c, cllm_session_decode_seqs(s, items, S), "a step + a chunk");
+    /* back to 4 tokens, and to none, and on */
+    BOTH(c, cllm_session_seq_truncate(s, 1, 4), "truncating sequence 1");
+    items[0] = (cllm_seq_tokens){1, t + 60, 9};
+    BOTH(c, cllm_session_decode_seqs(s, items, 1), "sequence 1 after its truncation");
+    BOTH(c, cllm_session_seq_truncate(s, S - 1, 0), "truncating the last sequence to 0");
+    BOTH(c, cllm_session_seq_truncate(s, 0, 2), "truncating sequence 0");
+    items[0] = (cllm_seq_tokens){S - 1, t + 80, 10};
+    BOTH(c, cllm_session_decode_seqs(s, items, 1), "the last sequence from the start");
+    for (int i = 0; i < 2; i++) {
+        if (!check_step(c, "a step after the truncations")) return false;
+    }
+    return true;
+}
+
+static bool run_check(cllm_pipe *p, const opts *o) {
+    const cllm_pipe_plan *pl = cllm_pipe_get_plan(p);
+    cllm_model_params mp = cllm_model_default_params();
+    mp.progress = false;
+    cllm_model *m = NULL;
+    if (cllm_model_load(o->model, &mp, &m) != CLLM_OK) return false;
+    cllm_session_params sp = cllm_session_default_params();
+    sp.n_ctx = pl->n_ctx;
+    sp.n_batch = pl->n_batch;
+    sp.n_threads = o->fp.n_threads;
+    sp.kv_type = o->fp.kv_type;
+    sp.n_seq = o->seqs;
+    check c = {.pip = cllm_pipe_session(p),
+               .n_seq = o->seqs,
+               .n_vocab = cllm_model_n_vocab(m),
+               .n_batch = pl->n_batch};
+    bool ok = cllm_session_new(m, &sp, &c.loc) == CLLM_OK;
+    if (ok && (o->seqs < 2 || cllm_session_n_seq(c.pip) != o->seqs || o->pp < 1 || o->pp > 150)) {
+        printf("check: --seqs 2 or more and --pp 1 to 150\n");
+        ok = false;
+    } else if (ok) {
+        ok = check_program(&c, o->pp, o->tg);
+    }
+    if (ok) {
+        printf("check: %d sequences, %d ranks: %d calls, %d logits rows, bit for bit the local "
+               "session's\n",
+               o->seqs, cllm_pipe_size(p), c.calls, c.rows);
+    }
+    cllm_session_free(c.loc);
+    cllm_model_free(m);
+    return ok;
+}
+
 static int usage(void) {
     fprintf(stderr, "usage: [mpirun -np N] cllm-pipeline-bench -m MODEL [-t N] [-c N] [-b N] "
-                    "[--pp N] [--tg N] [--seqs S] [--reps R (1-16)] [--mem cpu=SIZE] [--ids]\n");
+                    "[--pp N] [--tg N] [--seqs S] [--reps R (1-16)] [--mem cpu=SIZE] [--ids] "
+                    "[--check]\n");
     return 2;
 }
 
@@ -150,8 +304,9 @@ int main(int argc, char **argv) {
     o.fp.n_ctx = 512;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "--ids")) {
-            o.ids = true;
+        if (!strcmp(a, "--ids") || !strcmp(a, "--check")) {
+            o.ids = o.ids || !strcmp(a, "--ids");
+            o.check = o.check || !strcmp(a, "--check");
             continue;
         }
         if (!v) return usage();
@@ -203,7 +358,7 @@ int main(int argc, char **argv) {
         const cllm_pipe_plan *pl = cllm_pipe_get_plan(p);
         printf("%s: %d rank%s, %d thread(s) each, batch %lld\n", o.model, cllm_pipe_size(p),
                cllm_pipe_size(p) == 1 ? "" : "s", o.fp.n_threads, (long long)pl->n_batch);
-        ok = bench(p, &o) && cllm_pipe_close(p) == CLLM_OK;
+        ok = (o.check ? run_check(p, &o) : bench(p, &o)) && cllm_pipe_close(p) == CLLM_OK;
     } else {
         ok = cllm_pipe_serve(p) == CLLM_OK;
     }

@@ -164,26 +164,6 @@ cllm_session *cllm_pipe_session(cllm_pipe *p);
 /* The sequences of the session (fp->n_sessions). */
 int cllm_pipe_n_seq(const cllm_pipe *p);
 
-/* ---- deprecated: a session per sequence ---------------------------------
- * Thin wrappers over the session of n_seq sequences, kept until their
- * callers use it; do not use them in new code. */
-
-/* Deprecated: sequence `seq` of cllm_pipe_session(p) seen as a session of
- * one sequence (owned by p; NULL for a sequence out of range or out of
- * memory): decode, logits, truncate, reset and n_past act on that
- * sequence. Its memory report is the session's for sequence 0, the shared
- * weights alone for the others. */
-cllm_session *cllm_pipe_session_seq(cllm_pipe *p, int seq);
-
-/* Deprecated: cllm_session_decode_seqs of one token for each of sequences
- * 0 .. n-1 (tokens[i] for sequence i). */
-cllm_status cllm_pipe_decode_seqs(cllm_pipe *p, const int32_t *tokens, int n);
-
-/* Deprecated: cllm_session_decode_seqs of the items (distinct sequences)
- * on rank 0, in calls of at most n_batch tokens; an item longer than that
- * is decoded in batches of its own. A failure keeps the calls before it. */
-cllm_status cllm_pipe_decode_items(cllm_pipe *p, const cllm_seq_tokens *items, int n);
-
 /* Ranks > 0: computes what arrives until rank 0 closes the pipeline.
  * CLLM_ERR_IO for a failed transfer or a wait past the timeout. */
 cllm_status cllm_pipe_serve(cllm_pipe *p);

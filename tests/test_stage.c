@@ -14,8 +14,7 @@
  * step that a chunk joins, truncations) as a local session of 3 sequences,
  * with the same positions and logits bit for bit after every call; the
  * plan of the ranks measures those sessions exactly; a link that fails
- * mid-step leaves every sequence as it was. The transitional views of one
- * sequence (cllm_session_seq_view) act on it as on a session.
+ * mid-step leaves every sequence as it was.
  */
 #include "common/check.h"
 #include "common/refs.h"
@@ -327,54 +326,6 @@ done:
     cllm_session_free(loc);
 }
 
-/* The views of one sequence (transitional): each acts on its sequence as
- * a session of its own; their memory reports add up to the session's. */
-static void test_views(const cllm_model *whole) {
-    cllm_session_params sp = stage_params();
-    sp.n_seq = N_SEQ;
-    cllm_session *s = NULL, *v[N_SEQ] = {NULL}, *ref = NULL;
-    CHECK(cllm_session_new(whole, &sp, &s) == CLLM_OK);
-    CHECK(cllm_session_new(whole, &sp, &ref) == CLLM_OK);
-    if (!s || !ref) goto done;
-    for (int q = 0; q < N_SEQ; q++) CHECK(cllm_session_seq_view(s, q, &v[q]) == CLLM_OK);
-    cllm_session *none = NULL;
-    CHECK(cllm_session_seq_view(s, N_SEQ, &none) == CLLM_ERR_INVALID_ARG && !none);
-    const int64_t n_vocab = whole->hp.n_vocab;
-    static const int32_t p[12] = {1, 403, 407, 261, 378, 432, 383, 286, 261, 290, 285, 268};
-    /* 12 tokens in batches of 8: as decode cuts them */
-    CHECK(cllm_session_decode(v[2], p, 12) == CLLM_OK);
-    CHECK(cllm_session_decode_seqs(ref, &(cllm_seq_tokens){2, p, 8}, 1) == CLLM_OK);
-    CHECK(cllm_session_decode_seqs(ref, &(cllm_seq_tokens){2, p + 8, 4}, 1) == CLLM_OK);
-    CHECK(cllm_session_n_past(v[2]) == 12 && cllm_session_seq_n_past(s, 2) == 12);
-    CHECK(cllm_session_n_past(v[1]) == 0 && cllm_session_logits(v[1]) == NULL);
-    CHECK(cllm_session_n_seq(v[2]) == 1 && cllm_session_n_ctx(v[2]) == cllm_session_n_ctx(s));
-    CHECK(cllm_session_logits(v[2]) == cllm_session_seq_logits(s, 2));
-    CHECK(cllm_session_logits(v[2]) &&
-          !memcmp(cllm_session_logits(v[2]), cllm_session_seq_logits(ref, 2),
-                  (size_t)n_vocab * sizeof(float)));
-    CHECK(cllm_session_truncate(v[2], 13) == CLLM_ERR_INVALID_ARG);
-    CHECK(cllm_session_truncate(v[2], 5) == CLLM_OK && cllm_session_seq_n_past(s, 2) == 5);
-    CHECK(cllm_session_seq_n_past(v[2], 1) == -1);
-    cllm_session_reset(v[2]);
-    CHECK(cllm_session_seq_n_past(s, 2) == 0);
-    CHECK(cllm_session_decode(v[0], p, 3) == CLLM_OK && cllm_session_n_past(s) == 3);
-    size_t sum[CLLM_MEM_COUNT] = {0};
-    const cllm_memory_report whole_r = cllm_session_memory(s);
-    for (int q = 0; q < N_SEQ; q++) {
-        const cllm_memory_report r = cllm_session_memory(v[q]);
-        for (int k = 0; k < CLLM_MEM_COUNT; k++) {
-            if (k != CLLM_MEM_WEIGHTS || q == 0) sum[k] += r.allocated[k];
-        }
-    }
-    for (int k = 0; k < CLLM_MEM_COUNT; k++) CHECK(sum[k] == whole_r.allocated[k]);
-done:
-    for (int q = 0; q < N_SEQ; q++) cllm_session_free(v[q]);
-    cllm_session_free(s);
-    cllm_session_free(ref);
-}
-
-/* A budget below one rank's part: CLLM_ERR_TOO_LARGE naming the rank and
- * the bytes short; the plan is still filled in. */
 static void test_budget(void) {
     cllm_plan_params fp = cllm_plan_default_params();
     fp.n_ctx = 256, fp.n_batch = 32, fp.n_threads = 1;
@@ -411,7 +362,6 @@ int main(void) {
         test_split(whole, 2, false);
         test_seqs(whole, 2);
         test_seqs(whole, 3);
-        test_views(whole);
         test_budget();
     }
     cllm_model_free(whole);

@@ -40,8 +40,6 @@ struct cllm_pipe {
     cllm_model *m;
     int n_seq;       /* concurrent sequences: those of s */
     cllm_session *s; /* this rank's layers, n_seq sequences */
-    /* (deprecated cllm_pipe_session_seq) views of sequences 1 .. n_seq - 1 */
-    cllm_session *views[CLLM_PIPE_MAX_SEQS];
     /* rank 0: the logits asked for since the link's last wait, received in
      * the order of the batches sent */
     MPI_Request pending[CLLM_PIPE_MAX_SEQS];
@@ -392,56 +390,6 @@ cllm_model *cllm_pipe_model(cllm_pipe *p) { return p->m; }
 cllm_session *cllm_pipe_session(cllm_pipe *p) { return p->s; }
 int cllm_pipe_n_seq(const cllm_pipe *p) { return p->n_seq; }
 
-/* ---- deprecated: a session per sequence ------------------------------------ */
-
-cllm_session *cllm_pipe_session_seq(cllm_pipe *p, int seq) {
-    if (seq < 0 || seq >= p->n_seq) return NULL;
-    if (seq == 0) return p->s;
-    if (!p->views[seq] && cllm_session_seq_view(p->s, seq, &p->views[seq]) != CLLM_OK) return NULL;
-    return p->views[seq];
-}
-
-cllm_status cllm_pipe_decode_items(cllm_pipe *p, const cllm_seq_tokens *items, int n) {
-    if (p->rank != 0 || n < 1 || n > p->n_seq) {
-        return cllm_error(CLLM_ERR_INVALID_ARG,
-                          "pipeline: decode on rank %d with %d sequences (rank 0, 1 to %d)",
-                          p->rank, n, p->n_seq);
-    }
-    bool seen[CLLM_PIPE_MAX_SEQS] = {false};
-    for (int i = 0; i < n; i++) {
-        const int q = items[i].seq;
-        if (q < 0 || q >= p->n_seq || seen[q]) {
-            return cllm_error(CLLM_ERR_INVALID_ARG, "pipeline: item %d names sequence %d (of %d%s)",
-                              i, q, p->n_seq,
-                              q >= 0 && q < p->n_seq ? ", already in this call" : "");
-        }
-        seen[q] = true;
-    }
-    /* the session's decode_seqs, in calls of at most a batch of tokens; an
-     * item longer than that in batches of its own */
-    const int64_t nb = p->plan.n_batch;
-    for (int i = 0, j; i < n; i = j) {
-        if (items[i].n_tokens > nb) {
-            cllm_session *s = cllm_pipe_session_seq(p, items[i].seq);
-            if (!s) return cllm_error(CLLM_ERR_NOMEM, "pipeline: out of host memory");
-            CLLM_TRY(cllm_session_decode(s, items[i].tokens, items[i].n_tokens));
-            j = i + 1;
-            continue;
-        }
-        int64_t total = 0;
-        for (j = i; j < n && items[j].n_tokens <= nb - total; j++) total += items[j].n_tokens;
-        CLLM_TRY(cllm_session_decode_seqs(p->s, items + i, j - i));
-    }
-    return CLLM_OK;
-}
-
-cllm_status cllm_pipe_decode_seqs(cllm_pipe *p, const int32_t *tokens, int n) {
-    cllm_seq_tokens items[CLLM_PIPE_MAX_SEQS];
-    if (n < 1 || n > CLLM_PIPE_MAX_SEQS) return cllm_pipe_decode_items(p, NULL, n); /* refused */
-    for (int i = 0; i < n; i++) items[i] = (cllm_seq_tokens){i, &tokens[i], 1};
-    return cllm_pipe_decode_items(p, items, n);
-}
-
 double cllm_pipe_comm_seconds(const cllm_pipe *p) { return p->comm_s; }
 uint64_t cllm_pipe_bytes_sent(const cllm_pipe *p) { return p->bytes_sent; }
 
@@ -607,7 +555,6 @@ cllm_status cllm_pipe_measure_transfer(cllm_pipe *p, size_t bytes, int reps, dou
 
 void cllm_pipe_free(cllm_pipe *p) {
     if (!p) return;
-    for (int i = 0; i < CLLM_PIPE_MAX_SEQS; i++) cllm_session_free(p->views[i]);
     cllm_session_free(p->s);
     cllm_model_free(p->m);
     cllm_free(p->recv_msg);

@@ -34,15 +34,6 @@ const cllm_pipe_plan *cllm_pipe_get_plan(const cllm_pipe *p) { return (void)p, N
 cllm_model *cllm_pipe_model(cllm_pipe *p) { return (void)p, NULL; }
 cllm_session *cllm_pipe_session(cllm_pipe *p) { return (void)p, NULL; }
 int cllm_pipe_n_seq(const cllm_pipe *p) { return (void)p, 0; }
-cllm_session *cllm_pipe_session_seq(cllm_pipe *p, int seq) { return (void)p, (void)seq, NULL; }
-cllm_status cllm_pipe_decode_seqs(cllm_pipe *p, const int32_t *tokens, int n) {
-    (void)p, (void)tokens, (void)n;
-    return NO_MPI;
-}
-cllm_status cllm_pipe_decode_items(cllm_pipe *p, const cllm_seq_tokens *items, int n) {
-    (void)p, (void)items, (void)n;
-    return NO_MPI;
-}
 cllm_status cllm_pipe_serve(cllm_pipe *p) { return (void)p, NO_MPI; }
 cllm_status cllm_pipe_close(cllm_pipe *p) { return (void)p, NO_MPI; }
 double cllm_pipe_comm_seconds(const cllm_pipe *p) { return (void)p, 0.0; }

@@ -56,11 +56,6 @@ struct cllm_session {
     cllm_session_link link;
     float *act;
     float *link_logits;
-
-    /* transitional (cllm_session_seq_view): a view of sequence view_seq of
-     * view_of, which holds everything */
-    cllm_session *view_of;
-    int view_seq;
 };
 
 /* A one-token batch attends to the cache rows up to the next multiple of
@@ -223,10 +218,6 @@ fail:
 
 void cllm_session_free(cllm_session *s) {
     if (!s) return;
-    if (s->view_of) {
-        cllm_free(s);
-        return;
-    }
     if (s->sched) atomic_fetch_sub(&((cllm_model *)s->model)->n_sessions, 1);
     cllm_instance_free(&s->in);
     cllm_free(s->logits);
@@ -412,23 +403,7 @@ cllm_status cllm_session_stage_run(cllm_session *s, int seq, int64_t n_past, int
     return CLLM_OK;
 }
 
-/* cllm_session_decode of a view (cllm_session_seq_view) of a sequence
- * other than 0: batches of at most n_batch tokens, cut as decode cuts
- * them. Transitional: a failure keeps the batches before it. */
-static cllm_status view_decode(cllm_session *v, const int32_t *tokens, int64_t n) {
-    cllm_session *s = v->view_of;
-    const int64_t nb = s->params.n_batch;
-    for (int64_t i = 0, chunk = 0; i < n; i += chunk) {
-        chunk = cllm_session_prompt_chunk(nb, n - i);
-        const cllm_seq_tokens it = {v->view_seq, tokens + i, chunk};
-        CLLM_TRY(cllm_session_decode_seqs(s, &it, 1));
-    }
-    return CLLM_OK;
-}
-
 cllm_status cllm_session_decode(cllm_session *s, const int32_t *tokens, int64_t n) {
-    if (s->view_of && s->view_seq == 0) return cllm_session_decode(s->view_of, tokens, n);
-    if (s->view_of) return view_decode(s, tokens, n);
     const int64_t n_vocab = s->model->hp.n_vocab;
     if (n <= 0) return cllm_error(CLLM_ERR_INVALID_ARG, "decode: no tokens");
     if (s->model->place.no_input) {
@@ -495,8 +470,6 @@ cllm_status cllm_session_decode(cllm_session *s, const int32_t *tokens, int64_t 
 const float *cllm_session_logits(const cllm_session *s) { return cllm_session_logits_ith(s, -1); }
 
 const float *cllm_session_logits_ith(const cllm_session *s, int64_t i) {
-    if (s->view_of && s->view_seq == 0) return cllm_session_logits_ith(s->view_of, i);
-    if (s->view_of) return i == -1 ? cllm_session_seq_logits(s->view_of, s->view_seq) : NULL;
     if (s->n_logits == 0) return NULL;
     if (i < 0) i += s->n_last;
     /* rows n_last - n_logits .. n_last - 1 of the last decode are kept */
@@ -505,20 +478,12 @@ const float *cllm_session_logits_ith(const cllm_session *s, int64_t i) {
     return s->logits + r * s->model->hp.n_vocab;
 }
 
-int64_t cllm_session_n_past(const cllm_session *s) {
-    return s->view_of ? cllm_session_seq_n_past(s->view_of, s->view_seq) : s->n_past;
-}
-int64_t cllm_session_n_ctx(const cllm_session *s) {
-    return s->view_of ? cllm_session_n_ctx(s->view_of) : s->params.n_ctx;
-}
+int64_t cllm_session_n_past(const cllm_session *s) { return s->n_past; }
+int64_t cllm_session_n_ctx(const cllm_session *s) { return s->params.n_ctx; }
 int64_t cllm_session_n_batch(const cllm_session *s) { return s->params.n_batch; }
 int64_t cllm_session_n_vocab(const cllm_session *s) { return s->model->hp.n_vocab; }
 
 void cllm_session_reset(cllm_session *s) {
-    if (s->view_of) {
-        (void)cllm_session_seq_truncate(s->view_of, s->view_seq, 0); /* never refused */
-        return;
-    }
     s->n_past = 0;
     s->n_logits = 0;
     memset(s->seq_past, 0, sizeof(s->seq_past));
@@ -527,7 +492,6 @@ void cllm_session_reset(cllm_session *s) {
 }
 
 cllm_status cllm_session_truncate(cllm_session *s, int64_t n_keep) {
-    if (s->view_of) return cllm_session_seq_truncate(s->view_of, s->view_seq, n_keep);
     if (n_keep < 0 || n_keep > s->n_past) {
         return cllm_error(CLLM_ERR_INVALID_ARG, "truncate: %lld tokens to keep, outside [0, %lld]",
                           (long long)n_keep, (long long)s->n_past);
@@ -545,16 +509,14 @@ cllm_status cllm_session_truncate(cllm_session *s, int64_t n_keep) {
 
 /* ---- several sequences ------------------------------------------------- */
 
-int cllm_session_n_seq(const cllm_session *s) { return s->view_of ? 1 : s->shape.n_seq; }
+int cllm_session_n_seq(const cllm_session *s) { return s->shape.n_seq; }
 
 int64_t cllm_session_seq_n_past(const cllm_session *s, int seq) {
-    if (s->view_of) return seq == 0 ? cllm_session_n_past(s) : -1;
     if (seq < 0 || seq >= s->shape.n_seq) return -1;
     return seq == 0 ? s->n_past : s->seq_past[seq];
 }
 
 const float *cllm_session_seq_logits(const cllm_session *s, int seq) {
-    if (s->view_of) return seq == 0 ? cllm_session_logits(s) : NULL;
     if (seq < 0 || seq >= s->shape.n_seq) return NULL;
     if (seq == 0) return cllm_session_logits(s);
     return s->seq_has_logits[seq] ? s->seq_logits + (size_t)seq * (size_t)s->model->hp.n_vocab
@@ -684,12 +646,6 @@ static cllm_status decode_seqs_linked(cllm_session *s, const cllm_seq_tokens *it
 }
 
 cllm_status cllm_session_decode_seqs(cllm_session *s, const cllm_seq_tokens *items, int n) {
-    if (s->view_of) {
-        if (n == 1 && items[0].seq == 0) {
-            return cllm_session_decode(s, items[0].tokens, items[0].n_tokens);
-        }
-        return cllm_error(CLLM_ERR_INVALID_ARG, "decode: a view holds one sequence, 0");
-    }
     cllm_batch_shape shape;
     CLLM_TRY(seqs_shape(s, items, n, &shape));
     const int64_t n_vocab = s->model->hp.n_vocab;
@@ -741,14 +697,6 @@ cllm_status cllm_session_decode_seqs(cllm_session *s, const cllm_seq_tokens *ite
 }
 
 cllm_memory_report cllm_session_memory_on(const cllm_session *s, const cllm_device *dev) {
-    if (s->view_of) {
-        /* the session's for sequence 0's view, the weights for the others */
-        cllm_memory_report v = cllm_session_memory_on(s->view_of, dev);
-        for (int k = 0; k < CLLM_MEM_COUNT && s->view_seq != 0; k++) {
-            if (k != CLLM_MEM_WEIGHTS) v.planned[k] = v.allocated[k] = 0;
-        }
-        return v;
-    }
     cllm_memory_report r = {0};
     const cllm_model *m = s->model;
     const cllm_placement *pl = &m->place;
@@ -784,20 +732,4 @@ uint64_t cllm_session_graph_builds(const cllm_session *s) { return s->n_builds; 
 void cllm_session_set_graph_reuse(cllm_session *s, bool reuse) {
     s->no_reuse = !reuse;
     s->graph_ready = false;
-}
-
-/* ---- transitional: one sequence seen as a session ------------------------ */
-
-cllm_status cllm_session_seq_view(cllm_session *of, int seq, cllm_session **out) {
-    if (of->view_of || seq < 0 || seq >= of->shape.n_seq) {
-        return cllm_error(CLLM_ERR_INVALID_ARG, "session: a view of sequence %d of %d", seq,
-                          cllm_session_n_seq(of));
-    }
-    cllm_session *v = cllm_calloc(1, sizeof(*v));
-    if (!v) return cllm_error(CLLM_ERR_NOMEM, "out of host memory for a session");
-    v->model = of->model;
-    v->view_of = of;
-    v->view_seq = seq;
-    *out = v;
-    return CLLM_OK;
 }

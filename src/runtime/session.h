@@ -108,16 +108,4 @@ cllm_status cllm_session_stage_run(cllm_session *s, int seq, int64_t n_past, int
 /* Whether the session's model holds the last layer (computes logits). */
 bool cllm_session_is_last_stage(const cllm_session *s);
 
-/* ---- transitional: one sequence seen as a session ------------------------
- *
- * For cllm_pipe_session_seq (deprecated) until its callers use a session of
- * n_seq sequences: a view of sequence `seq` of `of` that the single-sequence
- * functions (decode, logits, truncate, reset, n_past) act on as on a
- * session of its own, and the seq functions as sequence 0. Its memory
- * report is the session's for the view of sequence 0, the shared weights
- * alone for the others (so that the views' reports add up to the
- * session's). It holds no memory of its own; free it (cllm_session_free)
- * before `of`. CLLM_ERR_INVALID_ARG for a sequence out of range. */
-cllm_status cllm_session_seq_view(cllm_session *of, int seq, cllm_session **out);
-
 #endif /* CLLM_RUNTIME_SESSION_H */

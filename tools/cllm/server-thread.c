@@ -332,6 +332,7 @@ bool srv_engine_init(srv_engine *e, const cllm_model *model, cllm_pipe *pipe, in
     e->verbose = verbose;
     cllm_status st;
     if (pipe) {
+        /* rank 0's session of --parallel sequences, used as a local one */
         e->model = cllm_pipe_model(pipe);
         st = cllm_engine_new_session(cllm_pipe_session(pipe), on_event, e, &e->eng);
     } else {
@@ -349,10 +350,6 @@ bool srv_engine_init(srv_engine *e, const cllm_model *model, cllm_pipe *pipe, in
     cllm_session *s = cllm_engine_session(e->eng);
     e->n_slots = cllm_session_n_seq(s);
     e->n_ctx = cllm_session_n_ctx(s);
-    if (pipe && e->n_slots < n_slots) {
-        fprintf(stderr, "cllm serve: the pipeline's session has %d sequence%s: %d slot%s\n",
-                e->n_slots, e->n_slots == 1 ? "" : "s", e->n_slots, e->n_slots == 1 ? "" : "s");
-    }
     pthread_mutex_init(&e->mu, NULL);
     pthread_cond_init(&e->work, NULL);
     return true;

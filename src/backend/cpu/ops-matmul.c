@@ -65,6 +65,7 @@
 #include "backend/cpu/gemm.h"
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/ops-impl.h"
+#include "backend/cpu/repack.h"
 
 #include <stdatomic.h>
 
@@ -88,7 +89,7 @@ typedef struct mm_plan {
     size_t counter_bytes;           /* the tile counter at offset 0 (dynamic split), or 0 */
     size_t shared_bytes;            /* converted b (rounded), after the counter */
     size_t thread_bytes;            /* per-thread F32 row of K (rounded), 0 if none */
-    /* a stored 16 rows at a time (CLLM_TENSOR_FLAG_X16): read by
+    /* a stored 16 rows at a time (repack.h: CLLM_CPU_LAYOUT_X16): read by
      * cllm_cpu_gemv_x16, packed by cllm_cpu_gemm_pack_x16, or (another
      * level, F32 activations) its rows converted one by one */
     bool x16_gemv, x16_gemm, x16_rows;
@@ -105,7 +106,7 @@ static mm_plan mm_make_plan(const cllm_tensor *dst) {
      * The one-column and panel plans keep their bytes (the packed scales
      * unused); another plan reads a's rows converted one by one (each as
      * to_float gives it), which needs no more than the converted plan. */
-    if (a->flags & CLLM_TENSOR_FLAG_X16) {
+    if (a->layout == CLLM_CPU_LAYOUT_X16) {
         if (p.gemm && !p.gemm_f && cllm_cpu_x16_available(a->type, K)) {
             p.x16_gemm = true;
         } else if (p.gemv && cllm_cpu_x16_available(a->type, K)) {

@@ -2,6 +2,7 @@
  * the workspace each needs, and the dispatch to the op families (ops-*.c).
  * Also the row helpers every family shares (ops-impl.h). */
 #include "backend/cpu/ops-impl.h"
+#include "backend/cpu/repack.h"
 
 /* ---- shared helpers ---------------------------------------------------- */
 
@@ -44,20 +45,13 @@ static bool is_mask(const cllm_tensor *t) {
     return !t || t->type == CLLM_TYPE_F32 || t->type == CLLM_TYPE_F16;
 }
 
-/* True if t's data is (part of) a matrix stored 16 rows at a time. */
-static bool x16_data(const cllm_tensor *t) {
-    for (; t; t = t->view_src)
-        if (t->flags & CLLM_TENSOR_FLAG_X16) return true;
-    return false;
-}
-
 bool cllm_cpu_supports_op(const cllm_tensor *node) {
     const cllm_tensor *a = node->src[0], *b = node->src[1];
     /* such a matrix is read only by mul_mat, as itself (not a view) */
     for (int i = 0; i < CLLM_MAX_SRC; i++) {
         const cllm_tensor *s = node->src[i];
-        if (s && x16_data(s) &&
-            !(node->op == CLLM_OP_MUL_MAT && i == 0 && (s->flags & CLLM_TENSOR_FLAG_X16)))
+        if (s && cllm_cpu_is_x16(s) &&
+            !(node->op == CLLM_OP_MUL_MAT && i == 0 && s->layout == CLLM_CPU_LAYOUT_X16))
             return false;
     }
     switch (node->op) {

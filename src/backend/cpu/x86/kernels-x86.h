@@ -27,7 +27,7 @@
 
 #include "core/quants.h"
 
-#include "backend/cpu/vec-avx2.h"
+#include "backend/cpu/x86/vec-avx2.h"
 
 #include <immintrin.h>
 #include <stdbool.h>

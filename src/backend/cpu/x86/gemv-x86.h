@@ -52,7 +52,7 @@
 
 #include "backend/cpu/gemm.h"    /* cllm_cpu_gemv_q8_scales */
 #include "backend/cpu/kernels.h" /* CLLM_CPU_PREFETCH_AHEAD, cllm_type */
-#include "backend/cpu/vec-avx2.h"
+#include "backend/cpu/x86/vec-avx2.h"
 
 #include <immintrin.h>
 #include <stdbool.h>

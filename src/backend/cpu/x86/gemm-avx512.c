@@ -7,21 +7,15 @@
  * (and one more FMA for types with an offset). Compiled for these
  * instructions only; gemm.c calls it only when the CPU has them.
  */
+#include "backend/cpu/x86/target.h"
 #include "backend/cpu/gemm.h"
 #include "backend/cpu/kernels.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 
-#if defined(__clang__)
-#pragma clang attribute push(                                                                      \
-    __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq,avx512vnni"))),        \
-    apply_to = function)
-#else
-#pragma GCC push_options
-#pragma GCC target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq,avx512vnni")
-#endif
+CLLM_X86_TARGET_BEGIN("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq,avx512vnni")
 
-#include "backend/cpu/vec-avx512.h"
+#include "backend/cpu/x86/vec-avx512.h"
 #include "core/quants.h"
 
 #include <immintrin.h>
@@ -499,7 +493,7 @@ void cllm_cpu_gemv_rows_q4k_avx512(int64_t K, const void *row, size_t row_stride
 /* ---- one column at 256 bits: Q4_0 / Q4_1 (gemv-x86.h, with vpdpbusd) ---------- */
 
 #define GV_VNNI 1
-#include "backend/cpu/gemv-x86.h"
+#include "backend/cpu/x86/gemv-x86.h"
 
 void cllm_cpu_gemv_x16_avx512vl(cllm_type type, int64_t K, const void *w, int ngroups,
                                 const void *act, size_t act_stride, int nc, float *out,
@@ -1087,11 +1081,7 @@ void cllm_cpu_gemv_x16_avx512(cllm_type type, int64_t K, const void *w, int ngro
     }
 }
 
-#if defined(__clang__)
-#pragma clang attribute pop
-#else
-#pragma GCC pop_options
-#endif
+CLLM_X86_TARGET_END
 
 #else
 typedef int cllm_gemm_avx512_unused; /* not x86: nothing to build */

@@ -19,22 +19,18 @@
  * attention against the Q4_1 one-column kernel's perf samples went from 0.39 to 0.35 (4 sequences,
  * 2 threads, Zen 3).
  */
+#include "backend/cpu/x86/target.h"
 #include "backend/cpu/attn.h"
 #include "backend/cpu/ops-impl.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 
-#if defined(__clang__)
-#pragma clang attribute push(__attribute__((target("avx2,fma,f16c"))), apply_to = function)
-#else
-#pragma GCC push_options
-#pragma GCC target("avx2,fma,f16c")
-#endif
+CLLM_X86_TARGET_BEGIN("avx2,fma,f16c")
 
 #include <immintrin.h>
 #include <math.h>
 
-#include "backend/cpu/vec-avx2.h"
+#include "backend/cpu/x86/vec-avx2.h"
 
 #define AY_INLINE static inline __attribute__((always_inline))
 #define KB        32 /* keys per block */
@@ -315,11 +311,7 @@ void cllm_cpu_attn_unit_avx2(const cllm_tensor *dst, const cllm_attn_unit *u, fl
     }
 }
 
-#if defined(__clang__)
-#pragma clang attribute pop
-#else
-#pragma GCC pop_options
-#endif
+CLLM_X86_TARGET_END
 
 #else
 typedef int cllm_attn_avx2_unused; /* not x86: nothing to build */

@@ -28,6 +28,7 @@
  *
  * Compiled for AVX2 + FMA only; gemm.c calls these only at that level.
  */
+#include "backend/cpu/x86/target.h"
 #include "backend/cpu/gemm.h"
 #include "backend/cpu/kernels.h"
 #include "core/common.h"
@@ -35,18 +36,13 @@
 
 #if defined(__x86_64__) || defined(__i386__)
 
-#if defined(__clang__)
-#pragma clang attribute push(__attribute__((target("avx2,fma,f16c"))), apply_to = function)
-#else
-#pragma GCC push_options
-#pragma GCC target("avx2,fma,f16c")
-#endif
+CLLM_X86_TARGET_BEGIN("avx2,fma,f16c")
 
 #include <immintrin.h>
 #include <stdint.h>
 #include <string.h>
 
-#include "backend/cpu/vec-avx2.h"
+#include "backend/cpu/x86/vec-avx2.h"
 
 #define GY_INLINE static inline __attribute__((always_inline))
 #define GY_COLS   4 /* 4 int32 + 4 float accumulators, weights, ones, activations: 13 of 16 */
@@ -534,7 +530,7 @@ void cllm_cpu_gemm_f_pack_avx2(cllm_type type, const void *a, size_t stride, int
 /* ---- one column (generation): Q4_0 and Q4_1 (gemv-x86.h) -------------------------- */
 
 #define GV_VNNI 0
-#include "backend/cpu/gemv-x86.h"
+#include "backend/cpu/x86/gemv-x86.h"
 
 void cllm_cpu_gemv_x16_avx2(cllm_type type, int64_t K, const void *w, int ngroups, const void *act,
                             size_t act_stride, int nc, float *out, size_t out_stride) {
@@ -720,10 +716,6 @@ void cllm_cpu_gemv_avx2(cllm_type type, int64_t K, const void *row, const void *
     }
 }
 
-#if defined(__clang__)
-#pragma clang attribute pop
-#else
-#pragma GCC pop_options
-#endif
+CLLM_X86_TARGET_END
 
 #endif /* x86 */

@@ -1,5 +1,6 @@
 /*
- * The CPU backend: always present, device name "cpu".
+ * The CPU backend: always present, device name "cpu". Its files are in
+ * layers, each calling only those below it: README.md in this folder.
  *
  *     cllm_backend *be;
  *     cllm_status st = cllm_backend_cpu_new(4, &be);      // 4 threads (0: physical cores)

@@ -38,9 +38,8 @@
  * block is loaded once per tile; the chunk of b stays in L1 across the
  * block's rows and the block stays in L2 across the chunks. With N = 1
  * (generation) this degenerates into streaming each weight row exactly once
- * with vec_dot (a 4 x 1 tile was measured no faster there, and 2x slower
- * without software prefetch: four interleaved row streams defeat the
- * hardware prefetcher). Columns as alone (a step of several sequences) go
+ * with vec_dot (a 4 x 1 tile gains nothing there: four interleaved row
+ * streams defeat the hardware prefetcher). Columns as alone (a step of several sequences) go
  * through vec_dot_cols where the level has it (each weight row unpacked
  * once for a chunk of columns, each column summed as vec_dot sums it),
  * else through one vec_dot per column.
@@ -53,14 +52,11 @@
  * (there is a barrier anyway) the remaining tiles are handed out through an
  * atomic counter in the workspace, so a thread that the OS delays (a shared
  * machine) does not hold the others back at the next barrier; otherwise
- * each thread takes every nth tile. Eight tiles per thread were too small
- * for a one-token step of a small model: each starts a prefetch stream and
- * takes a counter that the other core holds (SmolLM2's 576 x 576 matrices:
- * 16 tiles of 13 KB). On Zen 5, 2 threads, rotated x 5: SmolLM2 one
- * sequence 291 -> 374 tokens/s, 4 sequences 809 -> 958, TinyLlama Q4_0 /
- * Q8_0 and Gemma 3 +5-8 %; with a busy loop on one of the two cores too
- * (SmolLM2 78 -> 81, TinyLlama Q4_0 32.3 -> 35.8). One tile per thread
- * (no hand-out) gave 4 sequences 7 % more but lost 4 % under the busy loop.
+ * each thread takes every nth tile. Tiles are not made smaller than that:
+ * in a one-token step of a small model each tile starts a prefetch stream
+ * and takes a counter that another core holds, so many small tiles cost
+ * more than they balance. A fixed tile per thread, without the hand-out,
+ * would leave every thread waiting for one that the OS delays.
  */
 #include "backend/cpu/gemm.h"
 #include "backend/cpu/kernels.h"
@@ -409,10 +405,7 @@ static void mm_tile_converted(const cllm_tensor *a, const cllm_tensor *b, cllm_t
 /* Asks for the first CLLM_CPU_PREFETCH_AHEAD bytes of a tile's weight rows
  * (or all, when fewer). The kernels prefetch that far ahead along the rows,
  * so without this the start of every tile waits on memory, and the next
- * tile a thread takes is anywhere. Zen 5, SmolLM2 Q4_1, 2 threads, rotated
- * x 8, with eight tiles per thread (13 KB each): 4 sequences 764 -> 821
- * tokens/s, one 252-271 -> 295; with two (52 KB), x 4: 1,058 -> 1,085 and
- * 404 -> 427. */
+ * tile a thread takes is anywhere. */
 static void mm_prefetch_rows(const char *w, size_t bytes) {
     bytes = CLLM_MIN(bytes, (size_t)CLLM_CPU_PREFETCH_AHEAD);
     for (size_t o = 0; o < bytes; o += 64) __builtin_prefetch(w + o, 0, 3);

@@ -15,13 +15,12 @@
  * transposes: each score is a dot product of the row with the key where
  * it lies, in 8 lanes over d summed at the end (ay_scores_rows): in the
  * cache, or in the rows that ops-attn.c converted whole for a key chunk
- * (cllm_cpu_attn_rows_avx2, cllm_attn_unit.kf and .vf). With 3 query rows per kv head (SmolLM2),
- * attention against the Q4_1 one-column kernel's perf samples went from 0.39 to 0.35 (4 sequences,
- * 2 threads, Zen 3).
+ * (cllm_cpu_attn_rows_avx2, cllm_attn_unit.kf and .vf): with a few query
+ * rows per kv head, transposing the keys costs more than it saves.
  */
 #include "backend/cpu/x86/target.h"
 #include "backend/cpu/attn.h"
-#include "backend/cpu/ops-impl.h"
+#include "backend/cpu/rows.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 

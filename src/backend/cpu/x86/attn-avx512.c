@@ -15,7 +15,7 @@
  */
 #include "backend/cpu/x86/target.h"
 #include "backend/cpu/attn.h"
-#include "backend/cpu/ops-impl.h"
+#include "backend/cpu/rows.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 

@@ -30,7 +30,7 @@
  */
 #include "backend/cpu/x86/target.h"
 #include "backend/cpu/gemm.h"
-#include "backend/cpu/kernels.h"
+#include "backend/cpu/isa.h"
 #include "core/common.h"
 #include "core/quants.h"
 
@@ -150,10 +150,9 @@ _Static_assert(GY_COLS == 4, "CLLM_GEMM_BY_COLS4 covers 1..4 columns");
     X(4, 4, true)  /* Q2_K */                                                                      \
     X(4, 2, false) /* Q6_K */
 
-/* (Walking K in passes of 16 blocks, so that the part of the panel in use
- * stays in L1 while every column meets it, was measured slower: TinyLlama
- * Q4_0 pp512, 1 thread, Zen 3, 51.5-52.9 against 54.4-62.4 tokens/s. The
- * columns' short runs per pass, 3 KiB apart, defeat the prefetcher.) */
+/* (K is not walked in passes that keep the part of the panel in use in L1
+ * while every column meets it: the columns' short runs per pass, 3 KiB
+ * apart, defeat the prefetcher, which costs more than the passes save.) */
 void cllm_cpu_gemm_avx2(const cllm_gemm_form *fm, int64_t K, const void *panel_, const void *act,
                         size_t astride, int ncols, float *out, size_t ldo, int nrows) {
     const char *panel = panel_;
@@ -310,15 +309,14 @@ void cllm_cpu_gemv_quantize_avx2(cllm_type type, const float *x, void *act, int6
 
 /* ---- packing: Q4_0, Q4_1, Q5_0, Q5_1 and Q8_0 --------------------------------------
  * The portable packer decodes each block into bytes and floats one row at a
- * time and scatters 4 bytes at a time: an 8-token prompt of SmolLM2 (Q4_1)
- * spent 69 % of its time there, 16 % in the kernel. Here 8 rows' blocks
+ * time and scatters 4 bytes at a time, which costs a short prompt more than
+ * the kernel does. Here 8 rows' blocks
  * are unpacked into registers (32 unsigned bytes each, in element order)
  * and transposed as 8 x 8 dwords, so each 32-byte store fills 8 rows of a
  * panel line; the scales are converted 8 at a time. The same bytes as the
- * portable packer (test_kernels compares them). (Q5_0 and Q5_1 went through
- * the portable packer: 6 % of Gemma 3 270M's pp512, whose rows of 640 are
- * no multiple of 256, so its Q4_K_M file holds Q5_0 where K-quants do not
- * fit.) */
+ * portable packer (test_kernels compares them). (Q5_0 and Q5_1 are here
+ * too: files whose rows are no multiple of 256, as Gemma 3 270M's of 640,
+ * hold Q5_0 where K-quants do not fit.) */
 
 /* 32 unsigned bytes of the block at blk, in element order (gemm.c's
  * decoders: nibbles low then high, Q5's fifth bits above them; Q8_0 biased
@@ -407,12 +405,10 @@ bool cllm_cpu_gemm_pack_avx2(cllm_type type, const void *a, size_t stride, int n
 
 /* Rows 16h..16h+15 of the panel x nc columns; column j's element k at
  * cols[j * js + k * ks] (in place: js = the row stride, ks = 1; grouped:
- * js = 1, ks = 6). (Walking K in passes that keep a part of the panel in
- * L1, as the integer kernel does, was measured slower here with columns in
- * place: TinyLlama F16 pp512, 1 thread, Zen 3, 33.0 -> 26.4-27.9 tokens/s;
- * the columns' short runs per pass, 8 KiB apart, defeat the prefetcher.
- * With grouped columns, passes of 512, 1024 or 2048 elements were no
- * faster than none, at 1 and 2 threads.) */
+ * js = 1, ks = 6). (K is not walked in passes that keep a part of the
+ * panel in L1: with columns in place their short runs per pass, 8 KiB
+ * apart, defeat the prefetcher; with grouped columns passes gain
+ * nothing.) */
 GY_INLINE void gy_tile_f(int nc, int64_t K, const float *panel, int h, const float *cols, size_t js,
                          size_t ks, float *out, size_t ldo, int nr) {
     __m256 acc[GY_F_COLS][2];
@@ -505,9 +501,8 @@ void cllm_cpu_gemm_f_pack_avx2(cllm_type type, const void *a, size_t stride, int
             __m256 r[8];
             /* the next 8 rows' line at this place, on its way to L2: a
              * row of 4 KiB (K = 2048) is one page, too short for the
-             * hardware prefetcher to follow, and these loads waited on
-             * memory (TinyLlama F16 pp512, AVX2 level, 1 thread: 43.2 ->
-             * 44.5 tokens/s) */
+             * hardware prefetcher to follow, and these loads would wait
+             * on memory */
             if ((k & 31) == 0) {
                 for (int i = 8; i < 16 && r0 + i < nrows; i++) {
                     _mm_prefetch(src + (size_t)i * stride + 2 * k, _MM_HINT_T1);
@@ -682,8 +677,7 @@ static void gy_gemv_q4_k_cols(int64_t K, const void *row, const char *act, size_
 }
 
 /* n columns; Q4_K up to 4 at a time (called here directly: through
- * cllm_cpu_gemv_kernel, every weight row paid the level look-up, 3-4 % of
- * TinyLlama Q4_K generation on Zen 3). */
+ * cllm_cpu_gemv_kernel, every weight row would pay the level look-up). */
 void cllm_cpu_gemv_n_avx2(cllm_type type, int64_t K, const void *row, const void *act,
                           size_t act_stride, int n, float *out, size_t out_stride) {
     if (type == CLLM_TYPE_Q4_K) {

@@ -9,7 +9,7 @@
  */
 #include "backend/cpu/x86/target.h"
 #include "backend/cpu/gemm.h"
-#include "backend/cpu/kernels.h"
+#include "backend/cpu/isa.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 
@@ -461,10 +461,9 @@ static void gz_gemv_q4k(int64_t K, const char *row, const char *act, float *out)
 /* Two rows (row, row + row_stride) against one column, each summed as
  * gz_gemv_q4k sums it (the same result bit for bit): each activation
  * super-block serves both, and the two rows' ends share one reduction.
- * Rows of 2,048 elements are 8 super-blocks, and a profile of TinyLlama
- * Q4_K generation (Zen 5, 1 thread) put 15 % of the one-row kernel's
- * samples on its reduction and return. The prefetch runs along both rows as
- * one stream, as gv_gemv_2r's. */
+ * Rows of 2,048 elements are only 8 super-blocks, so the one-row kernel's
+ * reduction and return are a large share of its work. The prefetch runs
+ * along both rows as one stream, as gv_gemv_2r's. */
 static void gz_gemv_q4k_2r(int64_t K, const char *row, size_t row_stride, const char *act,
                            float *out) {
     const char *row1 = row + row_stride;
@@ -524,9 +523,9 @@ void cllm_cpu_gemv_avx512vl(cllm_type type, int64_t K, const void *row, const vo
  * 256-bit kernel's, bit for bit, with half the operations for the two rows:
  * the unpacked nibbles, the scales and the reduction serve both rows, and
  * each column's activations are loaded once (broadcast to both halves).
- * Where 512-bit operations cost what 256-bit ones do (AMD Zen 5), a step of
- * 4 sequences of SmolLM2 (rows of 576 elements) spends most of its time in
- * these columns: they are bound by operations, not by memory.
+ * Where 512-bit operations cost what 256-bit ones do, a step of a few
+ * sequences of a small model spends most of its time in these columns:
+ * they are bound by operations, not by memory.
  */
 
 /* The zmm of 256-bit x in the low half and y in the high one. */
@@ -841,15 +840,9 @@ void cllm_cpu_gemv_quantize_avx512(cllm_type type, const float *x, void *act, in
  * transposed (gz_pack_q4), one gather for the scales. Q4_K straight into
  * the panel: one 16-lane dword gather (lane r: 4 quant bytes of row r) per
  * step, masked for rows beyond nrows. The other types take the AVX2 packer
- * (8 rows' blocks in registers, transposed), which on a Zen 5 was the
- * faster one where a block needs more gathers or rows are short:
- * TinyLlama Q8_0 (8 gathers a block) 16-token prompts, 1 thread, 89-94
- * tokens/s with gathers, 121 without; SmolLM2 Q4_1 (576-element rows)
- * 1,130 against 1,716 with 2 threads; TinyLlama Q4_0 (5 gathers a block)
- * 225 with gathers, 190 without. gz_pack_q4 beats both (2 threads,
- * rotated x 3-5): TinyLlama Q4_0 pp16 212-224 -> 278 tokens/s (gathers
- * before), SmolLM2 Q4_1 pp32 2,349 -> 2,707 and pp512 2,661 -> 2,810 (the
- * AVX2 packer before). */
+ * (8 rows' blocks in registers, transposed), the faster one where a block
+ * would need many gathers or rows are short; gz_pack_q4 beats gathers and
+ * the AVX2 packer alike for Q4_0 and Q4_1. */
 
 GZ_INLINE __m512i gz_gather(__m512i idx, const char *base, __mmask16 m) {
     return _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), m, idx, base, 1);
@@ -898,9 +891,8 @@ GZ_INLINE void gz_pack_q4(bool q41, const char *src, size_t stride, int nrows, i
     /* Rows shorter than 2 * GZ_PACK_PF: the next 16 rows into L2 as one
      * stream, a share per block (the AVX2 packer's way: a prefetch along a
      * short row lands rows further down); longer ones: each row
-     * GZ_PACK_PF ahead. Zen 5, 2 threads: SmolLM2 Q4_1 (360-byte rows)
-     * pp32 2,485 -> 2,985 tokens/s with the stream; TinyLlama Q4_0 (1,152)
-     * pp16 269 along the rows, 260 with the stream. */
+     * GZ_PACK_PF ahead (a stream over long rows would fetch what the
+     * row's own prefetch already asked for). */
     const int64_t nb = K / 32;
     const bool stream = stride < 2 * GZ_PACK_PF;
     const size_t span = 16 * stride;
@@ -943,9 +935,9 @@ bool cllm_cpu_gemm_pack_avx512(cllm_type type, const void *a, size_t stride, int
     const __m512i nib = _mm512_set1_epi8(0x0F);
     const char *src = a;
     char *p = panel;
-    /* where 512-bit operations run as two halves (AMD Zen 4), the packers
-     * measured there before gz_pack_q4: gathers for Q4_0, the AVX2 one for
-     * Q4_1 */
+    /* where 512-bit operations run as two halves (cllm_cpu_prefer_256),
+     * gathers for Q4_0 and the AVX2 packer for Q4_1: gz_pack_q4's 512-bit
+     * shuffles cost twice there */
     if (type == CLLM_TYPE_Q4_0 && cllm_cpu_prefer_256()) {
         for (int64_t b = 0; b < K / 32; b++, p += 8 * 64 + 64) {
             const char *blk = src + b * 18;

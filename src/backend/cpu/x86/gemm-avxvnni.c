@@ -21,7 +21,7 @@
  */
 #include "backend/cpu/x86/target.h"
 #include "backend/cpu/gemm.h"
-#include "backend/cpu/kernels.h"
+#include "backend/cpu/isa.h"
 #include "core/common.h"
 
 #if defined(__x86_64__) || defined(__i386__)

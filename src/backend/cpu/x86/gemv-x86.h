@@ -32,10 +32,9 @@
  *
  * Why 256 bits at the AVX-512 level (Q5_0 and Q8_0, which have no 512-bit
  * kernel, Q4_0 / Q4_1 rows shorter than 1,024 elements: gemv_ymm in
- * gemm.c): on CPUs that run 512-bit operations as two 256-bit halves (AMD
- * Zen 4), this kernel generated TinyLlama Q4_0 at 30.5 tokens/s with 1
- * thread and 50.8 with 2, the 512-bit one (gemm-avx512.c) at 26.1 and 42.1
- * (cllm_cpu_prefer_256 chooses).
+ * gemv.c): on CPUs that run 512-bit operations as two 256-bit halves this
+ * kernel is faster than the 512-bit one (gemm-avx512.c), which pays twice
+ * for every operation there (cllm_cpu_prefer_256 chooses).
  */
 #ifndef CLLM_BACKEND_CPU_GEMV_X86_H
 #define CLLM_BACKEND_CPU_GEMV_X86_H
@@ -50,8 +49,8 @@
 #define GV_DPBUSD(acc, u, s) _mm256_dpbusd_epi32(acc, u, s)
 #endif
 
-#include "backend/cpu/gemm.h"    /* cllm_cpu_gemv_q8_scales */
-#include "backend/cpu/kernels.h" /* CLLM_CPU_PREFETCH_AHEAD, cllm_type */
+#include "backend/cpu/gemm.h" /* cllm_cpu_gemv_q8_scales */
+#include "backend/cpu/isa.h"  /* CLLM_CPU_PREFETCH_AHEAD */
 #include "backend/cpu/x86/vec-avx2.h"
 
 #include <immintrin.h>
@@ -195,8 +194,7 @@ GV_INLINE __m256 gv_lane_c(__m256 v, __m256 x, int c) {
  * mins, ds the activations' d * sums), each lane's as gv_red placed it.
  * The product of the two scales does not wait for the integer sums, so the
  * chain from the sums to the accumulator is one conversion and one FMA
- * (4 columns of SmolLM2-sized rows in L2: 3-4 % faster than sum * da, then
- * * dw). */
+ * (shorter than sum * da, then * dw, where rows sit in the cache). */
 GV_INLINE void gv_fma(bool q41, __m256i u, __m256 da, __m256 dw, __m256 mw, __m256 ds, __m256 *acc,
                       __m256 *accm) {
     *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(u), _mm256_mul_ps(da, dw), *acc);
@@ -369,14 +367,10 @@ GV_INLINE void gv_pair_2r(bool q41, const char *x0, const char *y0, size_t bsz, 
 /* out[0] and out[1]: rows `row` and `row + row_stride` against one column,
  * each summed as gv_gemv_n sums it (so each is the one-column kernel's
  * result, bit for bit). Each column load serves two rows, and the loop has
- * two rows' work to overlap. One Zen 3 core streaming rows from memory (a
- * one-off harness, Q4_1 / Q4_0, with the earlier per-lane float steps):
- * 576-element rows 3 % / 7 % faster than one row at a time, 10 % / 12 %
- * with gv_scales' loads; 1,536-element rows 1 % / 3 %, and 2 % / 16 %.
- * Whole generation steps gained more (SmolLM2 and TinyLlama Q4_0, 1 and 2
- * threads: 12-38 %). The prefetch runs along both rows as one stream (rows
- * of a matrix follow each other): prefetching each row on its own, two
- * rows of 1,536 elements ran 16-23 % slower than one at a time. */
+ * two rows' work to overlap. The prefetch runs along both rows as one
+ * stream (rows of a matrix follow each other): prefetching each row on its
+ * own would start two streams per pair and make two rows slower than
+ * one at a time. */
 GV_INLINE void gv_gemv_2r(bool q41, int64_t K, const char *row, size_t row_stride, const char *act,
                           float *out) {
     const size_t bsz = q41 ? 20 : 18, group = 320;

@@ -291,7 +291,8 @@ KX_INLINE void kx_dot32(int t, int nc, int64_t nb, float *out, const void *vx, c
         for (int j = 0; j < KX_ACCS; j++) a[j] = _mm256_setzero_ps();
         int64_t i = 0;
         for (; i + 4 <= nb; i += 4) {
-            /* (Q8_0 generation, 1 thread: 24.2 -> 27.0 tok/s) */
+            /* the hardware prefetcher alone leaves one core waiting on
+             * memory (kernels.h: CLLM_CPU_PREFETCH_AHEAD) */
             const char *ahead =
                 (const char *)vx + (size_t)i * kx_bytes32(t) + CLLM_CPU_PREFETCH_AHEAD;
             _mm_prefetch(ahead, _MM_HINT_T0);

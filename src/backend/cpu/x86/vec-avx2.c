@@ -3,7 +3,7 @@
  * calls them only at that level or above).
  */
 #include "backend/cpu/x86/target.h"
-#include "backend/cpu/ops-impl.h"
+#include "backend/cpu/rows.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 

@@ -3,7 +3,7 @@
  * calls them only on CPUs that have it).
  */
 #include "backend/cpu/x86/target.h"
-#include "backend/cpu/ops-impl.h"
+#include "backend/cpu/rows.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 

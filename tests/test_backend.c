@@ -1,12 +1,19 @@
 /* The generic backend layer and the CPU device: registry, buffers, memory
- * accounting per kind, measure mode, static layout, error paths. */
+ * accounting per kind, measure mode, static layout, device properties,
+ * buffers over host memory, weight layouts, error paths. */
 #include "alloc/layout.h"
 #include "backend/cpu/cpu.h"
+#include "backend/cpu/gemm.h"
+#include "backend/cpu/kernels.h"
+#include "backend/cpu/repack.h"
 #include "common/check.h"
 
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 static void quiet(cllm_log_level level, const char *msg, void *ud) {
     (void)level, (void)msg, (void)ud;
@@ -63,9 +70,13 @@ static void test_accounting(void) {
     /* a wrapped pointer is counted, and not freed by the buffer */
     char *mem = aligned_alloc(64, 256);
     cllm_buffer *wrapped = NULL;
-    CHECK(cllm_cpu_buffer_from_ptr(mem, 256, CLLM_MEM_WEIGHTS, &wrapped) == CLLM_OK);
+    CHECK(cllm_device_buffer_from_host_ptr(cpu, mem, 256, CLLM_MEM_WEIGHTS, &wrapped) == CLLM_OK);
     CHECK(cllm_device_allocated(cpu, CLLM_MEM_WEIGHTS) == before[CLLM_MEM_WEIGHTS] + 256);
     CHECK(cllm_buffer_base(wrapped) == mem);
+    CHECK(cllm_buffer_kind(wrapped) == CLLM_MEM_WEIGHTS);
+    CHECK(cllm_buffer_buft(wrapped) == cllm_device_host_ptr_buffer_type(cpu));
+    CHECK(cllm_buffer_type_alignment(cllm_buffer_buft(wrapped)) == 1); /* tensors at file offsets */
+    CHECK(cllm_buffer_type_is_host(cllm_buffer_buft(wrapped)));
     cllm_buffer_free(wrapped);
     CHECK(cllm_device_allocated(cpu, CLLM_MEM_WEIGHTS) == before[CLLM_MEM_WEIGHTS]);
     mem[255] = 1; /* still ours */
@@ -137,7 +148,8 @@ static void test_layout(void) {
 
 static void test_backend_params(void) {
     cllm_backend *be = NULL;
-    CHECK(cllm_device_init_backend(cllm_cpu_device(), "threads=3", &be) == CLLM_OK);
+    cllm_backend_params bp = {.n_threads = 3};
+    CHECK(cllm_device_init_backend(cllm_cpu_device(), &bp, &be) == CLLM_OK);
     CHECK(cllm_backend_cpu_n_threads(be) == 3);
     CHECK(strcmp(cllm_backend_name(be), "cpu") == 0);
     CHECK(cllm_backend_device(be) == cllm_cpu_device());
@@ -149,10 +161,139 @@ static void test_backend_params(void) {
     cllm_backend_free(NULL);
     cllm_log_set(quiet, NULL);
     be = NULL;
-    CHECK(cllm_device_init_backend(cllm_cpu_device(), "threads=two", &be) == CLLM_ERR_INVALID_ARG);
-    CHECK(cllm_device_init_backend(cllm_cpu_device(), "threads=-4", &be) == CLLM_ERR_INVALID_ARG);
+    bp.n_threads = -4;
+    CHECK(cllm_device_init_backend(cllm_cpu_device(), &bp, &be) == CLLM_ERR_INVALID_ARG);
+    bp.n_threads = 1025;
+    CHECK(cllm_device_init_backend(cllm_cpu_device(), &bp, &be) == CLLM_ERR_INVALID_ARG);
     CHECK(be == NULL);
     cllm_log_set(NULL, NULL);
+}
+
+/* What the layers above ask the CPU device through the registry. */
+static void test_device_props(void) {
+    cllm_device *cpu = cllm_registry_device_by_kind(CLLM_DEVICE_CPU);
+    cllm_device_props props;
+    cllm_device_get_props(cpu, &props);
+    CHECK(props.n_cores >= 1 && props.n_threads_max >= 1);
+    CHECK(props.features && strcmp(props.features, cllm_cpu_features_str()) == 0);
+    CHECK(cllm_cpu_physical_cores() == props.n_cores); /* the public API: the same answer */
+    CHECK(strcmp(cllm_cpu_features(), props.features) == 0);
+}
+
+/* Random bytes for n rows of K elements of `type`, with finite fp16 scales
+ * (the bytes are only moved, never computed with, but for the dot check). */
+static void fill_rows(cllm_type type, int64_t K, int64_t n, char *out, unsigned seed) {
+    const size_t rb = cllm_row_size(type, K);
+    float *row = malloc((size_t)K * sizeof(float));
+    for (int64_t r = 0; r < n; r++) {
+        for (int64_t k = 0; k < K; k++) {
+            seed = seed * 1103515245u + 12345u;
+            row[k] = (float)((seed >> 8) & 0xffff) / 32768.0f - 1.0f;
+        }
+        cllm_type_traits_of(type)->from_float(row, out + (size_t)r * rb, K);
+    }
+    free(row);
+}
+
+/*
+ * The CPU's weight layout through the device's slots: a matrix flagged
+ * CLLM_TENSOR_FLAG_MATMUL_ONLY of Q4_0 / Q4_1 / Q4_K in whole groups of 16
+ * rows is rewritten 16 rows to a group (gemm.h: its unpack gives the file's
+ * rows back) in memory the process owns and in a private mapping of a file
+ * (which stays as it was); any other weight, or any weight with
+ * CLLM_CPU_REPACK=0, keeps its layout. Only mul_mat may read it.
+ */
+static void test_weight_layout(void) {
+    cllm_device *cpu = cllm_registry_device_by_kind(CLLM_DEVICE_CPU);
+    static const cllm_type types[] = {CLLM_TYPE_Q4_0, CLLM_TYPE_Q4_1, CLLM_TYPE_Q4_K,
+                                      CLLM_TYPE_Q8_0};
+    const int64_t K = 512;
+    for (size_t ti = 0; ti < sizeof(types) / sizeof(types[0]); ti++) {
+        const cllm_type type = types[ti];
+        const bool x16 = cllm_cpu_x16_available(type, K); /* from AVX2 on, these types */
+        CHECK(type != CLLM_TYPE_Q8_0 || !x16);
+        const size_t rb = cllm_row_size(type, K), n = 2 * CLLM_X16_ROWS * rb;
+        char *file = malloc(n), *back = malloc(n);
+        fill_rows(type, K, 2 * CLLM_X16_ROWS, file, 7u + (unsigned)ti);
+
+        cllm_context *ctx = cllm_context_new(8);
+        cllm_tensor *w = cllm_tensor_new_2d(ctx, type, K, 2 * CLLM_X16_ROWS);
+        cllm_tensor *odd = cllm_tensor_new_2d(ctx, type, K, CLLM_X16_ROWS + 8);
+        cllm_tensor *plain = cllm_tensor_new_2d(ctx, type, K, 2 * CLLM_X16_ROWS);
+        w->flags |= CLLM_TENSOR_FLAG_MATMUL_ONLY;
+        odd->flags |= CLLM_TENSOR_FLAG_MATMUL_ONLY;
+        cllm_buffer *buf = NULL;
+        CHECK(cllm_buffer_type_alloc(cllm_device_buffer_type(cpu), 4 * n, CLLM_MEM_WEIGHTS, &buf) ==
+              CLLM_OK);
+        cllm_buffer_place_tensor(buf, w, 0);
+        cllm_buffer_place_tensor(buf, odd, n);
+        cllm_buffer_place_tensor(buf, plain, 2 * n);
+        cllm_tensor_set(w, file, 0, n);
+        cllm_tensor_set(plain, file, 0, n);
+        size_t scratch = 1;
+        CHECK(!cllm_device_init_weight(cpu, plain, &scratch) && scratch == 0 && !plain->layout);
+        CHECK(!cllm_device_init_weight(cpu, odd, &scratch) && scratch == 0 && !odd->layout);
+        CHECK(cllm_device_convert_weight(cpu, plain, NULL, false)); /* nothing to do */
+        CHECK(memcmp(plain->data, file, n) == 0);
+
+        CHECK(cllm_device_init_weight(cpu, w, &scratch) == x16);
+        CHECK(scratch == (x16 ? CLLM_X16_ROWS * rb : 0));
+        CHECK((w->layout == CLLM_CPU_LAYOUT_X16) == x16);
+        void *tmp = scratch ? malloc(scratch) : NULL;
+        CHECK(cllm_device_convert_weight(cpu, w, tmp, false));
+        for (int g = 0; g < 2 && x16; g++) {
+            cllm_cpu_x16_unpack(type, K, (char *)w->data + g * CLLM_X16_ROWS * rb,
+                                back + g * CLLM_X16_ROWS * rb, rb);
+        }
+        CHECK(memcmp(x16 ? back : w->data, file, n) == 0);
+        if (x16) {
+            CHECK(memcmp(w->data, file, n) != 0); /* rewritten */
+            /* only mul_mat reads it, as its matrix */
+            cllm_context *g = cllm_context_new(8);
+            cllm_tensor *act = cllm_tensor_new_2d(g, CLLM_TYPE_F32, K, 3);
+            CHECK(cllm_device_supports_op(cpu, cllm_mul_mat(g, w, act)));
+            cllm_tensor *idx = cllm_tensor_new_1d(g, CLLM_TYPE_I32, 2);
+            CHECK(!cllm_device_supports_op(cpu, cllm_get_rows(g, w, idx)));
+            cllm_context_free(g);
+        }
+
+        /* a private mapping of a file: its pages replaced, the file as it was */
+        char path[] = "/tmp/cllm-test-backend-XXXXXX";
+        const int fd = mkstemp(path);
+        char head[100];
+        memset(head, 'h', sizeof(head));
+        CHECK(fd >= 0 && write(fd, head, 100) == 100 && write(fd, file, n) == (ssize_t)n);
+        void *map = mmap(NULL, n + 100, PROT_READ, MAP_PRIVATE, fd, 0);
+        CHECK(map != MAP_FAILED);
+        cllm_buffer *mbuf = NULL;
+        CHECK(cllm_device_buffer_from_host_ptr(cpu, map, n + 100, CLLM_MEM_WEIGHTS, &mbuf) ==
+              CLLM_OK);
+        cllm_tensor *mw = cllm_tensor_new_2d(ctx, type, K, 2 * CLLM_X16_ROWS);
+        mw->flags |= CLLM_TENSOR_FLAG_MATMUL_ONLY;
+        cllm_buffer_place_tensor(mbuf, mw, 100);
+        CHECK(cllm_device_init_weight(cpu, mw, &scratch) == x16);
+        CHECK(cllm_device_convert_weight(cpu, mw, tmp, true));
+        CHECK(memcmp(mw->data, w->data, n) == 0); /* what the owned copy holds */
+        CHECK(memcmp(map, head, 100) == 0);       /* the bytes around it kept */
+        char *again = malloc(n);
+        CHECK(pread(fd, again, n, 100) == (ssize_t)n && memcmp(again, file, n) == 0);
+        free(again);
+        cllm_buffer_free(mbuf);
+        munmap(map, n + 100);
+        close(fd);
+        unlink(path);
+
+        /* CLLM_CPU_REPACK=0: every weight as the file stores it */
+        setenv("CLLM_CPU_REPACK", "0", 1);
+        CHECK(!cllm_device_init_weight(cpu, w, &scratch) && scratch == 0 && !w->layout);
+        unsetenv("CLLM_CPU_REPACK");
+
+        free(tmp);
+        cllm_buffer_free(buf);
+        cllm_context_free(ctx);
+        free(file);
+        free(back);
+    }
 }
 
 static void test_status_strings(void) {
@@ -166,6 +307,8 @@ int main(void) {
     test_accounting();
     test_layout();
     test_backend_params();
+    test_device_props();
+    test_weight_layout();
     test_status_strings();
     return check_summary("test_backend");
 }

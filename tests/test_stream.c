@@ -3,12 +3,12 @@
  * its layers do not fit streams them through a ring of 2 slots (and once of
  * 3), and
  *  - gives the logits of the resident model bit for bit (same kernels, same
- *    order; the resident model with its weights as the file stores them,
- *    CLLM_CPU_REPACK=0: streamed layers are not repacked 16 rows at a time,
- *    which the kernels sum in another order): a prompt in several batches,
- *    then greedy tokens one by one, on
- *    every model of tests/data/models and on random-weight models written by
- *    cllm-gen-model (argv[1]);
+ *    order, the same weight layouts: a device that stores a matrix its own
+ *    way, as the CPU stores Q4_0 / Q4_1 / Q4_K 16 rows to a group, does so
+ *    for a streamed layer as for a resident one): a prompt in several
+ *    batches, then greedy tokens one by one, on every model of
+ *    tests/data/models and on random-weight models written by cllm-gen-model
+ *    (argv[1]);
  *  - allocates what it planned, kind by kind;
  *  - keeps the process's peak resident memory (VmHWM) within the budget plus
  *    a stated allowance, on a model twice the budget's size (a child
@@ -17,6 +17,11 @@
  *    decodes again once the file is restored (in place, or renamed over);
  *  - refuses a budget too small for the ring, the state and the compute
  *    with an error that says so.
+ * With "layouts" as argv[2], only the first check, on the models whose
+ * matrices the CPU repacks: SmolLM2 (Q4_1, scripts/fetch-model) and
+ * random-weight Q4_0 and Q4_K models; CTest runs it at every kernel level
+ * (CLLM_CPU_ISA), since each level reads the repacked layout with kernels
+ * of its own.
  */
 #include "common/check.h"
 #include "common/refs.h"
@@ -359,14 +364,42 @@ static void check_too_small(const char *path) {
     CHECK(cllm_plan_file(path, &fp, &plan) == CLLM_ERR_INVALID_ARG);
 }
 
+/* Streamed == resident on the models whose matrices the CPU stores its
+ * own way at levels from AVX2 on (the file comment). */
+static void check_layouts(void) {
+    fprintf(stderr, "CPU features: %s\n", cllm_cpu_features());
+    char path[4096];
+    if (refs_fetch_model("smollm2", path, sizeof(path))) check_model(path);
+    if (!g_gen) {
+        check_missing("cllm-gen-model (argv[1])");
+        return;
+    }
+    static const char *const shapes[] = {
+        /* K = 256 and 768: whole Q4_K super-blocks; the output too */
+        "--n-embd 256 --n-layer 4 --n-head 4 --n-head-kv 2 --n-ff 768 --n-ctx 256 "
+        "--type q4_k --seed 6 --arch llama",
+        "--n-embd 128 --n-layer 4 --n-head 4 --n-head-kv 2 --n-ff 384 --n-ctx 256 "
+        "--type q4_0 --seed 7 --arch llama",
+    };
+    for (size_t i = 0; i < sizeof(shapes) / sizeof(shapes[0]); i++) {
+        snprintf(path, sizeof(path), "%s/layout-%zu.gguf", g_dir, i);
+        if (gen_model(path, shapes[i])) check_model(path);
+        unlink(path);
+    }
+}
+
 int main(int argc, char **argv) {
     g_gen = argc > 1 ? argv[1] : NULL;
-    setenv("CLLM_CPU_REPACK", "0", 1); /* (the file comment) */
     const char *tmp = getenv("TMPDIR");
     snprintf(g_dir, sizeof(g_dir), "%s/cllm-test-stream-XXXXXX", tmp && *tmp ? tmp : P_tmpdir);
     if (!mkdtemp(g_dir)) {
         fprintf(stderr, "mkdtemp: %s\n", strerror(errno));
         return 1;
+    }
+    if (argc > 2 && strcmp(argv[2], "layouts") == 0) {
+        check_layouts();
+        rmdir(g_dir);
+        return check_summary("test_stream (layouts)");
     }
     char small[512], big[512];
     snprintf(small, sizeof(small), "%s/small-q8.gguf", g_dir);

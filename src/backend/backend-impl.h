@@ -74,7 +74,23 @@ struct cllm_device_i {
     bool (*supports_op)(cllm_device *dev, const cllm_tensor *node);
     /* (optional) default: only the device's own buffer type */
     bool (*supports_buft)(cllm_device *dev, const cllm_buffer_type *buft);
-    cllm_status (*init_backend)(cllm_device *dev, const char *params, cllm_backend **out);
+    /* params: never NULL (the wrapper passes the defaults) */
+    cllm_status (*init_backend)(cllm_device *dev, const cllm_backend_params *params,
+                                cllm_backend **out);
+    /* (optional) default: n_cores 1, n_threads_max 1, features "" */
+    void (*get_props)(cllm_device *dev, cllm_device_props *props);
+    /* (optional) a buffer over host memory it does not own (backend.h:
+     * cllm_device_buffer_from_host_ptr; the wrapper counts it); NULL: the
+     * device cannot compute from host memory in place */
+    cllm_status (*buffer_from_host_ptr)(cllm_device *dev, void *ptr, size_t size,
+                                        cllm_buffer **out);
+    /* (optional, with buffer_from_host_ptr) those buffers' type */
+    cllm_buffer_type *(*get_host_ptr_buffer_type)(cllm_device *dev);
+    /* (optional) weight layouts (backend.h: cllm_device_init_weight); NULL:
+     * every weight keeps the file's layout. convert_weight is called only
+     * for tensors whose t->layout init_weight set. */
+    bool (*init_weight)(cllm_device *dev, cllm_tensor *t, size_t *scratch);
+    bool (*convert_weight)(cllm_device *dev, cllm_tensor *t, void *scratch, bool file_mapped);
 };
 
 struct cllm_device {

@@ -215,8 +215,44 @@ size_t cllm_device_allocated(const cllm_device *dev, cllm_mem_kind kind) {
     return atomic_load(&((cllm_device *)dev)->allocated[kind]);
 }
 
-cllm_status cllm_device_init_backend(cllm_device *dev, const char *params, cllm_backend **out) {
-    return dev->iface.init_backend(dev, params, out);
+void cllm_device_get_props(cllm_device *dev, cllm_device_props *props) {
+    *props = (cllm_device_props){.n_cores = 1, .n_threads_max = 1, .features = ""};
+    if (dev->iface.get_props) dev->iface.get_props(dev, props);
+}
+
+cllm_status cllm_device_init_backend(cllm_device *dev, const cllm_backend_params *params,
+                                     cllm_backend **out) {
+    static const cllm_backend_params defaults = {.n_threads = 0};
+    return dev->iface.init_backend(dev, params ? params : &defaults, out);
+}
+
+cllm_status cllm_device_buffer_from_host_ptr(cllm_device *dev, void *ptr, size_t size,
+                                             cllm_mem_kind kind, cllm_buffer **out) {
+    CLLM_ASSERT((unsigned)kind < CLLM_MEM_COUNT);
+    if (!dev->iface.buffer_from_host_ptr) {
+        return cllm_error(CLLM_ERR_UNSUPPORTED, "%s: cannot compute from host memory in place",
+                          cllm_device_name(dev));
+    }
+    cllm_buffer *buf = NULL;
+    CLLM_TRY(dev->iface.buffer_from_host_ptr(dev, ptr, size, &buf));
+    buf->kind = kind;
+    atomic_fetch_add(&dev->allocated[kind], buf->size);
+    *out = buf;
+    return CLLM_OK;
+}
+
+cllm_buffer_type *cllm_device_host_ptr_buffer_type(cllm_device *dev) {
+    return dev->iface.get_host_ptr_buffer_type ? dev->iface.get_host_ptr_buffer_type(dev) : NULL;
+}
+
+bool cllm_device_init_weight(cllm_device *dev, cllm_tensor *t, size_t *scratch) {
+    *scratch = 0;
+    return dev->iface.init_weight ? dev->iface.init_weight(dev, t, scratch) : false;
+}
+
+bool cllm_device_convert_weight(cllm_device *dev, cllm_tensor *t, void *scratch, bool file_mapped) {
+    if (!t->layout || !dev->iface.convert_weight) return true;
+    return dev->iface.convert_weight(dev, t, scratch, file_mapped);
 }
 
 /* ---- backends ---------------------------------------------------------- */

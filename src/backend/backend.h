@@ -9,7 +9,8 @@
  *
  *     cllm_device *cpu = cllm_registry_device_by_kind(CLLM_DEVICE_CPU);
  *     cllm_backend *be;
- *     if (cllm_device_init_backend(cpu, NULL, &be) != CLLM_OK) ...;
+ *     const cllm_backend_params bp = {.n_threads = 4};
+ *     if (cllm_device_init_backend(cpu, &bp, &be) != CLLM_OK) ...;
  *     cllm_buffer *buf;
  *     st = cllm_buffer_type_alloc(cllm_device_buffer_type(cpu), bytes,
  *                                 CLLM_MEM_COMPUTE, &buf);
@@ -110,12 +111,68 @@ bool cllm_device_supports_buft(cllm_device *dev, const cllm_buffer_type *buft);
  * cllm_buffer_type_alloc / cllm_buffer_free). Thread-safe. */
 size_t cllm_device_allocated(const cllm_device *dev, cllm_mem_kind kind);
 
+/* What a device reports about itself beyond memory (the defaults where it
+ * says nothing: 1, 1, ""). */
+typedef struct cllm_device_props {
+    int n_cores;          /* cores that compute (the CPU: physical cores, its default threads) */
+    int n_threads_max;    /* host threads that run at once (the CPU: its affinity mask) */
+    const char *features; /* the instruction sets or features its kernels use, as text */
+} cllm_device_props;
+
+void cllm_device_get_props(cllm_device *dev, cllm_device_props *props);
+
+/* How a backend computes; fields a device has no use for are ignored. */
+typedef struct cllm_backend_params {
+    int n_threads; /* host threads (0: the device's default; 0 .. 1024) */
+} cllm_backend_params;
+
 /*
- * Creates a backend (a compute stream) on the device. `params` is a
- * backend-specific option string or NULL for defaults (CPU: "threads=N").
- * On failure *out is untouched.
+ * Creates a backend (a compute stream) on the device, with `params` (NULL:
+ * the defaults). CLLM_ERR_INVALID_ARG for parameters out of range. On
+ * failure *out is untouched.
  */
-cllm_status cllm_device_init_backend(cllm_device *dev, const char *params, cllm_backend **out);
+cllm_status cllm_device_init_backend(cllm_device *dev, const cllm_backend_params *params,
+                                     cllm_backend **out);
+
+/*
+ * Wraps `size` bytes of host memory at `ptr` (a mapped file, the ring of
+ * streamed layers) as a buffer of `kind` on the device that does not own
+ * them: freeing the buffer leaves the memory alone. The bytes are counted
+ * on the device like an allocation. Tensors sit in it where the caller
+ * puts them: its buffer type (cllm_device_host_ptr_buffer_type) imposes no
+ * alignment. CLLM_ERR_UNSUPPORTED when the device cannot compute from host
+ * memory in place (the caller then copies into the device's own buffers);
+ * on failure *out is untouched.
+ */
+cllm_status cllm_device_buffer_from_host_ptr(cllm_device *dev, void *ptr, size_t size,
+                                             cllm_mem_kind kind, cllm_buffer **out);
+/* The type of those buffers (for measure-mode buffers that stand for one);
+ * NULL when the device has none. */
+cllm_buffer_type *cllm_device_host_ptr_buffer_type(cllm_device *dev);
+
+/*
+ * Weight layouts. A device may store a weight in a layout of its own (the
+ * CPU: some matrices 16 rows at a time for its one-column kernels), which
+ * only its backend reads. Whoever places weights (the model loader, the
+ * ring of streamed layers) calls, per weight tensor `t` placed in a buffer
+ * of the device:
+ *  - cllm_device_init_weight once: the device decides from t's flags
+ *    (CLLM_TENSOR_FLAG_MATMUL_ONLY), type and shape, and records the
+ *    decision in t->layout. True when t is to be converted, with the bytes
+ *    of host scratch the conversion needs in *scratch (0 else). The
+ *    decision is static: the same t gets the same answer, and the memory
+ *    planned for a graph does not depend on it.
+ *  - cllm_device_convert_weight each time the file's bytes of t have been
+ *    written into its place: rewrites them in place into the layout chosen
+ *    (nothing for a tensor whose t->layout is 0). `scratch` holds the bytes
+ *    init_weight asked for. `file_mapped`: t's bytes are part of a private,
+ *    read-only mapping of the file, whose pages the device may replace.
+ *    False when a mapped tensor could not be rewritten: it then keeps the
+ *    file's layout (t->layout is 0 again); memory it may write never fails.
+ * Devices without a layout of their own leave every weight as it is.
+ */
+bool cllm_device_init_weight(cllm_device *dev, cllm_tensor *t, size_t *scratch);
+bool cllm_device_convert_weight(cllm_device *dev, cllm_tensor *t, void *scratch, bool file_mapped);
 
 /* ---- backends ---------------------------------------------------------- */
 

@@ -106,10 +106,11 @@ enum {
 enum cllm_tensor_flag {
     CLLM_TENSOR_FLAG_INPUT = 1,  /* set by the caller before compute; never overwritten */
     CLLM_TENSOR_FLAG_OUTPUT = 2, /* read by the caller after compute; never overwritten */
-    /* a weight matrix whose data holds its rows 16 at a time in vector lanes
-     * (backend/cpu/gemm.h: CLLM_X16), not row after row: only the CPU
-     * backend's mul_mat reads it, as its first source */
-    CLLM_TENSOR_FLAG_X16 = 4,
+    /* a weight that every graph reads only as the first source of mul_mat,
+     * itself (never through a view): set by the model layer on its
+     * matrices, so that a device may store such a weight in a layout of
+     * its own (backend.h: cllm_device_init_weight) */
+    CLLM_TENSOR_FLAG_MATMUL_ONLY = 4,
 };
 
 typedef struct cllm_buffer cllm_buffer;
@@ -130,6 +131,10 @@ typedef struct cllm_tensor {
 
     cllm_buffer *buffer; /* NULL until allocated */
     void *data;          /* NULL until allocated */
+    /* how the device that holds the data stores it: 0 as ne and nb say,
+     * else a value private to that device's backend (its weight layout,
+     * backend.h: cllm_device_init_weight) */
+    int32_t layout;
 
     char name[CLLM_MAX_NAME];
 } cllm_tensor;

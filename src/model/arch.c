@@ -262,6 +262,21 @@ static cllm_status check_unused(const cllm_gguf *g, const cllm_weights *w, const
     return CLLM_OK;
 }
 
+/* Flags the weights that graphs read only as mul_mat's matrix (arch.h:
+ * the matrix slots of a layer, and the output unless it is the token
+ * embeddings, which the input gathers rows of). */
+static void mark_matrices(cllm_weights *w) {
+    for (int l = 0; l < w->n_layer; l++) {
+        cllm_layer_weights *L = &w->layers[l];
+        cllm_tensor *const m[] = {L->wq, L->wk,       L->wv,     L->wqkv,
+                                  L->wo, L->ffn_gate, L->ffn_up, L->ffn_down};
+        for (size_t i = 0; i < CLLM_ARRAY_SIZE(m); i++) {
+            if (m[i]) m[i]->flags |= CLLM_TENSOR_FLAG_MATMUL_ONLY;
+        }
+    }
+    if (w->output && w->output != w->tok_embd) w->output->flags |= CLLM_TENSOR_FLAG_MATMUL_ONLY;
+}
+
 cllm_status cllm_weights_new(const cllm_gguf *g, const cllm_arch *arch, const cllm_hparams *hp,
                              cllm_weights **out) {
     CLLM_TRY(check_vocab_rows(g, hp));
@@ -280,6 +295,7 @@ cllm_status cllm_weights_new(const cllm_gguf *g, const cllm_arch *arch, const cl
     st = arch->create_weights(w, g, hp);
     if (st == CLLM_OK) st = check_unused(g, w, hp);
     if (st != CLLM_OK) goto fail;
+    mark_matrices(w);
     *out = w;
     return CLLM_OK;
 fail:

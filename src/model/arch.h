@@ -61,7 +61,11 @@ static inline int64_t cllm_hparams_n_embd_v_gqa(const cllm_hparams *hp) {
     return hp->head_dim_v * hp->n_head_kv;
 }
 
-/* Weight slots of one block; an architecture uses the ones it needs. */
+/* Weight slots of one block; an architecture uses the ones it needs. The
+ * matrices (wq .. wo, ffn_gate, ffn_up, ffn_down) are read only as the
+ * matrix of a mul_mat, never through a view, and so is the output when it
+ * is not the token embeddings: cllm_weights_new flags them
+ * CLLM_TENSOR_FLAG_MATMUL_ONLY (a device may store them its own way). */
 typedef struct cllm_layer_weights {
     cllm_tensor *attn_norm, *attn_norm_b;
     cllm_tensor *wq, *wk, *wv, *wqkv, *wo;

@@ -5,8 +5,6 @@
  */
 #include "core/hostmem.h"
 #include "backend/backend.h"
-#include "backend/cpu/kernels.h"
-#include "backend/cpu/threadpool.h"
 #include "gguf/gguf.h"
 #include "text/chat.h"
 #include "runtime/model.h"
@@ -31,9 +29,17 @@ cllm_status cllm_device_enable_test(const char *spec) {
     return cllm_registry_configure("test", spec);
 }
 
-int cllm_cpu_physical_cores(void) { return cllm_physical_cores(); }
+/* The CPU device's own report (its backend knows the machine). */
+static cllm_device_props cpu_props(void) {
+    cllm_device_props props = {.n_cores = 1, .n_threads_max = 1, .features = ""};
+    cllm_device *cpu = cllm_registry_device_by_kind(CLLM_DEVICE_CPU);
+    if (cpu) cllm_device_get_props(cpu, &props);
+    return props;
+}
 
-const char *cllm_cpu_features(void) { return cllm_cpu_features_str(); }
+int cllm_cpu_physical_cores(void) { return cpu_props().n_cores; }
+
+const char *cllm_cpu_features(void) { return cpu_props().features; }
 
 /* ---- GGUF metadata ----------------------------------------------------- */
 

@@ -4,7 +4,6 @@
 #include "runtime/fit.h"
 #include "runtime/instance.h"
 #include "backend/backend.h"
-#include "backend/cpu/cpu.h"
 #include "runtime/stream.h"
 
 #include <stdlib.h>
@@ -175,8 +174,15 @@ static cllm_status probe(fit_ctx *f, probe_result *r) {
         if ((st = cllm_stream_layout_init(&lay, f->g, f->w, pl, f->p.stream_slots)) != CLLM_OK) {
             goto done;
         }
-        ring = cllm_buffer_new_measure(cllm_cpu_mapped_buffer_type(), lay.ring_bytes);
-        if (!ring) {
+        cllm_buffer_type *host = cllm_device_host_ptr_buffer_type(pl->devices[cpu]);
+        if (!host) {
+            st = cllm_error(CLLM_ERR_UNSUPPORTED,
+                            "plan: %s cannot compute from a ring in host "
+                            "memory: no layer can be streamed",
+                            cllm_device_name(pl->devices[cpu]));
+            goto done;
+        }
+        if (!(ring = cllm_buffer_new_measure(host, lay.ring_bytes))) {
             st = cllm_error(CLLM_ERR_NOMEM, "plan: out of host memory");
             goto done;
         }
@@ -189,8 +195,8 @@ static cllm_status probe(fit_ctx *f, probe_result *r) {
         bool holds = d == cpu || wbytes[d];
         for (int l = 0; l < pl->n_layer && !holds; l++) holds = pl->layer_device[l] == d;
         if (!holds) continue;
-        st = d == cpu ? cllm_backend_cpu_new(f->shape.n_threads, &f->backends[d])
-                      : cllm_device_init_backend(pl->devices[d], NULL, &f->backends[d]);
+        const cllm_backend_params bp = {.n_threads = f->shape.n_threads};
+        st = cllm_device_init_backend(pl->devices[d], &bp, &f->backends[d]);
         if (st != CLLM_OK) goto done;
     }
     const cllm_instance_args ia = {.arch = f->arch,

@@ -1,6 +1,5 @@
 #include "runtime/instance.h"
 #include "core/hostmem.h"
-#include "backend/cpu/cpu.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -154,9 +153,8 @@ static cllm_status backends_init(cllm_instance *in) {
         if (in->a.backends && in->a.backends[d]) {
             in->backends[b] = in->a.backends[d];
         } else {
-            const cllm_status st =
-                d == cpu ? cllm_backend_cpu_new(in->a.shape.n_threads, &in->backends[b])
-                         : cllm_device_init_backend(pl->devices[d], NULL, &in->backends[b]);
+            const cllm_backend_params bp = {.n_threads = in->a.shape.n_threads};
+            const cllm_status st = cllm_device_init_backend(pl->devices[d], &bp, &in->backends[b]);
             if (st != CLLM_OK) return st;
             in->own_backend[b] = true;
         }

@@ -1,8 +1,6 @@
 /* Loading a model: metadata, architecture, weights (mapped or read). */
 #include "core/hostmem.h"
 #include "runtime/model.h"
-#include "backend/cpu/cpu.h"
-#include "backend/cpu/gemm.h"
 #include "runtime/fit.h"
 #include "text/tokenizer.h"
 
@@ -84,115 +82,48 @@ static cllm_status alloc_weights(cllm_model *m, bool use_mmap) {
 static cllm_status start_stream(cllm_model *m, int n_slots) {
     const int cpu = cllm_placement_cpu(&m->place);
     CLLM_TRY(cllm_stream_layout_init(&m->stream_lay, m->gguf, m->weights, &m->place, n_slots));
-    CLLM_TRY(cllm_stream_new(m->path, m->weights, &m->stream_lay, &m->stream));
-    cllm_stream_place(&m->stream_lay, m->weights, cllm_stream_buffer(m->stream));
+    CLLM_TRY(
+        cllm_stream_new(m->path, m->place.devices[cpu], m->weights, &m->stream_lay, &m->stream));
     m->weights_planned[cpu] += m->stream_lay.ring_bytes;
     return CLLM_OK;
 }
 
-/* A weight the CPU's one-column kernels read faster 16 rows at a time
- * (gemm.h: CLLM_X16): a layer's matrix or the output, Q4_0 / Q4_1 / Q4_K,
- * whole groups of 16 rows, read only by mul_mat (which the CPU backend
- * checks: any other reader is an op it does not support). */
-static bool x16_candidate(const cllm_tensor *t) {
-    const bool named = strncmp(t->name, "blk.", 4) == 0 || strcmp(t->name, "output.weight") == 0;
-    return named && t->ne[2] == 1 && t->ne[3] == 1 && t->ne[1] % CLLM_X16_ROWS == 0 &&
-           t->nb[1] == cllm_row_size(t->type, t->ne[0]) &&
-           cllm_cpu_x16_available(t->type, t->ne[0]);
-}
-
-/* t repacked 16 rows to a block (src: its rows as the file has them) into
- * dst: another place (tmp NULL), or src itself (tmp: a group's bytes). */
-static void repack_into(const cllm_tensor *t, const char *src, char *dst, char *tmp) {
-    const size_t group = CLLM_X16_ROWS * t->nb[1];
-    for (int64_t r = 0; r < t->ne[1]; r += CLLM_X16_ROWS) {
-        const char *g = src + (size_t)r * t->nb[1];
-        if (tmp) g = memcpy(tmp, g, group);
-        cllm_cpu_x16_pack(t->type, t->ne[0], g, t->nb[1], dst + (size_t)r * t->nb[1]);
-    }
-}
-
 /*
- * t, part of the file's read-only mapping, repacked: its pages are replaced
- * by anonymous memory that holds t repacked (and the other bytes of its
- * first and last page as they were), on transparent huge pages where whole
- * 2 MiB pieces of it are. Writing the mapping in place instead copies its
- * pages one by one into scattered 4 KiB ones, and TinyLlama Q4_0 generated
- * 4 % slower with 1 thread from those than from the page cache's (Zen 5).
- * False if it could not be done (nothing changed).
+ * Lets each device store the weights it holds in a layout of its own
+ * (backend.h: cllm_device_init_weight), now that their bytes are in place:
+ * the resident ones here, the streamed ones in the ring each time the I/O
+ * thread fills a slot (stream.c). The layouts leave every planned size as
+ * it is. A mapped tensor that cannot be rewritten keeps the file's layout.
  */
-static bool repack_mapped(const cllm_tensor *t) {
-#if defined(__linux__) && defined(MREMAP_FIXED)
-    const size_t page = (size_t)sysconf(_SC_PAGESIZE), h = CLLM_HOST_HUGE;
-    char *data = t->data, *end = data + cllm_nbytes(t);
-    char *lo = (char *)((uintptr_t)data / page * page);
-    char *hi = (char *)(((uintptr_t)end + page - 1) / page * page);
-    const size_t span = (size_t)(hi - lo);
-    char *r = mmap(NULL, span + h, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (r == MAP_FAILED) return false;
-    /* at the same place in a 2 MiB piece as lo, so that huge pages stay */
-    char *a = r + (((uintptr_t)lo - (uintptr_t)r) & (h - 1));
-#if defined(MADV_HUGEPAGE)
-    (void)madvise(a, span, MADV_HUGEPAGE);
-#endif
-    memcpy(a, lo, (size_t)(data - lo));
-    memcpy(a + (end - lo), end, (size_t)(hi - end));
-    repack_into(t, data, a + (data - lo), NULL);
-    if (mremap(a, span, span, MREMAP_MAYMOVE | MREMAP_FIXED, lo) == MAP_FAILED) {
-        munmap(r, span + h);
-        return false;
-    }
-    if (a > r) munmap(r, (size_t)(a - r));
-    if (a + span < r + span + h) munmap(a + span, (size_t)(r + span + h - (a + span)));
-    (void)mprotect(lo, span, PROT_READ);
-    return true;
-#else
-    (void)t;
-    return false;
-#endif
-}
-
-/*
- * Stores the CPU's Q4_0 / Q4_1 matrices 16 rows at a time (the same bytes in
- * the same place; a mapped file's pages of them become the process's own),
- * when every weight is on the CPU and none is streamed; CLLM_CPU_REPACK=0
- * keeps the file's layout. A mapped matrix that cannot be rewritten stays
- * as it is. The kernels read them faster per row (Zen 5, in cache:
- * AVX-512 2-3x on one column or 4, AVX2 1.5x on one; README: the speed
- * section).
- */
-static cllm_status repack_weights(cllm_model *m) {
-    const char *env = getenv("CLLM_CPU_REPACK");
-    if ((env && strcmp(env, "0") == 0) || m->place.streamed) return CLLM_OK;
-    const int cpu = cllm_placement_cpu(&m->place);
+static cllm_status init_layouts(cllm_model *m) {
+    const cllm_placement *pl = &m->place;
     cllm_context *ctx = m->weights->ctx;
-    size_t tmp_size = 0;
-    for (int i = 0; i < cllm_context_n_tensors(ctx); i++) {
-        const cllm_tensor *t = cllm_context_tensor(ctx, i);
-        const int d = cllm_placement_weight_device(&m->place, m->weights, i);
-        if (d != cpu && d != CLLM_PLACE_NONE) return CLLM_OK; /* another device's weights */
-        if (d == cpu && x16_candidate(t)) tmp_size = CLLM_MAX(tmp_size, CLLM_X16_ROWS * t->nb[1]);
-    }
-    if (!tmp_size) return CLLM_OK;
-    char *tmp = cllm_malloc(tmp_size); /* one group of rows as the file has them */
-    if (!tmp) return cllm_error(CLLM_ERR_NOMEM, "%s: out of host memory", m->path);
-    const size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    size_t scratch_size = 0;
+    bool any = false;
     for (int i = 0; i < cllm_context_n_tensors(ctx); i++) {
         cllm_tensor *t = cllm_context_tensor(ctx, i);
-        if (cllm_placement_weight_device(&m->place, m->weights, i) != cpu || !x16_candidate(t))
+        const int d = cllm_placement_weight_device(pl, m->weights, i);
+        if (d == CLLM_PLACE_NONE || !t->buffer || cllm_placement_weight_streamed(pl, m->weights, i))
             continue;
-        if (m->map && !repack_mapped(t)) { /* in place, its pages copied on write */
-            char *lo = (char *)((uintptr_t)t->data / page * page);
-            const size_t span = (size_t)((char *)t->data + cllm_nbytes(t) - lo);
-            if (mprotect(lo, span, PROT_READ | PROT_WRITE) != 0) continue;
-            repack_into(t, t->data, t->data, tmp);
-            (void)mprotect(lo, span, PROT_READ);
-        } else if (!m->map) {
-            repack_into(t, t->data, t->data, tmp);
-        }
-        t->flags |= CLLM_TENSOR_FLAG_X16;
+        size_t need = 0;
+        if (cllm_device_init_weight(pl->devices[d], t, &need)) any = true;
+        scratch_size = CLLM_MAX(scratch_size, need);
     }
-    cllm_free(tmp);
+    if (!any) return CLLM_OK;
+    void *scratch = NULL;
+    if (scratch_size && !(scratch = cllm_malloc(scratch_size))) {
+        return cllm_error(CLLM_ERR_NOMEM, "%s: out of host memory", m->path);
+    }
+    const int cpu = cllm_placement_cpu(pl);
+    for (int i = 0; i < cllm_context_n_tensors(ctx); i++) {
+        cllm_tensor *t = cllm_context_tensor(ctx, i);
+        const int d = cllm_placement_weight_device(pl, m->weights, i);
+        if (d == CLLM_PLACE_NONE || !t->buffer || cllm_placement_weight_streamed(pl, m->weights, i))
+            continue;
+        /* the CPU's weights of a mapped file lie in the mapping */
+        (void)cllm_device_convert_weight(pl->devices[d], t, scratch, m->map && d == cpu);
+    }
+    cllm_free(scratch);
     return CLLM_OK;
 }
 
@@ -228,8 +159,8 @@ static cllm_status place_mapped(cllm_model *m, int fd) {
     }
     const int cpu = cllm_placement_cpu(&m->place);
     cllm_buffer *buf = NULL;
-    cllm_status st =
-        cllm_cpu_buffer_from_ptr((char *)map + data, (size_t)span, CLLM_MEM_WEIGHTS, &buf);
+    cllm_status st = cllm_device_buffer_from_host_ptr(m->place.devices[cpu], (char *)map + data,
+                                                      (size_t)span, CLLM_MEM_WEIGHTS, &buf);
     if (st != CLLM_OK) {
         munmap(map, size);
         return st;
@@ -400,7 +331,7 @@ static cllm_status model_load(const char *path, const cllm_model_params *params,
     }
     st = use_mmap ? place_mapped(m, fd) : place_read(m, fd, p.progress);
     if (st != CLLM_OK) goto fail;
-    if ((st = repack_weights(m)) != CLLM_OK) goto fail;
+    if ((st = init_layouts(m)) != CLLM_OK) goto fail;
     if (m->place.streamed && (st = start_stream(m, p.plan->stream_slots)) != CLLM_OK) goto fail;
     close(fd);
     *out = m;

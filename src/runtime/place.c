@@ -2,8 +2,6 @@
  * code shared by the fit planner, model loading and sessions. */
 #include "core/hostmem.h"
 #include "runtime/place.h"
-#include "backend/cpu/cpu.h"
-#include "backend/cpu/threadpool.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -38,7 +36,9 @@ cllm_status cllm_placement_init_devices(cllm_placement *pl, int n_layer) {
 
 cllm_status cllm_placement_init_cpu(cllm_placement *pl, int n_layer) {
     memset(pl, 0, sizeof(*pl));
-    pl->devices[pl->n_devices++] = cllm_cpu_device();
+    cllm_device *cpu = cllm_registry_device_by_kind(CLLM_DEVICE_CPU);
+    if (!cpu) return cllm_error(CLLM_ERR_BACKEND, "no CPU device");
+    pl->devices[pl->n_devices++] = cpu;
     return placement_layers(pl, n_layer);
 }
 
@@ -231,10 +231,14 @@ cllm_status cllm_shape_resolve(const cllm_hparams *hp, const cllm_shape_params *
                           who, (long long)sh.n_batch, sh.n_seq);
     }
     sh.n_outputs = p->all_logits ? sh.n_batch : sh.n_seq;
-    if (sh.n_threads == 0) sh.n_threads = cllm_physical_cores();
+    cllm_device *cpu = cllm_registry_device_by_kind(CLLM_DEVICE_CPU);
+    if (!cpu) return cllm_error(CLLM_ERR_BACKEND, "%s: no CPU device", who);
+    cllm_device_props props;
+    cllm_device_get_props(cpu, &props);
+    if (sh.n_threads == 0) sh.n_threads = props.n_cores;
     /* threads beyond the CPUs only wait for each other; the workspace is
      * planned per thread, so the count is settled here, for plan and session */
-    const int n_cpus = cllm_cpu_count();
+    const int n_cpus = props.n_threads_max;
     if (sh.n_threads > n_cpus) {
         CLLM_LOG_WARN("%s: %d threads requested but only %d CPUs available: using %d", who,
                       sh.n_threads, n_cpus, n_cpus);

@@ -134,7 +134,8 @@ typedef struct cllm_shape {
 /*
  * Applies the defaults and checks the ranges (context 1..2^24 and within the
  * trained positions of a learned-position model, batch >= 1, KV F16 or F32,
- * threads 0..1024; more threads than cllm_cpu_count() are lowered to it with
+ * threads 0..1024; more threads than the CPU runs at once (its device's
+ * n_threads_max, cllm_device_get_props) are lowered to it with
  * a warning). CLLM_ERR_INVALID_ARG with a message that starts with `who`;
  * *out untouched on failure.
  */

@@ -3,7 +3,6 @@
  * read-bandwidth probe. */
 #include "core/hostmem.h"
 #include "runtime/stream.h"
-#include "backend/cpu/cpu.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -164,6 +163,8 @@ static int ev_cmp(const void *a, const void *b) {
 
 struct cllm_stream {
     const cllm_stream_layout *lay;
+    const cllm_weights *w;
+    cllm_device *dev; /* the ring's */
     char *path;
     int fd;
     bool direct;
@@ -171,6 +172,8 @@ struct cllm_stream {
     cllm_buffer *buf;
     tensor_layer *tl; /* streamed weights by address, for the gates */
     int n_tl;
+    bool any_layout; /* some streamed weight is stored in a layout of the device's */
+    void *scratch;   /* for the I/O thread's conversions (cllm_device_convert_weight) */
 
     pthread_mutex_t mu;
     pthread_cond_t cv;
@@ -286,6 +289,14 @@ static void *io_main(void *arg) {
             ok = read_run(st, &lay->runs[r], slot + lay->runs[r].slot_off, &n_read, err,
                           sizeof(err));
         }
+        /* the layer's weights in the layout the device chose for them, as
+         * a resident layer's: a pass reads the same bytes either way */
+        for (int i = 0; i < lay->n_weights && ok && st->any_layout; i++) {
+            if (lay->weight_layer[i] == j) {
+                (void)cllm_device_convert_weight(st->dev, cllm_context_tensor(st->w->ctx, i),
+                                                 st->scratch, false);
+            }
+        }
 
         pthread_mutex_lock(&st->mu);
         st->reading = false;
@@ -317,8 +328,8 @@ static void reset_locked(cllm_stream *st) {
     pthread_cond_broadcast(&st->cv);
 }
 
-cllm_status cllm_stream_new(const char *path, const cllm_weights *w, const cllm_stream_layout *lay,
-                            cllm_stream **out) {
+cllm_status cllm_stream_new(const char *path, cllm_device *dev, const cllm_weights *w,
+                            const cllm_stream_layout *lay, cllm_stream **out) {
     if (lay->n_layers == 0) {
         return cllm_error(CLLM_ERR_INVALID_ARG, "stream: no streamed layers");
     }
@@ -327,6 +338,8 @@ cllm_status cllm_stream_new(const char *path, const cllm_weights *w, const cllm_
     cllm_status rc = CLLM_ERR_NOMEM;
     st->fd = -1;
     st->lay = lay;
+    st->w = w;
+    st->dev = dev;
     st->keep_all = lay->n_layers <= lay->n_slots;
     for (int s = 0; s < CLLM_STREAM_MAX_SLOTS; s++) st->slot_layer[s] = -1;
     st->path = cllm_strdup(path);
@@ -341,8 +354,24 @@ cllm_status cllm_stream_new(const char *path, const cllm_weights *w, const cllm_
         st->tl[st->n_tl++] = (tensor_layer){cllm_context_tensor(w->ctx, i), lay->weight_layer[i]};
     }
     qsort(st->tl, (size_t)st->n_tl, sizeof(*st->tl), tl_cmp);
-    if ((rc = cllm_cpu_buffer_from_ptr(st->ring, lay->ring_bytes, CLLM_MEM_WEIGHTS, &st->buf)) !=
-        CLLM_OK) {
+    if ((rc = cllm_device_buffer_from_host_ptr(dev, st->ring, lay->ring_bytes, CLLM_MEM_WEIGHTS,
+                                               &st->buf)) != CLLM_OK) {
+        goto fail;
+    }
+    /* each streamed tensor at its fixed place in the ring, in the layout
+     * its device chooses, before the I/O thread starts */
+    cllm_stream_place(lay, w, st->buf);
+    size_t scratch_size = 0;
+    for (int i = 0; i < lay->n_weights; i++) {
+        size_t need = 0;
+        if (lay->weight_layer[i] >= 0 &&
+            cllm_device_init_weight(dev, cllm_context_tensor(w->ctx, i), &need)) {
+            st->any_layout = true;
+            scratch_size = CLLM_MAX(scratch_size, need);
+        }
+    }
+    if (scratch_size && !(st->scratch = cllm_malloc(scratch_size))) {
+        rc = cllm_error(CLLM_ERR_NOMEM, "stream: out of host memory");
         goto fail;
     }
     st->fd = open(path, O_RDONLY | O_CLOEXEC | O_DIRECT);
@@ -366,8 +395,14 @@ cllm_status cllm_stream_new(const char *path, const cllm_weights *w, const cllm_
     *out = st;
     return CLLM_OK;
 fail:
+    for (int i = 0; st->buf && i < lay->n_weights; i++) { /* w as it was */
+        if (lay->weight_layer[i] < 0) continue;
+        cllm_tensor *t = cllm_context_tensor(w->ctx, i);
+        t->buffer = NULL, t->data = NULL, t->layout = 0;
+    }
     if (st->fd >= 0) close(st->fd);
     cllm_buffer_free(st->buf);
+    cllm_free(st->scratch);
     cllm_free(st->ring);
     cllm_free(st->tl);
     cllm_free(st->path);
@@ -390,6 +425,7 @@ void cllm_stream_free(cllm_stream *st) {
     }
     if (st->fd >= 0) close(st->fd);
     cllm_buffer_free(st->buf);
+    cllm_free(st->scratch);
     cllm_free(st->ring);
     cllm_free(st->tl);
     cllm_free(st->gates);

@@ -8,8 +8,7 @@
  *     ... a buffer of lay.ring_bytes (measure mode, or cllm_stream_new's) ...
  *     cllm_stream_place(&lay, w, ring_buf);              // streamed tensors point into it
  *     cllm_stream *st;
- *     st = cllm_stream_new("model.gguf", w, &lay, &st); // reads ahead on its own thread
- *     cllm_stream_place(&lay, w, cllm_stream_buffer(st));
+ *     st = cllm_stream_new("model.gguf", cpu, w, &lay, &st); // places, reads ahead
  *     ... per forward pass, around cllm_sched_graph_compute:
  *     cllm_stream_begin(st, sched, graph); compute; cllm_stream_end(st, sched, ok);
  *     cllm_stream_free(st);
@@ -28,6 +27,12 @@
  * layer (cllm_sched_set_gates) and releases the slot after its last node, so
  * that layer j + n_slots is read while layers j .. j + n_slots - 1 compute.
  * With no more streamed layers than slots every layer is read once and kept.
+ *
+ * Layout. The device of the ring chooses a layout for each streamed weight
+ * once (cllm_device_init_weight, as for resident ones), and the I/O thread
+ * converts a layer's weights after reading them, before it hands the slot
+ * to the executor (cllm_device_convert_weight): a streamed layer holds the
+ * same bytes as a resident one, so a pass computes the same numbers.
  *
  * Reading. With O_DIRECT where the file system takes it (no page cache at
  * all); else pread() followed by posix_fadvise(DONTNEED), which drops the
@@ -99,13 +104,17 @@ void cllm_stream_place(const cllm_stream_layout *lay, const cllm_weights *w, cll
 typedef struct cllm_stream cllm_stream;
 
 /*
- * Allocates the ring (lay->ring_bytes, CLLM_MEM_WEIGHTS, block-aligned),
- * opens `path` for reading (direct I/O when it can) and starts the I/O
- * thread, which begins reading the first layers. `lay` and `w` must outlive
- * the stream. On failure *out is untouched and nothing stays allocated.
+ * Allocates the ring (lay->ring_bytes of host memory, block-aligned) as a
+ * buffer of device `dev` (cllm_device_buffer_from_host_ptr, counted as
+ * CLLM_MEM_WEIGHTS), places the streamed tensors of w in it
+ * (cllm_stream_place) with the layouts `dev` chooses for them, opens `path`
+ * for reading (direct I/O when it can) and starts the I/O thread, which
+ * begins reading the first layers. `lay` and `w` must outlive the stream.
+ * CLLM_ERR_UNSUPPORTED when `dev` cannot compute from host memory. On
+ * failure *out is untouched and nothing stays allocated.
  */
-cllm_status cllm_stream_new(const char *path, const cllm_weights *w, const cllm_stream_layout *lay,
-                            cllm_stream **out);
+cllm_status cllm_stream_new(const char *path, cllm_device *dev, const cllm_weights *w,
+                            const cllm_stream_layout *lay, cllm_stream **out);
 /* Stops the I/O thread, closes the file, frees the ring. NULL does nothing. */
 void cllm_stream_free(cllm_stream *st);
 

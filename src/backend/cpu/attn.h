@@ -12,7 +12,7 @@
 #ifndef CLLM_BACKEND_CPU_ATTN_H
 #define CLLM_BACKEND_CPU_ATTN_H
 
-#include "backend/cpu/ops-impl.h"
+#include "backend/cpu/rows.h"
 #include "core/tensor.h"
 
 #include <stdbool.h>
@@ -60,16 +60,16 @@ void cllm_cpu_attn_unit_avx512(const cllm_tensor *dst, const cllm_attn_unit *u, 
  * by blocks of 16: a query row's 16 scores come from one FMA chain per key
  * over 16-wide slices of d (the row in registers, the key read in place)
  * and one reduction of the 16 chains into the 16 lanes; up to 4 query rows
- * share each block's value loads. It replaces, at that level, the AVX2
+ * share each block's value loads: fewer horizontal sums than the AVX2
  * kernel on the same rows (8-wide, two rows at a time, a horizontal sum per
- * 4 keys), whose folding of the scores was most of one token's attention. */
+ * 4 keys). */
 void cllm_cpu_attn_token_avx512(const cllm_tensor *dst, const cllm_attn_unit *u, float *scratch);
 void cllm_cpu_attn_unit_avx2(const cllm_tensor *dst, const cllm_attn_unit *u, float *scratch);
 
 /* Keys k0 .. k0 + n - 1 of every kv head of F16 caches k and v, as F32 in
  * kf [head][n][D] and vf [head][n][Dv], read row by row: one cache row
- * holds every head, and reading it whole streams from memory several
- * times faster than reading one head's part of many rows. */
+ * holds every head, and reading it whole streams from memory several times
+ * faster than reading one head's part of many rows. */
 void cllm_cpu_attn_rows_avx2(const cllm_tensor *k, const cllm_tensor *v, int64_t k0, int64_t n,
                              float *kf, float *vf);
 

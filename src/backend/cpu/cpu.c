@@ -4,6 +4,8 @@
 #include "core/hostmem.h"
 #include "backend/backend-impl.h"
 #include "backend/cpu/cpu-ops.h"
+#include "backend/cpu/kernels.h"
+#include "backend/cpu/repack.h"
 #include "backend/cpu/threadpool.h"
 
 #include <stdio.h>
@@ -79,9 +81,9 @@ static cllm_status cpu_buft_alloc(cllm_buffer_type *buft, size_t size, cllm_buff
     void *data = NULL;
     if (size > 0) {
         /* host memory through the allocator hook (core/hostmem.h), on huge
-         * pages where the system gives them: weights that were read (not
-         * mapped), generation 4-11 % faster on Zen 3 (SmolLM2 and TinyLlama
-         * Q4_0, 1 and 2 threads) */
+         * pages where the system gives them: weights read (not mapped) are
+         * streamed through by every token, and huge pages spare those reads
+         * most of their TLB misses */
         if (!(data = cllm_aligned_alloc_huge(CLLM_CPU_ALIGNMENT, size))) {
             return cllm_error(CLLM_ERR_DEVICE_MEMORY, "cpu: cannot allocate a %zu-byte buffer",
                               size);
@@ -145,20 +147,6 @@ static cllm_buffer_type g_cpu_mapped_buft = {
     .device = &g_cpu_device,
     .context = NULL,
 };
-
-cllm_buffer_type *cllm_cpu_mapped_buffer_type(void) { return &g_cpu_mapped_buft; }
-
-cllm_status cllm_cpu_buffer_from_ptr(void *ptr, size_t size, cllm_mem_kind kind,
-                                     cllm_buffer **out) {
-    CLLM_ASSERT((unsigned)kind < CLLM_MEM_COUNT);
-    cllm_buffer *buf = NULL;
-    cllm_status st = wrap_buffer(&g_cpu_mapped_buft, ptr, size, false, &buf);
-    if (st != CLLM_OK) return st;
-    buf->kind = kind;
-    atomic_fetch_add(&g_cpu_device.allocated[kind], size);
-    *out = buf;
-    return CLLM_OK;
-}
 
 /* ---- backend ----------------------------------------------------------- */
 
@@ -398,16 +386,41 @@ static bool cpu_dev_supports_buft(cllm_device *dev, const cllm_buffer_type *buft
     return cllm_buffer_type_is_host(buft);
 }
 
-static cllm_status cpu_dev_init_backend(cllm_device *dev, const char *params, cllm_backend **out) {
+static cllm_status cpu_dev_init_backend(cllm_device *dev, const cllm_backend_params *params,
+                                        cllm_backend **out) {
     CLLM_UNUSED(dev);
-    int n_threads = 0;
-    if (params && *params) {
-        char extra;
-        if (sscanf(params, "threads=%d%c", &n_threads, &extra) != 1) {
-            return cllm_error(CLLM_ERR_INVALID_ARG, "cpu: bad backend parameters \"%s\"", params);
-        }
-    }
-    return cllm_backend_cpu_new(n_threads, out);
+    return cllm_backend_cpu_new(params->n_threads, out);
+}
+
+static void cpu_dev_get_props(cllm_device *dev, cllm_device_props *props) {
+    CLLM_UNUSED(dev);
+    props->n_cores = cllm_physical_cores();
+    props->n_threads_max = cllm_cpu_count();
+    props->features = cllm_cpu_features_str();
+}
+
+/* Memory the CPU did not allocate itself (a mapped file, the ring of
+ * streamed layers): the buffer does not own it. */
+static cllm_status cpu_dev_buffer_from_host_ptr(cllm_device *dev, void *ptr, size_t size,
+                                                cllm_buffer **out) {
+    CLLM_UNUSED(dev);
+    return wrap_buffer(&g_cpu_mapped_buft, ptr, size, false, out);
+}
+
+static cllm_buffer_type *cpu_dev_get_host_ptr_buffer_type(cllm_device *dev) {
+    CLLM_UNUSED(dev);
+    return &g_cpu_mapped_buft;
+}
+
+static bool cpu_dev_init_weight(cllm_device *dev, cllm_tensor *t, size_t *scratch) {
+    CLLM_UNUSED(dev);
+    return cllm_cpu_init_weight(t, scratch);
+}
+
+static bool cpu_dev_convert_weight(cllm_device *dev, cllm_tensor *t, void *scratch,
+                                   bool file_mapped) {
+    CLLM_UNUSED(dev);
+    return cllm_cpu_convert_weight(t, scratch, file_mapped);
 }
 
 static cllm_device g_cpu_device = {
@@ -421,6 +434,11 @@ static cllm_device g_cpu_device = {
             .supports_op = cpu_dev_supports_op,
             .supports_buft = cpu_dev_supports_buft,
             .init_backend = cpu_dev_init_backend,
+            .get_props = cpu_dev_get_props,
+            .buffer_from_host_ptr = cpu_dev_buffer_from_host_ptr,
+            .get_host_ptr_buffer_type = cpu_dev_get_host_ptr_buffer_type,
+            .init_weight = cpu_dev_init_weight,
+            .convert_weight = cpu_dev_convert_weight,
         },
     .reg = NULL,
     .context = NULL,
@@ -446,12 +464,13 @@ static cllm_device *cpu_reg_get_device(cllm_backend_reg *reg, int i) {
 }
 
 static cllm_backend_reg g_cpu_reg = {
+    CLLM_BACKEND_REG_ABI,
     .iface =
         {
             .get_name = cpu_reg_get_name,
             .get_device_count = cpu_reg_get_device_count,
             .get_device = cpu_reg_get_device,
-            .set_params = NULL, /* threads are per backend: cllm_backend_cpu_new */
+            .set_params = NULL, /* threads are per backend: cllm_backend_params */
         },
     .context = NULL,
 };

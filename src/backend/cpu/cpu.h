@@ -1,5 +1,6 @@
 /*
- * The CPU backend: always present, device name "cpu".
+ * The CPU backend: always present, device name "cpu". Its files are in
+ * layers, each calling only those below it: README.md in this folder.
  *
  *     cllm_backend *be;
  *     cllm_status st = cllm_backend_cpu_new(4, &be);      // 4 threads (0: physical cores)
@@ -15,23 +16,13 @@
 cllm_status cllm_backend_cpu_new(int n_threads, cllm_backend **out);
 int cllm_backend_cpu_n_threads(const cllm_backend *be);
 
-/* The CPU device (also device 0 of the registry). */
+/* The CPU device (also device 0 of the registry). The layers above the
+ * backends find it through the registry (cllm_registry_device_by_kind). */
 cllm_device *cllm_cpu_device(void);
 
 /* The CPU's buffer type: host memory aligned to CLLM_CPU_ALIGNMENT. */
 cllm_buffer_type *cllm_cpu_buffer_type(void);
 #define CLLM_CPU_ALIGNMENT 64
-
-/*
- * Wraps `size` bytes at `ptr` (e.g. a mapped file) as a CPU buffer of `kind`
- * that does not own them: freeing the buffer leaves the memory alone. The
- * bytes are counted on the CPU device like an allocation. Its buffer type
- * ("cpu_mapped") imposes no alignment: tensors sit where the file puts them.
- */
-cllm_status cllm_cpu_buffer_from_ptr(void *ptr, size_t size, cllm_mem_kind kind, cllm_buffer **out);
-/* The buffer type of those buffers (for measure-mode buffers that stand for
- * one, e.g. the ring of streamed layers, whose tensors sit at file offsets). */
-cllm_buffer_type *cllm_cpu_mapped_buffer_type(void);
 
 /* The CPU backend's registry entry (one device, "cpu"); a built-in backend
  * (CLLM_BUILTIN_BACKENDS in CMakeLists.txt), so the registry lists it first. */

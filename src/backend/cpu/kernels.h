@@ -16,6 +16,7 @@
 #ifndef CLLM_BACKEND_CPU_KERNELS_H
 #define CLLM_BACKEND_CPU_KERNELS_H
 
+#include "backend/cpu/isa.h"
 #include "core/types.h"
 
 #include <stddef.h>
@@ -46,56 +47,16 @@ typedef struct cllm_cpu_type_kernels {
     cllm_to_float_fn to_float;       /* dequantize a row */
 } cllm_cpu_type_kernels;
 
-/* Software prefetch distance of the one-column (generation) loops, in bytes
- * of weights; rows are consecutive, so it runs into the next rows. A single
- * core keeps too few misses in flight with the hardware prefetcher alone;
- * 8 KiB was the best distance measured over Q4_0, Q8_0 and Q4_K generation
- * with 1 thread (shorter ones leave misses unhidden, 16 KiB was no better).
- * -D overrides it, to measure other distances. */
-#ifndef CLLM_CPU_PREFETCH_AHEAD
-#define CLLM_CPU_PREFETCH_AHEAD 8192
-#endif
-
-/* Instruction-set levels, in increasing order. A CPU has every level up to
- * its best one, except that an AVX-512 CPU may lack AVX-VNNI (AMD Zen 4,
- * Intel Ice Lake): cllm_cpu_set_isa_limit then gives it the AVX2 level. */
-typedef enum cllm_cpu_isa {
-    CLLM_CPU_ISA_PORTABLE = 0,
-    CLLM_CPU_ISA_AVX2,    /* AVX2 + FMA + F16C */
-    CLLM_CPU_ISA_AVXVNNI, /* the AVX2 level with AVX-VNNI's vpdpbusd on ymm (VEX): the
-                           * panel GEMM and one-column kernels; Intel Alder Lake and later,
-                           * AMD Zen 5 */
-    CLLM_CPU_ISA_AVX512,  /* AVX-512 F/BW/VL (+ VNNI, BF16 where present) */
-    CLLM_CPU_ISA_COUNT
-} cllm_cpu_isa;
-
-/* "portable", "avx2", "avxvnni", "avx512": the names CLLM_CPU_ISA takes. */
-const char *cllm_cpu_isa_name(cllm_cpu_isa level);
-
 /* Kernels for `type` at the best level the CPU has (capped by
  * cllm_cpu_set_isa_limit); NULL if the type has no dot product at all. */
 const cllm_cpu_type_kernels *cllm_cpu_kernels(cllm_type type);
 
-/* The level in use, and a description of the features used ("avx512 vnni bf16"). */
-cllm_cpu_isa cllm_cpu_isa_level(void);
-const char *cllm_cpu_features_str(void);
-/*
- * Whether the AVX-512 level uses its 256-bit kernels where it has both
- * widths: the float dots of F16 / BF16 / F32 rows (kernels-x86.h rather than
- * kernels-avx512.c's) and the Q4_0 / Q4_1 one-column kernels (gemv-x86.h
- * rather than gemm-avx512.c's). True on CPUs that run 512-bit operations as
- * two 256-bit halves (AMD family 19h: Zen 4), where the 256-bit ones are
- * faster: a 512-bit operation costs two there, and the 256-bit kernels
- * need less set-up per row.
- * CLLM_CPU_WIDTH=256 or 512 decides instead. cllm_cpu_set_prefer_256
- * (tests) changes it and fills the kernels again; returns the previous
- * choice. Not thread-safe with running compute.
- */
-bool cllm_cpu_prefer_256(void);
+/* The setters of the level (isa.h) that also fill the kernels again:
+ * cllm_cpu_set_prefer_256 changes the AVX-512 level's choice of widths and
+ * returns the previous one; cllm_cpu_set_isa_limit caps the level (for tests
+ * and benchmarks that compare levels) and returns the level in use
+ * afterwards. Not thread-safe with running compute. */
 bool cllm_cpu_set_prefer_256(bool prefer);
-
-/* Caps the level (for tests and benchmarks that compare levels); returns the
- * level actually in use afterwards. Not thread-safe with running compute. */
 cllm_cpu_isa cllm_cpu_set_isa_limit(cllm_cpu_isa max);
 
 #endif /* CLLM_BACKEND_CPU_KERNELS_H */

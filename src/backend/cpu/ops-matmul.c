@@ -38,9 +38,8 @@
  * block is loaded once per tile; the chunk of b stays in L1 across the
  * block's rows and the block stays in L2 across the chunks. With N = 1
  * (generation) this degenerates into streaming each weight row exactly once
- * with vec_dot (a 4 x 1 tile was measured no faster there, and 2x slower
- * without software prefetch: four interleaved row streams defeat the
- * hardware prefetcher). Columns as alone (a step of several sequences) go
+ * with vec_dot (a 4 x 1 tile gains nothing there: four interleaved row
+ * streams defeat the hardware prefetcher). Columns as alone (a step of several sequences) go
  * through vec_dot_cols where the level has it (each weight row unpacked
  * once for a chunk of columns, each column summed as vec_dot sums it),
  * else through one vec_dot per column.
@@ -53,15 +52,16 @@
  * (there is a barrier anyway) the remaining tiles are handed out through an
  * atomic counter in the workspace, so a thread that the OS delays (a shared
  * machine) does not hold the others back at the next barrier; otherwise
- * each thread takes every nth tile. Smaller tiles (eight per thread) cost
- * a one-token step of a small model more than they balance: each starts a
- * prefetch stream and takes a counter that the other core holds (SmolLM2's
- * 576 x 576 matrices would be 16 tiles of 13 KB). One tile per thread, with
- * no hand-out, would leave a delayed thread holding the others back.
+ * each thread takes every nth tile. Tiles are not made smaller than that:
+ * in a one-token step of a small model each tile starts a prefetch stream
+ * and takes a counter that another core holds, so many small tiles cost
+ * more than they balance. A fixed tile per thread, without the hand-out,
+ * would leave every thread waiting for one that the OS delays.
  */
 #include "backend/cpu/gemm.h"
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/ops-impl.h"
+#include "backend/cpu/repack.h"
 
 #include <stdatomic.h>
 
@@ -85,7 +85,7 @@ typedef struct mm_plan {
     size_t counter_bytes;           /* the tile counter at offset 0 (dynamic split), or 0 */
     size_t shared_bytes;            /* converted b (rounded), after the counter */
     size_t thread_bytes;            /* per-thread F32 row of K (rounded), 0 if none */
-    /* a stored 16 rows at a time (CLLM_TENSOR_FLAG_X16): read by
+    /* a stored 16 rows at a time (repack.h: CLLM_CPU_LAYOUT_X16): read by
      * cllm_cpu_gemv_x16, packed by cllm_cpu_gemm_pack_x16, or (another
      * level, F32 activations) its rows converted one by one */
     bool x16_gemv, x16_gemm, x16_rows;
@@ -102,7 +102,7 @@ static mm_plan mm_make_plan(const cllm_tensor *dst) {
      * The one-column and panel plans keep their bytes (the packed scales
      * unused); another plan reads a's rows converted one by one (each as
      * to_float gives it), which needs no more than the converted plan. */
-    if (a->flags & CLLM_TENSOR_FLAG_X16) {
+    if (a->layout == CLLM_CPU_LAYOUT_X16) {
         if (p.gemm && !p.gemm_f && cllm_cpu_x16_available(a->type, K)) {
             p.x16_gemm = true;
         } else if (p.gemv && cllm_cpu_x16_available(a->type, K)) {

@@ -1,38 +1,7 @@
 /* The CPU kernels' entry points (cpu-ops.h): which nodes they can compute,
- * the workspace each needs, and the dispatch to the op families (ops-*.c).
- * Also the row helpers every family shares (ops-impl.h). */
+ * the workspace each needs, and the dispatch to the op families (ops-*.c). */
 #include "backend/cpu/ops-impl.h"
-
-/* ---- shared helpers ---------------------------------------------------- */
-
-const float *cllm_cpu_row_f32(const cllm_tensor *t, const void *row, int64_t n, float *scratch) {
-    const cllm_type_traits *tt = cllm_type_traits_of(t->type);
-    if (t->type == CLLM_TYPE_F32 && t->nb[0] == sizeof(float)) return row;
-    if (t->nb[0] == tt->type_size) {
-        tt->to_float(row, scratch, n);
-    } else {
-        const char *p = row;
-        for (int64_t i = 0; i < n; i++)
-            scratch[i] = cllm_cpu_load(t->type, p + (size_t)i * t->nb[0]);
-    }
-    return scratch;
-}
-
-/* Sixteen independent partial sums: a loop the compiler vectorises without
- * reassociating a single sum (which -ffast-math would be needed for). */
-#define DOT_LANES 16
-
-float cllm_cpu_dot_f32(int64_t n, const float *x, const float *y) {
-    float lane[DOT_LANES] = {0};
-    int64_t i = 0;
-    for (; i + DOT_LANES <= n; i += DOT_LANES) {
-        for (int j = 0; j < DOT_LANES; j++) lane[j] += x[i + j] * y[i + j];
-    }
-    float sum = 0.0f;
-    for (; i < n; i++) sum += x[i] * y[i];
-    for (int j = 0; j < DOT_LANES; j++) sum += lane[j];
-    return sum;
-}
+#include "backend/cpu/repack.h"
 
 /* ---- cpu-ops.h --------------------------------------------------------- */
 
@@ -44,20 +13,13 @@ static bool is_mask(const cllm_tensor *t) {
     return !t || t->type == CLLM_TYPE_F32 || t->type == CLLM_TYPE_F16;
 }
 
-/* True if t's data is (part of) a matrix stored 16 rows at a time. */
-static bool x16_data(const cllm_tensor *t) {
-    for (; t; t = t->view_src)
-        if (t->flags & CLLM_TENSOR_FLAG_X16) return true;
-    return false;
-}
-
 bool cllm_cpu_supports_op(const cllm_tensor *node) {
     const cllm_tensor *a = node->src[0], *b = node->src[1];
     /* such a matrix is read only by mul_mat, as itself (not a view) */
     for (int i = 0; i < CLLM_MAX_SRC; i++) {
         const cllm_tensor *s = node->src[i];
-        if (s && x16_data(s) &&
-            !(node->op == CLLM_OP_MUL_MAT && i == 0 && (s->flags & CLLM_TENSOR_FLAG_X16)))
+        if (s && cllm_cpu_is_x16(s) &&
+            !(node->op == CLLM_OP_MUL_MAT && i == 0 && s->layout == CLLM_CPU_LAYOUT_X16))
             return false;
     }
     switch (node->op) {

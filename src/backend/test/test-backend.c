@@ -350,11 +350,11 @@ static bool test_dev_supports_buft(cllm_device *dev, const cllm_buffer_type *buf
     return buft == &g_test_buft;
 }
 
-static cllm_status test_dev_init_backend(cllm_device *dev, const char *params, cllm_backend **out) {
-    if (params && *params) {
-        return cllm_error(CLLM_ERR_INVALID_ARG, "%s: takes no backend parameters (\"%s\")",
-                          TEST_DEVICE_NAME, params);
-    }
+/* One thread whatever params->n_threads says: the device stands for an
+ * accelerator, which computes on threads of its own. */
+static cllm_status test_dev_init_backend(cllm_device *dev, const cllm_backend_params *params,
+                                         cllm_backend **out) {
+    CLLM_UNUSED(params);
     cllm_backend *be = cllm_calloc(1, sizeof(*be));
     test_backend_ctx *ctx = cllm_calloc(1, sizeof(*ctx));
     if (!be || !ctx) goto fail;

@@ -27,7 +27,7 @@
 
 #include "core/quants.h"
 
-#include "backend/cpu/vec-avx2.h"
+#include "backend/cpu/x86/vec-avx2.h"
 
 #include <immintrin.h>
 #include <stdbool.h>
@@ -291,9 +291,8 @@ KX_INLINE void kx_dot32(int t, int nc, int64_t nb, float *out, const void *vx, c
         for (int j = 0; j < KX_ACCS; j++) a[j] = _mm256_setzero_ps();
         int64_t i = 0;
         for (; i + 4 <= nb; i += 4) {
-            /* the lines of a step's four blocks, CLLM_CPU_PREFETCH_AHEAD
-             * along the row: the hardware prefetcher alone leaves this loop
-             * waiting on memory */
+            /* the hardware prefetcher alone leaves one core waiting on
+             * memory (kernels.h: CLLM_CPU_PREFETCH_AHEAD) */
             const char *ahead =
                 (const char *)vx + (size_t)i * kx_bytes32(t) + CLLM_CPU_PREFETCH_AHEAD;
             _mm_prefetch(ahead, _MM_HINT_T0);

@@ -28,25 +28,21 @@
  *
  * Compiled for AVX2 + FMA only; gemm.c calls these only at that level.
  */
+#include "backend/cpu/x86/target.h"
 #include "backend/cpu/gemm.h"
-#include "backend/cpu/kernels.h"
+#include "backend/cpu/isa.h"
 #include "core/common.h"
 #include "core/quants.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 
-#if defined(__clang__)
-#pragma clang attribute push(__attribute__((target("avx2,fma,f16c"))), apply_to = function)
-#else
-#pragma GCC push_options
-#pragma GCC target("avx2,fma,f16c")
-#endif
+CLLM_X86_TARGET_BEGIN("avx2,fma,f16c")
 
 #include <immintrin.h>
 #include <stdint.h>
 #include <string.h>
 
-#include "backend/cpu/vec-avx2.h"
+#include "backend/cpu/x86/vec-avx2.h"
 
 #define GY_INLINE static inline __attribute__((always_inline))
 #define GY_COLS   4 /* 4 int32 + 4 float accumulators, weights, ones, activations: 13 of 16 */
@@ -154,9 +150,9 @@ _Static_assert(GY_COLS == 4, "CLLM_GEMM_BY_COLS4 covers 1..4 columns");
     X(4, 4, true)  /* Q2_K */                                                                      \
     X(4, 2, false) /* Q6_K */
 
-/* K is walked in one pass, not in passes that keep the part of the panel
- * in use in L1: the columns' short runs per pass, 3 KiB apart, defeat the
- * hardware prefetcher, which costs more than the panel's trips to L2. */
+/* (K is not walked in passes that keep the part of the panel in use in L1
+ * while every column meets it: the columns' short runs per pass, 3 KiB
+ * apart, defeat the prefetcher, which costs more than the passes save.) */
 void cllm_cpu_gemm_avx2(const cllm_gemm_form *fm, int64_t K, const void *panel_, const void *act,
                         size_t astride, int ncols, float *out, size_t ldo, int nrows) {
     const char *panel = panel_;
@@ -313,14 +309,14 @@ void cllm_cpu_gemv_quantize_avx2(cllm_type type, const float *x, void *act, int6
 
 /* ---- packing: Q4_0, Q4_1, Q5_0, Q5_1 and Q8_0 --------------------------------------
  * The portable packer decodes each block into bytes and floats one row at a
- * time and scatters 4 bytes at a time, which makes packing most of a short
- * prompt's time. Here 8 rows' blocks are unpacked into registers (32
- * unsigned bytes each, in element order) and transposed as 8 x 8 dwords,
- * so each 32-byte store fills 8 rows of a panel line; the scales are
- * converted 8 at a time. The same bytes as the portable packer
- * (test_kernels compares them). Q5_0 and Q5_1 are packed here too: files
- * whose rows are no multiple of 256 (Gemma 3 270M's 640) hold Q5_0 where
- * K-quants do not fit. */
+ * time and scatters 4 bytes at a time, which costs a short prompt more than
+ * the kernel does. Here 8 rows' blocks
+ * are unpacked into registers (32 unsigned bytes each, in element order)
+ * and transposed as 8 x 8 dwords, so each 32-byte store fills 8 rows of a
+ * panel line; the scales are converted 8 at a time. The same bytes as the
+ * portable packer (test_kernels compares them). (Q5_0 and Q5_1 are here
+ * too: files whose rows are no multiple of 256, as Gemma 3 270M's of 640,
+ * hold Q5_0 where K-quants do not fit.) */
 
 /* 32 unsigned bytes of the block at blk, in element order (gemm.c's
  * decoders: nibbles low then high, Q5's fifth bits above them; Q8_0 biased
@@ -409,10 +405,10 @@ bool cllm_cpu_gemm_pack_avx2(cllm_type type, const void *a, size_t stride, int n
 
 /* Rows 16h..16h+15 of the panel x nc columns; column j's element k at
  * cols[j * js + k * ks] (in place: js = the row stride, ks = 1; grouped:
- * js = 1, ks = 6). K is walked in one pass: with the columns in place,
- * passes that keep a part of the panel in L1 leave the columns short runs
- * 8 KiB apart, which defeat the prefetcher; with grouped columns they gain
- * nothing. */
+ * js = 1, ks = 6). (K is not walked in passes that keep a part of the
+ * panel in L1: with columns in place their short runs per pass, 8 KiB
+ * apart, defeat the prefetcher; with grouped columns passes gain
+ * nothing.) */
 GY_INLINE void gy_tile_f(int nc, int64_t K, const float *panel, int h, const float *cols, size_t js,
                          size_t ks, float *out, size_t ldo, int nr) {
     __m256 acc[GY_F_COLS][2];
@@ -529,7 +525,7 @@ void cllm_cpu_gemm_f_pack_avx2(cllm_type type, const void *a, size_t stride, int
 /* ---- one column (generation): Q4_0 and Q4_1 (gemv-x86.h) -------------------------- */
 
 #define GV_VNNI 0
-#include "backend/cpu/gemv-x86.h"
+#include "backend/cpu/x86/gemv-x86.h"
 
 void cllm_cpu_gemv_x16_avx2(cllm_type type, int64_t K, const void *w, int ngroups, const void *act,
                             size_t act_stride, int nc, float *out, size_t out_stride) {
@@ -680,8 +676,8 @@ static void gy_gemv_q4_k_cols(int64_t K, const void *row, const char *act, size_
     }
 }
 
-/* n columns; Q4_K up to 4 at a time (called here directly, not through
- * cllm_cpu_gemv_kernel, so that no weight row pays the level look-up). */
+/* n columns; Q4_K up to 4 at a time (called here directly: through
+ * cllm_cpu_gemv_kernel, every weight row would pay the level look-up). */
 void cllm_cpu_gemv_n_avx2(cllm_type type, int64_t K, const void *row, const void *act,
                           size_t act_stride, int n, float *out, size_t out_stride) {
     if (type == CLLM_TYPE_Q4_K) {
@@ -714,10 +710,6 @@ void cllm_cpu_gemv_avx2(cllm_type type, int64_t K, const void *row, const void *
     }
 }
 
-#if defined(__clang__)
-#pragma clang attribute pop
-#else
-#pragma GCC pop_options
-#endif
+CLLM_X86_TARGET_END
 
 #endif /* x86 */

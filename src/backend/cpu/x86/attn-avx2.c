@@ -15,26 +15,21 @@
  * transposes: each score is a dot product of the row with the key where
  * it lies, in 8 lanes over d summed at the end (ay_scores_rows): in the
  * cache, or in the rows that ops-attn.c converted whole for a key chunk
- * (cllm_cpu_attn_rows_avx2, cllm_attn_unit.kf and .vf). With so few query
- * rows (3 per kv head in SmolLM2), a transposed block would serve too few
- * scores to pay for its transposes.
+ * (cllm_cpu_attn_rows_avx2, cllm_attn_unit.kf and .vf): with a few query
+ * rows per kv head, transposing the keys costs more than it saves.
  */
+#include "backend/cpu/x86/target.h"
 #include "backend/cpu/attn.h"
-#include "backend/cpu/ops-impl.h"
+#include "backend/cpu/rows.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 
-#if defined(__clang__)
-#pragma clang attribute push(__attribute__((target("avx2,fma,f16c"))), apply_to = function)
-#else
-#pragma GCC push_options
-#pragma GCC target("avx2,fma,f16c")
-#endif
+CLLM_X86_TARGET_BEGIN("avx2,fma,f16c")
 
 #include <immintrin.h>
 #include <math.h>
 
-#include "backend/cpu/vec-avx2.h"
+#include "backend/cpu/x86/vec-avx2.h"
 
 #define AY_INLINE static inline __attribute__((always_inline))
 #define KB        32 /* keys per block */
@@ -315,11 +310,7 @@ void cllm_cpu_attn_unit_avx2(const cllm_tensor *dst, const cllm_attn_unit *u, fl
     }
 }
 
-#if defined(__clang__)
-#pragma clang attribute pop
-#else
-#pragma GCC pop_options
-#endif
+CLLM_X86_TARGET_END
 
 #else
 typedef int cllm_attn_avx2_unused; /* not x86: nothing to build */

@@ -13,24 +13,18 @@
  * below (cllm_cpu_attn_token_avx512, attn.h): with one query row per head
  * of the group there is nothing to share a transpose with.
  */
+#include "backend/cpu/x86/target.h"
 #include "backend/cpu/attn.h"
-#include "backend/cpu/ops-impl.h"
+#include "backend/cpu/rows.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 
-#if defined(__clang__)
-#pragma clang attribute push(                                                                      \
-    __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq"))),                   \
-    apply_to = function)
-#else
-#pragma GCC push_options
-#pragma GCC target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq")
-#endif
+CLLM_X86_TARGET_BEGIN("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq")
 
 #include <immintrin.h>
 #include <math.h>
 
-#include "backend/cpu/vec-avx512.h"
+#include "backend/cpu/x86/vec-avx512.h"
 
 #define AZ_INLINE static inline __attribute__((always_inline))
 #define KB        CLLM_ATTN_KB
@@ -322,11 +316,7 @@ void cllm_cpu_attn_token_avx512(const cllm_tensor *dst, const cllm_attn_unit *u,
     }
 }
 
-#if defined(__clang__)
-#pragma clang attribute pop
-#else
-#pragma GCC pop_options
-#endif
+CLLM_X86_TARGET_END
 
 #else
 typedef int cllm_attn_avx512_unused; /* not x86: nothing to build */

@@ -32,10 +32,9 @@
  *
  * Why 256 bits at the AVX-512 level (Q5_0 and Q8_0, which have no 512-bit
  * kernel, Q4_0 / Q4_1 rows shorter than 1,024 elements: gemv_ymm in
- * gemm.c): on CPUs that run 512-bit operations as two 256-bit halves (AMD
- * Zen 4) a 512-bit operation costs two 256-bit ones, and this kernel's
- * shorter set-up per row makes it the faster one there
- * (cllm_cpu_prefer_256 chooses).
+ * gemv.c): on CPUs that run 512-bit operations as two 256-bit halves this
+ * kernel is faster than the 512-bit one (gemm-avx512.c), which pays twice
+ * for every operation there (cllm_cpu_prefer_256 chooses).
  */
 #ifndef CLLM_BACKEND_CPU_GEMV_X86_H
 #define CLLM_BACKEND_CPU_GEMV_X86_H
@@ -50,9 +49,9 @@
 #define GV_DPBUSD(acc, u, s) _mm256_dpbusd_epi32(acc, u, s)
 #endif
 
-#include "backend/cpu/gemm.h"    /* cllm_cpu_gemv_q8_scales */
-#include "backend/cpu/kernels.h" /* CLLM_CPU_PREFETCH_AHEAD, cllm_type */
-#include "backend/cpu/vec-avx2.h"
+#include "backend/cpu/gemm.h" /* cllm_cpu_gemv_q8_scales */
+#include "backend/cpu/isa.h"  /* CLLM_CPU_PREFETCH_AHEAD */
+#include "backend/cpu/x86/vec-avx2.h"
 
 #include <immintrin.h>
 #include <stdbool.h>
@@ -193,8 +192,8 @@ GV_INLINE __m256 gv_lane_c(__m256 v, __m256 x, int c) {
  * sums, da the activation scales, dw the weight scales (and Q4_1: mw the
  * mins, ds the activations' d * sums), each lane's as gv_red placed it.
  * The product of the two scales does not wait for the integer sums, so the
- * chain from the sums to the accumulator is one conversion and one FMA,
- * one multiply shorter than sum * da, then * dw. */
+ * chain from the sums to the accumulator is one conversion and one FMA
+ * (shorter than sum * da, then * dw, where rows sit in the cache). */
 GV_INLINE void gv_fma(bool q41, __m256i u, __m256 da, __m256 dw, __m256 mw, __m256 ds, __m256 *acc,
                       __m256 *accm) {
     *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(u), _mm256_mul_ps(da, dw), *acc);
@@ -367,10 +366,10 @@ GV_INLINE void gv_pair_2r(bool q41, const char *x0, const char *y0, size_t bsz, 
 /* out[0] and out[1]: rows `row` and `row + row_stride` against one column,
  * each summed as gv_gemv_n sums it (so each is the one-column kernel's
  * result, bit for bit). Each column load serves two rows, and the loop has
- * two rows' work to overlap, which short rows (576 elements) do not give a
- * one-row loop. The prefetch runs along both rows as one stream (rows of a
- * matrix follow each other): two streams, one per row, leave the hardware
- * prefetcher behind and run slower than one row at a time. */
+ * two rows' work to overlap. The prefetch runs along both rows as one
+ * stream (rows of a matrix follow each other): prefetching each row on its
+ * own would start two streams per pair and make two rows slower than
+ * one at a time. */
 GV_INLINE void gv_gemv_2r(bool q41, int64_t K, const char *row, size_t row_stride, const char *act,
                           float *out) {
     const size_t bsz = q41 ? 20 : 18, group = 320;

@@ -2,18 +2,14 @@
  * Row functions of the element-wise kernels for AVX2 + FMA (ops-elementwise.c
  * calls them only at that level or above).
  */
-#include "backend/cpu/ops-impl.h"
+#include "backend/cpu/x86/target.h"
+#include "backend/cpu/rows.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 
-#if defined(__clang__)
-#pragma clang attribute push(__attribute__((target("avx2,fma,f16c"))), apply_to = function)
-#else
-#pragma GCC push_options
-#pragma GCC target("avx2,fma,f16c")
-#endif
+CLLM_X86_TARGET_BEGIN("avx2,fma,f16c")
 
-#include "backend/cpu/vec-avx2.h"
+#include "backend/cpu/x86/vec-avx2.h"
 
 /* silu, x / (1 + e^-x), or GELU's tanh form, x/2 (1 + tanh(u)) with
  * u = sqrt(2/pi) (x + 0.044715 x^3): the same shape, x / (1 + e^(-2u)),
@@ -84,11 +80,7 @@ void cllm_cpu_f32_to_f16_row_avx2(int64_t n, cllm_fp16 *y, const float *x) {
     for (; i < n; i++) y[i] = cllm_fp32_to_fp16(x[i]);
 }
 
-#if defined(__clang__)
-#pragma clang attribute pop
-#else
-#pragma GCC pop_options
-#endif
+CLLM_X86_TARGET_END
 
 #else
 typedef int cllm_vec_avx2_unused; /* not x86: nothing to build */

@@ -7,21 +7,15 @@
  * (and one more FMA for types with an offset). Compiled for these
  * instructions only; gemm.c calls it only when the CPU has them.
  */
+#include "backend/cpu/x86/target.h"
 #include "backend/cpu/gemm.h"
-#include "backend/cpu/kernels.h"
+#include "backend/cpu/isa.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 
-#if defined(__clang__)
-#pragma clang attribute push(                                                                      \
-    __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq,avx512vnni"))),        \
-    apply_to = function)
-#else
-#pragma GCC push_options
-#pragma GCC target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq,avx512vnni")
-#endif
+CLLM_X86_TARGET_BEGIN("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq,avx512vnni")
 
-#include "backend/cpu/vec-avx512.h"
+#include "backend/cpu/x86/vec-avx512.h"
 #include "core/quants.h"
 
 #include <immintrin.h>
@@ -466,10 +460,10 @@ static void gz_gemv_q4k(int64_t K, const char *row, const char *act, float *out)
 
 /* Two rows (row, row + row_stride) against one column, each summed as
  * gz_gemv_q4k sums it (the same result bit for bit): each activation
- * super-block serves both, and the two rows' ends share one reduction:
- * rows of 2,048 elements are only 8 super-blocks, so a reduction and a
- * return per row are a large part of a one-row kernel's work. The prefetch
- * runs along both rows as one stream, as gv_gemv_2r's. */
+ * super-block serves both, and the two rows' ends share one reduction.
+ * Rows of 2,048 elements are only 8 super-blocks, so the one-row kernel's
+ * reduction and return are a large share of its work. The prefetch runs
+ * along both rows as one stream, as gv_gemv_2r's. */
 static void gz_gemv_q4k_2r(int64_t K, const char *row, size_t row_stride, const char *act,
                            float *out) {
     const char *row1 = row + row_stride;
@@ -498,7 +492,7 @@ void cllm_cpu_gemv_rows_q4k_avx512(int64_t K, const void *row, size_t row_stride
 /* ---- one column at 256 bits: Q4_0 / Q4_1 (gemv-x86.h, with vpdpbusd) ---------- */
 
 #define GV_VNNI 1
-#include "backend/cpu/gemv-x86.h"
+#include "backend/cpu/x86/gemv-x86.h"
 
 void cllm_cpu_gemv_x16_avx512vl(cllm_type type, int64_t K, const void *w, int ngroups,
                                 const void *act, size_t act_stride, int nc, float *out,
@@ -529,9 +523,9 @@ void cllm_cpu_gemv_avx512vl(cllm_type type, int64_t K, const void *row, const vo
  * 256-bit kernel's, bit for bit, with half the operations for the two rows:
  * the unpacked nibbles, the scales and the reduction serve both rows, and
  * each column's activations are loaded once (broadcast to both halves).
- * Where 512-bit operations cost what 256-bit ones do (AMD Zen 5), a step of
- * 4 sequences of SmolLM2 (rows of 576 elements) spends most of its time in
- * these columns: they are bound by operations, not by memory.
+ * Where 512-bit operations cost what 256-bit ones do, a step of a few
+ * sequences of a small model spends most of its time in these columns:
+ * they are bound by operations, not by memory.
  */
 
 /* The zmm of 256-bit x in the low half and y in the high one. */
@@ -843,13 +837,12 @@ void cllm_cpu_gemv_quantize_avx512(cllm_type type, const float *x, void *act, in
 
 /* ---- packing -----------------------------------------------------------------
  * Q4_0 and Q4_1: 16 rows' blocks in registers, 4 rows to a register,
- * transposed (gz_pack_q4), one gather for the scales; faster than both
- * dword gathers and the AVX2 packer, since a block needs no gather of its
- * quants. Q4_K straight into the panel: one 16-lane dword gather (lane r:
- * 4 quant bytes of row r) per step, masked for rows beyond nrows. The other
- * types take the AVX2 packer (8 rows' blocks in registers, transposed),
- * faster than gathers where a block needs many of them (Q8_0: 8) or rows
- * are short. */
+ * transposed (gz_pack_q4), one gather for the scales. Q4_K straight into
+ * the panel: one 16-lane dword gather (lane r: 4 quant bytes of row r) per
+ * step, masked for rows beyond nrows. The other types take the AVX2 packer
+ * (8 rows' blocks in registers, transposed), the faster one where a block
+ * would need many gathers or rows are short; gz_pack_q4 beats gathers and
+ * the AVX2 packer alike for Q4_0 and Q4_1. */
 
 GZ_INLINE __m512i gz_gather(__m512i idx, const char *base, __mmask16 m) {
     return _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), m, idx, base, 1);
@@ -898,7 +891,8 @@ GZ_INLINE void gz_pack_q4(bool q41, const char *src, size_t stride, int nrows, i
     /* Rows shorter than 2 * GZ_PACK_PF: the next 16 rows into L2 as one
      * stream, a share per block (the AVX2 packer's way: a prefetch along a
      * short row lands rows further down); longer ones: each row
-     * GZ_PACK_PF ahead, which for them is at least as fast as the stream. */
+     * GZ_PACK_PF ahead (a stream over long rows would fetch what the
+     * row's own prefetch already asked for). */
     const int64_t nb = K / 32;
     const bool stream = stride < 2 * GZ_PACK_PF;
     const size_t span = 16 * stride;
@@ -941,9 +935,9 @@ bool cllm_cpu_gemm_pack_avx512(cllm_type type, const void *a, size_t stride, int
     const __m512i nib = _mm512_set1_epi8(0x0F);
     const char *src = a;
     char *p = panel;
-    /* where 512-bit operations run as two halves (AMD Zen 4), the packers
-     * chosen for such CPUs before gz_pack_q4 was written: gathers for Q4_0,
-     * the AVX2 one for Q4_1 */
+    /* where 512-bit operations run as two halves (cllm_cpu_prefer_256),
+     * gathers for Q4_0 and the AVX2 packer for Q4_1: gz_pack_q4's 512-bit
+     * shuffles cost twice there */
     if (type == CLLM_TYPE_Q4_0 && cllm_cpu_prefer_256()) {
         for (int64_t b = 0; b < K / 32; b++, p += 8 * 64 + 64) {
             const char *blk = src + b * 18;
@@ -1079,11 +1073,7 @@ void cllm_cpu_gemv_x16_avx512(cllm_type type, int64_t K, const void *w, int ngro
     }
 }
 
-#if defined(__clang__)
-#pragma clang attribute pop
-#else
-#pragma GCC pop_options
-#endif
+CLLM_X86_TARGET_END
 
 #else
 typedef int cllm_gemm_avx512_unused; /* not x86: nothing to build */

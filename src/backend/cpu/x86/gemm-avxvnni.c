@@ -19,23 +19,19 @@
  * Compiled for AVX2 + FMA + F16C + AVX-VNNI; gemm.c calls these only at
  * this level.
  */
+#include "backend/cpu/x86/target.h"
 #include "backend/cpu/gemm.h"
-#include "backend/cpu/kernels.h"
+#include "backend/cpu/isa.h"
 #include "core/common.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 
-#if defined(__clang__)
-#pragma clang attribute push(__attribute__((target("avx2,fma,f16c,avxvnni"))), apply_to = function)
-#else
-#pragma GCC push_options
-#pragma GCC target("avx2,fma,f16c,avxvnni")
-#endif
+CLLM_X86_TARGET_BEGIN("avx2,fma,f16c,avxvnni")
 
 #include <immintrin.h>
 #include <stdint.h>
 
-#include "backend/cpu/vec-avx2.h"
+#include "backend/cpu/x86/vec-avx2.h"
 
 #define GN_INLINE static inline __attribute__((always_inline))
 #define GN_COLS   4 /* 4 int32 + 4 float accumulators, weights, activations: 10 of 16 */
@@ -109,7 +105,7 @@ void cllm_cpu_gemm_avxvnni(const cllm_gemm_form *fm, int64_t K, const void *pane
 /* ---- one column (generation): Q4_0, Q4_1, Q5_0 and Q8_0 (gemv-x86.h) ------------ */
 
 #define GV_VNNI 2
-#include "backend/cpu/gemv-x86.h"
+#include "backend/cpu/x86/gemv-x86.h"
 
 void cllm_cpu_gemv_x16_avxvnni(cllm_type type, int64_t K, const void *w, int ngroups,
                                const void *act, size_t act_stride, int nc, float *out,
@@ -139,10 +135,6 @@ void cllm_cpu_gemv_rows_avxvnni(cllm_type type, int64_t K, const void *row, size
                       out_stride);
 }
 
-#if defined(__clang__)
-#pragma clang attribute pop
-#else
-#pragma GCC pop_options
-#endif
+CLLM_X86_TARGET_END
 
 #endif /* x86 */

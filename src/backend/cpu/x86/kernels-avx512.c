@@ -5,24 +5,18 @@
  * Only this file is compiled for these instructions; kernels.c calls
  * cllm_cpu_kernels_fill_avx512 only on CPUs (and OSes) that support them.
  */
+#include "backend/cpu/x86/target.h"
 #include "backend/cpu/kernels-impl.h"
 
 #if CLLM_CPU_X86
 
-#if defined(__clang__)
-#pragma clang attribute push(                                                                      \
-    __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq,avx512vnni"))),        \
-    apply_to = function)
-#else
-#pragma GCC push_options
-#pragma GCC target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq,avx512vnni")
-#endif
+CLLM_X86_TARGET_BEGIN("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq,avx512vnni")
 
 #define KX_VNNI 1
 #define KX_COLS 8 /* 32 vector registers: a whole CLLM_CPU_MAX_COLS chunk at once */
 #define KX_ROWS 4 /* and 4 x 4 tiles for vec_dot_mxn */
-#include "backend/cpu/kernels-x86.h"
-#include "backend/cpu/vec-avx512.h"
+#include "backend/cpu/x86/kernels-x86.h"
+#include "backend/cpu/x86/vec-avx512.h"
 
 /* ---- F32 / F16 / BF16 x F32, 16 elements per step --------------------------------------
  * The last n % 16 elements through masked loads (zeros beyond the row). */
@@ -128,11 +122,7 @@ void cllm_cpu_kernels_fill_avx512(cllm_cpu_type_kernels tab[CLLM_TYPE_COUNT], bo
     kx_set(tab, CLLM_TYPE_F32, kz_vec_dot_f32, kz_vec_dot_n_f32);
 }
 
-#if defined(__clang__)
-#pragma clang attribute pop
-#else
-#pragma GCC pop_options
-#endif
+CLLM_X86_TARGET_END
 
 #else
 typedef int cllm_kernels_avx512_unused; /* not x86: nothing to build */

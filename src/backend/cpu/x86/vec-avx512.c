@@ -2,19 +2,14 @@
  * Row functions of the element-wise kernels for AVX-512 (ops-elementwise.c
  * calls them only on CPUs that have it).
  */
-#include "backend/cpu/ops-impl.h"
+#include "backend/cpu/x86/target.h"
+#include "backend/cpu/rows.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 
-#if defined(__clang__)
-#pragma clang attribute push(__attribute__((target("avx2,fma,avx512f,avx512dq"))),                 \
-                             apply_to = function)
-#else
-#pragma GCC push_options
-#pragma GCC target("avx2,fma,avx512f,avx512dq")
-#endif
+CLLM_X86_TARGET_BEGIN("avx2,fma,avx512f,avx512dq")
 
-#include "backend/cpu/vec-avx512.h"
+#include "backend/cpu/x86/vec-avx512.h"
 
 /* y = x / (1 + e^-x); y may be x. */
 void cllm_cpu_silu_row_avx512(int64_t n, float *y, const float *x) {
@@ -26,11 +21,7 @@ void cllm_cpu_silu_row_avx512(int64_t n, float *y, const float *x) {
     }
 }
 
-#if defined(__clang__)
-#pragma clang attribute pop
-#else
-#pragma GCC pop_options
-#endif
+CLLM_X86_TARGET_END
 
 #else
 typedef int cllm_vec_avx512_unused; /* not x86: nothing to build */

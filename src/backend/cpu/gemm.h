@@ -62,9 +62,8 @@
 #define CLLM_GEMM_ROWS 16 /* weight rows per panel (vector lanes) */
 
 /* mul_mat: columns from which the panel GEMM beats the one-column and row
- * kernels: below, unpacking the weights costs more than the columns save.
- * TinyLlama-1.1B Q4_0, 2 threads, tokens/s of an N-token batch, one-column
- * kernel vs panel: N=2 95 vs 35, 4 104 vs 64, 8 107 vs 114, 11 61 vs 143. */
+ * kernels: below, unpacking the weights costs more than the columns save
+ * (measured on a 1.1B model: bench/results/code-notes.md). */
 #define CLLM_GEMM_MIN_COLS 8
 
 /* True if `type` has a panel form and K fits it (whole storage blocks). */
@@ -161,9 +160,8 @@ void cllm_cpu_gemm_avx2(const cllm_gemm_form *f, int64_t K, const void *panel, c
  * float scales (block b's at cllm_cpu_gemv_q8_scales(K) + 4 b). The kernel
  * (gemv-x86.h) takes |w| against the activations with w's sign and brings
  * each column's block sums into one lane before the float steps, as for
- * Q4_0 / Q4_1: a step of 4 sequences' SmolLM2 output layer (Q8_0) ran
- * vpmaddubsw, vpmaddwd, a conversion, a multiply and an FMA per block and
- * column in the kernels plan, all on the two FMA pipes of Zen 3.
+ * Q4_0 / Q4_1, so that a block and column cost one vpmaddubsw, one
+ * vpmaddwd, a conversion, a multiply and an FMA.
  */
 
 /* Q8_0 activations: the byte of element e (0..31) of block b, and where the
@@ -271,9 +269,9 @@ void cllm_cpu_gemv_quantize_avx2(cllm_type type, const float *x, void *act, int6
  * group 1 these are plain rows `group_stride` bytes apart, read in place;
  * the AVX2 kernel prefers groups of 6 (cllm_cpu_gemm_f_group), its whole
  * register tile: one sequential stream of 24 bytes per element instead of
- * six rows a power of two apart, which collide in the caches (measured:
- * K = 2048, 512 columns, Zen 3, 64-67 GFLOP/s in place, 88-96 grouped).
- * Results do not depend on the grouping: each sum runs in the same order. */
+ * six rows a power of two apart, which collide in the caches
+ * (bench/results/code-notes.md). Results do not depend on the grouping: each sum runs in the same
+ * order. */
 
 #define CLLM_GEMM_F_ROWS 32
 

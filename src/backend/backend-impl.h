@@ -77,7 +77,7 @@ struct cllm_device_i {
     /* params: never NULL (the wrapper passes the defaults) */
     cllm_status (*init_backend)(cllm_device *dev, const cllm_backend_params *params,
                                 cllm_backend **out);
-    /* (optional) default: n_cores 1, n_threads_max 1, features "" */
+    /* (optional) default: n_cores 1, n_threads_max 1, features "", opt_in false */
     void (*get_props)(cllm_device *dev, cllm_device_props *props);
     /* (optional) a buffer over host memory it does not own (backend.h:
      * cllm_device_buffer_from_host_ptr; the wrapper counts it); NULL: the
@@ -158,7 +158,7 @@ struct cllm_backend_reg {
  * was not bumped. The backends built into the library are compiled with it
  * and not checked; cllm_registry_add checks what a program adds.
  */
-#define CLLM_BACKEND_API_VERSION 1
+#define CLLM_BACKEND_API_VERSION 2
 
 /* The sizes of every struct a backend and the library share (the registry
  * entry's own size is reg_size). */

@@ -216,7 +216,7 @@ size_t cllm_device_allocated(const cllm_device *dev, cllm_mem_kind kind) {
 }
 
 void cllm_device_get_props(cllm_device *dev, cllm_device_props *props) {
-    *props = (cllm_device_props){.n_cores = 1, .n_threads_max = 1, .features = ""};
+    *props = (cllm_device_props){.n_cores = 1, .n_threads_max = 1, .features = "", .opt_in = false};
     if (dev->iface.get_props) dev->iface.get_props(dev, props);
 }
 

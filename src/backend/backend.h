@@ -112,11 +112,15 @@ bool cllm_device_supports_buft(cllm_device *dev, const cllm_buffer_type *buft);
 size_t cllm_device_allocated(const cllm_device *dev, cllm_mem_kind kind);
 
 /* What a device reports about itself beyond memory (the defaults where it
- * says nothing: 1, 1, ""). */
+ * says nothing: 1, 1, "", false). */
 typedef struct cllm_device_props {
     int n_cores;          /* cores that compute (the CPU: physical cores, its default threads) */
     int n_threads_max;    /* host threads that run at once (the CPU: its affinity mask) */
     const char *features; /* the instruction sets or features its kernels use, as text */
+    /* used only where a budget names it (--mem NAME=SIZE): listed, but the
+     * fit planner places nothing on it by default (a software device that
+     * is no faster than the CPU) */
+    bool opt_in;
 } cllm_device_props;
 
 void cllm_device_get_props(cllm_device *dev, cllm_device_props *props);

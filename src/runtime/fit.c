@@ -103,7 +103,9 @@ static cllm_status find_devices(fit_ctx *f) {
     for (int i = 0; i < f->pl.n_devices; i++) {
         size_t fr = 0, tot = 0;
         cllm_device_memory(f->pl.devices[i], &fr, &tot);
-        f->budget[i] = fr;
+        cllm_device_props props;
+        cllm_device_get_props(f->pl.devices[i], &props);
+        f->budget[i] = props.opt_in ? 0 : fr; /* until a budget names it */
     }
     for (int b = 0; b < f->p.n_budgets; b++) {
         int found = -1;

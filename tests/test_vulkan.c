@@ -1,0 +1,418 @@
+/*
+ * The Vulkan backend (cllm-backend-vulkan.so) on whatever Vulkan device the
+ * machine has (CI: lavapipe), with the validation layer on: any error it
+ * reports fails the test. Discovery; buffers counted to the byte; an
+ * allocation larger than the heap refused as a status; every op of the
+ * backend against the CPU backend on odd shapes (not multiples of a
+ * workgroup or subgroup, one row, one column, views); stories260K with its
+ * layers on the device gives the CPU's greedy tokens, planned == allocated
+ * on both devices. Skipped (77) without a Vulkan device.
+ */
+#include "alloc/layout.h"
+#include "backend/cpu/cpu.h"
+#include "common/check.h"
+#include "common/refs.h"
+#include "runtime/fit.h"
+#include "runtime/session.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int g_errors; /* errors logged by the backend and the validation layer */
+
+static void on_log(cllm_log_level level, const char *msg, void *ud) {
+    (void)ud;
+    if (level == CLLM_LOG_ERROR &&
+        (!strncmp(msg, "vulkan validation", 17) || !strncmp(msg, "vulkan:", 7))) {
+        g_errors++;
+        fprintf(stderr, "error: %s\n", msg);
+    }
+}
+
+static cllm_device *g_vk;
+
+/* ---- discovery and buffers --------------------------------------------- */
+
+static void test_discovery(void) {
+    CHECK(strncmp(cllm_device_name(g_vk), "vulkan", 6) == 0);
+    const char *desc = cllm_device_description(g_vk);
+    CHECKF(strstr(desc, "subgroup") && strstr(desc, "Vulkan") && strstr(desc, "driver"),
+           "description: %s", desc);
+    size_t fr = 0, tot = 0;
+    cllm_device_memory(g_vk, &fr, &tot);
+    CHECK(tot > 0 && fr <= tot);
+    cllm_device_props props;
+    cllm_device_get_props(g_vk, &props);
+    /* a software device is used only when named, and says so */
+    CHECK(props.opt_in == (strstr(desc, "CPU-software") != NULL));
+    CHECK(cllm_device_kind_of(g_vk) != CLLM_DEVICE_CPU);
+}
+
+static void test_buffers(void) {
+    cllm_buffer_type *buft = cllm_device_buffer_type(g_vk);
+    CHECK(cllm_buffer_type_alignment(buft) >= 64 && !cllm_buffer_type_is_host(buft));
+    const size_t sizes[] = {0, 1, 999, 65536 + 13};
+    cllm_buffer *bufs[4] = {0};
+    size_t before[CLLM_MEM_COUNT];
+    for (int k = 0; k < CLLM_MEM_COUNT; k++) before[k] = cllm_device_allocated(g_vk, k);
+    for (int i = 0; i < 4; i++) {
+        CHECK(cllm_buffer_type_alloc(buft, sizes[i], (cllm_mem_kind)(i % CLLM_MEM_COUNT),
+                                     &bufs[i]) == CLLM_OK);
+    }
+    for (int k = 0; k < CLLM_MEM_COUNT; k++) {
+        size_t want = 0;
+        for (int i = 0; i < 4; i++) want += i % CLLM_MEM_COUNT == k ? sizes[i] : 0;
+        CHECKF(cllm_device_allocated(g_vk, k) - before[k] == want, "%s: %zu, want %zu",
+               cllm_mem_kind_str(k), cllm_device_allocated(g_vk, k) - before[k], want);
+    }
+    /* set, get, clear through a tensor at an odd offset */
+    cllm_context *ctx = cllm_context_new(2);
+    cllm_tensor *t = cllm_tensor_new_1d(ctx, CLLM_TYPE_I8, 1001);
+    cllm_buffer_place_tensor(bufs[3], t, cllm_buffer_type_alignment(buft));
+    uint8_t in[1001], out[1001];
+    for (int i = 0; i < 1001; i++) in[i] = (uint8_t)(i * 7 + 1);
+    cllm_tensor_set(t, in + 3, 3, 997);
+    cllm_tensor_set(t, in, 0, 3);
+    cllm_tensor_set(t, in + 1000, 1000, 1);
+    cllm_tensor_get(t, out, 0, sizeof(out));
+    CHECK(memcmp(in, out, sizeof(in)) == 0);
+    cllm_buffer_clear(bufs[3], 0xab);
+    cllm_tensor_get(t, out, 0, sizeof(out));
+    CHECK(out[0] == 0xab && out[1000] == 0xab);
+    cllm_context_free(ctx);
+    for (int i = 0; i < 4; i++) cllm_buffer_free(bufs[i]);
+    for (int k = 0; k < CLLM_MEM_COUNT; k++) CHECK(cllm_device_allocated(g_vk, k) == before[k]);
+
+    /* more than the heap: a status, nothing counted, *out untouched */
+    size_t fr = 0, tot = 0;
+    cllm_device_memory(g_vk, &fr, &tot);
+    cllm_buffer *big = (cllm_buffer *)0x1;
+    const cllm_status st = cllm_buffer_type_alloc(buft, tot + 1, CLLM_MEM_WEIGHTS, &big);
+    CHECKF(st == CLLM_ERR_DEVICE_MEMORY || st == CLLM_ERR_TOO_LARGE, "status %d", (int)st);
+    CHECK(big == (cllm_buffer *)0x1);
+    CHECK(cllm_device_allocated(g_vk, CLLM_MEM_WEIGHTS) == before[CLLM_MEM_WEIGHTS]);
+}
+
+/* ---- ops against the CPU ----------------------------------------------- */
+
+/* Deterministic inputs: every leaf from its index and element. "ids<R>"
+ * leafs get ids below R; "mask" leafs 0 or -inf (row 1 all -inf). */
+static float value(int leaf, int64_t i) {
+    const uint32_t h = (uint32_t)(leaf * 2654435761u) ^ (uint32_t)(i * 2246822519u);
+    return (float)((h >> 8) % 20001) / 10000.0f - 1.0f;
+}
+
+static void fill(cllm_tensor *t, int leaf) {
+    const int64_t n = cllm_nelements(t);
+    float *f = malloc((size_t)n * sizeof(float));
+    void *raw = malloc(cllm_nbytes(t));
+    for (int64_t i = 0; i < n; i++) f[i] = value(leaf, i);
+    if (t->type == CLLM_TYPE_I32) {
+        const int r = atoi(t->name + 3);
+        for (int64_t i = 0; i < n; i++) ((int32_t *)raw)[i] = (int32_t)((i * 7 + 3) % r);
+    } else if (!strcmp(t->name, "mask")) {
+        for (int64_t i = 0; i < n; i++) {
+            const int64_t row = i / t->ne[0], col = i % t->ne[0];
+            f[i] = row == 1 || (col * 3 + row) % 5 == 0 ? -INFINITY : 0.0f;
+        }
+        cllm_type_traits_of(t->type)->from_float(f, raw, n);
+    } else {
+        cllm_type_traits_of(t->type)->from_float(f, raw, n);
+    }
+    cllm_tensor_set_all(t, raw);
+    free(f);
+    free(raw);
+}
+
+typedef cllm_tensor *(*build_fn)(cllm_context *ctx, int variant);
+
+/* Builds the op in a context of its own on `dev`, fills its inputs,
+ * computes, and returns the result as floats (malloc'd; NULL on failure). */
+static float *run_on(cllm_device *dev, build_fn build, int variant, int64_t *n_out) {
+    cllm_context *ctx = cllm_context_new(32);
+    cllm_tensor *node = build(ctx, variant);
+    float *out = NULL;
+    cllm_buffer *buf = NULL;
+    cllm_backend *be = NULL;
+    cllm_graph *g = cllm_graph_new(32);
+    if (cllm_layout_alloc(ctx, cllm_device_buffer_type(dev), CLLM_MEM_COMPUTE, &buf) != CLLM_OK ||
+        cllm_device_init_backend(dev, NULL, &be) != CLLM_OK) {
+        CHECKF(false, "%s: %s", cllm_device_name(dev), cllm_last_error());
+        goto done;
+    }
+    int leaf = 0;
+    for (int i = 0; i < cllm_context_n_tensors(ctx); i++) {
+        cllm_tensor *t = cllm_context_tensor(ctx, i);
+        if (t->op == CLLM_OP_NONE && !t->view_src) fill(t, leaf++);
+    }
+    cllm_graph_build(g, node);
+    CHECKF(cllm_device_supports_op(dev, node), "%s: %s not supported", cllm_device_name(dev),
+           cllm_op_name(node->op));
+    const cllm_status st = cllm_backend_graph_compute(be, g);
+    CHECKF(st == CLLM_OK, "%s: %s", cllm_device_name(dev), cllm_last_error());
+    if (st != CLLM_OK) goto done;
+    const int64_t n = cllm_nelements(node);
+    void *raw = malloc(cllm_nbytes(node));
+    cllm_tensor_get_all(node, raw);
+    out = malloc((size_t)n * sizeof(float));
+    cllm_type_traits_of(node->type)->to_float(raw, out, n);
+    free(raw);
+    *n_out = n;
+done:
+    cllm_graph_free(g);
+    cllm_backend_free(be);
+    cllm_buffer_free(buf);
+    cllm_context_free(ctx);
+    return out;
+}
+
+static void compare(const char *what, build_fn build, int variant, float tol) {
+    int64_t n_cpu = 0, n_vk = 0;
+    float *want = run_on(cllm_cpu_device(), build, variant, &n_cpu);
+    float *got = run_on(g_vk, build, variant, &n_vk);
+    if (want && got && n_cpu == n_vk) {
+        double worst = 0.0;
+        int64_t at = 0;
+        for (int64_t i = 0; i < n_cpu; i++) {
+            const double d = (isinf(want[i]) && want[i] == got[i])
+                                 ? 0.0
+                                 : fabs((double)want[i] - got[i]) / (1.0 + fabs(want[i]));
+            if (!(d <= worst)) worst = d, at = i; /* NaN counts as worst */
+        }
+        CHECKF(worst <= tol, "%s (variant %d): element %lld: cpu %g, vulkan %g", what, variant,
+               (long long)at, want[at], got[at]);
+    } else {
+        CHECKF(false, "%s (variant %d) did not run", what, variant);
+    }
+    free(want);
+    free(got);
+}
+
+static cllm_tensor *leaf(cllm_context *ctx, cllm_type type, int64_t a, int64_t b, int64_t c) {
+    return cllm_tensor_new_3d(ctx, type, a, b, c);
+}
+
+static cllm_tensor *build_binary(cllm_context *ctx, int v) {
+    cllm_tensor *a = leaf(ctx, CLLM_TYPE_F32, 67, 5, 3);
+    cllm_tensor *b = v % 3 == 0   ? leaf(ctx, CLLM_TYPE_F32, 67, 1, 3)
+                     : v % 3 == 1 ? leaf(ctx, CLLM_TYPE_F16, 1, 5, 1)
+                                  : leaf(ctx, CLLM_TYPE_F32, 67, 5, 3);
+    if (v % 3 == 2) a = cllm_transpose(ctx, leaf(ctx, CLLM_TYPE_F32, 5, 67, 3)); /* strided a */
+    return v < 3 ? cllm_add(ctx, a, b) : cllm_mul(ctx, a, b);
+}
+
+static cllm_tensor *build_unary(cllm_context *ctx, int v) {
+    cllm_tensor *a = leaf(ctx, v == 2 ? CLLM_TYPE_F16 : CLLM_TYPE_F32, 129, 3, 1);
+    return v == 0 ? cllm_scale(ctx, a, 0.37f) : cllm_silu(ctx, a);
+}
+
+static cllm_tensor *build_rms_norm(cllm_context *ctx, int v) {
+    if (v == 0) return cllm_rms_norm(ctx, leaf(ctx, CLLM_TYPE_F32, 67, 5, 2), 1e-5f);
+    if (v == 1) return cllm_rms_norm(ctx, leaf(ctx, CLLM_TYPE_F32, 1000, 1, 1), 1e-6f);
+    return cllm_rms_norm(ctx, cllm_transpose(ctx, leaf(ctx, CLLM_TYPE_F32, 3, 37, 1)), 1e-5f);
+}
+
+static const cllm_type k_row_types[] = {CLLM_TYPE_F32, CLLM_TYPE_F16, CLLM_TYPE_Q8_0,
+                                        CLLM_TYPE_Q4_0, CLLM_TYPE_Q4_1};
+
+static cllm_tensor *build_get_rows(cllm_context *ctx, int v) {
+    cllm_tensor *a = leaf(ctx, k_row_types[v], 64, 11, 1);
+    cllm_tensor *ids = cllm_tensor_new_1d(ctx, CLLM_TYPE_I32, 5);
+    cllm_tensor_set_name(ids, "ids11");
+    return cllm_get_rows(ctx, a, ids);
+}
+
+/* v: type (0-4) x columns (1, 5) x shape (plain; K=67 F32; batches); the
+ * CPU keeps b in F32 (CLLM_PREC_F32), as the device always does */
+static cllm_tensor *build_mul_mat_any(cllm_context *ctx, int v);
+static cllm_tensor *build_mul_mat(cllm_context *ctx, int v) {
+    cllm_tensor *t = build_mul_mat_any(ctx, v);
+    cllm_mul_mat_set_prec(t, CLLM_PREC_F32);
+    return t;
+}
+
+static cllm_tensor *build_mul_mat_any(cllm_context *ctx, int v) {
+    const cllm_type t = k_row_types[v % 5];
+    const int64_t n = (v / 5) % 2 ? 5 : 1;
+    if (v >= 10) {
+        /* batches of b broadcast over a, and a strided b */
+        cllm_tensor *a = leaf(ctx, t, 64, 13, 2);
+        cllm_tensor *b = cllm_transpose(ctx, leaf(ctx, CLLM_TYPE_F32, 3, 64, 6));
+        return cllm_mul_mat(ctx, a, b);
+    }
+    const int64_t k = t == CLLM_TYPE_F32 && n == 5 ? 67 : 96;
+    return cllm_mul_mat(ctx, leaf(ctx, t, k, 37, 1), leaf(ctx, CLLM_TYPE_F32, k, n, 1));
+}
+
+static cllm_tensor *build_cpy(cllm_context *ctx, int v) {
+    cllm_tensor *a = leaf(ctx, CLLM_TYPE_F32, 64, 3, 1);
+    cllm_tensor *kv = leaf(ctx, v == 1 ? CLLM_TYPE_F32 : CLLM_TYPE_F16, 64, 10, 1);
+    if (v == 2)
+        return cllm_cpy(ctx, leaf(ctx, CLLM_TYPE_F32, 67, 5, 1),
+                        leaf(ctx, CLLM_TYPE_F16, 5, 67, 1));
+    /* rows 4..6 of a cache, as the attention's KV writes */
+    cllm_tensor *rows = cllm_view_2d(ctx, kv, 64, 3, kv->nb[1], 4 * kv->nb[1]);
+    return cllm_cpy(ctx, a, rows);
+}
+
+static cllm_tensor *build_soft_max(cllm_context *ctx, int v) {
+    cllm_tensor *a = leaf(ctx, CLLM_TYPE_F32, 67, 5, 3);
+    cllm_tensor *mask = NULL;
+    if (v < 2) {
+        mask = leaf(ctx, v == 0 ? CLLM_TYPE_F32 : CLLM_TYPE_F16, 67, 6, 1);
+        cllm_tensor_set_name(mask, "mask");
+    }
+    return cllm_soft_max(ctx, a, mask, 0.125f);
+}
+
+static cllm_tensor *build_rope(cllm_context *ctx, int v) {
+    const int n_dims = v == 2 ? 8 : 16;
+    cllm_tensor *a = cllm_tensor_new_4d(ctx, CLLM_TYPE_F32, 16, 3, 7, 1);
+    cllm_tensor *pos = cllm_tensor_new_1d(ctx, CLLM_TYPE_I32, 7);
+    cllm_tensor_set_name(pos, "ids1000");
+    cllm_tensor *table = cllm_rope_table(ctx, pos, NULL, n_dims, 10000.0f, 1.0f, NULL);
+    cllm_tensor *r = cllm_rope_tab(ctx, a, table, v == 1 ? CLLM_ROPE_NEOX : CLLM_ROPE_NORMAL);
+    /* the table as an input (the CPU computes it in a model's graph) */
+    table->op = CLLM_OP_NONE;
+    memset(table->src, 0, sizeof(table->src));
+    return r;
+}
+
+static void test_ops(void) {
+    for (int v = 0; v < 6; v++) compare("add/mul", build_binary, v, 0.0f);
+    for (int v = 0; v < 3; v++) compare("scale/silu", build_unary, v, 1e-6f);
+    for (int v = 0; v < 3; v++) compare("rms_norm", build_rms_norm, v, 1e-5f);
+    for (int v = 0; v < 5; v++) compare("get_rows", build_get_rows, v, 0.0f);
+    for (int v = 0; v < 15; v++) compare("mul_mat", build_mul_mat, v, 1e-5f);
+    for (int v = 0; v < 3; v++) compare("cpy", build_cpy, v, 0.0f);
+    for (int v = 0; v < 3; v++) compare("soft_max", build_soft_max, v, 1e-6f);
+    for (int v = 0; v < 3; v++) compare("rope", build_rope, v, 1e-6f);
+}
+
+/* ---- stories260K with its layers on the device -------------------------- */
+
+static int32_t argmax(const float *x, int64_t n) {
+    int32_t best = 0;
+    for (int64_t i = 1; i < n; i++) {
+        if (x[i] > x[best]) best = (int32_t)i;
+    }
+    return best;
+}
+
+#define N_GEN 24
+
+static bool greedy(const char *path, const cllm_plan *plan, int32_t *out,
+                   size_t alloc[2][CLLM_MEM_COUNT]) {
+    cllm_model_params mp = cllm_model_default_params();
+    mp.use_mmap = false;
+    mp.plan = plan;
+    cllm_model *m = NULL;
+    cllm_session *s = NULL;
+    cllm_session_params sp = cllm_session_default_params();
+    sp.n_ctx = 128;
+    sp.n_batch = 32;
+    sp.n_threads = 2;
+    cllm_status st = cllm_model_load(path, &mp, &m);
+    if (st == CLLM_OK) st = cllm_session_new(m, &sp, &s);
+    if (st == CLLM_OK && alloc) {
+        for (int k = 0; k < CLLM_MEM_COUNT; k++) {
+            alloc[0][k] = cllm_device_allocated(g_vk, k);
+            alloc[1][k] = cllm_device_allocated(cllm_cpu_device(), k);
+        }
+    }
+    const int32_t prompt[6] = {1, 403, 407, 261, 378, 1140 % 512};
+    if (st == CLLM_OK) st = cllm_session_decode(s, prompt, 6);
+    for (int i = 0; i < N_GEN && st == CLLM_OK; i++) {
+        out[i] = argmax(cllm_session_logits(s), cllm_session_n_vocab(s));
+        st = cllm_session_decode(s, &out[i], 1);
+    }
+    CHECKF(st == CLLM_OK, "stories260K: %s", cllm_last_error());
+    cllm_session_free(s);
+    cllm_model_free(m);
+    return st == CLLM_OK;
+}
+
+static void test_model(void) {
+    static const char *const files[] = {"stories260K.gguf", NULL};
+    if (!refs_have(files)) return;
+    char path[4096];
+    refs_model_path(path, sizeof(path), "stories260K.gguf");
+    int32_t want[N_GEN], got[N_GEN];
+    if (!greedy(path, NULL, want, NULL)) return;
+
+    cllm_plan_params fp = cllm_plan_default_params();
+    fp.n_ctx = 128;
+    fp.n_batch = 32;
+    fp.n_threads = 2;
+    fp.use_mmap = false;
+    /* unnamed, a software device gets nothing */
+    cllm_device_props props;
+    cllm_device_get_props(g_vk, &props);
+    cllm_plan *plan = NULL;
+    if (props.opt_in) {
+        CHECK(cllm_plan_file(path, &fp, &plan) == CLLM_OK);
+        CHECK(plan && plan->layer_device[0] == plan->n_devices - 1 &&
+              plan->layer_device[4] == plan->n_devices - 1);
+        cllm_plan_free(plan);
+        plan = NULL;
+    }
+    char budget[64];
+    snprintf(budget, sizeof(budget), "%s=64MiB", cllm_device_name(g_vk));
+    CHECK(cllm_plan_parse_mem(&fp, budget) == CLLM_OK);
+    const cllm_status st = cllm_plan_file(path, &fp, &plan);
+    CHECKF(st == CLLM_OK, "plan: %s", cllm_last_error());
+    if (st != CLLM_OK) return;
+    int vk = -1;
+    for (int d = 0; d < plan->n_devices; d++) {
+        if (plan->devices[d].dev == g_vk) vk = d;
+    }
+    CHECKF(vk >= 0 && plan->devices[vk].n_layers == 5, "layers on %s: %d", cllm_device_name(g_vk),
+           vk >= 0 ? plan->devices[vk].n_layers : -1);
+    size_t before[2][CLLM_MEM_COUNT], alloc[2][CLLM_MEM_COUNT];
+    for (int k = 0; k < CLLM_MEM_COUNT; k++) {
+        before[0][k] = cllm_device_allocated(g_vk, k);
+        before[1][k] = cllm_device_allocated(cllm_cpu_device(), k);
+    }
+    if (vk >= 0 && greedy(path, plan, got, alloc)) {
+        CHECK(memcmp(want, got, sizeof(want)) == 0);
+        for (int i = 0; i < N_GEN; i++) {
+            if (want[i] != got[i]) {
+                fprintf(stderr, "token %d: cpu %d, vulkan %d\n", i, want[i], got[i]);
+                break;
+            }
+        }
+        for (int k = 0; k < CLLM_MEM_COUNT; k++) {
+            const int cpu = vk == 0 ? 1 : 0;
+            CHECKF(alloc[0][k] - before[0][k] == plan->devices[vk].bytes[k],
+                   "%s %s: allocated %zu, planned %zu", cllm_device_name(g_vk),
+                   cllm_mem_kind_str(k), alloc[0][k] - before[0][k], plan->devices[vk].bytes[k]);
+            CHECKF(alloc[1][k] - before[1][k] == plan->devices[cpu].bytes[k],
+                   "cpu %s: allocated %zu, planned %zu", cllm_mem_kind_str(k),
+                   alloc[1][k] - before[1][k], plan->devices[cpu].bytes[k]);
+        }
+    }
+    cllm_plan_free(plan);
+}
+
+int main(void) {
+    /* the validation layer, before the registry loads the module */
+    setenv("CLLM_VULKAN_VALIDATE", "1", 0);
+    cllm_log_set(on_log, NULL);
+    for (int i = 0; i < cllm_registry_device_count() && !g_vk; i++) {
+        cllm_device *d = cllm_registry_device(i);
+        if (!strncmp(cllm_device_name(d), "vulkan", 6)) g_vk = d;
+    }
+    if (!g_vk) {
+        check_missing("a Vulkan device (cllm built with libvulkan-dev and glslc; at run time "
+                      "libvulkan1 and a driver, e.g. mesa-vulkan-drivers)");
+        return check_summary("test_vulkan");
+    }
+    test_discovery();
+    test_buffers();
+    test_ops();
+    test_model();
+    CHECKF(g_errors == 0, "%d errors from the backend or the validation layer", g_errors);
+    return check_summary("test_vulkan");
+}

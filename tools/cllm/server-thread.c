@@ -296,8 +296,12 @@ static void engine_feed(srv_engine *e) {
             j->cancel_why = SRV_FINISH_TIMEOUT;
         if (j->cancel_why != SRV_FINISH_NONE) (void)cllm_engine_cancel(e->eng, j->id);
     }
-    e->n_waiting = cllm_engine_n_waiting(e->eng);
-    e->n_busy = cllm_engine_n_running(e->eng);
+    /* the engine gives each idle slot a waiting request at its next step:
+     * those count as running already, only the others as queued */
+    const int running = cllm_engine_n_running(e->eng), waiting = cllm_engine_n_waiting(e->eng);
+    const int idle = e->n_slots - running, admitted = waiting < idle ? waiting : idle;
+    e->n_waiting = waiting - admitted;
+    e->n_busy = running + admitted;
     e->n_queued = e->n_in_queue + e->n_waiting;
 }
 

@@ -114,7 +114,7 @@ typedef struct srv_engine {
     pthread_cond_t work;              /* a job was queued or cancelled, or stop was set */
     srv_job *queue_head, *queue_tail; /* not yet in the engine */
     int n_in_queue;
-    int n_waiting; /* in the engine without a slot (the engine thread's count) */
+    int n_waiting; /* in the engine, beyond what its idle slots take at the next step */
     int n_queued;  /* n_in_queue + n_waiting: against max_queue */
     int n_busy;    /* slots running a job */
     bool stop;

@@ -30,17 +30,20 @@
 #include "core/hostmem.h"
 
 #include <dlfcn.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "binary.spv.h"
+#include "concat.spv.h"
 #include "cpy.spv.h"
 #include "get_rows.spv.h"
 #include "mul_mat.spv.h"
 #include "rms_norm.spv.h"
 #include "rope.spv.h"
+#include "rope_table.spv.h"
 #include "soft_max.spv.h"
 #include "unary.spv.h"
 
@@ -72,6 +75,8 @@ typedef enum vk_pipe {
     VK_PIPE_SOFT_MAX,
     VK_PIPE_ROPE,
     VK_PIPE_MUL_MAT,
+    VK_PIPE_CONCAT,
+    VK_PIPE_ROPE_TABLE,
     VK_PIPE_COUNT
 } vk_pipe;
 
@@ -88,7 +93,10 @@ static const struct {
     [VK_PIPE_SOFT_MAX] = {soft_max_spv, sizeof(soft_max_spv), true},
     [VK_PIPE_ROPE] = {rope_spv, sizeof(rope_spv), false},
     [VK_PIPE_MUL_MAT] = {mul_mat_spv, sizeof(mul_mat_spv), true},
+    [VK_PIPE_CONCAT] = {concat_spv, sizeof(concat_spv), false},
+    [VK_PIPE_ROPE_TABLE] = {rope_table_spv, sizeof(rope_table_spv), false},
 };
+_Static_assert(sizeof(k_shaders) / sizeof(k_shaders[0]) == VK_PIPE_COUNT, "a shader per pipe");
 
 /* Type codes of the shaders (shaders/common.glsl: T_*). */
 enum { VK_T_F32, VK_T_F16, VK_T_BF16, VK_T_Q8_0, VK_T_Q4_0, VK_T_Q4_1, VK_T_I32, VK_T_NONE };
@@ -454,7 +462,14 @@ static bool op_supported(const vk_dev *v, const cllm_tensor *node) {
     case CLLM_OP_MUL: return is_f32(node) && is_float(a) && is_float(b) && !node->src[2];
     case CLLM_OP_SCALE:
     case CLLM_OP_SILU:
-    case CLLM_OP_RMS_NORM: return is_f32(node) && is_float(a) && !b;
+    case CLLM_OP_GELU:
+    case CLLM_OP_RMS_NORM:
+    case CLLM_OP_NORM: return is_f32(node) && is_float(a) && !b;
+    case CLLM_OP_CONCAT: return is_f32(node) && is_f32(a) && is_f32(b) && !node->src[2];
+    case CLLM_OP_ROPE_TABLE:
+        return is_f32(node) && a && a->type == CLLM_TYPE_I32 && (!b || is_f32(b)) &&
+               node->ne[0] == cllm_get_op_param_i32(node, 0) && node->ne[0] % 2 == 0 &&
+               node->nb[0] == sizeof(float);
     case CLLM_OP_CPY:
     case CLLM_OP_CONT:
         return is_float(a) && (node->type == CLLM_TYPE_F32 || node->type == CLLM_TYPE_F16) &&
@@ -538,6 +553,45 @@ static void grid_of(uint64_t n, uint32_t g[3]) {
     g[2] = 1;
 }
 
+static uint32_t f32_bits(double x) {
+    const float f = (float)x;
+    uint32_t u;
+    memcpy(&u, &f, sizeof(u));
+    return u;
+}
+
+/* YaRN's correction dim: where a dim's wavelength is beta rotations over
+ * the original context (as the CPU's ops-rope.c). */
+static double yarn_corr_dim(int n_dims, int n_ctx_orig, double beta, double base) {
+    return n_dims * log(n_ctx_orig / (beta * 2.0 * 3.14159265358979323846)) / (2.0 * log(base));
+}
+
+/* rope_table's parameters (shaders/rope_table.comp): what depends on the
+ * op params only is computed here in double, as the CPU does. */
+static void rope_table_params(const cllm_tensor *node, vk_push *pc) {
+    const int n_dims = cllm_get_op_param_i32(node, 0);
+    const double base = cllm_get_op_param_f32(node, 2);
+    const double scale = cllm_get_op_param_f32(node, 3);
+    const double ext = cllm_get_op_param_f32(node, 5);
+    double mscale = cllm_get_op_param_f32(node, 6), lo = 0.0, hi = 0.0;
+    if (ext != 0.0) {
+        const int n_ctx_orig = cllm_get_op_param_i32(node, 4);
+        const double beta_fast = cllm_get_op_param_f32(node, 7);
+        const double beta_slow = cllm_get_op_param_f32(node, 8);
+        lo = fmax(0.0, floor(yarn_corr_dim(n_dims, n_ctx_orig, beta_fast, base)));
+        hi = fmin(n_dims - 1, ceil(yarn_corr_dim(n_dims, n_ctx_orig, beta_slow, base)));
+        mscale *= 1.0 + 0.1 * log(1.0 / scale);
+    }
+    pc->p[0] = (uint32_t)n_dims;
+    pc->p[1] = node->src[1] != NULL;
+    pc->p[2] = f32_bits(ext);
+    pc->nb_b[1] = f32_bits(base);
+    pc->nb_b[2] = f32_bits(scale);
+    pc->nb_b[3] = f32_bits(mscale);
+    pc->ne_b[2] = f32_bits(lo);
+    pc->ne_b[3] = f32_bits(hi);
+}
+
 /* The pipeline, push constants and grid of a node. */
 static vk_pipe node_dispatch(const cllm_tensor *node, vk_push *pc, uint32_t g[3]) {
     const cllm_tensor *a = node->src[0], *b = node->src[1];
@@ -556,15 +610,23 @@ static vk_pipe node_dispatch(const cllm_tensor *node, vk_push *pc, uint32_t g[3]
         return VK_PIPE_BINARY;
     case CLLM_OP_SCALE:
     case CLLM_OP_SILU:
-        pc->p[0] = node->op == CLLM_OP_SILU;
+    case CLLM_OP_GELU:
+        pc->p[0] = node->op == CLLM_OP_SCALE ? 0 : node->op == CLLM_OP_SILU ? 1 : 2;
         pc->p[1] = (uint32_t)node->op_params[0];
         grid_of((n + 255) / 256, g);
         return VK_PIPE_UNARY;
+    case CLLM_OP_CONCAT: grid_of((n + 255) / 256, g); return VK_PIPE_CONCAT;
+    case CLLM_OP_ROPE_TABLE:
+        rope_table_params(node, pc);
+        grid_of((n / 2 + 255) / 256, g);
+        return VK_PIPE_ROPE_TABLE;
     case CLLM_OP_CPY:
     case CLLM_OP_CONT: grid_of((n + 255) / 256, g); return VK_PIPE_CPY;
     case CLLM_OP_GET_ROWS: grid_of((n + 255) / 256, g); return VK_PIPE_GET_ROWS;
     case CLLM_OP_RMS_NORM:
+    case CLLM_OP_NORM:
         pc->p[0] = (uint32_t)node->op_params[0];
+        pc->p[1] = node->op == CLLM_OP_NORM;
         grid_of((uint64_t)cllm_nrows(node), g);
         return VK_PIPE_RMS_NORM;
     case CLLM_OP_SOFT_MAX:

@@ -36,6 +36,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "attn.spv.h"
 #include "binary.spv.h"
 #include "concat.spv.h"
 #include "cpy.spv.h"
@@ -77,6 +78,7 @@ typedef enum vk_pipe {
     VK_PIPE_MUL_MAT,
     VK_PIPE_CONCAT,
     VK_PIPE_ROPE_TABLE,
+    VK_PIPE_ATTN,
     VK_PIPE_COUNT
 } vk_pipe;
 
@@ -95,6 +97,7 @@ static const struct {
     [VK_PIPE_MUL_MAT] = {mul_mat_spv, sizeof(mul_mat_spv), true},
     [VK_PIPE_CONCAT] = {concat_spv, sizeof(concat_spv), false},
     [VK_PIPE_ROPE_TABLE] = {rope_table_spv, sizeof(rope_table_spv), false},
+    [VK_PIPE_ATTN] = {attn_spv, sizeof(attn_spv), true},
 };
 _Static_assert(sizeof(k_shaders) / sizeof(k_shaders[0]) == VK_PIPE_COUNT, "a shader per pipe");
 
@@ -451,12 +454,31 @@ static bool rows_readable(const cllm_tensor *a) {
     return a->nb[0] % 2 == 0;
 }
 
+/* The limits of shaders/attn.comp: q in shared memory, each invocation
+ * holding up to VK_ATTN_ACC elements of the output row. */
+#define VK_ATTN_D_MAX 256
+#define VK_ATTN_ACC   32
+
+static bool attn_supported(const vk_dev *v, const cllm_tensor *node) {
+    const cllm_tensor *q = node->src[0], *k = node->src[1], *val = node->src[2];
+    const cllm_tensor *mask = node->src[3];
+    const int64_t dv = node->ne[0];
+    return is_f32(node) && node->nb[0] == sizeof(float) &&
+           node->nb[1] == (size_t)dv * sizeof(float) && node->nb[2] == node->nb[1] * node->ne[1] &&
+           is_f32(q) && is_float(k) && is_float(val) && k->nb[0] % 2 == 0 && val->nb[0] % 2 == 0 &&
+           q->ne[0] <= VK_ATTN_D_MAX && dv <= (int64_t)v->wg * VK_ATTN_ACC &&
+           (!mask ||
+            ((mask->type == CLLM_TYPE_F32 || mask->type == CLLM_TYPE_F16) && mask->nb[0] % 2 == 0));
+}
+
 static bool op_supported(const vk_dev *v, const cllm_tensor *node) {
     const cllm_tensor *a = node->src[0], *b = node->src[1];
-    for (int i = 0; i < 3; i++) {
+    for (int i = 0; i < 4; i++) {
         if (!addressable(v, node->src[i])) return false;
     }
-    if (node->src[3] || !addressable(v, node)) return false;
+    if (!addressable(v, node)) return false;
+    if (node->op == CLLM_OP_ATTN) return attn_supported(v, node);
+    if (node->src[3]) return false;
     switch (node->op) {
     case CLLM_OP_ADD:
     case CLLM_OP_MUL: return is_f32(node) && is_float(a) && is_float(b) && !node->src[2];
@@ -642,6 +664,18 @@ static vk_pipe node_dispatch(const cllm_tensor *node, vk_push *pc, uint32_t g[3]
         grid_of((per_row * (uint64_t)cllm_nrows(node) + 255) / 256, g);
         return VK_PIPE_ROPE;
     }
+    case CLLM_OP_ATTN: {
+        const cllm_tensor *val = node->src[2], *mask = node->src[3];
+        for (int i = 0; i < 3; i++) pc->nb_d[i] = (uint32_t)val->nb[i];
+        pc->ne_d[3] = mask ? (uint32_t)mask->nb[0] : 0;
+        pc->nb_d[3] = mask ? (uint32_t)mask->nb[1] : 0;
+        pc->p[0] = (uint32_t)node->op_params[0];
+        /* p[1]: the mask's offset, record_node's */
+        pc->p[3] = ta | tb << 8 | (uint32_t)vk_type_of(val->type) << 16 |
+                   (uint32_t)(mask ? vk_type_of(mask->type) : VK_T_NONE) << 24;
+        grid_of((uint64_t)(node->ne[1] * node->ne[2]), g);
+        return VK_PIPE_ATTN;
+    }
     case CLLM_OP_MUL_MAT:
         g[0] = (uint32_t)CLLM_MIN(node->ne[0], (int64_t)VK_GRID_MAX);
         g[1] = (uint32_t)CLLM_MIN(node->ne[1], (int64_t)VK_GRID_MAX);
@@ -662,15 +696,19 @@ static void record_node(vk_be *be, cllm_tensor *node) {
     vk_push pc = {0};
     uint32_t g[3];
     const vk_pipe pipe = node_dispatch(node, &pc, g);
-    vk_bind binds[4];
+    /* bindings 0-2: sources 0-2, 3: the result, 4: source 3 */
+    vk_bind binds[5];
     binds[3] = bind_of(v, node);
     for (int i = 0; i < 3; i++) binds[i] = node->src[i] ? bind_of(v, node->src[i]) : binds[3];
+    binds[4] = node->src[3] ? bind_of(v, node->src[3]) : binds[3];
     for (int i = 0; i < 4; i++) pc.offs[i] = binds[i].off;
+    if (node->op == CLLM_OP_ATTN) pc.p[1] = binds[4].off;
+    const cllm_tensor *srcs[5] = {node->src[0], node->src[1], node->src[2], NULL, node->src[3]};
 
     bool barrier = overlaps(be->writes, be->n_writes, &binds[3].range) ||
                    overlaps(be->reads, be->n_reads, &binds[3].range);
-    for (int i = 0; i < 3 && !barrier; i++) {
-        if (node->src[i]) barrier = overlaps(be->writes, be->n_writes, &binds[i].range);
+    for (int i = 0; i < 5 && !barrier; i++) {
+        if (srcs[i]) barrier = overlaps(be->writes, be->n_writes, &binds[i].range);
     }
     if (barrier) {
         const VkMemoryBarrier mb = {
@@ -681,13 +719,13 @@ static void record_node(vk_be *be, cllm_tensor *node) {
                              VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, 0, 1, &mb, 0, NULL, 0, NULL);
         be->n_reads = be->n_writes = 0;
     }
-    for (int i = 0; i < 3; i++) {
-        if (node->src[i]) be->reads[be->n_reads++] = binds[i].range;
+    for (int i = 0; i < 5; i++) {
+        if (srcs[i]) be->reads[be->n_reads++] = binds[i].range;
     }
     be->writes[be->n_writes++] = binds[3].range;
 
-    VkWriteDescriptorSet w[4];
-    for (int i = 0; i < 4; i++) {
+    VkWriteDescriptorSet w[5];
+    for (int i = 0; i < 5; i++) {
         w[i] = (VkWriteDescriptorSet){.sType = VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET,
                                       .dstBinding = (uint32_t)i,
                                       .descriptorCount = 1,
@@ -695,7 +733,7 @@ static void record_node(vk_be *be, cllm_tensor *node) {
                                       .pBufferInfo = &binds[i].info};
     }
     vkCmdBindPipeline(be->cb, VK_PIPELINE_BIND_POINT_COMPUTE, v->pipes[pipe]);
-    vkCmdPushDescriptorSetKHR(be->cb, VK_PIPELINE_BIND_POINT_COMPUTE, v->layout, 0, 4, w);
+    vkCmdPushDescriptorSetKHR(be->cb, VK_PIPELINE_BIND_POINT_COMPUTE, v->layout, 0, 5, w);
     vkCmdPushConstants(be->cb, v->layout, VK_SHADER_STAGE_COMPUTE_BIT, 0, sizeof(pc), &pc);
     vkCmdDispatch(be->cb, g[0], g[1], g[2]);
 }
@@ -738,8 +776,8 @@ static cllm_status vk_backend_graph_compute(cllm_backend *be, cllm_graph *g) {
         n_work++;
     }
     if (!n_work) return CLLM_OK;
-    if (ctx->cap < 3 * n_work) {
-        vk_range *r = cllm_malloc((size_t)3 * (size_t)n_work * sizeof(*r));
+    if (ctx->cap < 4 * n_work) {
+        vk_range *r = cllm_malloc((size_t)4 * (size_t)n_work * sizeof(*r));
         vk_range *w = cllm_malloc((size_t)n_work * sizeof(*w));
         if (!r || !w) {
             cllm_free(r);
@@ -750,7 +788,7 @@ static cllm_status vk_backend_graph_compute(cllm_backend *be, cllm_graph *g) {
         cllm_free(ctx->writes);
         ctx->reads = r;
         ctx->writes = w;
-        ctx->cap = 3 * n_work;
+        ctx->cap = 4 * n_work;
     }
     ctx->n_reads = ctx->n_writes = 0;
     VkResult r = vkResetCommandBuffer(ctx->cb, 0);
@@ -793,16 +831,17 @@ static const struct cllm_backend_i k_vk_backend_iface = {
 /* ---- device ------------------------------------------------------------ */
 
 static cllm_status pipelines_init(vk_dev *v) {
-    const VkDescriptorSetLayoutBinding bindings[4] = {
+    const VkDescriptorSetLayoutBinding bindings[5] = {
         {0, VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, 1, VK_SHADER_STAGE_COMPUTE_BIT, NULL},
         {1, VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, 1, VK_SHADER_STAGE_COMPUTE_BIT, NULL},
         {2, VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, 1, VK_SHADER_STAGE_COMPUTE_BIT, NULL},
         {3, VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, 1, VK_SHADER_STAGE_COMPUTE_BIT, NULL},
+        {4, VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, 1, VK_SHADER_STAGE_COMPUTE_BIT, NULL},
     };
     const VkDescriptorSetLayoutCreateInfo dci = {
         .sType = VK_STRUCTURE_TYPE_DESCRIPTOR_SET_LAYOUT_CREATE_INFO,
         .flags = VK_DESCRIPTOR_SET_LAYOUT_CREATE_PUSH_DESCRIPTOR_BIT_KHR,
-        .bindingCount = 4,
+        .bindingCount = 5,
         .pBindings = bindings};
     VkResult r = vkCreateDescriptorSetLayout(v->d, &dci, NULL, &v->dsl);
     const VkPushConstantRange pcr = {VK_SHADER_STAGE_COMPUTE_BIT, 0, sizeof(vk_push)};

@@ -1,5 +1,6 @@
-// What every compute shader of the Vulkan backend shares: four storage
-// buffers bound as 32-bit words (a, b, c: sources; d: the result) and one
+// What every compute shader of the Vulkan backend shares: five storage
+// buffers bound as 32-bit words (a, b, c: sources; d: the result; e: a
+// fourth source, attn's mask) and one
 // block of push constants that vulkan.c fills (vk_push in vulkan.c).
 //
 // Tensors are addressed in bytes: offs[i] is where binding i's tensor starts
@@ -11,6 +12,7 @@ layout(std430, binding = 0) buffer BufA { uint A[]; };
 layout(std430, binding = 1) buffer BufB { uint B[]; };
 layout(std430, binding = 2) buffer BufC { uint C[]; };
 layout(std430, binding = 3) buffer BufD { uint D[]; };
+layout(std430, binding = 4) buffer BufE { uint E[]; };
 
 layout(push_constant) uniform Push {
     uvec4 offs; // byte offset of a, b, c, d in their bound ranges

@@ -102,7 +102,23 @@ static const struct {
 _Static_assert(sizeof(k_shaders) / sizeof(k_shaders[0]) == VK_PIPE_COUNT, "a shader per pipe");
 
 /* Type codes of the shaders (shaders/common.glsl: T_*). */
-enum { VK_T_F32, VK_T_F16, VK_T_BF16, VK_T_Q8_0, VK_T_Q4_0, VK_T_Q4_1, VK_T_I32, VK_T_NONE };
+enum {
+    VK_T_F32,
+    VK_T_F16,
+    VK_T_BF16,
+    VK_T_Q8_0,
+    VK_T_Q4_0,
+    VK_T_Q4_1,
+    VK_T_I32,
+    VK_T_Q5_0,
+    VK_T_Q5_1,
+    VK_T_Q2_K,
+    VK_T_Q3_K,
+    VK_T_Q4_K,
+    VK_T_Q5_K,
+    VK_T_Q6_K,
+    VK_T_NONE
+};
 
 /* The push constants of every shader (shaders/common.glsl: Push), 128 bytes,
  * the least every device offers. */
@@ -200,6 +216,13 @@ static int vk_type_of(cllm_type t) {
     case CLLM_TYPE_Q4_0: return VK_T_Q4_0;
     case CLLM_TYPE_Q4_1: return VK_T_Q4_1;
     case CLLM_TYPE_I32: return VK_T_I32;
+    case CLLM_TYPE_Q5_0: return VK_T_Q5_0;
+    case CLLM_TYPE_Q5_1: return VK_T_Q5_1;
+    case CLLM_TYPE_Q2_K: return VK_T_Q2_K;
+    case CLLM_TYPE_Q3_K: return VK_T_Q3_K;
+    case CLLM_TYPE_Q4_K: return VK_T_Q4_K;
+    case CLLM_TYPE_Q5_K: return VK_T_Q5_K;
+    case CLLM_TYPE_Q6_K: return VK_T_Q6_K;
     default: return VK_T_NONE;
     }
 }
@@ -444,13 +467,13 @@ static bool is_f32(const cllm_tensor *t) { return t && t->type == CLLM_TYPE_F32;
 static bool is_float(const cllm_tensor *t) {
     return t && (t->type == CLLM_TYPE_F32 || t->type == CLLM_TYPE_F16 || t->type == CLLM_TYPE_BF16);
 }
-/* Whole blocks of 32 (a quantized row is read block by block). */
+/* Whole blocks (of 32, or super-blocks of 256: a quantized row is read
+ * block by block). */
 static bool rows_readable(const cllm_tensor *a) {
     const int vt = vk_type_of(a->type);
     if (vt == VK_T_NONE || vt == VK_T_I32 || a->layout != 0) return false;
-    if (vt == VK_T_Q8_0 || vt == VK_T_Q4_0 || vt == VK_T_Q4_1) {
-        return a->nb[0] == cllm_type_traits_of(a->type)->type_size && a->ne[0] % 32 == 0;
-    }
+    const cllm_type_traits *tt = cllm_type_traits_of(a->type);
+    if (tt->blck_size > 1) return a->nb[0] == tt->type_size && a->ne[0] % tt->blck_size == 0;
     return a->nb[0] % 2 == 0;
 }
 

@@ -22,7 +22,6 @@
 #include "common.glsl"
 #include "reduce.glsl"
 
-#define T_NONE  7u
 #define D_MAX   256u
 #define ACC_MAX 32u
 

@@ -33,6 +33,14 @@ layout(push_constant) uniform Push {
 #define T_Q4_0 4u
 #define T_Q4_1 5u
 #define T_I32  6u
+#define T_Q5_0 7u
+#define T_Q5_1 8u
+#define T_Q2_K 9u
+#define T_Q3_K 10u
+#define T_Q4_K 11u
+#define T_Q5_K 12u
+#define T_Q6_K 13u
+#define T_NONE 14u
 
 uint type_a() { return pc.p.w & 0xffu; }
 uint type_b() { return (pc.p.w >> 8) & 0xffu; }
@@ -46,43 +54,91 @@ uint byte_of(uint w, uint off) { return (w >> ((off & 3u) * 8u)) & 0xffu; }
 int sbyte_of(uint w, uint off) { return int(byte_of(w, off) << 24) >> 24; }
 
 // One element of a plain or block type at byte `row` + element i (blocks of
-// 32: the block at i / 32, whose layouts are core/quants.h's).
+// 32 or super-blocks of 256 elements: the block holding i, whose layouts
+// are core/quants.h's; the products are `precise` so that no fused
+// multiply-add changes them from the CPU's dequantization).
 #define DEFINE_LOAD(NAME, BUF)                                                                    \
+    uint NAME##_u8(uint o) { return byte_of(BUF[o >> 2], o); }                                    \
+    float NAME##_f16(uint o) { return half_of(BUF[o >> 2], o); }                                  \
+    float NAME##_q(uint t, uint row, uint i) {                                                    \
+        uint j = i & 31u;                                                                         \
+        if (t == T_Q8_0) {                                                                        \
+            uint blk = row + (i >> 5) * 34u;                                                      \
+            return NAME##_f16(blk) * float(int(NAME##_u8(blk + 2u + j) << 24) >> 24);            \
+        }                                                                                         \
+        if (t == T_Q4_0 || t == T_Q4_1) {                                                         \
+            uint blk = row + (i >> 5) * (t == T_Q4_0 ? 18u : 20u);                                \
+            uint qs = blk + (t == T_Q4_0 ? 2u : 4u);                                              \
+            uint q = NAME##_u8(qs + (j & 15u));                                                   \
+            q = j < 16u ? (q & 15u) : (q >> 4);                                                   \
+            float d = NAME##_f16(blk);                                                            \
+            if (t == T_Q4_0) return d * float(int(q) - 8);                                        \
+            precise float r = d * float(q);                                                       \
+            return r + NAME##_f16(blk + 2u);                                                      \
+        }                                                                                         \
+        if (t == T_Q5_0 || t == T_Q5_1) {                                                         \
+            uint blk = row + (i >> 5) * (t == T_Q5_0 ? 22u : 24u);                                \
+            uint qh = blk + (t == T_Q5_0 ? 2u : 4u);                                              \
+            uint q = NAME##_u8(qh + 4u + (j & 15u));                                              \
+            q = (j < 16u ? (q & 15u) : (q >> 4)) | ((NAME##_u8(qh + (j >> 3)) >> (j & 7u)) & 1u) << 4; \
+            float d = NAME##_f16(blk);                                                            \
+            if (t == T_Q5_0) return d * float(int(q) - 16);                                       \
+            precise float r = d * float(q);                                                       \
+            return r + NAME##_f16(blk + 2u);                                                      \
+        }                                                                                         \
+        uint e = i & 255u, h = e >> 7, l = e & 31u, k = (e >> 5) & 3u;                            \
+        if (t == T_Q2_K) { /* scales[16] qs[64] d dmin */                                         \
+            uint blk = row + (i >> 8) * 84u;                                                      \
+            uint sc = NAME##_u8(blk + (e >> 4));                                                  \
+            uint q = (NAME##_u8(blk + 16u + 32u * h + l) >> (2u * k)) & 3u;                       \
+            precise float x = NAME##_f16(blk + 80u) * float(sc & 15u) * float(q);                 \
+            precise float mn = NAME##_f16(blk + 82u) * float(sc >> 4);                            \
+            return x - mn;                                                                        \
+        }                                                                                         \
+        if (t == T_Q3_K) { /* hmask[32] qs[64] scales[12] d */                                    \
+            uint blk = row + (i >> 8) * 110u, s = e >> 4;                                         \
+            uint lo = (NAME##_u8(blk + 32u + 32u * h + l) >> (2u * k)) & 3u;                      \
+            uint hi = (NAME##_u8(blk + l) >> (4u * h + k)) & 1u;                                  \
+            uint sl = s < 8u ? NAME##_u8(blk + 96u + s) & 15u : NAME##_u8(blk + 88u + s) >> 4;    \
+            uint sh = (NAME##_u8(blk + 104u + (s & 3u)) >> (2u * (s >> 2))) & 3u;                 \
+            precise float dl = NAME##_f16(blk + 108u) * float(int(sl | sh << 4) - 32);           \
+            return dl * float(int(lo | hi << 2) - 4);                                             \
+        }                                                                                         \
+        if (t == T_Q4_K || t == T_Q5_K) { /* d dmin scales[12] (qh[32]) qs[128] */                \
+            uint blk = row + (i >> 8) * (t == T_Q4_K ? 144u : 176u), s = e >> 5;                  \
+            uint qs = blk + (t == T_Q4_K ? 16u : 48u);                                            \
+            uint q = (NAME##_u8(qs + 32u * (e >> 6) + l) >> (4u * (s & 1u))) & 15u;               \
+            if (t == T_Q5_K) q |= ((NAME##_u8(blk + 16u + l) >> s) & 1u) << 4;                    \
+            uint sc, mn;                                                                          \
+            if (s < 4u) {                                                                         \
+                sc = NAME##_u8(blk + 4u + s) & 63u;                                               \
+                mn = NAME##_u8(blk + 8u + s) & 63u;                                               \
+            } else {                                                                              \
+                sc = (NAME##_u8(blk + 8u + s) & 15u) | (NAME##_u8(blk + s) >> 6) << 4;            \
+                mn = (NAME##_u8(blk + 8u + s) >> 4) | (NAME##_u8(blk + 4u + s) >> 6) << 4;        \
+            }                                                                                     \
+            precise float dl = NAME##_f16(blk) * float(sc);                                       \
+            precise float ml = NAME##_f16(blk + 2u) * float(mn);                                  \
+            precise float x = dl * float(q);                                                      \
+            return x - ml;                                                                        \
+        }                                                                                         \
+        /* T_Q6_K: ql[128] qh[64] scales[16] (int8) d */                                          \
+        uint blk = row + (i >> 8) * 210u;                                                         \
+        uint lo = (NAME##_u8(blk + 64u * h + 32u * (k & 1u) + l) >> (4u * (k >> 1))) & 15u;       \
+        uint hi = (NAME##_u8(blk + 128u + 32u * h + l) >> (2u * k)) & 3u;                         \
+        int sc = int(NAME##_u8(blk + 192u + (e >> 4)) << 24) >> 24;                               \
+        precise float dl = NAME##_f16(blk + 208u) * float(sc);                                    \
+        return dl * float(int(lo | hi << 4) - 32);                                                \
+    }                                                                                             \
     float NAME(uint t, uint row, uint i, uint nb0) {                                              \
         if (t == T_F32) return uintBitsToFloat(BUF[(row + i * nb0) >> 2]);                        \
-        if (t == T_F16) {                                                                         \
-            uint o = row + i * nb0;                                                               \
-            return half_of(BUF[o >> 2], o);                                                       \
-        }                                                                                         \
+        if (t == T_F16) return NAME##_f16(row + i * nb0);                                         \
         if (t == T_BF16) {                                                                        \
             uint o = row + i * nb0;                                                               \
             return bf16_of(BUF[o >> 2], o);                                                       \
         }                                                                                         \
         if (t == T_I32) return float(int(BUF[(row + i * nb0) >> 2]));                              \
-        uint j = i & 31u;                                                                         \
-        if (t == T_Q8_0) {                                                                        \
-            uint blk = row + (i >> 5) * 34u;                                                      \
-            float d = half_of(BUF[blk >> 2], blk);                                                \
-            uint o = blk + 2u + j;                                                                \
-            return d * float(sbyte_of(BUF[o >> 2], o));                                           \
-        }                                                                                         \
-        if (t == T_Q4_0) {                                                                        \
-            uint blk = row + (i >> 5) * 18u;                                                      \
-            float d = half_of(BUF[blk >> 2], blk);                                                \
-            uint o = blk + 2u + (j & 15u);                                                        \
-            uint q = byte_of(BUF[o >> 2], o);                                                     \
-            q = j < 16u ? (q & 15u) : (q >> 4);                                                   \
-            return d * float(int(q) - 8);                                                         \
-        }                                                                                         \
-        /* T_Q4_1 */                                                                              \
-        uint blk = row + (i >> 5) * 20u;                                                          \
-        float d = half_of(BUF[blk >> 2], blk);                                                    \
-        float m = half_of(BUF[(blk + 2u) >> 2], blk + 2u);                                        \
-        uint o = blk + 4u + (j & 15u);                                                            \
-        uint q = byte_of(BUF[o >> 2], o);                                                         \
-        q = j < 16u ? (q & 15u) : (q >> 4);                                                       \
-        precise float r = d * float(q);                                                           \
-        return r + m;                                                                             \
+        return NAME##_q(t, row, i);                                                               \
     }
 
 DEFINE_LOAD(load_a, A)

@@ -222,6 +222,7 @@ static void check_turns_reset_save(const char *model) {
     cli_free(&o);
 }
 
+#ifdef CLLM_HAVE_JANSSON /* (both read the conversations that /save writes) */
 static void check_system_and_load(const char *model) {
     char save1[128], save2[128], save3[128], bad[128], input[1024];
     snprintf(save1, sizeof(save1), "%s/sys.json", g_dir);
@@ -304,6 +305,7 @@ static void check_context_full(const char *model) {
     json_free(s.doc);
     cli_free(&o);
 }
+#endif /* CLLM_HAVE_JANSSON */
 
 /* ---- SmolLM2: a real template; the second turn against a fresh run ------- */
 

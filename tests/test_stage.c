@@ -74,6 +74,20 @@ static cllm_session_params stage_params(void) {
     return sp;
 }
 
+/* Stage i of n_stages of the model at g_path: its layers only, on the CPU. */
+static bool load_stage(int n_layer, int n_stages, int i, const cllm_model_params *mp,
+                       cllm_model **out) {
+    int b, e;
+    cllm_pipe_split(n_layer, n_stages, i, &b, &e);
+    cllm_placement pl;
+    CHECK(cllm_placement_init_cpu(&pl, n_layer) == CLLM_OK);
+    cllm_placement_restrict(&pl, b, e);
+    const cllm_status st = cllm_model_load_placed(g_path, mp, &pl, out);
+    cllm_placement_free(&pl);
+    CHECKF(st == CLLM_OK, "stage %d: %s", i, cllm_last_error());
+    return st == CLLM_OK;
+}
+
 /* Greedy generation on a session (a whole model, or a chain's first). */
 static void greedy(cllm_session *s, const int32_t *prompt, int n_prompt, int32_t *out) {
     CHECKF(cllm_session_decode(s, prompt, n_prompt) == CLLM_OK, "decode: %s", cllm_last_error());
@@ -112,15 +126,7 @@ static void test_split(const cllm_model *whole, int n_stages, bool use_mmap) {
     const bool planned = cllm_pipe_plan_file(g_path, &fp, n_stages, &plan) == CLLM_OK;
     CHECKF(planned, "plan of %d ranks: %s", n_stages, cllm_last_error());
     for (int i = 0; i < n_stages; i++) {
-        int b, e;
-        cllm_pipe_split(n_layer, n_stages, i, &b, &e);
-        cllm_placement pl;
-        CHECK(cllm_placement_init_cpu(&pl, n_layer) == CLLM_OK);
-        cllm_placement_restrict(&pl, b, e);
-        const cllm_status st = cllm_model_load_placed(g_path, &mp, &pl, &m[i]);
-        cllm_placement_free(&pl);
-        CHECKF(st == CLLM_OK, "stage %d: %s", i, cllm_last_error());
-        if (st != CLLM_OK) goto done;
+        if (!load_stage(n_layer, n_stages, i, &mp, &m[i])) goto done;
         CHECK(cllm_session_new(m[i], &sp, &c.s[i]) == CLLM_OK);
         if (!c.s[i]) goto done;
         CHECK(cllm_session_is_last_stage(c.s[i]) == (i == n_stages - 1));
@@ -133,6 +139,8 @@ static void test_split(const cllm_model *whole, int n_stages, bool use_mmap) {
                    cllm_mem_kind_str(k), r.planned[k], r.allocated[k]);
         }
         if (planned && !use_mmap) {
+            int b, e;
+            cllm_pipe_split(n_layer, n_stages, i, &b, &e);
             CHECK(plan.ranks[i].layer_begin == b && plan.ranks[i].layer_end == e);
             for (int k = 0; k < CLLM_MEM_COUNT; k++) {
                 CHECKF(plan.ranks[i].bytes[k] == r.allocated[k],
@@ -265,15 +273,7 @@ static void test_seqs(const cllm_model *whole, int n_stages) {
     mp.use_mmap = false;
     mp.progress = false;
     for (int i = 0; i < n_stages; i++) {
-        int b, e;
-        cllm_pipe_split(n_layer, n_stages, i, &b, &e);
-        cllm_placement pl;
-        CHECK(cllm_placement_init_cpu(&pl, n_layer) == CLLM_OK);
-        cllm_placement_restrict(&pl, b, e);
-        const cllm_status st = cllm_model_load_placed(g_path, &mp, &pl, &m[i]);
-        cllm_placement_free(&pl);
-        CHECKF(st == CLLM_OK, "stage %d: %s", i, cllm_last_error());
-        if (st != CLLM_OK) goto done;
+        if (!load_stage(n_layer, n_stages, i, &mp, &m[i])) goto done;
         CHECKF(cllm_session_new(m[i], &sp, &c.s[i]) == CLLM_OK, "stage %d of %d sequences: %s", i,
                N_SEQ, cllm_last_error());
         if (!c.s[i]) goto done;

@@ -1,0 +1,248 @@
+/*
+ * The Vulkan device's memory: buffers of exactly the planned size, mapped
+ * where device-local memory is host-visible, else written and read through
+ * a staging buffer and copy commands.
+ */
+#include "backend/vulkan/vk-internal.h"
+#include "core/hostmem.h"
+
+#include <string.h>
+
+/* ---- helpers ----------------------------------------------------------- */
+
+const char *vk_result_str(VkResult r) {
+    switch (r) {
+    case VK_SUCCESS: return "success";
+    case VK_ERROR_OUT_OF_HOST_MEMORY: return "out of host memory";
+    case VK_ERROR_OUT_OF_DEVICE_MEMORY: return "out of device memory";
+    case VK_ERROR_INITIALIZATION_FAILED: return "initialization failed";
+    case VK_ERROR_DEVICE_LOST: return "device lost";
+    case VK_ERROR_LAYER_NOT_PRESENT: return "layer not present";
+    case VK_ERROR_EXTENSION_NOT_PRESENT: return "extension not present";
+    case VK_ERROR_FEATURE_NOT_PRESENT: return "feature not present";
+    case VK_ERROR_INCOMPATIBLE_DRIVER: return "incompatible driver";
+    default: return "error";
+    }
+}
+
+size_t vk_allocated_total(const vk_dev *v) {
+    size_t n = 0;
+    for (int k = 0; k < CLLM_MEM_COUNT; k++) n += cllm_device_allocated(&v->dev, k);
+    return n;
+}
+
+/* ---- transfers --------------------------------------------------------- */
+
+/* Runs what `record` records into the transfer command buffer, and waits.
+ * Called with v->lock held. */
+static VkResult xfer_run(vk_dev *v, void (*record)(VkCommandBuffer, void *), void *arg) {
+    VkResult r = vkResetCommandBuffer(v->xfer_cb, 0);
+    if (r != VK_SUCCESS) return r;
+    const VkCommandBufferBeginInfo bi = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO,
+                                         .flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT};
+    if ((r = vkBeginCommandBuffer(v->xfer_cb, &bi)) != VK_SUCCESS) return r;
+    record(v->xfer_cb, arg);
+    if ((r = vkEndCommandBuffer(v->xfer_cb)) != VK_SUCCESS) return r;
+    const VkSubmitInfo si = {.sType = VK_STRUCTURE_TYPE_SUBMIT_INFO,
+                             .commandBufferCount = 1,
+                             .pCommandBuffers = &v->xfer_cb};
+    if ((r = vkQueueSubmit(v->queue, 1, &si, v->xfer_fence)) != VK_SUCCESS) return r;
+    r = vkWaitForFences(v->d, 1, &v->xfer_fence, VK_TRUE, UINT64_MAX);
+    vkResetFences(v->d, 1, &v->xfer_fence);
+    return r;
+}
+
+typedef struct copy_args {
+    VkBuffer src, dst;
+    VkBufferCopy region;
+} copy_args;
+
+static void record_copy(VkCommandBuffer cb, void *arg) {
+    copy_args *c = arg;
+    vkCmdCopyBuffer(cb, c->src, c->dst, 1, &c->region);
+}
+
+typedef struct fill_args {
+    VkBuffer b;
+    VkDeviceSize size;
+    uint32_t word;
+} fill_args;
+
+static void record_fill(VkCommandBuffer cb, void *arg) {
+    fill_args *f = arg;
+    vkCmdFillBuffer(cb, f->b, 0, f->size, f->word);
+}
+
+/* Copies `size` bytes between host memory and byte `off` of buffer b
+ * through the staging buffer, in pieces. Device errors are logged (the
+ * buffer interface's set and get return nothing). */
+static void staging_copy(vk_dev *v, vk_buf *b, size_t off, void *host, size_t size, bool upload) {
+    pthread_mutex_lock(&v->lock);
+    for (size_t done = 0; done < size;) {
+        const size_t n = CLLM_MIN(size - done, VK_STAGING_BYTES);
+        copy_args c = {.region = {.size = n}};
+        if (upload) {
+            memcpy(v->staging_map, (char *)host + done, n);
+            c.src = v->staging;
+            c.dst = b->b;
+            c.region.dstOffset = off + done;
+        } else {
+            c.src = b->b;
+            c.dst = v->staging;
+            c.region.srcOffset = off + done;
+        }
+        const VkResult r = xfer_run(v, record_copy, &c);
+        if (r != VK_SUCCESS) {
+            cllm_log(CLLM_LOG_ERROR, "%s: a staging copy failed: %s", v->name, vk_result_str(r));
+            break;
+        }
+        if (!upload) memcpy((char *)host + done, v->staging_map, n);
+        done += n;
+    }
+    pthread_mutex_unlock(&v->lock);
+}
+
+/* ---- buffers ----------------------------------------------------------- */
+
+static vk_dev *buf_dev(const cllm_buffer *buf) { return dev_of(buf->buft->device); }
+
+static void vk_buffer_free(cllm_buffer *buf) {
+    vk_buf *b = buf->context;
+    if (!b) return;
+    vk_dev *v = buf_dev(buf);
+    if (b->map) vkUnmapMemory(v->d, b->mem);
+    vkDestroyBuffer(v->d, b->b, NULL);
+    vkFreeMemory(v->d, b->mem, NULL);
+    cllm_free(b);
+}
+
+/* Mapped memory: its address; else an address range that does not exist,
+ * which only gives each tensor its offset (as a measure buffer's does). */
+static void *vk_buffer_get_base(const cllm_buffer *buf) {
+    const vk_buf *b = buf->context;
+    if (b && b->map) return b->map;
+    return (void *)(uintptr_t)buf_dev(buf)->alignment;
+}
+
+size_t vk_tensor_offset(const cllm_tensor *t) {
+    return (size_t)((const char *)t->data - (const char *)cllm_buffer_base(t->buffer));
+}
+
+static void vk_buffer_set_tensor(cllm_buffer *buf, cllm_tensor *t, const void *data, size_t offset,
+                                 size_t size) {
+    vk_buf *b = buf->context;
+    if (b->map) {
+        memcpy((char *)t->data + offset, data, size);
+        return;
+    }
+    staging_copy(buf_dev(buf), b, vk_tensor_offset(t) + offset, (void *)(uintptr_t)data, size,
+                 true);
+}
+
+static void vk_buffer_get_tensor(cllm_buffer *buf, const cllm_tensor *t, void *data, size_t offset,
+                                 size_t size) {
+    vk_buf *b = buf->context;
+    if (b->map) {
+        memcpy(data, (const char *)t->data + offset, size);
+        return;
+    }
+    staging_copy(buf_dev(buf), b, vk_tensor_offset(t) + offset, data, size, false);
+}
+
+static void vk_buffer_clear(cllm_buffer *buf, uint8_t value) {
+    vk_buf *b = buf->context;
+    if (!b) return;
+    if (b->map) {
+        memset(b->map, value, buf->size);
+        return;
+    }
+    vk_dev *v = buf_dev(buf);
+    fill_args f = {.b = b->b, .size = b->vk_size, .word = value * 0x01010101u};
+    pthread_mutex_lock(&v->lock);
+    const VkResult r = xfer_run(v, record_fill, &f);
+    pthread_mutex_unlock(&v->lock);
+    if (r != VK_SUCCESS)
+        cllm_log(CLLM_LOG_ERROR, "%s: clearing a buffer failed: %s", v->name, vk_result_str(r));
+}
+
+static const struct cllm_buffer_i k_vk_buffer_iface = {
+    .free_buffer = vk_buffer_free,
+    .get_base = vk_buffer_get_base,
+    .init_tensor = NULL, /* no per-tensor state */
+    .set_tensor = vk_buffer_set_tensor,
+    .get_tensor = vk_buffer_get_tensor,
+    .clear = vk_buffer_clear,
+};
+
+const char *vk_buft_get_name(const cllm_buffer_type *buft) { return dev_of(buft->device)->name; }
+
+cllm_status vk_buft_alloc(cllm_buffer_type *buft, size_t size, cllm_buffer **out) {
+    vk_dev *v = dev_of(buft->device);
+    const size_t used = vk_allocated_total(v);
+    const size_t avail = used < v->heap_size ? (size_t)v->heap_size - used : 0;
+    if (size > avail) {
+        return cllm_error(
+            CLLM_ERR_DEVICE_MEMORY,
+            "%s: cannot allocate a %zu-byte buffer: %zu of %zu bytes of its heap free", v->name,
+            size, avail, (size_t)v->heap_size);
+    }
+    vk_buf *b = NULL;
+    if (size > 0) {
+        b = cllm_calloc(1, sizeof(*b));
+        if (!b) return cllm_error(CLLM_ERR_NOMEM, "%s: out of host memory", v->name);
+        b->vk_size = (size + 3) & ~(VkDeviceSize)3;
+        const VkBufferCreateInfo bci = {.sType = VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO,
+                                        .size = b->vk_size,
+                                        .usage = VK_BUFFER_USAGE_STORAGE_BUFFER_BIT |
+                                                 VK_BUFFER_USAGE_TRANSFER_SRC_BIT |
+                                                 VK_BUFFER_USAGE_TRANSFER_DST_BIT,
+                                        .sharingMode = VK_SHARING_MODE_EXCLUSIVE};
+        VkResult r = vkCreateBuffer(v->d, &bci, NULL, &b->b);
+        if (r == VK_SUCCESS) {
+            VkMemoryRequirements req;
+            vkGetBufferMemoryRequirements(v->d, b->b, &req);
+            const VkMemoryAllocateInfo ai = {.sType = VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO,
+                                             .allocationSize = req.size,
+                                             .memoryTypeIndex = v->mem_type};
+            r = vkAllocateMemory(v->d, &ai, NULL, &b->mem);
+        }
+        if (r == VK_SUCCESS) r = vkBindBufferMemory(v->d, b->b, b->mem, 0);
+        if (r == VK_SUCCESS && v->mapped)
+            r = vkMapMemory(v->d, b->mem, 0, VK_WHOLE_SIZE, 0, &b->map);
+        if (r != VK_SUCCESS) {
+            if (b->mem) vkFreeMemory(v->d, b->mem, NULL);
+            if (b->b) vkDestroyBuffer(v->d, b->b, NULL);
+            cllm_free(b);
+            return cllm_error(CLLM_ERR_DEVICE_MEMORY, "%s: cannot allocate a %zu-byte buffer: %s",
+                              v->name, size, vk_result_str(r));
+        }
+    }
+    cllm_buffer *buf = cllm_buffer_init(buft, k_vk_buffer_iface, b, size);
+    if (!buf) {
+        if (b) {
+            if (b->map) vkUnmapMemory(v->d, b->mem);
+            vkDestroyBuffer(v->d, b->b, NULL);
+            vkFreeMemory(v->d, b->mem, NULL);
+            cllm_free(b);
+        }
+        return cllm_error(CLLM_ERR_NOMEM, "%s: out of host memory", v->name);
+    }
+    *out = buf;
+    return CLLM_OK;
+}
+
+size_t vk_buft_get_alignment(const cllm_buffer_type *buft) {
+    return dev_of(buft->device)->alignment;
+}
+
+/* One allocation's limit: a larger buffer is refused with the limit named
+ * (splitting it over several allocations is a later stage). */
+size_t vk_buft_get_max_size(const cllm_buffer_type *buft) {
+    const vk_dev *v = dev_of(buft->device);
+    return (size_t)CLLM_MIN(v->max_alloc, (VkDeviceSize)SIZE_MAX);
+}
+
+bool vk_buft_is_host(const cllm_buffer_type *buft) {
+    CLLM_UNUSED(buft);
+    return false; /* device memory, even where it is mapped */
+}

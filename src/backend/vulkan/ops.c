@@ -1,0 +1,277 @@
+/*
+ * What the Vulkan device computes (supports_op) and how each node is
+ * dispatched: its pipeline, push constants and grid.
+ */
+#include "backend/vulkan/vk-internal.h"
+#include "core/hostmem.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "attn.spv.h"
+#include "binary.spv.h"
+#include "concat.spv.h"
+#include "cpy.spv.h"
+#include "get_rows.spv.h"
+#include "mul_mat.spv.h"
+#include "rms_norm.spv.h"
+#include "rope.spv.h"
+#include "rope_table.spv.h"
+#include "soft_max.spv.h"
+#include "unary.spv.h"
+
+const vk_shader vk_shaders[VK_PIPE_COUNT] = {
+    [VK_PIPE_BINARY] = {binary_spv, sizeof(binary_spv), false},
+    [VK_PIPE_UNARY] = {unary_spv, sizeof(unary_spv), false},
+    [VK_PIPE_CPY] = {cpy_spv, sizeof(cpy_spv), false},
+    [VK_PIPE_GET_ROWS] = {get_rows_spv, sizeof(get_rows_spv), false},
+    [VK_PIPE_RMS_NORM] = {rms_norm_spv, sizeof(rms_norm_spv), true},
+    [VK_PIPE_SOFT_MAX] = {soft_max_spv, sizeof(soft_max_spv), true},
+    [VK_PIPE_ROPE] = {rope_spv, sizeof(rope_spv), false},
+    [VK_PIPE_MUL_MAT] = {mul_mat_spv, sizeof(mul_mat_spv), true},
+    [VK_PIPE_CONCAT] = {concat_spv, sizeof(concat_spv), false},
+    [VK_PIPE_ROPE_TABLE] = {rope_table_spv, sizeof(rope_table_spv), false},
+    [VK_PIPE_ATTN] = {attn_spv, sizeof(attn_spv), true},
+};
+_Static_assert(sizeof(vk_shaders) / sizeof(vk_shaders[0]) == VK_PIPE_COUNT, "a shader per pipe");
+
+int vk_type_of(cllm_type t) {
+    switch (t) {
+    case CLLM_TYPE_F32: return VK_T_F32;
+    case CLLM_TYPE_F16: return VK_T_F16;
+    case CLLM_TYPE_BF16: return VK_T_BF16;
+    case CLLM_TYPE_Q8_0: return VK_T_Q8_0;
+    case CLLM_TYPE_Q4_0: return VK_T_Q4_0;
+    case CLLM_TYPE_Q4_1: return VK_T_Q4_1;
+    case CLLM_TYPE_I32: return VK_T_I32;
+    case CLLM_TYPE_Q5_0: return VK_T_Q5_0;
+    case CLLM_TYPE_Q5_1: return VK_T_Q5_1;
+    case CLLM_TYPE_Q2_K: return VK_T_Q2_K;
+    case CLLM_TYPE_Q3_K: return VK_T_Q3_K;
+    case CLLM_TYPE_Q4_K: return VK_T_Q4_K;
+    case CLLM_TYPE_Q5_K: return VK_T_Q5_K;
+    case CLLM_TYPE_Q6_K: return VK_T_Q6_K;
+    default: return VK_T_NONE;
+    }
+}
+
+bool vk_has_work(const cllm_tensor *t) {
+    return cllm_op_has_compute(t->op) && cllm_nelements(t) > 0;
+}
+
+/* A tensor the shaders can address: 32-bit byte offsets and strides within
+ * one bound range of at most maxStorageBufferRange. */
+static bool addressable(const vk_dev *v, const cllm_tensor *t) {
+    if (!t) return true;
+    const size_t range = v->props.limits.maxStorageBufferRange;
+    const size_t align = v->props.limits.minStorageBufferOffsetAlignment;
+    if (cllm_nbytes(t) + align > range) return false;
+    for (int i = 0; i < CLLM_MAX_DIMS; i++) {
+        if (t->ne[i] > UINT32_MAX || t->nb[i] > UINT32_MAX) return false;
+    }
+    return true;
+}
+
+static bool is_f32(const cllm_tensor *t) { return t && t->type == CLLM_TYPE_F32; }
+static bool is_float(const cllm_tensor *t) {
+    return t && (t->type == CLLM_TYPE_F32 || t->type == CLLM_TYPE_F16 || t->type == CLLM_TYPE_BF16);
+}
+/* Whole blocks (of 32, or super-blocks of 256: a quantized row is read
+ * block by block). */
+static bool rows_readable(const cllm_tensor *a) {
+    const int vt = vk_type_of(a->type);
+    if (vt == VK_T_NONE || vt == VK_T_I32 || a->layout != 0) return false;
+    const cllm_type_traits *tt = cllm_type_traits_of(a->type);
+    if (tt->blck_size > 1) return a->nb[0] == tt->type_size && a->ne[0] % tt->blck_size == 0;
+    return a->nb[0] % 2 == 0;
+}
+
+/* The limits of shaders/attn.comp: q in shared memory, each invocation
+ * holding up to VK_ATTN_ACC elements of the output row. */
+#define VK_ATTN_D_MAX 256
+#define VK_ATTN_ACC   32
+
+static bool attn_supported(const vk_dev *v, const cllm_tensor *node) {
+    const cllm_tensor *q = node->src[0], *k = node->src[1], *val = node->src[2];
+    const cllm_tensor *mask = node->src[3];
+    const int64_t dv = node->ne[0];
+    return is_f32(node) && node->nb[0] == sizeof(float) &&
+           node->nb[1] == (size_t)dv * sizeof(float) && node->nb[2] == node->nb[1] * node->ne[1] &&
+           is_f32(q) && is_float(k) && is_float(val) && k->nb[0] % 2 == 0 && val->nb[0] % 2 == 0 &&
+           q->ne[0] <= VK_ATTN_D_MAX && dv <= (int64_t)v->wg * VK_ATTN_ACC &&
+           (!mask ||
+            ((mask->type == CLLM_TYPE_F32 || mask->type == CLLM_TYPE_F16) && mask->nb[0] % 2 == 0));
+}
+
+bool vk_op_supported(const vk_dev *v, const cllm_tensor *node) {
+    const cllm_tensor *a = node->src[0], *b = node->src[1];
+    for (int i = 0; i < 4; i++) {
+        if (!addressable(v, node->src[i])) return false;
+    }
+    if (!addressable(v, node)) return false;
+    if (node->op == CLLM_OP_ATTN) return attn_supported(v, node);
+    if (node->src[3]) return false;
+    switch (node->op) {
+    case CLLM_OP_ADD:
+    case CLLM_OP_MUL: return is_f32(node) && is_float(a) && is_float(b) && !node->src[2];
+    case CLLM_OP_SCALE:
+    case CLLM_OP_SILU:
+    case CLLM_OP_GELU:
+    case CLLM_OP_RMS_NORM:
+    case CLLM_OP_NORM: return is_f32(node) && is_float(a) && !b;
+    case CLLM_OP_CONCAT: return is_f32(node) && is_f32(a) && is_f32(b) && !node->src[2];
+    case CLLM_OP_ROPE_TABLE:
+        return is_f32(node) && a && a->type == CLLM_TYPE_I32 && (!b || is_f32(b)) &&
+               node->ne[0] == cllm_get_op_param_i32(node, 0) && node->ne[0] % 2 == 0 &&
+               node->nb[0] == sizeof(float);
+    case CLLM_OP_CPY:
+    case CLLM_OP_CONT:
+        return is_float(a) && (node->type == CLLM_TYPE_F32 || node->type == CLLM_TYPE_F16) &&
+               cllm_nelements(a) == cllm_nelements(node) && node->nb[0] % 2 == 0;
+    case CLLM_OP_GET_ROWS:
+        return is_f32(node) && a && rows_readable(a) && b && b->type == CLLM_TYPE_I32 &&
+               a->ne[3] == 1 && b->ne[2] == 1 && b->ne[3] == 1 && node->ne[3] == 1 &&
+               b->ne[1] == a->ne[2];
+    case CLLM_OP_SOFT_MAX:
+        return is_f32(node) && is_f32(a) &&
+               (!b || b->type == CLLM_TYPE_F32 || b->type == CLLM_TYPE_F16) && !node->src[2];
+    case CLLM_OP_ROPE: {
+        /* only by a rope_table's rows (the graphs of src/model build it so) */
+        const int n_dims = cllm_get_op_param_i32(node, 0);
+        const int mode = cllm_get_op_param_i32(node, 1);
+        return is_f32(node) && is_f32(a) && is_f32(b) && b->ne[0] == n_dims &&
+               b->ne[1] == a->ne[2] && b->nb[0] == sizeof(float) && n_dims % 2 == 0 &&
+               n_dims <= a->ne[0] && (mode == CLLM_ROPE_NORMAL || mode == CLLM_ROPE_NEOX);
+    }
+    case CLLM_OP_MUL_MAT:
+        return is_f32(node) && a && rows_readable(a) && is_f32(b) && !node->src[2] &&
+               node->ne[2] * node->ne[3] <= VK_GRID_MAX && b->ne[2] % a->ne[2] == 0 &&
+               b->ne[3] % a->ne[3] == 0;
+    default: return false;
+    }
+}
+
+static void shape_of(const cllm_tensor *t, uint32_t ne[4], uint32_t nb[4]) {
+    for (int i = 0; i < 4; i++) {
+        ne[i] = (uint32_t)t->ne[i];
+        nb[i] = (uint32_t)t->nb[i];
+    }
+}
+
+/* A grid of workgroups for `n` of them (x, then y; each at most 65535). */
+static void grid_of(uint64_t n, uint32_t g[3]) {
+    g[0] = (uint32_t)CLLM_MIN(n, (uint64_t)VK_GRID_MAX);
+    g[1] = (uint32_t)((n + g[0] - 1) / CLLM_MAX(g[0], 1u));
+    g[2] = 1;
+}
+
+static uint32_t f32_bits(double x) {
+    const float f = (float)x;
+    uint32_t u;
+    memcpy(&u, &f, sizeof(u));
+    return u;
+}
+
+/* YaRN's correction dim: where a dim's wavelength is beta rotations over
+ * the original context (as the CPU's ops-rope.c). */
+static double yarn_corr_dim(int n_dims, int n_ctx_orig, double beta, double base) {
+    return n_dims * log(n_ctx_orig / (beta * 2.0 * 3.14159265358979323846)) / (2.0 * log(base));
+}
+
+/* rope_table's parameters (shaders/rope_table.comp): what depends on the
+ * op params only is computed here in double, as the CPU does. */
+static void rope_table_params(const cllm_tensor *node, vk_push *pc) {
+    const int n_dims = cllm_get_op_param_i32(node, 0);
+    const double base = cllm_get_op_param_f32(node, 2);
+    const double scale = cllm_get_op_param_f32(node, 3);
+    const double ext = cllm_get_op_param_f32(node, 5);
+    double mscale = cllm_get_op_param_f32(node, 6), lo = 0.0, hi = 0.0;
+    if (ext != 0.0) {
+        const int n_ctx_orig = cllm_get_op_param_i32(node, 4);
+        const double beta_fast = cllm_get_op_param_f32(node, 7);
+        const double beta_slow = cllm_get_op_param_f32(node, 8);
+        lo = fmax(0.0, floor(yarn_corr_dim(n_dims, n_ctx_orig, beta_fast, base)));
+        hi = fmin(n_dims - 1, ceil(yarn_corr_dim(n_dims, n_ctx_orig, beta_slow, base)));
+        mscale *= 1.0 + 0.1 * log(1.0 / scale);
+    }
+    pc->p[0] = (uint32_t)n_dims;
+    pc->p[1] = node->src[1] != NULL;
+    pc->p[2] = f32_bits(ext);
+    pc->nb_b[1] = f32_bits(base);
+    pc->nb_b[2] = f32_bits(scale);
+    pc->nb_b[3] = f32_bits(mscale);
+    pc->ne_b[2] = f32_bits(lo);
+    pc->ne_b[3] = f32_bits(hi);
+}
+
+/* The pipeline, push constants and grid of a node. */
+vk_pipe vk_node_dispatch(const cllm_tensor *node, vk_push *pc, uint32_t g[3]) {
+    const cllm_tensor *a = node->src[0], *b = node->src[1];
+    shape_of(node, pc->ne_d, pc->nb_d);
+    if (a) shape_of(a, pc->ne_a, pc->nb_a);
+    if (b) shape_of(b, pc->ne_b, pc->nb_b);
+    const uint32_t ta = a ? (uint32_t)vk_type_of(a->type) : 0;
+    const uint32_t tb = b ? (uint32_t)vk_type_of(b->type) : 0;
+    pc->p[3] = ta | tb << 8 | (uint32_t)vk_type_of(node->type) << 16;
+    const uint64_t n = (uint64_t)cllm_nelements(node);
+    switch (node->op) {
+    case CLLM_OP_ADD:
+    case CLLM_OP_MUL:
+        pc->p[0] = node->op == CLLM_OP_MUL;
+        grid_of((n + 255) / 256, g);
+        return VK_PIPE_BINARY;
+    case CLLM_OP_SCALE:
+    case CLLM_OP_SILU:
+    case CLLM_OP_GELU:
+        pc->p[0] = node->op == CLLM_OP_SCALE ? 0 : node->op == CLLM_OP_SILU ? 1 : 2;
+        pc->p[1] = (uint32_t)node->op_params[0];
+        grid_of((n + 255) / 256, g);
+        return VK_PIPE_UNARY;
+    case CLLM_OP_CONCAT: grid_of((n + 255) / 256, g); return VK_PIPE_CONCAT;
+    case CLLM_OP_ROPE_TABLE:
+        rope_table_params(node, pc);
+        grid_of((n / 2 + 255) / 256, g);
+        return VK_PIPE_ROPE_TABLE;
+    case CLLM_OP_CPY:
+    case CLLM_OP_CONT: grid_of((n + 255) / 256, g); return VK_PIPE_CPY;
+    case CLLM_OP_GET_ROWS: grid_of((n + 255) / 256, g); return VK_PIPE_GET_ROWS;
+    case CLLM_OP_RMS_NORM:
+    case CLLM_OP_NORM:
+        pc->p[0] = (uint32_t)node->op_params[0];
+        pc->p[1] = node->op == CLLM_OP_NORM;
+        grid_of((uint64_t)cllm_nrows(node), g);
+        return VK_PIPE_RMS_NORM;
+    case CLLM_OP_SOFT_MAX:
+        pc->p[0] = (uint32_t)node->op_params[0];
+        pc->p[1] = b != NULL;
+        grid_of((uint64_t)cllm_nrows(node), g);
+        return VK_PIPE_SOFT_MAX;
+    case CLLM_OP_ROPE: {
+        const int64_t n_dims = cllm_get_op_param_i32(node, 0);
+        pc->p[0] = (uint32_t)n_dims;
+        pc->p[1] = (uint32_t)cllm_get_op_param_i32(node, 1);
+        const uint64_t per_row = (uint64_t)(n_dims / 2 + node->ne[0] - n_dims);
+        grid_of((per_row * (uint64_t)cllm_nrows(node) + 255) / 256, g);
+        return VK_PIPE_ROPE;
+    }
+    case CLLM_OP_ATTN: {
+        const cllm_tensor *val = node->src[2], *mask = node->src[3];
+        for (int i = 0; i < 3; i++) pc->nb_d[i] = (uint32_t)val->nb[i];
+        pc->ne_d[3] = mask ? (uint32_t)mask->nb[0] : 0;
+        pc->nb_d[3] = mask ? (uint32_t)mask->nb[1] : 0;
+        pc->p[0] = (uint32_t)node->op_params[0];
+        /* p[1]: the mask's offset, record_node's */
+        pc->p[3] = ta | tb << 8 | (uint32_t)vk_type_of(val->type) << 16 |
+                   (uint32_t)(mask ? vk_type_of(mask->type) : VK_T_NONE) << 24;
+        grid_of((uint64_t)(node->ne[1] * node->ne[2]), g);
+        return VK_PIPE_ATTN;
+    }
+    case CLLM_OP_MUL_MAT:
+        g[0] = (uint32_t)CLLM_MIN(node->ne[0], (int64_t)VK_GRID_MAX);
+        g[1] = (uint32_t)CLLM_MIN(node->ne[1], (int64_t)VK_GRID_MAX);
+        g[2] = (uint32_t)(node->ne[2] * node->ne[3]);
+        return VK_PIPE_MUL_MAT;
+    default: CLLM_ASSERTF(false, "vulkan: no shader for %s", cllm_op_name(node->op));
+    }
+    return VK_PIPE_COUNT;
+}

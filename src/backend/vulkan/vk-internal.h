@@ -1,0 +1,161 @@
+/*
+ * The Vulkan backend's shared declarations: the device, buffer and push
+ * constant types, the loaded Vulkan functions, and what each file of the
+ * module offers the others (vulkan.c: loader, discovery, devices and the
+ * registry; buffer.c: memory and transfers; ops.c: what runs on the device
+ * and how each node is dispatched; graph.c: recording and submitting a
+ * graph).
+ */
+#ifndef CLLM_BACKEND_VULKAN_VK_INTERNAL_H
+#define CLLM_BACKEND_VULKAN_VK_INTERNAL_H
+
+#include "backend/vulkan/vk-funcs.h"
+#include "backend/backend-impl.h"
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define VK_REG_NAME      "vulkan"
+#define VK_MAX_DEVICES   8
+#define VK_STAGING_BYTES ((size_t)4 << 20)
+#define VK_WG_DEFAULT    64u
+#define VK_GRID_MAX      65535u
+#define VK_MIN_ALIGNMENT 64
+
+/* ---- the loader (vulkan.c defines them) ---------------------------------- */
+
+#define VK_DECLARE(name) extern PFN_##name name;
+VK_GLOBAL_FUNCS(VK_DECLARE)
+VK_INSTANCE_FUNCS(VK_DECLARE)
+VK_EXT_FUNCS(VK_DECLARE)
+#undef VK_DECLARE
+
+/* ---- objects ----------------------------------------------------------- */
+
+/* The shaders, one pipeline each; the types they read are push constants. */
+typedef enum vk_pipe {
+    VK_PIPE_BINARY,
+    VK_PIPE_UNARY,
+    VK_PIPE_CPY,
+    VK_PIPE_GET_ROWS,
+    VK_PIPE_RMS_NORM,
+    VK_PIPE_SOFT_MAX,
+    VK_PIPE_ROPE,
+    VK_PIPE_MUL_MAT,
+    VK_PIPE_CONCAT,
+    VK_PIPE_ROPE_TABLE,
+    VK_PIPE_ATTN,
+    VK_PIPE_COUNT
+} vk_pipe;
+
+/* The shaders' SPIR-V, one per pipe (ops.c). */
+typedef struct vk_shader {
+    const uint32_t *code;
+    size_t size;
+    bool reduces; /* takes the workgroup size as specialization constant 0 */
+} vk_shader;
+extern const vk_shader vk_shaders[VK_PIPE_COUNT];
+
+/* Type codes of the shaders (shaders/common.glsl: T_*). */
+enum {
+    VK_T_F32,
+    VK_T_F16,
+    VK_T_BF16,
+    VK_T_Q8_0,
+    VK_T_Q4_0,
+    VK_T_Q4_1,
+    VK_T_I32,
+    VK_T_Q5_0,
+    VK_T_Q5_1,
+    VK_T_Q2_K,
+    VK_T_Q3_K,
+    VK_T_Q4_K,
+    VK_T_Q5_K,
+    VK_T_Q6_K,
+    VK_T_NONE
+};
+
+/* The push constants of every shader (shaders/common.glsl: Push), 128 bytes,
+ * the least every device offers. */
+typedef struct vk_push {
+    uint32_t offs[4];
+    uint32_t ne_a[4], nb_a[4];
+    uint32_t ne_b[4], nb_b[4];
+    uint32_t ne_d[4], nb_d[4];
+    uint32_t p[4];
+} vk_push;
+_Static_assert(sizeof(vk_push) == 128, "push constants: 128 bytes");
+
+typedef struct vk_dev {
+    cllm_device dev;
+    cllm_buffer_type buft;
+    char name[16];
+    char desc[1024];
+    VkPhysicalDevice pd;
+    VkPhysicalDeviceProperties props;
+    uint32_t subgroup_size;
+    VkDeviceSize max_alloc; /* maxMemoryAllocationSize */
+    VkDeviceSize heap_size; /* the device-local heap the buffers come from */
+    uint32_t heap_index;
+    uint32_t mem_type;     /* device-local (and host-visible when mapped) */
+    uint32_t staging_type; /* host-visible, coherent */
+    bool mapped;           /* tensors are read and written in place */
+    bool has_budget;       /* VK_EXT_memory_budget */
+    bool software;         /* PHYSICAL_DEVICE_TYPE_CPU */
+    size_t alignment;
+    uint32_t wg; /* workgroup size of the reducing shaders */
+    VkDevice d;
+    VkQueue queue;
+    uint32_t queue_family;
+    pthread_mutex_t lock;    /* the queue, the transfer objects, the pipelines */
+    VkCommandPool xfer_pool; /* transfers (staging copies, clears) */
+    VkCommandBuffer xfer_cb;
+    VkFence xfer_fence;
+    VkBuffer staging;
+    VkDeviceMemory staging_mem;
+    void *staging_map;
+    VkDescriptorSetLayout dsl;
+    VkPipelineLayout layout;
+    VkPipeline pipes[VK_PIPE_COUNT];
+} vk_dev;
+
+typedef struct vk_buf {
+    VkBuffer b;
+    VkDeviceMemory mem;
+    void *map;
+    VkDeviceSize vk_size; /* the VkBuffer's size: the bytes rounded up to whole words */
+} vk_buf;
+
+static inline vk_dev *dev_of(const cllm_device *dev) { return (vk_dev *)dev->context; }
+
+/* ---- buffer.c ---------------------------------------------------------- */
+
+const char *vk_result_str(VkResult r);
+size_t vk_allocated_total(const vk_dev *v);
+/* The byte offset of a tensor within its buffer. */
+size_t vk_tensor_offset(const cllm_tensor *t);
+const char *vk_buft_get_name(const cllm_buffer_type *buft);
+cllm_status vk_buft_alloc(cllm_buffer_type *buft, size_t size, cllm_buffer **out);
+size_t vk_buft_get_alignment(const cllm_buffer_type *buft);
+size_t vk_buft_get_max_size(const cllm_buffer_type *buft);
+bool vk_buft_is_host(const cllm_buffer_type *buft);
+
+/* ---- ops.c ------------------------------------------------------------- */
+
+/* The shaders' type code of a cllm type (VK_T_NONE: none). */
+int vk_type_of(cllm_type t);
+/* A node that computes something (not a view, not empty). */
+bool vk_has_work(const cllm_tensor *t);
+/* What supports_op answers: the device runs the node exactly so. */
+bool vk_op_supported(const vk_dev *v, const cllm_tensor *node);
+/* The pipeline, push constants (but the offsets) and grid of a node. */
+vk_pipe vk_node_dispatch(const cllm_tensor *node, vk_push *pc, uint32_t g[3]);
+
+/* ---- graph.c ----------------------------------------------------------- */
+
+/* A backend of device v (its pipelines made). */
+cllm_status vk_backend_new(vk_dev *v, cllm_backend **out);
+
+#endif

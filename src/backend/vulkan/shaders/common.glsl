@@ -1,7 +1,7 @@
 // What every compute shader of the Vulkan backend shares: five storage
 // buffers bound as 32-bit words (a, b, c: sources; d: the result; e: a
 // fourth source, attn's mask) and one
-// block of push constants that vulkan.c fills (vk_push in vulkan.c).
+// block of push constants that ops.c fills (vk_push in vk-internal.h).
 //
 // Tensors are addressed in bytes: offs[i] is where binding i's tensor starts
 // within the bound range, ne the elements per dimension, nb the byte strides
@@ -25,7 +25,7 @@ layout(push_constant) uniform Push {
     uvec4 p; // op parameters; p.w holds the types (vk_type: a in bits 0-7, b in 8-15, d in 16-23)
 } pc;
 
-// vk_type in vulkan.c
+// the VK_T_* enum in vk-internal.h
 #define T_F32  0u
 #define T_F16  1u
 #define T_BF16 2u

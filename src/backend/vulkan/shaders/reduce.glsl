@@ -1,5 +1,5 @@
 // Sums and maxima over a workgroup of WG invocations (specialization
-// constant 0, vulkan.c sets it): a subgroup reduction, then the subgroups'
+// constant 0, the device sets it): a subgroup reduction, then the subgroups'
 // results through shared memory, added by every invocation in the same
 // order. Correct for any subgroup size, and for a workgroup of several
 // subgroups or of one; call from uniform control flow.

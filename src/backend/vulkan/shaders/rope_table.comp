@@ -7,7 +7,7 @@
 //   (YaRN, ext_factor != 0: r = (1 - clamp((i - lo) / max(0.001, hi - lo),
 //   0, 1)) ext_factor, theta = theta (1 - r) + theta_e r)
 //   d[i] = cos(theta) mscale, d[n_dims/2 + i] = sin(theta) mscale
-// Parameters (vulkan.c computes lo, hi and mscale as the CPU does):
+// Parameters (ops.c computes lo, hi and mscale as the CPU does):
 // p.x n_dims, p.y ff present, p.z ext_factor; the float bits of base,
 // scale, mscale in nb_b.y, nb_b.z, nb_b.w and of lo, hi in ne_b.z, ne_b.w
 // (ff is read along x only). One invocation per (i, token).

@@ -29,6 +29,7 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/socket.h>
 #include <sys/time.h>
 #include <sys/wait.h>
@@ -503,7 +504,6 @@ static void check_stories(const char *model) {
         {"/v1/completions", "{\"prompt\": \"x\", \"stop\": 7}", 400, "invalid_type"},
         {"/v1/completions", "{\"prompt\": \"x\", \"stream\": \"yes\"}", 400, "invalid_type"},
         {"/v1/completions", "{\"prompt\": \"x\", \"n\": 2}", 400, "unsupported_value"},
-        {"/v1/completions", "{\"prompt\": \"x\", \"model\": \"gpt-4\"}", 404, "model_not_found"},
         {"/v1/completions", "{\"prompt\": \"x\", \"max_tokens\": 1000}", 400,
          "context_length_exceeded"},
         {"/v1/completions", "{\"prompt\": \"x\xff\xfe\"}", 400, "invalid_utf8"},
@@ -948,6 +948,153 @@ static bool check_queue_timeout(const char *model) {
 /* ---- IPv6 ----------------------------------------------------------------- */
 
 /* Whether this machine can listen on ::1 (containers often have no IPv6). */
+/* A request with extra headers. */
+static resp http_with(int port, const char *method, const char *path, const char *headers,
+                      const char *body) {
+    resp r = {0};
+    const int fd = send_request(port, method, path, headers, body, body ? strlen(body) : 0);
+    if (fd < 0 || !read_response(fd, &r)) r.status = -1;
+    if (!r.body) r.body = calloc(1, 1);
+    return r;
+}
+
+/* The value of header `name` in r (case-insensitive name), or "". */
+static void header_of(const resp *r, const char *name, char *out, size_t size) {
+    out[0] = '\0';
+    const size_t n = strlen(name);
+    for (const char *l = r->head; l && *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL) {
+        if (strncasecmp(l, name, n) == 0 && l[n] == ':') {
+            const char *v = l + n + 1;
+            while (*v == ' ') v++;
+            size_t k = strcspn(v, "\r\n");
+            if (k >= size) k = size - 1;
+            memcpy(out, v, k);
+            out[k] = '\0';
+            return;
+        }
+    }
+}
+
+static char *response_id(const resp *r) {
+    json *doc = json_parse(r->body);
+    const char *id = json_str(json_get(doc, "id"));
+    char *out = id ? strdup(id) : NULL;
+    json_free(doc);
+    return out;
+}
+
+/* Model names (any served by default; --alias, --strict-model-names), the
+ * routes without /v1, x-api-key, CORS (--cors-origin) and response ids. */
+static void check_names_cors(const char *model) {
+    server s;
+    const char *args1[] = {"-m", model, "-c", "128", NULL};
+    if (!server_start(&s, args1)) {
+        CHECKF(false, "the server did not start");
+        return;
+    }
+    const char *body = "{\"prompt\": \"Once\", \"max_tokens\": 2, \"temperature\": 0, "
+                       "\"model\": \"gpt-4o-mini\"}";
+    resp r = http(s.port, "POST", "/v1/completions", body);
+    CHECKF(r.status == 200, "any model name is served by default: %d %s", r.status, r.body);
+    char *id1 = response_id(&r);
+    resp_free(&r);
+    r = http(s.port, "POST", "/completions", body); /* without /v1 */
+    char *id2 = response_id(&r);
+    CHECKF(r.status == 200 && id1 && id2 && strcmp(id1, id2) != 0 && strlen(id1) > 20 &&
+               !strncmp(id1, "cmpl-", 5),
+           "ids %s %s", id1 ? id1 : "-", id2 ? id2 : "-");
+    free(id1);
+    free(id2);
+    resp_free(&r);
+    /* no --cors-origin: no CORS headers, no preflight */
+    char v[256];
+    r = http_with(s.port, "GET", "/v1/models", "Origin: http://app.example\r\n", NULL);
+    header_of(&r, "Access-Control-Allow-Origin", v, sizeof(v));
+    CHECKF(r.status == 200 && !v[0], "no CORS without --cors-origin: %s", v);
+    resp_free(&r);
+    r = http_with(s.port, "OPTIONS", "/v1/chat/completions", "Origin: http://app.example\r\n",
+                  NULL);
+    CHECK(is_error(&r, 405, "method_not_allowed"));
+    resp_free(&r);
+    CHECK_EQ_INT(server_stop(&s, SIGTERM), 0);
+
+    const char *args2[] = {"-m",
+                           model,
+                           "-c",
+                           "128",
+                           "--alias",
+                           "my-model",
+                           "--alias",
+                           "other",
+                           "--strict-model-names",
+                           "--cors-origin",
+                           "http://app.example",
+                           "--api-key",
+                           "sesame",
+                           NULL};
+    g_key_header = "Authorization: Bearer sesame\r\n";
+    if (!server_start(&s, args2)) {
+        g_key_header = "";
+        CHECKF(false, "the server did not start");
+        return;
+    }
+    r = http(s.port, "GET", "/v1/models", NULL);
+    CHECKF(r.status == 200 && strstr(r.body, "\"id\":\"stories260K.gguf\"") &&
+               strstr(r.body, "\"id\":\"my-model\"") && strstr(r.body, "\"id\":\"other\""),
+           "%s", r.body);
+    resp_free(&r);
+    r = http(s.port, "GET", "/models/my-model", NULL);
+    CHECKF(r.status == 200 && strstr(r.body, "\"id\":\"my-model\""), "%s", r.body);
+    resp_free(&r);
+    r = http(s.port, "GET", "/v1/models/gpt-4o-mini", NULL);
+    CHECK(is_error(&r, 404, "model_not_found"));
+    resp_free(&r);
+    r = http(s.port, "POST", "/v1/completions", body);
+    CHECK(is_error(&r, 404, "model_not_found"));
+    resp_free(&r);
+    r = http(s.port, "POST", "/v1/completions",
+             "{\"prompt\": \"Once\", \"max_tokens\": 2, \"model\": \"my-model\"}");
+    CHECKF(r.status == 200, "%d %s", r.status, r.body);
+    resp_free(&r);
+    /* the key as x-api-key; a wrong one refused either way */
+    g_key_header = "";
+    r = http_with(s.port, "GET", "/v1/models", "x-api-key: sesame\r\n", NULL);
+    CHECK(r.status == 200);
+    resp_free(&r);
+    r = http_with(s.port, "GET", "/v1/models", "x-api-key: open\r\n", NULL);
+    CHECK(is_error(&r, 401, "invalid_api_key"));
+    resp_free(&r);
+    /* a preflight from the allowed origin, without the key (browsers send
+     * none), and the header on answers, streamed ones too */
+    r = http_with(s.port, "OPTIONS", "/v1/chat/completions",
+                  "Origin: http://app.example\r\nAccess-Control-Request-Method: POST\r\n"
+                  "Access-Control-Request-Headers: authorization, content-type\r\n",
+                  NULL);
+    header_of(&r, "Access-Control-Allow-Origin", v, sizeof(v));
+    CHECKF(r.status == 204 && !strcmp(v, "http://app.example"), "preflight: %d '%s'", r.status, v);
+    header_of(&r, "Access-Control-Allow-Methods", v, sizeof(v));
+    CHECKF(strstr(v, "POST") != NULL, "methods '%s'", v);
+    header_of(&r, "Access-Control-Allow-Headers", v, sizeof(v));
+    CHECKF(strstr(v, "authorization") != NULL, "headers '%s'", v);
+    resp_free(&r);
+    r = http_with(s.port, "OPTIONS", "/v1/chat/completions", "Origin: http://evil.example\r\n",
+                  NULL);
+    header_of(&r, "Access-Control-Allow-Origin", v, sizeof(v));
+    CHECKF(r.status != 204 && !v[0], "a preflight from another origin: %d '%s'", r.status, v);
+    resp_free(&r);
+    r = http_with(s.port, "POST", "/v1/completions",
+                  "Origin: http://app.example\r\nx-api-key: sesame\r\n",
+                  "{\"prompt\": \"Once\", \"max_tokens\": 2, \"stream\": true}");
+    header_of(&r, "Access-Control-Allow-Origin", v, sizeof(v));
+    CHECKF(r.status == 200 && !strcmp(v, "http://app.example"), "streamed: %d '%s'", r.status, v);
+    resp_free(&r);
+    r = http_with(s.port, "GET", "/v1/models", "Origin: http://app.example\r\n", NULL);
+    header_of(&r, "Access-Control-Allow-Origin", v, sizeof(v));
+    CHECKF(r.status == 401 && !strcmp(v, "http://app.example"), "an error: %d '%s'", r.status, v);
+    resp_free(&r);
+    CHECK_EQ_INT(server_stop(&s, SIGTERM), 0);
+}
+
 static bool have_ipv6_loopback(void) {
     const int fd = socket(AF_INET6, SOCK_STREAM, 0);
     if (fd < 0) return false;
@@ -1011,6 +1158,7 @@ int main(int argc, char **argv) {
         refs_model_path(model, sizeof(model), "stories260K.gguf");
         check_stories(model);
         check_hosts(model);
+        check_names_cors(model);
     }
     char smol[4096];
     if (refs_fetch_model("smollm2", smol, sizeof(smol))) {

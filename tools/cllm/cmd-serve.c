@@ -14,8 +14,8 @@ static void serve_usage(FILE *f) {
             "\n"
             "Serves the model over HTTP with OpenAI's API: POST /v1/chat/completions,\n"
             "POST /v1/completions (streamed as server-sent events with \"stream\": true),\n"
-            "GET /v1/models, GET /health (503 while loading), GET /metrics (Prometheus,\n"
-            "with --metrics).\n"
+            "GET /v1/models, GET /v1/models/ID (each also without /v1), GET /health or\n"
+            "/v1/health (503 while loading), GET /metrics (Prometheus, with --metrics).\n"
             "\n"
             "options:\n"
             "  -m FILE              the model (GGUF)\n"
@@ -31,7 +31,8 @@ static void serve_usage(FILE *f) {
             "  --mem DEVICE=SIZE    place layers on devices within budgets (as cllm plan)\n"
             "  --kv-type f16|f32    KV cache type (default f16)\n"
             "  --no-mmap            read the weights instead of mapping them\n"
-            "  --api-key KEY        require 'Authorization: Bearer KEY' (not for /health)\n"
+            "  --api-key KEY        require 'Authorization: Bearer KEY' or 'x-api-key: KEY'\n"
+            "                       (not for /health)\n"
             "  --api-key-file F     the same, the key read from file F\n"
             "  --max-queue N        requests that may wait for a slot (default 64); more get\n"
             "                       503 with Retry-After\n"
@@ -41,8 +42,16 @@ static void serve_usage(FILE *f) {
             "  -n N                 max_tokens of requests that give none (default -1: until\n"
             "                       the model ends or the context is full)\n"
             "  --temp T, --top-k K, --top-p P, --min-p P, --repeat-penalty R, --seed S\n"
-            "                       sampling of requests that do not set it (defaults: OpenAI's,\n"
-            "                       temperature 1, top_p 1, top_k and min_p off; seed random)\n"
+            "                       sampling of requests that do not set it (defaults: those of\n"
+            "                       cllm run and llama.cpp: temperature 0.8, top_k 40, top_p\n"
+            "                       0.95, min_p 0.05, repeat penalty 1; seed random)\n"
+            "  --alias NAME         another name the model answers to (repeatable); listed in\n"
+            "                       /v1/models after the file's name\n"
+            "  --strict-model-names refuse (404) a request whose 'model' is not the file's\n"
+            "                       name or an alias (default: any name is served)\n"
+            "  --cors-origin ORIGIN let a web page from ORIGIN (or '*': any) call the server:\n"
+            "                       Access-Control-Allow-Origin on answers, OPTIONS preflights\n"
+            "                       answered (repeatable; default: none)\n"
             "  --test-device SPEC   enable the test device (debug)\n"
             "  --metrics            answer GET /metrics (Prometheus text; off by default)\n"
             "  --pipe-timeout S     under mpirun: give up when a rank does not answer within\n"
@@ -110,7 +119,7 @@ static int parse_serve_args(int argc, char **argv, serve_args *a) {
     srv_gen_params *d = &a->http.defaults;
     d->rp = cllm_request_default_params();
     cllm_sampler_params *dsp = &d->rp.sampling;
-    dsp->temperature = 1.0f, dsp->top_k = 0, dsp->top_p = 1.0f, dsp->min_p = 0.0f;
+    /* the defaults of cllm run (and llama.cpp's): the sampler's own */
     for (int i = 1; i < argc; i++) {
         const char *o = argv[i];
         if (cli_is_help(o)) {
@@ -127,9 +136,14 @@ static int parse_serve_args(int argc, char **argv, serve_args *a) {
             a->http.metrics = true;
             continue;
         }
-        if (!cli_is_one_of(o, "--host --port --parallel --api-key --api-key-file "
-                              "--max-queue --timeout --max-body -n --temp --top-k --top-p "
-                              "--min-p --repeat-penalty --seed --pipe-timeout")) {
+        if (!strcmp(o, "--strict-model-names")) {
+            a->http.strict_names = true;
+            continue;
+        }
+        if (!cli_is_one_of(
+                o, "--host --port --parallel --api-key --api-key-file "
+                   "--max-queue --timeout --max-body -n --temp --top-k --top-p "
+                   "--min-p --repeat-penalty --seed --pipe-timeout --alias --cors-origin")) {
             cli_error("serve", "unknown option '%s' (see cllm serve --help)", o);
             return 2;
         }
@@ -147,6 +161,12 @@ static int parse_serve_args(int argc, char **argv, serve_args *a) {
             ok = v[0] != '\0';
             if (!ok) cli_error("serve", "--api-key: the key is empty");
             a->http.api_key = v;
+        } else if (!strcmp(o, "--alias") || !strcmp(o, "--cors-origin")) {
+            const bool alias = !strcmp(o, "--alias");
+            int *n_names = alias ? &a->http.n_aliases : &a->http.n_cors;
+            ok = v[0] != '\0' && *n_names < SRV_MAX_NAMES;
+            if (!ok) cli_error("serve", "%s: an empty name, or more than %d", o, SRV_MAX_NAMES);
+            if (ok) (alias ? a->http.aliases : a->http.cors)[(*n_names)++] = v;
         } else if (!strcmp(o, "--api-key-file")) {
             a->api_key_file = v;
         } else if (!strcmp(o, "--max-queue")) {

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <arpa/inet.h>
 #include <sys/random.h>
@@ -60,12 +61,32 @@ static int fail(req_err *er, unsigned status, const char *param, const char *cod
 
 /* ---- responses ---------------------------------------------------------- */
 
-static enum MHD_Result send_text(struct MHD_Connection *c, unsigned status, const char *type,
-                                 const char *body, size_t len, const char *retry_after) {
+/* The origin a browser request may be answered to (--cors-origin): "*",
+ * the request's Origin when listed, else NULL (no CORS headers). */
+static const char *cors_origin(const srv_http *h, struct MHD_Connection *c) {
+    const char *origin = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Origin");
+    for (int i = 0; i < h->o.n_cors; i++) {
+        if (!strcmp(h->o.cors[i], "*")) return "*";
+        if (origin && !strcmp(h->o.cors[i], origin)) return origin;
+    }
+    return NULL;
+}
+
+static void add_cors(const srv_http *h, struct MHD_Connection *c, struct MHD_Response *r) {
+    const char *allow = cors_origin(h, c);
+    if (!allow) return;
+    MHD_add_response_header(r, "Access-Control-Allow-Origin", allow);
+    if (strcmp(allow, "*") != 0) MHD_add_response_header(r, "Vary", "Origin");
+}
+
+static enum MHD_Result send_text(const srv_http *h, struct MHD_Connection *c, unsigned status,
+                                 const char *type, const char *body, size_t len,
+                                 const char *retry_after) {
     struct MHD_Response *r =
         MHD_create_response_from_buffer(len, (void *)body, MHD_RESPMEM_MUST_COPY);
     if (!r) return MHD_NO;
     MHD_add_response_header(r, "Content-Type", type);
+    add_cors(h, c, r);
     if (retry_after) MHD_add_response_header(r, "Retry-After", retry_after);
     const enum MHD_Result res = MHD_queue_response(c, status, r);
     MHD_destroy_response(r);
@@ -73,11 +94,12 @@ static enum MHD_Result send_text(struct MHD_Connection *c, unsigned status, cons
 }
 
 /* Sends `j` (stolen) as JSON. */
-static enum MHD_Result send_json(struct MHD_Connection *c, unsigned status, json_t *j) {
+static enum MHD_Result send_json(const srv_http *h, struct MHD_Connection *c, unsigned status,
+                                 json_t *j) {
     char *s = json_dumps(j, JSON_COMPACT);
     json_decref(j);
     if (!s) return MHD_NO;
-    const enum MHD_Result r = send_text(c, status, "application/json", s, strlen(s), NULL);
+    const enum MHD_Result r = send_text(h, c, status, "application/json", s, strlen(s), NULL);
     free(s);
     return r;
 }
@@ -91,13 +113,13 @@ static json_t *error_json(const req_err *er) {
     return e;
 }
 
-static enum MHD_Result send_error(struct MHD_Connection *c, const req_err *er) {
+static enum MHD_Result send_error(const srv_http *h, struct MHD_Connection *c, const req_err *er) {
     json_t *j = error_json(er);
     char *s = j ? json_dumps(j, JSON_COMPACT) : NULL;
     json_decref(j);
     if (!s) return MHD_NO;
-    const enum MHD_Result r =
-        send_text(c, er->status, "application/json", s, strlen(s), er->status == 503 ? "1" : NULL);
+    const enum MHD_Result r = send_text(h, c, er->status, "application/json", s, strlen(s),
+                                        er->status == 503 ? "1" : NULL);
     free(s);
     return r;
 }
@@ -636,7 +658,7 @@ static enum MHD_Result answer_whole(reply *r) {
     req_err er;
     enum MHD_Result res;
     if (job_error(j, &er)) {
-        res = send_error(r->c, &er);
+        res = send_error(r->h, r->c, &er);
     } else {
         json_t *lp = j->logprobs;
         j->logprobs = NULL;
@@ -644,10 +666,31 @@ static enum MHD_Result answer_whole(reply *r) {
                                  finish_str(j->finish), false);
         json_t *env = envelope(r, false, json_pack("[o]", ch));
         json_object_set_new(env, "usage", usage_json(r));
-        res = send_json(r->c, 200, env);
+        res = send_json(r->h, r->c, 200, env);
     }
     reply_free(r);
     return res;
+}
+
+/* A response id unique across restarts: the prefix and 96 random bits (a
+ * counter mixed in should getrandom fail). */
+static void response_id(srv_http *h, const char *prefix, char *out, size_t size) {
+    uint32_t w[3];
+    if (getrandom(w, sizeof(w), 0) != (ssize_t)sizeof(w)) {
+        const unsigned long n = atomic_fetch_add(&h->next_id, 1) + 1;
+        w[0] = (uint32_t)time(NULL), w[1] = (uint32_t)n, w[2] = (uint32_t)getpid();
+    }
+    snprintf(out, size, "%s-%08x%08x%08x", prefix, w[0], w[1], w[2]);
+}
+
+/* Whether `name` is one this server answers to: with --strict-model-names
+ * its file's name and its aliases, else any. */
+static bool name_served(const srv_http *h, const char *name, bool any) {
+    if (!strcmp(name, h->o.model_id)) return true;
+    for (int i = 0; i < h->o.n_aliases; i++) {
+        if (!strcmp(name, h->o.aliases[i])) return true;
+    }
+    return any && !h->o.strict_names;
 }
 
 static enum MHD_Result completions(srv_http *h, srv_engine *e, struct MHD_Connection *c,
@@ -681,10 +724,10 @@ static enum MHD_Result completions(srv_http *h, srv_engine *e, struct MHD_Connec
             fail(&er, 400, "model", "invalid_type", "'model' must be a string");
             goto bad;
         }
-        if (strcmp(json_string_value(model), h->o.model_id) != 0) {
+        if (!name_served(h, json_string_value(model), true)) {
             fail(&er, 404, "model", "model_not_found",
-                 "the model '%.200s' does not exist (this server has '%s')",
-                 json_string_value(model), h->o.model_id);
+                 "the model '%.200s' does not exist (this server has '%s'%s)",
+                 json_string_value(model), h->o.model_id, h->o.n_aliases ? " and its aliases" : "");
             goto bad;
         }
     }
@@ -751,15 +794,14 @@ static enum MHD_Result completions(srv_http *h, srv_engine *e, struct MHD_Connec
                  .created = (long long)time(NULL),
                  .n_prompt = n_ids,
                  .c = c};
-    snprintf(r->id, sizeof(r->id), "%s-%lu", chat ? "chatcmpl" : "cmpl",
-             atomic_fetch_add(&h->next_id, 1) + 1);
+    response_id(h, chat ? "chatcmpl" : "cmpl", r->id, sizeof(r->id));
     if (!srv_engine_submit(e, j)) {
         srv_job_release(e, j); /* never queued: both references */
         srv_job_release(e, j);
         free(r);
         fail(&er, 503, NULL, "queue_full",
              "the server is busy: every slot is taken and the queue is full; retry later");
-        return send_error(c, &er);
+        return send_error(h, c, &er);
     }
     pthread_mutex_lock(&e->mu);
     e->stats.requests[chat ? 0 : 1]++;
@@ -773,6 +815,7 @@ static enum MHD_Result completions(srv_http *h, srv_engine *e, struct MHD_Connec
         return MHD_NO;
     }
     MHD_add_response_header(resp, "Content-Type", "text/event-stream");
+    add_cors(h, c, resp);
     MHD_add_response_header(resp, "Cache-Control", "no-cache");
     const enum MHD_Result res = MHD_queue_response(c, 200, resp);
     MHD_destroy_response(resp);
@@ -785,19 +828,35 @@ bad:
     free(text);
     free(ids);
     srv_gen_params_free(&gp);
-    return send_error(c, &er);
+    return send_error(h, c, &er);
 }
 
 /* ---- other endpoints ---------------------------------------------------- */
 
-static enum MHD_Result models(srv_http *h, struct MHD_Connection *c) {
-    json_t *m =
-        json_pack("{s:s,s:[{s:s,s:s,s:I,s:s}]}", "object", "list", "data", "id", h->o.model_id,
-                  "object", "model", "created", (json_int_t)0, "owned_by", "cllm");
-    return send_json(c, 200, m);
+static json_t *model_json(const char *id) {
+    return json_pack("{s:s,s:s,s:I,s:s}", "id", id, "object", "model", "created", (json_int_t)0,
+                     "owned_by", "cllm");
 }
 
-static enum MHD_Result metrics(srv_engine *e, struct MHD_Connection *c) {
+/* GET /v1/models: the file's name, then the aliases; GET /v1/models/{id}:
+ * one of them. */
+static enum MHD_Result models(srv_http *h, struct MHD_Connection *c, const char *id) {
+    if (id) {
+        if (!name_served(h, id, false)) {
+            req_err er = {0};
+            fail(&er, 404, "model", "model_not_found", "the model '%.200s' does not exist", id);
+            return send_error(h, c, &er);
+        }
+        return send_json(h, c, 200, model_json(id));
+    }
+    json_t *list = json_array();
+    json_array_append_new(list, model_json(h->o.model_id));
+    for (int i = 0; i < h->o.n_aliases; i++)
+        json_array_append_new(list, model_json(h->o.aliases[i]));
+    return send_json(h, c, 200, json_pack("{s:s,s:o}", "object", "list", "data", list));
+}
+
+static enum MHD_Result metrics(const srv_http *h, srv_engine *e, struct MHD_Connection *c) {
     const cllm_memory_report mem = srv_engine_memory(e);
     pthread_mutex_lock(&e->mu);
     const srv_stats st = e->stats;
@@ -843,7 +902,7 @@ static enum MHD_Result metrics(srv_engine *e, struct MHD_Connection *c) {
                       cllm_mem_kind_str((cllm_mem_kind)k), mem.allocated[k]);
     }
     if (n < 0 || (size_t)n >= sizeof(buf)) return MHD_NO;
-    return send_text(c, 200, "text/plain; version=0.0.4", buf, (size_t)n, NULL);
+    return send_text(h, c, 200, "text/plain; version=0.0.4", buf, (size_t)n, NULL);
 }
 
 /* Compares the whole of both strings, in time that depends on their
@@ -855,56 +914,106 @@ static bool key_equal(const char *a, const char *b) {
     return na > 0 && diff == 0;
 }
 
+/* The endpoint of a path: the OpenAI routes with or without /v1. */
+typedef enum endpoint {
+    EP_NONE,
+    EP_HEALTH,
+    EP_CHAT,
+    EP_COMPLETIONS,
+    EP_MODELS,
+    EP_MODEL, /* /v1/models/{id} */
+    EP_METRICS
+} endpoint;
+
+static endpoint endpoint_of(const char *url, const char **id) {
+    if (!strcmp(url, "/health") || !strcmp(url, "/v1/health")) return EP_HEALTH;
+    if (!strcmp(url, "/metrics")) return EP_METRICS;
+    const char *p = !strncmp(url, "/v1/", 4) ? url + 3 : url;
+    if (!strcmp(p, "/chat/completions")) return EP_CHAT;
+    if (!strcmp(p, "/completions")) return EP_COMPLETIONS;
+    if (!strcmp(p, "/models")) return EP_MODELS;
+    if (!strncmp(p, "/models/", 8) && p[8]) {
+        *id = p + 8;
+        return EP_MODEL;
+    }
+    return EP_NONE;
+}
+
+/* The key of a request: 'Authorization: Bearer KEY' or 'x-api-key: KEY'. */
+static const char *request_key(struct MHD_Connection *c) {
+    const char *auth = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
+    if (auth && !strncmp(auth, "Bearer ", 7)) return auth + 7;
+    const char *x = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "x-api-key");
+    return x ? x : "";
+}
+
+/* A browser's preflight (OPTIONS with an allowed Origin): 204 with the
+ * methods and headers it may use. */
+static enum MHD_Result preflight(const srv_http *h, struct MHD_Connection *c) {
+    struct MHD_Response *r = MHD_create_response_from_buffer(0, NULL, MHD_RESPMEM_PERSISTENT);
+    if (!r) return MHD_NO;
+    add_cors(h, c, r);
+    MHD_add_response_header(r, "Access-Control-Allow-Methods", "GET, POST, OPTIONS");
+    const char *want =
+        MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Access-Control-Request-Headers");
+    MHD_add_response_header(r, "Access-Control-Allow-Headers",
+                            want && *want ? want : "Authorization, Content-Type, x-api-key");
+    MHD_add_response_header(r, "Access-Control-Max-Age", "86400");
+    const enum MHD_Result res = MHD_queue_response(c, 204, r);
+    MHD_destroy_response(r);
+    return res;
+}
+
 static enum MHD_Result route(srv_http *h, struct MHD_Connection *c, conn *cn, const char *url,
                              const char *method) {
     req_err er = {0};
     const bool get = !strcmp(method, "GET"), post = !strcmp(method, "POST");
     srv_engine *e = atomic_load(&h->engine);
-    if (!strcmp(url, "/health")) {
+    const char *id = NULL;
+    const endpoint ep = endpoint_of(url, &id);
+    if (!strcmp(method, "OPTIONS") && ep != EP_NONE && cors_origin(h, c)) return preflight(h, c);
+    if (ep == EP_HEALTH) {
         if (!e) {
             fail(&er, 503, NULL, "loading", "the model is loading");
-            return send_error(c, &er);
+            return send_error(h, c, &er);
         }
-        return send_json(c, 200, json_pack("{s:s}", "status", "ok"));
+        return send_json(h, c, 200, json_pack("{s:s}", "status", "ok"));
     }
     if (cn->too_large) {
         fail(&er, 413, NULL, "request_too_large", "the request body is larger than %zu bytes",
              h->o.max_body);
-        return send_error(c, &er);
+        return send_error(h, c, &er);
     }
-    if (h->o.api_key) {
-        const char *auth = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
-        const char *key = auth && !strncmp(auth, "Bearer ", 7) ? auth + 7 : "";
-        if (!key_equal(key, h->o.api_key)) {
-            fail(&er, 401, NULL, "invalid_api_key",
-                 "a valid API key is required (Authorization: Bearer KEY)");
-            return send_error(c, &er);
-        }
+    if (h->o.api_key && !key_equal(request_key(c), h->o.api_key)) {
+        fail(&er, 401, NULL, "invalid_api_key",
+             "a valid API key is required (Authorization: Bearer KEY, or x-api-key: KEY)");
+        return send_error(h, c, &er);
     }
-    const bool is_chat = !strcmp(url, "/v1/chat/completions");
-    const bool is_cmpl = !strcmp(url, "/v1/completions");
-    const bool is_metrics = !strcmp(url, "/metrics");
-    if (is_metrics && !h->o.metrics) {
+    if (ep == EP_METRICS && !h->o.metrics) {
         fail(&er, 404, NULL, "not_found", "/metrics is off (start the server with --metrics)");
-        return send_error(c, &er);
+        return send_error(h, c, &er);
     }
-    const bool known = is_chat || is_cmpl || is_metrics || !strcmp(url, "/v1/models");
-    if (!known) {
+    if (ep == EP_NONE) {
         fail(&er, 404, NULL, "not_found", "no endpoint %.200s %.200s", method, url);
-        return send_error(c, &er);
+        return send_error(h, c, &er);
     }
-    if ((is_chat || is_cmpl) ? !post : !get) {
+    const bool takes_post = ep == EP_CHAT || ep == EP_COMPLETIONS;
+    if (takes_post ? !post : !get) {
         fail(&er, 405, NULL, "method_not_allowed", "%.200s takes %s", url,
-             (is_chat || is_cmpl) ? "POST" : "GET");
-        return send_error(c, &er);
+             takes_post ? "POST" : "GET");
+        return send_error(h, c, &er);
     }
     if (!e) {
         fail(&er, 503, NULL, "loading", "the model is loading");
-        return send_error(c, &er);
+        return send_error(h, c, &er);
     }
-    if (is_chat || is_cmpl) return completions(h, e, c, cn, is_chat);
-    if (!strcmp(url, "/v1/models")) return models(h, c);
-    return metrics(e, c);
+    switch (ep) {
+    case EP_CHAT: return completions(h, e, c, cn, true);
+    case EP_COMPLETIONS: return completions(h, e, c, cn, false);
+    case EP_MODELS: return models(h, c, NULL);
+    case EP_MODEL: return models(h, c, id);
+    default: return metrics(h, e, c);
+    }
 }
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url,

@@ -165,6 +165,8 @@ char *srv_utf8_clean(const char *s, size_t n, size_t *out_len);
 
 /* ---- HTTP (server-http.c) ----------------------------------------------- */
 
+#define SRV_MAX_NAMES 16
+
 typedef struct srv_http_opts {
     const char *host;
     int port;
@@ -172,6 +174,15 @@ typedef struct srv_http_opts {
     size_t max_body;
     double timeout_s; /* 0: none */
     const char *model_id;
+    /* more names the model answers to (--alias); with strict_names only
+     * model_id and these are accepted, else any name is */
+    const char *aliases[SRV_MAX_NAMES];
+    int n_aliases;
+    bool strict_names;
+    /* origins a browser may call from (--cors-origin; "*": any); none: no
+     * CORS headers, and OPTIONS is not answered */
+    const char *cors[SRV_MAX_NAMES];
+    int n_cors;
     srv_gen_params defaults; /* for fields a request leaves out (no stops) */
     bool seed_given;         /* defaults.sp.seed is the server's --seed */
     bool metrics;            /* GET /metrics answers (--metrics); else 404 */

@@ -459,6 +459,12 @@ static void check_numbers(const char *meta) {
         {"run -p hi", "--top-k", k_huge, "out of range"},
         {"run -p hi", "--seed", k_huge, "out of range"},
         {"run -p hi", "-n", "12abc", "not a whole number"},
+        {"run -p hi", "--ctx-size", k_huge, "out of range"},
+        {"run -p hi", "--threads", k_huge, "out of range"},
+        {"run -p hi", "--n-predict", "12abc", "not a whole number"},
+        {"run -p hi", "-s", k_huge, "out of range"},
+        {"run -p hi", "--repeat-last-n", "-1", "out of range"},
+        {"chat", "--batch-size", k_huge, "out of range"},
         {"run -p hi", "--temp", "1e39", "too large"},
         {"run -p hi", "--temp", "-1e39", "too large"},
         {"run -p hi", "--temp", "1e999", "too large"},
@@ -507,6 +513,43 @@ static void check_temp_on_model(const char *model) {
                strstr(o.err, "--temp: 1e39 is out of range") && strstr(o.err, "too large") &&
                !strstr(o.err, "inf"),
            "--temp 1e39: rc %d, stderr '%s'", o.rc, show(o.err));
+    cli_free(&o);
+}
+
+/* llama.cpp's and Ollama's habits: its option names, the positional form
+ * `run FILE PROMPT`, -n until the end by default, -ngl and bench's -s
+ * refused with what to use instead, one prefix per message. */
+static void check_llama_habits(const char *model) {
+    cli_out a = cli(NULL, "run -m %s -p Once -n 6 --temp 0", q(model));
+    cli_out b =
+        cli(NULL, "run %s Once --n-predict 6 --ctx-size 128 --threads 1 -s 7 --temp 0", q(model));
+    CHECKF(a.rc == 0 && b.rc == 0 && a.out_len > 0 && !strcmp(a.out, b.out),
+           "positional form and long names: rc %d/%d, '%s' vs '%s'", a.rc, b.rc, show(a.out),
+           show(b.out));
+    cli_free(&a);
+    cli_free(&b);
+    /* no -n: until the end (here the context, as stories260K rarely ends) */
+    cli_out o = cli(NULL, "run -m %s -p Once -c 200 --temp 0 --json", q(model));
+    CHECKF(o.rc == 0 && !strstr(o.out, "\"stop\": \"length\"") &&
+               !strstr(o.out, "\"generated_tokens\": 128,"),
+           "run without -n: '%.300s'", show(o.out));
+    cli_free(&o);
+    o = cli(NULL, "run -m %s -p Once -ngl 99", q(model));
+    CHECKF(o.rc == 2 && one_line(o.err, o.err_len) && strstr(o.err, "-ngl") &&
+               strstr(o.err, "--mem"),
+           "-ngl: rc %d, '%s'", o.rc, show(o.err));
+    cli_free(&o);
+    o = cli(NULL, "bench -m %s -s 2", q(model));
+    CHECKF(o.rc == 2 && one_line(o.err, o.err_len) && strstr(o.err, "-np"), "bench -s: rc %d, '%s'",
+           o.rc, show(o.err));
+    cli_free(&o);
+    o = cli(NULL, "run %s Once extra", q(model));
+    CHECKF(o.rc == 2 && one_line(o.err, o.err_len) && strstr(o.err, "'extra'"),
+           "a third positional: rc %d, '%s'", o.rc, show(o.err));
+    cli_free(&o);
+    o = cli(NULL, "plan -m %s --mem cpu=1KiB", q(model));
+    CHECKF(o.rc != 0 && one_line(o.err, o.err_len) && !strncmp(o.err, "cllm plan: cpu needs", 20),
+           "one prefix: '%s'", show(o.err));
     cli_free(&o);
 }
 
@@ -696,6 +739,7 @@ int main(int argc, char **argv) {
         refs_model_path(model, sizeof(model), "stories260K.gguf");
         check_hostile_model(model);
         check_temp_on_model(model);
+        check_llama_habits(model);
         check_prompt_files(model);
     }
     char cmd[256];

@@ -219,12 +219,13 @@ static bool mpi_serve_start(mpi_server *sv, int np, const char *env, const char 
     snprintf(sv->pid, sizeof(sv->pid), "%s/serve.pid", g_dir);
     snprintf(sv->rc, sizeof(sv->rc), "%s/serve.rc", g_dir);
     char cmd[8192];
-    snprintf(cmd, sizeof(cmd),
-             "rm -f '%s' '%s'; (%s'%s' " MPIRUN_OPTS " -np %d %s '%s' serve -m '%s' --port 0 "
-             "--parallel 2 -c 128 -b 4 -t 1 --pipe-timeout 20 </dev/null >'%s' 2>'%s' & "
-             "echo $! >'%s'; wait $!; echo $? >'%s') >/dev/null 2>&1 &",
-             sv->rc, sv->out, g_mpi_env, g_mpirun, np, env, g_cllm, model, sv->out, sv->err,
-             sv->pid, sv->rc);
+    snprintf(
+        cmd, sizeof(cmd),
+        "rm -f '%s' '%s'; (%s'%s' " MPIRUN_OPTS " -np %d %s '%s' serve -m '%s' --port 0 "
+        "--parallel 2 --ctx-per-slot 128 -b 4 -t 1 --pipe-timeout 20 </dev/null >'%s' 2>'%s' & "
+        "echo $! >'%s'; wait $!; echo $? >'%s') >/dev/null 2>&1 &",
+        sv->rc, sv->out, g_mpi_env, g_mpirun, np, env, g_cllm, model, sv->out, sv->err, sv->pid,
+        sv->rc);
     CHECK(system(cmd) == 0);
     for (int i = 0; i < 600; i++) {
         char *out = slurp(sv->out);

@@ -379,8 +379,9 @@ static char *run_text(const char *args) {
 
 static void check_stories(const char *model) {
     server s;
+    /* -c: the context of all slots, 256 each (as llama-server's -c) */
     const char *args[] = {"-m",  model,        "--parallel", "2",         "-c",
-                          "256", "--max-body", "4096",       "--metrics", NULL};
+                          "512", "--max-body", "4096",       "--metrics", NULL};
     if (!server_start(&s, args)) {
         CHECKF(false, "the server did not start");
         return;
@@ -710,7 +711,7 @@ static int check_chat_logprobs(int port, const char *extra, bool penalized, floa
 
 static void check_smollm2(const char *model) {
     server s;
-    const char *args[] = {"-m",  model,       "--parallel", "2",         "-c",
+    const char *args[] = {"-m",  model,       "--parallel", "2",         "--ctx-per-slot",
                           "512", "--api-key", "sekrit",     "--metrics", NULL};
     if (!server_start(&s, args)) {
         CHECKF(false, "the server did not start");

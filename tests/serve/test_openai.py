@@ -62,8 +62,8 @@ def fetch_smollm2():
 
 
 def start_server(cllm, model):
-    p = subprocess.Popen([cllm, "serve", "-m", model, "--port", "0", "--parallel", "2", "-c",
-                          "512"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    p = subprocess.Popen([cllm, "serve", "-m", model, "--port", "0", "--parallel", "2",
+                          "--ctx-per-slot", "512"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     port = None
     for line in p.stdout:
         m = re.search(r"http://127\.0\.0\.1:(\d+)", line)

@@ -51,6 +51,9 @@ void cli_warn(const char *cmd, const char *fmt, ...) {
 
 void cli_lib_error(const char *cmd) {
     const char *msg = cllm_last_error();
+    /* the library names its area ("plan: ..."): once, not after "cllm plan: " */
+    const size_t n = strlen(cmd);
+    if (!strncmp(msg, cmd, n) && msg[n] == ':' && msg[n + 1] == ' ') msg += n + 2;
     cli_error(cmd, "%s", *msg ? msg : "failed (no message)");
 }
 

@@ -4,7 +4,7 @@
  * Speed of one model, in the manner of llama-bench: for each thread count,
  *  - pp<P>: decode a batch of P tokens into an empty context (tokens/s);
  *  - tg<N>: decode N tokens one at a time from an empty context (tokens/s);
- *    with -s S, S sequences step together, one token each per forward pass
+ *    with -np S, S sequences step together, one token each per forward pass
  *    (tg<N>x<S>: tokens/s of all of them, the throughput a server's slots
  *    share);
  * each as mean +- stddev over r repetitions after one warm-up. Token ids are
@@ -57,7 +57,7 @@ static void bench_usage(FILE *f) {
                "  -r, --repetitions N     repetitions (default 5)\n"
                "  -b, --batch-size N      batch size (default 512)\n"
                "  -c, --ctx-size N        context (default: max(p, n) rounded up to 256)\n"
-               "  -s, --seqs N            sequences that generate together in tg, one token\n"
+               "  -np, --seqs N           sequences that generate together in tg, one token\n"
                "                          each per forward pass (default 1; tokens/s of all)\n"
                "  -o, --output md|csv|json   output format (default md)\n"
                "  --mem DEVICE=SIZE       load with a plan within budgets (as cllm plan; the\n"
@@ -115,9 +115,14 @@ static int parse_bench_args(int argc, char **argv, bench_args *a) {
             a->no_mmap = true;
             continue;
         }
+        if (!strcmp(o, "-s")) {
+            cli_error("bench", "-s is llama.cpp's seed, which bench does not use; sequences "
+                               "generating together: -np N or --seqs N");
+            return 2;
+        }
         /* every other option but -h takes a value */
         if (!cli_is_one_of(o, "-m --model -p --n-prompt -n --n-gen -b --batch-size -c --ctx-size "
-                              "-r --repetitions -t --threads -o --output -s --seqs --mem")) {
+                              "-r --repetitions -t --threads -o --output -np --seqs --mem")) {
             cli_error("bench", "unknown option '%s' (see cllm bench --help)", o);
             return 2;
         }
@@ -139,7 +144,7 @@ static int parse_bench_args(int argc, char **argv, bench_args *a) {
             ok = cli_int("bench", o, v, 1, 1000, &n) && ((a->reps = (int)n), true);
         } else if (!strcmp(o, "-t") || !strcmp(o, "--threads")) {
             ok = parse_threads(o, v, a);
-        } else if (!strcmp(o, "-s") || !strcmp(o, "--seqs")) {
+        } else if (!strcmp(o, "-np") || !strcmp(o, "--seqs")) {
             ok = cli_int("bench", o, v, 1, 64, &n) && ((a->n_seqs = (int)n), true);
         } else if (!strcmp(o, "--mem")) {
             ok = cllm_plan_parse_mem(&a->fit, v) == CLLM_OK;

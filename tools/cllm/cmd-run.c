@@ -21,6 +21,7 @@ typedef struct run_args {
 
 static void run_usage(FILE *f) {
     fprintf(f, "usage: cllm run -m FILE (-p TEXT | -f FILE) [options]\n"
+               "       cllm run FILE [PROMPT] [options]\n"
                "\n"
                "Generates text from a prompt and streams it to standard output as the model\n"
                "writes it (the timings go to standard error).\n"
@@ -29,7 +30,7 @@ static void run_usage(FILE *f) {
                "  -p TEXT              the prompt\n"
                "  -f FILE              the prompt from a file (-: standard input), without one\n"
                "                       trailing newline; for prompts longer than a command line\n");
-    cli_gen_usage(f, 128);
+    cli_gen_usage(f, -1);
     fprintf(f, "  --chat               wrap the prompt in the model's chat template\n"
                "  --pipe-timeout S     under mpirun: give up when a rank does not answer\n"
                "                       within S seconds (default 120)\n"
@@ -43,7 +44,7 @@ static void run_usage(FILE *f) {
  * the problem. */
 static int parse_run_args(int argc, char **argv, run_args *a) {
     memset(a, 0, sizeof(*a));
-    cli_gen_init(&a->g, 128);
+    cli_gen_init(&a->g, -1);
     for (int i = 1; i < argc; i++) {
         const char *o = argv[i];
         if (cli_is_help(o)) {
@@ -60,8 +61,20 @@ static int parse_run_args(int argc, char **argv, run_args *a) {
         const int taken = cli_gen_option("run", &a->g, argc, argv, &i);
         if (taken == 2) return 2;
         if (taken == 1) continue;
+        /* the positional forms: the model's file, then the prompt */
+        if (o[0] != '-' && !a->g.model) {
+            a->g.model = o;
+            continue;
+        }
+        if (o[0] != '-' && !a->prompt) {
+            a->prompt = o;
+            continue;
+        }
         if (!cli_is_one_of(o, "-p --prompt -f --file --pipe-timeout")) {
-            cli_error("run", "unknown option '%s' (see cllm run --help)", o);
+            cli_error("run",
+                      o[0] == '-' ? "unknown option '%s' (see cllm run --help)"
+                                  : "'%s': the model and the prompt are given already",
+                      o);
             return 2;
         }
         const char *v = cli_value("run", argc, argv, &i);
@@ -111,6 +124,7 @@ static void json_memory(FILE *f, const cllm_memory_report *mem) {
 typedef struct text_sink {
     bool stream;
     bool oom;  /* the text did not fit in memory: generation was stopped */
+    char last; /* the last byte streamed */
     char *buf; /* collected text (for --json) */
     size_t len, cap;
 } text_sink;
@@ -119,6 +133,7 @@ static bool on_text(int32_t id, const char *text, size_t len, void *ud) {
     (void)id;
     text_sink *sink = ud;
     if (sink->stream) {
+        if (len > 0) sink->last = text[len - 1];
         fwrite(text, 1, len, stdout);
         fflush(stdout);
         return true;
@@ -241,8 +256,13 @@ int cli_cmd_run(int argc, char **argv) {
         cli_error("run", "out of memory for the generated text");
         goto done;
     }
+    /* a terminal's prompt starts on a line of its own */
+    if (sink.stream && sink.last != '\n' && isatty(STDOUT_FILENO)) {
+        fputc('\n', stdout);
+        sink.last = '\n';
+    }
     if (res.stop == CLLM_STOP_CONTEXT_FULL) {
-        if (!a.json) fputc('\n', stderr);
+        if (!a.json && sink.last != '\n') fputc('\n', stderr);
         cli_warn("run", "context full (%lld tokens): generation stopped", (long long)n_ctx);
     }
 

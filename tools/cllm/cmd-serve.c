@@ -22,12 +22,15 @@ static void serve_usage(FILE *f) {
             "  --host ADDR          IPv4 or IPv6 address to listen on (default 127.0.0.1;\n"
             "                       0.0.0.0 or :: for every interface)\n"
             "  --port N             port (default 8080; 0: any free port, printed)\n"
-            "  --parallel N         slots: requests generated at once, each with its own KV\n"
-            "                       cache of -c tokens, all in one forward pass per step\n"
-            "                       (default 1, at most 64)\n"
-            "  -c N                 context per slot (default: min(model context, 4096))\n"
-            "  -b N                 prompt batch size (default 512)\n"
-            "  -t N                 threads (default: physical cores)\n"
+            "  -np, --parallel N    slots: requests generated at once, each with its own KV\n"
+            "                       cache, all in one forward pass per step (default 1, at\n"
+            "                       most 64)\n"
+            "  -c, --ctx-size N     the context of all slots together, split evenly (as\n"
+            "                       llama-server's -c)\n"
+            "  --ctx-per-slot N     the context of each slot (default, without either:\n"
+            "                       min(model context, 4096) each)\n"
+            "  -b, --batch-size N   prompt batch size (default 512)\n"
+            "  -t, --threads N      threads (default: physical cores)\n"
             "  --mem DEVICE=SIZE    place layers on devices within budgets (as cllm plan)\n"
             "  --kv-type f16|f32    KV cache type (default f16)\n"
             "  --no-mmap            read the weights instead of mapping them\n"
@@ -85,6 +88,7 @@ typedef struct serve_args {
     cli_gen g;
     srv_http_opts http;
     int parallel, max_queue;
+    long long ctx_total, ctx_per_slot; /* -c, --ctx-per-slot; 0: not given */
     const char *api_key_file;
     float pipe_timeout;
 } serve_args;
@@ -121,13 +125,14 @@ static int parse_serve_args(int argc, char **argv, serve_args *a) {
     cllm_sampler_params *dsp = &d->rp.sampling;
     /* the defaults of cllm run (and llama.cpp's): the sampler's own */
     for (int i = 1; i < argc; i++) {
-        const char *o = argv[i];
+        const char *name = argv[i], *o = cli_gen_canonical(name); /* llama.cpp's names too */
+        if (!strcmp(o, "-np")) o = "--parallel";
         if (cli_is_help(o)) {
             serve_usage(stdout);
             return -1;
         }
-        if (cli_is_one_of(o, "-m --model -c -b -t --mem --kv-type --no-mmap --test-device "
-                             "--verbose")) {
+        if (cli_is_one_of(o, "-m --model -b -t --mem --kv-type --no-mmap --test-device "
+                             "--verbose -ngl --n-gpu-layers --gpu-layers")) {
             const int r = cli_gen_option("serve", &a->g, argc, argv, &i);
             if (r != 1) return 2;
             continue;
@@ -143,8 +148,9 @@ static int parse_serve_args(int argc, char **argv, serve_args *a) {
         if (!cli_is_one_of(
                 o, "--host --port --parallel --api-key --api-key-file "
                    "--max-queue --timeout --max-body -n --temp --top-k --top-p "
-                   "--min-p --repeat-penalty --seed --pipe-timeout --alias --cors-origin")) {
-            cli_error("serve", "unknown option '%s' (see cllm serve --help)", o);
+                   "--min-p --repeat-penalty --seed --pipe-timeout --alias --cors-origin -c "
+                   "--ctx-per-slot")) {
+            cli_error("serve", "unknown option '%s' (see cllm serve --help)", name);
             return 2;
         }
         const char *v = cli_value("serve", argc, argv, &i);
@@ -154,9 +160,12 @@ static int parse_serve_args(int argc, char **argv, serve_args *a) {
         if (!strcmp(o, "--host")) {
             a->http.host = v;
         } else if (!strcmp(o, "--port")) {
-            ok = cli_int("serve", o, v, 0, 65535, &n) && (a->http.port = (int)n, true);
+            ok = cli_int("serve", name, v, 0, 65535, &n) && (a->http.port = (int)n, true);
+        } else if (!strcmp(o, "-c") || !strcmp(o, "--ctx-per-slot")) {
+            ok = cli_int("serve", name, v, 1, 1 << 24, &n);
+            if (ok) *(!strcmp(o, "-c") ? &a->ctx_total : &a->ctx_per_slot) = n;
         } else if (!strcmp(o, "--parallel")) {
-            ok = cli_int("serve", o, v, 1, 64, &n) && (a->parallel = (int)n, true);
+            ok = cli_int("serve", name, v, 1, 64, &n) && (a->parallel = (int)n, true);
         } else if (!strcmp(o, "--api-key")) {
             ok = v[0] != '\0';
             if (!ok) cli_error("serve", "--api-key: the key is empty");
@@ -170,41 +179,52 @@ static int parse_serve_args(int argc, char **argv, serve_args *a) {
         } else if (!strcmp(o, "--api-key-file")) {
             a->api_key_file = v;
         } else if (!strcmp(o, "--max-queue")) {
-            ok = cli_int("serve", o, v, 0, 1 << 20, &n) && (a->max_queue = (int)n, true);
+            ok = cli_int("serve", name, v, 0, 1 << 20, &n) && (a->max_queue = (int)n, true);
         } else if (!strcmp(o, "--timeout")) {
             float t = 0;
-            ok = cli_float("serve", o, v, &t);
+            ok = cli_float("serve", name, v, &t);
             if (ok && t < 0) {
                 cli_error("serve", "--timeout: %s is negative", v);
                 ok = false;
             }
             a->http.timeout_s = t;
         } else if (!strcmp(o, "--pipe-timeout")) {
-            ok = cli_float("serve", o, v, &a->pipe_timeout);
+            ok = cli_float("serve", name, v, &a->pipe_timeout);
             if (ok && !(a->pipe_timeout > 0)) {
                 cli_error("serve", "--pipe-timeout wants seconds > 0, not '%s'", v);
                 ok = false;
             }
         } else if (!strcmp(o, "--max-body")) {
-            ok = cli_int("serve", o, v, 1, 1LL << 30, &n) && (a->http.max_body = (size_t)n, true);
+            ok =
+                cli_int("serve", name, v, 1, 1LL << 30, &n) && (a->http.max_body = (size_t)n, true);
         } else if (!strcmp(o, "-n")) {
-            ok = cli_int("serve", o, v, -1, 1 << 30, &n) && (d->rp.max_tokens = (int)n, true);
+            ok = cli_int("serve", name, v, -1, 1 << 30, &n) && (d->rp.max_tokens = (int)n, true);
         } else if (!strcmp(o, "--temp")) {
-            ok = cli_float("serve", o, v, &dsp->temperature);
+            ok = cli_float("serve", name, v, &dsp->temperature);
         } else if (!strcmp(o, "--top-k")) {
-            ok = cli_int("serve", o, v, 0, INT32_MAX, &n) && (dsp->top_k = (int32_t)n, true);
+            ok = cli_int("serve", name, v, 0, INT32_MAX, &n) && (dsp->top_k = (int32_t)n, true);
         } else if (!strcmp(o, "--top-p")) {
-            ok = cli_float("serve", o, v, &dsp->top_p);
+            ok = cli_float("serve", name, v, &dsp->top_p);
         } else if (!strcmp(o, "--min-p")) {
-            ok = cli_float("serve", o, v, &dsp->min_p);
+            ok = cli_float("serve", name, v, &dsp->min_p);
         } else if (!strcmp(o, "--repeat-penalty")) {
-            ok = cli_float("serve", o, v, &dsp->repeat_penalty);
+            ok = cli_float("serve", name, v, &dsp->repeat_penalty);
         } else { /* --seed */
-            ok = cli_int("serve", o, v, 0, INT64_MAX, &n);
+            ok = cli_int("serve", name, v, 0, INT64_MAX, &n);
             dsp->seed = (uint64_t)n;
             a->http.seed_given = true;
         }
         if (!ok) return 2;
+    }
+    if (a->ctx_total && a->ctx_per_slot) {
+        cli_error("serve", "-c (all slots) and --ctx-per-slot: give one");
+        return 2;
+    }
+    a->g.n_ctx = a->ctx_per_slot ? a->ctx_per_slot : a->ctx_total / a->parallel;
+    if (a->ctx_total && a->g.n_ctx < 16) {
+        cli_error("serve", "-c %lld over %d slots leaves %lld tokens each (at least 16)",
+                  a->ctx_total, a->parallel, (long long)a->g.n_ctx);
+        return 2;
     }
     if (a->http.api_key && a->api_key_file) {
         cli_error("serve", "--api-key and --api-key-file: give one");

@@ -101,6 +101,9 @@ void cli_gen_usage(FILE *f, int n_predict);
 /* If argv[*i] is one of these options, takes it (and its value, advancing
  * *i) and returns 1; 0 if it is not one; 2 after printing what is wrong. */
 int cli_gen_option(const char *cmd, cli_gen *g, int argc, char **argv, int *i);
+/* The name cllm knows option `o` by when it is one of llama.cpp's names for
+ * it (--ctx-size: -c, -s: --seed, ...); else o. */
+const char *cli_gen_canonical(const char *o);
 /* After the options: checks that a model was given and draws a random seed
  * when none was; false after printing the problem. */
 bool cli_gen_finish(const char *cmd, cli_gen *g);

@@ -20,25 +20,27 @@ void cli_gen_init(cli_gen *g, int n_predict) {
 
 void cli_gen_usage(FILE *f, int n_predict) {
     if (n_predict < 0) {
-        fprintf(f, "  -n N                 tokens to generate per answer (default -1: until the\n"
-                   "                       model ends its turn)\n");
+        fprintf(f, "  -n, --n-predict N    tokens to generate per answer (default -1: until the\n"
+                   "                       model ends its turn or the context is full)\n");
     } else {
-        fprintf(f, "  -n N                 tokens to generate (default %d; -1: until the end)\n",
+        fprintf(f, "  -n, --n-predict N    tokens to generate (default %d; -1: until the end)\n",
                 n_predict);
     }
     fprintf(f,
-            "  -c N                 context size (default: min(model context, 4096); above the\n"
-            "                       model's trained context: a warning)\n"
-            "  -b N                 prompt batch size (default 512)\n"
-            "  -t N                 threads (default: physical cores)\n"
+            "  -c, --ctx-size N     context size (default: min(model context, 4096); above\n"
+            "                       the model's trained context: a warning)\n"
+            "  -b, --batch-size N   prompt batch size (default 512)\n"
+            "  -t, --threads N      threads (default: physical cores)\n"
             "  --temp T             temperature (default 0.8; 0: greedy, deterministic)\n"
             "  --top-k K            top-k (default 40; 0: off)\n"
             "  --top-p P            top-p (default 0.95; 1: off)\n"
             "  --min-p P            min-p (default 0.05; 0: off)\n"
             "  --repeat-penalty R   repetition penalty (default 1: off)\n"
-            "  --seed S             sampling seed (default: a new random seed each run,\n"
+            "  --repeat-last-n N    tokens the repetition penalty looks back on (default 64)\n"
+            "  --ignore-eos         go on past the model's end-of-generation tokens\n"
+            "  -s, --seed S         sampling seed (default: a new random seed each run,\n"
             "                       printed by --verbose; --seed S repeats that run)\n"
-            "  --system TEXT        the system message of the chat template\n"
+            "  -sys, --system TEXT  the system message of the chat template\n"
             "  --kv-type f16|f32    KV cache type (default f16)\n"
             "  --no-mmap            read the weights instead of mapping them\n"
             "  --mem DEVICE=SIZE    place layers on devices within budgets (as cllm plan)\n"
@@ -46,56 +48,87 @@ void cli_gen_usage(FILE *f, int n_predict) {
             "  --verbose            print the seed and the tokens processed to stderr\n");
 }
 
+/* llama.cpp's names for the same options (llama-cli, llama-server), and
+ * the name cllm knows each by. */
+static const char *const k_aliases[][2] = {
+    {"--ctx-size", "-c"}, {"--batch-size", "-b"},
+    {"--threads", "-t"},  {"--n-predict", "-n"},
+    {"--predict", "-n"},  {"-s", "--seed"},
+    {"-sys", "--system"}, {"--system-prompt", "--system"},
+};
+
+const char *cli_gen_canonical(const char *o) {
+    for (size_t k = 0; k < sizeof(k_aliases) / sizeof(k_aliases[0]); k++) {
+        if (!strcmp(o, k_aliases[k][0])) return k_aliases[k][1];
+    }
+    return o;
+}
+
 int cli_gen_option(const char *cmd, cli_gen *g, int argc, char **argv, int *i) {
-    const char *o = argv[*i];
-    if (!strcmp(o, "--no-mmap")) {
+    const char *o = argv[*i], *c = cli_gen_canonical(o); /* messages name o */
+    if (!strcmp(c, "-ngl") || !strcmp(c, "--n-gpu-layers") || !strcmp(c, "--gpu-layers")) {
+        cli_error(cmd,
+                  "%s: cllm places layers by memory, not by count: GPUs get as many layers as "
+                  "fit by default; --mem DEVICE=SIZE sets a budget (0 keeps a device out), "
+                  "and cllm plan shows the split",
+                  o);
+        return 2;
+    }
+    if (!strcmp(c, "--ignore-eos")) {
+        g->sp.ignore_eos = true;
+        return 1;
+    }
+    if (!strcmp(c, "--no-mmap")) {
         g->no_mmap = true;
         return 1;
     }
-    if (!strcmp(o, "--verbose")) {
+    if (!strcmp(c, "--verbose")) {
         g->verbose = true;
         return 1;
     }
-    if (!cli_is_one_of(o, "-m --model --system -n -c -b -t --temp --top-k --top-p --min-p "
-                          "--repeat-penalty --seed --mem --test-device --kv-type")) {
+    if (!cli_is_one_of(c, "-m --model --system -n -c -b -t --temp --top-k --top-p --min-p "
+                          "--repeat-penalty --repeat-last-n --seed --mem --test-device "
+                          "--kv-type")) {
         return 0;
     }
     const char *v = cli_value(cmd, argc, argv, i);
     if (!v) return 2;
     long long n;
     bool ok = true;
-    if (!strcmp(o, "-m") || !strcmp(o, "--model")) {
+    if (!strcmp(c, "-m") || !strcmp(c, "--model")) {
         g->model = v;
-    } else if (!strcmp(o, "--system")) {
+    } else if (!strcmp(c, "--system")) {
         g->system = v;
-    } else if (!strcmp(o, "-n")) {
+    } else if (!strcmp(c, "-n")) {
         ok = cli_int(cmd, o, v, -1, INT32_MAX, &n) && (g->n_predict = (int)n, true);
-    } else if (!strcmp(o, "-c")) {
+    } else if (!strcmp(c, "-c")) {
         ok = cli_int(cmd, o, v, 0, 1 << 24, &n) && (g->n_ctx = n, true);
-    } else if (!strcmp(o, "-b")) {
+    } else if (!strcmp(c, "-b")) {
         ok = cli_int(cmd, o, v, 1, 1 << 24, &n) && (g->n_batch = n, true);
-    } else if (!strcmp(o, "-t")) {
+    } else if (!strcmp(c, "-t")) {
         ok = cli_int(cmd, o, v, 0, 1024, &n) && (g->n_threads = (int)n, true);
-    } else if (!strcmp(o, "--temp")) {
+    } else if (!strcmp(c, "--temp")) {
         ok = cli_float(cmd, o, v, &g->sp.temperature);
-    } else if (!strcmp(o, "--top-k")) {
+    } else if (!strcmp(c, "--top-k")) {
         ok = cli_int(cmd, o, v, 0, INT32_MAX, &n) && (g->sp.top_k = (int32_t)n, true);
-    } else if (!strcmp(o, "--top-p")) {
+    } else if (!strcmp(c, "--top-p")) {
         ok = cli_float(cmd, o, v, &g->sp.top_p);
-    } else if (!strcmp(o, "--min-p")) {
+    } else if (!strcmp(c, "--min-p")) {
         ok = cli_float(cmd, o, v, &g->sp.min_p);
-    } else if (!strcmp(o, "--repeat-penalty")) {
+    } else if (!strcmp(c, "--repeat-penalty")) {
         ok = cli_float(cmd, o, v, &g->sp.repeat_penalty);
-    } else if (!strcmp(o, "--seed")) {
+    } else if (!strcmp(c, "--repeat-last-n")) {
+        ok = cli_int(cmd, o, v, 0, INT32_MAX, &n) && (g->sp.repeat_last_n = (int32_t)n, true);
+    } else if (!strcmp(c, "--seed")) {
         ok = cli_int(cmd, o, v, 0, INT64_MAX, &n);
         if (ok) g->sp.seed = (uint64_t)n, g->seed_given = true;
-    } else if (!strcmp(o, "--mem")) {
+    } else if (!strcmp(c, "--mem")) {
         if (cllm_plan_parse_mem(&g->fit, v) != CLLM_OK) {
             cli_lib_error(cmd);
             return 2;
         }
         g->use_plan = true;
-    } else if (!strcmp(o, "--test-device")) {
+    } else if (!strcmp(c, "--test-device")) {
         if (cli_enable_test_device(cmd, v) != 0) return 2;
         g->use_plan = true;
     } else { /* --kv-type */

@@ -69,7 +69,6 @@ static void test_pieces(void) {
     cllm_buffer *buf = NULL;
     const size_t size = 3 * max + 13;
     CHECK(cllm_buffer_type_alloc(buft, size, CLLM_MEM_STATE, &buf) == CLLM_OK);
-    CHECK(cllm_device_allocated(g_vk, CLLM_MEM_STATE) - 0 >= size);
     CHECK(allocated_total(g_vk) - before == size);
     CHECK_EQ_INT(cllm_buffer_n_pieces(buf), 4);
     size_t sum = 0;
@@ -428,11 +427,9 @@ static void test_gemma_embedding(void) {
         cllm_context *ctx = cllm_context_new(4);
         cllm_tensor *a =
             cllm_tensor_new_2d(ctx, g_embd.ti->type, g_embd.ti->ne[0], g_embd.ti->ne[1]);
-        const size_t align = cllm_buffer_type_alignment(cllm_device_buffer_type(g_vk));
         fprintf(stderr, "gemma3 token_embd: %s %lld x %lld, %zu bytes\n", cllm_type_name(a->type),
                 (long long)a->ne[0], (long long)a->ne[1], cllm_nbytes(a));
         cllm_context_free(ctx);
-        (void)align;
         compare("gemma3 get_rows", build_embd, 0, &g_embd, 0.0f);
         compare("gemma3 output mul_mat", build_embd, 1, &g_embd, 1e-4f);
         free(g_embd.data);

@@ -230,7 +230,7 @@ static void sort_items(sort_item *a, sort_item *tmp, int n) {
 static bool owns_buffer(const cllm_galloc *ga, const cllm_buffer *buf) {
     if (!buf) return false;
     for (int i = 0; i < ga->n_bufts; i++) {
-        if (buf == ga->bufs[i] || buf == ga->measure_bufs[i]) return true;
+        if (cllm_buffer_holds(ga->bufs[i], buf) || buf == ga->measure_bufs[i]) return true;
     }
     return false;
 }
@@ -314,6 +314,13 @@ static cllm_status analyse(cllm_galloc *ga, cllm_graph *g, const int *node_buft,
         } else if (!t->data || owns_buffer(ga, t->buffer)) {
             x->kind = KIND_PLANNED;
             x->size = cllm_buffer_type_alloc_size(ga->bufts[x->buft], t);
+            const size_t piece = cllm_buffer_type_piece_size(ga->bufts[x->buft]);
+            if (x->size > piece) {
+                return cllm_error(CLLM_ERR_TOO_LARGE,
+                                  "galloc: %s (%zu bytes) exceeds the %zu-byte allocations of %s",
+                                  t->name, x->size, piece,
+                                  cllm_buffer_type_name(ga->bufts[x->buft]));
+            }
             const bool input = x->step < 0 || (t->flags & CLLM_TENSOR_FLAG_INPUT);
             x->start = input ? 0 : x->step;
             x->end = input ? last : x->step;
@@ -453,10 +460,12 @@ static int order_blocks(cllm_galloc *ga, int buft, int order) {
  * Places the n blocks of ga->items, in that order, into ga->offsets: each at
  * the lowest offset (first fit) or in the smallest gap (best fit) where it
  * overlaps no placed block whose lifetime intersects its own, else above
- * them all. Sizes are aligned, so offsets are too. Returns the end of the
- * highest block.
+ * them all; never across the end of a piece of buffer type `buft`
+ * (cllm_buffer_type_place_offset). Sizes are aligned, so offsets are too.
+ * Returns the end of the highest block.
  */
-static size_t place_blocks(cllm_galloc *ga, int n, bool best_fit) {
+static size_t place_blocks(cllm_galloc *ga, int buft, int n, bool best_fit) {
+    const cllm_buffer_type *type = ga->bufts[buft];
     int n_placed = 0;
     size_t total = 0;
     for (int i = 0; i < n; i++) {
@@ -472,21 +481,22 @@ static size_t place_blocks(cllm_galloc *ga, int n, bool best_fit) {
             const gblock *p = &ga->blocks[ga->placed[k]];
             if (p->end < b->start || p->start > b->end) continue;
             const size_t off = ga->offsets[ga->placed[k]];
-            if (off >= cur && off - cur >= b->size) {
+            const size_t at = cllm_buffer_type_place_offset(type, cur, b->size);
+            if (off >= at && off - at >= b->size) {
                 if (!best_fit) {
                     found = true;
-                    best = cur;
+                    best = at;
                     break;
                 }
-                if (off - cur < best_gap) {
+                if (off - at < best_gap) {
                     found = true;
-                    best_gap = off - cur;
-                    best = cur;
+                    best_gap = off - at;
+                    best = at;
                 }
             }
             cur = CLLM_MAX(cur, off + p->size);
         }
-        const size_t off = found ? best : cur;
+        const size_t off = found ? best : cllm_buffer_type_place_offset(type, cur, b->size);
         ga->offsets[id] = off;
         total = CLLM_MAX(total, off + b->size);
         /* keep `placed` sorted by offset */
@@ -514,7 +524,7 @@ static void place_all(cllm_galloc *ga) {
         for (int order = 0; order < ORDER_COUNT && best > info->lower; order++) {
             const int n = order_blocks(ga, buft, order);
             for (int fit = 0; fit < 2 && best > info->lower; fit++) {
-                const size_t size = place_blocks(ga, n, fit == 1);
+                const size_t size = place_blocks(ga, buft, n, fit == 1);
                 if (size >= best) continue;
                 best = size;
                 info->planned = size;

@@ -53,7 +53,11 @@
  * overlap any placed block whose lifetime intersects its own; the smallest
  * plan wins, and the search stops at the first plan that reaches the lower
  * bound below (no plan can be smaller). Block sizes are cllm_buffer_type_alloc_size rounded up to
- * cllm_buffer_type_alignment, so every offset is aligned. The lower bound is
+ * cllm_buffer_type_alignment, so every offset is aligned. Where a buffer
+ * type limits one allocation (cllm_buffer_type_max_size), no block crosses
+ * the end of a piece (cllm_buffer_type_place_offset): the compute buffer is
+ * then allocated in pieces, each tensor within one, and a tensor larger than
+ * a piece is refused (CLLM_ERR_TOO_LARGE, when measured or laid out). The lower bound is
  * the largest sum of block sizes live at one step: no plan of these blocks
  * can be smaller.
  *
@@ -104,7 +108,8 @@ cllm_status cllm_galloc_measure(cllm_galloc *ga, cllm_graph *g, const int *node_
 
 /*
  * Allocates, per buffer type, one CLLM_MEM_COMPUTE buffer of exactly
- * cllm_galloc_measured_size bytes (0 if nothing was measured for it). Buffers
+ * cllm_galloc_measured_size bytes (0 if nothing was measured for it; in
+ * pieces above the type's max_size). Buffers
  * already of that size are kept; those that grow (after more measures) are
  * replaced, and graphs laid into the old ones must be built and laid out
  * again. On failure

@@ -17,15 +17,18 @@
 
 /*
  * Bytes needed to place every unplaced, non-view tensor of ctx in one buffer
- * of `buft`, in creation order, each aligned to the buffer type's alignment.
- * Touches no memory and changes no tensor.
+ * of `buft`, in creation order, each aligned to the buffer type's alignment
+ * and within one piece where the buffer is larger than the type's max_size
+ * (cllm_buffer_type_place_offset). Touches no memory and changes no tensor.
  */
 size_t cllm_layout_measure(cllm_context *ctx, cllm_buffer_type *buft);
 
 /*
  * Allocates one buffer of exactly cllm_layout_measure() bytes holding memory
  * of `kind`, places every unplaced non-view tensor in it and points views at
- * their sources. On failure nothing is placed and *out is untouched.
+ * their sources. CLLM_ERR_TOO_LARGE for a tensor larger than one piece of
+ * the type (cllm_buffer_type_piece_size). On failure nothing is placed and
+ * *out is untouched.
  */
 cllm_status cllm_layout_alloc(cllm_context *ctx, cllm_buffer_type *buft, cllm_mem_kind kind,
                               cllm_buffer **out);

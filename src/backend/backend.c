@@ -4,6 +4,7 @@
 #include "core/hostmem.h"
 
 #include <dirent.h>
+#include <limits.h>
 #include <dlfcn.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -47,13 +48,136 @@ bool cllm_buffer_type_is_host(const cllm_buffer_type *buft) {
 
 cllm_device *cllm_buffer_type_device(const cllm_buffer_type *buft) { return buft->device; }
 
+size_t cllm_buffer_type_piece_size(const cllm_buffer_type *buft) {
+    const size_t max = cllm_buffer_type_max_size(buft);
+    if (max == SIZE_MAX) return SIZE_MAX;
+    return max - max % cllm_buffer_type_alignment(buft);
+}
+
+size_t cllm_buffer_type_place_offset(const cllm_buffer_type *buft, size_t offset, size_t size) {
+    const size_t piece = cllm_buffer_type_piece_size(buft);
+    if (piece == SIZE_MAX || piece == 0 || size == 0 || size > piece) return offset;
+    const size_t in = offset % piece;
+    return in + size > piece ? offset - in + piece : offset;
+}
+
+/* ---- buffers in pieces ------------------------------------------------- */
+
+/* A buffer larger than its type's max_size: pieces of piece_size bytes
+ * (the last one smaller), each a buffer of the type, allocated and counted
+ * like any other; the buffer itself owns no memory and is not counted. A
+ * tensor placed in it is placed in the piece that holds its offset, so that
+ * its buffer is the piece (the planners keep a tensor within one piece:
+ * cllm_buffer_type_place_offset). */
+typedef struct split_ctx {
+    size_t piece;
+    int n;
+    cllm_buffer *pieces[];
+} split_ctx;
+
+static void split_free(cllm_buffer *buf) {
+    split_ctx *s = buf->context;
+    for (int i = 0; i < s->n; i++) cllm_buffer_free(s->pieces[i]);
+    cllm_free(s);
+}
+
+static bool is_split(const cllm_buffer *buf) { return buf->iface.free_buffer == split_free; }
+
+/* No address of its own: every tensor lives in a piece. */
+static void *split_get_base(const cllm_buffer *buf) {
+    CLLM_UNUSED(buf);
+    return NULL;
+}
+
+static void split_set_tensor(cllm_buffer *buf, cllm_tensor *t, const void *data, size_t offset,
+                             size_t size) {
+    CLLM_UNUSED(data), CLLM_UNUSED(offset), CLLM_UNUSED(size);
+    CLLM_ASSERTF(false, "%s: %s is placed in a buffer of pieces, not in a piece",
+                 cllm_buffer_type_name(buf->buft), t->name);
+}
+
+static void split_get_tensor(cllm_buffer *buf, const cllm_tensor *t, void *data, size_t offset,
+                             size_t size) {
+    CLLM_UNUSED(data), CLLM_UNUSED(offset), CLLM_UNUSED(size);
+    CLLM_ASSERTF(false, "%s: %s is placed in a buffer of pieces, not in a piece",
+                 cllm_buffer_type_name(buf->buft), t->name);
+}
+
+static void split_clear(cllm_buffer *buf, uint8_t value) {
+    split_ctx *s = buf->context;
+    for (int i = 0; i < s->n; i++) cllm_buffer_clear(s->pieces[i], value);
+}
+
+static cllm_status split_alloc(cllm_buffer_type *buft, size_t size, cllm_mem_kind kind,
+                               size_t piece, cllm_buffer **out) {
+    static const struct cllm_buffer_i split_iface = {
+        .free_buffer = split_free,
+        .get_base = split_get_base,
+        .init_tensor = NULL, /* the pieces' own */
+        .set_tensor = split_set_tensor,
+        .get_tensor = split_get_tensor,
+        .clear = split_clear,
+    };
+    const size_t n = size / piece + (size % piece != 0);
+    if (n > INT_MAX)
+        return cllm_error(CLLM_ERR_TOO_LARGE, "%s: too many pieces", buft->iface.get_name(buft));
+    split_ctx *s = cllm_calloc(1, sizeof(*s) + n * sizeof(s->pieces[0]));
+    if (!s) return cllm_error(CLLM_ERR_NOMEM, "out of host memory");
+    s->piece = piece;
+    for (size_t i = 0; i < n; i++) {
+        const size_t bytes = CLLM_MIN(piece, size - i * piece);
+        const cllm_status st = cllm_buffer_type_alloc(buft, bytes, kind, &s->pieces[i]);
+        if (st != CLLM_OK) {
+            for (int j = 0; j < s->n; j++) cllm_buffer_free(s->pieces[j]);
+            cllm_free(s);
+            return st;
+        }
+        s->n++;
+    }
+    cllm_buffer *buf = cllm_buffer_init(buft, split_iface, s, size);
+    if (!buf) {
+        for (int j = 0; j < s->n; j++) cllm_buffer_free(s->pieces[j]);
+        cllm_free(s);
+        return cllm_error(CLLM_ERR_NOMEM, "out of host memory");
+    }
+    buf->kind = kind;
+    *out = buf;
+    return CLLM_OK;
+}
+
+int cllm_buffer_n_pieces(const cllm_buffer *buf) {
+    return is_split(buf) ? ((const split_ctx *)buf->context)->n : 1;
+}
+
+cllm_buffer *cllm_buffer_piece(cllm_buffer *buf, int i) {
+    if (!is_split(buf)) return i == 0 ? buf : NULL;
+    split_ctx *s = buf->context;
+    return i >= 0 && i < s->n ? s->pieces[i] : NULL;
+}
+
+bool cllm_buffer_holds(const cllm_buffer *buf, const cllm_buffer *other) {
+    if (!buf || !other) return false;
+    if (buf == other) return true;
+    if (!is_split(buf)) return false;
+    const split_ctx *s = buf->context;
+    for (int i = 0; i < s->n; i++) {
+        if (s->pieces[i] == other) return true;
+    }
+    return false;
+}
+
 cllm_status cllm_buffer_type_alloc(cllm_buffer_type *buft, size_t size, cllm_mem_kind kind,
                                    cllm_buffer **out) {
     CLLM_ASSERT((unsigned)kind < CLLM_MEM_COUNT);
     const size_t max = cllm_buffer_type_max_size(buft);
     if (size > max) {
-        return cllm_error(CLLM_ERR_TOO_LARGE, "%s: a %zu-byte %s buffer exceeds the %zu-byte limit",
-                          cllm_buffer_type_name(buft), size, cllm_mem_kind_str(kind), max);
+        const size_t piece = cllm_buffer_type_piece_size(buft);
+        if (piece == 0) {
+            return cllm_error(CLLM_ERR_TOO_LARGE,
+                              "%s: a %zu-byte %s buffer exceeds the %zu-byte limit",
+                              cllm_buffer_type_name(buft), size, cllm_mem_kind_str(kind), max);
+        }
+        return split_alloc(buft, size, kind, piece, out);
     }
     cllm_buffer *buf = NULL;
     cllm_status st = buft->iface.alloc_buffer(buft, size, &buf);
@@ -121,7 +245,8 @@ void cllm_buffer_measure_grow(cllm_buffer *buf, size_t size) {
 
 void cllm_buffer_free(cllm_buffer *buf) {
     if (!buf) return;
-    if (!buf->is_measure) atomic_fetch_sub(&buf->buft->device->allocated[buf->kind], buf->size);
+    if (!buf->is_measure && !is_split(buf))
+        atomic_fetch_sub(&buf->buft->device->allocated[buf->kind], buf->size);
     if (buf->iface.free_buffer) buf->iface.free_buffer(buf);
     cllm_free(buf);
 }
@@ -141,6 +266,17 @@ void cllm_buffer_place_tensor(cllm_buffer *buf, cllm_tensor *t, size_t offset) {
                  need, offset, buf->size);
     CLLM_ASSERTF(offset % cllm_buffer_type_alignment(buf->buft) == 0,
                  "place_tensor: %s at unaligned offset %zu", t->name, offset);
+    if (is_split(buf)) {
+        split_ctx *s = buf->context;
+        const int i = (int)CLLM_MIN(offset / s->piece, (size_t)(s->n - 1));
+        const size_t in = offset - (size_t)i * s->piece;
+        CLLM_ASSERTF(need <= s->pieces[i]->size - in,
+                     "place_tensor: %s (%zu bytes) at offset %zu crosses the end of a %zu-byte "
+                     "piece",
+                     t->name, need, offset, s->piece);
+        cllm_buffer_place_tensor(s->pieces[i], t, in);
+        return;
+    }
     t->buffer = buf;
     t->data = (char *)cllm_buffer_base(buf) + offset;
     if (buf->iface.init_tensor) buf->iface.init_tensor(buf, t);

@@ -39,8 +39,18 @@ typedef struct cllm_backend_reg cllm_backend_reg;
 const char *cllm_buffer_type_name(const cllm_buffer_type *buft);
 /* Alignment, in bytes, of every tensor placed in buffers of this type. */
 size_t cllm_buffer_type_alignment(const cllm_buffer_type *buft);
-/* Largest single buffer (SIZE_MAX if no limit). */
+/* Largest single allocation (SIZE_MAX if no limit). A larger buffer is
+ * made of pieces (cllm_buffer_type_alloc). */
 size_t cllm_buffer_type_max_size(const cllm_buffer_type *buft);
+/* The bytes of each piece of a buffer larger than max_size: max_size
+ * rounded down to the alignment (SIZE_MAX if no limit). */
+size_t cllm_buffer_type_piece_size(const cllm_buffer_type *buft);
+/* Where a planner places `size` bytes at or after the aligned `offset` so
+ * that they lie within one piece: `offset`, or the start of the next piece
+ * when they would cross a piece's end. `size` above the piece size cannot
+ * be placed at all: `offset` is returned, and the planner reports the
+ * tensor (cllm_buffer_type_piece_size). Aligned when `offset` is. */
+size_t cllm_buffer_type_place_offset(const cllm_buffer_type *buft, size_t offset, size_t size);
 /* Bytes a tensor needs in this buffer type (default: cllm_nbytes). */
 size_t cllm_buffer_type_alloc_size(const cllm_buffer_type *buft, const cllm_tensor *t);
 /* True when the CPU can read and write the memory directly. */
@@ -49,9 +59,13 @@ cllm_device *cllm_buffer_type_device(const cllm_buffer_type *buft);
 
 /*
  * Allocates a buffer of exactly `size` bytes (0 is allowed) holding memory of
- * `kind`, and counts it on the device. On failure returns
- * CLLM_ERR_DEVICE_MEMORY (or CLLM_ERR_TOO_LARGE above max_size) and leaves
- * *out untouched.
+ * `kind`, and counts it on the device. Above the type's max_size the buffer
+ * is made of pieces of cllm_buffer_type_piece_size bytes (the last one
+ * smaller), each one allocation counted on the device; a tensor placed in
+ * such a buffer lies in one piece (its t->buffer is the piece), so the
+ * planners keep every tensor within one (cllm_buffer_type_place_offset).
+ * On failure returns CLLM_ERR_DEVICE_MEMORY (CLLM_ERR_NOMEM for host memory)
+ * with no piece left allocated, and leaves *out untouched.
  */
 cllm_status cllm_buffer_type_alloc(cllm_buffer_type *buft, size_t size, cllm_mem_kind kind,
                                    cllm_buffer **out);
@@ -78,12 +92,20 @@ void *cllm_buffer_base(const cllm_buffer *buf);
 cllm_mem_kind cllm_buffer_kind(const cllm_buffer *buf);
 bool cllm_buffer_is_measure(const cllm_buffer *buf);
 cllm_buffer_type *cllm_buffer_buft(const cllm_buffer *buf);
+/* The allocations of a buffer: 1 (the buffer itself) unless it is made of
+ * pieces; piece i (NULL out of range). */
+int cllm_buffer_n_pieces(const cllm_buffer *buf);
+cllm_buffer *cllm_buffer_piece(cllm_buffer *buf, int i);
+/* Whether `other` is `buf` or one of its pieces (tensors placed in `buf`
+ * have one of those as their buffer). */
+bool cllm_buffer_holds(const cllm_buffer *buf, const cllm_buffer *other);
 /* Sets every byte of the buffer to `value`. */
 void cllm_buffer_clear(cllm_buffer *buf, uint8_t value);
 
 /*
- * Places tensor `t` at byte `offset` of `buf` (sets t->buffer and t->data).
- * Asserts that the tensor fits and that the offset is aligned. For views,
+ * Places tensor `t` at byte `offset` of `buf` (sets t->buffer and t->data;
+ * in a buffer of pieces, t->buffer is the piece). Asserts that the tensor
+ * fits (within one piece) and that the offset is aligned. For views,
  * use cllm_tensor_init_view once the source is placed.
  */
 void cllm_buffer_place_tensor(cllm_buffer *buf, cllm_tensor *t, size_t offset);

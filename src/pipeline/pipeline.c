@@ -55,7 +55,7 @@ static cllm_status plan_rank(const cllm_arch *arch, const cllm_hparams *hp, cllm
     cllm_buffer *wbuf = NULL;
     cllm_instance in = {0};
     cllm_status st = CLLM_OK;
-    cllm_place_weights(&pl, w, wbytes, NULL);
+    if ((st = cllm_place_weights(&pl, w, wbytes, NULL)) != CLLM_OK) goto done;
     wbuf = cllm_buffer_new_measure(cllm_placement_buft(&pl, cpu), wbytes[cpu]);
     if (!wbuf) {
         st = cllm_error(CLLM_ERR_NOMEM, "plan: out of host memory");
@@ -63,7 +63,7 @@ static cllm_status plan_rank(const cllm_arch *arch, const cllm_hparams *hp, cllm
     }
     cllm_buffer *bufs[CLLM_PLACE_MAX_DEVICES] = {0};
     bufs[cpu] = wbuf;
-    cllm_place_weights(&pl, w, wbytes, bufs);
+    (void)cllm_place_weights(&pl, w, wbytes, bufs); /* checked above */
     const cllm_instance_args ia = {
         .arch = arch, .hp = hp, .w = w, .pl = &pl, .shape = *sh, .measure = true};
     if ((st = cllm_instance_init(&in, &ia)) != CLLM_OK) goto done;

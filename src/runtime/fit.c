@@ -161,7 +161,7 @@ static cllm_status probe(fit_ctx *f, probe_result *r) {
     cllm_stream_layout lay = {0};
     cllm_buffer *ring = NULL;
     cllm_status st = CLLM_OK;
-    cllm_place_weights(pl, f->w, wbytes, NULL);
+    if ((st = cllm_place_weights(pl, f->w, wbytes, NULL)) != CLLM_OK) goto done;
     for (int d = 0; d < pl->n_devices; d++) {
         wbufs[d] = cllm_buffer_new_measure(cllm_placement_buft(pl, d), wbytes[d]);
         if (!wbufs[d]) {
@@ -169,7 +169,7 @@ static cllm_status probe(fit_ctx *f, probe_result *r) {
             goto done;
         }
     }
-    cllm_place_weights(pl, f->w, wbytes, wbufs);
+    (void)cllm_place_weights(pl, f->w, wbytes, wbufs); /* checked above */
     if (pl->streamed) {
         /* the streamed layers in a measure buffer of the ring: nodes that
          * read them are scheduled as on any CPU weight */

@@ -126,7 +126,7 @@ void cllm_instance_set_write_pos(cllm_instance *in, int item, int64_t n_past) {
 static cllm_status kv_place(cllm_instance *in) {
     const cllm_placement *pl = in->a.pl;
     size_t bytes[CLLM_PLACE_MAX_DEVICES];
-    cllm_place_kv(pl, in->kv.ctx, bytes, NULL);
+    CLLM_TRY(cllm_place_kv(pl, in->kv.ctx, bytes, NULL));
     for (int d = 0; d < pl->n_devices; d++) {
         in->bytes[d][CLLM_MEM_STATE] = bytes[d];
         if (!bytes[d]) continue;
@@ -139,7 +139,7 @@ static cllm_status kv_place(cllm_instance *in) {
             cllm_buffer_clear(in->kv_buf[d], 0);
         }
     }
-    cllm_place_kv(pl, in->kv.ctx, bytes, in->kv_buf);
+    (void)cllm_place_kv(pl, in->kv.ctx, bytes, in->kv_buf); /* checked above */
     return CLLM_OK;
 }
 
@@ -178,7 +178,10 @@ cllm_status cllm_instance_init(cllm_instance *in, const cllm_instance_args *args
                           args->arch->name);
     }
     size_t wbytes[CLLM_PLACE_MAX_DEVICES];
-    cllm_place_weights(pl, args->w, wbytes, NULL);
+    if ((st = cllm_place_weights(pl, args->w, wbytes, NULL)) != CLLM_OK) {
+        memset(in, 0, sizeof(*in));
+        return st;
+    }
     for (int d = 0; d < pl->n_devices; d++) in->bytes[d][CLLM_MEM_WEIGHTS] = wbytes[d];
 
     /* with several sequences, each layer's attention is built per sequence

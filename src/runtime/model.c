@@ -56,7 +56,7 @@ static cllm_status alloc_weights(cllm_model *m, bool use_mmap) {
     const cllm_placement *pl = &m->place;
     const int cpu = cllm_placement_cpu(pl);
     size_t bytes[CLLM_PLACE_MAX_DEVICES];
-    cllm_place_weights(pl, m->weights, bytes, NULL);
+    CLLM_TRY(cllm_place_weights(pl, m->weights, bytes, NULL));
     uint64_t span_off, span = cllm_place_mapped_bytes(m->gguf);
     if (m->partial) cllm_place_mapped_span(pl, m->weights, m->gguf, &span_off, &span);
     for (int d = 0; d < pl->n_devices; d++) {
@@ -72,7 +72,7 @@ static cllm_status alloc_weights(cllm_model *m, bool use_mmap) {
             return st;
         }
     }
-    cllm_place_weights(pl, m->weights, bytes, m->weights_buf);
+    (void)cllm_place_weights(pl, m->weights, bytes, m->weights_buf); /* checked above */
     return CLLM_OK;
 }
 

@@ -122,20 +122,40 @@ cllm_buffer_type *cllm_placement_buft(const cllm_placement *pl, int d) {
     return cllm_device_buffer_type(pl->devices[d]);
 }
 
-/* Static tensors of ctx laid out per device, in creation order. */
-static void lay_out(const cllm_placement *pl, cllm_context *ctx, int (*dev_of)(const void *, int),
-                    const void *ud, size_t *bytes, cllm_buffer *const *bufs) {
+/* Static tensors of ctx laid out per device, in creation order, each within
+ * one piece of its device's allocations (a buffer above the buffer type's
+ * max_size is allocated in pieces). CLLM_ERR_TOO_LARGE, before anything is
+ * placed, for a tensor larger than a piece. */
+static cllm_status lay_out(const cllm_placement *pl, cllm_context *ctx,
+                           int (*dev_of)(const void *, int), const void *ud, size_t *bytes,
+                           cllm_buffer *const *bufs) {
+    for (int i = 0; i < cllm_context_n_tensors(ctx); i++) {
+        const int d = dev_of(ud, i);
+        if (d < 0) continue;
+        cllm_buffer_type *buft = cllm_placement_buft(pl, d);
+        const cllm_tensor *t = cllm_context_tensor(ctx, i);
+        const size_t size = cllm_buffer_type_alloc_size(buft, t);
+        if (size > cllm_buffer_type_piece_size(buft)) {
+            return cllm_error(CLLM_ERR_TOO_LARGE,
+                              "%s: %s (%zu bytes) exceeds the %zu-byte allocations of %s",
+                              cllm_device_name(pl->devices[d]), t->name, size,
+                              cllm_buffer_type_piece_size(buft), cllm_buffer_type_name(buft));
+        }
+    }
     size_t off[CLLM_PLACE_MAX_DEVICES] = {0};
     for (int i = 0; i < cllm_context_n_tensors(ctx); i++) {
         cllm_tensor *t = cllm_context_tensor(ctx, i);
         const int d = dev_of(ud, i);
         if (d < 0) continue; /* another host's (CLLM_PLACE_NONE), or streamed */
         cllm_buffer_type *buft = cllm_placement_buft(pl, d);
-        off[d] = cllm_align_up(off[d], cllm_buffer_type_alignment(buft));
+        const size_t size = cllm_buffer_type_alloc_size(buft, t);
+        off[d] = cllm_buffer_type_place_offset(
+            buft, cllm_align_up(off[d], cllm_buffer_type_alignment(buft)), size);
         if (bufs && bufs[d]) cllm_buffer_place_tensor(bufs[d], t, off[d]);
-        off[d] += cllm_buffer_type_alloc_size(buft, t);
+        off[d] += size;
     }
     for (int d = 0; d < CLLM_PLACE_MAX_DEVICES; d++) bytes[d] = d < pl->n_devices ? off[d] : 0;
+    return CLLM_OK;
 }
 
 typedef struct weights_of {
@@ -149,10 +169,10 @@ static int weight_dev(const void *ud, int i) {
     return cllm_placement_weight_device(wo->pl, wo->w, i);
 }
 
-void cllm_place_weights(const cllm_placement *pl, const cllm_weights *w, size_t *bytes,
-                        cllm_buffer *const *bufs) {
+cllm_status cllm_place_weights(const cllm_placement *pl, const cllm_weights *w, size_t *bytes,
+                               cllm_buffer *const *bufs) {
     const weights_of wo = {pl, w};
-    lay_out(pl, w->ctx, weight_dev, &wo, bytes, bufs);
+    return lay_out(pl, w->ctx, weight_dev, &wo, bytes, bufs);
 }
 
 size_t cllm_place_mapped_bytes(const cllm_gguf *g) {
@@ -181,9 +201,9 @@ static int kv_dev(const void *ud, int i) {
     return pl->layer_device[(i / 2) % pl->n_layer];
 }
 
-void cllm_place_kv(const cllm_placement *pl, cllm_context *kv_ctx, size_t *bytes,
-                   cllm_buffer *const *bufs) {
-    lay_out(pl, kv_ctx, kv_dev, pl, bytes, bufs);
+cllm_status cllm_place_kv(const cllm_placement *pl, cllm_context *kv_ctx, size_t *bytes,
+                          cllm_buffer *const *bufs) {
+    return lay_out(pl, kv_ctx, kv_dev, pl, bytes, bufs);
 }
 
 /* ---- shapes ------------------------------------------------------------ */

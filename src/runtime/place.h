@@ -94,14 +94,17 @@ cllm_buffer_type *cllm_placement_buft(const cllm_placement *pl, int d);
  * in bufs[d] (measure-mode or real buffers of at least bytes[d]); devices
  * whose bufs[d] is NULL are skipped (e.g. the CPU when the file is mapped).
  * Weights of streamed layers are left out (cllm_stream_place places them).
+ * A device whose buffer type limits one allocation gets each tensor within
+ * one piece (cllm_buffer_type_place_offset; the padding is in bytes[d]);
+ * CLLM_ERR_TOO_LARGE, with nothing placed, for a tensor larger than a piece.
  */
-void cllm_place_weights(const cllm_placement *pl, const cllm_weights *w, size_t *bytes,
-                        cllm_buffer *const *bufs);
+cllm_status cllm_place_weights(const cllm_placement *pl, const cllm_weights *w, size_t *bytes,
+                               cllm_buffer *const *bufs);
 
 /* The same for a KV cache's tensors (cllm_kv_cache_init, runtime/instance.h):
  * each layer's K and V on its layer's device. */
-void cllm_place_kv(const cllm_placement *pl, cllm_context *kv_ctx, size_t *bytes,
-                   cllm_buffer *const *bufs);
+cllm_status cllm_place_kv(const cllm_placement *pl, cllm_context *kv_ctx, size_t *bytes,
+                          cllm_buffer *const *bufs);
 
 /* CPU weights of a mapped file: its whole data section. */
 size_t cllm_place_mapped_bytes(const cllm_gguf *g);

@@ -1,11 +1,22 @@
 /*
  * The Vulkan device's memory: buffers of exactly the planned size, mapped
  * where device-local memory is host-visible, else written and read through
- * a staging buffer and copy commands.
+ * a staging buffer and copy commands. A buffer above maxMemoryAllocationSize
+ * is made of several (the generic layer's pieces, backend.h).
+ *
+ * Test knobs, to meet the limits of a large GPU on a small device:
+ * CLLM_VULKAN_MAX_ALLOC=SIZE and CLLM_VULKAN_MAX_RANGE=SIZE lower the
+ * allocation limit and the storage-buffer range the backend uses (never
+ * above the device's); cllm_registry_configure("vulkan", ...) sets the same
+ * as max_alloc= and max_range= (0: the device's own), and fail_alloc=N makes
+ * the N-th vkAllocateMemory of a buffer from now fail with
+ * VK_ERROR_OUT_OF_DEVICE_MEMORY (0: none), as the test device's fail_alloc.
  */
 #include "backend/vulkan/vk-internal.h"
 #include "core/hostmem.h"
 
+#include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* ---- helpers ----------------------------------------------------------- */
@@ -100,6 +111,94 @@ static void staging_copy(vk_dev *v, vk_buf *b, size_t off, void *host, size_t si
         done += n;
     }
     pthread_mutex_unlock(&v->lock);
+}
+
+/* ---- limits and faults ------------------------------------------------- */
+
+/* The least range max_range= sets: a lowered range still binds a few
+ * aligned rows. */
+#define VK_MIN_RANGE ((size_t)4096)
+
+static void set_max_alloc(vk_dev *v, size_t bytes) {
+    v->max_alloc = bytes ? CLLM_MIN((VkDeviceSize)bytes, v->hw_max_alloc) : v->hw_max_alloc;
+}
+
+static void set_max_range(vk_dev *v, size_t bytes) {
+    const size_t hw = v->props.limits.maxStorageBufferRange;
+    v->max_range = (uint32_t)(bytes ? CLLM_MIN(CLLM_MAX(bytes, VK_MIN_RANGE), hw) : hw);
+}
+
+static size_t env_size(const char *name) {
+    const char *e = getenv(name);
+    size_t n = 0;
+    if (e && *e && !cllm_parse_size(e, &n)) {
+        CLLM_LOG_WARN("vulkan: %s=%s is not a size: ignored", name, e);
+        n = 0;
+    }
+    return n;
+}
+
+void vk_mem_init(vk_dev *v) {
+    v->hw_max_alloc = v->max_alloc;
+    set_max_alloc(v, env_size("CLLM_VULKAN_MAX_ALLOC"));
+    set_max_range(v, env_size("CLLM_VULKAN_MAX_RANGE"));
+    atomic_store(&v->allocs_left, 0);
+}
+
+cllm_status vk_mem_set_params(vk_dev *devs, int n, const char *params) {
+    bool set_alloc = false, set_range = false, set_fail = false;
+    size_t max_alloc = 0, max_range = 0;
+    long fail = 0;
+    char item[128];
+    for (const char *p = params ? params : ""; *p;) {
+        const size_t len = strcspn(p, ",");
+        if (len >= sizeof(item)) {
+            return cllm_error(CLLM_ERR_INVALID_ARG, "vulkan: option too long in \"%s\"", params);
+        }
+        memcpy(item, p, len);
+        item[len] = '\0';
+        p += len + (p[len] != '\0');
+        if (!len) continue;
+        char *eq = strchr(item, '=');
+        if (!eq) {
+            return cllm_error(CLLM_ERR_INVALID_ARG, "vulkan: \"%s\" is not key=value", item);
+        }
+        *eq = '\0';
+        const char *key = item, *val = eq + 1;
+        bool ok;
+        if (!strcmp(key, "max_alloc")) {
+            ok = set_alloc = cllm_parse_size(val, &max_alloc);
+        } else if (!strcmp(key, "max_range")) {
+            ok = set_range = cllm_parse_size(val, &max_range);
+        } else if (!strcmp(key, "fail_alloc")) {
+            char *end;
+            errno = 0;
+            fail = strtol(val, &end, 10);
+            ok = set_fail = !errno && end != val && !*end && fail >= 0 && fail <= 1000000000;
+        } else {
+            return cllm_error(CLLM_ERR_INVALID_ARG,
+                              "vulkan: unknown option \"%s\" (max_alloc, max_range, fail_alloc)",
+                              key);
+        }
+        if (!ok) {
+            return cllm_error(CLLM_ERR_INVALID_ARG, "vulkan: bad value \"%s\" for %s", val, key);
+        }
+    }
+    for (int i = 0; i < n; i++) {
+        if (set_alloc) set_max_alloc(&devs[i], max_alloc);
+        if (set_range) set_max_range(&devs[i], max_range);
+        if (set_fail) atomic_store(&devs[i].allocs_left, (int)fail);
+    }
+    return CLLM_OK;
+}
+
+/* vkAllocateMemory, or the failure fail_alloc= asked for. */
+static VkResult alloc_memory(vk_dev *v, const VkMemoryAllocateInfo *ai, VkDeviceMemory *mem) {
+    int left = atomic_load(&v->allocs_left);
+    while (left > 0 && !atomic_compare_exchange_weak(&v->allocs_left, &left, left - 1)) {
+    }
+    if (left == 1) return VK_ERROR_OUT_OF_DEVICE_MEMORY;
+    return vkAllocateMemory(v->d, ai, NULL, mem);
 }
 
 /* ---- buffers ----------------------------------------------------------- */
@@ -204,7 +303,7 @@ cllm_status vk_buft_alloc(cllm_buffer_type *buft, size_t size, cllm_buffer **out
             const VkMemoryAllocateInfo ai = {.sType = VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO,
                                              .allocationSize = req.size,
                                              .memoryTypeIndex = v->mem_type};
-            r = vkAllocateMemory(v->d, &ai, NULL, &b->mem);
+            r = alloc_memory(v, &ai, &b->mem);
         }
         if (r == VK_SUCCESS) r = vkBindBufferMemory(v->d, b->b, b->mem, 0);
         if (r == VK_SUCCESS && v->mapped)
@@ -235,8 +334,8 @@ size_t vk_buft_get_alignment(const cllm_buffer_type *buft) {
     return dev_of(buft->device)->alignment;
 }
 
-/* One allocation's limit: a larger buffer is refused with the limit named
- * (splitting it over several allocations is a later stage). */
+/* One allocation's limit: a larger buffer is made of pieces, each one
+ * allocation (backend.h: cllm_buffer_type_alloc). */
 size_t vk_buft_get_max_size(const cllm_buffer_type *buft) {
     const vk_dev *v = dev_of(buft->device);
     return (size_t)CLLM_MIN(v->max_alloc, (VkDeviceSize)SIZE_MAX);

@@ -30,13 +30,16 @@ typedef struct vk_bind {
     vk_range range;
 } vk_bind;
 
+/* The binding of tensor t: from its offset aligned down to
+ * minStorageBufferOffsetAlignment, at most maxStorageBufferRange bytes (the
+ * shaders address t from `off` within it; vk_op_supported has checked that
+ * t, or each window of it that record_node binds, lies within the range). */
 static vk_bind bind_of(const vk_dev *v, const cllm_tensor *t) {
     const vk_buf *b = t->buffer->context;
     const size_t off = vk_tensor_offset(t);
     const size_t align = v->props.limits.minStorageBufferOffsetAlignment;
     const size_t start = off - off % align;
-    const VkDeviceSize range =
-        CLLM_MIN(b->vk_size - start, (VkDeviceSize)v->props.limits.maxStorageBufferRange);
+    const VkDeviceSize range = CLLM_MIN(b->vk_size - start, (VkDeviceSize)v->max_range);
     return (vk_bind){.info = {.buffer = b->b, .offset = start, .range = range},
                      .off = (uint32_t)(off - start),
                      .range = {.b = b->b, .lo = off, .hi = off + cllm_nbytes(t)}};
@@ -54,20 +57,91 @@ static bool in_device(const vk_dev *v, const cllm_tensor *t) {
            cllm_buffer_buft(t->buffer) == &v->buft && t->buffer->context;
 }
 
-static void record_node(vk_be *be, cllm_tensor *node) {
+/* The sources of a node in binding order (bindings 0-2: sources 0-2, 3: the
+ * result, 4: source 3; a binding without a tensor gets the result's). */
+static void binds_of(const vk_dev *v, const cllm_tensor *node, vk_bind binds[5]) {
+    binds[3] = bind_of(v, node);
+    for (int i = 0; i < 3; i++) binds[i] = node->src[i] ? bind_of(v, node->src[i]) : binds[3];
+    binds[4] = node->src[3] ? bind_of(v, node->src[3]) : binds[3];
+}
+
+/* One dispatch of `node` (the node itself or a window of it): its pipeline,
+ * bindings and push constants. `row0`: the first row of src[0] that a
+ * get_rows window binds (the shader skips the ids outside it). */
+static void dispatch(vk_be *be, const cllm_tensor *node, uint32_t row0) {
     vk_dev *v = be->v;
     vk_push pc = {0};
     uint32_t g[3];
     const vk_pipe pipe = vk_node_dispatch(node, &pc, g);
-    /* bindings 0-2: sources 0-2, 3: the result, 4: source 3 */
     vk_bind binds[5];
-    binds[3] = bind_of(v, node);
-    for (int i = 0; i < 3; i++) binds[i] = node->src[i] ? bind_of(v, node->src[i]) : binds[3];
-    binds[4] = node->src[3] ? bind_of(v, node->src[3]) : binds[3];
+    binds_of(v, node, binds);
     for (int i = 0; i < 4; i++) pc.offs[i] = binds[i].off;
     if (node->op == CLLM_OP_ATTN) pc.p[1] = binds[4].off;
-    const cllm_tensor *srcs[5] = {node->src[0], node->src[1], node->src[2], NULL, node->src[3]};
+    if (node->op == CLLM_OP_GET_ROWS) pc.p[0] = row0;
+    VkWriteDescriptorSet w[5];
+    for (int i = 0; i < 5; i++) {
+        w[i] = (VkWriteDescriptorSet){.sType = VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET,
+                                      .dstBinding = (uint32_t)i,
+                                      .descriptorCount = 1,
+                                      .descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER,
+                                      .pBufferInfo = &binds[i].info};
+    }
+    vkCmdBindPipeline(be->cb, VK_PIPELINE_BIND_POINT_COMPUTE, v->pipes[pipe]);
+    vkCmdPushDescriptorSetKHR(be->cb, VK_PIPELINE_BIND_POINT_COMPUTE, v->layout, 0, 5, w);
+    vkCmdPushConstants(be->cb, v->layout, VK_SHADER_STAGE_COMPUTE_BIT, 0, sizeof(pc), &pc);
+    vkCmdDispatch(be->cb, g[0], g[1], g[2]);
+}
 
+/* t restricted to [lo, lo + n) along dimension `dim`: the same strides,
+ * the data moved to element lo. */
+static cllm_tensor sub_view(const cllm_tensor *t, int dim, int64_t lo, int64_t n) {
+    cllm_tensor s = *t;
+    s.ne[dim] = n;
+    s.data = (char *)t->data + (size_t)lo * t->nb[dim];
+    return s;
+}
+
+/* get_rows and mul_mat over a matrix src[0] that one binding cannot hold
+ * (vk_window_rows): one dispatch per window of its rows, each binding only
+ * its window; mul_mat's result is then written in windows of its rows too
+ * (d[m, n] with m the matrix's row), and in windows of its columns (with
+ * src[1]'s) where the result or src[1] is larger than a binding. Every
+ * window is a node of the same op over sub-views, so any kernel that
+ * honours its push constants' shapes and strides computes it. */
+static void dispatch_windows(vk_be *be, const cllm_tensor *node) {
+    vk_dev *v = be->v;
+    const cllm_tensor *a = node->src[0], *b = node->src[1];
+    const bool mm = node->op == CLLM_OP_MUL_MAT;
+    const int64_t rows = a->ne[1], win_r = vk_window_rows(v, a);
+    const int64_t cols = mm ? node->ne[1] : 1;
+    const int64_t win_c = mm ? CLLM_MIN(vk_window_rows(v, b), vk_window_rows(v, node)) : 1;
+    CLLM_ASSERTF(win_r > 0 && win_c > 0, "vulkan: %s has no window (vk_op_supported)", node->name);
+    for (int64_t r0 = 0; r0 < rows; r0 += win_r) {
+        const int64_t nr = CLLM_MIN(win_r, rows - r0);
+        cllm_tensor wa = sub_view(a, 1, r0, nr);
+        for (int64_t c0 = 0; c0 < cols; c0 += win_c) {
+            const int64_t nc = CLLM_MIN(win_c, cols - c0);
+            cllm_tensor wb, wd = *node;
+            wd.src[0] = &wa;
+            if (mm) {
+                wb = sub_view(b, 1, c0, nc);
+                wd = sub_view(node, 1, c0, nc);
+                wd = sub_view(&wd, 0, r0, nr);
+                wd.src[0] = &wa;
+                wd.src[1] = &wb;
+            }
+            dispatch(be, &wd, (uint32_t)r0);
+        }
+    }
+}
+
+static void record_node(vk_be *be, cllm_tensor *node) {
+    vk_dev *v = be->v;
+    /* the barrier: from the whole tensors' bytes, also for a node
+     * recorded in windows (its windows never depend on each other) */
+    vk_bind binds[5];
+    binds_of(v, node, binds);
+    const cllm_tensor *srcs[5] = {node->src[0], node->src[1], node->src[2], NULL, node->src[3]};
     bool barrier = overlaps(be->writes, be->n_writes, &binds[3].range) ||
                    overlaps(be->reads, be->n_reads, &binds[3].range);
     for (int i = 0; i < 5 && !barrier; i++) {
@@ -87,18 +161,16 @@ static void record_node(vk_be *be, cllm_tensor *node) {
     }
     be->writes[be->n_writes++] = binds[3].range;
 
-    VkWriteDescriptorSet w[5];
-    for (int i = 0; i < 5; i++) {
-        w[i] = (VkWriteDescriptorSet){.sType = VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET,
-                                      .dstBinding = (uint32_t)i,
-                                      .descriptorCount = 1,
-                                      .descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER,
-                                      .pBufferInfo = &binds[i].info};
+    const bool windows =
+        (node->op == CLLM_OP_GET_ROWS || node->op == CLLM_OP_MUL_MAT) &&
+        (vk_window_rows(v, node->src[0]) < node->src[0]->ne[1] ||
+         (node->op == CLLM_OP_MUL_MAT && (vk_window_rows(v, node->src[1]) < node->src[1]->ne[1] ||
+                                          vk_window_rows(v, node) < node->ne[1])));
+    if (windows) {
+        dispatch_windows(be, node);
+    } else {
+        dispatch(be, node, 0);
     }
-    vkCmdBindPipeline(be->cb, VK_PIPELINE_BIND_POINT_COMPUTE, v->pipes[pipe]);
-    vkCmdPushDescriptorSetKHR(be->cb, VK_PIPELINE_BIND_POINT_COMPUTE, v->layout, 0, 5, w);
-    vkCmdPushConstants(be->cb, v->layout, VK_SHADER_STAGE_COMPUTE_BIT, 0, sizeof(pc), &pc);
-    vkCmdDispatch(be->cb, g[0], g[1], g[2]);
 }
 
 static const char *vk_backend_get_name(const cllm_backend *be) { return dev_of(be->device)->name; }

@@ -59,17 +59,33 @@ bool vk_has_work(const cllm_tensor *t) {
     return cllm_op_has_compute(t->op) && cllm_nelements(t) > 0;
 }
 
-/* A tensor the shaders can address: 32-bit byte offsets and strides within
- * one bound range of at most maxStorageBufferRange. */
-static bool addressable(const vk_dev *v, const cllm_tensor *t) {
-    if (!t) return true;
-    const size_t range = v->props.limits.maxStorageBufferRange;
+int64_t vk_window_rows(const vk_dev *v, const cllm_tensor *t) {
+    const size_t range = v->max_range;
     const size_t align = v->props.limits.minStorageBufferOffsetAlignment;
-    if (cllm_nbytes(t) + align > range) return false;
+    if (cllm_nbytes(t) + align <= range) return t->ne[1];
+    cllm_tensor row = *t;
+    row.ne[1] = 1;
+    const size_t one = cllm_nbytes(&row);
+    if (one + align > range || t->nb[1] == 0) return 0;
+    return CLLM_MIN(t->ne[1], 1 + (int64_t)((range - align - one) / t->nb[1]));
+}
+
+/* Operand `which` of node (-1: the node itself, else src[which]) as the
+ * shaders address it: 32-bit element counts and byte strides, within one
+ * bound range of at most maxStorageBufferRange (from its offset aligned
+ * down to minStorageBufferOffsetAlignment). Where a node is recorded in
+ * windows (graph.c: get_rows' and mul_mat's matrix by its rows, mul_mat's
+ * src[1] and result by their columns), one window of a row is enough. */
+static bool addressable(const vk_dev *v, const cllm_tensor *node, int which) {
+    const cllm_tensor *t = which < 0 ? node : node->src[which];
+    if (!t) return true;
     for (int i = 0; i < CLLM_MAX_DIMS; i++) {
         if (t->ne[i] > UINT32_MAX || t->nb[i] > UINT32_MAX) return false;
     }
-    return true;
+    const bool mm = node->op == CLLM_OP_MUL_MAT;
+    const bool windowed =
+        ((mm || node->op == CLLM_OP_GET_ROWS) && which == 0) || (mm && (which == 1 || which < 0));
+    return windowed ? vk_window_rows(v, t) > 0 : vk_window_rows(v, t) == t->ne[1];
 }
 
 static bool is_f32(const cllm_tensor *t) { return t && t->type == CLLM_TYPE_F32; }
@@ -105,10 +121,9 @@ static bool attn_supported(const vk_dev *v, const cllm_tensor *node) {
 
 bool vk_op_supported(const vk_dev *v, const cllm_tensor *node) {
     const cllm_tensor *a = node->src[0], *b = node->src[1];
-    for (int i = 0; i < 4; i++) {
-        if (!addressable(v, node->src[i])) return false;
+    for (int i = -1; i < 4; i++) {
+        if (!addressable(v, node, i)) return false;
     }
-    if (!addressable(v, node)) return false;
     if (node->op == CLLM_OP_ATTN) return attn_supported(v, node);
     if (node->src[3]) return false;
     switch (node->op) {

@@ -96,8 +96,11 @@ typedef struct vk_dev {
     VkPhysicalDevice pd;
     VkPhysicalDeviceProperties props;
     uint32_t subgroup_size;
-    VkDeviceSize max_alloc; /* maxMemoryAllocationSize */
-    VkDeviceSize heap_size; /* the device-local heap the buffers come from */
+    VkDeviceSize max_alloc;    /* maxMemoryAllocationSize (or less: max_alloc=, tests) */
+    VkDeviceSize hw_max_alloc; /* the device's own */
+    uint32_t max_range;        /* maxStorageBufferRange (or less: max_range=, tests) */
+    _Atomic int allocs_left;   /* fail_alloc=N: the N-th vkAllocateMemory from now fails */
+    VkDeviceSize heap_size;    /* the device-local heap the buffers come from */
     uint32_t heap_index;
     uint32_t mem_type;     /* device-local (and host-visible when mapped) */
     uint32_t staging_type; /* host-visible, coherent */
@@ -141,6 +144,12 @@ cllm_status vk_buft_alloc(cllm_buffer_type *buft, size_t size, cllm_buffer **out
 size_t vk_buft_get_alignment(const cllm_buffer_type *buft);
 size_t vk_buft_get_max_size(const cllm_buffer_type *buft);
 bool vk_buft_is_host(const cllm_buffer_type *buft);
+/* The memory limits of device v from its properties (max_alloc set) and
+ * the environment (CLLM_VULKAN_MAX_ALLOC, CLLM_VULKAN_MAX_RANGE). */
+void vk_mem_init(vk_dev *v);
+/* cllm_registry_configure("vulkan", "max_alloc=SIZE,max_range=SIZE,fail_alloc=N")
+ * on devices devs[0..n): test knobs (docs/vulkan.md, Memory). */
+cllm_status vk_mem_set_params(vk_dev *devs, int n, const char *params);
 
 /* ---- ops.c ------------------------------------------------------------- */
 
@@ -150,6 +159,11 @@ int vk_type_of(cllm_type t);
 bool vk_has_work(const cllm_tensor *t);
 /* What supports_op answers: the device runs the node exactly so. */
 bool vk_op_supported(const vk_dev *v, const cllm_tensor *node);
+/* The most rows (elements along dimension 1) of t, with every other
+ * dimension whole, that one binding of at most maxStorageBufferRange bytes
+ * holds wherever it starts: t->ne[1] when the whole of t fits, 0 when not
+ * even one row does. */
+int64_t vk_window_rows(const vk_dev *v, const cllm_tensor *t);
 /* The pipeline, push constants (but the offsets) and grid of a node. */
 vk_pipe vk_node_dispatch(const cllm_tensor *node, vk_push *pc, uint32_t g[3]);
 

@@ -282,6 +282,7 @@ static bool device_init(vk_dev *v, VkPhysicalDevice pd, int index) {
     vkGetPhysicalDeviceProperties2(pd, &p2);
     v->subgroup_size = sg.subgroupSize;
     v->max_alloc = m3.maxMemoryAllocationSize;
+    vk_mem_init(v); /* and the test knobs (buffer.c) */
     v->software = v->props.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU;
     const char *why = NULL;
     const VkSubgroupFeatureFlags need =
@@ -485,6 +486,11 @@ static cllm_device *vk_reg_get_device(cllm_backend_reg *reg, int i) {
     return i >= 0 && i < g_vk.n_devices ? &g_vk.devs[i].dev : NULL;
 }
 
+static cllm_status vk_reg_set_params(cllm_backend_reg *reg, const char *params) {
+    CLLM_UNUSED(reg);
+    return vk_mem_set_params(g_vk.devs, g_vk.n_devices, params);
+}
+
 static cllm_backend_reg g_vk_reg = {
     CLLM_BACKEND_REG_ABI,
     .iface =
@@ -492,7 +498,7 @@ static cllm_backend_reg g_vk_reg = {
             .get_name = vk_reg_get_name,
             .get_device_count = vk_reg_get_device_count,
             .get_device = vk_reg_get_device,
-            .set_params = NULL, /* takes no options */
+            .set_params = vk_reg_set_params, /* test knobs of memory (buffer.c) */
         },
     .context = NULL,
 };

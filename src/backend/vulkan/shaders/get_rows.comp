@@ -9,7 +9,11 @@ void main() {
     uint n = pc.ne_d.x * pc.ne_d.y * pc.ne_d.z;
     if (i >= n) return;
     uint i0 = i % pc.ne_d.x, i1 = (i / pc.ne_d.x) % pc.ne_d.y, i2 = i / (pc.ne_d.x * pc.ne_d.y);
-    uint row = B[(pc.offs.y + i1 * pc.nb_b.x + i2 * pc.nb_b.y) >> 2];
+    // p.x: the first row of a bound (graph.c binds a matrix larger than a
+    // storage-buffer range in windows of rows, one dispatch each): the ids
+    // outside the window are another dispatch's
+    uint row = B[(pc.offs.y + i1 * pc.nb_b.x + i2 * pc.nb_b.y) >> 2] - pc.p.x;
+    if (row >= pc.ne_a.y) return;
     float x = load_a(type_a(), addr(pc.nb_a, pc.offs.x, 0u, row, i2, 0u), i0, pc.nb_a.x);
     D[addr(pc.nb_d, pc.offs.w, i0, i1, i2, 0u) >> 2] = floatBitsToUint(x);
 }

@@ -1085,7 +1085,8 @@ void cllm_sampler_reset(cllm_sampler *s);
  * JSON Schema to a GBNF grammar for the sampler (docs/grammar.md lists
  * what is supported): the NUL-terminated `schema_json` is parsed and the
  * grammar, whose start rule is "root", goes to *gbnf_out as a new string
- * (free()). The output is compact JSON: no whitespace between tokens.
+ * (free()). Between JSON tokens it allows one space, or a line end and up
+ * to 20 blanks of indent.
  * CLLM_ERR_FORMAT for text that is not JSON or a schema that is not valid
  * (the message says where); CLLM_ERR_UNSUPPORTED for a keyword or a value
  * this converter does not handle (the message names it: never ignored,

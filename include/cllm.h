@@ -933,10 +933,17 @@ cllm_memory_report cllm_session_memory_on(const cllm_session *s, const cllm_devi
  *   3. ignore_eos: the model's end-of-generation tokens are masked (-inf);
  *   4. repetition penalty over the last repeat_last_n accepted tokens,
  *      prompt and generated (l /= penalty if l > 0, else l *= penalty);
- *   5. greedy if temperature == 0 (largest logit, ties: lowest id; nothing
+ *   5. grammar (docs/grammar.md): tokens whose text cannot continue the
+ *      text accepted so far under `grammar` are masked, and the
+ *      end-of-generation tokens are allowed only where that text is a
+ *      complete sentence (and are all that is left where nothing else can
+ *      follow). The token is first drawn without the mask and kept when the
+ *      grammar allows it; else it is drawn again from the masked row (the
+ *      same distribution, for far less work);
+ *   6. greedy if temperature == 0 (largest logit, ties: lowest id; nothing
  *      below runs);
- *   6. top-k; temperature; softmax; top-p; min-p;
- *   7. one draw with the sampler's own PRNG (xoshiro256**, seeded from
+ *   7. top-k; temperature; softmax; top-p; min-p;
+ *   8. one draw with the sampler's own PRNG (xoshiro256**, seeded from
  *      `seed` through splitmix64).
  * A stage's result above the largest float is the largest float. Logits of
  * -inf are a valid mask; NaN or +inf are rejected.
@@ -980,6 +987,13 @@ typedef struct cllm_sampler_params {
     /* end-of-generation tokens are never sampled (stage 3); needs the
      * model's tokens: cllm_sampler_new_model. Default false */
     bool ignore_eos;
+    /* (optional) a GBNF grammar the generated text must follow (stage 5;
+     * docs/grammar.md; cllm_json_schema_to_grammar and cllm_json_grammar
+     * make some), NUL-terminated, compiled by cllm_sampler_new_model (the
+     * text is not kept); needs the model's tokens. NULL: off. Default NULL */
+    const char *grammar;
+    /* (optional) the start rule of `grammar`; NULL: "root". Default NULL */
+    const char *grammar_root;
 } cllm_sampler_params;
 
 /* One candidate of the final distribution (see cllm_sampler_probs). */
@@ -998,25 +1012,32 @@ cllm_sampler_params cllm_sampler_default_params(void);
  * Creates a sampler for rows of `n_vocab` logits with a copy of `*params`
  * (the logit_bias array included). Allocates all scratch memory (about 8
  * bytes per vocabulary entry plus the window, 8 more with a frequency or
- * presence penalty) here. Returns CLLM_OK and the sampler in *out (free it
- * with cllm_sampler_free); CLLM_ERR_INVALID_ARG (naming the field) if a
+ * presence penalty) here; the grammar stage's scratch grows with its stacks
+ * while sampling. Returns CLLM_OK and the sampler in *out (free it with
+ * cllm_sampler_free); CLLM_ERR_INVALID_ARG (naming the field) if a
  * parameter is out of range or not finite, a bias names a token out of
- * range or twice, ignore_eos is set (it needs cllm_sampler_new_model), or
- * n_vocab <= 0; CLLM_ERR_NOMEM. On failure *out is untouched. Thread-safe
- * (an independent object).
+ * range or twice, ignore_eos or a grammar is set (they need
+ * cllm_sampler_new_model), or n_vocab <= 0; CLLM_ERR_NOMEM. On failure
+ * *out is untouched. Thread-safe (an independent object).
  */
 cllm_status cllm_sampler_new(const cllm_sampler_params *params, int32_t n_vocab,
                              cllm_sampler **out);
 
 /* As cllm_sampler_new for the rows of model m's logits; with ignore_eos its
- * end-of-generation tokens (cllm_token_is_eog) are masked. CLLM_ERR_INVALID_ARG
- * too for ignore_eos with a model without a tokenizer. Thread-safe. */
+ * end-of-generation tokens (cllm_token_is_eog) are masked; with a grammar,
+ * it is compiled and the bytes of every token are laid out in a trie (a few
+ * milliseconds for 50,000 tokens). CLLM_ERR_INVALID_ARG too for ignore_eos
+ * or a grammar with a model without a tokenizer; CLLM_ERR_FORMAT for a
+ * grammar that does not parse (the message gives line, column and what was
+ * expected), CLLM_ERR_TOO_LARGE for one past the grammar's limits.
+ * Thread-safe. */
 cllm_status cllm_sampler_new_model(const cllm_sampler_params *params, const cllm_model *m,
                                    cllm_sampler **out);
 
 /* Checks `params` for rows of n_vocab logits as cllm_sampler_new does, without
  * making a sampler: CLLM_OK or CLLM_ERR_INVALID_ARG naming the field (the
- * ignore_eos rule aside). Thread-safe. */
+ * ignore_eos rule aside), or the grammar's error (it is compiled and
+ * dropped). Thread-safe. */
 cllm_status cllm_sampler_params_check(const cllm_sampler_params *params, int32_t n_vocab);
 
 /* NULL does nothing. */
@@ -1025,8 +1046,10 @@ void cllm_sampler_free(cllm_sampler *s);
 /*
  * Chooses one token from `logits` ([n_vocab], never modified) into
  * *out_token. Does not add it to the penalty window (cllm_sampler_accept
- * does). CLLM_ERR_INVALID_ARG if a logit is NaN or +inf, or all are -inf
- * (then nothing changes, PRNG included). Not thread-safe.
+ * does). CLLM_ERR_INVALID_ARG if a logit is NaN or +inf, or all are -inf,
+ * or no token can continue the grammar; CLLM_ERR_TOO_LARGE for a grammar
+ * that needs more parse stacks than its limit; CLLM_ERR_NOMEM (then nothing
+ * changes, PRNG included). Not thread-safe.
  */
 cllm_status cllm_sampler_sample(cllm_sampler *s, const float *logits, int32_t *out_token);
 
@@ -1040,10 +1063,12 @@ cllm_status cllm_sampler_sample(cllm_sampler *s, const float *logits, int32_t *o
 cllm_status cllm_sampler_probs(cllm_sampler *s, const float *logits, const cllm_sampler_cand **out,
                                int32_t *n_out);
 
-/* A generated token: appends `token` to the repetition window and counts
- * it for the frequency and presence penalties (call it for every generated
- * token). CLLM_ERR_INVALID_ARG for a token outside [0, n_vocab) (nothing
- * changes). Not thread-safe. */
+/* A generated token: appends `token` to the repetition window, counts
+ * it for the frequency and presence penalties and moves the grammar on by
+ * its text (call it for every generated token). CLLM_ERR_INVALID_ARG for a
+ * token outside [0, n_vocab), or one the grammar does not allow (an end
+ * token before the text is complete); CLLM_ERR_TOO_LARGE, CLLM_ERR_NOMEM
+ * from the grammar (nothing changes on failure). Not thread-safe. */
 cllm_status cllm_sampler_accept(cllm_sampler *s, int32_t token);
 
 /* Prompt tokens: appends tokens[0, n) to the repetition window only (the
@@ -1052,9 +1077,29 @@ cllm_status cllm_sampler_accept(cllm_sampler *s, int32_t token);
  * [0, n_vocab) (nothing changes). Not thread-safe. */
 cllm_status cllm_sampler_accept_prompt(cllm_sampler *s, const int32_t *tokens, size_t n);
 
-/* Empties the window and the counts and re-seeds the PRNG: as new. Not
- * thread-safe. */
+/* Empties the window and the counts, re-seeds the PRNG and puts the
+ * grammar back at its start: as new. Not thread-safe. */
 void cllm_sampler_reset(cllm_sampler *s);
+
+/*
+ * JSON Schema to a GBNF grammar for the sampler (docs/grammar.md lists
+ * what is supported): the NUL-terminated `schema_json` is parsed and the
+ * grammar, whose start rule is "root", goes to *gbnf_out as a new string
+ * (free()). Between JSON tokens it allows one space, or a line end and up
+ * to 20 blanks of indent.
+ * CLLM_ERR_FORMAT for text that is not JSON or a schema that is not valid
+ * (the message says where); CLLM_ERR_UNSUPPORTED for a keyword or a value
+ * this converter does not handle (the message names it: never ignored,
+ * since the output would not follow the schema); CLLM_ERR_TOO_LARGE past
+ * its limits; CLLM_ERR_NOMEM. On failure *gbnf_out is untouched.
+ * Thread-safe.
+ */
+cllm_status cllm_json_schema_to_grammar(const char *schema_json, char **gbnf_out);
+
+/* A GBNF grammar of JSON (RFC 8259): rule "root" is any object (what
+ * OpenAI's response_format json_object asks for), rule "value" any value.
+ * A constant string. Thread-safe. */
+const char *cllm_json_grammar(void);
 
 /* ======================================================================== */
 /* Generation                                                               */

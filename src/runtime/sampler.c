@@ -1,8 +1,9 @@
-/* Token sampling: logit bias, penalties, the end-token mask, greedy, top-k,
- * temperature, top-p, min-p. */
+/* Token sampling: logit bias, penalties, the end-token mask, the grammar,
+ * greedy, top-k, temperature, top-p, min-p. */
 #include "runtime/sampler.h"
 #include "core/hostmem.h"
 #include "runtime/model.h"
+#include "text/grammar.h"
 #include "text/tokenizer.h"
 
 #include <float.h>
@@ -36,8 +37,17 @@ struct cllm_sampler {
     int32_t *counts;
     int32_t *gen;
     int32_t n_gen;
-    /* (n_vocab) the row after stages 1-4; NULL when none of them can be on */
+    /* (n_vocab) the row after stages 1-5; NULL when none of them can be on */
     float *row;
+    /* the grammar stage, NULL when off: the compiled grammar, the state of
+     * the text generated so far, the vocabulary's pieces and trie, the mask
+     * ((n_vocab + 7) / 8 bits) and the end-of-generation ids (n_geog) */
+    cllm_grammar *grammar;
+    cllm_grammar_matcher *gm;
+    cllm_grammar_vocab *gvocab;
+    uint8_t *allowed;
+    int32_t *geog;
+    int32_t n_geog;
 };
 
 /* ---- PRNG: xoshiro256** (Blackman & Vigna), seeded through splitmix64 ---- */
@@ -87,6 +97,8 @@ cllm_sampler_params cllm_sampler_default_params(void) {
         .logit_bias = NULL,
         .n_logit_bias = 0,
         .ignore_eos = false,
+        .grammar = NULL,
+        .grammar_root = NULL,
     };
 }
 
@@ -158,7 +170,13 @@ static cllm_status validate_params(const cllm_sampler_params *p, int32_t n_vocab
 }
 
 cllm_status cllm_sampler_params_check(const cllm_sampler_params *p, int32_t n_vocab) {
-    return validate_params(p, n_vocab);
+    CLLM_TRY(validate_params(p, n_vocab));
+    if (p->grammar) { /* compiled and dropped: its errors come now */
+        cllm_grammar *g = NULL;
+        CLLM_TRY(cllm_grammar_parse(p->grammar, p->grammar_root, &g));
+        cllm_grammar_free(g);
+    }
+    return CLLM_OK;
 }
 
 /* ---- lifecycle ---- */
@@ -174,6 +192,16 @@ static cllm_status sampler_new(const cllm_sampler_params *params, int32_t n_voca
         return cllm_error(CLLM_ERR_INVALID_ARG,
                           "sampler: ignore_eos needs the model's end tokens "
                           "(cllm_sampler_new_model, with a model that has a tokenizer)");
+    }
+    if (params->grammar && !tok) {
+        return cllm_error(CLLM_ERR_INVALID_ARG,
+                          "sampler: a grammar needs the model's tokens "
+                          "(cllm_sampler_new_model, with a model that has a tokenizer)");
+    }
+    if (tok && params->grammar && cllm_tokenizer_n_vocab(tok) != n_vocab) {
+        return cllm_error(CLLM_ERR_INVALID_ARG,
+                          "sampler: the tokenizer has %d tokens, the logits %d: no grammar",
+                          cllm_tokenizer_n_vocab(tok), n_vocab);
     }
 
     size_t cand_bytes;
@@ -220,7 +248,25 @@ static cllm_status sampler_new(const cllm_sampler_params *params, int32_t n_voca
         s->gen = cllm_malloc((size_t)n_vocab * sizeof(int32_t));
         if (!s->counts || !s->gen) goto nomem;
     }
-    if (s->counts || s->eog || s->bias ||
+    s->params.grammar = NULL; /* the caller's text: s->grammar is what it compiled to */
+    s->params.grammar_root = NULL;
+    if (params->grammar) {
+        st = cllm_grammar_parse(params->grammar, params->grammar_root, &s->grammar);
+        if (st == CLLM_OK) st = cllm_grammar_matcher_new(s->grammar, &s->gm);
+        if (st == CLLM_OK) st = cllm_grammar_vocab_new(tok, &s->gvocab);
+        if (st != CLLM_OK) {
+            cllm_sampler_free(s);
+            return st;
+        }
+        s->allowed = cllm_malloc(((size_t)n_vocab + 7) / 8);
+        for (int32_t id = 0; id < n_vocab; id++) s->n_geog += cllm_tokenizer_is_eog(tok, id);
+        s->geog = cllm_malloc(((size_t)s->n_geog + 1) * sizeof(int32_t));
+        if (!s->allowed || !s->geog) goto nomem;
+        for (int32_t id = 0, k = 0; id < n_vocab; id++) {
+            if (cllm_tokenizer_is_eog(tok, id)) s->geog[k++] = id;
+        }
+    }
+    if (s->counts || s->eog || s->bias || s->grammar ||
         (params->repeat_penalty != 1.0f && params->repeat_last_n > 0)) {
         s->row = cllm_malloc((size_t)n_vocab * sizeof(float));
         if (!s->row) goto nomem;
@@ -255,6 +301,11 @@ void cllm_sampler_free(cllm_sampler *s) {
     cllm_free(s->counts);
     cllm_free(s->gen);
     cllm_free(s->row);
+    cllm_grammar_matcher_free(s->gm);
+    cllm_grammar_vocab_free(s->gvocab);
+    cllm_grammar_free(s->grammar);
+    cllm_free(s->allowed);
+    cllm_free(s->geog);
     cllm_free(s);
 }
 
@@ -265,6 +316,33 @@ void cllm_sampler_reset(cllm_sampler *s) {
     for (int32_t i = 0; i < s->n_gen; i++) s->counts[s->gen[i]] = 0;
     s->n_gen = 0;
     rng_seed(s->rng, s->params.seed);
+    if (s->gm) cllm_grammar_matcher_reset(s->gm);
+}
+
+/* Whether `id` is one of the end-of-generation tokens the grammar stage
+ * knows (few: a linear search). */
+static bool grammar_is_eog(const cllm_sampler *s, int32_t id) {
+    for (int32_t i = 0; i < s->n_geog; i++) {
+        if (s->geog[i] == id) return true;
+    }
+    return false;
+}
+
+/* Whether the grammar lets token `id` come next (*ok): an end token where
+ * the text so far is complete, another token when its bytes (not empty)
+ * can continue the text. */
+static cllm_status grammar_allows(cllm_sampler *s, int32_t id, bool *ok) {
+    if (grammar_is_eog(s, id)) {
+        *ok = cllm_grammar_matcher_done(s->gm);
+        return CLLM_OK;
+    }
+    size_t len;
+    const char *piece = cllm_grammar_vocab_piece(s->gvocab, id, &len);
+    if (len == 0) {
+        *ok = false;
+        return CLLM_OK;
+    }
+    return cllm_grammar_matcher_try(s->gm, piece, len, ok);
 }
 
 /* Appends `token` (in range) to the repetition window. */
@@ -281,6 +359,24 @@ cllm_status cllm_sampler_accept(cllm_sampler *s, int32_t token) {
     if (token < 0 || token >= s->n_vocab) {
         return cllm_error(CLLM_ERR_INVALID_ARG, "sampler: token %d out of range [0, %d)", token,
                           s->n_vocab);
+    }
+    if (s->gm) { /* first, so that a refused token changes nothing */
+        if (grammar_is_eog(s, token)) {
+            if (!cllm_grammar_matcher_done(s->gm)) {
+                return cllm_error(CLLM_ERR_INVALID_ARG,
+                                  "sampler: end token %d before the grammar is complete", token);
+            }
+        } else {
+            size_t len;
+            const char *piece = cllm_grammar_vocab_piece(s->gvocab, token, &len);
+            const cllm_status st =
+                len ? cllm_grammar_matcher_accept(s->gm, piece, len) : CLLM_ERR_INVALID_ARG;
+            if (st == CLLM_ERR_INVALID_ARG) {
+                return cllm_error(CLLM_ERR_INVALID_ARG,
+                                  "sampler: token %d cannot continue the grammar", token);
+            }
+            if (st != CLLM_OK) return st;
+        }
     }
     window_push(s, token);
     if (s->counts && s->counts[token]++ == 0) s->gen[s->n_gen++] = token;
@@ -519,11 +615,47 @@ static cllm_status argmax_plain(const float *logits, int32_t n_vocab, int32_t *o
 }
 
 /*
+ * Stage 5 on s->row: every token the grammar does not allow gets -inf (its
+ * logit checked first, as a mask must not hide a NaN or +inf). The end
+ * tokens keep their logits only where the text so far is complete.
+ */
+static cllm_status apply_grammar(cllm_sampler *s) {
+    int32_t n_allowed = 0;
+    CLLM_TRY(cllm_grammar_matcher_mask(s->gm, s->gvocab, s->allowed, &n_allowed));
+    const bool done = cllm_grammar_matcher_done(s->gm);
+    for (int32_t i = 0; i < s->n_geog; i++) { /* the end tokens by the rule above */
+        const int32_t id = s->geog[i];
+        if (done) {
+            s->allowed[id >> 3] |= (uint8_t)(1u << (id & 7));
+        } else {
+            s->allowed[id >> 3] &= (uint8_t) ~(1u << (id & 7));
+        }
+    }
+    float *row = s->row;
+    bool any = false;
+    for (int32_t i = 0; i < s->n_vocab; i++) {
+        if ((s->allowed[i >> 3] >> (i & 7)) & 1u) {
+            any = any || row[i] > -INFINITY;
+            continue;
+        }
+        if (is_bad(row[i])) return bad_logit(i, row[i]);
+        row[i] = -INFINITY;
+    }
+    if (!any) {
+        return cllm_error(CLLM_ERR_INVALID_ARG,
+                          "sampler: no token can continue the grammar here (%d allowed by the "
+                          "grammar, all masked before it)",
+                          n_allowed);
+    }
+    return CLLM_OK;
+}
+
+/*
  * Stages 1-7. On success c[0, *n_out) hold the surviving candidates with
  * positive weights (unnormalised) and *sum_out their sum, accumulated in
  * index order. Touches only the scratch array.
  */
-static cllm_status build_dist(cllm_sampler *s, const float *logits, int32_t *n_out,
+static cllm_status build_dist(cllm_sampler *s, const float *logits, bool masked, int32_t *n_out,
                               double *sum_out) {
     const cllm_sampler_params *prm = &s->params;
     cllm_sampler_cand *c = s->cand;
@@ -531,6 +663,11 @@ static cllm_status build_dist(cllm_sampler *s, const float *logits, int32_t *n_o
     const bool repeat = prm->repeat_penalty != 1.0f && s->window_len > 0;
     if (repeat || prm->n_logit_bias > 0 || s->n_eog > 0 || s->n_gen > 0) {
         CLLM_TRY(apply_stages(s, logits, repeat));
+        logits = s->row;
+    }
+    if (masked) {
+        if (logits != s->row) memcpy(s->row, logits, (size_t)n_vocab * sizeof(float));
+        CLLM_TRY(apply_grammar(s));
         logits = s->row;
     }
 
@@ -632,7 +769,7 @@ cllm_status cllm_sampler_probs(cllm_sampler *s, const float *logits, const cllm_
     CLLM_ASSERT(s != NULL && logits != NULL && out != NULL && n_out != NULL);
     int32_t n;
     double sum;
-    cllm_status st = build_dist(s, logits, &n, &sum);
+    cllm_status st = build_dist(s, logits, s->gm != NULL, &n, &sum);
     if (st != CLLM_OK) return st;
     for (int32_t i = 0; i < n; i++) s->cand[i].p = (float)(s->cand[i].p / sum);
     *out = s->cand;
@@ -640,29 +777,64 @@ cllm_status cllm_sampler_probs(cllm_sampler *s, const float *logits, const cllm_
     return CLLM_OK;
 }
 
-cllm_status cllm_sampler_sample(cllm_sampler *s, const float *logits, int32_t *out_token) {
-    CLLM_ASSERT(s != NULL && logits != NULL && out_token != NULL);
-    int32_t n;
-    double sum;
-    cllm_status st = build_dist(s, logits, &n, &sum);
-    if (st != CLLM_OK) return st;
+/* One token from c[0, n) of total weight `sum` (greedy: c[0]). */
+static int32_t draw(cllm_sampler *s, int32_t n, double sum) {
     const cllm_sampler_cand *c = s->cand;
-    if (s->params.temperature == 0.0f) {
-        *out_token = c[0].id;
-        return CLLM_OK;
-    }
+    if (s->params.temperature == 0.0f) return c[0].id;
     /* Inverse CDF, summing in the order build_dist summed, so the walk reaches
      * `sum` exactly; the fallback covers r rounding up to `sum`. */
     const double r = rng_uniform(s->rng) * sum;
     double cum = 0.0;
-    int32_t pick = c[n - 1].id;
     for (int32_t i = 0; i < n; i++) {
         cum += c[i].p;
-        if (r < cum) {
-            pick = c[i].id;
-            break;
+        if (r < cum) return c[i].id;
+    }
+    return c[n - 1].id;
+}
+
+/*
+ * With a grammar: the token is drawn as without one, and kept if the
+ * grammar allows it (one walk of its bytes), which is what a token of the
+ * best candidates usually is; only otherwise is the whole vocabulary masked
+ * (one walk of the trie) and the token drawn again from what the grammar
+ * allows. Drawing t unconstrained with probability p(t), keeping it when
+ * allowed and else drawing from the allowed set renormalised gives each
+ * allowed t exactly p(t) / P(allowed): the distribution the mask gives
+ * (before truncation: top-k, top-p and min-p apply to the row as it is).
+ */
+static cllm_status sample_grammar(cllm_sampler *s, const float *logits, int32_t *out_token) {
+    int32_t n;
+    double sum;
+    uint64_t rng[4];
+    memcpy(rng, s->rng, sizeof(rng));
+    cllm_status st = build_dist(s, logits, false, &n, &sum);
+    if (st == CLLM_OK) {
+        const int32_t pick = draw(s, n, sum);
+        bool ok = false;
+        st = grammar_allows(s, pick, &ok);
+        if (st == CLLM_OK && ok) {
+            *out_token = pick;
+            return CLLM_OK;
         }
     }
-    *out_token = pick;
+    if (st == CLLM_OK || st == CLLM_ERR_INVALID_ARG) { /* every logit -inf: the mask decides */
+        st = build_dist(s, logits, true, &n, &sum);
+    }
+    if (st != CLLM_OK) {
+        memcpy(s->rng, rng, sizeof(rng)); /* nothing changes on failure */
+        return st;
+    }
+    *out_token = draw(s, n, sum);
+    return CLLM_OK;
+}
+
+cllm_status cllm_sampler_sample(cllm_sampler *s, const float *logits, int32_t *out_token) {
+    CLLM_ASSERT(s != NULL && logits != NULL && out_token != NULL);
+    if (s->gm) return sample_grammar(s, logits, out_token);
+    int32_t n;
+    double sum;
+    cllm_status st = build_dist(s, logits, false, &n, &sum);
+    if (st != CLLM_OK) return st;
+    *out_token = draw(s, n, sum);
     return CLLM_OK;
 }

@@ -27,18 +27,25 @@
  *   4. repetition penalty: for every distinct token t among the last
  *      `repeat_last_n` accepted tokens (prompt and generated), l[t] /=
  *      penalty if l[t] > 0, else l[t] *= penalty;
- *   5. greedy: if temperature == 0, the token with the largest logit (ties: the
+ *   5. grammar: l[t] = -inf for every token t whose bytes cannot continue
+ *      the text accepted so far (text/grammar.h), and for the end tokens
+ *      unless that text is complete. Lazily: stages 6-12 run on the row
+ *      without it, and only when the grammar refuses the token they give
+ *      do they run again on the masked row (one walk of the vocabulary's
+ *      trie); the result has the masked row's distribution (see
+ *      sample_grammar in sampler.c);
+ *   6. greedy: if temperature == 0, the token with the largest logit (ties: the
  *      lowest id) is returned and nothing below runs;
- *   6. top-k: keep the k largest logits (ties broken by lowest id);
- *   7. temperature: l /= temperature;
- *   8. softmax: p[i] = exp(l[i] - max l) / sum_j exp(l[j] - max l);
- *   9. top-p (nucleus): sort by p descending (ties: lowest id first) and keep
+ *   7. top-k: keep the k largest logits (ties broken by lowest id);
+ *   8. temperature: l /= temperature;
+ *   9. softmax: p[i] = exp(l[i] - max l) / sum_j exp(l[j] - max l);
+ *  10. top-p (nucleus): sort by p descending (ties: lowest id first) and keep
  *      the shortest prefix whose cumulative probability reaches top_p;
- *  10. min-p: keep the tokens with p >= min_p * max p;
- *  11. draw one token from what is left, renormalised, with the sampler's
+ *  11. min-p: keep the tokens with p >= min_p * max p;
+ *  12. draw one token from what is left, renormalised, with the sampler's
  *      own PRNG (xoshiro256**, seeded from `seed` through splitmix64).
  *
- * Stages 1-4 work on a copy of the row (a memcpy, then only the tokens they
+ * Stages 1-5 work on a copy of the row (a memcpy, then only the tokens they
  * touch); a result above FLT_MAX becomes FLT_MAX.
  *
  * Logits of -inf are a valid mask (the token is never chosen). NaN or +inf

@@ -1,0 +1,370 @@
+/* Tests of GBNF grammars: the parser (good grammars, errors and their
+ * positions), the matcher on strings, the trie mask against a token by
+ * token check, and the sampler's grammar stage on real models. */
+#include "common/check.h"
+#include "common/json.h"
+#include "common/refs.h"
+#include "runtime/model.h"
+#include "text/grammar.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static void quiet_log(cllm_log_level level, const char *msg, void *user_data) {
+    (void)level;
+    (void)msg;
+    (void)user_data;
+}
+
+/* Whether `text` is a complete sentence (full), or only a prefix of one
+ * (prefix), or neither, under grammar g. */
+enum { NO = 0, PREFIX = 1, FULL = 2 };
+
+static int classify(const cllm_grammar *g, const char *text) {
+    cllm_grammar_matcher *m = NULL;
+    if (cllm_grammar_matcher_new(g, &m) != CLLM_OK) return -1;
+    const cllm_status st = cllm_grammar_matcher_accept(m, text, strlen(text));
+    int r = st != CLLM_OK ? NO : cllm_grammar_matcher_done(m) ? FULL : PREFIX;
+    cllm_grammar_matcher_free(m);
+    return r;
+}
+
+typedef struct str_case {
+    const char *text;
+    int want;
+} str_case;
+
+typedef struct grammar_case {
+    const char *gbnf;
+    str_case cases[12];
+} grammar_case;
+
+static const grammar_case k_good[] = {
+    {"root ::= \"yes\" | \"no\"",
+     {{"yes", FULL}, {"no", FULL}, {"ye", PREFIX}, {"", PREFIX}, {"yess", NO}, {"n o", NO}}},
+    /* comments, line breaks, groups, the next rule starting after a body */
+    {"# a comment\nroot ::= greeting ( \" \" name )? # trailing\n"
+     "greeting ::= \"hi\"\n  | \"hello\"\nname ::= [A-Z] [a-z]*\n",
+     {{"hi", FULL}, {"hello Bob", FULL}, {"hi B", FULL}, {"hi ", PREFIX}, {"hi b", NO}}},
+    /* repetitions */
+    {"root ::= \"a\"{2} \"b\"{1,3} \"c\"{2,} \"d\"+ \"e\"* \"f\"?",
+     {{"aabccd", FULL},
+      {"aabbbccccddeeef", FULL},
+      {"abccd", NO},
+      {"aabbbbccd", NO},
+      {"aabcd", NO},
+      {"aabcc", PREFIX},
+      {"aabccdff", NO}}},
+    {"root ::= ( \"ab\" | \"c\" ){0,2} \"!\"",
+     {{"!", FULL}, {"ab!", FULL}, {"cab!", FULL}, {"ccc!", NO}, {"a!", NO}}},
+    /* classes, negation, escapes */
+    {"root ::= [a-cx\\-] [^0-9\\n]",
+     {{"a!", FULL}, {"-z", FULL}, {"d!", NO}, {"b5", NO}, {"b\n", NO}}},
+    {"root ::= \"\\x41\\u00e9\\t\\\"\\\\\" [\\x30-\\x39]",
+     {{"A\xc3\xa9\t\"\\7", FULL}, {"A\xc3\xa9\t\"\\x", NO}}},
+    /* UTF-8: literal characters, ranges across encoding lengths, any char */
+    {"root ::= [\xce\xb1-\xcf\x89]+ \"\xe2\x82\xac\" .",
+     {{"\xce\xb1\xce\xb2\xe2\x82\xac\xf0\x9f\x98\x80", FULL},
+      {"\xce\xb1\xe2\x82\xac\x7f", FULL},
+      {"\xce\xb1\xe2\x82\xac\xf0\x9f", PREFIX},
+      {"\xce\xb1\xe2\x82", PREFIX},
+      {"a\xe2\x82\xac!", NO},
+      {"\xce\xb1\xe2\x82\xac\xed\xa0\x80", NO}, /* a surrogate is not a character */
+      {"\xce\xb1\xe2\x82\xac\xc0\x80", NO}}},   /* nor an overlong encoding */
+    {"root ::= [^a] [\\u0100-\\U0010FFFF]",
+     {{"b\xc4\x80", FULL},
+      {"\xe4\xb8\xad\xf4\x8f\xbf\xbf", FULL},
+      {"bz", NO},
+      {"a\xc4\x80", NO},
+      {"\xf4\x90\x80\x80\xc4\x80", NO}}},
+    /* right recursion and nesting */
+    {"root ::= list\nlist ::= \"(\" item* \")\"\nitem ::= [0-9] | list",
+     {{"()", FULL}, {"(1(2(3))())", FULL}, {"(1(2", PREFIX}, {"(1))", NO}}},
+    /* rules that can match nothing */
+    {"root ::= opt opt \"x\"\nopt ::= \"a\" | ",
+     {{"x", FULL}, {"ax", FULL}, {"aax", FULL}, {"aaax", NO}}},
+    /* an empty grammar body matches the empty text only */
+    {"root ::= \"\"", {{"", FULL}, {"a", NO}}},
+};
+
+static void test_good(void) {
+    for (size_t i = 0; i < CLLM_ARRAY_SIZE(k_good); i++) {
+        const grammar_case *gc = &k_good[i];
+        cllm_grammar *g = NULL;
+        const cllm_status st = cllm_grammar_parse(gc->gbnf, NULL, &g);
+        CHECKF(st == CLLM_OK, "grammar %zu: %s", i, cllm_last_error());
+        if (st != CLLM_OK) continue;
+        for (size_t k = 0; k < CLLM_ARRAY_SIZE(gc->cases) && gc->cases[k].text; k++) {
+            const int got = classify(g, gc->cases[k].text);
+            CHECKF(got == gc->cases[k].want, "grammar %zu, text \"%s\": got %d, want %d", i,
+                   gc->cases[k].text, got, gc->cases[k].want);
+        }
+        cllm_grammar_free(g);
+    }
+}
+
+typedef struct bad_case {
+    const char *gbnf;
+    cllm_status status;
+    const char *where; /* a substring of the message: the position */
+    const char *what;  /* and another: what was expected */
+} bad_case;
+
+static const bad_case k_bad[] = {
+    {"", CLLM_ERR_FORMAT, "line 1, column 1", "expected a rule"},
+    {"root = \"a\"", CLLM_ERR_FORMAT, "line 1, column 6", "'::='"},
+    {"root ::= \"a", CLLM_ERR_FORMAT, "line 1, column 12", "'\"' to close"},
+    {"root ::= \"a\"\n  x ::= [a-", CLLM_ERR_FORMAT, "line 2, column 12", "']' to close"},
+    {"root ::= ( \"a\" | \"b\"", CLLM_ERR_FORMAT, "line 1, column 21", "')' to close"},
+    {"root ::= \"a\" )", CLLM_ERR_FORMAT, "line 1, column 14", "'(' missing"},
+    {"root ::= \"\\q\"", CLLM_ERR_FORMAT, "line 1, column 12", "an escape"},
+    {"root ::= \"\\xZ1\"", CLLM_ERR_FORMAT, "line 1, column 13", "hexadecimal digit"},
+    {"root ::= [z-a]", CLLM_ERR_FORMAT, "line 1, column 11", "end is not below its start"},
+    {"root ::= \"a\"{3,2}", CLLM_ERR_FORMAT, "line 1, column 13", "m <= n"},
+    {"root ::= \"a\"{2", CLLM_ERR_FORMAT, "line 1, column 15", "'}'"},
+    {"root ::= \"a\" *+", CLLM_ERR_FORMAT, "line 1, column 15", "expected a rule name"},
+    {"root ::= \"a\" @", CLLM_ERR_FORMAT, "line 1, column 14", "expected a rule name"},
+    {"root ::= \"a\"{20000}", CLLM_ERR_TOO_LARGE, "repetition count", "10000"},
+    {"root ::= thing\n", CLLM_ERR_FORMAT, "line 1, column 10", "'thing' is used but not defined"},
+    {"root ::= \"a\"\nroot ::= \"b\"", CLLM_ERR_FORMAT, "line 2, column 1", "defined twice"},
+    {"start ::= \"a\"", CLLM_ERR_FORMAT, "no rule named 'root'", "start rule"},
+    {"root ::= root \"a\" | \"b\"", CLLM_ERR_FORMAT, "'root' is left-recursive", "reach itself"},
+    {"root ::= x\nx ::= y? x \"a\" | \"b\"\ny ::= \"c\"", CLLM_ERR_FORMAT, "'x' is left-recursive",
+     "reach itself"},
+    {"root ::= ( \"a\"? )*", CLLM_ERR_FORMAT, "'root' is left-recursive", "repetition"},
+    {"root ::= [^\\x00-\\U0010FFFF]", CLLM_ERR_FORMAT, "line 1, column 10", "matches some"},
+    {"root ::= \"\xff\"", CLLM_ERR_FORMAT, "line 1, column 11", "valid UTF-8"},
+};
+
+static void test_bad(void) {
+    for (size_t i = 0; i < CLLM_ARRAY_SIZE(k_bad); i++) {
+        const bad_case *bc = &k_bad[i];
+        cllm_grammar *g = NULL;
+        const cllm_status st = cllm_grammar_parse(bc->gbnf, NULL, &g);
+        const char *msg = cllm_last_error();
+        CHECKF(st == bc->status && g == NULL, "bad grammar %zu: status %d", i, (int)st);
+        CHECKF(strstr(msg, bc->where) && strstr(msg, bc->what),
+               "bad grammar %zu: message \"%s\" lacks \"%s\" or \"%s\"", i, msg, bc->where,
+               bc->what);
+        cllm_grammar_free(g);
+    }
+    /* another start rule */
+    cllm_grammar *g = NULL;
+    CHECK(cllm_grammar_parse("a ::= \"x\"\nb ::= a a", "b", &g) == CLLM_OK);
+    CHECK(g && classify(g, "xx") == FULL && classify(g, "x") == PREFIX);
+    cllm_grammar_free(g);
+}
+
+/* Ambiguity that doubles the stacks at every byte is stopped at the cap,
+ * and the matcher is unchanged after the failure. */
+static void test_limits(void) {
+    cllm_grammar *g = NULL;
+    CHECK(cllm_grammar_parse("root ::= \"a\" root \"b\" | \"a\" root \"c\" | \"\"", NULL, &g) ==
+          CLLM_OK);
+    if (!g) return;
+    cllm_grammar_matcher *m = NULL;
+    CHECK(cllm_grammar_matcher_new(g, &m) == CLLM_OK);
+    if (m) {
+        CHECK(cllm_grammar_matcher_accept(m, "aaaa", 4) == CLLM_OK);
+        char many[64];
+        memset(many, 'a', sizeof(many));
+        CHECK(cllm_grammar_matcher_accept(m, many, sizeof(many)) == CLLM_ERR_TOO_LARGE);
+        CHECK(strstr(cllm_last_error(), "parse stacks") != NULL);
+        CHECK(cllm_grammar_matcher_accept(m, "bcbc", 4) == CLLM_OK && cllm_grammar_matcher_done(m));
+        cllm_grammar_matcher_reset(m);
+        CHECK(!cllm_grammar_matcher_done(m) || true);
+        bool ok = false;
+        CHECK(cllm_grammar_matcher_try(m, "ab", 2, &ok) == CLLM_OK && ok);
+        CHECK(cllm_grammar_matcher_try(m, "abb", 3, &ok) == CLLM_OK && !ok);
+    }
+    cllm_grammar_matcher_free(m);
+    cllm_grammar_free(g);
+}
+
+/* The JSON grammar on valid and invalid documents. */
+static void test_json_grammar(void) {
+    cllm_grammar *g = NULL, *gv = NULL;
+    CHECK(cllm_grammar_parse(cllm_json_grammar(), NULL, &g) == CLLM_OK);
+    CHECK(cllm_grammar_parse(cllm_json_grammar(), "value", &gv) == CLLM_OK);
+    if (!g || !gv) return;
+    static const str_case objects[] = {
+        {"{}", FULL},
+        {"{\"a\": 1, \"b\": [true, false, null, -0.5e+3, \"x\\n\\u00e9\"]}", FULL},
+        {"{\n  \"a\": {\"b\": {}}\n}", FULL},
+        {"{\"a\": 01}", NO},
+        {"{\"a\" 1}", NO},
+        {"{\"a\": [1,]}", NO},
+        {"{\"a\": \"\x01\"}", NO},
+        {"[1]", NO},
+        {"{\"a\": 1", PREFIX},
+    };
+    for (size_t i = 0; i < CLLM_ARRAY_SIZE(objects); i++) {
+        CHECKF(classify(g, objects[i].text) == objects[i].want, "json %s", objects[i].text);
+    }
+    CHECK(classify(gv, "[1, \"a\"]") == FULL && classify(gv, "-12") == FULL);
+    CHECK(classify(gv, "\"unterminated") == PREFIX && classify(gv, "tru") == PREFIX);
+    cllm_grammar_free(g);
+    cllm_grammar_free(gv);
+}
+
+/* The trie mask equals a token-by-token check, along a text of the grammar
+ * (the states between its tokens). */
+static void check_mask(const cllm_tokenizer *tok, const char *gbnf, const char *text) {
+    cllm_grammar *g = NULL;
+    cllm_grammar_vocab *v = NULL;
+    cllm_grammar_matcher *m = NULL;
+    if (cllm_grammar_parse(gbnf, NULL, &g) != CLLM_OK ||
+        cllm_grammar_vocab_new(tok, &v) != CLLM_OK || cllm_grammar_matcher_new(g, &m) != CLLM_OK) {
+        CHECKF(false, "check_mask: %s", cllm_last_error());
+        goto done;
+    }
+    const int32_t n = cllm_tokenizer_n_vocab(tok);
+    uint8_t *mask = calloc(((size_t)n + 7) / 8, 1);
+    const size_t len = strlen(text);
+    int bad = 0, states = 0;
+    for (size_t pos = 0; pos <= len; pos += 1 + pos % 3) {
+        int32_t n_allowed = -1, want = 0;
+        CHECK(cllm_grammar_matcher_mask(m, v, mask, &n_allowed) == CLLM_OK);
+        for (int32_t id = 0; id < n; id++) {
+            size_t pl;
+            const char *piece = cllm_grammar_vocab_piece(v, id, &pl);
+            bool ok = false;
+            if (pl > 0 && cllm_grammar_matcher_try(m, piece, pl, &ok) != CLLM_OK) bad++;
+            want += ok;
+            if (ok != (bool)((mask[id >> 3] >> (id & 7)) & 1)) bad++;
+        }
+        CHECKF(n_allowed == want, "mask count %d, want %d", n_allowed, want);
+        states++;
+        const size_t step = pos + 1 + pos % 3 <= len ? 1 + pos % 3 : len - pos;
+        if (step == 0) break;
+        CHECK(cllm_grammar_matcher_accept(m, text + pos, step) == CLLM_OK);
+    }
+    CHECKF(bad == 0, "%d tokens differ between the mask and the check over %d states", bad, states);
+    free(mask);
+done:
+    cllm_grammar_matcher_free(m);
+    cllm_grammar_vocab_free(v);
+    cllm_grammar_free(g);
+}
+
+static void test_masks(const cllm_model *model) {
+    const cllm_tokenizer *tok = model->tok;
+    check_mask(tok, cllm_json_grammar(),
+               "{\"name\": \"Caf\xc3\xa9 \\\"x\\\"\", \"n\": [1.5, -2e3, true],\n  \"o\": {}}");
+    check_mask(tok, "root ::= [\xce\xb1-\xcf\x89 ]+ \"!\"", "\xce\xb1\xce\xb2 \xce\xb3!");
+    check_mask(tok, "root ::= \"yes\" | \"no\"", "yes");
+}
+
+/* Greedy and seeded generation under `gbnf` with a chat prompt; the text
+ * (NUL-terminated) into out. Returns the stop reason, or -1 on failure. */
+static int generate(const cllm_model *m, const char *gbnf, const char *question, float temp,
+                    uint64_t seed, int max_tokens, char *out, size_t cap) {
+    out[0] = '\0';
+    cllm_chat_msg msg = {"user", question};
+    char *prompt = NULL;
+    cllm_chat_style style;
+    int32_t ids[1024];
+    size_t n = 0;
+    int reason = -1;
+    cllm_session *s = NULL;
+    cllm_sampler *smp = NULL;
+    cllm_generate_result res = {0};
+    cllm_sampler_params sp = cllm_sampler_default_params();
+    sp.temperature = temp;
+    sp.seed = seed;
+    sp.grammar = gbnf;
+    cllm_session_params ssp = cllm_session_default_params();
+    ssp.n_ctx = 1024;
+    if (cllm_chat_apply(m, NULL, &msg, 1, true, &prompt, NULL, &style) != CLLM_OK ||
+        cllm_tokenize(m, prompt, strlen(prompt), !cllm_chat_style_has_bos_text(style), true, ids,
+                      CLLM_ARRAY_SIZE(ids), &n) != CLLM_OK ||
+        cllm_session_new(m, &ssp, &s) != CLLM_OK ||
+        cllm_sampler_new_model(&sp, m, &smp) != CLLM_OK ||
+        cllm_generate(s, smp, ids, n, max_tokens, NULL, NULL, &res) != CLLM_OK) {
+        CHECKF(false, "generate: %s", cllm_last_error());
+        goto done;
+    }
+    size_t len = 0;
+    if (cllm_detokenize(m, res.ids, res.n_ids, 0, out, cap - 1, &len) != CLLM_OK) len = 0;
+    out[len < cap ? len : cap - 1] = '\0';
+    reason = (int)res.stop;
+done:
+    cllm_generate_result_free(&res);
+    cllm_sampler_free(smp);
+    cllm_session_free(s);
+    free(prompt);
+    return reason;
+}
+
+static void test_generation(const cllm_model *m) {
+    char out[4096];
+    for (int seed = 0; seed < 4; seed++) {
+        const int r = generate(m, "root ::= \"yes\" | \"no\"", "Is the sky blue? Answer yes or no.",
+                               seed == 0 ? 0.0f : 1.0f, (uint64_t)seed, 16, out, sizeof(out));
+        CHECKF(r == CLLM_STOP_EOG && (!strcmp(out, "yes") || !strcmp(out, "no")),
+               "seed %d: \"%s\" (stop %d)", seed, out, r);
+    }
+    /* JSON objects for several seeds, parsed by the tests' reader */
+    const int n_seeds = CHECK_SANITIZED ? 2 : 5;
+    for (int seed = 0; seed < n_seeds; seed++) {
+        const int r = generate(m, cllm_json_grammar(),
+                               "Describe a cat as a JSON object with its name, age and colour.",
+                               seed == 0 ? 0.0f : 0.8f, (uint64_t)seed, 200, out, sizeof(out));
+        if (getenv("TEST_GRAMMAR_SHOW")) fprintf(stderr, "seed %d: %s\n", seed, out);
+        json *doc = r == CLLM_STOP_EOG ? json_parse(out) : NULL;
+        CHECKF(doc && doc->kind == JSON_OBJ, "seed %d: stop %d, not a JSON object: %s", seed, r,
+               out);
+        json_free(doc);
+    }
+    /* a grammar error comes back from the sampler, with the position */
+    cllm_sampler_params sp = cllm_sampler_default_params();
+    sp.grammar = "root ::= \"a\" | (";
+    cllm_sampler *smp = NULL;
+    CHECK(cllm_sampler_new_model(&sp, m, &smp) == CLLM_ERR_FORMAT && smp == NULL);
+    CHECK(strstr(cllm_last_error(), "line 1, column 17") != NULL);
+    CHECK(cllm_sampler_params_check(&sp, cllm_model_n_vocab(m)) == CLLM_ERR_FORMAT);
+    CHECK(cllm_sampler_new(&sp, cllm_model_n_vocab(m), &smp) == CLLM_ERR_INVALID_ARG);
+    /* accept refuses what the grammar does not allow, and changes nothing */
+    sp.grammar = "root ::= \"yes\" | \"no\"";
+    sp.temperature = 0;
+    CHECK(cllm_sampler_new_model(&sp, m, &smp) == CLLM_OK);
+    if (smp) {
+        int32_t y[4], no[4];
+        size_t ny = 0, nn = 0;
+        CHECK(cllm_tokenize(m, "yes", 3, false, false, y, 4, &ny) == CLLM_OK && ny >= 1);
+        CHECK(cllm_tokenize(m, "no", 2, false, false, no, 4, &nn) == CLLM_OK && nn >= 1);
+        CHECK(cllm_sampler_accept(smp, no[0]) == CLLM_OK);
+        CHECK(cllm_sampler_accept(smp, y[0]) == CLLM_ERR_INVALID_ARG);
+        /* only end tokens are left, whatever the logits */
+        const int64_t nv = cllm_model_n_vocab(m);
+        float *logits = calloc((size_t)nv, sizeof(float));
+        logits[y[0]] = 100.0f;
+        int32_t id = -1;
+        CHECK(nn == 1 && cllm_sampler_sample(smp, logits, &id) == CLLM_OK &&
+              cllm_token_is_eog(m, id));
+        cllm_sampler_reset(smp);
+        CHECK(cllm_sampler_sample(smp, logits, &id) == CLLM_OK && id == y[0]);
+        free(logits);
+    }
+    cllm_sampler_free(smp);
+}
+
+int main(void) {
+    cllm_log_set(quiet_log, NULL);
+    test_good();
+    test_bad();
+    test_limits();
+    test_json_grammar();
+    char path[4096];
+    if (refs_fetch_model("smollm2", path, sizeof(path))) {
+        cllm_model *m = NULL;
+        if (cllm_model_load(path, NULL, &m) != CLLM_OK) {
+            CHECKF(false, "load %s: %s", path, cllm_last_error());
+        } else {
+            test_masks(m);
+            test_generation(m);
+        }
+        cllm_model_free(m);
+    }
+    return check_summary("test_grammar");
+}

@@ -296,7 +296,7 @@ static jv percent_format(jj_ev *ev, const jj_node *at, jv fmt, jj_args *a) {
     return jv_str(b.p, b.n);
 }
 
-static jv html_escape(jj_ev *ev, jv s) {
+jv jj_html_escape(jj_ev *ev, jv s) {
     jj_buf b = {0};
     jj_buf_put(S(ev), &b, "", 0);
     for (size_t i = 0; i < s.s.n; i++) {
@@ -383,6 +383,7 @@ static jv get_path(jj_ev *ev, const jj_node *at, jv item, jv path) {
 /* ---- filters ---- */
 
 static jv f_tojson(jj_ev *ev, const jj_node *at, jv v, jj_args *a) {
+    (void)at;
     const jv ind = arg_or(a, 0, "indent", jv_none());
     int indent = -1;
     if (ind.k == JV_INT) indent = (int)(ind.i < 0 ? 0 : ind.i > 64 ? 64 : ind.i);
@@ -393,13 +394,10 @@ static jv f_tojson(jj_ev *ev, const jj_node *at, jv v, jj_args *a) {
         item_sep = jv_str_copy(S(ev), seps.l->v[0].s.p, seps.l->v[0].s.n).s.p;
         key_sep = jv_str_copy(S(ev), seps.l->v[1].s.p, seps.l->v[1].s.n).s.p;
     }
-    if (arg_bool(a, SIZE_MAX, "ensure_ascii", false)) {
-        fail(ev, at, "tojson(ensure_ascii=True) is not supported");
-    }
     jj_buf b = {0};
     jj_buf_put(S(ev), &b, "", 0);
-    jv_write_json(S(ev), &b, v, indent, arg_bool(a, SIZE_MAX, "sort_keys", false), item_sep,
-                  key_sep, 0);
+    jv_write_json(S(ev), &b, v, indent, arg_bool(a, SIZE_MAX, "sort_keys", false),
+                  arg_bool(a, SIZE_MAX, "ensure_ascii", false), item_sep, key_sep, 0);
     return jv_str(b.p, b.n);
 }
 
@@ -407,16 +405,20 @@ static int64_t length_of(jj_ev *ev, const jj_node *at, jv v) {
     switch (v.k) {
     case JV_UNDEF: return 0;
     case JV_STR: return (int64_t)jj_utf8_len(v.s.p, v.s.n);
-    case JV_LIST: return (int64_t)v.l->n;
+    case JV_LIST:
+        if (v.l->view == JV_VIEW_GENERATOR || v.l->view == JV_VIEW_REVERSED) break;
+        return (int64_t)v.l->n;
     case JV_DICT: return (int64_t)v.d->n;
-    default: fail(ev, at, "object of type '%s' has no len()", jv_kind_name(v));
+    default: break;
     }
+    fail(ev, at, "object of type '%s' has no len()", jv_kind_name(v));
 }
 
-static jv items_of(jj_ev *ev, const jj_node *at, jv v) {
+static jv items_of(jj_ev *ev, const jj_node *at, jv v, jv_view view) {
     if (v.k == JV_UNDEF) return jv_new_list(S(ev), 0);
     if (v.k != JV_DICT || v.d->ns) fail(ev, at, "can only get item pairs from a mapping");
     jv out = jv_new_list(S(ev), v.d->n);
+    out.l->view = view;
     for (size_t i = 0; i < v.d->n; i++) {
         jv pair = jv_new_list(S(ev), 2);
         pair.l->tuple = true;
@@ -429,7 +431,8 @@ static jv items_of(jj_ev *ev, const jj_node *at, jv v) {
 
 /* select / reject / selectattr / rejectattr */
 static jv select_items(jj_ev *ev, const jj_node *at, jv v, jj_args *a, bool by_attr, bool keep) {
-    const jv_list *items = jj_iterate(ev, at, v);
+    /* Jinja2 iterates only a true value: none selects nothing */
+    const jv_list *items = jv_truthy(v) ? jj_iterate(ev, at, v) : jv_new_list(S(ev), 0).l;
     size_t first = 0;
     jv attr = jv_none();
     if (by_attr) {
@@ -451,12 +454,14 @@ static jv select_items(jj_ev *ev, const jj_node *at, jv v, jj_args *a, bool by_a
         const bool ok = test ? jj_test(ev, at, test, x, &targs) : jv_truthy(x);
         if (ok == keep) jv_list_push(S(ev), out.l, items->v[i]);
     }
+    out.l->view = JV_VIEW_GENERATOR;
     return out;
 }
 
 static jv f_map(jj_ev *ev, jj_frame *f, const jj_node *at, jv v, jj_args *a) {
-    const jv_list *items = jj_iterate(ev, at, v);
+    const jv_list *items = jv_truthy(v) ? jj_iterate(ev, at, v) : jv_new_list(S(ev), 0).l;
     jv out = jv_new_list(S(ev), items->n);
+    out.l->view = JV_VIEW_GENERATOR;
     jv *attr = jj_arg(a, SIZE_MAX, "attribute");
     if (attr) {
         const jv dflt = arg_or(a, SIZE_MAX, "default", jv_undef(NULL));
@@ -605,6 +610,7 @@ static jv f_unique(jj_ev *ev, const jj_node *at, jv v, jj_args *a) {
         jv_list_push(S(ev), seen.l, k);
         jv_list_push(S(ev), out.l, items->v[i]);
     }
+    out.l->view = JV_VIEW_GENERATOR;
     return out;
 }
 
@@ -625,7 +631,7 @@ static jv f_dictsort(jj_ev *ev, const jj_node *at, jv v, jj_args *a) {
     const bool cs = arg_bool(a, 0, "case_sensitive", false);
     const jv by = arg_or(a, 1, "by", jv_cstr("key"));
     const bool reverse = arg_bool(a, 2, "reverse", false);
-    jv pairs = items_of(ev, at, v);
+    jv pairs = items_of(ev, at, v, JV_VIEW_NONE);
     const int pos = streq(by, "key") ? 0 : streq(by, "value") ? 1 : -1;
     if (pos < 0) fail(ev, at, "You can only sort by either \"key\" or \"value\"");
     sort_ctx c = {.ev = ev, .at = at, .case_sensitive = cs};
@@ -672,7 +678,11 @@ bool jj_filter_exists(const char *name) {
 #define IS(s) (strcmp(name, (s)) == 0)
 
 jv jj_filter(jj_ev *ev, jj_frame *f, const jj_node *at, const char *name, jv v, jj_args *a) {
-    if (IS("safe")) return v;
+    if (IS("safe")) {
+        v = jv_to_str(S(ev), v);
+        v.safe = true;
+        return v;
+    }
     if (IS("tojson")) return f_tojson(ev, at, v, a);
     if (IS("length") || IS("count")) return jv_int(length_of(ev, at, v));
     if (IS("trim")) return strip(jv_to_str(S(ev), v), arg_or(a, 0, "chars", jv_none()), true, true);
@@ -683,7 +693,7 @@ jv jj_filter(jj_ev *ev, jj_frame *f, const jj_node *at, const char *name, jv v, 
         if (v.k == JV_UNDEF || (boolean && !jv_truthy(v))) return dflt;
         return v;
     }
-    if (IS("items")) return items_of(ev, at, v);
+    if (IS("items")) return items_of(ev, at, v, JV_VIEW_GENERATOR);
     if (IS("join")) return f_join(ev, at, v, a);
     if (IS("upper")) return map_case(ev, jv_to_str(S(ev), v), 1);
     if (IS("lower")) return map_case(ev, jv_to_str(S(ev), v), 0);
@@ -724,6 +734,7 @@ jv jj_filter(jj_ev *ev, jj_frame *f, const jj_node *at, const char *name, jv v, 
         const jv_list *items = jj_iterate(ev, at, v);
         jv out = jv_new_list(S(ev), items->n);
         for (size_t i = items->n; i-- > 0;) jv_list_push(S(ev), out.l, items->v[i]);
+        out.l->view = JV_VIEW_REVERSED;
         return out;
     }
     if (IS("int")) return to_int(ev, v, arg_or(a, 0, "default", jv_int(0)));
@@ -738,7 +749,12 @@ jv jj_filter(jj_ev *ev, jj_frame *f, const jj_node *at, const char *name, jv v, 
     if (IS("sort")) return f_sort(ev, at, v, a);
     if (IS("dictsort")) return f_dictsort(ev, at, v, a);
     if (IS("indent")) return f_indent(ev, v, a);
-    if (IS("e") || IS("escape") || IS("forceescape")) return html_escape(ev, jv_to_str(S(ev), v));
+    if (IS("e") || IS("escape") || IS("forceescape")) {
+        if (v.k == JV_STR && v.safe && !IS("forceescape")) return v;
+        v = jj_html_escape(ev, jv_to_str(S(ev), v));
+        v.safe = true;
+        return v;
+    }
     if (IS("min") || IS("max")) return f_minmax(ev, at, v, a, IS("max"));
     if (IS("sum")) {
         const jv_list *items = jj_iterate(ev, at, v);
@@ -776,6 +792,7 @@ jv jj_filter(jj_ev *ev, jj_frame *f, const jj_node *at, const char *name, jv v, 
         for (int64_t i = 0; i < pad - left; i++) jj_buf_put(S(ev), &b, " ", 1);
         return jv_str(b.p, b.n);
     }
+    if (!jj_filter_exists(name)) fail(ev, at, "no filter named '%s'", name);
     fail(ev, at, "the filter '%s' is not supported", name);
 }
 
@@ -823,6 +840,7 @@ bool jj_test(jj_ev *ev, const jj_node *at, const char *name, jv v, jj_args *a) {
         if (v.k != JV_INT && v.k != JV_BOOL) fail(ev, at, "odd/even needs an integer");
         return (ival(v) % 2 != 0) == IS("odd");
     }
+    if (!jj_test_exists(name)) fail(ev, at, "no test named '%s'", name);
     if (IS("escaped") || IS("filter") || IS("test")) {
         if (IS("filter"))
             return v.k == JV_STR && jj_filter_exists(jv_str_copy(S(ev), v.s.p, v.s.n).s.p);
@@ -979,9 +997,10 @@ jv jj_method(jj_ev *ev, const jj_node *at, jv v, const char *name, jj_args *a, b
             jv *x = jv_dict_get(v.d, a->pos[0]);
             return x ? *x : arg_or(a, 1, "default", jv_none());
         }
-        if (IS("items")) return items_of(ev, at, v);
+        if (IS("items")) return items_of(ev, at, v, JV_VIEW_ITEMS);
         if (IS("keys") || IS("values")) {
             jv out = jv_new_list(S(ev), v.d->n);
+            out.l->view = IS("keys") ? JV_VIEW_KEYS : JV_VIEW_VALUES;
             for (size_t i = 0; i < v.d->n; i++) {
                 jv_list_push(S(ev), out.l, IS("keys") ? v.d->keys[i] : v.d->vals[i]);
             }

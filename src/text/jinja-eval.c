@@ -81,7 +81,7 @@ jv jj_getitem(jj_ev *ev, const jj_node *at, jv obj, jv key) {
     if (obj.k == JV_DICT) {
         jv *v = jv_dict_get(obj.d, key);
         if (v) return *v;
-    } else if (obj.k == JV_LIST) {
+    } else if (obj.k == JV_LIST && obj.l->view == JV_VIEW_NONE) {
         int64_t i = as_index(key, &ok);
         if (ok) {
             if (i < 0) i += (int64_t)obj.l->n;
@@ -172,6 +172,7 @@ int jj_compare(jj_ev *ev, const jj_node *at, jv a, jv b) {
 static jv concat_str(jj_ev *ev, jv a, jv b) {
     a = jv_to_str(ev->st, a);
     b = jv_to_str(ev->st, b);
+    a.safe = b.safe = false;
     if (b.s.n == 0) return a;
     if (a.s.n == 0) return b;
     if (a.s.n + b.s.n > JJ_MAX_OUTPUT) {
@@ -297,8 +298,15 @@ static jv binop(jj_ev *ev, const jj_node *at, int op, jv a, jv b) {
         }
         fail(ev, at, "integer overflow in '%s'", k_op_names[op]);
     }
-    if (op == OP_ADD && a.k == JV_STR && b.k == JV_STR) return concat_str(ev, a, b);
-    if (op == OP_ADD && a.k == JV_LIST && b.k == JV_LIST) {
+    if (op == OP_ADD && a.k == JV_STR && b.k == JV_STR) {
+        if (!a.safe && !b.safe) return concat_str(ev, a, b);
+        /* Markup + str escapes the str, and the sum is Markup */
+        jv r =
+            concat_str(ev, a.safe ? a : jj_html_escape(ev, a), b.safe ? b : jj_html_escape(ev, b));
+        r.safe = true;
+        return r;
+    }
+    if (op == OP_ADD && a.k == JV_LIST && b.k == JV_LIST && !a.l->view && !b.l->view) {
         jv l = jv_new_list(ev->st, a.l->n + b.l->n);
         for (size_t i = 0; i < a.l->n; i++) jv_list_push(ev->st, l.l, a.l->v[i]);
         for (size_t i = 0; i < b.l->n; i++) jv_list_push(ev->st, l.l, b.l->v[i]);
@@ -357,7 +365,7 @@ static void slice_indices(jj_ev *ev, const jj_node *at, jv vs, jv ve, jv vstep, 
 static jv slice(jj_ev *ev, const jj_node *at, jv obj, jv vs, jv ve, jv vstep) {
     if (obj.k == JV_UNDEF) undefined_error(ev, at, obj);
     int64_t s, e, stp;
-    if (obj.k == JV_LIST) {
+    if (obj.k == JV_LIST && obj.l->view == JV_VIEW_NONE) {
         slice_indices(ev, at, vs, ve, vstep, (int64_t)obj.l->n, &s, &e, &stp);
         jv l = jv_new_list(ev->st, 0);
         for (int64_t i = s; stp > 0 ? i < e : i > e; i += stp) {

@@ -70,6 +70,7 @@ typedef struct jv_func jv_func;
 
 typedef struct jv {
     jv_kind k;
+    bool safe; /* a string marked safe (Jinja2's Markup): `+` escapes plain strings joined to it */
     union {
         bool b;
         int64_t i;
@@ -84,10 +85,23 @@ typedef struct jv {
     };
 } jv;
 
+/* What Python object a list stands for where it is not a list: Jinja2's
+ * filters return generators and dict methods views, which print, index and
+ * convert to JSON differently (`| list` makes a list of any). */
+typedef enum jv_view {
+    JV_VIEW_NONE = 0,
+    JV_VIEW_GENERATOR,
+    JV_VIEW_REVERSED,
+    JV_VIEW_ITEMS,
+    JV_VIEW_KEYS,
+    JV_VIEW_VALUES,
+} jv_view;
+
 struct jv_list {
     jv *v;
     size_t n, cap;
     bool tuple; /* printed as (a, b) */
+    jv_view view;
 };
 
 struct jv_dict {
@@ -184,10 +198,10 @@ void jv_write_repr(jj_state *st, jj_buf *b, jv v);
 jv jv_to_str(jj_state *st, jv v);
 /* Python's repr of a float ("1.0", "1e+16", "inf"). */
 void jj_format_double(char *out, size_t cap, double f);
-/* json.dumps(v, ensure_ascii=False, indent=indent (<0: none), sort_keys);
+/* json.dumps(v, ensure_ascii=ascii, indent=indent (<0: none), sort_keys);
  * separators NULL for the default. Fails on values JSON cannot hold. */
-void jv_write_json(jj_state *st, jj_buf *b, jv v, int indent, bool sort_keys, const char *item_sep,
-                   const char *key_sep, int depth);
+void jv_write_json(jj_state *st, jj_buf *b, jv v, int indent, bool sort_keys, bool ascii,
+                   const char *item_sep, const char *key_sep, int depth);
 /* Parses JSON text into a value. */
 jv jv_parse_json(jj_state *st, const char *text, size_t n);
 
@@ -311,6 +325,8 @@ jv jj_getitem(jj_ev *ev, const jj_node *at, jv obj, jv key);
 jv_list *jj_iterate(jj_ev *ev, const jj_node *at, jv v);
 /* Python's <: -1, 0, 1; fails for values of kinds that do not compare. */
 int jj_compare(jj_ev *ev, const jj_node *at, jv a, jv b);
+/* HTML-escapes a string as markupsafe does (& < > " '). */
+jv jj_html_escape(jj_ev *ev, jv s);
 /* A positional or keyword argument: a->pos[i], else the keyword `name`, else NULL. */
 jv *jj_arg(jj_args *a, size_t i, const char *name);
 

@@ -599,7 +599,7 @@ static jj_node *parse_filter(parser *P, jj_node *input, size_t at) {
     f->a = input;
     const size_t name_at = cur(P)->at;
     f->name = dotted_name(P);
-    if (!jj_filter_exists(f->name)) jj_fail_at(P->st, name_at, "no filter named '%s'", f->name);
+    f->at = name_at;
     if (is_op(cur(P), "(")) parse_call_args(P, f);
     return f;
 }
@@ -620,7 +620,7 @@ static jj_node *parse_filter_expr(parser *P, jj_node *n) {
             }
             const size_t name_at = cur(P)->at;
             x->name = dotted_name(P);
-            if (!jj_test_exists(x->name)) jj_fail_at(P->st, name_at, "no test named '%s'", x->name);
+            x->at = name_at;
             tok *a = cur(P);
             if (is_op(a, "(")) {
                 parse_call_args(P, x);
@@ -1032,9 +1032,47 @@ static jj_node *parse_body(parser *P, const char *const *ends) {
     return body;
 }
 
+/*
+ * Jinja2 refuses a template that names an unknown filter or test when it
+ * compiles it, except inside an if statement or an inline if (its "soft"
+ * frames, which a loop, macro or block inside them leaves): there the error
+ * waits until the filter runs. `soft` follows the same rule.
+ */
+static void check_names(jj_state *st, const jj_node *n, bool soft) {
+    if (!n) return;
+    if (n->type == E_FILTER && !soft && !jj_filter_exists(n->name)) {
+        jj_fail_at(st, n->at, "no filter named '%s'", n->name);
+    }
+    if (n->type == E_TEST && !soft && !jj_test_exists(n->name)) {
+        jj_fail_at(st, n->at, "no test named '%s'", n->name);
+    }
+    bool kids_soft = soft, body_soft = soft;
+    switch (n->type) {
+    case N_IF:
+    case E_COND: kids_soft = body_soft = true; break;
+    case N_FOR:
+    case N_MACRO:
+    case N_CALLBLOCK:
+    case N_FILTERBLOCK:
+    case N_SETBLOCK: body_soft = false; break;
+    default: break;
+    }
+    const bool for_inner = n->type == N_FOR;
+    check_names(st, n->a, kids_soft);
+    check_names(st, n->b, kids_soft);
+    check_names(st, n->c, for_inner ? body_soft : kids_soft);
+    check_names(st, n->d, n->type == E_SLICE ? kids_soft : body_soft);
+    check_names(st, n->e, body_soft);
+    for (size_t i = 0; i < n->n_kids; i++) {
+        check_names(st, n->kids[i], n->type == N_MACRO ? body_soft : kids_soft);
+    }
+}
+
 jj_node *jj_parse(jj_state *st, const char *src, size_t n) {
     lexer L = {.st = st, .s = src, .n = n};
     lex(&L);
     parser P = {.st = st, .t = L.toks};
-    return parse_body(&P, NULL);
+    jj_node *body = parse_body(&P, NULL);
+    check_names(st, body, false);
+    return body;
 }

@@ -238,7 +238,15 @@ const char *jv_kind_name(jv v) {
     case JV_INT: return "int";
     case JV_FLOAT: return "float";
     case JV_STR: return "str";
-    case JV_LIST: return v.l->tuple ? "tuple" : "list";
+    case JV_LIST:
+        switch (v.l->view) {
+        case JV_VIEW_GENERATOR: return "generator";
+        case JV_VIEW_REVERSED: return "list_reverseiterator";
+        case JV_VIEW_ITEMS: return "dict_items";
+        case JV_VIEW_KEYS: return "dict_keys";
+        case JV_VIEW_VALUES: return "dict_values";
+        default: return v.l->tuple ? "tuple" : "list";
+        }
     case JV_DICT: return v.d->ns ? "Namespace" : "dict";
     case JV_FUNC: return "function";
     }
@@ -253,7 +261,8 @@ bool jv_truthy(jv v) {
     case JV_INT: return v.i != 0;
     case JV_FLOAT: return v.f != 0.0;
     case JV_STR: return v.s.n != 0;
-    case JV_LIST: return v.l->n != 0;
+    case JV_LIST:
+        return v.l->view == JV_VIEW_GENERATOR || v.l->view == JV_VIEW_REVERSED || v.l->n != 0;
     case JV_DICT: return v.d->ns || v.d->n != 0;
     case JV_FUNC: return true;
     }
@@ -415,6 +424,11 @@ static void write_value(jj_state *st, jj_buf *b, jv v, bool repr, int depth) {
         }
         return;
     case JV_LIST:
+        if (v.l->view == JV_VIEW_GENERATOR || v.l->view == JV_VIEW_REVERSED) {
+            jj_buf_printf(st, b, "<%s object>", jv_kind_name(v));
+            return;
+        }
+        if (v.l->view) jj_buf_printf(st, b, "%s(", jv_kind_name(v));
         jj_buf_puts(st, b, v.l->tuple ? "(" : "[");
         for (size_t i = 0; i < v.l->n; i++) {
             if (i) jj_buf_puts(st, b, ", ");
@@ -422,6 +436,7 @@ static void write_value(jj_state *st, jj_buf *b, jv v, bool repr, int depth) {
         }
         if (v.l->tuple && v.l->n == 1) jj_buf_puts(st, b, ",");
         jj_buf_puts(st, b, v.l->tuple ? ")" : "]");
+        if (v.l->view) jj_buf_puts(st, b, ")");
         return;
     case JV_DICT:
         if (v.d->ns) {
@@ -459,7 +474,22 @@ jv jv_to_str(jj_state *st, jv v) {
 
 /* ---- JSON out ---- */
 
-static void json_quote(jj_state *st, jj_buf *b, const char *p, size_t n) {
+/* The code point of the UTF-8 sequence at p[*i] (advancing *i); bytes that
+ * are not UTF-8 come out one by one as themselves. */
+static uint32_t utf8_next(const char *p, size_t n, size_t *i) {
+    const unsigned char c = (unsigned char)p[*i];
+    const size_t len = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC0 ? 2 : 1;
+    if (len == 1 || *i + len > n) {
+        (*i)++;
+        return c;
+    }
+    uint32_t cp = c & (0x3F >> (len - 1));
+    for (size_t k = 1; k < len; k++) cp = (cp << 6) | ((unsigned char)p[*i + k] & 0x3F);
+    *i += len;
+    return cp;
+}
+
+static void json_quote(jj_state *st, jj_buf *b, const char *p, size_t n, bool ascii) {
     jj_buf_put(st, b, "\"", 1);
     size_t run = 0;
     for (size_t i = 0; i < n; i++) {
@@ -480,6 +510,20 @@ static void json_quote(jj_state *st, jj_buf *b, const char *p, size_t n) {
                 esc = hex;
             }
         }
+        if (!esc && ascii && c >= 0x80) { /* ensure_ascii: \uXXXX, pairs above U+FFFF */
+            jj_buf_put(st, b, p + run, i - run);
+            size_t j = i;
+            const uint32_t cp = utf8_next(p, n, &j);
+            if (cp >= 0x10000) {
+                jj_buf_printf(st, b, "\\u%04x\\u%04x", 0xD800 + ((cp - 0x10000) >> 10),
+                              0xDC00 + ((cp - 0x10000) & 0x3FF));
+            } else {
+                jj_buf_printf(st, b, "\\u%04x", cp);
+            }
+            run = j;
+            i = j - 1;
+            continue;
+        }
         if (esc) {
             jj_buf_put(st, b, p + run, i - run);
             jj_buf_puts(st, b, esc);
@@ -495,8 +539,8 @@ static void json_newline(jj_state *st, jj_buf *b, int indent, int depth) {
     for (int i = 0; i < indent * depth; i++) jj_buf_put(st, b, " ", 1);
 }
 
-void jv_write_json(jj_state *st, jj_buf *b, jv v, int indent, bool sort_keys, const char *item_sep,
-                   const char *key_sep, int depth) {
+void jv_write_json(jj_state *st, jj_buf *b, jv v, int indent, bool sort_keys, bool ascii,
+                   const char *item_sep, const char *key_sep, int depth) {
     char num[40];
     if (!item_sep) item_sep = indent >= 0 ? "," : ", ";
     if (!key_sep) key_sep = ": ";
@@ -515,8 +559,9 @@ void jv_write_json(jj_state *st, jj_buf *b, jv v, int indent, bool sort_keys, co
             jj_buf_puts(st, b, num);
         }
         return;
-    case JV_STR: json_quote(st, b, v.s.p, v.s.n); return;
+    case JV_STR: json_quote(st, b, v.s.p, v.s.n, ascii); return;
     case JV_LIST:
+        if (v.l->view) break;
         if (v.l->n == 0) {
             jj_buf_puts(st, b, "[]");
             return;
@@ -525,7 +570,7 @@ void jv_write_json(jj_state *st, jj_buf *b, jv v, int indent, bool sort_keys, co
         for (size_t i = 0; i < v.l->n; i++) {
             if (i) jj_buf_puts(st, b, item_sep);
             if (indent >= 0) json_newline(st, b, indent, depth + 1);
-            jv_write_json(st, b, v.l->v[i], indent, sort_keys, item_sep, key_sep, depth + 1);
+            jv_write_json(st, b, v.l->v[i], indent, sort_keys, ascii, item_sep, key_sep, depth + 1);
         }
         if (indent >= 0) json_newline(st, b, indent, depth);
         jj_buf_puts(st, b, "]");
@@ -561,16 +606,16 @@ void jv_write_json(jj_state *st, jj_buf *b, jv v, int indent, bool sort_keys, co
             if (i) jj_buf_puts(st, b, item_sep);
             if (indent >= 0) json_newline(st, b, indent, depth + 1);
             if (k.k == JV_STR) {
-                json_quote(st, b, k.s.p, k.s.n);
+                json_quote(st, b, k.s.p, k.s.n, ascii);
             } else if (k.k == JV_INT || k.k == JV_FLOAT || k.k == JV_BOOL || k.k == JV_NONE) {
                 jj_buf now = {0};
-                jv_write_json(st, &now, k, -1, false, NULL, NULL, depth + 1);
-                json_quote(st, b, now.p, now.n);
+                jv_write_json(st, &now, k, -1, false, ascii, NULL, NULL, depth + 1);
+                json_quote(st, b, now.p, now.n, ascii);
             } else {
                 jj_fail(st, CLLM_ERR_FORMAT, "tojson: keys must be str, int, float, bool or None");
             }
             jj_buf_puts(st, b, key_sep);
-            jv_write_json(st, b, v.d->vals[order[i]], indent, sort_keys, item_sep, key_sep,
+            jv_write_json(st, b, v.d->vals[order[i]], indent, sort_keys, ascii, item_sep, key_sep,
                           depth + 1);
         }
         if (indent >= 0) json_newline(st, b, indent, depth);

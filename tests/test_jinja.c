@@ -12,6 +12,7 @@
  */
 #include "common/check.h"
 #include "core/hostmem.h"
+#include "text/chat.h"
 #include "text/jinja.h"
 
 #include <stdio.h>
@@ -262,6 +263,73 @@ static void test_out_of_memory(void) {
     CHECK(failures > 0);
 }
 
+/* SmolLM2-Instruct's template and Gemma 3's (as Google ships it, abridged of
+ * its image handling) through Jinja give what the built-in styles give. */
+static void test_chat_templates(void) {
+    static const char k_smollm2[] =
+        "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}"
+        "{{ '<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging "
+        "Face<|im_end|>\n' }}{% endif %}{{'<|im_start|>' + message['role'] + '\n' + "
+        "message['content'] + '<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}"
+        "{{ '<|im_start|>assistant\n' }}{% endif %}";
+    static const char k_gemma3[] =
+        "{{ bos_token }}\n{%- if messages[0]['role'] == 'system' -%}\n    {%- set "
+        "first_user_prefix = messages[0]['content'] + '\\n\\n' -%}\n    {%- set loop_messages = "
+        "messages[1:] -%}\n{%- else -%}\n    {%- set first_user_prefix = \"\" -%}\n    {%- set "
+        "loop_messages = messages -%}\n{%- endif -%}\n{%- for message in loop_messages -%}\n    "
+        "{%- if (message['role'] == 'user') != (loop.index0 % 2 == 0) -%}\n        {{ "
+        "raise_exception(\"Conversation roles must alternate user/assistant/user/assistant/...\") "
+        "}}\n    {%- endif -%}\n    {%- if (message['role'] == 'assistant') -%}\n        {%- set "
+        "role = \"model\" -%}\n    {%- else -%}\n        {%- set role = message['role'] -%}\n    "
+        "{%- endif -%}\n    {{ '<start_of_turn>' + role + '\\n' + (first_user_prefix if "
+        "loop.first else \"\") }}\n    {%- if message['content'] is string -%}\n        {{ "
+        "message['content'] | trim }}\n    {%- endif -%}\n    {{ '<end_of_turn>\\n' }}\n{%- "
+        "endfor -%}\n{%- if add_generation_prompt -%}\n    {{'<start_of_turn>model\\n'}}\n{%- "
+        "endif -%}\n";
+    const cllm_chat_msg conv[] = {
+        {"system", "Be brief."}, {"user", " Hi! "}, {"assistant", "Hello."}, {"user", "Bye"}};
+    for (int gen = 0; gen <= 1; gen++) {
+        for (size_t first = 0; first <= 1; first++) {
+            const cllm_chat_msg *m = conv + first;
+            const size_t n = CLLM_ARRAY_SIZE(conv) - first;
+            char *a = NULL, *b = NULL;
+            CHECK(cllm_chat_render_template(k_gemma3, m, n, gen, "<bos>", "<eos>", &a, NULL) ==
+                  CLLM_OK);
+            CHECK(cllm_chat_render_alloc(CLLM_CHAT_STYLE_GEMMA, m, n, gen, &b, NULL) == CLLM_OK);
+            CHECKF(a && b && strcmp(a, b) == 0, "gemma3 gen %d:\n[%s]\n[%s]", gen, a, b);
+            cllm_free(a);
+            cllm_free(b);
+            /* SmolLM2 adds its default system prompt when there is none */
+            cllm_chat_msg with_sys[4];
+            size_t k = 0;
+            if (first)
+                with_sys[k++] = (cllm_chat_msg){"system", "You are a helpful AI assistant "
+                                                          "named SmolLM, trained by Hugging "
+                                                          "Face"};
+            for (size_t i = 0; i < n; i++) with_sys[k++] = m[i];
+            CHECK(cllm_chat_render_template(k_smollm2, m, n, gen, "<|im_start|>", "<|im_end|>", &a,
+                                            NULL) == CLLM_OK);
+            CHECK(cllm_chat_render_alloc(CLLM_CHAT_STYLE_CHATML, with_sys, k, gen, &b, NULL) ==
+                  CLLM_OK);
+            CHECKF(a && b && strcmp(a, b) == 0, "smollm2 gen %d:\n[%s]\n[%s]", gen, a, b);
+            cllm_free(a);
+            cllm_free(b);
+        }
+    }
+    /* Gemma's template refuses roles out of turn, with its message */
+    const cllm_chat_msg bad[] = {{"user", "a"}, {"user", "b"}};
+    char *out = NULL;
+    CHECK(cllm_chat_render_template(k_gemma3, bad, 2, true, "<bos>", "", &out, NULL) ==
+          CLLM_ERR_FORMAT);
+    CHECK(out == NULL && strstr(cllm_last_error(), "roles must alternate") != NULL);
+    /* the public entry, with a JSON context */
+    CHECK(cllm_chat_template_render("{{ messages[0].content }}{{ x }}",
+                                    "{\"messages\": [{\"content\": \"a\"}], \"x\": 1}", &out,
+                                    NULL) == CLLM_OK);
+    CHECK(out && strcmp(out, "a1") == 0);
+    cllm_free(out);
+}
+
 static char *read_file(const char *path) {
     FILE *f = fopen(path, "rb");
     if (!f) return NULL;
@@ -311,5 +379,6 @@ int main(int argc, char **argv) {
     test_filters_tests_methods();
     test_errors();
     test_out_of_memory();
+    test_chat_templates();
     return check_summary("test_jinja");
 }

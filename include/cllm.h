@@ -637,11 +637,12 @@ bool cllm_token_add_bos(const cllm_model *m);
 
 /*
  * A conversation becomes prompt text in the format the model was trained
- * on. The library does not run Jinja: it recognises the family of the
- * file's tokenizer.chat_template by distinctive markers and renders that
- * family in C, as Hugging Face's apply_chat_template would (with the
- * generation prompt): chatml (SmolLM2, Qwen2), llama2, llama3, gemma, zephyr,
- * phi3.
+ * on. The file's tokenizer.chat_template is rendered by the library's Jinja
+ * interpreter, as Hugging Face's apply_chat_template would (with the
+ * generation prompt; docs/chat-templates.md). Its family is recognised by
+ * distinctive markers too: chatml (SmolLM2, Qwen2), llama2, llama3, gemma,
+ * zephyr, phi3. The family's format, rendered in C, serves files without a
+ * template, a style named by the caller, and templates that fail.
  *
  *     cllm_chat_msg msgs[] = {{"user", "Hi!"}};
  *     char *text;
@@ -651,11 +652,11 @@ bool cllm_token_add_bos(const cllm_model *m);
  *     ... generate until an EOG token ...
  *     free(text);
  *
- * Known differences from the reference templates: Llama 3.1's date header
- * is not reproduced; tool calls and multi-part contents are not supported.
- * Contents are copied verbatim: a user who types "<|im_end|>" gets that text,
- * and tokenizing without parse_special keeps it from becoming a control
- * token (tokenize user text on its own if that matters).
+ * Known differences of the built-in styles from the reference templates:
+ * Llama 3.1's date header is not reproduced; tool calls and multi-part
+ * contents are not supported. Contents are copied verbatim: a user who types "<|im_end|>" gets that
+ * text, and tokenizing without parse_special keeps it from becoming a control token (tokenize user
+ * text on its own if that matters).
  */
 typedef enum cllm_chat_style {
     CLLM_CHAT_STYLE_CHATML = 0,
@@ -679,9 +680,17 @@ typedef struct cllm_chat_msg {
  * if `add_assistant_prompt`, the opening of the assistant's turn. The style
  * is the one of the model's template, or the one named by `style_name`
  * ("chatml", "llama2", "llama3", "gemma", "zephyr", "phi3") when it is not NULL;
- * it goes to *style_out (may be NULL). When the messages have no system
- * message and a ChatML template carries a default one (SmolLM2, Qwen2.5), it
- * is inserted first, as the template would.
+ * it goes to *style_out (may be NULL). Without style_name, the file's
+ * template itself is rendered (Jinja) with `messages`, `add_generation_prompt`,
+ * `bos_token` and `eos_token`; the text then starts with the BOS token's
+ * text when cllm_chat_style_has_bos_text(*style_out) says so (it is added
+ * if missing, and a bos_token the template printed is removed when the
+ * style says no). When that render fails (the template
+ * raises, e.g. on a system message it refuses), a warning names why and
+ * the style's built-in format is rendered instead. In the built-in formats,
+ * when the messages have no system message and a ChatML template carries a
+ * default one (SmolLM2, Qwen2.5), it is inserted first, as the template
+ * would.
  *
  * Returns CLLM_OK; CLLM_ERR_INVALID_ARG when the model has no template and
  * no style is named, or for broken rules (n >= 1, known roles, non-NULL
@@ -692,6 +701,26 @@ typedef struct cllm_chat_msg {
 cllm_status cllm_chat_apply(const cllm_model *m, const char *style_name, const cllm_chat_msg *msgs,
                             size_t n, bool add_assistant_prompt, char **out, size_t *out_len,
                             cllm_chat_style *style_out);
+
+/*
+ * Renders the Jinja chat template `template_src` with the variables of
+ * `context_json`, a JSON object (NULL for none), e.g.
+ *     {"messages": [{"role": "user", "content": "Hi"}], "tools": [...],
+ *      "add_generation_prompt": true, "bos_token": "<s>", "eos_token": "</s>"}
+ * where messages are OpenAI's (content a string or a list of parts,
+ * tool_calls with arguments as objects, tool_call_id, name) and any other
+ * member is one more variable (e.g. "enable_thinking": false). Renders as
+ * Hugging Face's apply_chat_template (jinja2 with trim_blocks and
+ * lstrip_blocks; raise_exception; strftime_now at the current local time).
+ * Into a new string *out (free()) of length *out_len (may be NULL).
+ * CLLM_ERR_FORMAT for a syntax error (with line and column), an error while
+ * rendering or raise_exception (its message), all in cllm_last_error();
+ * CLLM_ERR_TOO_LARGE past the interpreter's bounds (memory, steps, output,
+ * nesting); CLLM_ERR_INVALID_ARG for a NULL template or out; CLLM_ERR_NOMEM.
+ * Outputs untouched on failure. Thread-safe.
+ */
+cllm_status cllm_chat_template_render(const char *template_src, const char *context_json,
+                                      char **out, size_t *out_len);
 
 /* The model's tokenizer.chat_template (Jinja source), or NULL. */
 const char *cllm_model_chat_template(const cllm_model *m);

@@ -168,6 +168,69 @@ bool cllm_token_add_bos(const cllm_model *m) { return m->tok && cllm_tokenizer_a
 
 /* ---- chat -------------------------------------------------------------- */
 
+/* A new NUL-terminated copy of token id's text, or "" for none; NULL out of memory. */
+static char *token_text_dup(const cllm_model *m, int32_t id) {
+    size_t len = 0;
+    const char *t = m->tok && id >= 0 ? cllm_tokenizer_token_text(m->tok, id, &len) : NULL;
+    if (!t) len = 0;
+    char *s = cllm_malloc(len + 1);
+    if (!s) return NULL;
+    if (len) memcpy(s, t, len);
+    s[len] = '\0';
+    return s;
+}
+
+/*
+ * Renders the file's template with the messages, then keeps the promise of
+ * cllm_chat_style_has_bos_text(style): the text starts with the BOS token's
+ * text when the style says so, and a BOS the template printed (bos_token)
+ * goes when it does not (callers tokenize with add_special only then), so
+ * a template that prints bos_token and one that leaves it to the tokenizer
+ * both give one BOS.
+ */
+static cllm_status apply_template(const cllm_model *m, const char *tmpl, cllm_chat_style style,
+                                  const cllm_chat_msg *msgs, size_t n, bool gen, char **out,
+                                  size_t *out_len) {
+    char *bos = token_text_dup(m, m->tok ? cllm_tokenizer_bos(m->tok) : -1);
+    char *eos = token_text_dup(m, m->tok ? cllm_tokenizer_eos(m->tok) : -1);
+    char *text = NULL;
+    size_t len = 0;
+    cllm_status st = CLLM_OK;
+    if (!bos || !eos) {
+        st = cllm_error(CLLM_ERR_NOMEM, "chat: out of host memory");
+        goto done;
+    }
+    st = cllm_chat_render_template(tmpl, msgs, n, gen, bos, eos, &text, &len);
+    if (st != CLLM_OK) goto done;
+    const size_t bl = strlen(bos);
+    const bool has = bl && len >= bl && memcmp(text, bos, bl) == 0;
+    const bool want = cllm_chat_style_has_bos_text(style) && bl;
+    /* only a BOS the template printed goes: SmolLM2's BOS is "<|im_start|>" */
+    if (has && !want && strstr(tmpl, "bos_token")) {
+        memmove(text, text + bl, len - bl + 1);
+        len -= bl;
+    } else if (!has && want) {
+        char *t = cllm_malloc(len + bl + 1);
+        if (!t) {
+            st = cllm_error(CLLM_ERR_NOMEM, "chat: out of host memory");
+            goto done;
+        }
+        memcpy(t, bos, bl);
+        memcpy(t + bl, text, len + 1);
+        cllm_free(text);
+        text = t;
+        len += bl;
+    }
+    *out = text;
+    text = NULL;
+    if (out_len) *out_len = len;
+done:
+    cllm_free(text);
+    cllm_free(bos);
+    cllm_free(eos);
+    return st;
+}
+
 cllm_status cllm_chat_apply(const cllm_model *m, const char *style_name, const cllm_chat_msg *msgs,
                             size_t n, bool add_assistant_prompt, char **out, size_t *out_len,
                             cllm_chat_style *style_out) {
@@ -193,6 +256,19 @@ cllm_status cllm_chat_apply(const cllm_model *m, const char *style_name, const c
         CLLM_TRY(cllm_chat_style_detect(tmpl, &style));
     }
     if (!msgs || n == 0) return cllm_error(CLLM_ERR_INVALID_ARG, "chat: no messages");
+
+    /* the file's own template, through the Jinja interpreter */
+    if (!style_name && tmpl && *tmpl) {
+        cllm_status jst =
+            apply_template(m, tmpl, style, msgs, n, add_assistant_prompt, out, out_len);
+        if (jst == CLLM_OK) {
+            if (style_out) *style_out = style;
+            return CLLM_OK;
+        }
+        if (jst == CLLM_ERR_NOMEM) return jst;
+        CLLM_LOG_WARN("%s: the chat template failed (%s); rendering the built-in %s format instead",
+                      m->path, cllm_last_error(), cllm_chat_style_name(style));
+    }
 
     /* the template's default system message, when the conversation has none */
     bool has_system = false;

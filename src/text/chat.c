@@ -1,6 +1,7 @@
 /* Chat templates: family detection and rendering of conversations. */
 #include "text/chat.h"
 #include "core/hostmem.h"
+#include "text/jinja.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -478,4 +479,66 @@ cllm_status cllm_chat_render_alloc(cllm_chat_style style, const cllm_chat_msg *m
     *out = text;
     if (out_len) *out_len = len;
     return CLLM_OK;
+}
+
+/* ---- the file's own template (Jinja) ---- */
+
+/* Appends the NUL-terminated `s` to a cllm_realloc'd buffer. */
+static cllm_status append(char **buf, size_t *len, size_t *cap, const char *s) {
+    const size_t n = strlen(s);
+    if (*len + n + 1 > *cap) {
+        size_t c = *cap ? *cap : 256;
+        while (c < *len + n + 1) c *= 2;
+        char *nb = cllm_realloc(*buf, c);
+        if (!nb) return cllm_error(CLLM_ERR_NOMEM, "chat: out of host memory");
+        *buf = nb;
+        *cap = c;
+    }
+    memcpy(*buf + *len, s, n + 1);
+    *len += n;
+    return CLLM_OK;
+}
+
+cllm_status cllm_chat_render_template(const char *template_src, const cllm_chat_msg *msgs, size_t n,
+                                      bool add_generation_prompt, const char *bos_token,
+                                      const char *eos_token, char **out, size_t *out_len) {
+    CLLM_ASSERT(template_src != NULL && out != NULL);
+    if (n > 0 && !msgs) return cllm_error(CLLM_ERR_INVALID_ARG, "chat: no messages");
+    for (size_t i = 0; i < n; i++) {
+        if (!msgs[i].role || !msgs[i].content) {
+            return cllm_error(CLLM_ERR_INVALID_ARG, "chat: message %zu has no role or content", i);
+        }
+    }
+    /* the context as JSON: {"messages": [...], "add_generation_prompt": .., ...} */
+    char *ctx = NULL;
+    size_t len = 0, cap = 0;
+    cllm_status st = append(&ctx, &len, &cap, "{\"messages\": [");
+    for (size_t i = 0; i < n && st == CLLM_OK; i++) {
+        if (i) st = append(&ctx, &len, &cap, ", ");
+        if (st == CLLM_OK) st = append(&ctx, &len, &cap, "{\"role\": ");
+        if (st == CLLM_OK) st = cllm_jinja_json_quote(&ctx, &len, &cap, msgs[i].role);
+        if (st == CLLM_OK) st = append(&ctx, &len, &cap, ", \"content\": ");
+        if (st == CLLM_OK) st = cllm_jinja_json_quote(&ctx, &len, &cap, msgs[i].content);
+        if (st == CLLM_OK) st = append(&ctx, &len, &cap, "}");
+    }
+    if (st == CLLM_OK) {
+        st = append(&ctx, &len, &cap,
+                    add_generation_prompt ? "], \"add_generation_prompt\": true, \"bos_token\": "
+                                          : "], \"add_generation_prompt\": false, \"bos_token\": ");
+    }
+    if (st == CLLM_OK) st = cllm_jinja_json_quote(&ctx, &len, &cap, bos_token ? bos_token : "");
+    if (st == CLLM_OK) st = append(&ctx, &len, &cap, ", \"eos_token\": ");
+    if (st == CLLM_OK) st = cllm_jinja_json_quote(&ctx, &len, &cap, eos_token ? eos_token : "");
+    if (st == CLLM_OK) st = append(&ctx, &len, &cap, "}");
+    if (st == CLLM_OK) st = cllm_jinja_render(template_src, ctx, 0, out, out_len);
+    cllm_free(ctx);
+    return st;
+}
+
+cllm_status cllm_chat_template_render(const char *template_src, const char *context_json,
+                                      char **out, size_t *out_len) {
+    if (!template_src || !out) {
+        return cllm_error(CLLM_ERR_INVALID_ARG, "chat: no template or no output to render to");
+    }
+    return cllm_jinja_render(template_src, context_json, 0, out, out_len);
 }

@@ -22,9 +22,12 @@
  *     cllm_free(text);
  *     cllm_free(def_sys);
  *
- * The library does not run Jinja. It recognises a template's family by
- * distinctive substrings and renders that family's format in C, reproducing
- * what the reference template renders (Hugging Face apply_chat_template with
+ * A file's own template is rendered by the Jinja interpreter (jinja.h,
+ * cllm_chat_render_template). The styles below are the fallback for files
+ * without one, for a style named by the caller, and for a template that
+ * fails: a template's family is recognised by distinctive substrings and
+ * that family's format is rendered in C, reproducing what the reference
+ * template renders (Hugging Face apply_chat_template with
  * add_generation_prompt):
  *
  *   chatml  (SmolLM2, Qwen2, ...)  no BOS in the text
@@ -71,5 +74,19 @@
 #include "core/common.h"
 
 /* The chat API is public (cllm.h); the renderers are chat.c. */
+
+/*
+ * Renders msgs[0, n) with the file's own template (Jinja source) through
+ * the interpreter of jinja.h: the context holds `messages` (role and
+ * content of each), `add_generation_prompt`, `bos_token` and `eos_token`
+ * (the texts of those tokens, "" when NULL). Into a new string *out
+ * (cllm_free) of length *out_len (may be NULL). CLLM_ERR_FORMAT when the
+ * template fails (a syntax error, raise_exception, ...), CLLM_ERR_TOO_LARGE,
+ * CLLM_ERR_NOMEM, CLLM_ERR_INVALID_ARG for a message without role or
+ * content; outputs untouched on failure. Thread-safe.
+ */
+cllm_status cllm_chat_render_template(const char *template_src, const cllm_chat_msg *msgs, size_t n,
+                                      bool add_generation_prompt, const char *bos_token,
+                                      const char *eos_token, char **out, size_t *out_len);
 
 #endif /* CLLM_TEXT_CHAT_H */

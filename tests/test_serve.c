@@ -1137,6 +1137,166 @@ static void check_hosts(const char *model) {
     g_ipv6 = false;
 }
 
+/* ---- structured output: grammar, json_schema, response_format ---------- */
+
+/* s without blanks, tabs and line ends (a new string). */
+static char *squeeze(const char *s) {
+    char *o = strdup(s ? s : ""), *w = o;
+    for (const char *p = o; *p; p++) {
+        if (*p != ' ' && *p != '\n' && *p != '\t' && *p != '\r') *w++ = *p;
+    }
+    *w = '\0';
+    return o;
+}
+
+/* The text of a completion request's answer and its finish reason. */
+static char *complete(int port, const char *path, const char *body, int *status, char *finish) {
+    resp r = http(port, "POST", path, body);
+    *status = r.status;
+    char *t = r.status == 200 ? whole_text(&r, finish, 32) : NULL;
+    if (r.status != 200) fprintf(stderr, "  %s: %d %s\n", body, r.status, r.body);
+    resp_free(&r);
+    return t;
+}
+
+#define COLOR_SCHEMA                                                                               \
+    "{\"type\": \"object\", \"properties\": {\"c\": {\"enum\": [\"red\", \"blue\"]}}, "            \
+    "\"required\": [\"c\"], \"additionalProperties\": false}"
+
+static bool is_color_json(const char *text) {
+    char *q = squeeze(text);
+    const bool ok = !strcmp(q, "{\"c\":\"red\"}") || !strcmp(q, "{\"c\":\"blue\"}");
+    free(q);
+    return ok;
+}
+
+static void check_structured(const char *model) {
+    server s;
+    const char *args[] = {"-m", model, "-c", "256", NULL};
+    if (!server_start(&s, args)) {
+        CHECKF(false, "the server did not start");
+        return;
+    }
+    int st;
+    char fin[32] = "";
+    /* GBNF (llama-server's "grammar"): sampled, yet only what it allows */
+    for (int seed = 1; seed <= 3; seed++) {
+        char body[512];
+        snprintf(body, sizeof(body),
+                 "{\"prompt\": \"Once\", \"max_tokens\": 16, \"seed\": %d, \"temperature\": 1, "
+                 "\"grammar\": \"root ::= \\\"yes\\\" | \\\"no\\\" | \\\"maybe so\\\"\"}",
+                 seed);
+        char *t = complete(s.port, "/v1/completions", body, &st, fin);
+        CHECKF(st == 200 && t &&
+                   (!strcmp(t, "yes") || !strcmp(t, "no") || !strcmp(t, "maybe so")) &&
+                   !strcmp(fin, "stop"),
+               "grammar: '%s' (%s)", t ? t : "-", fin);
+        free(t);
+    }
+    /* a schema: llama-server's "json_schema", OpenAI's response_format */
+    const char *bodies[] = {
+        "{\"prompt\": \"Once\", \"max_tokens\": 60, \"seed\": 5, \"json_schema\": " COLOR_SCHEMA
+        "}",
+        "{\"prompt\": \"Once\", \"max_tokens\": 60, \"seed\": 6, \"response_format\": {\"type\": "
+        "\"json_schema\", \"json_schema\": {\"name\": \"color\", \"strict\": true, "
+        "\"schema\": " COLOR_SCHEMA "}}}",
+        "{\"prompt\": \"Once\", \"max_tokens\": 60, \"seed\": 7, \"stream\": true, "
+        "\"response_format\": {\"type\": \"json_schema\", \"json_schema\": {\"name\": \"c\", "
+        "\"schema\": " COLOR_SCHEMA "}}}",
+    };
+    for (size_t i = 0; i < sizeof(bodies) / sizeof(bodies[0]); i++) {
+        if (strstr(bodies[i], "\"stream\": true")) {
+            resp r = http(s.port, "POST", "/v1/completions", bodies[i]);
+            sse ev;
+            parse_sse(r.body, &ev);
+            CHECKF(r.status == 200 && ev.framed && is_color_json(ev.text) &&
+                       !strcmp(ev.finish, "stop"),
+                   "schema, streamed: '%s' (%s)", ev.text, ev.finish);
+            resp_free(&r);
+            continue;
+        }
+        char *t = complete(s.port, "/v1/completions", bodies[i], &st, fin);
+        CHECKF(st == 200 && is_color_json(t) && !strcmp(fin, "stop"), "schema %zu: '%s' (%s)", i,
+               t ? t : "-", fin);
+        free(t);
+    }
+    /* json_object: any JSON object; text: no grammar, the same as without */
+    char *t = complete(s.port, "/v1/completions",
+                       "{\"prompt\": \"Once\", \"max_tokens\": 12, \"temperature\": 0, "
+                       "\"response_format\": {\"type\": \"json_object\"}}",
+                       &st, fin);
+    char *q = squeeze(t);
+    CHECKF(st == 200 && q[0] == '{', "json_object: '%s'", t ? t : "-");
+    free(q);
+    free(t);
+    char *plain =
+        complete(s.port, "/v1/completions",
+                 "{\"prompt\": \"Once\", \"max_tokens\": 12, \"temperature\": 0}", &st, fin);
+    t = complete(s.port, "/v1/completions",
+                 "{\"prompt\": \"Once\", \"max_tokens\": 12, \"temperature\": 0, "
+                 "\"response_format\": {\"type\": \"text\"}}",
+                 &st, fin);
+    CHECKF(plain && t && !strcmp(plain, t), "text: '%s' vs '%s'", t ? t : "-", plain ? plain : "-");
+    free(plain);
+    free(t);
+    /* bad ones: 400 naming the field, with the library's message */
+    static const struct {
+        const char *body, *code, *param, *says;
+    } bad[] = {
+        {"{\"prompt\": \"x\", \"grammar\": \"root ::= (\"}", "invalid_grammar", "grammar", NULL},
+        {"{\"prompt\": \"x\", \"grammar\": 7}", "invalid_type", "grammar", NULL},
+        {"{\"prompt\": \"x\", \"json_schema\": {\"type\": \"integer\", \"minimum\": \"a\"}}",
+         "invalid_schema", "json_schema", NULL},
+        {"{\"prompt\": \"x\", \"json_schema\": {\"type\": \"string\", \"format\": \"xyz\"}}",
+         "invalid_schema", "json_schema", "format"},
+        {"{\"prompt\": \"x\", \"response_format\": {\"type\": \"xml\"}}", "invalid_value",
+         "response_format", NULL},
+        {"{\"prompt\": \"x\", \"response_format\": \"json\"}", "invalid_type", "response_format",
+         NULL},
+        {"{\"prompt\": \"x\", \"response_format\": {\"type\": \"json_schema\"}}",
+         "missing_required_parameter", "response_format", NULL},
+        {"{\"prompt\": \"x\", \"response_format\": {\"type\": \"json_schema\", \"json_schema\": "
+         "{\"schema\": {\"type\": 5}}}}",
+         "invalid_schema", "response_format", NULL},
+        {"{\"prompt\": \"x\", \"grammar\": \"root ::= \\\"a\\\"\", \"json_schema\": {}}",
+         "invalid_value", "json_schema", NULL},
+        /* fields this server does not handle are refused, never ignored */
+        {"{\"prompt\": \"x\", \"best_of\": 2}", "unsupported_parameter", "best_of", "best_of"},
+        {"{\"prompt\": \"x\", \"echo\": true}", "unsupported_parameter", "echo", NULL},
+        {"{\"prompt\": \"x\", \"suffix\": \"y\"}", "unsupported_parameter", "suffix", NULL},
+        {"{\"prompt\": \"x\", \"messages\": []}", "unsupported_parameter", "messages", NULL},
+        {"{\"prompt\": \"x\", \"max_completion_tokens\": 3}", "unsupported_parameter",
+         "max_completion_tokens", NULL},
+        {"{\"prompt\": \"x\", \"stream_options\": {\"include_obfuscation\": true}}",
+         "unsupported_parameter", "stream_options", "include_obfuscation"},
+        {"{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"tools\": []}",
+         "unsupported_parameter", "tools", NULL},
+        {"{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"prompt\": \"x\"}",
+         "unsupported_parameter", "prompt", NULL},
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        const bool chat = strstr(bad[i].body, "\"messages\": [{") != NULL;
+        resp r =
+            http(s.port, "POST", chat ? "/v1/chat/completions" : "/v1/completions", bad[i].body);
+        json *doc = json_parse(r.body);
+        const char *param = json_str(json_get(json_get(doc, "error"), "param"));
+        const char *msg = json_str(json_get(json_get(doc, "error"), "message"));
+        CHECKF(is_error(&r, 400, bad[i].code) && param && !strcmp(param, bad[i].param) &&
+                   (!bad[i].says || (msg && strstr(msg, bad[i].says))),
+               "case %zu: %s", i, bad[i].body);
+        json_free(doc);
+        resp_free(&r);
+    }
+    /* "user" is accepted (an identifier for the client's own records) */
+    t = complete(s.port, "/v1/completions",
+                 "{\"prompt\": \"Once\", \"max_tokens\": 2, \"user\": \"u-1\", \"n\": 1, "
+                 "\"stream_options\": null}",
+                 &st, fin);
+    CHECK(st == 200 && t);
+    free(t);
+    CHECK_EQ_INT(server_stop(&s, SIGTERM), 0);
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) {
         fprintf(stderr, "usage: test_serve PATH-TO-CLLM\n");
@@ -1160,6 +1320,7 @@ int main(int argc, char **argv) {
         check_stories(model);
         check_hosts(model);
         check_names_cors(model);
+        check_structured(model);
     }
     char smol[4096];
     if (refs_fetch_model("smollm2", smol, sizeof(smol))) {

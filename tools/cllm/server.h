@@ -48,6 +48,7 @@ typedef struct srv_gen_params {
     bool logprobs;         /* the answer carries log-probabilities */
     int top_logprobs;      /* 0..SRV_MAX_TOP_LOGPROBS alternatives each */
     cllm_logit_bias *bias; /* owned (free): rp.sampling.logit_bias */
+    char *grammar;         /* owned (free): rp.sampling.grammar (GBNF), or NULL */
 } srv_gen_params;
 
 typedef enum srv_finish {
@@ -154,7 +155,7 @@ srv_job *srv_job_new(int32_t *prompt, size_t n_prompt, srv_gen_params *gp, doubl
 bool srv_engine_submit(srv_engine *e, srv_job *job);
 /* The HTTP side lets go of the job (cancelling it if it still runs). */
 void srv_job_release(srv_engine *e, srv_job *job);
-/* Frees the strings and the logit bias of gp. */
+/* Frees the strings, the logit bias and the grammar of gp. */
 void srv_gen_params_free(srv_gen_params *gp);
 
 /* The longest valid-UTF-8 rendering of s[0, n): invalid bytes become U+FFFD;
@@ -183,9 +184,14 @@ typedef struct srv_http_opts {
      * CORS headers, and OPTIONS is not answered */
     const char *cors[SRV_MAX_NAMES];
     int n_cors;
-    srv_gen_params defaults; /* for fields a request leaves out (no stops) */
-    bool seed_given;         /* defaults.sp.seed is the server's --seed */
-    bool metrics;            /* GET /metrics answers (--metrics); else 404 */
+    /* for fields a request leaves out (no stops; its grammar, from
+     * --grammar or --json-schema, is not owned: each request copies it) */
+    srv_gen_params defaults;
+    bool seed_given; /* defaults.sp.seed is the server's --seed */
+    /* --chat-template (a built-in format's name) or --chat-template-file
+     * (Jinja source); NULL: the model's own template */
+    const char *chat_style, *chat_template;
+    bool metrics; /* GET /metrics answers (--metrics); else 404 */
     bool verbose;
 } srv_http_opts;
 

@@ -1237,7 +1237,7 @@ static void check_structured(const char *model) {
                  "\"response_format\": {\"type\": \"text\"}}",
                  &st, fin);
     CHECKF(plain && t && !strcmp(plain, t), "text: '%s' vs '%s'", t ? t : "-", plain ? plain : "-");
-    free(plain);
+    char *plain_ref = plain;
     free(t);
     /* bad ones: 400 naming the field, with the library's message */
     static const struct {
@@ -1295,6 +1295,46 @@ static void check_structured(const char *model) {
     CHECK(st == 200 && t);
     free(t);
     CHECK_EQ_INT(server_stop(&s, SIGTERM), 0);
+
+    /* --json-schema: the grammar of requests that set none; "text" turns
+     * it off, a request's own replaces it */
+    const char *args2[] = {"-m", model, "-c", "256", "-j", COLOR_SCHEMA, NULL};
+    if (!server_start(&s, args2)) {
+        CHECKF(false, "the server did not start with --json-schema");
+        free(plain_ref);
+        return;
+    }
+    t = complete(s.port, "/v1/completions",
+                 "{\"prompt\": \"Once\", \"max_tokens\": 60, \"seed\": 9}", &st, fin);
+    CHECKF(st == 200 && is_color_json(t) && !strcmp(fin, "stop"), "default schema: '%s'",
+           t ? t : "-");
+    free(t);
+    t = complete(s.port, "/v1/completions",
+                 "{\"prompt\": \"Once\", \"max_tokens\": 12, \"temperature\": 0, "
+                 "\"response_format\": {\"type\": \"text\"}}",
+                 &st, fin);
+    CHECKF(st == 200 && t && plain_ref && !strcmp(t, plain_ref), "text over the default: '%s'",
+           t ? t : "-");
+    free(t);
+    t = complete(s.port, "/v1/completions",
+                 "{\"prompt\": \"Once\", \"max_tokens\": 8, \"grammar\": \"root ::= \\\"no\\\"\"}",
+                 &st, fin);
+    CHECKF(st == 200 && t && !strcmp(t, "no"), "a request's grammar: '%s'", t ? t : "-");
+    free(t);
+    CHECK_EQ_INT(server_stop(&s, SIGTERM), 0);
+    free(plain_ref);
+    /* a default grammar that does not parse: the server does not start */
+    char cmd[8192];
+    snprintf(cmd, sizeof(cmd), "'%s' serve -m '%s' --port 0 --grammar 'root ::= (' 2>&1", g_cllm,
+             model);
+    FILE *p = popen(cmd, "r");
+    char out[2048] = "";
+    const size_t n = p ? fread(out, 1, sizeof(out) - 1, p) : 0;
+    out[n] = '\0';
+    const int rc = p ? pclose(p) : -1;
+    CHECKF(WIFEXITED(rc) && WEXITSTATUS(rc) != 0 && strstr(out, "--grammar") &&
+               strstr(out, "column"),
+           "serve --grammar 'root ::= (': %s", out);
 }
 
 int main(int argc, char **argv) {

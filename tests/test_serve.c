@@ -1269,8 +1269,14 @@ static void check_structured(const char *model) {
          "max_completion_tokens", NULL},
         {"{\"prompt\": \"x\", \"stream_options\": {\"include_obfuscation\": true}}",
          "unsupported_parameter", "stream_options", "include_obfuscation"},
-        {"{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"tools\": []}",
-         "unsupported_parameter", "tools", NULL},
+        {"{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"functions\": []}",
+         "unsupported_parameter", "functions", NULL},
+        {"{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"tool_choice\": "
+         "\"required\"}",
+         "invalid_value", "tool_choice", NULL},
+        {"{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"tools\": [{\"type\": "
+         "\"function\", \"function\": {\"name\": \"a b\"}}]}",
+         "invalid_value", "tools", NULL},
         {"{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"prompt\": \"x\"}",
          "unsupported_parameter", "prompt", NULL},
     };
@@ -1337,6 +1343,86 @@ static void check_structured(const char *model) {
            "serve --grammar 'root ::= (': %s", out);
 }
 
+/* ---- tools (SmolLM2: its template knows none; calls forced by grammar) --- */
+
+#define TOOLS_JSON                                                                                 \
+    "[{\"type\": \"function\", \"function\": {\"name\": \"get_weather\", \"description\": "        \
+    "\"The weather of a city\", \"parameters\": {\"type\": \"object\", \"properties\": "           \
+    "{\"city\": {\"type\": \"string\", \"maxLength\": 20}}, \"required\": [\"city\"], "            \
+    "\"additionalProperties\": false}}}, {\"type\": \"function\", \"function\": {\"name\": "       \
+    "\"add\", \"parameters\": {\"type\": \"object\", \"properties\": {\"a\": {\"type\": "          \
+    "\"integer\", \"maximum\": 999}, \"b\": {\"type\": \"integer\", \"maximum\": 999}}, "          \
+    "\"required\": [\"a\", \"b\"], \"additionalProperties\": false}}}]"
+
+static void check_tools(const char *model) {
+    server s;
+    const char *args[] = {"-m", model, "-c", "1024", NULL};
+    if (!server_start(&s, args)) {
+        CHECKF(false, "the server did not start");
+        return;
+    }
+    /* required: a call of one of the tools, with arguments of its schema */
+    resp r = http(s.port, "POST", "/v1/chat/completions",
+                  "{\"messages\": [{\"role\": \"user\", \"content\": \"Weather in Paris?\"}], "
+                  "\"tools\": " TOOLS_JSON ", \"tool_choice\": \"required\", \"max_tokens\": 80, "
+                  "\"seed\": 3}");
+    json *doc = json_parse(r.body);
+    const json *ch = json_at(json_get(doc, "choices"), 0);
+    const json *call = json_at(json_get(json_get(ch, "message"), "tool_calls"), 0);
+    const char *name = json_str(json_get(json_get(call, "function"), "name"));
+    const char *args_text = json_str(json_get(json_get(call, "function"), "arguments"));
+    json *a = args_text ? json_parse(args_text) : NULL;
+    const char *fin = json_str(json_get(ch, "finish_reason"));
+    const char *id = json_str(json_get(call, "id"));
+    const bool weather = name && !strcmp(name, "get_weather") && json_str(json_get(a, "city"));
+    const bool add = name && !strcmp(name, "add") && json_get(a, "a") && json_get(a, "b");
+    CHECKF(r.status == 200 && fin && !strcmp(fin, "tool_calls") && (weather || add) && id &&
+               !strncmp(id, "call_", 5),
+           "required: %s", r.body);
+    json_free(a);
+    json_free(doc);
+    resp_free(&r);
+    /* a named function, streamed: tool_calls deltas */
+    r = http(s.port, "POST", "/v1/chat/completions",
+             "{\"messages\": [{\"role\": \"user\", \"content\": \"Add 2 and 3.\"}], "
+             "\"tools\": " TOOLS_JSON
+             ", \"tool_choice\": {\"type\": \"function\", \"function\": {\"name\": \"add\"}}, "
+             "\"max_tokens\": 80, \"temperature\": 0, \"stream\": true}");
+    sse ev;
+    parse_sse(r.body, &ev);
+    CHECKF(r.status == 200 && ev.framed && !strcmp(ev.finish, "tool_calls") &&
+               strstr(r.body, "\"tool_calls\":[{") && strstr(r.body, "\"name\":\"add\"") &&
+               strstr(r.body, "\"index\":0"),
+           "named, streamed: %s", r.body);
+    resp_free(&r);
+    /* the round trip: the call and its result go back through the template */
+    r = http(s.port, "POST", "/v1/chat/completions",
+             "{\"messages\": [{\"role\": \"user\", \"content\": \"Weather in Paris?\"}, "
+             "{\"role\": \"assistant\", \"content\": null, \"tool_calls\": [{\"id\": \"call_1\", "
+             "\"type\": \"function\", \"function\": {\"name\": \"get_weather\", \"arguments\": "
+             "\"{\\\"city\\\": \\\"Paris\\\"}\"}}]}, {\"role\": \"tool\", \"tool_call_id\": "
+             "\"call_1\", \"content\": \"sunny, 21 C\"}], \"tools\": " TOOLS_JSON
+             ", \"tool_choice\": \"none\", \"max_tokens\": 24, \"temperature\": 0}");
+    char finish[32] = "";
+    char *t = whole_text(&r, finish, sizeof(finish));
+    CHECKF(r.status == 200 && t && t[0] && strcmp(finish, "tool_calls") != 0, "round trip: %s",
+           r.body);
+    free(t);
+    resp_free(&r);
+    /* a response_format beside a forced call; a tool_choice naming no tool */
+    r = http(s.port, "POST", "/v1/chat/completions",
+             "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"tools\": " TOOLS_JSON
+             ", \"tool_choice\": \"required\", \"response_format\": {\"type\": \"json_object\"}}");
+    CHECK(is_error(&r, 400, "invalid_value"));
+    resp_free(&r);
+    r = http(s.port, "POST", "/v1/chat/completions",
+             "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"tools\": " TOOLS_JSON
+             ", \"tool_choice\": {\"type\": \"function\", \"function\": {\"name\": \"nope\"}}}");
+    CHECK(is_error(&r, 400, "invalid_value") && strstr(r.body, "nope"));
+    resp_free(&r);
+    CHECK_EQ_INT(server_stop(&s, SIGTERM), 0);
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) {
         fprintf(stderr, "usage: test_serve PATH-TO-CLLM\n");
@@ -1365,6 +1451,7 @@ int main(int argc, char **argv) {
     char smol[4096];
     if (refs_fetch_model("smollm2", smol, sizeof(smol))) {
         check_smollm2(smol);
+        check_tools(smol);
         bool decided = false;
         for (int i = 0; i < 3 && !decided; i++) decided = check_queue_timeout(smol);
         CHECKF(decided, "the machine stayed too busy for the queue check");

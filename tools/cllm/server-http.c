@@ -288,7 +288,9 @@ static const char *const k_fields_common[] = {
     "json_schema",
     "user",
 };
-static const char *const k_fields_chat[] = {"messages", "max_completion_tokens", "top_logprobs"};
+static const char *const k_fields_chat[] = {"messages",     "max_completion_tokens",
+                                            "top_logprobs", "tools",
+                                            "tool_choice",  "parallel_tool_calls"};
 static const char *const k_fields_text[] = {"prompt"};
 
 static bool field_in(const char *key, const char *const *list, size_t n) {
@@ -574,15 +576,71 @@ static int content_text(json_t *v, char **out, req_err *er) {
     return 0;
 }
 
+/* Whether the request's messages carry tool calls or tool results. */
+static bool has_tool_messages(json_t *msgs) {
+    size_t i;
+    json_t *m;
+    json_array_foreach(msgs, i, m) {
+        const char *role = json_string_value(json_object_get(m, "role"));
+        json_t *calls = json_object_get(m, "tool_calls");
+        if ((role && !strcmp(role, "tool")) || (calls && !json_is_null(calls))) return true;
+    }
+    return false;
+}
+
+static int tool_error(req_err *er, const srv_tool_err *te) {
+    if (!te->code) return fail(er, 500, NULL, NULL, "out of memory");
+    return fail(er, 400, te->param, te->code, "%s", te->msg);
+}
+
+/* The prompt of a chat request with tools or tool messages: the Jinja
+ * template (--chat-template-file, else the file's) with OpenAI's messages
+ * and the tools. */
+static int tools_prompt(const srv_http *h, const cllm_model *m, json_t *msgs, const srv_tools *t,
+                        char **text, bool *bos, req_err *er) {
+    const char *tmpl = h->o.chat_template ? h->o.chat_template : cllm_model_chat_template(m);
+    if (!tmpl || h->o.chat_style) {
+        return fail(er, 400, t->tools ? "tools" : "messages", "unsupported_value",
+                    "tools and tool messages need a Jinja chat template (%s)",
+                    h->o.chat_style ? "the server uses a built-in format (--chat-template)"
+                                    : "the model file has none; see --chat-template-file");
+    }
+    const bool knows_tools = strstr(tmpl, "tools") != NULL;
+    json_t *list = NULL;
+    srv_tool_err te = {0};
+    if (srv_tools_messages(msgs, t, knows_tools, &list, &te) < 0) return tool_error(er, &te);
+    size_t bl = 0, el = 0;
+    const int32_t bid = cllm_token_bos(m), eid = cllm_token_eos(m);
+    const char *b = bid >= 0 ? cllm_token_to_piece(m, bid, true, &bl) : NULL;
+    const char *e = eid >= 0 ? cllm_token_to_piece(m, eid, true, &el) : NULL;
+    json_t *ctx =
+        json_pack("{s:o,s:b,s:s%,s:s%}", "messages", list, "add_generation_prompt", 1, "bos_token",
+                  b ? b : "", b ? bl : 0, "eos_token", e ? e : "", e ? el : 0);
+    if (ctx && t->tools && knows_tools) json_object_set(ctx, "tools", t->tools);
+    char *cj = ctx ? json_dumps(ctx, JSON_COMPACT) : NULL;
+    json_decref(ctx);
+    if (!cj) return fail(er, 500, NULL, NULL, "out of memory");
+    const cllm_status st = cllm_chat_template_render(tmpl, cj, text, NULL);
+    free(cj);
+    if (st == CLLM_ERR_NOMEM) return fail(er, 500, NULL, NULL, "out of memory");
+    if (st != CLLM_OK) {
+        return fail(er, 400, "messages", "invalid_value", "the chat template: %s",
+                    cllm_last_error());
+    }
+    *bos = b && bl > 0 && !strncmp(*text, b, bl);
+    return 0;
+}
+
 /* The prompt text of a chat request through the model's template; *bos:
  * whether the text begins with the BOS token's text. */
-static int chat_prompt(const srv_http *h, const cllm_model *m, json_t *o, char **text, bool *bos,
-                       req_err *er) {
+static int chat_prompt(const srv_http *h, const cllm_model *m, json_t *o, const srv_tools *t,
+                       char **text, bool *bos, req_err *er) {
     json_t *msgs = json_object_get(o, "messages");
     if (!json_is_array(msgs) || json_array_size(msgs) == 0) {
         return fail(er, 400, "messages", msgs ? "invalid_type" : "missing_required_parameter",
                     "'messages' must be a non-empty array");
     }
+    if (t->tools || has_tool_messages(msgs)) return tools_prompt(h, m, msgs, t, text, bos, er);
     const size_t n = json_array_size(msgs);
     cllm_chat_msg *cm = calloc(n, sizeof(*cm));
     char **contents = calloc(n, sizeof(*contents));
@@ -659,6 +717,11 @@ typedef struct reply {
     char *buf;
     size_t len, pos, cap;
     bool role_sent, ended;
+    /* tools offered: the text is held back (streamed too) until it ends,
+     * to be read as tool calls or sent as content */
+    bool tools_on;
+    char *held;
+    size_t held_len;
 } reply;
 
 static const char *finish_str(srv_finish f) {
@@ -760,6 +823,34 @@ static void sse_chunk(reply *r, const char *text, size_t len, json_t *lp, const 
     sse_put(r, env);
 }
 
+/* The end of a stream whose text was held back for tool calls: the calls
+ * as tool_calls deltas (with any text before them as content), or the
+ * text; then the finish reason. */
+static void sse_tools_end(reply *r, const char *finish) {
+    size_t n = r->held_len;
+    json_t *calls = srv_tools_extract(r->held ? r->held : "", r->held_len, &n);
+    if (n > 0 || !calls) sse_chunk(r, r->held, n, NULL, NULL);
+    if (!calls) {
+        sse_chunk(r, NULL, 0, NULL, finish);
+        return;
+    }
+    size_t i;
+    json_t *c;
+    json_array_foreach(calls, i, c) {
+        json_object_set_new(c, "index", json_integer((json_int_t)i));
+        json_t *delta = json_pack("{s:[O]}", "tool_calls", c);
+        if (!r->role_sent) json_object_set_new(delta, "role", json_string("assistant"));
+        r->role_sent = true;
+        json_t *ch =
+            json_pack("{s:i,s:o,s:n,s:n}", "index", 0, "delta", delta, "logprobs", "finish_reason");
+        json_t *env = envelope(r, true, json_pack("[o]", ch));
+        if (r->include_usage) json_object_set_new(env, "usage", json_null());
+        sse_put(r, env);
+    }
+    json_decref(calls);
+    sse_chunk(r, NULL, 0, NULL, "tool_calls");
+}
+
 /* The error of a job that ended without an answer (NULL: it has one). */
 static bool job_error(const srv_job *j, req_err *er) {
     switch (j->finish) {
@@ -804,14 +895,28 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
         j->logprobs = NULL;
         const bool done = j->state == SRV_JOB_DONE;
         pthread_mutex_unlock(&e->mu);
-        if (len > 0 || lp) sse_chunk(r, text, len, logprobs_json(r, lp, 0), NULL);
+        if (r->tools_on && len > 0) {
+            char *nb = realloc(r->held, r->held_len + len + 1);
+            if (nb) {
+                memcpy(nb + r->held_len, text, len);
+                r->held = nb;
+                r->held_len += len;
+            }
+            if (lp) sse_chunk(r, NULL, 0, logprobs_json(r, lp, 0), NULL);
+        } else if (len > 0 || lp) {
+            sse_chunk(r, text, len, logprobs_json(r, lp, 0), NULL);
+        }
         free(text);
         if (done) {
             req_err er;
             if (job_error(j, &er)) {
                 sse_put(r, error_json(&er));
             } else {
-                sse_chunk(r, NULL, 0, NULL, finish_str(j->finish));
+                if (r->tools_on) {
+                    sse_tools_end(r, finish_str(j->finish));
+                } else {
+                    sse_chunk(r, NULL, 0, NULL, finish_str(j->finish));
+                }
                 if (r->include_usage) {
                     json_t *env = envelope(r, true, json_array());
                     json_object_set_new(env, "usage", usage_json(r));
@@ -833,6 +938,7 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
 
 static void reply_free(reply *r) {
     if (r->job) srv_job_release(r->e, r->job);
+    free(r->held);
     free(r->buf);
     free(r);
 }
@@ -860,8 +966,15 @@ static enum MHD_Result answer_whole(reply *r) {
     } else {
         json_t *lp = j->logprobs;
         j->logprobs = NULL;
-        json_t *ch = choice_json(r, j->out, j->out_len, logprobs_json(r, lp, 0),
-                                 finish_str(j->finish), false);
+        size_t n = j->out_len;
+        json_t *calls = r->tools_on ? srv_tools_extract(j->out, j->out_len, &n) : NULL;
+        json_t *ch = choice_json(r, j->out, n, logprobs_json(r, lp, 0),
+                                 calls ? "tool_calls" : finish_str(j->finish), false);
+        if (calls) {
+            json_t *msg = json_object_get(ch, "message");
+            if (n == 0) json_object_set_new(msg, "content", json_null());
+            json_object_set_new(msg, "tool_calls", calls);
+        }
         json_t *env = envelope(r, false, json_pack("[o]", ch));
         json_object_set_new(env, "usage", usage_json(r));
         res = send_json(r->h, r->c, 200, env);
@@ -889,6 +1002,36 @@ static bool name_served(const srv_http *h, const char *name, bool any) {
         if (!strcmp(name, h->o.aliases[i])) return true;
     }
     return any && !h->o.strict_names;
+}
+
+/* With tool_choice required or named, the grammar that forces a call (in
+ * place of the server's default; a request's own grammar conflicts). */
+static int tool_grammar(const srv_http *h, const cllm_model *m, json_t *o, const srv_tools *t,
+                        srv_gen_params *gp, req_err *er) {
+    if (!t->tools || (t->choice != SRV_TOOL_REQUIRED && t->choice != SRV_TOOL_NAMED)) return 0;
+    static const char *const keys[] = {"response_format", "grammar", "json_schema"};
+    for (size_t i = 0; i < N_OF(keys); i++) {
+        json_t *v = json_object_get(o, keys[i]);
+        if (v && !json_is_null(v)) {
+            return fail(er, 400, keys[i], "invalid_value",
+                        "'%s' and a forced tool call (tool_choice): give one", keys[i]);
+        }
+    }
+    const char *tmpl = h->o.chat_template ? h->o.chat_template : cllm_model_chat_template(m);
+    const bool hermes = tmpl && !h->o.chat_style && strstr(tmpl, "<tool_call>");
+    const char *root = NULL;
+    srv_tool_err te = {0};
+    char *g = srv_tools_grammar(t, hermes, &root, &te);
+    if (!g) return tool_error(er, &te);
+    free(gp->grammar);
+    gp->grammar = g;
+    gp->rp.sampling.grammar = g;
+    gp->rp.sampling.grammar_root = root; /* a constant string */
+    if (cllm_sampler_params_check(&gp->rp.sampling, cllm_model_n_vocab(m)) != CLLM_OK) {
+        return fail(er, 400, "tools", "invalid_schema", "the tools' grammar: %s",
+                    cllm_last_error());
+    }
+    return 0;
 }
 
 static enum MHD_Result completions(srv_http *h, srv_engine *e, struct MHD_Connection *c,
@@ -931,9 +1074,18 @@ static enum MHD_Result completions(srv_http *h, srv_engine *e, struct MHD_Connec
     }
     if (parse_gen(h, o, chat, cllm_model_n_vocab(e->model), &gp, &stream, &usage, &er) < 0)
         goto bad;
+    bool tools_on = false;
     if (chat) {
+        srv_tools tools = {0};
+        srv_tool_err te = {0};
+        if (srv_tools_parse(o, &tools, &te) < 0) {
+            tool_error(&er, &te);
+            goto bad;
+        }
+        if (tool_grammar(h, e->model, o, &tools, &gp, &er) < 0) goto bad;
+        tools_on = tools.tools != NULL;
         bool bos = false;
-        if (chat_prompt(h, e->model, o, &text, &bos, &er) < 0) goto bad;
+        if (chat_prompt(h, e->model, o, &tools, &text, &bos, &er) < 0) goto bad;
         if (tokenize(e->model, text, !bos, true, &ids, &n_ids, &er) < 0) goto bad;
     } else {
         json_t *p = json_object_get(o, "prompt");
@@ -990,6 +1142,7 @@ static enum MHD_Result completions(srv_http *h, srv_engine *e, struct MHD_Connec
                  .e = e,
                  .chat = chat,
                  .include_usage = usage && stream,
+                 .tools_on = tools_on,
                  .created = (long long)time(NULL),
                  .n_prompt = n_ids,
                  .c = c};

@@ -164,6 +164,55 @@ void srv_gen_params_free(srv_gen_params *gp);
  * UTF-8 already). */
 char *srv_utf8_clean(const char *s, size_t n, size_t *out_len);
 
+/* ---- tool calls (server-tools.c) ---------------------------------------- */
+
+typedef enum srv_tool_choice {
+    SRV_TOOL_AUTO = 0, /* the model may call a tool or answer */
+    SRV_TOOL_NONE,     /* no tools: they are not shown to the model */
+    SRV_TOOL_REQUIRED, /* a call of some tool, forced by a grammar */
+    SRV_TOOL_NAMED,    /* a call of `named`, forced by a grammar */
+    SRV_TOOL_CHOICE_COUNT
+} srv_tool_choice;
+
+/* The tools of a chat request (borrowed from its JSON). */
+typedef struct srv_tools {
+    json_t *tools; /* the "tools" array, or NULL: none (or tool_choice none) */
+    srv_tool_choice choice;
+    const char *named; /* SRV_TOOL_NAMED: the function */
+    bool parallel;     /* parallel_tool_calls (default true) */
+} srv_tools;
+
+/* What a request did wrong (a 400), or out of memory (code NULL). */
+typedef struct srv_tool_err {
+    const char *param, *code;
+    char msg[400];
+} srv_tool_err;
+
+/* Reads and checks "tools", "tool_choice" and "parallel_tool_calls" of
+ * request `o` into *t: 0, or -1 after filling *te. */
+int srv_tools_parse(json_t *o, srv_tools *t, srv_tool_err *te);
+/* The "function" object of the tool called `name`, or NULL. */
+json_t *srv_tools_find(const srv_tools *t, const char *name);
+/* With tool_choice required or named: a GBNF grammar (free) that allows
+ * only calls of the tools (their parameters' schemas), as the JSON
+ * {"name", "arguments"} (or, with parallel calls, a list of them), inside
+ * <tool_call> tags when `hermes`; its start rule in *root. NULL without
+ * one, or on failure (te->code set; NULL code: out of memory). */
+char *srv_tools_grammar(const srv_tools *t, bool hermes, const char **root, srv_tool_err *te);
+/* The request's messages as the chat template takes them (new array in
+ * *out): roles checked, contents as text, tool_calls with arguments as
+ * objects, tool_call_id and name kept; when the template knows no tools
+ * (!template_has_tools), the tools are described in the system message.
+ * 0, or -1 after filling *te. */
+int srv_tools_messages(json_t *msgs, const srv_tools *t, bool template_has_tools, json_t **out,
+                       srv_tool_err *te);
+/* The tool calls in generated text[0, len): <tool_call>JSON</tool_call>
+ * blocks (Hermes, Qwen), or the whole text as {"name", "arguments"} or a
+ * list of them. A new array of OpenAI tool_calls (arguments as JSON text,
+ * new ids), with the length of the text before them in *content_len; NULL
+ * when the text holds no calls. */
+json_t *srv_tools_extract(const char *text, size_t len, size_t *content_len);
+
 /* ---- HTTP (server-http.c) ----------------------------------------------- */
 
 #define SRV_MAX_NAMES 16

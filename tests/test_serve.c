@@ -1137,6 +1137,292 @@ static void check_hosts(const char *model) {
     g_ipv6 = false;
 }
 
+/* ---- structured output: grammar, json_schema, response_format ---------- */
+
+/* s without blanks, tabs and line ends (a new string). */
+static char *squeeze(const char *s) {
+    char *o = strdup(s ? s : ""), *w = o;
+    for (const char *p = o; *p; p++) {
+        if (*p != ' ' && *p != '\n' && *p != '\t' && *p != '\r') *w++ = *p;
+    }
+    *w = '\0';
+    return o;
+}
+
+/* The text of a completion request's answer and its finish reason. */
+static char *complete(int port, const char *path, const char *body, int *status, char *finish) {
+    resp r = http(port, "POST", path, body);
+    *status = r.status;
+    char *t = r.status == 200 ? whole_text(&r, finish, 32) : NULL;
+    if (r.status != 200) fprintf(stderr, "  %s: %d %s\n", body, r.status, r.body);
+    resp_free(&r);
+    return t;
+}
+
+#define COLOR_SCHEMA                                                                               \
+    "{\"type\": \"object\", \"properties\": {\"c\": {\"enum\": [\"red\", \"blue\"]}}, "            \
+    "\"required\": [\"c\"], \"additionalProperties\": false}"
+
+static bool is_color_json(const char *text) {
+    char *q = squeeze(text);
+    const bool ok = !strcmp(q, "{\"c\":\"red\"}") || !strcmp(q, "{\"c\":\"blue\"}");
+    free(q);
+    return ok;
+}
+
+static void check_structured(const char *model) {
+    server s;
+    const char *args[] = {"-m", model, "-c", "256", NULL};
+    if (!server_start(&s, args)) {
+        CHECKF(false, "the server did not start");
+        return;
+    }
+    int st;
+    char fin[32] = "";
+    /* GBNF (llama-server's "grammar"): sampled, yet only what it allows */
+    for (int seed = 1; seed <= 3; seed++) {
+        char body[512];
+        snprintf(body, sizeof(body),
+                 "{\"prompt\": \"Once\", \"max_tokens\": 16, \"seed\": %d, \"temperature\": 1, "
+                 "\"grammar\": \"root ::= \\\"yes\\\" | \\\"no\\\" | \\\"maybe so\\\"\"}",
+                 seed);
+        char *t = complete(s.port, "/v1/completions", body, &st, fin);
+        CHECKF(st == 200 && t &&
+                   (!strcmp(t, "yes") || !strcmp(t, "no") || !strcmp(t, "maybe so")) &&
+                   !strcmp(fin, "stop"),
+               "grammar: '%s' (%s)", t ? t : "-", fin);
+        free(t);
+    }
+    /* a schema: llama-server's "json_schema", OpenAI's response_format */
+    const char *bodies[] = {
+        "{\"prompt\": \"Once\", \"max_tokens\": 60, \"seed\": 5, \"json_schema\": " COLOR_SCHEMA
+        "}",
+        "{\"prompt\": \"Once\", \"max_tokens\": 60, \"seed\": 6, \"response_format\": {\"type\": "
+        "\"json_schema\", \"json_schema\": {\"name\": \"color\", \"strict\": true, "
+        "\"schema\": " COLOR_SCHEMA "}}}",
+        "{\"prompt\": \"Once\", \"max_tokens\": 60, \"seed\": 7, \"stream\": true, "
+        "\"response_format\": {\"type\": \"json_schema\", \"json_schema\": {\"name\": \"c\", "
+        "\"schema\": " COLOR_SCHEMA "}}}",
+    };
+    for (size_t i = 0; i < sizeof(bodies) / sizeof(bodies[0]); i++) {
+        if (strstr(bodies[i], "\"stream\": true")) {
+            resp r = http(s.port, "POST", "/v1/completions", bodies[i]);
+            sse ev;
+            parse_sse(r.body, &ev);
+            CHECKF(r.status == 200 && ev.framed && is_color_json(ev.text) &&
+                       !strcmp(ev.finish, "stop"),
+                   "schema, streamed: '%s' (%s)", ev.text, ev.finish);
+            resp_free(&r);
+            continue;
+        }
+        char *t = complete(s.port, "/v1/completions", bodies[i], &st, fin);
+        CHECKF(st == 200 && is_color_json(t) && !strcmp(fin, "stop"), "schema %zu: '%s' (%s)", i,
+               t ? t : "-", fin);
+        free(t);
+    }
+    /* json_object: any JSON object; text: no grammar, the same as without */
+    char *t = complete(s.port, "/v1/completions",
+                       "{\"prompt\": \"Once\", \"max_tokens\": 12, \"temperature\": 0, "
+                       "\"response_format\": {\"type\": \"json_object\"}}",
+                       &st, fin);
+    char *q = squeeze(t);
+    CHECKF(st == 200 && q[0] == '{', "json_object: '%s'", t ? t : "-");
+    free(q);
+    free(t);
+    char *plain =
+        complete(s.port, "/v1/completions",
+                 "{\"prompt\": \"Once\", \"max_tokens\": 12, \"temperature\": 0}", &st, fin);
+    t = complete(s.port, "/v1/completions",
+                 "{\"prompt\": \"Once\", \"max_tokens\": 12, \"temperature\": 0, "
+                 "\"response_format\": {\"type\": \"text\"}}",
+                 &st, fin);
+    CHECKF(plain && t && !strcmp(plain, t), "text: '%s' vs '%s'", t ? t : "-", plain ? plain : "-");
+    char *plain_ref = plain;
+    free(t);
+    /* bad ones: 400 naming the field, with the library's message */
+    static const struct {
+        const char *body, *code, *param, *says;
+    } bad[] = {
+        {"{\"prompt\": \"x\", \"grammar\": \"root ::= (\"}", "invalid_grammar", "grammar", NULL},
+        {"{\"prompt\": \"x\", \"grammar\": 7}", "invalid_type", "grammar", NULL},
+        {"{\"prompt\": \"x\", \"json_schema\": {\"type\": \"integer\", \"minimum\": \"a\"}}",
+         "invalid_schema", "json_schema", NULL},
+        {"{\"prompt\": \"x\", \"json_schema\": {\"type\": \"string\", \"format\": \"xyz\"}}",
+         "invalid_schema", "json_schema", "format"},
+        {"{\"prompt\": \"x\", \"response_format\": {\"type\": \"xml\"}}", "invalid_value",
+         "response_format", NULL},
+        {"{\"prompt\": \"x\", \"response_format\": \"json\"}", "invalid_type", "response_format",
+         NULL},
+        {"{\"prompt\": \"x\", \"response_format\": {\"type\": \"json_schema\"}}",
+         "missing_required_parameter", "response_format", NULL},
+        {"{\"prompt\": \"x\", \"response_format\": {\"type\": \"json_schema\", \"json_schema\": "
+         "{\"schema\": {\"type\": 5}}}}",
+         "invalid_schema", "response_format", NULL},
+        {"{\"prompt\": \"x\", \"grammar\": \"root ::= \\\"a\\\"\", \"json_schema\": {}}",
+         "invalid_value", "json_schema", NULL},
+        /* fields this server does not handle are refused, never ignored */
+        {"{\"prompt\": \"x\", \"best_of\": 2}", "unsupported_parameter", "best_of", "best_of"},
+        {"{\"prompt\": \"x\", \"echo\": true}", "unsupported_parameter", "echo", NULL},
+        {"{\"prompt\": \"x\", \"suffix\": \"y\"}", "unsupported_parameter", "suffix", NULL},
+        {"{\"prompt\": \"x\", \"messages\": []}", "unsupported_parameter", "messages", NULL},
+        {"{\"prompt\": \"x\", \"max_completion_tokens\": 3}", "unsupported_parameter",
+         "max_completion_tokens", NULL},
+        {"{\"prompt\": \"x\", \"stream_options\": {\"include_obfuscation\": true}}",
+         "unsupported_parameter", "stream_options", "include_obfuscation"},
+        {"{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"functions\": []}",
+         "unsupported_parameter", "functions", NULL},
+        {"{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"tool_choice\": "
+         "\"required\"}",
+         "invalid_value", "tool_choice", NULL},
+        {"{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"tools\": [{\"type\": "
+         "\"function\", \"function\": {\"name\": \"a b\"}}]}",
+         "invalid_value", "tools", NULL},
+        {"{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"prompt\": \"x\"}",
+         "unsupported_parameter", "prompt", NULL},
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        const bool chat = strstr(bad[i].body, "\"messages\": [{") != NULL;
+        resp r =
+            http(s.port, "POST", chat ? "/v1/chat/completions" : "/v1/completions", bad[i].body);
+        json *doc = json_parse(r.body);
+        const char *param = json_str(json_get(json_get(doc, "error"), "param"));
+        const char *msg = json_str(json_get(json_get(doc, "error"), "message"));
+        CHECKF(is_error(&r, 400, bad[i].code) && param && !strcmp(param, bad[i].param) &&
+                   (!bad[i].says || (msg && strstr(msg, bad[i].says))),
+               "case %zu: %s", i, bad[i].body);
+        json_free(doc);
+        resp_free(&r);
+    }
+    /* "user" is accepted (an identifier for the client's own records) */
+    t = complete(s.port, "/v1/completions",
+                 "{\"prompt\": \"Once\", \"max_tokens\": 2, \"user\": \"u-1\", \"n\": 1, "
+                 "\"stream_options\": null}",
+                 &st, fin);
+    CHECK(st == 200 && t);
+    free(t);
+    CHECK_EQ_INT(server_stop(&s, SIGTERM), 0);
+
+    /* --json-schema: the grammar of requests that set none; "text" turns
+     * it off, a request's own replaces it */
+    const char *args2[] = {"-m", model, "-c", "256", "-j", COLOR_SCHEMA, NULL};
+    if (!server_start(&s, args2)) {
+        CHECKF(false, "the server did not start with --json-schema");
+        free(plain_ref);
+        return;
+    }
+    t = complete(s.port, "/v1/completions",
+                 "{\"prompt\": \"Once\", \"max_tokens\": 60, \"seed\": 9}", &st, fin);
+    CHECKF(st == 200 && is_color_json(t) && !strcmp(fin, "stop"), "default schema: '%s'",
+           t ? t : "-");
+    free(t);
+    t = complete(s.port, "/v1/completions",
+                 "{\"prompt\": \"Once\", \"max_tokens\": 12, \"temperature\": 0, "
+                 "\"response_format\": {\"type\": \"text\"}}",
+                 &st, fin);
+    CHECKF(st == 200 && t && plain_ref && !strcmp(t, plain_ref), "text over the default: '%s'",
+           t ? t : "-");
+    free(t);
+    t = complete(s.port, "/v1/completions",
+                 "{\"prompt\": \"Once\", \"max_tokens\": 8, \"grammar\": \"root ::= \\\"no\\\"\"}",
+                 &st, fin);
+    CHECKF(st == 200 && t && !strcmp(t, "no"), "a request's grammar: '%s'", t ? t : "-");
+    free(t);
+    CHECK_EQ_INT(server_stop(&s, SIGTERM), 0);
+    free(plain_ref);
+    /* a default grammar that does not parse: the server does not start */
+    char cmd[8192];
+    snprintf(cmd, sizeof(cmd), "'%s' serve -m '%s' --port 0 --grammar 'root ::= (' 2>&1", g_cllm,
+             model);
+    FILE *p = popen(cmd, "r");
+    char out[2048] = "";
+    const size_t n = p ? fread(out, 1, sizeof(out) - 1, p) : 0;
+    out[n] = '\0';
+    const int rc = p ? pclose(p) : -1;
+    CHECKF(WIFEXITED(rc) && WEXITSTATUS(rc) != 0 && strstr(out, "--grammar") &&
+               strstr(out, "column"),
+           "serve --grammar 'root ::= (': %s", out);
+}
+
+/* ---- tools (SmolLM2: its template knows none; calls forced by grammar) --- */
+
+#define TOOLS_JSON                                                                                 \
+    "[{\"type\": \"function\", \"function\": {\"name\": \"get_weather\", \"description\": "        \
+    "\"The weather of a city\", \"parameters\": {\"type\": \"object\", \"properties\": "           \
+    "{\"city\": {\"type\": \"string\", \"maxLength\": 20}}, \"required\": [\"city\"], "            \
+    "\"additionalProperties\": false}}}, {\"type\": \"function\", \"function\": {\"name\": "       \
+    "\"add\", \"parameters\": {\"type\": \"object\", \"properties\": {\"a\": {\"type\": "          \
+    "\"integer\", \"maximum\": 999}, \"b\": {\"type\": \"integer\", \"maximum\": 999}}, "          \
+    "\"required\": [\"a\", \"b\"], \"additionalProperties\": false}}}]"
+
+static void check_tools(const char *model) {
+    server s;
+    const char *args[] = {"-m", model, "-c", "1024", NULL};
+    if (!server_start(&s, args)) {
+        CHECKF(false, "the server did not start");
+        return;
+    }
+    /* required: a call of one of the tools, with arguments of its schema */
+    resp r = http(s.port, "POST", "/v1/chat/completions",
+                  "{\"messages\": [{\"role\": \"user\", \"content\": \"Weather in Paris?\"}], "
+                  "\"tools\": " TOOLS_JSON ", \"tool_choice\": \"required\", \"max_tokens\": 80, "
+                  "\"seed\": 3}");
+    json *doc = json_parse(r.body);
+    const json *ch = json_at(json_get(doc, "choices"), 0);
+    const json *call = json_at(json_get(json_get(ch, "message"), "tool_calls"), 0);
+    const char *name = json_str(json_get(json_get(call, "function"), "name"));
+    const char *args_text = json_str(json_get(json_get(call, "function"), "arguments"));
+    json *a = args_text ? json_parse(args_text) : NULL;
+    const char *fin = json_str(json_get(ch, "finish_reason"));
+    const char *id = json_str(json_get(call, "id"));
+    const bool weather = name && !strcmp(name, "get_weather") && json_str(json_get(a, "city"));
+    const bool add = name && !strcmp(name, "add") && json_get(a, "a") && json_get(a, "b");
+    CHECKF(r.status == 200 && fin && !strcmp(fin, "tool_calls") && (weather || add) && id &&
+               !strncmp(id, "call_", 5),
+           "required: %s", r.body);
+    json_free(a);
+    json_free(doc);
+    resp_free(&r);
+    /* a named function, streamed: tool_calls deltas */
+    r = http(s.port, "POST", "/v1/chat/completions",
+             "{\"messages\": [{\"role\": \"user\", \"content\": \"Add 2 and 3.\"}], "
+             "\"tools\": " TOOLS_JSON
+             ", \"tool_choice\": {\"type\": \"function\", \"function\": {\"name\": \"add\"}}, "
+             "\"max_tokens\": 80, \"temperature\": 0, \"stream\": true}");
+    sse ev;
+    parse_sse(r.body, &ev);
+    CHECKF(r.status == 200 && ev.framed && !strcmp(ev.finish, "tool_calls") &&
+               strstr(r.body, "\"tool_calls\":[{") && strstr(r.body, "\"name\":\"add\"") &&
+               strstr(r.body, "\"index\":0"),
+           "named, streamed: %s", r.body);
+    resp_free(&r);
+    /* the round trip: the call and its result go back through the template */
+    r = http(s.port, "POST", "/v1/chat/completions",
+             "{\"messages\": [{\"role\": \"user\", \"content\": \"Weather in Paris?\"}, "
+             "{\"role\": \"assistant\", \"content\": null, \"tool_calls\": [{\"id\": \"call_1\", "
+             "\"type\": \"function\", \"function\": {\"name\": \"get_weather\", \"arguments\": "
+             "\"{\\\"city\\\": \\\"Paris\\\"}\"}}]}, {\"role\": \"tool\", \"tool_call_id\": "
+             "\"call_1\", \"content\": \"sunny, 21 C\"}], \"tools\": " TOOLS_JSON
+             ", \"tool_choice\": \"none\", \"max_tokens\": 24, \"temperature\": 0}");
+    char finish[32] = "";
+    char *t = whole_text(&r, finish, sizeof(finish));
+    CHECKF(r.status == 200 && t && t[0] && strcmp(finish, "tool_calls") != 0, "round trip: %s",
+           r.body);
+    free(t);
+    resp_free(&r);
+    /* a response_format beside a forced call; a tool_choice naming no tool */
+    r = http(s.port, "POST", "/v1/chat/completions",
+             "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"tools\": " TOOLS_JSON
+             ", \"tool_choice\": \"required\", \"response_format\": {\"type\": \"json_object\"}}");
+    CHECK(is_error(&r, 400, "invalid_value"));
+    resp_free(&r);
+    r = http(s.port, "POST", "/v1/chat/completions",
+             "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"tools\": " TOOLS_JSON
+             ", \"tool_choice\": {\"type\": \"function\", \"function\": {\"name\": \"nope\"}}}");
+    CHECK(is_error(&r, 400, "invalid_value") && strstr(r.body, "nope"));
+    resp_free(&r);
+    CHECK_EQ_INT(server_stop(&s, SIGTERM), 0);
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) {
         fprintf(stderr, "usage: test_serve PATH-TO-CLLM\n");
@@ -1160,10 +1446,12 @@ int main(int argc, char **argv) {
         check_stories(model);
         check_hosts(model);
         check_names_cors(model);
+        check_structured(model);
     }
     char smol[4096];
     if (refs_fetch_model("smollm2", smol, sizeof(smol))) {
         check_smollm2(smol);
+        check_tools(smol);
         bool decided = false;
         for (int i = 0; i < 3 && !decided; i++) decided = check_queue_timeout(smol);
         CHECKF(decided, "the machine stayed too busy for the queue check");

@@ -7,7 +7,10 @@ Makes a virtual environment in VENV_DIR with the `openai` package (pip),
 re-runs itself inside it, starts `cllm serve` on SmolLM2 (scripts/fetch-model)
 on a free port and checks chat and text completions, whole and streamed,
 greedy answers equal between the two, usage (with cached tokens on a second
-turn), and a request naming another model (served: one model is loaded).
+turn), a request naming another model (served: one model is loaded), and
+structured output (response_format json_schema, raw and through the client's
+Pydantic parse(), and json_object), and tool calls (forced, streamed, and a
+tool result sent back).
 Exits 77 (skipped) when the venv, pip or the model cannot be had, unless CLLM_REQUIRE_TEST_DATA is set
 (CI): then that is a failure.
 """
@@ -95,6 +98,115 @@ def check(cond, what):
         print(f"test_serve_openai: check failed: {what}", file=sys.stderr)
 
 
+FRUITS = ["apple", "banana", "cherry"]
+SCHEMA = {"type": "object",
+          "properties": {"fruit": {"type": "string", "enum": FRUITS},
+                         "ripe": {"type": "boolean"},
+                         "count": {"type": "integer", "minimum": 1, "maximum": 9}},
+          "required": ["fruit", "ripe", "count"], "additionalProperties": False}
+
+
+def follows_schema(doc):
+    """The checks of SCHEMA, by hand (no jsonschema in this venv)."""
+    return (isinstance(doc, dict) and set(doc) == {"fruit", "ripe", "count"}
+            and doc["fruit"] in FRUITS and isinstance(doc["ripe"], bool)
+            and type(doc["count"]) is int and 1 <= doc["count"] <= 9)
+
+
+def check_structured(client, mid, openai):
+    """response_format: a JSON Schema, raw and through the client's Pydantic
+    parse(); json_object; an unknown field refused."""
+    import json
+    msgs = [{"role": "user", "content": "Describe a fruit as JSON."}]
+    for seed in (1, 2, 3):
+        r = client.chat.completions.create(
+            model=mid, messages=msgs, max_tokens=80, seed=seed, temperature=0.9,
+            response_format={"type": "json_schema",
+                             "json_schema": {"name": "fruit", "strict": True, "schema": SCHEMA}})
+        text = r.choices[0].message.content
+        try:
+            doc = json.loads(text)
+        except ValueError:
+            doc = None
+        check(r.choices[0].finish_reason == "stop" and follows_schema(doc),
+              f"json_schema, seed {seed}: {text!r}")
+
+    from typing import Literal
+    from pydantic import BaseModel
+
+    class Fruit(BaseModel):
+        fruit: Literal["apple", "banana", "cherry"]
+        ripe: bool
+
+    parsed = client.chat.completions.parse(model=mid, messages=msgs, max_tokens=80, seed=4,
+                                           response_format=Fruit)
+    p = parsed.choices[0].message.parsed
+    check(isinstance(p, Fruit) and p.fruit in FRUITS, f"parse(): {parsed.choices[0].message}")
+
+    r = client.chat.completions.create(model=mid, messages=msgs, max_tokens=60, seed=5,
+                                       response_format={"type": "json_object"})
+    text = r.choices[0].message.content.strip()
+    check(text.startswith("{"), f"json_object: {text!r}")
+    if r.choices[0].finish_reason == "stop":
+        try:
+            check(isinstance(json.loads(text), dict), f"json_object: {text!r}")
+        except ValueError:
+            check(False, f"json_object is not JSON: {text!r}")
+
+    for extra, field in (({"response_format": {"type": "json_schema", "json_schema": {
+            "name": "x", "schema": {"type": "array", "uniqueItems": True}}}}, "response_format"),
+                         ({"extra_body": {"best_of": 3}}, "best_of")):
+        try:
+            client.chat.completions.create(model=mid, messages=msgs, max_tokens=2, **extra)
+            check(False, f"{field}: accepted")
+        except openai.BadRequestError as e:
+            body = e.body if isinstance(e.body, dict) else {}
+            body = body.get("error", body)
+            check(e.status_code == 400 and body.get("param") == field, f"{field}: {e}")
+
+
+TOOLS = [{"type": "function", "function": {
+    "name": "get_weather", "description": "The weather of a city",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string", "maxLength": 20}},
+                   "required": ["city"], "additionalProperties": False}}}]
+
+
+def check_tools(client, mid):
+    """A call forced by tool_choice (whole and streamed), then its result
+    sent back in a tool message."""
+    import json
+    msgs = [{"role": "user", "content": "What is the weather in Paris?"}]
+    r = client.chat.completions.create(model=mid, messages=msgs, tools=TOOLS, max_tokens=60,
+                                       tool_choice="required", temperature=0)
+    calls = r.choices[0].message.tool_calls or []
+    check(r.choices[0].finish_reason == "tool_calls" and len(calls) >= 1
+          and calls[0].function.name == "get_weather"
+          and isinstance(json.loads(calls[0].function.arguments).get("city"), str),
+          f"required: {r.choices[0]}")
+    # streamed: the client's deltas put together give the same call
+    name, args, finish = "", "", None
+    for chunk in client.chat.completions.create(
+            model=mid, messages=msgs, tools=TOOLS, max_tokens=60, temperature=0, stream=True,
+            tool_choice={"type": "function", "function": {"name": "get_weather"}}):
+        for ch in chunk.choices:
+            for tc in ch.delta.tool_calls or []:
+                if tc.index == 0 and tc.function:
+                    name += tc.function.name or ""
+                    args += tc.function.arguments or ""
+            finish = ch.finish_reason or finish
+    check(finish == "tool_calls" and name == "get_weather" and calls
+          and args == calls[0].function.arguments, f"streamed call {name} {args} {finish}")
+    if not calls:
+        return
+    back = msgs + [{"role": "assistant", "content": None,
+                    "tool_calls": [c.model_dump() for c in calls[:1]]},
+                   {"role": "tool", "tool_call_id": calls[0].id, "content": "sunny, 21 C"}]
+    r = client.chat.completions.create(model=mid, messages=back, tools=TOOLS, tool_choice="none",
+                                       max_tokens=24, temperature=0)
+    check(r.choices[0].message.content and not r.choices[0].message.tool_calls,
+          f"round trip: {r.choices[0]}")
+
+
 def main():
     if len(sys.argv) < 3:
         print("usage: test_openai.py CLLM VENV_DIR", file=sys.stderr)
@@ -161,6 +273,8 @@ def main():
                                                temperature=0)
         check(other.choices[0].message.content is not None and other.usage.completion_tokens >= 1,
               f"another model name: {other}")
+        check_structured(client, mid, openai)
+        check_tools(client, mid)
         try:
             client.chat.completions.create(model=mid, messages=msgs, max_tokens=2, n=2)
             check(False, "n = 2 was accepted")

@@ -311,13 +311,15 @@ static bool render(chat *c, size_t skip, const char *tail, char **out, bool *has
     n += c->n_msgs - skip;
     char *text = NULL;
     size_t len = 0;
-    cllm_chat_style style;
-    const cllm_status st = cllm_chat_apply(c->m, c->style_name, all, n, true, &text, &len, &style);
+    const char *style = c->style_name ? c->style_name : c->g->chat_style;
+    const cllm_status st =
+        cli_chat_prompt(c->m, style, c->g->chat_template, all, n, &text, has_bos);
     free(all);
     if (st != CLLM_OK) {
         cli_lib_error("chat");
         return false;
     }
+    len = strlen(text);
     if (tail && *tail) {
         const size_t k = strlen(tail);
         char *joined = realloc(text, len + k + 1);
@@ -330,7 +332,6 @@ static bool render(chat *c, size_t skip, const char *tail, char **out, bool *has
         text = joined;
     }
     *out = text;
-    *has_bos = cllm_chat_style_has_bos_text(style);
     return true;
 }
 
@@ -834,20 +835,24 @@ int cli_cmd_chat(int argc, char **argv) {
             return 0;
         }
         const int taken = cli_gen_option("chat", &g, argc, argv, &i);
-        if (taken == 2) return 2;
+        if (taken == 2) goto usage;
         if (taken == 1) continue;
         if (strcmp(o, "--template") != 0) {
             cli_error("chat", "unknown option '%s' (see cllm chat --help)", o);
-            return 2;
+            goto usage;
         }
-        if (!(c.style_name = cli_value("chat", argc, argv, &i))) return 2;
+        if (!(c.style_name = cli_value("chat", argc, argv, &i))) goto usage;
         cllm_chat_style style;
         if (cllm_chat_style_from_name(c.style_name, &style) != CLLM_OK) {
             cli_lib_error("chat");
-            return 2;
+            goto usage;
         }
     }
-    if (!cli_gen_finish("chat", &g)) return 2;
+    if (c.style_name && g.chat_template) {
+        cli_error("chat", "--template and --chat-template-file: give one");
+        goto usage;
+    }
+    if (!cli_gen_finish("chat", &g)) goto usage;
 
     setlocale(LC_CTYPE, ""); /* libedit reads multibyte characters by it */
     int rc = 1;
@@ -911,5 +916,9 @@ done:
     free(c.held_text);
     cllm_engine_free(c.eng);
     cllm_model_free(c.m);
+    cli_gen_free(&g);
     return rc;
+usage:
+    cli_gen_free(&g);
+    return 2;
 }

@@ -182,14 +182,13 @@ static cllm_status make_prompt(const run_args *a, const cllm_model *m, char **te
     size_t n = 0;
     if (a->g.system) msgs[n++] = (cllm_chat_msg){.role = "system", .content = a->g.system};
     msgs[n++] = (cllm_chat_msg){.role = "user", .content = *text};
-    cllm_chat_style style;
     char *out = NULL;
-    const cllm_status st = cllm_chat_apply(m, NULL, msgs, n, true, &out, NULL, &style);
+    const cllm_status st =
+        cli_chat_prompt(m, a->g.chat_style, a->g.chat_template, msgs, n, &out, has_bos);
     if (st != CLLM_OK) return st;
     free(*text);
     *text = out;
     *len = strlen(out);
-    *has_bos = cllm_chat_style_has_bos_text(style);
     return CLLM_OK;
 }
 
@@ -198,10 +197,18 @@ static size_t peak_rss_bytes(void) {
     return getrusage(RUSAGE_SELF, &ru) == 0 ? (size_t)ru.ru_maxrss * 1024 : 0;
 }
 
+static int run(run_args *ap);
+
 int cli_cmd_run(int argc, char **argv) {
     run_args a;
     const int parsed = parse_run_args(argc, argv, &a);
-    if (parsed != 0) return parsed < 0 ? 0 : parsed;
+    const int rc = parsed != 0 ? (parsed < 0 ? 0 : parsed) : run(&a);
+    cli_gen_free(&a.g);
+    return rc;
+}
+
+static int run(run_args *ap) {
+    run_args a = *ap;
     int rc = 1;
     cllm_model *m = NULL;
     cllm_session *s = NULL;

@@ -48,6 +48,13 @@ static void serve_usage(FILE *f) {
             "                       sampling of requests that do not set it (defaults: those of\n"
             "                       cllm run and llama.cpp: temperature 0.8, top_k 40, top_p\n"
             "                       0.95, min_p 0.05, repeat penalty 1; seed random)\n"
+            "  --grammar TEXT, --grammar-file FILE, -j, --json-schema TEXT|@FILE\n"
+            "                       the grammar of requests that set none (response_format,\n"
+            "                       grammar, json_schema); response_format text turns it off\n"
+            "  --chat-template NAME a built-in chat format instead of the file's template\n"
+            "                       (chatml, llama2, llama3, gemma, zephyr, phi3)\n"
+            "  --chat-template-file FILE\n"
+            "                       render this Jinja chat template instead of the file's\n"
             "  --alias NAME         another name the model answers to (repeatable); listed in\n"
             "                       /v1/models after the file's name\n"
             "  --strict-model-names refuse (404) a request whose 'model' is not the file's\n"
@@ -132,7 +139,9 @@ static int parse_serve_args(int argc, char **argv, serve_args *a) {
             return -1;
         }
         if (cli_is_one_of(o, "-m --model -b -t --mem --kv-type --no-mmap --test-device "
-                             "--verbose -ngl --n-gpu-layers --gpu-layers")) {
+                             "--verbose -ngl --n-gpu-layers --gpu-layers --grammar "
+                             "--grammar-file --json-schema --chat-template "
+                             "--chat-template-file")) {
             const int r = cli_gen_option("serve", &a->g, argc, argv, &i);
             if (r != 1) return 2;
             continue;
@@ -237,6 +246,10 @@ static int parse_serve_args(int argc, char **argv, serve_args *a) {
         return 2;
     }
     cllm_sampler_free(probe);
+    /* checked with the model's tokens once it is loaded */
+    dsp->grammar = a->g.grammar;
+    a->http.chat_style = a->g.chat_style;
+    a->http.chat_template = a->g.chat_template;
     a->g.seed_given = true; /* seeds are per request */
     if (!cli_gen_finish("serve", &a->g)) return 2;
     a->http.verbose = a->g.verbose;
@@ -255,10 +268,18 @@ static void print_memory(const srv_engine *e) {
     }
 }
 
+static int serve(serve_args *a);
+
 int cli_cmd_serve(int argc, char **argv) {
     serve_args a;
     const int parsed = parse_serve_args(argc, argv, &a);
-    if (parsed != 0) return parsed < 0 ? 0 : parsed;
+    const int rc = parsed != 0 ? (parsed < 0 ? 0 : parsed) : serve(&a);
+    cli_gen_free(&a.g);
+    return rc;
+}
+
+static int serve(serve_args *ap) {
+    serve_args a = *ap;
 
     char *key = NULL;
     if (a.api_key_file) {
@@ -307,6 +328,13 @@ int cli_cmd_serve(int argc, char **argv) {
 
     a.g.fit.n_seq = a.parallel; /* one session, a sequence per slot */
     if (!pipe && !cli_gen_load("serve", &a.g, &m)) goto done;
+    /* the default grammar, compiled for the model's tokens */
+    if (a.g.grammar && cllm_sampler_params_check(
+                           &a.http.defaults.rp.sampling,
+                           cllm_model_n_vocab(pipe ? cllm_pipe_model(pipe) : m)) != CLLM_OK) {
+        cli_error("serve", "%s: %s", a.g.grammar_opt, cllm_last_error());
+        goto done;
+    }
     cllm_session_params sp = cllm_session_default_params();
     sp.n_ctx = a.g.n_ctx, sp.n_batch = a.g.n_batch, sp.n_threads = a.g.n_threads;
     sp.kv_type = a.g.kv_type;

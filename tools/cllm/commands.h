@@ -92,10 +92,19 @@ typedef struct cli_gen {
     bool no_mmap, verbose;
     cllm_plan_params fit; /* --mem budgets */
     bool use_plan;        /* --mem or --test-device: place layers with the fit planner */
+    /* --grammar, --grammar-file or --json-schema: the GBNF text (owned) that
+     * sp.grammar points to, and the option that gave it */
+    char *grammar;
+    const char *grammar_opt;
+    const char *chat_style;    /* --chat-template NAME: a built-in format, or NULL */
+    char *chat_template;       /* --chat-template-file: Jinja source (owned), or NULL */
+    const char *chat_tmpl_src; /* the file's name, for messages */
 } cli_gen;
 
 /* The defaults, with `n_predict` tokens per answer. */
 void cli_gen_init(cli_gen *g, int n_predict);
+/* Frees what the options read from files or made (grammar, template). */
+void cli_gen_free(cli_gen *g);
 /* The help lines of these options (-n's default as given to init). */
 void cli_gen_usage(FILE *f, int n_predict);
 /* If argv[*i] is one of these options, takes it (and its value, advancing
@@ -122,6 +131,17 @@ bool cli_gen_session(const char *cmd, const cli_gen *g, const cllm_model *m, cll
  * error. */
 bool cli_gen_engine(const char *cmd, const cli_gen *g, const cllm_model *m, int n_seq,
                     cllm_event_fn on_event, void *user_data, cllm_engine **out);
+
+/*
+ * The prompt text of msgs[0, n) with the opening of the assistant's turn:
+ * through the Jinja template `tmpl` when not NULL (--chat-template-file;
+ * rendered with messages, add_generation_prompt, bos_token and eos_token),
+ * else cllm_chat_apply with `style` (NULL: the model's own template). A new
+ * string in *out; *has_bos: the text begins with the BOS token's text
+ * (tokenize it without add_special). CLLM_OK, or the library's error.
+ */
+cllm_status cli_chat_prompt(const cllm_model *m, const char *style, const char *tmpl,
+                            const cllm_chat_msg *msgs, size_t n, char **out, bool *has_bos);
 
 /* ---- under mpirun: run and serve across the ranks (pipe.c) --------------- */
 

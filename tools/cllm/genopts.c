@@ -18,6 +18,13 @@ void cli_gen_init(cli_gen *g, int n_predict) {
     g->fit = cllm_plan_default_params();
 }
 
+void cli_gen_free(cli_gen *g) {
+    free(g->grammar);
+    free(g->chat_template);
+    g->grammar = g->chat_template = NULL;
+    g->sp.grammar = NULL;
+}
+
 void cli_gen_usage(FILE *f, int n_predict) {
     if (n_predict < 0) {
         fprintf(f, "  -n, --n-predict N    tokens to generate per answer (default -1: until the\n"
@@ -40,7 +47,15 @@ void cli_gen_usage(FILE *f, int n_predict) {
             "  --ignore-eos         go on past the model's end-of-generation tokens\n"
             "  -s, --seed S         sampling seed (default: a new random seed each run,\n"
             "                       printed by --verbose; --seed S repeats that run)\n"
+            "  --grammar TEXT       constrain the output to a GBNF grammar (docs/grammar.md)\n"
+            "  --grammar-file FILE  the same, from a file\n"
+            "  -j, --json-schema TEXT|@FILE\n"
+            "                       constrain the output to JSON that follows the schema\n"
             "  -sys, --system TEXT  the system message of the chat template\n"
+            "  --chat-template NAME a built-in chat format instead of the file's template\n"
+            "                       (chatml, llama2, llama3, gemma, zephyr, phi3)\n"
+            "  --chat-template-file FILE\n"
+            "                       render this Jinja chat template instead of the file's\n"
             "  --kv-type f16|f32    KV cache type (default f16)\n"
             "  --no-mmap            read the weights instead of mapping them\n"
             "  --mem DEVICE=SIZE    place layers on devices within budgets (as cllm plan)\n"
@@ -51,10 +66,11 @@ void cli_gen_usage(FILE *f, int n_predict) {
 /* llama.cpp's names for the same options (llama-cli, llama-server), and
  * the name cllm knows each by. */
 static const char *const k_aliases[][2] = {
-    {"--ctx-size", "-c"}, {"--batch-size", "-b"},
-    {"--threads", "-t"},  {"--n-predict", "-n"},
-    {"--predict", "-n"},  {"-s", "--seed"},
-    {"-sys", "--system"}, {"--system-prompt", "--system"},
+    {"--ctx-size", "-c"},    {"--batch-size", "-b"},
+    {"--threads", "-t"},     {"--n-predict", "-n"},
+    {"--predict", "-n"},     {"-s", "--seed"},
+    {"-sys", "--system"},    {"--system-prompt", "--system"},
+    {"-j", "--json-schema"},
 };
 
 const char *cli_gen_canonical(const char *o) {
@@ -62,6 +78,75 @@ const char *cli_gen_canonical(const char *o) {
         if (!strcmp(o, k_aliases[k][0])) return k_aliases[k][1];
     }
     return o;
+}
+
+/* --grammar TEXT, --grammar-file FILE, --json-schema TEXT|@FILE: one of
+ * them, compiled when the sampler is made (its errors name line and column). */
+static int grammar_option(const char *cmd, cli_gen *g, const char *o, const char *v) {
+    if (g->grammar_opt) {
+        cli_error(cmd, "%s and %s: give one grammar", g->grammar_opt, o);
+        return 2;
+    }
+    char *text = NULL;
+    size_t len = 0;
+    const bool from_file =
+        !strcmp(o, "--grammar-file") || (!strcmp(o, "--json-schema") && v[0] == '@');
+    if (from_file) {
+        if (!cli_read_text(cmd, !strcmp(o, "--grammar-file") ? v : v + 1, &text, &len)) return 2;
+        if (strlen(text) != len) {
+            cli_error(cmd, "%s: '%s' holds a NUL byte", o, v);
+            free(text);
+            return 2;
+        }
+    } else if (!(text = strdup(v))) {
+        cli_error(cmd, "out of memory");
+        return 2;
+    }
+    if (!strcmp(o, "--json-schema")) {
+        char *gbnf = NULL;
+        const cllm_status st = cllm_json_schema_to_grammar(text, &gbnf);
+        free(text);
+        if (st != CLLM_OK) {
+            cli_lib_error(cmd);
+            return 2;
+        }
+        text = gbnf;
+    }
+    g->grammar = text;
+    g->grammar_opt = o;
+    g->sp.grammar = text;
+    return 1;
+}
+
+/* --chat-template NAME (a built-in format), --chat-template-file FILE (a
+ * Jinja template): one of them. */
+static int template_option(const char *cmd, cli_gen *g, const char *o, const char *v) {
+    if (g->chat_style || g->chat_template) {
+        cli_error(cmd, "give one of --chat-template and --chat-template-file, once");
+        return 2;
+    }
+    if (!strcmp(o, "--chat-template")) {
+        cllm_chat_style style;
+        if (cllm_chat_style_from_name(v, &style) != CLLM_OK) {
+            cli_error(cmd,
+                      "--chat-template: '%s' is not a built-in format (chatml, llama2, llama3, "
+                      "gemma, zephyr, phi3); a Jinja template goes to --chat-template-file",
+                      v);
+            return 2;
+        }
+        g->chat_style = v;
+        return 1;
+    }
+    size_t len = 0;
+    if (!cli_read_text(cmd, v, &g->chat_template, &len)) return 2;
+    if (strlen(g->chat_template) != len) {
+        cli_error(cmd, "--chat-template-file: '%s' holds a NUL byte", v);
+        free(g->chat_template);
+        g->chat_template = NULL;
+        return 2;
+    }
+    g->chat_tmpl_src = v;
+    return 1;
 }
 
 int cli_gen_option(const char *cmd, cli_gen *g, int argc, char **argv, int *i) {
@@ -88,11 +173,17 @@ int cli_gen_option(const char *cmd, cli_gen *g, int argc, char **argv, int *i) {
     }
     if (!cli_is_one_of(c, "-m --model --system -n -c -b -t --temp --top-k --top-p --min-p "
                           "--repeat-penalty --repeat-last-n --seed --mem --test-device "
-                          "--kv-type")) {
+                          "--kv-type --grammar --grammar-file --json-schema --chat-template "
+                          "--chat-template-file")) {
         return 0;
     }
     const char *v = cli_value(cmd, argc, argv, i);
     if (!v) return 2;
+    if (cli_is_one_of(c, "--grammar --grammar-file --json-schema"))
+        return grammar_option(cmd, g, c, v);
+    if (cli_is_one_of(c, "--chat-template --chat-template-file")) {
+        return template_option(cmd, g, c, v);
+    }
     long long n;
     bool ok = true;
     if (!strcmp(c, "-m") || !strcmp(c, "--model")) {
@@ -241,4 +332,57 @@ bool cli_gen_engine(const char *cmd, const cli_gen *g, const cllm_model *m, int 
     }
     report_context(cmd, g, m, cllm_session_n_ctx(cllm_engine_session(*out)));
     return true;
+}
+
+/* The text of token id (its text as a control token), or "". */
+static void token_text(const cllm_model *m, int32_t id, const char **s, size_t *len) {
+    *s = id >= 0 ? cllm_token_to_piece(m, id, true, len) : NULL;
+    if (!*s) *s = "", *len = 0;
+}
+
+cllm_status cli_chat_prompt(const cllm_model *m, const char *style, const char *tmpl,
+                            const cllm_chat_msg *msgs, size_t n, char **out, bool *has_bos) {
+    if (!tmpl) {
+        cllm_chat_style st;
+        char *text = NULL;
+        const cllm_status rc = cllm_chat_apply(m, style, msgs, n, true, &text, NULL, &st);
+        if (rc != CLLM_OK) return rc;
+        *out = text;
+        *has_bos = cllm_chat_style_has_bos_text(st);
+        return CLLM_OK;
+    }
+    /* the context of the template: OpenAI's messages, as Hugging Face's
+     * apply_chat_template passes them */
+    char *ctx = NULL;
+    size_t ctx_len = 0;
+    FILE *f = open_memstream(&ctx, &ctx_len);
+    if (!f) return CLLM_ERR_NOMEM;
+    const char *bos, *eos;
+    size_t bos_len, eos_len;
+    token_text(m, cllm_token_bos(m), &bos, &bos_len);
+    token_text(m, cllm_token_eos(m), &eos, &eos_len);
+    fputs("{\"messages\": [", f);
+    for (size_t i = 0; i < n; i++) {
+        fputs(i ? ", {\"role\": " : "{\"role\": ", f);
+        cli_json_str(f, msgs[i].role, strlen(msgs[i].role));
+        fputs(", \"content\": ", f);
+        cli_json_str(f, msgs[i].content, strlen(msgs[i].content));
+        fputc('}', f);
+    }
+    fputs("], \"add_generation_prompt\": true, \"bos_token\": ", f);
+    cli_json_str(f, bos, bos_len);
+    fputs(", \"eos_token\": ", f);
+    cli_json_str(f, eos, eos_len);
+    fputc('}', f);
+    if (fclose(f) != 0 || !ctx) {
+        free(ctx);
+        return CLLM_ERR_NOMEM;
+    }
+    char *text = NULL;
+    const cllm_status rc = cllm_chat_template_render(tmpl, ctx, &text, NULL);
+    free(ctx);
+    if (rc != CLLM_OK) return rc;
+    *out = text;
+    *has_bos = bos_len > 0 && !strncmp(text, bos, bos_len);
+    return CLLM_OK;
 }

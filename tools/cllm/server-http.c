@@ -3,6 +3,8 @@
  * streamed as server-sent events (server.h). */
 #include "server.h"
 
+#include "commands.h"
+
 #include <math.h>
 #include <microhttpd.h>
 #include <poll.h>
@@ -38,6 +40,7 @@ typedef struct req_err {
     unsigned status;
     const char *type, *param, *code;
     char msg[512];
+    char param_buf[72]; /* param when it is a name from the request */
 } req_err;
 
 static int fail(req_err *er, unsigned status, const char *param, const char *code, const char *fmt,
@@ -258,12 +261,209 @@ static int get_logit_bias(json_t *o, int32_t n_vocab, srv_gen_params *gp, req_er
     return 1;
 }
 
+/* The fields a request may carry; anything else is refused (400,
+ * "unsupported_parameter") rather than ignored, since a field that is
+ * dropped silently changes the answer the client expects. "user" is an
+ * identifier for the client's own tracking, which changes no output. */
+static const char *const k_fields_common[] = {
+    "model",
+    "max_tokens",
+    "temperature",
+    "top_p",
+    "top_k",
+    "min_p",
+    "repeat_penalty",
+    "presence_penalty",
+    "frequency_penalty",
+    "seed",
+    "n",
+    "stream",
+    "stream_options",
+    "logprobs",
+    "ignore_eos",
+    "stop",
+    "logit_bias",
+    "response_format",
+    "grammar",
+    "json_schema",
+    "user",
+};
+static const char *const k_fields_chat[] = {"messages",     "max_completion_tokens",
+                                            "top_logprobs", "tools",
+                                            "tool_choice",  "parallel_tool_calls"};
+static const char *const k_fields_text[] = {"prompt"};
+
+static bool field_in(const char *key, const char *const *list, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        if (!strcmp(key, list[i])) return true;
+    }
+    return false;
+}
+
+#define N_OF(a) (sizeof(a) / sizeof((a)[0]))
+
+/* Refuses the first member of `o` the endpoint does not handle. */
+static int check_fields(json_t *o, bool chat, req_err *er) {
+    const char *key;
+    json_t *v;
+    json_object_foreach(o, key, v) {
+        if (field_in(key, k_fields_common, N_OF(k_fields_common))) continue;
+        if (chat ? field_in(key, k_fields_chat, N_OF(k_fields_chat))
+                 : field_in(key, k_fields_text, N_OF(k_fields_text))) {
+            continue;
+        }
+        /* the name outlives the request's JSON */
+        snprintf(er->param_buf, sizeof(er->param_buf), "%s", key);
+        return fail(er, 400, er->param_buf, "unsupported_parameter",
+                    "'%.64s' is not supported by this server's %s endpoint", key,
+                    chat ? "/v1/chat/completions" : "/v1/completions");
+    }
+    json_t *so = json_object_get(o, "stream_options");
+    if (json_is_object(so)) {
+        json_object_foreach(so, key, v) {
+            if (strcmp(key, "include_usage") != 0) {
+                return fail(er, 400, "stream_options", "unsupported_parameter",
+                            "'stream_options.%.64s' is not supported", key);
+            }
+        }
+    }
+    return 0;
+}
+
+/* A JSON Schema (a JSON value) to the request's grammar. */
+static int schema_grammar(json_t *schema, const char *param, srv_gen_params *gp, req_err *er) {
+    char *text = json_dumps(schema, JSON_COMPACT | JSON_ENCODE_ANY);
+    if (!text) return fail(er, 500, NULL, NULL, "out of memory");
+    char *g = NULL;
+    const cllm_status st = cllm_json_schema_to_grammar(text, &g);
+    free(text);
+    if (st == CLLM_ERR_NOMEM) return fail(er, 500, NULL, NULL, "out of memory");
+    if (st != CLLM_OK) {
+        return fail(er, 400, param, "invalid_schema", "'%s': %s", param, cllm_last_error());
+    }
+    gp->grammar = g;
+    return 0;
+}
+
+/* The grammar of a request: "response_format" (OpenAI's: text, json_object,
+ * json_schema), "grammar" (GBNF text) or "json_schema" (a schema), at most
+ * one of them; else the server's (--grammar, --json-schema), unless
+ * response_format says "text". Compiled here so that an error is a 400. */
+static int get_grammar(json_t *o, const srv_http *h, int32_t n_vocab, srv_gen_params *gp,
+                       req_err *er) {
+    static const char *const keys[] = {"response_format", "grammar", "json_schema"};
+    const char *given = NULL;
+    for (size_t i = 0; i < N_OF(keys); i++) {
+        json_t *v = json_object_get(o, keys[i]);
+        if (!v || json_is_null(v)) continue;
+        if (given) {
+            return fail(er, 400, keys[i], "invalid_value", "'%s' and '%s': give one of them", given,
+                        keys[i]);
+        }
+        given = keys[i];
+    }
+    const char *param = given ? given : "grammar";
+    if (!given) {
+        /* the server's default */
+    } else if (!strcmp(given, "grammar")) {
+        json_t *v = json_object_get(o, "grammar");
+        if (!json_is_string(v)) {
+            return fail(er, 400, "grammar", "invalid_type", "'grammar' must be a string (GBNF)");
+        }
+        if (strlen(json_string_value(v)) != json_string_length(v)) {
+            return fail(er, 400, "grammar", "invalid_value", "'grammar' holds a NUL character");
+        }
+        if (!(gp->grammar = strdup(json_string_value(v)))) {
+            return fail(er, 500, NULL, NULL, "out of memory");
+        }
+    } else if (!strcmp(given, "json_schema")) {
+        json_t *v = json_object_get(o, "json_schema");
+        if (!json_is_object(v) && !json_is_boolean(v)) {
+            return fail(er, 400, "json_schema", "invalid_type",
+                        "'json_schema' must be a JSON Schema (an object)");
+        }
+        if (schema_grammar(v, "json_schema", gp, er) < 0) return -1;
+    } else {
+        json_t *rf = json_object_get(o, "response_format");
+        json_t *type = json_object_get(rf, "type");
+        if (!json_is_object(rf) || !json_is_string(type)) {
+            return fail(er, 400, "response_format", "invalid_type",
+                        "'response_format' must be an object with a string 'type'");
+        }
+        const char *t = json_string_value(type);
+        const char *key;
+        json_t *m;
+        json_object_foreach(rf, key, m) {
+            if (strcmp(key, "type") && (strcmp(t, "json_schema") || strcmp(key, "json_schema"))) {
+                return fail(er, 400, "response_format", "unsupported_parameter",
+                            "'response_format.%.64s' is not supported with type '%.32s'", key, t);
+            }
+        }
+        if (!strcmp(t, "text")) {
+            /* no grammar: not even the server's */
+        } else if (!strcmp(t, "json_object")) {
+            if (!(gp->grammar = strdup(cllm_json_grammar()))) {
+                return fail(er, 500, NULL, NULL, "out of memory");
+            }
+        } else if (!strcmp(t, "json_schema")) {
+            json_t *js = json_object_get(rf, "json_schema");
+            if (!json_is_object(js)) {
+                return fail(er, 400, "response_format", "missing_required_parameter",
+                            "'response_format' of type 'json_schema' needs a 'json_schema' "
+                            "object");
+            }
+            json_object_foreach(js, key, m) {
+                const bool ok = !strcmp(key, "name")          ? json_is_string(m)
+                                : !strcmp(key, "description") ? json_is_string(m)
+                                : !strcmp(key, "strict") ? json_is_boolean(m) || json_is_null(m)
+                                : !strcmp(key, "schema") ? true
+                                                         : false;
+                if (!ok) {
+                    return fail(er, 400, "response_format", "invalid_value",
+                                "'response_format.json_schema.%.64s' is not supported or has the "
+                                "wrong type",
+                                key);
+                }
+            }
+            /* a missing schema is any JSON object, as OpenAI's json_object */
+            json_t *schema = json_object_get(js, "schema");
+            if (!schema) {
+                if (!(gp->grammar = strdup(cllm_json_grammar()))) {
+                    return fail(er, 500, NULL, NULL, "out of memory");
+                }
+            } else if (!json_is_object(schema) && !json_is_boolean(schema)) {
+                return fail(er, 400, "response_format", "invalid_type",
+                            "'response_format.json_schema.schema' must be a JSON Schema");
+            } else if (schema_grammar(schema, "response_format", gp, er) < 0) {
+                return -1;
+            }
+        } else {
+            return fail(er, 400, "response_format", "invalid_value",
+                        "'response_format': type '%.32s' is not text, json_object or json_schema",
+                        t);
+        }
+    }
+    const char *dflt = h->o.defaults.rp.sampling.grammar;
+    if (!given && dflt && !(gp->grammar = strdup(dflt))) {
+        return fail(er, 500, NULL, NULL, "out of memory");
+    }
+    gp->rp.sampling.grammar = gp->grammar;
+    gp->rp.sampling.grammar_root = NULL;
+    if (gp->grammar && cllm_sampler_params_check(&gp->rp.sampling, n_vocab) != CLLM_OK) {
+        return fail(er, 400, param, "invalid_grammar", "'%s': %s", param, cllm_last_error());
+    }
+    return 0;
+}
+
 /* The generation settings of a request over the server's defaults. */
 static int parse_gen(const srv_http *h, json_t *o, bool chat, int32_t n_vocab, srv_gen_params *gp,
                      bool *stream, bool *usage, req_err *er) {
     *gp = h->o.defaults;
     gp->n_stop = 0;
     gp->bias = NULL;
+    gp->grammar = NULL;
+    gp->rp.sampling.grammar = NULL;
+    if (check_fields(o, chat, er) < 0) return -1;
     double d;
     long long n;
     int r;
@@ -328,6 +528,7 @@ static int parse_gen(const srv_http *h, json_t *o, bool chat, int32_t n_vocab, s
     gp->rp.sampling.ignore_eos = ignore_eos;
     if (get_stop(o, gp, er) < 0) return -1;
     if (get_logit_bias(o, n_vocab, gp, er) < 0) return -1;
+    if (get_grammar(o, h, n_vocab, gp, er) < 0) return -1;
     return 0;
 }
 
@@ -375,14 +576,71 @@ static int content_text(json_t *v, char **out, req_err *er) {
     return 0;
 }
 
+/* Whether the request's messages carry tool calls or tool results. */
+static bool has_tool_messages(json_t *msgs) {
+    size_t i;
+    json_t *m;
+    json_array_foreach(msgs, i, m) {
+        const char *role = json_string_value(json_object_get(m, "role"));
+        json_t *calls = json_object_get(m, "tool_calls");
+        if ((role && !strcmp(role, "tool")) || (calls && !json_is_null(calls))) return true;
+    }
+    return false;
+}
+
+static int tool_error(req_err *er, const srv_tool_err *te) {
+    if (!te->code) return fail(er, 500, NULL, NULL, "out of memory");
+    return fail(er, 400, te->param, te->code, "%s", te->msg);
+}
+
+/* The prompt of a chat request with tools or tool messages: the Jinja
+ * template (--chat-template-file, else the file's) with OpenAI's messages
+ * and the tools. */
+static int tools_prompt(const srv_http *h, const cllm_model *m, json_t *msgs, const srv_tools *t,
+                        char **text, bool *bos, req_err *er) {
+    const char *tmpl = h->o.chat_template ? h->o.chat_template : cllm_model_chat_template(m);
+    if (!tmpl || h->o.chat_style) {
+        return fail(er, 400, t->tools ? "tools" : "messages", "unsupported_value",
+                    "tools and tool messages need a Jinja chat template (%s)",
+                    h->o.chat_style ? "the server uses a built-in format (--chat-template)"
+                                    : "the model file has none; see --chat-template-file");
+    }
+    const bool knows_tools = strstr(tmpl, "tools") != NULL;
+    json_t *list = NULL;
+    srv_tool_err te = {0};
+    if (srv_tools_messages(msgs, t, knows_tools, &list, &te) < 0) return tool_error(er, &te);
+    size_t bl = 0, el = 0;
+    const int32_t bid = cllm_token_bos(m), eid = cllm_token_eos(m);
+    const char *b = bid >= 0 ? cllm_token_to_piece(m, bid, true, &bl) : NULL;
+    const char *e = eid >= 0 ? cllm_token_to_piece(m, eid, true, &el) : NULL;
+    json_t *ctx =
+        json_pack("{s:o,s:b,s:s%,s:s%}", "messages", list, "add_generation_prompt", 1, "bos_token",
+                  b ? b : "", b ? bl : 0, "eos_token", e ? e : "", e ? el : 0);
+    if (ctx && t->tools && knows_tools) json_object_set(ctx, "tools", t->tools);
+    char *cj = ctx ? json_dumps(ctx, JSON_COMPACT) : NULL;
+    json_decref(ctx);
+    if (!cj) return fail(er, 500, NULL, NULL, "out of memory");
+    const cllm_status st = cllm_chat_template_render(tmpl, cj, text, NULL);
+    free(cj);
+    if (st == CLLM_ERR_NOMEM) return fail(er, 500, NULL, NULL, "out of memory");
+    if (st != CLLM_OK) {
+        return fail(er, 400, "messages", "invalid_value", "the chat template: %s",
+                    cllm_last_error());
+    }
+    *bos = b && bl > 0 && !strncmp(*text, b, bl);
+    return 0;
+}
+
 /* The prompt text of a chat request through the model's template; *bos:
  * whether the text begins with the BOS token's text. */
-static int chat_prompt(const cllm_model *m, json_t *o, char **text, bool *bos, req_err *er) {
+static int chat_prompt(const srv_http *h, const cllm_model *m, json_t *o, const srv_tools *t,
+                       char **text, bool *bos, req_err *er) {
     json_t *msgs = json_object_get(o, "messages");
     if (!json_is_array(msgs) || json_array_size(msgs) == 0) {
         return fail(er, 400, "messages", msgs ? "invalid_type" : "missing_required_parameter",
                     "'messages' must be a non-empty array");
     }
+    if (t->tools || has_tool_messages(msgs)) return tools_prompt(h, m, msgs, t, text, bos, er);
     const size_t n = json_array_size(msgs);
     cllm_chat_msg *cm = calloc(n, sizeof(*cm));
     char **contents = calloc(n, sizeof(*contents));
@@ -415,12 +673,10 @@ static int chat_prompt(const cllm_model *m, json_t *o, char **text, bool *bos, r
         if (content_text(content, &contents[i], er) < 0) goto done;
         cm[i] = (cllm_chat_msg){.role = r, .content = contents[i]};
     }
-    cllm_chat_style style;
-    if (cllm_chat_apply(m, NULL, cm, n, true, text, NULL, &style) != CLLM_OK) {
+    if (cli_chat_prompt(m, h->o.chat_style, h->o.chat_template, cm, n, text, bos) != CLLM_OK) {
         fail(er, 400, "messages", "invalid_value", "%s", cllm_last_error());
         goto done;
     }
-    *bos = cllm_chat_style_has_bos_text(style);
     rc = 0;
 done:
     for (size_t i = 0; contents && i < n; i++) free(contents[i]);
@@ -461,6 +717,11 @@ typedef struct reply {
     char *buf;
     size_t len, pos, cap;
     bool role_sent, ended;
+    /* tools offered: the text is held back (streamed too) until it ends,
+     * to be read as tool calls or sent as content */
+    bool tools_on;
+    char *held;
+    size_t held_len;
 } reply;
 
 static const char *finish_str(srv_finish f) {
@@ -562,6 +823,34 @@ static void sse_chunk(reply *r, const char *text, size_t len, json_t *lp, const 
     sse_put(r, env);
 }
 
+/* The end of a stream whose text was held back for tool calls: the calls
+ * as tool_calls deltas (with any text before them as content), or the
+ * text; then the finish reason. */
+static void sse_tools_end(reply *r, const char *finish) {
+    size_t n = r->held_len;
+    json_t *calls = srv_tools_extract(r->held ? r->held : "", r->held_len, &n);
+    if (n > 0 || !calls) sse_chunk(r, r->held, n, NULL, NULL);
+    if (!calls) {
+        sse_chunk(r, NULL, 0, NULL, finish);
+        return;
+    }
+    size_t i;
+    json_t *c;
+    json_array_foreach(calls, i, c) {
+        json_object_set_new(c, "index", json_integer((json_int_t)i));
+        json_t *delta = json_pack("{s:[O]}", "tool_calls", c);
+        if (!r->role_sent) json_object_set_new(delta, "role", json_string("assistant"));
+        r->role_sent = true;
+        json_t *ch =
+            json_pack("{s:i,s:o,s:n,s:n}", "index", 0, "delta", delta, "logprobs", "finish_reason");
+        json_t *env = envelope(r, true, json_pack("[o]", ch));
+        if (r->include_usage) json_object_set_new(env, "usage", json_null());
+        sse_put(r, env);
+    }
+    json_decref(calls);
+    sse_chunk(r, NULL, 0, NULL, "tool_calls");
+}
+
 /* The error of a job that ended without an answer (NULL: it has one). */
 static bool job_error(const srv_job *j, req_err *er) {
     switch (j->finish) {
@@ -606,14 +895,28 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
         j->logprobs = NULL;
         const bool done = j->state == SRV_JOB_DONE;
         pthread_mutex_unlock(&e->mu);
-        if (len > 0 || lp) sse_chunk(r, text, len, logprobs_json(r, lp, 0), NULL);
+        if (r->tools_on && len > 0) {
+            char *nb = realloc(r->held, r->held_len + len + 1);
+            if (nb) {
+                memcpy(nb + r->held_len, text, len);
+                r->held = nb;
+                r->held_len += len;
+            }
+            if (lp) sse_chunk(r, NULL, 0, logprobs_json(r, lp, 0), NULL);
+        } else if (len > 0 || lp) {
+            sse_chunk(r, text, len, logprobs_json(r, lp, 0), NULL);
+        }
         free(text);
         if (done) {
             req_err er;
             if (job_error(j, &er)) {
                 sse_put(r, error_json(&er));
             } else {
-                sse_chunk(r, NULL, 0, NULL, finish_str(j->finish));
+                if (r->tools_on) {
+                    sse_tools_end(r, finish_str(j->finish));
+                } else {
+                    sse_chunk(r, NULL, 0, NULL, finish_str(j->finish));
+                }
                 if (r->include_usage) {
                     json_t *env = envelope(r, true, json_array());
                     json_object_set_new(env, "usage", usage_json(r));
@@ -635,6 +938,7 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
 
 static void reply_free(reply *r) {
     if (r->job) srv_job_release(r->e, r->job);
+    free(r->held);
     free(r->buf);
     free(r);
 }
@@ -662,8 +966,15 @@ static enum MHD_Result answer_whole(reply *r) {
     } else {
         json_t *lp = j->logprobs;
         j->logprobs = NULL;
-        json_t *ch = choice_json(r, j->out, j->out_len, logprobs_json(r, lp, 0),
-                                 finish_str(j->finish), false);
+        size_t n = j->out_len;
+        json_t *calls = r->tools_on ? srv_tools_extract(j->out, j->out_len, &n) : NULL;
+        json_t *ch = choice_json(r, j->out, n, logprobs_json(r, lp, 0),
+                                 calls ? "tool_calls" : finish_str(j->finish), false);
+        if (calls) {
+            json_t *msg = json_object_get(ch, "message");
+            if (n == 0) json_object_set_new(msg, "content", json_null());
+            json_object_set_new(msg, "tool_calls", calls);
+        }
         json_t *env = envelope(r, false, json_pack("[o]", ch));
         json_object_set_new(env, "usage", usage_json(r));
         res = send_json(r->h, r->c, 200, env);
@@ -691,6 +1002,36 @@ static bool name_served(const srv_http *h, const char *name, bool any) {
         if (!strcmp(name, h->o.aliases[i])) return true;
     }
     return any && !h->o.strict_names;
+}
+
+/* With tool_choice required or named, the grammar that forces a call (in
+ * place of the server's default; a request's own grammar conflicts). */
+static int tool_grammar(const srv_http *h, const cllm_model *m, json_t *o, const srv_tools *t,
+                        srv_gen_params *gp, req_err *er) {
+    if (!t->tools || (t->choice != SRV_TOOL_REQUIRED && t->choice != SRV_TOOL_NAMED)) return 0;
+    static const char *const keys[] = {"response_format", "grammar", "json_schema"};
+    for (size_t i = 0; i < N_OF(keys); i++) {
+        json_t *v = json_object_get(o, keys[i]);
+        if (v && !json_is_null(v)) {
+            return fail(er, 400, keys[i], "invalid_value",
+                        "'%s' and a forced tool call (tool_choice): give one", keys[i]);
+        }
+    }
+    const char *tmpl = h->o.chat_template ? h->o.chat_template : cllm_model_chat_template(m);
+    const bool hermes = tmpl && !h->o.chat_style && strstr(tmpl, "<tool_call>");
+    const char *root = NULL;
+    srv_tool_err te = {0};
+    char *g = srv_tools_grammar(t, hermes, &root, &te);
+    if (!g) return tool_error(er, &te);
+    free(gp->grammar);
+    gp->grammar = g;
+    gp->rp.sampling.grammar = g;
+    gp->rp.sampling.grammar_root = root; /* a constant string */
+    if (cllm_sampler_params_check(&gp->rp.sampling, cllm_model_n_vocab(m)) != CLLM_OK) {
+        return fail(er, 400, "tools", "invalid_schema", "the tools' grammar: %s",
+                    cllm_last_error());
+    }
+    return 0;
 }
 
 static enum MHD_Result completions(srv_http *h, srv_engine *e, struct MHD_Connection *c,
@@ -733,9 +1074,18 @@ static enum MHD_Result completions(srv_http *h, srv_engine *e, struct MHD_Connec
     }
     if (parse_gen(h, o, chat, cllm_model_n_vocab(e->model), &gp, &stream, &usage, &er) < 0)
         goto bad;
+    bool tools_on = false;
     if (chat) {
+        srv_tools tools = {0};
+        srv_tool_err te = {0};
+        if (srv_tools_parse(o, &tools, &te) < 0) {
+            tool_error(&er, &te);
+            goto bad;
+        }
+        if (tool_grammar(h, e->model, o, &tools, &gp, &er) < 0) goto bad;
+        tools_on = tools.tools != NULL;
         bool bos = false;
-        if (chat_prompt(e->model, o, &text, &bos, &er) < 0) goto bad;
+        if (chat_prompt(h, e->model, o, &tools, &text, &bos, &er) < 0) goto bad;
         if (tokenize(e->model, text, !bos, true, &ids, &n_ids, &er) < 0) goto bad;
     } else {
         json_t *p = json_object_get(o, "prompt");
@@ -778,8 +1128,9 @@ static enum MHD_Result completions(srv_http *h, srv_engine *e, struct MHD_Connec
     srv_job *j = srv_job_new(ids, n_ids, &gp, deadline);
     if (j) j->stream = stream;
     ids = NULL;
-    gp.n_stop = 0; /* the job owns the stop strings and the bias */
+    gp.n_stop = 0; /* the job owns the stop strings, the bias and the grammar */
     gp.bias = NULL;
+    gp.grammar = NULL;
     reply *r = calloc(1, sizeof(*r));
     if (!j || !r) {
         if (j) srv_job_release(e, j), srv_job_release(e, j);
@@ -791,6 +1142,7 @@ static enum MHD_Result completions(srv_http *h, srv_engine *e, struct MHD_Connec
                  .e = e,
                  .chat = chat,
                  .include_usage = usage && stream,
+                 .tools_on = tools_on,
                  .created = (long long)time(NULL),
                  .n_prompt = n_ids,
                  .c = c};

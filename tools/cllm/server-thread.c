@@ -67,6 +67,9 @@ void srv_gen_params_free(srv_gen_params *gp) {
     gp->bias = NULL;
     gp->rp.sampling.logit_bias = NULL;
     gp->rp.sampling.n_logit_bias = 0;
+    free(gp->grammar);
+    gp->grammar = NULL;
+    gp->rp.sampling.grammar = NULL;
 }
 
 srv_job *srv_job_new(int32_t *prompt, size_t n_prompt, srv_gen_params *gp, double deadline_ms) {

@@ -48,6 +48,7 @@ typedef struct srv_gen_params {
     bool logprobs;         /* the answer carries log-probabilities */
     int top_logprobs;      /* 0..SRV_MAX_TOP_LOGPROBS alternatives each */
     cllm_logit_bias *bias; /* owned (free): rp.sampling.logit_bias */
+    char *grammar;         /* owned (free): rp.sampling.grammar (GBNF), or NULL */
 } srv_gen_params;
 
 typedef enum srv_finish {
@@ -154,7 +155,7 @@ srv_job *srv_job_new(int32_t *prompt, size_t n_prompt, srv_gen_params *gp, doubl
 bool srv_engine_submit(srv_engine *e, srv_job *job);
 /* The HTTP side lets go of the job (cancelling it if it still runs). */
 void srv_job_release(srv_engine *e, srv_job *job);
-/* Frees the strings and the logit bias of gp. */
+/* Frees the strings, the logit bias and the grammar of gp. */
 void srv_gen_params_free(srv_gen_params *gp);
 
 /* The longest valid-UTF-8 rendering of s[0, n): invalid bytes become U+FFFD;
@@ -162,6 +163,55 @@ void srv_gen_params_free(srv_gen_params *gp);
  * JSON strings of token pieces and messages (the engine's text is valid
  * UTF-8 already). */
 char *srv_utf8_clean(const char *s, size_t n, size_t *out_len);
+
+/* ---- tool calls (server-tools.c) ---------------------------------------- */
+
+typedef enum srv_tool_choice {
+    SRV_TOOL_AUTO = 0, /* the model may call a tool or answer */
+    SRV_TOOL_NONE,     /* no tools: they are not shown to the model */
+    SRV_TOOL_REQUIRED, /* a call of some tool, forced by a grammar */
+    SRV_TOOL_NAMED,    /* a call of `named`, forced by a grammar */
+    SRV_TOOL_CHOICE_COUNT
+} srv_tool_choice;
+
+/* The tools of a chat request (borrowed from its JSON). */
+typedef struct srv_tools {
+    json_t *tools; /* the "tools" array, or NULL: none (or tool_choice none) */
+    srv_tool_choice choice;
+    const char *named; /* SRV_TOOL_NAMED: the function */
+    bool parallel;     /* parallel_tool_calls (default true) */
+} srv_tools;
+
+/* What a request did wrong (a 400), or out of memory (code NULL). */
+typedef struct srv_tool_err {
+    const char *param, *code;
+    char msg[400];
+} srv_tool_err;
+
+/* Reads and checks "tools", "tool_choice" and "parallel_tool_calls" of
+ * request `o` into *t: 0, or -1 after filling *te. */
+int srv_tools_parse(json_t *o, srv_tools *t, srv_tool_err *te);
+/* The "function" object of the tool called `name`, or NULL. */
+json_t *srv_tools_find(const srv_tools *t, const char *name);
+/* With tool_choice required or named: a GBNF grammar (free) that allows
+ * only calls of the tools (their parameters' schemas), as the JSON
+ * {"name", "arguments"} (or, with parallel calls, a list of them), inside
+ * <tool_call> tags when `hermes`; its start rule in *root. NULL without
+ * one, or on failure (te->code set; NULL code: out of memory). */
+char *srv_tools_grammar(const srv_tools *t, bool hermes, const char **root, srv_tool_err *te);
+/* The request's messages as the chat template takes them (new array in
+ * *out): roles checked, contents as text, tool_calls with arguments as
+ * objects, tool_call_id and name kept; when the template knows no tools
+ * (!template_has_tools), the tools are described in the system message.
+ * 0, or -1 after filling *te. */
+int srv_tools_messages(json_t *msgs, const srv_tools *t, bool template_has_tools, json_t **out,
+                       srv_tool_err *te);
+/* The tool calls in generated text[0, len): <tool_call>JSON</tool_call>
+ * blocks (Hermes, Qwen), or the whole text as {"name", "arguments"} or a
+ * list of them. A new array of OpenAI tool_calls (arguments as JSON text,
+ * new ids), with the length of the text before them in *content_len; NULL
+ * when the text holds no calls. */
+json_t *srv_tools_extract(const char *text, size_t len, size_t *content_len);
 
 /* ---- HTTP (server-http.c) ----------------------------------------------- */
 
@@ -183,9 +233,14 @@ typedef struct srv_http_opts {
      * CORS headers, and OPTIONS is not answered */
     const char *cors[SRV_MAX_NAMES];
     int n_cors;
-    srv_gen_params defaults; /* for fields a request leaves out (no stops) */
-    bool seed_given;         /* defaults.sp.seed is the server's --seed */
-    bool metrics;            /* GET /metrics answers (--metrics); else 404 */
+    /* for fields a request leaves out (no stops; its grammar, from
+     * --grammar or --json-schema, is not owned: each request copies it) */
+    srv_gen_params defaults;
+    bool seed_given; /* defaults.sp.seed is the server's --seed */
+    /* --chat-template (a built-in format's name) or --chat-template-file
+     * (Jinja source); NULL: the model's own template */
+    const char *chat_style, *chat_template;
+    bool metrics; /* GET /metrics answers (--metrics); else 404 */
     bool verbose;
 } srv_http_opts;
 

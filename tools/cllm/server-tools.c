@@ -1,0 +1,459 @@
+/* cllm serve: tool calls (server.h): the request's tools and tool_choice,
+ * the chat template's context with tools and tool messages, the grammar
+ * that forces a call, and the calls read back from the generated text. */
+#include "server.h"
+
+#include <ctype.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <sys/random.h>
+
+static int tool_fail(srv_tool_err *te, const char *param, const char *code, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+static int tool_fail(srv_tool_err *te, const char *param, const char *code, const char *fmt, ...) {
+    te->param = param;
+    te->code = code;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(te->msg, sizeof(te->msg), fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+/* OpenAI's rule for a function's name. */
+static bool valid_name(const char *s) {
+    const size_t n = strlen(s);
+    if (n == 0 || n > 64) return false;
+    for (size_t i = 0; i < n; i++) {
+        if (!isalnum((unsigned char)s[i]) && s[i] != '_' && s[i] != '-') return false;
+    }
+    return true;
+}
+
+int srv_tools_parse(json_t *o, srv_tools *t, srv_tool_err *te) {
+    memset(t, 0, sizeof(*t));
+    t->choice = SRV_TOOL_AUTO;
+    t->parallel = true;
+    json_t *tools = json_object_get(o, "tools");
+    json_t *choice = json_object_get(o, "tool_choice");
+    json_t *par = json_object_get(o, "parallel_tool_calls");
+    if (par && !json_is_null(par)) {
+        if (!json_is_boolean(par)) {
+            return tool_fail(te, "parallel_tool_calls", "invalid_type",
+                             "'parallel_tool_calls' must be a boolean");
+        }
+        t->parallel = json_is_true(par);
+    }
+    if (tools && !json_is_null(tools)) {
+        if (!json_is_array(tools)) {
+            return tool_fail(te, "tools", "invalid_type", "'tools' must be an array");
+        }
+        size_t i;
+        json_t *tool;
+        json_array_foreach(tools, i, tool) {
+            json_t *fn = json_object_get(tool, "function");
+            json_t *name = json_object_get(fn, "name");
+            const char *type = json_string_value(json_object_get(tool, "type"));
+            if (!json_is_object(tool) || !type || strcmp(type, "function") || !json_is_object(fn) ||
+                !json_is_string(name) || !valid_name(json_string_value(name))) {
+                return tool_fail(te, "tools", "invalid_value",
+                                 "tools[%zu] must be {\"type\": \"function\", \"function\": "
+                                 "{\"name\": NAME, ...}} with a name of 1 to 64 letters, digits, "
+                                 "'_' or '-'",
+                                 i);
+            }
+            const char *key;
+            json_t *v;
+            json_object_foreach(fn, key, v) {
+                const bool ok = !strcmp(key, "name")          ? true
+                                : !strcmp(key, "description") ? json_is_string(v)
+                                : !strcmp(key, "parameters")  ? json_is_object(v)
+                                : !strcmp(key, "strict") ? json_is_boolean(v) || json_is_null(v)
+                                                         : false;
+                if (!ok) {
+                    return tool_fail(te, "tools", "invalid_value",
+                                     "tools[%zu].function.%.64s is not supported or has the "
+                                     "wrong type",
+                                     i, key);
+                }
+            }
+        }
+        if (json_array_size(tools) > 0) t->tools = tools;
+    }
+    if (choice && !json_is_null(choice)) {
+        const char *s = json_string_value(choice);
+        json_t *fname = json_object_get(json_object_get(choice, "function"), "name");
+        if (s && !strcmp(s, "none")) {
+            t->choice = SRV_TOOL_NONE;
+        } else if (s && !strcmp(s, "auto")) {
+            t->choice = SRV_TOOL_AUTO;
+        } else if (s && !strcmp(s, "required")) {
+            t->choice = SRV_TOOL_REQUIRED;
+        } else if (json_is_object(choice) && json_is_string(fname)) {
+            t->choice = SRV_TOOL_NAMED;
+            t->named = json_string_value(fname);
+        } else {
+            return tool_fail(te, "tool_choice", "invalid_value",
+                             "'tool_choice' must be \"none\", \"auto\", \"required\" or "
+                             "{\"type\": \"function\", \"function\": {\"name\": NAME}}");
+        }
+        if (t->choice != SRV_TOOL_NONE && !t->tools) {
+            return tool_fail(te, "tool_choice", "invalid_value", "'tool_choice' needs 'tools'");
+        }
+        if (t->named && !srv_tools_find(t, t->named)) {
+            return tool_fail(te, "tool_choice", "invalid_value",
+                             "'tool_choice' names '%.64s', which is not in 'tools'", t->named);
+        }
+    }
+    if (t->choice == SRV_TOOL_NONE) t->tools = NULL;
+    return 0;
+}
+
+json_t *srv_tools_find(const srv_tools *t, const char *name) {
+    size_t i;
+    json_t *tool;
+    json_array_foreach(t->tools, i, tool) {
+        json_t *fn = json_object_get(tool, "function");
+        if (!strcmp(json_string_value(json_object_get(fn, "name")), name)) return fn;
+    }
+    return NULL;
+}
+
+/* Moves the $defs (and definitions) of a tool's parameters to the root
+ * schema, where their "#/$defs/NAME" references point. */
+static int hoist_defs(json_t *params, json_t *root, srv_tool_err *te) {
+    static const char *const keys[] = {"$defs", "definitions"};
+    for (size_t k = 0; k < 2; k++) {
+        json_t *defs = json_object_get(params, keys[k]);
+        if (!defs) continue;
+        if (!json_is_object(defs)) {
+            return tool_fail(te, "tools", "invalid_schema", "'%s' must be an object", keys[k]);
+        }
+        json_t *into = json_object_get(root, keys[k]);
+        if (!into) {
+            into = json_object();
+            json_object_set_new(root, keys[k], into);
+        }
+        const char *name;
+        json_t *d;
+        json_object_foreach(defs, name, d) {
+            json_t *had = json_object_get(into, name);
+            if (had && !json_equal(had, d)) {
+                return tool_fail(te, "tools", "invalid_schema",
+                                 "two tools define '%s/%.64s' differently", keys[k], name);
+            }
+            json_object_set(into, name, d);
+        }
+        json_object_del(params, keys[k]);
+    }
+    return 0;
+}
+
+char *srv_tools_grammar(const srv_tools *t, bool hermes, const char **root, srv_tool_err *te) {
+    if (!t->tools || (t->choice != SRV_TOOL_REQUIRED && t->choice != SRV_TOOL_NAMED)) return NULL;
+    json_t *schema = json_object();
+    json_t *calls = json_array();
+    size_t i;
+    json_t *tool;
+    char *gbnf = NULL;
+    json_array_foreach(t->tools, i, tool) {
+        json_t *fn = json_object_get(tool, "function");
+        const char *name = json_string_value(json_object_get(fn, "name"));
+        if (t->named && strcmp(name, t->named) != 0) continue;
+        json_t *params = json_object_get(fn, "parameters");
+        params = params ? json_deep_copy(params) : json_pack("{s:s}", "type", "object");
+        if (hoist_defs(params, schema, te) < 0) {
+            json_decref(params);
+            goto done;
+        }
+        json_array_append_new(calls, json_pack("{s:s,s:{s:{s:s},s:o},s:[s,s],s:b}", "type",
+                                               "object", "properties", "name", "const", name,
+                                               "arguments", params, "required", "name", "arguments",
+                                               "additionalProperties", 0));
+    }
+    json_t *one = json_pack("{s:o}", "anyOf", calls);
+    calls = NULL;
+    if (t->parallel && !t->named) {
+        json_object_set_new(
+            schema, "anyOf",
+            json_pack("[O,{s:s,s:O,s:i}]", one, "type", "array", "items", one, "minItems", 1));
+    } else {
+        json_object_set(schema, "anyOf", json_object_get(one, "anyOf"));
+    }
+    json_decref(one);
+    char *text = json_dumps(schema, JSON_COMPACT);
+    if (!text) {
+        tool_fail(te, NULL, NULL, "out of memory");
+        goto done;
+    }
+    const cllm_status st = cllm_json_schema_to_grammar(text, &gbnf);
+    free(text);
+    if (st != CLLM_OK) {
+        tool_fail(te, "tools", "invalid_schema", "the tools' parameters: %s", cllm_last_error());
+        gbnf = NULL;
+        goto done;
+    }
+    *root = "root";
+    if (hermes) {
+        /* the template's own form: each call in <tool_call> tags */
+        static const char wrap[] =
+            "\ntool-call-root ::= \"<tool_call>\\n\" root \"\\n</tool_call>\"\n";
+        char *g = realloc(gbnf, strlen(gbnf) + sizeof(wrap));
+        if (!g) {
+            free(gbnf);
+            gbnf = NULL;
+            tool_fail(te, NULL, NULL, "out of memory");
+            goto done;
+        }
+        strcat(g, wrap);
+        gbnf = g;
+        *root = "tool-call-root";
+    }
+done:
+    json_decref(calls);
+    json_decref(schema);
+    return gbnf;
+}
+
+/* A call's id: "call_" and 96 random bits. */
+static void call_id(char *out, size_t size) {
+    uint32_t w[3] = {0, 0, 0};
+    if (getrandom(w, sizeof(w), GRND_NONBLOCK) != (ssize_t)sizeof(w)) {
+        static _Atomic unsigned n;
+        w[0] = (uint32_t)++n;
+    }
+    snprintf(out, size, "call_%08x%08x%08x", w[0], w[1], w[2]);
+}
+
+/* Appends the calls of a parsed value (an object {"name", "arguments"} or
+ * an array of them) to `out`; false when it is not of that shape. */
+static bool add_calls(json_t *v, json_t *out) {
+    if (json_is_array(v)) {
+        if (json_array_size(v) == 0) return false;
+        size_t i;
+        json_t *x;
+        json_array_foreach(v, i, x) {
+            if (!json_is_object(x) || !add_calls(x, out)) return false;
+        }
+        return true;
+    }
+    json_t *name = json_object_get(v, "name");
+    json_t *args = json_object_get(v, "arguments");
+    if (!args) args = json_object_get(v, "parameters");
+    if (!json_is_object(v) || !json_is_string(name) || !valid_name(json_string_value(name)) ||
+        !(json_is_object(args) || json_is_string(args))) {
+        return false;
+    }
+    char *a = json_is_string(args) ? strdup(json_string_value(args))
+                                   : json_dumps(args, JSON_COMPACT | JSON_PRESERVE_ORDER);
+    if (!a) return false;
+    char id[48];
+    call_id(id, sizeof(id));
+    json_array_append_new(out, json_pack("{s:s,s:s,s:{s:O,s:s}}", "id", id, "type", "function",
+                                         "function", "name", name, "arguments", a));
+    free(a);
+    return true;
+}
+
+static const char *skip_space(const char *s, const char *end) {
+    while (s < end && isspace((unsigned char)*s)) s++;
+    return s;
+}
+
+json_t *srv_tools_extract(const char *text, size_t len, size_t *content_len) {
+    const char *end = text + len;
+    json_t *calls = json_array();
+    static const char open[] = "<tool_call>", close[] = "</tool_call>";
+    const char *first = memmem(text, len, open, sizeof(open) - 1);
+    if (first) {
+        /* Hermes and Qwen: <tool_call>{...}</tool_call>, one or more */
+        for (const char *p = first; p; p = memmem(p, (size_t)(end - p), open, sizeof(open) - 1)) {
+            p += sizeof(open) - 1;
+            const char *q = memmem(p, (size_t)(end - p), close, sizeof(close) - 1);
+            const char *stop = q ? q : end;
+            json_t *v = json_loadb(p, (size_t)(stop - p), 0, NULL);
+            const bool ok = v && add_calls(v, calls);
+            json_decref(v);
+            if (!ok) goto none;
+            if (!q) break;
+            p = q + sizeof(close) - 1;
+        }
+        size_t n = (size_t)(first - text);
+        while (n > 0 && isspace((unsigned char)text[n - 1])) n--;
+        *content_len = n;
+        return calls;
+    }
+    /* the generic form: the whole answer is {"name", "arguments"} or a list */
+    const char *s = skip_space(text, end);
+    if (s < end && (*s == '{' || *s == '[')) {
+        json_t *v = json_loadb(s, (size_t)(end - s), 0, NULL);
+        const bool ok = v && add_calls(v, calls);
+        json_decref(v);
+        if (ok) {
+            *content_len = 0;
+            return calls;
+        }
+    }
+none:
+    json_decref(calls);
+    return NULL;
+}
+
+/* The text of a message's content for the template: a string, null, or
+ * text parts joined. NULL: another type. */
+static json_t *content_value(json_t *v) {
+    if (!v || json_is_null(v)) return json_null();
+    if (json_is_string(v)) return json_incref(v);
+    if (!json_is_array(v)) return NULL;
+    json_t *out = json_string("");
+    size_t i;
+    json_t *p;
+    json_array_foreach(v, i, p) {
+        json_t *t = json_object_get(p, "text");
+        const char *type = json_string_value(json_object_get(p, "type"));
+        if (!json_is_string(t) || !type || strcmp(type, "text")) {
+            json_decref(out);
+            return NULL;
+        }
+        const size_t a = json_string_length(out), b = json_string_length(t);
+        char *joined = malloc(a + b + 1);
+        if (!joined) {
+            json_decref(out);
+            return NULL;
+        }
+        memcpy(joined, json_string_value(out), a);
+        memcpy(joined + a, json_string_value(t), b);
+        json_string_setn_nocheck(out, joined, a + b);
+        free(joined);
+    }
+    return out;
+}
+
+int srv_tools_messages(json_t *msgs, const srv_tools *t, bool template_has_tools, json_t **out,
+                       srv_tool_err *te) {
+    json_t *list = json_array();
+    size_t i;
+    json_t *m;
+    json_array_foreach(msgs, i, m) {
+        const char *role = json_string_value(json_object_get(m, "role"));
+        if (!json_is_object(m) || !role) {
+            json_decref(list);
+            return tool_fail(te, "messages", "invalid_type",
+                             "messages[%zu] must be an object with a string 'role'", i);
+        }
+        if (!strcmp(role, "developer")) role = "system";
+        if (strcmp(role, "system") && strcmp(role, "user") && strcmp(role, "assistant") &&
+            strcmp(role, "tool")) {
+            json_decref(list);
+            return tool_fail(te, "messages", "invalid_value",
+                             "messages[%zu]: role '%.64s' is not system, user, assistant or tool",
+                             i, role);
+        }
+        json_t *content = content_value(json_object_get(m, "content"));
+        if (!content) {
+            json_decref(list);
+            return tool_fail(te, "messages", "invalid_type",
+                             "messages[%zu]: 'content' must be a string, null or text parts", i);
+        }
+        json_t *msg = json_pack("{s:s,s:o}", "role", role, "content", content);
+        json_t *calls = json_object_get(m, "tool_calls");
+        if (calls && !json_is_null(calls)) {
+            size_t k;
+            json_t *c;
+            json_t *copy = json_array();
+            if (!json_is_array(calls) || strcmp(role, "assistant") != 0) goto bad_calls;
+            json_array_foreach(calls, k, c) {
+                json_t *fn = json_object_get(c, "function");
+                json_t *name = json_object_get(fn, "name");
+                json_t *args = json_object_get(fn, "arguments");
+                if (!json_is_string(name) || !(json_is_string(args) || json_is_object(args))) {
+                    json_decref(copy);
+                    goto bad_calls;
+                }
+                /* templates take the arguments as an object */
+                json_t *obj = json_is_string(args) ? json_loads(json_string_value(args), 0, NULL)
+                                                   : json_incref(args);
+                if (!obj) obj = json_incref(args);
+                json_t *id = json_object_get(c, "id");
+                json_array_append_new(copy,
+                                      json_pack("{s:s,s:O*,s:{s:O,s:o}}", "type", "function", "id",
+                                                id, "function", "name", name, "arguments", obj));
+            }
+            json_object_set_new(msg, "tool_calls", copy);
+            if (!template_has_tools && json_is_null(content)) {
+                /* a template that knows no tools sees the calls as text */
+                char *s = json_dumps(copy, JSON_COMPACT);
+                json_object_set_new(msg, "content", json_string(s ? s : ""));
+                free(s);
+            }
+        }
+        json_t *tcid = json_object_get(m, "tool_call_id");
+        if (tcid && !json_is_null(tcid)) {
+            if (!json_is_string(tcid) || strcmp(role, "tool") != 0) {
+                json_decref(msg);
+                json_decref(list);
+                return tool_fail(te, "messages", "invalid_value",
+                                 "messages[%zu]: 'tool_call_id' is a string on a tool message", i);
+            }
+            json_object_set(msg, "tool_call_id", tcid);
+        }
+        json_t *name = json_object_get(m, "name");
+        if (json_is_string(name)) json_object_set(msg, "name", name);
+        const char *key;
+        json_t *v;
+        json_object_foreach(m, key, v) {
+            if (strcmp(key, "role") && strcmp(key, "content") && strcmp(key, "tool_calls") &&
+                strcmp(key, "tool_call_id") && strcmp(key, "name")) {
+                json_decref(msg);
+                json_decref(list);
+                return tool_fail(te, "messages", "unsupported_parameter",
+                                 "messages[%zu].%.64s is not supported", i, key);
+            }
+        }
+        json_array_append_new(list, msg);
+        continue;
+    bad_calls:
+        json_decref(msg);
+        json_decref(list);
+        return tool_fail(
+            te, "messages", "invalid_value",
+            "messages[%zu]: 'tool_calls' must be an assistant's array of "
+            "{\"id\", \"type\": \"function\", \"function\": {\"name\", \"arguments\"}}",
+            i);
+    }
+    if (t->tools && !template_has_tools) {
+        /* a template that knows no tools: they are described in the system
+         * message, with the form of a call */
+        char *desc = json_dumps(t->tools, JSON_COMPACT | JSON_PRESERVE_ORDER);
+        const char *head =
+            "You can call these functions. To call one, answer with only a JSON object "
+            "{\"name\": FUNCTION, \"arguments\": {...}}.\nFunctions: ";
+        json_t *first = json_array_get(list, 0);
+        const char *r0 = json_string_value(json_object_get(first, "role"));
+        const char *c0 = json_string_value(json_object_get(first, "content"));
+        const bool merge = r0 && !strcmp(r0, "system") && c0;
+        size_t n = strlen(head) + (desc ? strlen(desc) : 0) + (merge ? strlen(c0) + 2 : 0) + 1;
+        char *sys = malloc(n);
+        if (!sys || !desc) {
+            free(sys);
+            free(desc);
+            json_decref(list);
+            return tool_fail(te, NULL, NULL, "out of memory");
+        }
+        snprintf(sys, n, "%s%s%s%s", merge ? c0 : "", merge ? "\n\n" : "", head, desc);
+        free(desc);
+        if (merge) {
+            json_object_set_new(first, "content", json_string(sys));
+        } else {
+            json_array_insert_new(list, 0,
+                                  json_pack("{s:s,s:s}", "role", "system", "content", sys));
+        }
+        free(sys);
+    }
+    *out = list;
+    return 0;
+}

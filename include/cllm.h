@@ -1270,7 +1270,9 @@ typedef struct cllm_engine cllm_engine;
 #define CLLM_ENGINE_MAX_TOP_LOGPROBS 20  /* alternatives per token */
 
 typedef struct cllm_request_params {
-    cllm_sampler_params sampling; /* default: cllm_sampler_default_params() */
+    /* default: cllm_sampler_default_params(); its logit bias and grammar
+     * are copied by cllm_engine_submit */
+    cllm_sampler_params sampling;
     /* tokens to generate; -1: until an end-of-generation token or a full
      * context (default) */
     int32_t max_tokens;

@@ -187,6 +187,8 @@ cllm_status cllm_engine_new_session(cllm_session *s, cllm_event_fn on_event, voi
 static void req_free(engine_req *r) {
     if (!r) return;
     cllm_free((void *)r->p.sampling.logit_bias); /* the request's copy */
+    cllm_free((void *)r->p.sampling.grammar);    /* and of the grammar */
+    cllm_free((void *)r->p.sampling.grammar_root);
     for (int i = 0; i < CLLM_ENGINE_MAX_STOP; i++) cllm_free(r->stop[i]);
     cllm_free(r->prompt);
     cllm_free(r);
@@ -275,6 +277,7 @@ static cllm_status submit(cllm_engine *e, const int32_t *prompt, size_t n_prompt
     /* the sampler copies its logit bias when it is made (at the start):
      * until then the request keeps none of the caller's pointers */
     r->p.sampling.logit_bias = NULL;
+    r->p.sampling.grammar = r->p.sampling.grammar_root = NULL;
     if (p.sampling.n_logit_bias > 0) {
         /* kept in the stop strings' place would be a second array: the
          * bias goes with the request as a copy of its own */
@@ -283,6 +286,14 @@ static cllm_status submit(cllm_engine *e, const int32_t *prompt, size_t n_prompt
         if (!b) goto nomem;
         memcpy(b, p.sampling.logit_bias, bytes);
         r->p.sampling.logit_bias = b;
+    }
+    /* the grammar too: the sampler is made when the request starts */
+    if (p.sampling.grammar && !(r->p.sampling.grammar = cllm_strdup(p.sampling.grammar))) {
+        goto nomem;
+    }
+    if (p.sampling.grammar_root &&
+        !(r->p.sampling.grammar_root = cllm_strdup(p.sampling.grammar_root))) {
+        goto nomem;
     }
     for (int i = 0; i < p.n_stop; i++) {
         r->stop_len[i] = strlen(p.stop[i]);

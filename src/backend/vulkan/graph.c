@@ -15,6 +15,7 @@
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 /* ---- recording --------------------------------------------------------- */
 
@@ -87,6 +88,7 @@ typedef struct vk_be {
     /* counts, logged when the backend is freed: graphs recorded in full,
      * replayed, and the nodes recorded of those computed */
     uint64_t n_recorded, n_replayed, n_nodes_recorded, n_nodes_computed;
+    uint64_t record_ns; /* host time in record_seg */
 } vk_be;
 
 typedef struct vk_bind {
@@ -309,7 +311,14 @@ static void barrier_out(VkCommandBuffer cb) {
 }
 
 /* Records segment s of rec into its command buffer. */
+static uint64_t now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
 static VkResult record_seg(vk_be *be, vk_rec *rec, int s) {
+    const uint64_t t0 = now_ns();
     const vk_seg *sg = &rec->segs[s];
     const VkCommandBuffer cb = rec->cbs[s];
     VkResult r = vkResetCommandBuffer(cb, 0);
@@ -325,7 +334,9 @@ static VkResult record_seg(vk_be *be, vk_rec *rec, int s) {
     for (int i = sg->first; i < sg->end; i++) record_node(be, rec->work[i]);
     if (sg->end == rec->n_work) barrier_out(cb);
     be->n_nodes_recorded += (uint64_t)(sg->end - sg->first);
-    return vkEndCommandBuffer(cb);
+    r = vkEndCommandBuffer(cb);
+    be->record_ns += now_ns() - t0;
+    return r;
 }
 
 /* Submits n command buffers; the last submission of a graph signals the
@@ -415,10 +426,11 @@ static void vk_backend_free(cllm_backend *be) {
     vk_be *ctx = be->context;
     vk_dev *v = ctx->v;
     if (ctx->n_recorded + ctx->n_replayed) {
-        cllm_log(
-            CLLM_LOG_DEBUG, "%s: %llu graphs recorded, %llu replayed; %llu of %llu nodes recorded",
-            v->name, (unsigned long long)ctx->n_recorded, (unsigned long long)ctx->n_replayed,
-            (unsigned long long)ctx->n_nodes_recorded, (unsigned long long)ctx->n_nodes_computed);
+        cllm_log(CLLM_LOG_DEBUG,
+                 "%s: %llu graphs recorded, %llu replayed; %llu of %llu nodes recorded in %.3f ms",
+                 v->name, (unsigned long long)ctx->n_recorded, (unsigned long long)ctx->n_replayed,
+                 (unsigned long long)ctx->n_nodes_recorded,
+                 (unsigned long long)ctx->n_nodes_computed, (double)ctx->record_ns * 1e-6);
     }
     if (ctx->fence) vkDestroyFence(v->d, ctx->fence, NULL);
     if (ctx->pool) vkDestroyCommandPool(v->d, ctx->pool, NULL);

@@ -310,13 +310,13 @@ static void barrier_out(VkCommandBuffer cb) {
                          NULL, 0, NULL);
 }
 
-/* Records segment s of rec into its command buffer. */
 static uint64_t now_ns(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
+/* Records segment s of rec into its command buffer. */
 static VkResult record_seg(vk_be *be, vk_rec *rec, int s) {
     const uint64_t t0 = now_ns();
     const vk_seg *sg = &rec->segs[s];

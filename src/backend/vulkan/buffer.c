@@ -16,6 +16,7 @@
 #include "core/hostmem.h"
 
 #include <errno.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -273,6 +274,10 @@ static const struct cllm_buffer_i k_vk_buffer_iface = {
     .clear = vk_buffer_clear,
 };
 
+/* Buffer serials: a recorded graph names its buffers by them, since a
+ * freed buffer's handles and host structs may come back for another. */
+static _Atomic uint64_t g_serial;
+
 const char *vk_buft_get_name(const cllm_buffer_type *buft) { return dev_of(buft->device)->name; }
 
 cllm_status vk_buft_alloc(cllm_buffer_type *buft, size_t size, cllm_buffer **out) {
@@ -290,6 +295,7 @@ cllm_status vk_buft_alloc(cllm_buffer_type *buft, size_t size, cllm_buffer **out
         b = cllm_calloc(1, sizeof(*b));
         if (!b) return cllm_error(CLLM_ERR_NOMEM, "%s: out of host memory", v->name);
         b->vk_size = (size + 3) & ~(VkDeviceSize)3;
+        b->serial = atomic_fetch_add(&g_serial, 1) + 1;
         const VkBufferCreateInfo bci = {.sType = VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO,
                                         .size = b->vk_size,
                                         .usage = VK_BUFFER_USAGE_STORAGE_BUFFER_BIT |

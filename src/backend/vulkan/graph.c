@@ -1,11 +1,21 @@
 /*
- * The Vulkan backend: records the nodes of a graph into one command buffer
- * (a barrier between dependent dispatches), submits it and waits on a fence.
+ * The Vulkan backend: records the nodes of a graph into command buffers (a
+ * barrier between dependent dispatches) and submits them in chunks as they
+ * are recorded, so that the device starts while the host still records;
+ * one fence on the last submission waits for them all. The recording is
+ * kept (per node array the scheduler passes, a few of them) and replayed
+ * while what each node's commands depend on stays bit for bit the same;
+ * nodes that change from one compute to the next (the KV cache writes of a
+ * reused decode graph, which move by a row per token) get command buffers
+ * of their own, recorded again each time. docs/vulkan.md: "Submission".
  */
 #include "backend/vulkan/vk-internal.h"
 #include "core/hostmem.h"
 
+#include <stddef.h>
+#include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 /* ---- recording --------------------------------------------------------- */
 
@@ -14,14 +24,71 @@ typedef struct vk_range {
     size_t lo, hi;
 } vk_range;
 
+/* What the commands record_node records for a node depend on, of the node
+ * and of each source: equal signatures (memcmp) record the same commands. */
+typedef struct vk_tsig {
+    uint64_t buf; /* the buffer's serial (vk_buf.serial; 0: no tensor) */
+    uint64_t off; /* the tensor's byte offset in it */
+    int64_t ne[CLLM_MAX_DIMS];
+    uint64_t nb[CLLM_MAX_DIMS];
+    int32_t type, op, flags, layout;
+} vk_tsig;
+
+typedef struct vk_nsig {
+    vk_tsig t[1 + CLLM_MAX_SRC]; /* the node, then its sources */
+    int32_t op_params[CLLM_MAX_OP_PARAMS];
+} vk_nsig;
+
+/* One command buffer of a recording: work nodes [first, end). */
+typedef struct vk_seg {
+    int first, end;
+    bool dynamic; /* recorded again at every compute */
+} vk_seg;
+
+/* A graph's recording. key/n_nodes name the node array it was made for (a
+ * hint: only the signatures decide whether it is replayed). */
+typedef struct vk_rec {
+    cllm_tensor *const *key;
+    int n_nodes;
+    bool valid;         /* every segment recorded, replayable */
+    uint64_t used;      /* when last computed (eviction) */
+    int n_work, cap;    /* nodes with work; room in the arrays below */
+    cllm_tensor **work; /* [n_work]: the nodes, as last computed */
+    vk_nsig *sig;       /* [n_work]: their signatures, as recorded */
+    bool *dyn;          /* [n_work]: changed between two computes */
+    vk_seg *segs;       /* [n_segs] */
+    int n_segs;
+    VkCommandBuffer *cbs; /* [n_cbs]: one per segment, allocated as needed */
+    int n_cbs, cap_cbs;
+} vk_rec;
+
+/* Recordings kept per backend: the scheduler passes one node array per
+ * split of the device (several where other devices run nodes between). */
+#define VK_RECS 4
+/* Nodes of the first chunk of a recording, doubled per chunk up to the
+ * last: small first chunks start the device early. */
+#define VK_CHUNK_FIRST 8
+#define VK_CHUNK_MAX   128
+
 typedef struct vk_be {
     vk_dev *v;
     VkCommandPool pool;
-    VkCommandBuffer cb;
+    VkCommandBuffer cb; /* the command buffer record_node records into */
     VkFence fence;
     /* ranges read and written since the last barrier */
     vk_range *reads, *writes;
     int n_reads, n_writes, cap;
+    bool replay; /* CLLM_VULKAN_REPLAY=0: record every compute anew */
+    vk_rec recs[VK_RECS];
+    uint64_t n_computes;
+    /* this compute's work nodes and their signatures (scratch) */
+    cllm_tensor **cur_work;
+    vk_nsig *cur_sig;
+    int cap_cur;
+    /* counts, logged when the backend is freed: graphs recorded in full,
+     * replayed, and the nodes recorded of those computed */
+    uint64_t n_recorded, n_replayed, n_nodes_recorded, n_nodes_computed;
+    uint64_t record_ns; /* host time in record_seg */
 } vk_be;
 
 typedef struct vk_bind {
@@ -173,13 +240,275 @@ static void record_node(vk_be *be, cllm_tensor *node) {
     }
 }
 
+/* ---- recordings -------------------------------------------------------- */
+
+static void tsig_of(vk_tsig *s, const cllm_tensor *t) {
+    if (!t) return; /* zeros */
+    const vk_buf *b = t->buffer->context;
+    s->buf = b->serial;
+    s->off = vk_tensor_offset(t);
+    for (int d = 0; d < CLLM_MAX_DIMS; d++) {
+        s->ne[d] = t->ne[d];
+        s->nb[d] = t->nb[d];
+    }
+    s->type = (int32_t)t->type;
+    s->op = (int32_t)t->op;
+    s->flags = t->flags;
+    s->layout = t->layout;
+}
+
+static void nsig_of(vk_nsig *s, const cllm_tensor *node) {
+    memset(s, 0, sizeof(*s));
+    tsig_of(&s->t[0], node);
+    for (int j = 0; j < CLLM_MAX_SRC; j++) tsig_of(&s->t[1 + j], node->src[j]);
+    memcpy(s->op_params, node->op_params, sizeof(s->op_params));
+}
+
+static void rec_free(vk_rec *rec) {
+    cllm_free(rec->work);
+    cllm_free(rec->sig);
+    cllm_free(rec->dyn);
+    cllm_free(rec->segs);
+    cllm_free(rec->cbs); /* the command buffers go with the pool */
+}
+
+/* Room for n work nodes (what the arrays held is lost when they grow). */
+static bool rec_reserve(vk_rec *rec, int n) {
+    if (rec->cap >= n) return true;
+    cllm_tensor **work = cllm_malloc((size_t)n * sizeof(*work));
+    vk_nsig *sig = cllm_malloc((size_t)n * sizeof(*sig));
+    bool *dyn = cllm_malloc((size_t)n * sizeof(*dyn));
+    vk_seg *segs = cllm_malloc((size_t)n * sizeof(*segs));
+    if (!work || !sig || !dyn || !segs) {
+        cllm_free(work);
+        cllm_free(sig);
+        cllm_free(dyn);
+        cllm_free(segs);
+        return false;
+    }
+    cllm_free(rec->work);
+    cllm_free(rec->sig);
+    cllm_free(rec->dyn);
+    cllm_free(rec->segs);
+    rec->work = work;
+    rec->sig = sig;
+    rec->dyn = dyn;
+    rec->segs = segs;
+    rec->cap = n;
+    return true;
+}
+
+/* A command buffer per segment. */
+static VkResult rec_reserve_cbs(vk_be *be, vk_rec *rec, int n) {
+    if (rec->n_cbs >= n) return VK_SUCCESS;
+    if (rec->cap_cbs < n) {
+        const int cap = CLLM_MAX(n, 2 * rec->cap_cbs);
+        VkCommandBuffer *cbs = cllm_malloc((size_t)cap * sizeof(*cbs));
+        if (!cbs) return VK_ERROR_OUT_OF_HOST_MEMORY;
+        if (rec->n_cbs) memcpy(cbs, rec->cbs, (size_t)rec->n_cbs * sizeof(*cbs));
+        cllm_free(rec->cbs);
+        rec->cbs = cbs;
+        rec->cap_cbs = cap;
+    }
+    const VkCommandBufferAllocateInfo cai = {.sType =
+                                                 VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO,
+                                             .commandPool = be->pool,
+                                             .level = VK_COMMAND_BUFFER_LEVEL_PRIMARY,
+                                             .commandBufferCount = (uint32_t)(n - rec->n_cbs)};
+    const VkResult r = vkAllocateCommandBuffers(be->v->d, &cai, rec->cbs + rec->n_cbs);
+    if (r == VK_SUCCESS) rec->n_cbs = n;
+    return r;
+}
+
+/* Cuts the work nodes into segments: every run of dynamic nodes, and the
+ * static ones between in chunks of VK_CHUNK_FIRST nodes, doubling. */
+static void rec_segment(vk_rec *rec) {
+    const int n = rec->n_work;
+    int chunk = VK_CHUNK_FIRST;
+    rec->n_segs = 0;
+    for (int i = 0; i < n;) {
+        const bool dyn = rec->dyn[i];
+        int end = i + 1;
+        if (dyn) {
+            while (end < n && rec->dyn[end]) end++;
+        } else {
+            while (end < n && !rec->dyn[end] && end - i < chunk) end++;
+            chunk = CLLM_MIN(2 * chunk, VK_CHUNK_MAX);
+        }
+        rec->segs[rec->n_segs++] = (vk_seg){.first = i, .end = end, .dynamic = dyn};
+        i = end;
+    }
+}
+
+/* The recording of node array g->nodes: the one made for it, else the one
+ * used longest ago, emptied. */
+static vk_rec *rec_for(vk_be *be, const cllm_graph *g) {
+    vk_rec *old = &be->recs[0];
+    for (int i = 0; i < VK_RECS; i++) {
+        vk_rec *rec = &be->recs[i];
+        if (rec->key == g->nodes && rec->n_nodes == g->n_nodes) return rec;
+        if (rec->used < old->used) old = rec;
+    }
+    old->key = g->nodes;
+    old->n_nodes = g->n_nodes;
+    old->valid = false;
+    return old;
+}
+
+/* ---- recording and submitting ------------------------------------------ */
+
+/* At the start of every command buffer: what ran before on the queue
+ * (dispatches of earlier segments or graphs, transfers) is done with the
+ * memory that the dispatches after it read or write. */
+static void barrier_in(VkCommandBuffer cb) {
+    const VkMemoryBarrier mb = {
+        .sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER,
+        .srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_WRITE_BIT,
+        .dstAccessMask = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT};
+    vkCmdPipelineBarrier(cb, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT,
+                         VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, 0, 1, &mb, 0, NULL, 0, NULL);
+}
+
+/* After the last node: the results are the host's (mapped memory) and the
+ * transfers' (staged reads, and writes into what the graph read). */
+static void barrier_out(VkCommandBuffer cb) {
+    const VkMemoryBarrier mb = {.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER,
+                                .srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT,
+                                .dstAccessMask = VK_ACCESS_HOST_READ_BIT |
+                                                 VK_ACCESS_TRANSFER_READ_BIT |
+                                                 VK_ACCESS_TRANSFER_WRITE_BIT};
+    vkCmdPipelineBarrier(cb, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT,
+                         VK_PIPELINE_STAGE_HOST_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT, 0, 1, &mb, 0,
+                         NULL, 0, NULL);
+}
+
+static uint64_t now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* Records segment s of rec into its command buffer. */
+static VkResult record_seg(vk_be *be, vk_rec *rec, int s) {
+    const uint64_t t0 = now_ns();
+    const vk_seg *sg = &rec->segs[s];
+    const VkCommandBuffer cb = rec->cbs[s];
+    VkResult r = vkResetCommandBuffer(cb, 0);
+    /* replayed command buffers are submitted more than once */
+    const VkCommandBufferBeginInfo bi = {
+        .sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO,
+        .flags = be->replay ? 0 : VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT};
+    if (r == VK_SUCCESS) r = vkBeginCommandBuffer(cb, &bi);
+    if (r != VK_SUCCESS) return r;
+    be->cb = cb;
+    barrier_in(cb);
+    be->n_reads = be->n_writes = 0;
+    for (int i = sg->first; i < sg->end; i++) record_node(be, rec->work[i]);
+    if (sg->end == rec->n_work) barrier_out(cb);
+    be->n_nodes_recorded += (uint64_t)(sg->end - sg->first);
+    r = vkEndCommandBuffer(cb);
+    be->record_ns += now_ns() - t0;
+    return r;
+}
+
+/* Submits n command buffers; the last submission of a graph signals the
+ * fence, which then covers every earlier one on the queue. */
+static VkResult submit(vk_be *be, const VkCommandBuffer *cbs, int n, bool last) {
+    const VkSubmitInfo si = {.sType = VK_STRUCTURE_TYPE_SUBMIT_INFO,
+                             .commandBufferCount = (uint32_t)n,
+                             .pCommandBuffers = cbs};
+    vk_dev *v = be->v;
+    pthread_mutex_lock(&v->lock);
+    const VkResult r = vkQueueSubmit(v->queue, 1, &si, last ? be->fence : VK_NULL_HANDLE);
+    pthread_mutex_unlock(&v->lock);
+    return r;
+}
+
+/* Records every segment of rec anew, submitting each as soon as it is
+ * recorded. *submitted: whether something went to the queue. */
+static VkResult record_all(vk_be *be, vk_rec *rec, bool *submitted) {
+    rec_segment(rec);
+    VkResult r = rec_reserve_cbs(be, rec, rec->n_segs);
+    for (int s = 0; s < rec->n_segs && r == VK_SUCCESS; s++) {
+        r = record_seg(be, rec, s);
+        if (r == VK_SUCCESS) r = submit(be, &rec->cbs[s], 1, s == rec->n_segs - 1);
+        if (r == VK_SUCCESS) *submitted = true;
+    }
+    return r;
+}
+
+/* Records the dynamic segments of rec again and submits all of them. */
+static VkResult replay(vk_be *be, vk_rec *rec, bool *submitted) {
+    VkResult r = VK_SUCCESS;
+    for (int s = 0; s < rec->n_segs && r == VK_SUCCESS; s++) {
+        if (rec->segs[s].dynamic) r = record_seg(be, rec, s);
+    }
+    if (r == VK_SUCCESS) r = submit(be, rec->cbs, rec->n_segs, true);
+    if (r == VK_SUCCESS) *submitted = true;
+    return r;
+}
+
+/* What a compute does with the recording of its node array. */
+typedef enum vk_plan {
+    VK_REPLAY,       /* replay it, its dynamic segments recorded again */
+    VK_RECORD,       /* record it anew, some more nodes dynamic */
+    VK_RECORD_FRESH, /* record it anew, no node dynamic */
+} vk_plan;
+
+/* Whether two signatures differ only in where tensors are (buffers and
+ * offsets): a node moved, such as a KV cache write. */
+static bool only_moved(const vk_nsig *a, const vk_nsig *b) {
+    const size_t from = offsetof(vk_tsig, ne);
+    for (int i = 0; i < 1 + CLLM_MAX_SRC; i++) {
+        if (memcmp((const char *)&a->t[i] + from, (const char *)&b->t[i] + from,
+                   sizeof(vk_tsig) - from) != 0)
+            return false;
+    }
+    return memcmp(a->op_params, b->op_params, sizeof(a->op_params)) == 0;
+}
+
+/*
+ * Compares rec, recorded before for the same node array, with this
+ * compute's nodes (be->cur_sig): replayed when every node whose signature
+ * changed is dynamic. Otherwise the changed nodes become dynamic, unless
+ * one changed more than its place or many moved (another graph in the
+ * same array, such as the next shape of a session's graph: fresh).
+ */
+static vk_plan plan_of(const vk_be *be, vk_rec *rec, int n_work) {
+    if (!be->replay || !rec->valid || rec->n_work != n_work) return VK_RECORD_FRESH;
+    int n_changed = 0, n_new = 0;
+    for (int i = 0; i < n_work; i++) {
+        if (memcmp(&rec->sig[i], &be->cur_sig[i], sizeof(vk_nsig)) != 0) {
+            if (!only_moved(&rec->sig[i], &be->cur_sig[i])) return VK_RECORD_FRESH;
+            n_changed++;
+            n_new += !rec->dyn[i];
+        }
+    }
+    if (n_new == 0) return VK_REPLAY;
+    if (n_changed > VK_CHUNK_FIRST && (int64_t)n_changed * 4 > n_work) return VK_RECORD_FRESH;
+    for (int i = 0; i < n_work; i++) {
+        if (memcmp(&rec->sig[i], &be->cur_sig[i], sizeof(vk_nsig)) != 0) rec->dyn[i] = true;
+    }
+    return VK_RECORD;
+}
+
 static const char *vk_backend_get_name(const cllm_backend *be) { return dev_of(be->device)->name; }
 
 static void vk_backend_free(cllm_backend *be) {
     vk_be *ctx = be->context;
     vk_dev *v = ctx->v;
+    if (ctx->n_recorded + ctx->n_replayed) {
+        cllm_log(CLLM_LOG_DEBUG,
+                 "%s: %llu graphs recorded, %llu replayed; %llu of %llu nodes recorded in %.3f ms",
+                 v->name, (unsigned long long)ctx->n_recorded, (unsigned long long)ctx->n_replayed,
+                 (unsigned long long)ctx->n_nodes_recorded,
+                 (unsigned long long)ctx->n_nodes_computed, (double)ctx->record_ns * 1e-6);
+    }
     if (ctx->fence) vkDestroyFence(v->d, ctx->fence, NULL);
     if (ctx->pool) vkDestroyCommandPool(v->d, ctx->pool, NULL);
+    for (int i = 0; i < VK_RECS; i++) rec_free(&ctx->recs[i]);
+    cllm_free(ctx->cur_work);
+    cllm_free(ctx->cur_sig);
     cllm_free(ctx->reads);
     cllm_free(ctx->writes);
     cllm_free(ctx);
@@ -225,32 +554,62 @@ static cllm_status vk_backend_graph_compute(cllm_backend *be, cllm_graph *g) {
         ctx->writes = w;
         ctx->cap = 4 * n_work;
     }
-    ctx->n_reads = ctx->n_writes = 0;
-    VkResult r = vkResetCommandBuffer(ctx->cb, 0);
-    const VkCommandBufferBeginInfo bi = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO,
-                                         .flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT};
-    if (r == VK_SUCCESS) r = vkBeginCommandBuffer(ctx->cb, &bi);
-    if (r != VK_SUCCESS) {
-        return cllm_error(CLLM_ERR_BACKEND, "%s: cannot record: %s", v->name, vk_result_str(r));
+    if (ctx->cap_cur < n_work) {
+        cllm_tensor **w = cllm_malloc((size_t)n_work * sizeof(*w));
+        vk_nsig *s = cllm_malloc((size_t)n_work * sizeof(*s));
+        if (!w || !s) {
+            cllm_free(w);
+            cllm_free(s);
+            return cllm_error(CLLM_ERR_NOMEM, "%s: out of host memory", v->name);
+        }
+        cllm_free(ctx->cur_work);
+        cllm_free(ctx->cur_sig);
+        ctx->cur_work = w;
+        ctx->cur_sig = s;
+        ctx->cap_cur = n_work;
     }
-    for (int i = 0; i < g->n_nodes; i++) {
-        if (vk_has_work(g->nodes[i])) record_node(ctx, g->nodes[i]);
+    for (int i = 0, k = 0; i < g->n_nodes; i++) {
+        if (!vk_has_work(g->nodes[i])) continue;
+        ctx->cur_work[k] = g->nodes[i];
+        nsig_of(&ctx->cur_sig[k++], g->nodes[i]);
     }
-    if ((r = vkEndCommandBuffer(ctx->cb)) != VK_SUCCESS) {
-        return cllm_error(CLLM_ERR_BACKEND, "%s: cannot record: %s", v->name, vk_result_str(r));
+
+    vk_rec *rec = rec_for(ctx, g);
+    rec->used = ++ctx->n_computes;
+    const vk_plan plan = plan_of(ctx, rec, n_work);
+    const bool again = plan == VK_REPLAY;
+    if (!rec_reserve(rec, n_work)) {
+        rec->valid = false;
+        return cllm_error(CLLM_ERR_NOMEM, "%s: out of host memory", v->name);
     }
-    const VkSubmitInfo si = {.sType = VK_STRUCTURE_TYPE_SUBMIT_INFO,
-                             .commandBufferCount = 1,
-                             .pCommandBuffers = &ctx->cb};
-    pthread_mutex_lock(&v->lock);
-    r = vkQueueSubmit(v->queue, 1, &si, ctx->fence);
-    pthread_mutex_unlock(&v->lock);
+    if (plan == VK_RECORD_FRESH) memset(rec->dyn, 0, (size_t)n_work * sizeof(bool));
+    /* the recording now stands for these nodes, valid once they ran */
+    rec->valid = false;
+    rec->n_work = n_work;
+    memcpy(rec->work, ctx->cur_work, (size_t)n_work * sizeof(*rec->work));
+    memcpy(rec->sig, ctx->cur_sig, (size_t)n_work * sizeof(*rec->sig));
+
+    bool submitted = false;
+    VkResult r = again ? replay(ctx, rec, &submitted) : record_all(ctx, rec, &submitted);
     if (r == VK_SUCCESS) {
         r = vkWaitForFences(v->d, 1, &ctx->fence, VK_TRUE, UINT64_MAX);
         vkResetFences(v->d, 1, &ctx->fence);
+    } else if (submitted) {
+        /* what went to the queue must be done before its command buffers
+         * are recorded again */
+        pthread_mutex_lock(&v->lock);
+        vkDeviceWaitIdle(v->d);
+        pthread_mutex_unlock(&v->lock);
     }
     if (r != VK_SUCCESS) {
         return cllm_error(CLLM_ERR_BACKEND, "%s: compute failed: %s", v->name, vk_result_str(r));
+    }
+    rec->valid = ctx->replay;
+    ctx->n_nodes_computed += (uint64_t)n_work;
+    if (again) {
+        ctx->n_replayed++;
+    } else {
+        ctx->n_recorded++;
     }
     return CLLM_OK;
 }
@@ -272,16 +631,12 @@ cllm_status vk_backend_new(vk_dev *v, cllm_backend **out) {
         return cllm_error(CLLM_ERR_NOMEM, "%s: out of host memory", v->name);
     }
     ctx->v = v;
+    const char *replay = getenv("CLLM_VULKAN_REPLAY");
+    ctx->replay = !(replay && !strcmp(replay, "0"));
     const VkCommandPoolCreateInfo cpi = {.sType = VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO,
                                          .flags = VK_COMMAND_POOL_CREATE_RESET_COMMAND_BUFFER_BIT,
                                          .queueFamilyIndex = v->queue_family};
     VkResult r = vkCreateCommandPool(v->d, &cpi, NULL, &ctx->pool);
-    const VkCommandBufferAllocateInfo cai = {.sType =
-                                                 VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO,
-                                             .commandPool = ctx->pool,
-                                             .level = VK_COMMAND_BUFFER_LEVEL_PRIMARY,
-                                             .commandBufferCount = 1};
-    if (r == VK_SUCCESS) r = vkAllocateCommandBuffers(v->d, &cai, &ctx->cb);
     const VkFenceCreateInfo fci = {.sType = VK_STRUCTURE_TYPE_FENCE_CREATE_INFO};
     if (r == VK_SUCCESS) r = vkCreateFence(v->d, &fci, NULL, &ctx->fence);
     be->iface = k_vk_backend_iface;

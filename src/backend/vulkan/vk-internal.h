@@ -129,6 +129,7 @@ typedef struct vk_buf {
     VkDeviceMemory mem;
     void *map;
     VkDeviceSize vk_size; /* the VkBuffer's size: the bytes rounded up to whole words */
+    uint64_t serial;      /* never the same for two buffers of a process (graph.c: replay) */
 } vk_buf;
 
 static inline vk_dev *dev_of(const cllm_device *dev) { return (vk_dev *)dev->context; }

@@ -779,40 +779,52 @@ static char *normalise(jj_state *st, const char *src, size_t *n_out) {
     return s;
 }
 
+/* The render proper; any failure longjmps to st->jump. Returns the text. */
+static char *render_all(jj_state *st, const char *template_src, const char *context_json,
+                        int64_t now, size_t *len) {
+    size_t n;
+    const char *src = normalise(st, template_src, &n);
+    st->src = src;
+    st->src_len = n;
+    const jj_node *body = jj_parse(st, src, n);
+    jj_ev ev = {.st = st, .now = now > 0 ? now : (int64_t)time(NULL)};
+    ev.globals = jv_new_dict(st, 16).d;
+    jj_add_globals(&ev, ev.globals);
+    ev.root = frame_new(&ev, NULL);
+    if (context_json) {
+        const jv ctx = jv_parse_json(st, context_json, strlen(context_json));
+        if (ctx.k != JV_DICT) jj_fail(st, CLLM_ERR_FORMAT, "the context is not a JSON object");
+        ev.root->vars = ctx.d;
+    }
+    /* the template's top-level variables live beside the context's */
+    jj_frame *top = frame_new(&ev, ev.root);
+    jj_buf b = {0};
+    jj_buf_put(st, &b, "", 0);
+    ev.out = &b;
+    render(&ev, top, body);
+    char *t = cllm_malloc(b.n + 1);
+    if (!t) jj_fail(st, CLLM_ERR_NOMEM, "out of host memory for %zu bytes", b.n + 1);
+    memcpy(t, b.p, b.n + 1);
+    *len = b.n;
+    return t;
+}
+
 cllm_status cllm_jinja_render(const char *template_src, const char *context_json, int64_t now,
                               char **out, size_t *out_len) {
     CLLM_ASSERT(template_src != NULL && out != NULL);
     jj_state *st = cllm_calloc(1, sizeof(*st));
     if (!st) return cllm_error(CLLM_ERR_NOMEM, "jinja: out of host memory");
-    /* volatile: read after the longjmp */
+    /* the arguments travel through st: nothing this frame holds in a
+     * register is read after the longjmp but these (volatile) */
+    st->arg_src = template_src;
+    st->arg_ctx = context_json;
+    st->arg_now = now;
     char *volatile text = NULL;
     volatile size_t len = 0;
     if (setjmp(st->jump) == 0) {
-        size_t n;
-        const char *src = normalise(st, template_src, &n);
-        st->src = src;
-        st->src_len = n;
-        const jj_node *body = jj_parse(st, src, n);
-        jj_ev ev = {.st = st, .now = now > 0 ? now : (int64_t)time(NULL)};
-        ev.globals = jv_new_dict(st, 16).d;
-        jj_add_globals(&ev, ev.globals);
-        ev.root = frame_new(&ev, NULL);
-        if (context_json) {
-            const jv ctx = jv_parse_json(st, context_json, strlen(context_json));
-            if (ctx.k != JV_DICT) jj_fail(st, CLLM_ERR_FORMAT, "the context is not a JSON object");
-            ev.root->vars = ctx.d;
-        }
-        /* the template's top-level variables live beside the context's */
-        jj_frame *top = frame_new(&ev, ev.root);
-        jj_buf b = {0};
-        jj_buf_put(st, &b, "", 0);
-        ev.out = &b;
-        render(&ev, top, body);
-        char *t = cllm_malloc(b.n + 1);
-        if (!t) jj_fail(st, CLLM_ERR_NOMEM, "out of host memory for %zu bytes", b.n + 1);
-        memcpy(t, b.p, b.n + 1);
-        text = t;
-        len = b.n;
+        size_t n = 0;
+        text = render_all(st, st->arg_src, st->arg_ctx, st->arg_now, &n);
+        len = n;
     }
     cllm_status status = CLLM_OK;
     if (!text) status = cllm_error(st->status, "chat template: %s", st->msg);

@@ -32,6 +32,9 @@ typedef struct jj_chunk jj_chunk;
 
 typedef struct jj_state {
     jmp_buf jump;
+    /* cllm_jinja_render's arguments, read after its setjmp */
+    const char *arg_src, *arg_ctx;
+    int64_t arg_now;
     cllm_status status;
     char msg[512];
     jj_chunk *chunks;

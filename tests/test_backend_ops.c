@@ -896,6 +896,72 @@ static void check_refusals(const regex_t *re) {
     CHECK(cllm_device_enable_test("budget=256MiB") == CLLM_OK);
 }
 
+/* The edges of the GPU kernels' tiles (a device's mat-vec takes a few rows
+ * for up to 8 columns, its tiled matmul tiles of rows and columns, its
+ * attention a few query rows or one): 2, 3 and 8 columns, the first count
+ * past them (9) and several column tiles (40) over a row count that fills
+ * no tile; a plain K that ends inside a block; the tiled matmul over
+ * broadcast batches; attention with head size 256, grouped-query rows that
+ * fill no tile, a head size that is no power of two, a sliding window over
+ * a long cache, and decode without a mask. */
+static void add_kernel_edge_cases(void) {
+    for (int t = 0; t < N_WEIGHT_TYPES; t++) {
+        const cllm_type wt = k_weight_types[t];
+        const double bound = wt == CLLM_TYPE_F32 ? NMSE_MM_F32 : NMSE_MM_Q;
+        const int64_t blck = cllm_type_traits_of(wt)->blck_size;
+        const int64_t k = blck == 256 ? 512 : blck == 32 ? 96 : 67;
+        const int64_t shapes[][2] = {{5, 2}, {37, 3}, {37, 8}, {37, 9}, {37, 40}};
+        for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++) {
+            op_case *c = with_i(add_case("mul_mat", b_mul_mat, bound, wt), k, shapes[s][0], 1,
+                                shapes[s][1], 1, 0, 0, 0);
+            set_desc(c, "mul_mat %s [%lld, %lld] x F32 [%lld, %lld], tile edges",
+                     cllm_type_name(wt), (long long)k, (long long)shapes[s][0], (long long)k,
+                     (long long)shapes[s][1]);
+        }
+    }
+    const cllm_type bt[] = {CLLM_TYPE_F32, CLLM_TYPE_Q4_0};
+    for (int t = 0; t < 2; t++) {
+        op_case *c = with_i(add_case("mul_mat", b_mul_mat, t ? NMSE_MM_Q : NMSE_MM_F32, bt[t]), 64,
+                            37, 2, 20, 2, 0, 0, 0);
+        set_desc(c, "mul_mat %s [64, 37, 2] x F32 [64, 20, 4] (broadcast, tiled)",
+                 cllm_type_name(bt[t]));
+    }
+    /* head dim, heads, kv heads, tokens, n_past, cache rows, window, no mask */
+    static const struct {
+        int64_t hd, nh, nkv, nt, past, rows, window, nomask;
+        const char *what;
+    } a[] = {
+        {256, 2, 1, 1, 40, 48, 0, 0, "decode, head dim 256"},
+        {256, 3, 1, 5, 20, 32, 0, 0, "batch, head dim 256, 3 heads per kv head"},
+        {80, 6, 2, 9, 50, 64, 0, 0, "batch, head dim 80"},
+        {64, 8, 1, 1, 300, 310, 16, 0, "decode over 300 rows, sliding window 16"},
+        {64, 2, 2, 12, 0, 12, 5, 0, "prompt, sliding window 5"},
+        {48, 2, 1, 1, 20, 24, 0, 1, "decode, no mask"},
+    };
+    const cllm_type kv_types[] = {CLLM_TYPE_F16, CLLM_TYPE_F32};
+    for (int t = 0; t < 2; t++) {
+        for (size_t k = 0; k < sizeof(a) / sizeof(a[0]); k++) {
+            op_case *c = with_i(
+                add_case("attn", b_attn, t == 0 ? NMSE_ATTN : NMSE_ATTN32, kv_types[t]), a[k].hd,
+                a[k].nh, a[k].nkv, a[k].nt, a[k].past, a[k].rows, a[k].window, a[k].nomask);
+            set_desc(c, "attn %s cache, head dim %lld, %lld/%lld heads, %lld tokens at %lld, %s",
+                     cllm_type_name(kv_types[t]), (long long)a[k].hd, (long long)a[k].nh,
+                     (long long)a[k].nkv, (long long)a[k].nt, (long long)a[k].past, a[k].what);
+        }
+    }
+}
+
+/* Errors that a device's validation layer logs (a GPU module turns one on
+ * from its environment, e.g. CLLM_VULKAN_VALIDATE=1) fail the run; every
+ * message is printed as the default logger would. */
+static int g_validation_errors;
+
+static void on_log(cllm_log_level level, const char *msg, void *ud) {
+    (void)ud;
+    if (level >= cllm_log_get_level()) fprintf(stderr, "%s\n", msg);
+    if (level == CLLM_LOG_ERROR && strstr(msg, "validation")) g_validation_errors++;
+}
+
 int main(void) {
     add_elementwise_cases();
     add_copy_cases();
@@ -904,6 +970,8 @@ int main(void) {
     add_rope_cases();
     add_mul_mat_cases();
     add_attn_cases();
+    add_kernel_edge_cases();
+    cllm_log_set(on_log, NULL);
 
     regex_t re;
     const char *filter = getenv("CLLM_BACKEND_OPS_FILTER");
@@ -1001,6 +1069,7 @@ int main(void) {
         cllm_backend_free(bes[d]);
     }
     check_refusals(filtered ? &re : NULL);
+    CHECKF(g_validation_errors == 0, "%d errors from a validation layer", g_validation_errors);
     cllm_backend_free(cpu_be);
     if (filtered) regfree(&re);
     return check_summary("test_backend_ops");

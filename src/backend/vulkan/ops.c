@@ -9,11 +9,13 @@
 #include <string.h>
 
 #include "attn.spv.h"
+#include "attn_vec.spv.h"
 #include "binary.spv.h"
 #include "concat.spv.h"
 #include "cpy.spv.h"
 #include "get_rows.spv.h"
-#include "mul_mat.spv.h"
+#include "mul_mat_vec.spv.h"
+#include "mul_mm.spv.h"
 #include "rms_norm.spv.h"
 #include "rope.spv.h"
 #include "rope_table.spv.h"
@@ -21,17 +23,19 @@
 #include "unary.spv.h"
 
 const vk_shader vk_shaders[VK_PIPE_COUNT] = {
-    [VK_PIPE_BINARY] = {binary_spv, sizeof(binary_spv), false},
-    [VK_PIPE_UNARY] = {unary_spv, sizeof(unary_spv), false},
-    [VK_PIPE_CPY] = {cpy_spv, sizeof(cpy_spv), false},
-    [VK_PIPE_GET_ROWS] = {get_rows_spv, sizeof(get_rows_spv), false},
-    [VK_PIPE_RMS_NORM] = {rms_norm_spv, sizeof(rms_norm_spv), true},
-    [VK_PIPE_SOFT_MAX] = {soft_max_spv, sizeof(soft_max_spv), true},
-    [VK_PIPE_ROPE] = {rope_spv, sizeof(rope_spv), false},
-    [VK_PIPE_MUL_MAT] = {mul_mat_spv, sizeof(mul_mat_spv), true},
-    [VK_PIPE_CONCAT] = {concat_spv, sizeof(concat_spv), false},
-    [VK_PIPE_ROPE_TABLE] = {rope_table_spv, sizeof(rope_table_spv), false},
-    [VK_PIPE_ATTN] = {attn_spv, sizeof(attn_spv), true},
+    [VK_PIPE_BINARY] = {binary_spv, sizeof(binary_spv), VK_SPEC_NONE},
+    [VK_PIPE_UNARY] = {unary_spv, sizeof(unary_spv), VK_SPEC_NONE},
+    [VK_PIPE_CPY] = {cpy_spv, sizeof(cpy_spv), VK_SPEC_NONE},
+    [VK_PIPE_GET_ROWS] = {get_rows_spv, sizeof(get_rows_spv), VK_SPEC_NONE},
+    [VK_PIPE_RMS_NORM] = {rms_norm_spv, sizeof(rms_norm_spv), VK_SPEC_WG},
+    [VK_PIPE_SOFT_MAX] = {soft_max_spv, sizeof(soft_max_spv), VK_SPEC_WG},
+    [VK_PIPE_ROPE] = {rope_spv, sizeof(rope_spv), VK_SPEC_NONE},
+    [VK_PIPE_MUL_MAT_VEC] = {mul_mat_vec_spv, sizeof(mul_mat_vec_spv), VK_SPEC_WG},
+    [VK_PIPE_MUL_MM] = {mul_mm_spv, sizeof(mul_mm_spv), VK_SPEC_NONE},
+    [VK_PIPE_CONCAT] = {concat_spv, sizeof(concat_spv), VK_SPEC_NONE},
+    [VK_PIPE_ROPE_TABLE] = {rope_table_spv, sizeof(rope_table_spv), VK_SPEC_NONE},
+    [VK_PIPE_ATTN] = {attn_spv, sizeof(attn_spv), VK_SPEC_ATTN},
+    [VK_PIPE_ATTN_VEC] = {attn_vec_spv, sizeof(attn_vec_spv), VK_SPEC_ATTN},
 };
 _Static_assert(sizeof(vk_shaders) / sizeof(vk_shaders[0]) == VK_PIPE_COUNT, "a shader per pipe");
 
@@ -102,10 +106,39 @@ static bool rows_readable(const cllm_tensor *a) {
     return a->nb[0] % 2 == 0;
 }
 
-/* The limits of shaders/attn.comp: q in shared memory, each invocation
- * holding up to VK_ATTN_ACC elements of the output row. */
-#define VK_ATTN_D_MAX 256
-#define VK_ATTN_ACC   32
+/* The tiles of mul_mat: shaders/mul_mat_vec.comp computes VK_MMV_ROWS rows
+ * of d for up to VK_MMV_COLS columns per workgroup (NR, NC there), and
+ * shaders/mul_mm.comp a VK_MM_TILE x VK_MM_TILE tile (BM, BN). */
+#define VK_MMV_ROWS 4
+#define VK_MMV_COLS 8
+#define VK_MM_TILE  32
+
+/* The attention kernels (shaders/attn.comp for batches of query rows,
+ * attn_vec.comp for one): workgroups of VK_ATTN_WG invocations, q and the
+ * key/value tiles in shared memory for head sizes up to VK_ATTN_D_MAX. */
+#define VK_ATTN_WG     64u
+#define VK_ATTN_D_MAX  256
+#define VK_ATTN_ROWS   8u /* query rows per workgroup of attn.comp (QR) */
+#define VK_ATTN_SHARED (17u * VK_ATTN_D_MAX * sizeof(float) + 1024u) /* attn.comp's, the larger */
+
+/* Invocations in the smallest subgroup of an attn_vec workgroup (all
+ * subgroups full but the last). */
+static uint32_t attn_vec_lanes(const vk_dev *v) {
+    const uint32_t s = CLLM_MAX(v->subgroup_size, 1u);
+    return VK_ATTN_WG % s ? VK_ATTN_WG % s : CLLM_MIN(s, VK_ATTN_WG);
+}
+
+uint32_t vk_pipe_spec(const vk_dev *v, vk_pipe p, uint32_t spec[2]) {
+    switch (vk_shaders[p].spec) {
+    case VK_SPEC_WG: spec[0] = v->wg; return 1;
+    case VK_SPEC_ATTN:
+        spec[0] = VK_ATTN_WG;
+        spec[1] = (VK_ATTN_D_MAX + attn_vec_lanes(v) - 1) / attn_vec_lanes(v);
+        return 2;
+    case VK_SPEC_NONE: return 0;
+    }
+    return 0;
+}
 
 static bool attn_supported(const vk_dev *v, const cllm_tensor *node) {
     const cllm_tensor *q = node->src[0], *k = node->src[1], *val = node->src[2];
@@ -114,7 +147,9 @@ static bool attn_supported(const vk_dev *v, const cllm_tensor *node) {
     return is_f32(node) && node->nb[0] == sizeof(float) &&
            node->nb[1] == (size_t)dv * sizeof(float) && node->nb[2] == node->nb[1] * node->ne[1] &&
            is_f32(q) && is_float(k) && is_float(val) && k->nb[0] % 2 == 0 && val->nb[0] % 2 == 0 &&
-           q->ne[0] <= VK_ATTN_D_MAX && dv <= (int64_t)v->wg * VK_ATTN_ACC &&
+           q->ne[0] <= VK_ATTN_D_MAX && dv <= VK_ATTN_D_MAX &&
+           v->props.limits.maxComputeSharedMemorySize >= VK_ATTN_SHARED &&
+           v->props.limits.maxComputeWorkGroupSize[0] >= VK_ATTN_WG &&
            (!mask ||
             ((mask->type == CLLM_TYPE_F32 || mask->type == CLLM_TYPE_F16) && mask->nb[0] % 2 == 0));
 }
@@ -278,14 +313,28 @@ vk_pipe vk_node_dispatch(const cllm_tensor *node, vk_push *pc, uint32_t g[3]) {
         /* p[1]: the mask's offset, record_node's */
         pc->p[3] = ta | tb << 8 | (uint32_t)vk_type_of(val->type) << 16 |
                    (uint32_t)(mask ? vk_type_of(mask->type) : VK_T_NONE) << 24;
-        grid_of((uint64_t)(node->ne[1] * node->ne[2]), g);
+        if (node->ne[2] == 1) { /* one token: a workgroup per query row */
+            grid_of((uint64_t)node->ne[1], g);
+            return VK_PIPE_ATTN_VEC;
+        }
+        /* the query rows of a kv head, VK_ATTN_ROWS to a workgroup */
+        const uint64_t rows = (uint64_t)(node->ne[1] / node->src[1]->ne[2] * node->ne[2]);
+        grid_of((uint64_t)node->src[1]->ne[2] * ((rows + VK_ATTN_ROWS - 1) / VK_ATTN_ROWS), g);
         return VK_PIPE_ATTN;
     }
-    case CLLM_OP_MUL_MAT:
-        g[0] = (uint32_t)CLLM_MIN(node->ne[0], (int64_t)VK_GRID_MAX);
-        g[1] = (uint32_t)CLLM_MIN(node->ne[1], (int64_t)VK_GRID_MAX);
-        g[2] = (uint32_t)(node->ne[2] * node->ne[3]);
-        return VK_PIPE_MUL_MAT;
+    case CLLM_OP_MUL_MAT: {
+        const uint64_t batches = (uint64_t)(node->ne[2] * node->ne[3]);
+        if (node->ne[1] <= VK_MMV_COLS) {
+            grid_of(((uint64_t)node->ne[0] + VK_MMV_ROWS - 1) / VK_MMV_ROWS, g);
+            g[2] = (uint32_t)batches;
+            return VK_PIPE_MUL_MAT_VEC;
+        }
+        const uint64_t tiles_m = ((uint64_t)node->ne[0] + VK_MM_TILE - 1) / VK_MM_TILE;
+        const uint64_t tiles_n = ((uint64_t)node->ne[1] + VK_MM_TILE - 1) / VK_MM_TILE;
+        grid_of(tiles_m * tiles_n, g);
+        g[2] = (uint32_t)batches;
+        return VK_PIPE_MUL_MM;
+    }
     default: CLLM_ASSERTF(false, "vulkan: no shader for %s", cllm_op_name(node->op));
     }
     return VK_PIPE_COUNT;

@@ -43,18 +43,27 @@ typedef enum vk_pipe {
     VK_PIPE_RMS_NORM,
     VK_PIPE_SOFT_MAX,
     VK_PIPE_ROPE,
-    VK_PIPE_MUL_MAT,
+    VK_PIPE_MUL_MAT_VEC, /* mul_mat of 1 .. VK_MMV_COLS columns */
+    VK_PIPE_MUL_MM,      /* mul_mat of more: tiled */
     VK_PIPE_CONCAT,
     VK_PIPE_ROPE_TABLE,
-    VK_PIPE_ATTN,
+    VK_PIPE_ATTN,     /* batches of query rows */
+    VK_PIPE_ATTN_VEC, /* one query row (decode) */
     VK_PIPE_COUNT
 } vk_pipe;
+
+/* The specialization constants a shader takes (vk_pipe_spec). */
+typedef enum vk_spec {
+    VK_SPEC_NONE,
+    VK_SPEC_WG,   /* 0: the workgroup size of the reducing shaders (vk_dev.wg) */
+    VK_SPEC_ATTN, /* 0: the attention's workgroup size; 1: accumulators per lane */
+} vk_spec;
 
 /* The shaders' SPIR-V, one per pipe (ops.c). */
 typedef struct vk_shader {
     const uint32_t *code;
     size_t size;
-    bool reduces; /* takes the workgroup size as specialization constant 0 */
+    vk_spec spec;
 } vk_shader;
 extern const vk_shader vk_shaders[VK_PIPE_COUNT];
 
@@ -154,6 +163,9 @@ cllm_status vk_mem_set_params(vk_dev *devs, int n, const char *params);
 
 /* ---- ops.c ------------------------------------------------------------- */
 
+/* The specialization constants of pipe p on device v (at most 2, ids 0
+ * and 1); returns how many. */
+uint32_t vk_pipe_spec(const vk_dev *v, vk_pipe p, uint32_t spec[2]);
 /* The shaders' type code of a cllm type (VK_T_NONE: none). */
 int vk_type_of(cllm_type t);
 /* A node that computes something (not a view, not empty). */

@@ -84,15 +84,18 @@ static cllm_status pipelines_init(vk_dev *v) {
                                               .pCode = vk_shaders[p].code};
         VkShaderModule sm;
         if ((r = vkCreateShaderModule(v->d, &sci, NULL, &sm)) != VK_SUCCESS) break;
-        const VkSpecializationMapEntry entry = {0, 0, sizeof(uint32_t)};
-        const VkSpecializationInfo spec = {1, &entry, sizeof(uint32_t), &v->wg};
+        uint32_t values[2];
+        const uint32_t n_spec = vk_pipe_spec(v, (vk_pipe)p, values);
+        const VkSpecializationMapEntry entries[2] = {{0, 0, sizeof(uint32_t)},
+                                                     {1, sizeof(uint32_t), sizeof(uint32_t)}};
+        const VkSpecializationInfo spec = {n_spec, entries, n_spec * sizeof(uint32_t), values};
         const VkComputePipelineCreateInfo pci = {
             .sType = VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO,
             .stage = {.sType = VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO,
                       .stage = VK_SHADER_STAGE_COMPUTE_BIT,
                       .module = sm,
                       .pName = "main",
-                      .pSpecializationInfo = vk_shaders[p].reduces ? &spec : NULL},
+                      .pSpecializationInfo = n_spec ? &spec : NULL},
             .layout = v->layout};
         r = vkCreateComputePipelines(v->d, VK_NULL_HANDLE, 1, &pci, NULL, &v->pipes[p]);
         vkDestroyShaderModule(v->d, sm, NULL);

@@ -112,9 +112,9 @@ struct op_case {
  * two of a transcendental function or a reduction in another order. */
 #define NMSE_EXACT  1e-7 /* element-wise, copies, norms, softmax */
 #define NMSE_ROPE   1e-6 /* sines, cosines and powers computed another way */
-#define NMSE_MM_F32 1e-6 /* long dot products in another order */
+#define NMSE_MM_F32 1e-6 /* long dot products in another order (F32 or precision F32) */
 #define NMSE_MM_Q   5e-4 /* F16 / BF16 / quantized matrices: a device may round b differently */
-#define NMSE_ATTN   5e-4 /* attention over an F16 cache */
+#define NMSE_ATTN   5e-4 /* attention over an F16 or BF16 cache */
 #define NMSE_ATTN32 1e-5 /* over an F32 cache: a device may still take q and k to F16 */
 
 enum { MAX_CASES = 512 };
@@ -212,13 +212,12 @@ static void b_binary(build *b, const op_case *c) {
     out(b, strcmp(c->op, "add") == 0 ? cllm_add(b->ctx, a, y) : cllm_mul(b->ctx, a, y));
 }
 
-/* scale / silu / gelu / rms_norm / norm: x [i0, i1, i2], or a row view of a
- * wider tensor when i3; f0: the scale or eps. */
+/* scale / silu / gelu / rms_norm / norm: x c->t [i0, i1, i2], or a row view
+ * of a wider tensor when i3; f0: the scale or eps. */
 static void b_unary(build *b, const op_case *c) {
     const int64_t *i = c->i;
-    cllm_tensor *x =
-        i[3] ? row_view(b, in_uniform(b, CLLM_TYPE_F32, 2 * i[0], i[1], 1, -3, 3), i[0], i[0])
-             : in_uniform(b, CLLM_TYPE_F32, i[0], i[1], i[2], -3.0f, 3.0f);
+    cllm_tensor *x = i[3] ? row_view(b, in_uniform(b, c->t, 2 * i[0], i[1], 1, -3, 3), i[0], i[0])
+                          : in_uniform(b, c->t, i[0], i[1], i[2], -3.0f, 3.0f);
     cllm_tensor *y = NULL;
     if (strcmp(c->op, "scale") == 0) y = cllm_scale(b->ctx, x, c->f[0]);
     if (strcmp(c->op, "silu") == 0) y = cllm_silu(b->ctx, x);
@@ -266,10 +265,21 @@ static void b_kv_write(build *b, const op_case *c) {
     b->outs[b->n_outs++] = cache;
 }
 
-/* cont of x [i0, i1, i2] permuted (0, 2, 1, 3), or transposed when i3. */
+/* cpy of x c->t [i0, i1] (transposed [i1, i0] when i3) into a [i0, i1]
+ * tensor of F16 (i2) or F32. */
+static void b_cpy(build *b, const op_case *c) {
+    const int64_t *i = c->i;
+    cllm_tensor *x = i[3] ? cllm_transpose(b->ctx, in_uniform(b, c->t, i[1], i[0], 1, -2, 2))
+                          : in_uniform(b, c->t, i[0], i[1], 1, -2.0f, 2.0f);
+    cllm_tensor *dst = in_uniform(b, i[2] ? CLLM_TYPE_F16 : CLLM_TYPE_F32, i[0], i[1], 1, -1, 1);
+    b->roots[b->n_roots++] = cllm_cpy(b->ctx, x, dst);
+    b->outs[b->n_outs++] = dst;
+}
+
+/* cont of x c->t [i0, i1, i2] permuted (0, 2, 1, 3), or transposed when i3. */
 static void b_cont(build *b, const op_case *c) {
     const int64_t *i = c->i;
-    cllm_tensor *x = in_f32(b, i[0], i[1], i[2]);
+    cllm_tensor *x = in_uniform(b, c->t, i[0], i[1], i[2], -1.0f, 1.0f);
     out(b,
         cllm_cont(b->ctx, i[3] ? cllm_transpose(b->ctx, x) : cllm_permute(b->ctx, x, 0, 2, 1, 3)));
 }
@@ -350,11 +360,14 @@ static void b_rope_shared(build *b, const op_case *c) {
 }
 
 /* mul_mat of a c->t [i0, i1, i2] by b F32 [i0, i3, i2 * i4] (i4: batches of
- * b per batch of a); precision F32 when i5; every column alone when i6. */
+ * b per batch of a; b a transpose of [i3, i0, ..] when i7); precision F32
+ * when i5; every column alone when i6. */
 static void b_mul_mat(build *b, const op_case *c) {
     const int64_t *i = c->i;
     cllm_tensor *a = in_weight(b, c->t, i[0], i[1], i[2]);
-    cllm_tensor *y = cllm_mul_mat(b->ctx, a, in_f32(b, i[0], i[3], i[2] * i[4]));
+    cllm_tensor *x = i[7] ? cllm_transpose(b->ctx, in_f32(b, i[3], i[0], i[2] * i[4]))
+                          : in_f32(b, i[0], i[3], i[2] * i[4]);
+    cllm_tensor *y = cllm_mul_mat(b->ctx, a, x);
     if (i[5]) cllm_mul_mat_set_prec(y, CLLM_PREC_F32);
     if (i[6]) cllm_mul_mat_set_cols_alone(y, true);
     out(b, y);
@@ -382,7 +395,7 @@ static void b_mul_mat_kv(build *b, const op_case *c) {
 /* Fused attention as the builders call it: caches c->t [i0 * i2, i5] (head
  * dim i0, i2 kv heads), q a permuted [i0, i1, i3] (i1 heads, i3 tokens at
  * positions i4..), n_kv = i4 + i3 rows attended to, a causal mask (sliding
- * window i6; none when i7). */
+ * window i6; none when i7 == 1, F16 when i7 == 2). */
 static void b_attn(build *b, const op_case *c) {
     const int64_t *i = c->i;
     const int64_t n_kv = i[4] + i[3];
@@ -392,7 +405,9 @@ static void b_attn(build *b, const op_case *c) {
     cllm_tensor *k = cllm_view_3d(b->ctx, kc, i[0], n_kv, i[2], kc->nb[1], (size_t)i[0] * es, 0);
     cllm_tensor *v = cllm_view_3d(b->ctx, vc, i[0], n_kv, i[2], vc->nb[1], (size_t)i[0] * es, 0);
     cllm_tensor *q = cllm_permute(b->ctx, in_f32(b, i[0], i[1], i[3]), 0, 2, 1, 3);
-    cllm_tensor *mask = i[7] ? NULL : in_mask(b, CLLM_TYPE_F32, n_kv, i[3], i[4], i[6]);
+    cllm_tensor *mask =
+        i[7] == 1 ? NULL
+                  : in_mask(b, i[7] == 2 ? CLLM_TYPE_F16 : CLLM_TYPE_F32, n_kv, i[3], i[4], i[6]);
     out(b, cllm_attn(b->ctx, q, k, v, mask, 1.0f / sqrtf((float)i[0])));
 }
 
@@ -437,9 +452,16 @@ static void add_elementwise_cases(void) {
                      (long long)bin[k].ne1, (long long)bin[k].ne2, bin[k].what);
         }
     }
-    op_case *c =
-        with_i(add_case("mul", b_binary, NMSE_EXACT, CLLM_TYPE_F16), 67, 5, 3, 0, 0, 1, 0, 0);
-    set_desc(c, "mul [67, 5, 3] by an F16 row");
+    /* b F16 or BF16 (norm weights may be), one row or broadcast */
+    const cllm_type half_types[] = {CLLM_TYPE_F16, CLLM_TYPE_BF16};
+    op_case *c = NULL;
+    for (int t = 0; t < 2; t++) {
+        const char *tn = cllm_type_name(half_types[t]);
+        c = with_i(add_case("mul", b_binary, NMSE_EXACT, half_types[t]), 67, 5, 3, 0, 0, 1, 0, 0);
+        set_desc(c, "mul [67, 5, 3] by an %s row", tn);
+        c = with_i(add_case("add", b_binary, NMSE_EXACT, half_types[t]), 67, 5, 3, 1, 0, 0, 0, 0);
+        set_desc(c, "add [67, 5, 3] and %s broadcast over dim 1", tn);
+    }
 
     static const struct {
         int64_t ne0, ne1, ne2, view;
@@ -453,6 +475,16 @@ static void add_elementwise_cases(void) {
             c->f[0] = o == 0 ? 0.37f : 1e-5f;
             set_desc(c, "%s [%lld, %lld, %lld]%s", uops[o], (long long)un[k].ne0,
                      (long long)un[k].ne1, (long long)un[k].ne2, un[k].view ? ", a row view" : "");
+        }
+        /* an F16 or BF16 source, whole and as a row view */
+        for (int t = 0; t < 2; t++) {
+            for (int view = 0; view < 2; view++) {
+                c = with_i(add_case(uops[o], b_unary, NMSE_EXACT, half_types[t]), 67, 5,
+                           view ? 1 : 3, view, 0, 0, 0, 0);
+                c->f[0] = o == 0 ? 0.37f : 1e-5f;
+                set_desc(c, "%s of %s [67, 5, %d]%s", uops[o], cllm_type_name(half_types[t]),
+                         view ? 1 : 3, view ? ", a row view" : "");
+            }
         }
     }
     c = with_i(add_case("rms_norm", b_norm_heads, NMSE_EXACT, CLLM_TYPE_F32), 64, 4, 2, 5, 0, 0, 0,
@@ -475,16 +507,30 @@ static void add_copy_cases(void) {
         c = with_i(add_case("cpy", b_kv_write, NMSE_EXACT, kt), 32, 2, 5, 0, 4, 40, 9, 0);
         set_desc(c, "kv write of the v heads of a fused q|k|v (views) into %s", cllm_type_name(kt));
     }
-    op_case *c =
-        with_i(add_case("cont", b_cont, NMSE_EXACT, CLLM_TYPE_F32), 64, 7, 4, 0, 0, 0, 0, 0);
-    set_desc(c, "cont of a permuted [64, 7, 4]");
-    c = with_i(add_case("cont", b_cont, NMSE_EXACT, CLLM_TYPE_F32), 37, 5, 1, 1, 0, 0, 0, 0);
-    set_desc(c, "cont of a transposed [37, 5]");
+    /* between the float types: F32, F16, BF16 into F32 or F16, plain or
+     * from a transpose */
+    const cllm_type float_types[] = {CLLM_TYPE_F32, CLLM_TYPE_F16, CLLM_TYPE_BF16};
+    op_case *c = NULL;
+    for (int t = 0; t < 3; t++) {
+        for (int v = 0; v < 4; v++) {
+            const int to_f16 = v & 1, tr = v >> 1;
+            c = with_i(add_case("cpy", b_cpy, NMSE_EXACT, float_types[t]), 67, 5, to_f16, tr, 0, 0,
+                       0, 0);
+            set_desc(c, "cpy %s [67, 5]%s into %s", cllm_type_name(float_types[t]),
+                     tr ? " (a transpose)" : "", to_f16 ? "f16" : "f32");
+        }
+        c = with_i(add_case("cont", b_cont, NMSE_EXACT, float_types[t]), 64, 7, 4, 0, 0, 0, 0, 0);
+        set_desc(c, "cont of a permuted %s [64, 7, 4]", cllm_type_name(float_types[t]));
+        c = with_i(add_case("cont", b_cont, NMSE_EXACT, float_types[t]), 37, 5, 1, 1, 0, 0, 0, 0);
+        set_desc(c, "cont of a transposed %s [37, 5]", cllm_type_name(float_types[t]));
+    }
 
     c = with_i(add_case("concat", b_concat, NMSE_EXACT, CLLM_TYPE_F32), 64, 3, 5, 4, 0, 0, 0, 0);
     set_desc(c, "concat_rows [64, 3, 4] and [64, 5, 4]");
     c = with_i(add_case("concat", b_concat, NMSE_EXACT, CLLM_TYPE_F32), 67, 1, 2, 1, 1, 0, 0, 0);
     set_desc(c, "concat_rows of a row view [67, 1] and [67, 2]");
+    c = with_i(add_case("concat", b_concat, NMSE_EXACT, CLLM_TYPE_F32), 33, 1, 1, 3, 0, 0, 0, 0);
+    set_desc(c, "concat_rows [33, 1, 3] and [33, 1, 3]");
 }
 
 static void add_get_rows_cases(void) {
@@ -498,6 +544,11 @@ static void add_get_rows_cases(void) {
         c = with_i(add_case("get_rows", b_get_rows, NMSE_EXACT, wt), k, 11, 1, 2, 0, 0, 0, 0);
         set_desc(c, "get_rows of one row per batch of 2, %s [%lld, 11]", cllm_type_name(wt),
                  (long long)k);
+        /* rows of several blocks (super-blocks), a table of one row read thrice */
+        const int64_t k2 = blck == 256 ? 512 : blck == 32 ? 160 : 131;
+        c = with_i(add_case("get_rows", b_get_rows, NMSE_EXACT, wt), k2, 1, 3, 1, 0, 0, 0, 0);
+        set_desc(c, "get_rows of the one row of %s [%lld, 1], three times", cllm_type_name(wt),
+                 (long long)k2);
     }
 }
 
@@ -513,6 +564,8 @@ static void add_soft_max_cases(void) {
         {37, 1, 3, 36, 0, CLLM_TYPE_F32, "one token"},
         {300, 3, 1, -1, 0, CLLM_TYPE_F32, "no mask"},
         {1000, 2, 1, 998, 0, CLLM_TYPE_F32, "long rows"},
+        {37, 1, 3, 36, 8, CLLM_TYPE_F16, "one token, sliding-window F16 mask"},
+        {1, 1, 2, 0, 0, CLLM_TYPE_F32, "one key"},
     };
     for (size_t k = 0; k < sizeof(sm) / sizeof(sm[0]); k++) {
         op_case *c = with_i(add_case("soft_max", b_soft_max, NMSE_EXACT, sm[k].mask), sm[k].n_kv,
@@ -578,14 +631,26 @@ static void add_mul_mat_cases(void) {
             set_desc(c, "mul_mat %s [%lld, 67] x F32 [%lld, 5]", cllm_type_name(wt), (long long)k,
                      (long long)k);
         }
+        /* precision F32: b stays F32 and rows of a are dequantized, on
+         * every device; only the order of the sums differs */
+        op_case *c =
+            with_i(add_case("mul_mat", b_mul_mat, NMSE_MM_F32, wt), 256, 67, 1, 7, 1, 1, 0, 0);
+        set_desc(c, "mul_mat %s [256, 67] x F32 [256, 7], precision F32", cllm_type_name(wt));
+        c = with_i(add_case("mul_mat", b_mul_mat, NMSE_MM_F32, wt), 256, 1, 1, 1, 1, 1, 0, 0);
+        set_desc(c, "mul_mat %s [256, 1] x F32 [256, 1], precision F32", cllm_type_name(wt));
+        /* b a transpose (not contiguous along k) */
+        c = with_i(add_case("mul_mat", b_mul_mat, bound, wt), 256, 37, 1, 5, 1, 0, 0, 1);
+        set_desc(c, "mul_mat %s [256, 37] x F32 [256, 5] transposed", cllm_type_name(wt));
         if (wt == CLLM_TYPE_Q4_0 || wt == CLLM_TYPE_Q4_K || wt == CLLM_TYPE_F16) {
-            op_case *c =
-                with_i(add_case("mul_mat", b_mul_mat, bound, wt), 256, 67, 1, 7, 1, 1, 0, 0);
-            set_desc(c, "mul_mat %s [256, 67] x F32 [256, 7], precision F32", cllm_type_name(wt));
             c = with_i(add_case("mul_mat", b_mul_mat, bound, wt), 256, 64, 1, 7, 1, 0, 1, 0);
             set_desc(c, "mul_mat %s [256, 64] x F32 [256, 7], columns alone", cllm_type_name(wt));
         }
     }
+    /* more rows than a grid dimension of a GPU (65535): a vocabulary of
+     * 128 Ki or 256 Ki tokens */
+    op_case *wide = with_i(add_case("mul_mat", b_mul_mat, NMSE_MM_F32, CLLM_TYPE_Q4_0), 32, 65543,
+                           1, 1, 1, 1, 0, 0);
+    set_desc(wide, "mul_mat q4_0 [32, 65543] x F32 [32, 1], precision F32");
     /* batched with broadcasting (grouped-query attention's batches) */
     const cllm_type bt[] = {CLLM_TYPE_F32, CLLM_TYPE_F16};
     for (int t = 0; t < 2; t++) {
@@ -603,9 +668,10 @@ static void add_mul_mat_cases(void) {
 }
 
 static void add_attn_cases(void) {
-    /* head dim, heads, kv heads, tokens, n_past, cache rows, window, no mask */
+    /* head dim, heads, kv heads, tokens, n_past, cache rows, window, mask
+     * (0: F32, 1: none, 2: F16) */
     static const struct {
-        int64_t hd, nh, nkv, nt, past, rows, window, nomask;
+        int64_t hd, nh, nkv, nt, past, rows, window, mask;
         const char *what;
     } a[] = {
         {64, 4, 2, 1, 36, 40, 0, 0, "decode"},
@@ -616,13 +682,18 @@ static void add_attn_cases(void) {
         {64, 4, 4, 1, 199, 210, 0, 0, "decode over 200 rows"},
         {64, 3, 1, 5, 195, 210, 0, 0, "batch over 200 rows"},
         {32, 2, 2, 3, 10, 16, 0, 1, "no mask"},
+        {64, 2, 1, 1, 0, 4, 0, 0, "the first token"},
+        {80, 5, 1, 1, 22, 24, 0, 0, "decode, head dim 80"},
+        {256, 4, 1, 1, 36, 40, 8, 0, "decode, head dim 256, sliding window (gemma 3)"},
+        {256, 4, 1, 5, 31, 40, 8, 0, "batch, head dim 256, sliding window (gemma 3)"},
+        {64, 4, 2, 7, 30, 40, 8, 2, "batch, sliding-window F16 mask"},
     };
-    const cllm_type kv_types[] = {CLLM_TYPE_F16, CLLM_TYPE_F32};
-    for (int t = 0; t < 2; t++) {
+    const cllm_type kv_types[] = {CLLM_TYPE_F16, CLLM_TYPE_F32, CLLM_TYPE_BF16};
+    for (int t = 0; t < 3; t++) {
         for (size_t k = 0; k < sizeof(a) / sizeof(a[0]); k++) {
             op_case *c = with_i(
-                add_case("attn", b_attn, t == 0 ? NMSE_ATTN : NMSE_ATTN32, kv_types[t]), a[k].hd,
-                a[k].nh, a[k].nkv, a[k].nt, a[k].past, a[k].rows, a[k].window, a[k].nomask);
+                add_case("attn", b_attn, t == 1 ? NMSE_ATTN32 : NMSE_ATTN, kv_types[t]), a[k].hd,
+                a[k].nh, a[k].nkv, a[k].nt, a[k].past, a[k].rows, a[k].window, a[k].mask);
             set_desc(c, "attn %s cache, head dim %lld, %lld/%lld heads, %lld tokens at %lld, %s",
                      cllm_type_name(kv_types[t]), (long long)a[k].hd, (long long)a[k].nh,
                      (long long)a[k].nkv, (long long)a[k].nt, (long long)a[k].past, a[k].what);
@@ -807,6 +878,7 @@ typedef struct tally_row {
     const char *op;
     char type[16];
     int passed, failed, unsupported;
+    double bound; /* the largest bound (nmse) of the row's cases */
     double worst; /* the largest nmse / bound of the cases compared */
 } tally_row;
 
@@ -829,15 +901,22 @@ static tally_row *tally_get(tally *t, const op_case *c) {
     return r;
 }
 
+/* The row of case c, its bound counted. */
+static tally_row *tally_case(tally *t, const op_case *c) {
+    tally_row *r = tally_get(t, c);
+    if (c->max_nmse > r->bound) r->bound = c->max_nmse;
+    return r;
+}
+
 static void tally_print(const tally *t, const char *dev) {
     int p = 0, f = 0, u = 0;
     printf("\n%s: op x type -> passed / failed / unsupported\n", dev);
-    printf("  %-12s %-6s %7s %7s %12s %12s\n", "op", "type", "passed", "failed", "unsupported",
-           "worst/bound");
+    printf("  %-12s %-6s %7s %7s %12s %10s %12s\n", "op", "type", "passed", "failed", "unsupported",
+           "bound", "worst/bound");
     for (int i = 0; i < t->n; i++) {
         const tally_row *r = &t->rows[i];
-        printf("  %-12s %-6s %7d %7d %12d %12.3g\n", r->op, r->type, r->passed, r->failed,
-               r->unsupported, r->worst);
+        printf("  %-12s %-6s %7d %7d %12d %10.1e %12.3g\n", r->op, r->type, r->passed, r->failed,
+               r->unsupported, r->bound, r->worst);
         p += r->passed, f += r->failed, u += r->unsupported;
     }
     printf("  %-19s %7d %7d %12d\n", "total", p, f, u);
@@ -881,7 +960,7 @@ static void check_refusals(const regex_t *re) {
         const run_result res = run_case(ci, test, be, &got);
         CHECKF(res == (refused ? RUN_UNSUPPORTED : RUN_OK), "test0 without attn, soft_max: %s",
                c->desc);
-        tally_row *row = tally_get(&t, c);
+        tally_row *row = tally_case(&t, c);
         if (res == RUN_UNSUPPORTED) {
             row->unsupported++;
         } else if (res == RUN_OK) {
@@ -1030,7 +1109,7 @@ int main(void) {
             check_comparison_catches(want.v[o], want.len[o], c->max_nmse);
         }
         for (int d = 0; d < n_devs; d++) {
-            tally_row *row = tally_get(&tallies[d], c);
+            tally_row *row = tally_case(&tallies[d], c);
             outputs got;
             const run_result res = run_case(ci, devs[d], bes[d], &got);
             if (res == RUN_UNSUPPORTED) {

@@ -15,6 +15,7 @@
 #include "cpy.spv.h"
 #include "get_rows.spv.h"
 #include "mul_mat_vec.spv.h"
+#include "mul_mat_vec1.spv.h"
 #include "mul_mm.spv.h"
 #include "rms_norm.spv.h"
 #include "rope.spv.h"
@@ -30,6 +31,7 @@ const vk_shader vk_shaders[VK_PIPE_COUNT] = {
     [VK_PIPE_RMS_NORM] = {rms_norm_spv, sizeof(rms_norm_spv), VK_SPEC_WG},
     [VK_PIPE_SOFT_MAX] = {soft_max_spv, sizeof(soft_max_spv), VK_SPEC_WG},
     [VK_PIPE_ROPE] = {rope_spv, sizeof(rope_spv), VK_SPEC_NONE},
+    [VK_PIPE_MUL_MAT_VEC1] = {mul_mat_vec1_spv, sizeof(mul_mat_vec1_spv), VK_SPEC_WG},
     [VK_PIPE_MUL_MAT_VEC] = {mul_mat_vec_spv, sizeof(mul_mat_vec_spv), VK_SPEC_WG},
     [VK_PIPE_MUL_MM] = {mul_mm_spv, sizeof(mul_mm_spv), VK_SPEC_NONE},
     [VK_PIPE_CONCAT] = {concat_spv, sizeof(concat_spv), VK_SPEC_NONE},
@@ -327,7 +329,7 @@ vk_pipe vk_node_dispatch(const cllm_tensor *node, vk_push *pc, uint32_t g[3]) {
         if (node->ne[1] <= VK_MMV_COLS) {
             grid_of(((uint64_t)node->ne[0] + VK_MMV_ROWS - 1) / VK_MMV_ROWS, g);
             g[2] = (uint32_t)batches;
-            return VK_PIPE_MUL_MAT_VEC;
+            return node->ne[1] == 1 ? VK_PIPE_MUL_MAT_VEC1 : VK_PIPE_MUL_MAT_VEC;
         }
         const uint64_t tiles_m = ((uint64_t)node->ne[0] + VK_MM_TILE - 1) / VK_MM_TILE;
         const uint64_t tiles_n = ((uint64_t)node->ne[1] + VK_MM_TILE - 1) / VK_MM_TILE;

@@ -43,8 +43,9 @@ typedef enum vk_pipe {
     VK_PIPE_RMS_NORM,
     VK_PIPE_SOFT_MAX,
     VK_PIPE_ROPE,
-    VK_PIPE_MUL_MAT_VEC, /* mul_mat of 1 .. VK_MMV_COLS columns */
-    VK_PIPE_MUL_MM,      /* mul_mat of more: tiled */
+    VK_PIPE_MUL_MAT_VEC1, /* mul_mat of one column */
+    VK_PIPE_MUL_MAT_VEC,  /* mul_mat of 2 .. VK_MMV_COLS columns */
+    VK_PIPE_MUL_MM,       /* mul_mat of more: tiled */
     VK_PIPE_CONCAT,
     VK_PIPE_ROPE_TABLE,
     VK_PIPE_ATTN,     /* batches of query rows */

@@ -248,7 +248,7 @@ static jv binop(jj_ev *ev, const jj_node *at, int op, jv a, jv b) {
     if (b.k == JV_UNDEF) undefined_error(ev, at, b);
     if (is_num(a) && is_num(b)) {
         const bool ints = a.k != JV_FLOAT && b.k != JV_FLOAT;
-        const int64_t x = ival(a), y = ival(b);
+        const int64_t x = ints ? ival(a) : 0, y = ints ? ival(b) : 0; /* floats: no int */
         const double fx = num(a), fy = num(b);
         int64_t r;
         switch (op) {

@@ -13,18 +13,6 @@
 #include <string.h>
 #include <time.h>
 
-CLLM_NORETURN static void fail(jj_ev *ev, const jj_node *at, const char *fmt, ...)
-    CLLM_PRINTF(3, 4);
-
-static void fail(jj_ev *ev, const jj_node *at, const char *fmt, ...) {
-    char msg[400];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof(msg), fmt, ap);
-    va_end(ap);
-    jj_fail_at(ev->st, at ? at->at : 0, "%s", msg);
-}
-
 static jj_state *S(jj_ev *ev) { return ev->st; }
 
 static bool is_num(jv v) { return v.k == JV_BOOL || v.k == JV_INT || v.k == JV_FLOAT; }
@@ -45,7 +33,7 @@ static bool arg_bool(jj_args *a, size_t i, const char *name, bool dflt) {
 }
 
 static jv need_str(jj_ev *ev, const jj_node *at, jv v, const char *what) {
-    if (v.k != JV_STR) fail(ev, at, "%s must be a string, not %s", what, jv_kind_name(v));
+    if (v.k != JV_STR) jj_eval_fail(ev, at, "%s must be a string, not %s", what, jv_kind_name(v));
     return v;
 }
 
@@ -158,7 +146,7 @@ static jv split(jj_ev *ev, const jj_node *at, jv s, jv sep, int64_t maxsplit) {
         }
         return out;
     }
-    if (sep.s.n == 0) fail(ev, at, "empty separator");
+    if (sep.s.n == 0) jj_eval_fail(ev, at, "empty separator");
     int64_t done = 0;
     for (;;) {
         const char *hit = maxsplit >= 0 && done >= maxsplit
@@ -176,7 +164,7 @@ static jv split(jj_ev *ev, const jj_node *at, jv s, jv sep, int64_t maxsplit) {
 
 static jv rsplit(jj_ev *ev, const jj_node *at, jv s, jv sep, int64_t maxsplit) {
     if (maxsplit < 0 || sep.k != JV_STR) return split(ev, at, s, sep, maxsplit);
-    if (sep.s.n == 0) fail(ev, at, "empty separator");
+    if (sep.s.n == 0) jj_eval_fail(ev, at, "empty separator");
     jv parts = jv_new_list(S(ev), 0);
     const char *start = s.s.p, *end = s.s.p + s.s.n;
     int64_t done = 0;
@@ -229,32 +217,32 @@ static jv str_format(jj_ev *ev, const jj_node *at, jv s, jj_args *a) {
             i++;
             continue;
         }
-        if (c == '}') fail(ev, at, "single '}' encountered in format string");
+        if (c == '}') jj_eval_fail(ev, at, "single '}' encountered in format string");
         if (c != '{') {
             jj_buf_put(S(ev), &b, &c, 1);
             continue;
         }
         size_t e = i + 1;
         while (e < s.s.n && s.s.p[e] != '}') e++;
-        if (e >= s.s.n) fail(ev, at, "single '{' encountered in format string");
+        if (e >= s.s.n) jj_eval_fail(ev, at, "single '{' encountered in format string");
         const char *f = s.s.p + i + 1;
         const size_t fn = e - i - 1;
         if (memchr(f, ':', fn) || memchr(f, '!', fn)) {
-            fail(ev, at, "format specifications in str.format are not supported");
+            jj_eval_fail(ev, at, "format specifications in str.format are not supported");
         }
         jv v;
         if (fn == 0) {
-            if (auto_i >= a->n_pos) fail(ev, at, "str.format: not enough arguments");
+            if (auto_i >= a->n_pos) jj_eval_fail(ev, at, "str.format: not enough arguments");
             v = a->pos[auto_i++];
         } else if (f[0] >= '0' && f[0] <= '9') {
             const size_t k = (size_t)strtoul(f, NULL, 10);
-            if (k >= a->n_pos) fail(ev, at, "str.format: index %zu out of range", k);
+            if (k >= a->n_pos) jj_eval_fail(ev, at, "str.format: index %zu out of range", k);
             v = a->pos[k];
         } else {
             char name[64];
             snprintf(name, sizeof(name), "%.*s", (int)fn, f);
             jv *kv = jj_arg(a, SIZE_MAX, name);
-            if (!kv) fail(ev, at, "str.format: no argument '%s'", name);
+            if (!kv) jj_eval_fail(ev, at, "str.format: no argument '%s'", name);
             v = *kv;
         }
         jv_write_str(S(ev), &b, v);
@@ -279,7 +267,7 @@ static jv percent_format(jj_ev *ev, const jj_node *at, jv fmt, jj_args *a) {
             jj_buf_put(S(ev), &b, "%", 1);
             continue;
         }
-        if (k >= a->n_pos) fail(ev, at, "not enough arguments for format string");
+        if (k >= a->n_pos) jj_eval_fail(ev, at, "not enough arguments for format string");
         const jv v = a->pos[k++];
         if (t == 's') {
             jv_write_str(S(ev), &b, v);
@@ -290,7 +278,7 @@ static jv percent_format(jj_ev *ev, const jj_node *at, jv fmt, jj_args *a) {
         } else if (t == 'f' && is_num(v)) {
             jj_buf_printf(S(ev), &b, "%f", v.k == JV_FLOAT ? v.f : (double)ival(v));
         } else {
-            fail(ev, at, "unsupported format character '%c'", t);
+            jj_eval_fail(ev, at, "unsupported format character '%c'", t);
         }
     }
     return jv_str(b.p, b.n);
@@ -411,12 +399,12 @@ static int64_t length_of(jj_ev *ev, const jj_node *at, jv v) {
     case JV_DICT: return (int64_t)v.d->n;
     default: break;
     }
-    fail(ev, at, "object of type '%s' has no len()", jv_kind_name(v));
+    jj_eval_fail(ev, at, "object of type '%s' has no len()", jv_kind_name(v));
 }
 
 static jv items_of(jj_ev *ev, const jj_node *at, jv v, jv_view view) {
     if (v.k == JV_UNDEF) return jv_new_list(S(ev), 0);
-    if (v.k != JV_DICT || v.d->ns) fail(ev, at, "can only get item pairs from a mapping");
+    if (v.k != JV_DICT || v.d->ns) jj_eval_fail(ev, at, "can only get item pairs from a mapping");
     jv out = jv_new_list(S(ev), v.d->n);
     out.l->view = view;
     for (size_t i = 0; i < v.d->n; i++) {
@@ -436,7 +424,7 @@ static jv select_items(jj_ev *ev, const jj_node *at, jv v, jj_args *a, bool by_a
     size_t first = 0;
     jv attr = jv_none();
     if (by_attr) {
-        if (a->n_pos < 1) fail(ev, at, "selectattr needs an attribute");
+        if (a->n_pos < 1) jj_eval_fail(ev, at, "selectattr needs an attribute");
         attr = a->pos[0];
         first = 1;
     }
@@ -472,7 +460,7 @@ static jv f_map(jj_ev *ev, jj_frame *f, const jj_node *at, jv v, jj_args *a) {
         }
         return out;
     }
-    if (a->n_pos < 1) fail(ev, at, "map needs a filter name or attribute=");
+    if (a->n_pos < 1) jj_eval_fail(ev, at, "map needs a filter name or attribute=");
     const jv name = need_str(ev, at, a->pos[0], "map's filter name");
     const char *fname = jv_str_copy(S(ev), name.s.p, name.s.n).s.p;
     jj_args rest = *a;
@@ -582,7 +570,7 @@ static jv to_float(jv v, jv dflt) {
 static jv f_round(jj_ev *ev, const jj_node *at, jv v, jj_args *a) {
     const int64_t prec = ival(arg_or(a, 0, "precision", jv_int(0)));
     const jv method = arg_or(a, 1, "method", jv_cstr("common"));
-    if (!is_num(v)) fail(ev, at, "round needs a number, not %s", jv_kind_name(v));
+    if (!is_num(v)) jj_eval_fail(ev, at, "round needs a number, not %s", jv_kind_name(v));
     const double x = v.k == JV_FLOAT ? v.f : (double)ival(v);
     if (streq(method, "common")) {
         char tmp[400];
@@ -592,7 +580,7 @@ static jv f_round(jj_ev *ev, const jj_node *at, jv v, jj_args *a) {
     const double m = pow(10.0, (double)prec);
     if (streq(method, "ceil")) return jv_float(ceil(x * m) / m);
     if (streq(method, "floor")) return jv_float(floor(x * m) / m);
-    fail(ev, at, "method must be common, ceil or floor");
+    jj_eval_fail(ev, at, "method must be common, ceil or floor");
 }
 
 static jv f_unique(jj_ev *ev, const jj_node *at, jv v, jj_args *a) {
@@ -633,7 +621,7 @@ static jv f_dictsort(jj_ev *ev, const jj_node *at, jv v, jj_args *a) {
     const bool reverse = arg_bool(a, 2, "reverse", false);
     jv pairs = items_of(ev, at, v, JV_VIEW_NONE);
     const int pos = streq(by, "key") ? 0 : streq(by, "value") ? 1 : -1;
-    if (pos < 0) fail(ev, at, "You can only sort by either \"key\" or \"value\"");
+    if (pos < 0) jj_eval_fail(ev, at, "You can only sort by either \"key\" or \"value\"");
     sort_ctx c = {.ev = ev, .at = at, .case_sensitive = cs};
     jv *keys = jj_alloc(S(ev), (pairs.l->n + 1) * sizeof(jv));
     for (size_t i = 0; i < pairs.l->n; i++) keys[i] = sort_key(&c, pairs.l->v[i].l->v[pos]);
@@ -701,7 +689,7 @@ jv jj_filter(jj_ev *ev, jj_frame *f, const jj_node *at, const char *name, jv v, 
     if (IS("title")) return map_case(ev, jv_to_str(S(ev), v), 4);
     if (IS("replace")) {
         const jv s = jv_to_str(S(ev), v);
-        if (a->n_pos < 2) fail(ev, at, "replace needs two arguments");
+        if (a->n_pos < 2) jj_eval_fail(ev, at, "replace needs two arguments");
         const jv cnt = arg_or(a, 2, "count", jv_none());
         return replace(ev, at, s, jv_to_str(S(ev), a->pos[0]), a->pos[1],
                        cnt.k == JV_NONE ? -1 : ival(cnt));
@@ -743,7 +731,7 @@ jv jj_filter(jj_ev *ev, jj_frame *f, const jj_node *at, const char *name, jv v, 
     if (IS("abs")) {
         if (v.k == JV_FLOAT) return jv_float(fabs(v.f));
         if (v.k == JV_INT || v.k == JV_BOOL) return jv_int(ival(v) < 0 ? -ival(v) : ival(v));
-        fail(ev, at, "bad operand type for abs(): '%s'", jv_kind_name(v));
+        jj_eval_fail(ev, at, "bad operand type for abs(): '%s'", jv_kind_name(v));
     }
     if (IS("unique")) return f_unique(ev, at, v, a);
     if (IS("sort")) return f_sort(ev, at, v, a);
@@ -764,8 +752,8 @@ jv jj_filter(jj_ev *ev, jj_frame *f, const jj_node *at, const char *name, jv v, 
         for (size_t i = 0; i < items->n; i++) {
             const jv x = attr ? get_path(ev, at, items->v[i], *attr) : items->v[i];
             if (!is_num(acc) || !is_num(x)) {
-                fail(ev, at, "sum: unsupported operand types '%s' and '%s'", jv_kind_name(acc),
-                     jv_kind_name(x));
+                jj_eval_fail(ev, at, "sum: unsupported operand types '%s' and '%s'",
+                             jv_kind_name(acc), jv_kind_name(x));
             }
             acc = acc.k == JV_FLOAT || x.k == JV_FLOAT
                       ? jv_float((acc.k == JV_FLOAT ? acc.f : (double)ival(acc)) +
@@ -792,8 +780,8 @@ jv jj_filter(jj_ev *ev, jj_frame *f, const jj_node *at, const char *name, jv v, 
         for (int64_t i = 0; i < pad - left; i++) jj_buf_put(S(ev), &b, " ", 1);
         return jv_str(b.p, b.n);
     }
-    if (!jj_filter_exists(name)) fail(ev, at, "no filter named '%s'", name);
-    fail(ev, at, "the filter '%s' is not supported", name);
+    if (!jj_filter_exists(name)) jj_eval_fail(ev, at, "no filter named '%s'", name);
+    jj_eval_fail(ev, at, "the filter '%s' is not supported", name);
 }
 
 /* ---- tests ---- */
@@ -837,10 +825,10 @@ bool jj_test(jj_ev *ev, const jj_node *at, const char *name, jv v, jj_args *a) {
         return jv_eq(m, v);
     }
     if (IS("odd") || IS("even")) {
-        if (v.k != JV_INT && v.k != JV_BOOL) fail(ev, at, "odd/even needs an integer");
+        if (v.k != JV_INT && v.k != JV_BOOL) jj_eval_fail(ev, at, "odd/even needs an integer");
         return (ival(v) % 2 != 0) == IS("odd");
     }
-    if (!jj_test_exists(name)) fail(ev, at, "no test named '%s'", name);
+    if (!jj_test_exists(name)) jj_eval_fail(ev, at, "no test named '%s'", name);
     if (IS("escaped") || IS("filter") || IS("test")) {
         if (IS("filter"))
             return v.k == JV_STR && jj_filter_exists(jv_str_copy(S(ev), v.s.p, v.s.n).s.p);
@@ -848,10 +836,10 @@ bool jj_test(jj_ev *ev, const jj_node *at, const char *name, jv v, jj_args *a) {
             return v.k == JV_STR && jj_test_exists(jv_str_copy(S(ev), v.s.p, v.s.n).s.p);
         return false;
     }
-    if (a->n_pos < 1) fail(ev, at, "the test '%s' needs an argument", name);
+    if (a->n_pos < 1) jj_eval_fail(ev, at, "the test '%s' needs an argument", name);
     const jv b = a->pos[0];
     if (IS("divisibleby")) {
-        if (ival(b) == 0) fail(ev, at, "integer division or modulo by zero");
+        if (ival(b) == 0) jj_eval_fail(ev, at, "integer division or modulo by zero");
         return ival(v) % ival(b) == 0;
     }
     if (IS("eq") || IS("equalto") || IS("==")) return jv_eq(v, b);
@@ -874,14 +862,14 @@ bool jj_test(jj_ev *ev, const jj_node *at, const char *name, jv v, jj_args *a) {
         }
         if (b.k == JV_DICT) return jv_dict_get(b.d, v) != NULL;
         if (b.k == JV_UNDEF) return false;
-        fail(ev, at, "argument of type '%s' is not iterable", jv_kind_name(b));
+        jj_eval_fail(ev, at, "argument of type '%s' is not iterable", jv_kind_name(b));
     }
     const int c = jj_compare(ev, at, v, b);
     if (IS("lt") || IS("lessthan") || IS("<")) return c < 0;
     if (IS("le") || IS("<=")) return c <= 0;
     if (IS("gt") || IS("greaterthan") || IS(">")) return c > 0;
     if (IS("ge") || IS(">=")) return c >= 0;
-    fail(ev, at, "no test named '%s'", name);
+    jj_eval_fail(ev, at, "no test named '%s'", name);
 }
 
 /* ---- methods ---- */
@@ -899,7 +887,7 @@ jv jj_method(jj_ev *ev, const jj_node *at, jv v, const char *name, jj_args *a, b
             return IS("split") ? split(ev, at, v, sep, maxsplit) : rsplit(ev, at, v, sep, maxsplit);
         }
         if (IS("startswith") || IS("endswith")) {
-            if (a->n_pos < 1) fail(ev, at, "%s needs an argument", name);
+            if (a->n_pos < 1) jj_eval_fail(ev, at, "%s needs an argument", name);
             const jv p = a->pos[0];
             if (p.k == JV_LIST && p.l->tuple) {
                 for (size_t i = 0; i < p.l->n; i++) {
@@ -913,7 +901,7 @@ jv jj_method(jj_ev *ev, const jj_node *at, jv v, const char *name, jj_args *a, b
             return jv_bool(IS("startswith") ? starts_with(v, p) : ends_with(v, p));
         }
         if (IS("replace")) {
-            if (a->n_pos < 2) fail(ev, at, "replace needs two arguments");
+            if (a->n_pos < 2) jj_eval_fail(ev, at, "replace needs two arguments");
             const jv cnt = arg_or(a, 2, "count", jv_int(-1));
             return replace(ev, at, v, a->pos[0], need_str(ev, at, a->pos[1], "replace's argument"),
                            ival(cnt));
@@ -935,7 +923,7 @@ jv jj_method(jj_ev *ev, const jj_node *at, jv v, const char *name, jj_args *a, b
             return jv_str(b.p, b.n);
         }
         if (IS("find") || IS("rfind") || IS("index") || IS("count")) {
-            if (a->n_pos < 1) fail(ev, at, "%s needs an argument", name);
+            if (a->n_pos < 1) jj_eval_fail(ev, at, "%s needs an argument", name);
             const jv sub = need_str(ev, at, a->pos[0], name);
             if (IS("count")) {
                 if (sub.s.n == 0) return jv_int((int64_t)jj_utf8_len(v.s.p, v.s.n) + 1);
@@ -957,11 +945,11 @@ jv jj_method(jj_ev *ev, const jj_node *at, jv v, const char *name, jj_args *a, b
             } else {
                 hit = find_sub(v.s.p, v.s.n, sub.s.p, sub.s.n);
             }
-            if (!hit && IS("index")) fail(ev, at, "substring not found");
+            if (!hit && IS("index")) jj_eval_fail(ev, at, "substring not found");
             return jv_int(hit ? (int64_t)jj_utf8_len(v.s.p, (size_t)(hit - v.s.p)) : -1);
         }
         if (IS("removeprefix") || IS("removesuffix")) {
-            if (a->n_pos < 1) fail(ev, at, "%s needs an argument", name);
+            if (a->n_pos < 1) jj_eval_fail(ev, at, "%s needs an argument", name);
             const jv x = need_str(ev, at, a->pos[0], name);
             if (IS("removeprefix"))
                 return starts_with(v, x) ? jv_str(v.s.p + x.s.n, v.s.n - x.s.n) : v;
@@ -993,7 +981,7 @@ jv jj_method(jj_ev *ev, const jj_node *at, jv v, const char *name, jj_args *a, b
         }
     } else if (v.k == JV_DICT && !v.d->ns) {
         if (IS("get")) {
-            if (a->n_pos < 1) fail(ev, at, "get needs a key");
+            if (a->n_pos < 1) jj_eval_fail(ev, at, "get needs a key");
             jv *x = jv_dict_get(v.d, a->pos[0]);
             return x ? *x : arg_or(a, 1, "default", jv_none());
         }
@@ -1007,7 +995,7 @@ jv jj_method(jj_ev *ev, const jj_node *at, jv v, const char *name, jj_args *a, b
             return out;
         }
         if (IS("pop")) {
-            if (a->n_pos < 1) fail(ev, at, "pop needs a key");
+            if (a->n_pos < 1) jj_eval_fail(ev, at, "pop needs a key");
             for (size_t i = 0; i < v.d->n; i++) {
                 if (jv_eq(v.d->keys[i], a->pos[0])) {
                     const jv r = v.d->vals[i];
@@ -1018,7 +1006,7 @@ jv jj_method(jj_ev *ev, const jj_node *at, jv v, const char *name, jj_args *a, b
                 }
             }
             if (a->n_pos >= 2) return a->pos[1];
-            fail(ev, at, "KeyError on pop");
+            jj_eval_fail(ev, at, "KeyError on pop");
         }
         if (IS("update")) {
             if (a->n_pos >= 1 && a->pos[0].k == JV_DICT) {
@@ -1038,7 +1026,7 @@ jv jj_method(jj_ev *ev, const jj_node *at, jv v, const char *name, jj_args *a, b
         }
     } else if (v.k == JV_LIST) {
         if (IS("append") && !v.l->tuple) {
-            if (a->n_pos != 1) fail(ev, at, "append takes exactly one argument");
+            if (a->n_pos != 1) jj_eval_fail(ev, at, "append takes exactly one argument");
             jv_list_push(S(ev), v.l, a->pos[0]);
             return jv_none();
         }
@@ -1048,17 +1036,17 @@ jv jj_method(jj_ev *ev, const jj_node *at, jv v, const char *name, jj_args *a, b
             return jv_none();
         }
         if (IS("pop") && !v.l->tuple) {
-            if (v.l->n == 0) fail(ev, at, "pop from empty list");
+            if (v.l->n == 0) jj_eval_fail(ev, at, "pop from empty list");
             int64_t i = ival(arg_or(a, 0, "index", jv_int(-1)));
             if (i < 0) i += (int64_t)v.l->n;
-            if (i < 0 || (size_t)i >= v.l->n) fail(ev, at, "pop index out of range");
+            if (i < 0 || (size_t)i >= v.l->n) jj_eval_fail(ev, at, "pop index out of range");
             const jv r = v.l->v[i];
             memmove(v.l->v + i, v.l->v + i + 1, (v.l->n - (size_t)i - 1) * sizeof(jv));
             v.l->n--;
             return r;
         }
         if (IS("insert") && !v.l->tuple) {
-            if (a->n_pos != 2) fail(ev, at, "insert takes two arguments");
+            if (a->n_pos != 2) jj_eval_fail(ev, at, "insert takes two arguments");
             int64_t i = ival(a->pos[0]);
             const int64_t n = (int64_t)v.l->n;
             if (i < 0) i = i + n < 0 ? 0 : i + n;
@@ -1069,7 +1057,7 @@ jv jj_method(jj_ev *ev, const jj_node *at, jv v, const char *name, jj_args *a, b
             return jv_none();
         }
         if (IS("index") || IS("count")) {
-            if (a->n_pos < 1) fail(ev, at, "%s needs an argument", name);
+            if (a->n_pos < 1) jj_eval_fail(ev, at, "%s needs an argument", name);
             int64_t k = 0;
             for (size_t i = 0; i < v.l->n; i++) {
                 if (jv_eq(v.l->v[i], a->pos[0])) {
@@ -1077,7 +1065,7 @@ jv jj_method(jj_ev *ev, const jj_node *at, jv v, const char *name, jj_args *a, b
                     k++;
                 }
             }
-            if (IS("index")) fail(ev, at, "value is not in list");
+            if (IS("index")) jj_eval_fail(ev, at, "value is not in list");
             return jv_int(k);
         }
         if (IS("copy")) {
@@ -1101,15 +1089,15 @@ static jv g_range(jj_ev *ev, const jj_node *at, jj_args *a) {
         stop = ival(a->pos[1]);
         if (a->n_pos == 3) stp = ival(a->pos[2]);
     } else {
-        fail(ev, at, "range expected 1 to 3 arguments, got %zu", a->n_pos);
+        jj_eval_fail(ev, at, "range expected 1 to 3 arguments, got %zu", a->n_pos);
     }
     for (size_t i = 0; i < a->n_pos; i++) {
         if (a->pos[i].k != JV_INT && a->pos[i].k != JV_BOOL) {
-            fail(ev, at, "'%s' object cannot be interpreted as an integer",
-                 jv_kind_name(a->pos[i]));
+            jj_eval_fail(ev, at, "'%s' object cannot be interpreted as an integer",
+                         jv_kind_name(a->pos[i]));
         }
     }
-    if (stp == 0) fail(ev, at, "range() arg 3 must not be zero");
+    if (stp == 0) jj_eval_fail(ev, at, "range() arg 3 must not be zero");
     const double count = stp > 0 ? ceil(((double)stop - (double)start) / (double)stp)
                                  : ceil(((double)start - (double)stop) / (double)-stp);
     if (count > JJ_MAX_RANGE) {
@@ -1124,7 +1112,7 @@ static jv g_range(jj_ev *ev, const jj_node *at, jj_args *a) {
 static jv make_dict(jj_ev *ev, const jj_node *at, jj_args *a, bool ns) {
     jv d = jv_new_dict(S(ev), a->n_kw);
     d.d->ns = ns;
-    if (a->n_pos > 1) fail(ev, at, "expected at most 1 positional argument");
+    if (a->n_pos > 1) jj_eval_fail(ev, at, "expected at most 1 positional argument");
     if (a->n_pos == 1) {
         const jv src = a->pos[0];
         if (src.k == JV_DICT) {
@@ -1134,7 +1122,7 @@ static jv make_dict(jj_ev *ev, const jj_node *at, jj_args *a, bool ns) {
             const jv_list *pairs = jj_iterate(ev, at, src);
             for (size_t i = 0; i < pairs->n; i++) {
                 const jv p = pairs->v[i];
-                if (p.k != JV_LIST || p.l->n != 2) fail(ev, at, "dict needs pairs");
+                if (p.k != JV_LIST || p.l->n != 2) jj_eval_fail(ev, at, "dict needs pairs");
                 jv_dict_set(S(ev), d.d, p.l->v[0], p.l->v[1]);
             }
         }
@@ -1158,12 +1146,12 @@ static jv g_strftime_now(jj_ev *ev, const jj_node *at, jj_args *a) {
     const jv fmt =
         need_str(ev, at, arg_or(a, 0, "format", jv_undef(NULL)), "strftime_now's format");
     char cfmt[256];
-    if (fmt.s.n >= sizeof(cfmt)) fail(ev, at, "strftime_now: format too long");
+    if (fmt.s.n >= sizeof(cfmt)) jj_eval_fail(ev, at, "strftime_now: format too long");
     memcpy(cfmt, fmt.s.p, fmt.s.n);
     cfmt[fmt.s.n] = '\0';
     const time_t t = (time_t)ev->now;
     struct tm tm;
-    if (!localtime_r(&t, &tm)) fail(ev, at, "strftime_now: no local time");
+    if (!localtime_r(&t, &tm)) jj_eval_fail(ev, at, "strftime_now: no local time");
     char out[512];
     const size_t n = strftime(out, sizeof(out), cfmt, &tm);
     return jv_str_copy(S(ev), out, n);

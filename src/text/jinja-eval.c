@@ -8,10 +8,7 @@
 #include <stdio.h>
 #include <time.h>
 
-CLLM_NORETURN static void fail(jj_ev *ev, const jj_node *at, const char *fmt, ...)
-    CLLM_PRINTF(3, 4);
-
-static void fail(jj_ev *ev, const jj_node *at, const char *fmt, ...) {
+void jj_eval_fail(jj_ev *ev, const jj_node *at, const char *fmt, ...) {
     char msg[400];
     va_list ap;
     va_start(ap, fmt);
@@ -54,8 +51,8 @@ static void set_var(jj_ev *ev, jj_frame *f, const char *name, jv v) {
 /* ---- attributes, items, iteration, comparison ---- */
 
 CLLM_NORETURN static void undefined_error(jj_ev *ev, const jj_node *at, jv u) {
-    if (u.s.p) fail(ev, at, "'%s' is undefined", u.s.p);
-    fail(ev, at, "a value is undefined");
+    if (u.s.p) jj_eval_fail(ev, at, "'%s' is undefined", u.s.p);
+    jj_eval_fail(ev, at, "a value is undefined");
 }
 
 jv jj_getattr(jj_ev *ev, const jj_node *at, jv obj, const char *name) {
@@ -135,7 +132,7 @@ jv_list *jj_iterate(jj_ev *ev, const jj_node *at, jv v) {
     }
     default: break;
     }
-    fail(ev, at, "'%s' object is not iterable", jv_kind_name(v));
+    jj_eval_fail(ev, at, "'%s' object is not iterable", jv_kind_name(v));
 }
 
 static bool is_num(jv v) { return v.k == JV_BOOL || v.k == JV_INT || v.k == JV_FLOAT; }
@@ -163,8 +160,8 @@ int jj_compare(jj_ev *ev, const jj_node *at, jv a, jv b) {
     }
     if (a.k == JV_UNDEF) undefined_error(ev, at, a);
     if (b.k == JV_UNDEF) undefined_error(ev, at, b);
-    fail(ev, at, "'<' not supported between instances of '%s' and '%s'", jv_kind_name(a),
-         jv_kind_name(b));
+    jj_eval_fail(ev, at, "'<' not supported between instances of '%s' and '%s'", jv_kind_name(a),
+                 jv_kind_name(b));
 }
 
 /* ---- operators ---- */
@@ -188,12 +185,13 @@ static jv repeat(jj_ev *ev, const jj_node *at, jv s, int64_t n) {
     if (n <= 0) return s.k == JV_STR ? jv_str("", 0) : jv_new_list(ev->st, 0);
     if (s.k == JV_STR) {
         if (s.s.n && (uint64_t)n > JJ_MAX_REPEAT / s.s.n)
-            fail(ev, at, "a repeated string is too long");
+            jj_eval_fail(ev, at, "a repeated string is too long");
         char *p = jj_alloc(ev->st, s.s.n * (size_t)n + 1);
         for (int64_t i = 0; i < n; i++) memcpy(p + (size_t)i * s.s.n, s.s.p, s.s.n);
         return jv_str(p, s.s.n * (size_t)n);
     }
-    if (s.l->n && (uint64_t)n > JJ_MAX_RANGE / s.l->n) fail(ev, at, "a repeated list is too long");
+    if (s.l->n && (uint64_t)n > JJ_MAX_RANGE / s.l->n)
+        jj_eval_fail(ev, at, "a repeated list is too long");
     jv l = jv_new_list(ev->st, s.l->n * (size_t)n);
     for (int64_t i = 0; i < n; i++) {
         for (size_t j = 0; j < s.l->n; j++) jv_list_push(ev->st, l.l, s.l->v[j]);
@@ -213,8 +211,8 @@ static bool contains(jj_ev *ev, const jj_node *at, jv item, jv container) {
     case JV_UNDEF: return false;
     case JV_STR:
         if (item.k != JV_STR) {
-            fail(ev, at, "'in <string>' requires string as left operand, not %s",
-                 jv_kind_name(item));
+            jj_eval_fail(ev, at, "'in <string>' requires string as left operand, not %s",
+                         jv_kind_name(item));
         }
         if (item.s.n == 0) return true;
         for (size_t i = 0; i + item.s.n <= container.s.n; i++) {
@@ -227,7 +225,7 @@ static bool contains(jj_ev *ev, const jj_node *at, jv item, jv container) {
         }
         return false;
     case JV_DICT: return jv_dict_get(container.d, item) != NULL;
-    default: fail(ev, at, "argument of type '%s' is not iterable", jv_kind_name(container));
+    default: jj_eval_fail(ev, at, "argument of type '%s' is not iterable", jv_kind_name(container));
     }
 }
 
@@ -265,17 +263,17 @@ static jv binop(jj_ev *ev, const jj_node *at, int op, jv a, jv b) {
             if (__builtin_mul_overflow(x, y, &r)) break;
             return jv_int(r);
         case OP_DIV:
-            if (fy == 0) fail(ev, at, "division by zero");
+            if (fy == 0) jj_eval_fail(ev, at, "division by zero");
             return jv_float(fx / fy);
         case OP_FLOORDIV:
-            if (fy == 0) fail(ev, at, "integer division or modulo by zero");
+            if (fy == 0) jj_eval_fail(ev, at, "integer division or modulo by zero");
             if (!ints) return jv_float(floor(fx / fy));
             if (x == INT64_MIN && y == -1) break;
             r = x / y;
             if ((x % y != 0) && ((x < 0) != (y < 0))) r--;
             return jv_int(r);
         case OP_MOD:
-            if (fy == 0) fail(ev, at, "integer division or modulo by zero");
+            if (fy == 0) jj_eval_fail(ev, at, "integer division or modulo by zero");
             if (!ints) {
                 double m = fmod(fx, fy);
                 if (m != 0 && ((m < 0) != (fy < 0))) m += fy;
@@ -296,7 +294,7 @@ static jv binop(jj_ev *ev, const jj_node *at, int op, jv a, jv b) {
             }
             return jv_float(pow(fx, fy));
         }
-        fail(ev, at, "integer overflow in '%s'", k_op_names[op]);
+        jj_eval_fail(ev, at, "integer overflow in '%s'", k_op_names[op]);
     }
     if (op == OP_ADD && a.k == JV_STR && b.k == JV_STR) {
         if (!a.safe && !b.safe) return concat_str(ev, a, b);
@@ -319,8 +317,8 @@ static jv binop(jj_ev *ev, const jj_node *at, int op, jv a, jv b) {
     if (op == OP_MUL && (b.k == JV_STR || b.k == JV_LIST) && (a.k == JV_INT || a.k == JV_BOOL)) {
         return repeat(ev, at, b, ival(a));
     }
-    fail(ev, at, "unsupported operand type(s) for %s: '%s' and '%s'", k_op_names[op],
-         jv_kind_name(a), jv_kind_name(b));
+    jj_eval_fail(ev, at, "unsupported operand type(s) for %s: '%s' and '%s'", k_op_names[op],
+                 jv_kind_name(a), jv_kind_name(b));
 }
 
 /* ---- slices ---- */
@@ -332,14 +330,14 @@ static void slice_indices(jj_ev *ev, const jj_node *at, jv vs, jv ve, jv vstep, 
     int64_t stp = 1;
     if (vstep.k != JV_UNDEF && vstep.k != JV_NONE) {
         stp = as_index(vstep, &ok);
-        if (!ok) fail(ev, at, "slice indices must be integers or None");
-        if (stp == 0) fail(ev, at, "slice step cannot be zero");
+        if (!ok) jj_eval_fail(ev, at, "slice indices must be integers or None");
+        if (stp == 0) jj_eval_fail(ev, at, "slice step cannot be zero");
     }
     const int64_t lo = stp < 0 ? -1 : 0, hi = stp < 0 ? len - 1 : len;
     int64_t s = stp < 0 ? hi : lo, e = stp < 0 ? lo : hi;
     if (vs.k != JV_UNDEF && vs.k != JV_NONE) {
         s = as_index(vs, &ok);
-        if (!ok) fail(ev, at, "slice indices must be integers or None");
+        if (!ok) jj_eval_fail(ev, at, "slice indices must be integers or None");
         if (s < 0) {
             s += len;
             if (s < lo) s = lo;
@@ -349,7 +347,7 @@ static void slice_indices(jj_ev *ev, const jj_node *at, jv vs, jv ve, jv vstep, 
     }
     if (ve.k != JV_UNDEF && ve.k != JV_NONE) {
         e = as_index(ve, &ok);
-        if (!ok) fail(ev, at, "slice indices must be integers or None");
+        if (!ok) jj_eval_fail(ev, at, "slice indices must be integers or None");
         if (e < 0) {
             e += len;
             if (e < lo) e = lo;
@@ -392,7 +390,7 @@ static jv slice(jj_ev *ev, const jj_node *at, jv obj, jv vs, jv ve, jv vstep) {
         }
         return jv_str(b.p, b.n);
     }
-    fail(ev, at, "'%s' object is not subscriptable", jv_kind_name(obj));
+    jj_eval_fail(ev, at, "'%s' object is not subscriptable", jv_kind_name(obj));
 }
 
 /* ---- calls ---- */
@@ -493,7 +491,7 @@ static jv call_macro(jj_ev *ev, const jj_node *at, jv_func *fn, jj_args *a) {
 jv jj_call(jj_ev *ev, jj_frame *f, const jj_node *at, jv fn, jj_args *a) {
     (void)f;
     if (fn.k == JV_UNDEF) undefined_error(ev, at, fn);
-    if (fn.k != JV_FUNC) fail(ev, at, "'%s' object is not callable", jv_kind_name(fn));
+    if (fn.k != JV_FUNC) jj_eval_fail(ev, at, "'%s' object is not callable", jv_kind_name(fn));
     step(ev, at);
     if (fn.fn->builtin) return fn.fn->builtin(ev, at, a);
     return call_macro(ev, at, fn.fn, a);
@@ -512,7 +510,7 @@ static jv eval_call(jj_ev *ev, jj_frame *f, const jj_node *n) {
         }
         const jv fn = jj_getattr(ev, n, obj, n->a->name);
         if (fn.k == JV_UNDEF) {
-            fail(ev, n, "'%s' object has no attribute '%s'", jv_kind_name(obj), n->a->name);
+            jj_eval_fail(ev, n, "'%s' object has no attribute '%s'", jv_kind_name(obj), n->a->name);
         }
         return jj_call(ev, f, n, fn, &a);
     }
@@ -568,12 +566,12 @@ jv jj_eval(jj_ev *ev, jj_frame *f, const jj_node *n) {
         const jv v = jj_eval(ev, f, n->a);
         if (v.k == JV_UNDEF) undefined_error(ev, n, v);
         if (!is_num(v)) {
-            fail(ev, n, "bad operand type for unary %c: '%s'", n->type == E_NEG ? '-' : '+',
-                 jv_kind_name(v));
+            jj_eval_fail(ev, n, "bad operand type for unary %c: '%s'", n->type == E_NEG ? '-' : '+',
+                         jv_kind_name(v));
         }
         if (n->type == E_POS) return v.k == JV_BOOL ? jv_int(v.b) : v;
         if (v.k == JV_FLOAT) return jv_float(-v.f);
-        if (ival(v) == INT64_MIN) fail(ev, n, "integer overflow");
+        if (ival(v) == INT64_MIN) jj_eval_fail(ev, n, "integer overflow");
         return jv_int(-ival(v));
     }
     case E_BIN: {
@@ -603,15 +601,15 @@ jv jj_eval(jj_ev *ev, jj_frame *f, const jj_node *n) {
         jv d = jv_new_dict(ev->st, n->n_kids / 2);
         for (size_t i = 0; i + 1 < n->n_kids; i += 2) {
             const jv k = jj_eval(ev, f, n->kids[i]);
-            if (k.k == JV_LIST && !k.l->tuple) fail(ev, n, "unhashable type: 'list'");
-            if (k.k == JV_DICT) fail(ev, n, "unhashable type: 'dict'");
+            if (k.k == JV_LIST && !k.l->tuple) jj_eval_fail(ev, n, "unhashable type: 'list'");
+            if (k.k == JV_DICT) jj_eval_fail(ev, n, "unhashable type: 'dict'");
             jv_dict_set(ev->st, d.d, k, jj_eval(ev, f, n->kids[i + 1]));
         }
         return d;
     }
     default: break;
     }
-    fail(ev, n, "not an expression");
+    jj_eval_fail(ev, n, "not an expression");
 }
 
 /* ---- statements ---- */
@@ -624,7 +622,7 @@ static void assign(jj_ev *ev, jj_frame *f, const jj_node *target, jv v) {
     if (target->type == E_ATTR) {
         const jv obj = lookup(ev, f, target->a->name);
         if (obj.k != JV_DICT || !obj.d->ns) {
-            fail(ev, target, "cannot assign attribute on non-namespace object");
+            jj_eval_fail(ev, target, "cannot assign attribute on non-namespace object");
         }
         jv_dict_set(ev->st, obj.d, jv_cstr(target->name), v);
         return;
@@ -632,8 +630,9 @@ static void assign(jj_ev *ev, jj_frame *f, const jj_node *target, jv v) {
     /* a tuple of names */
     const jv_list *items = jj_iterate(ev, target, v);
     if (items->n != target->n_kids) {
-        fail(ev, target, "%s values to unpack (expected %zu, got %zu)",
-             items->n > target->n_kids ? "too many" : "not enough", target->n_kids, items->n);
+        jj_eval_fail(ev, target, "%s values to unpack (expected %zu, got %zu)",
+                     items->n > target->n_kids ? "too many" : "not enough", target->n_kids,
+                     items->n);
     }
     for (size_t i = 0; i < items->n; i++) set_var(ev, f, target->kids[i]->name, items->v[i]);
 }
@@ -641,7 +640,7 @@ static void assign(jj_ev *ev, jj_frame *f, const jj_node *target, jv v) {
 /* One frame and one loop object serve every iteration (reset each time), so
  * a long loop allocates nothing per item; a list is iterated in place. */
 static void render_for(jj_ev *ev, jj_frame *f, const jj_node *n) {
-    if (n->op) fail(ev, n, "recursive loops are not supported");
+    if (n->op) jj_eval_fail(ev, n, "recursive loops are not supported");
     const jv seq = jj_eval(ev, f, n->b);
     jv_list *items = seq.k == JV_LIST ? seq.l : jj_iterate(ev, n, seq);
     jj_frame *g = frame_new(ev, f);
@@ -754,7 +753,7 @@ static void render(jj_ev *ev, jj_frame *f, const jj_node *n) {
         return;
     case N_BREAK: ev->loop_ctl = 1; return;
     case N_CONTINUE: ev->loop_ctl = 2; return;
-    default: fail(ev, n, "not a statement");
+    default: jj_eval_fail(ev, n, "not a statement");
     }
 }
 

@@ -305,6 +305,10 @@ struct jj_ev {
     int64_t now;
 };
 
+/* A render error at node `at` (its line), as jj_fail_at. */
+CLLM_NORETURN void jj_eval_fail(jj_ev *ev, const jj_node *at, const char *fmt, ...)
+    CLLM_PRINTF(3, 4);
+
 jv jj_eval(jj_ev *ev, jj_frame *f, const jj_node *n);
 /* Calls a function value. */
 jv jj_call(jj_ev *ev, jj_frame *f, const jj_node *at, jv fn, jj_args *a);

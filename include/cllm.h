@@ -109,18 +109,20 @@ typedef void (*cllm_log_fn)(cllm_log_level level, const char *msg, void *user_da
  * warnings and errors to stderr, and everything at or above the level set by
  * the environment variable CLLM_LOG=debug|info|warn|error, one line each,
  * escaped as CLLM_ESCAPE_TEXT). A callback receives messages of every level,
- * unescaped. Not thread-safe with respect to concurrent logging; call it at
- * start-up.
+ * unescaped. Thread-safe: the callback and its user data change together,
+ * and a message logged meanwhile goes to the old sink or the new one (the
+ * callback may itself be called from several threads at once, and may log).
  */
 void cllm_log_set(cllm_log_fn fn, void *user_data);
 
-/* Sets the minimum level of the default logger. */
+/* Sets the minimum level of the default logger (a value outside the enum is
+ * ignored). Thread-safe. */
 void cllm_log_set_level(cllm_log_level level);
 
 /*
  * The minimum level of the default logger: the one set by
  * cllm_log_set_level, else the one CLLM_LOG names, else CLLM_LOG_WARN. For
- * a log callback that filters as the default logger does.
+ * a log callback that filters as the default logger does. Thread-safe.
  */
 cllm_log_level cllm_log_get_level(void);
 

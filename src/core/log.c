@@ -2,15 +2,23 @@
  * untrusted text that the default logger applies. */
 #include "core/common.h"
 
+#include <pthread.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
+/* The sink: a callback and its user data, set and read together under
+ * g_log_mutex (a reader copies the pair and calls it outside the lock, so
+ * that a callback may log). g_log_set tells without the lock whether a
+ * callback was ever set, so the default logger takes no lock. */
+static pthread_mutex_t g_log_mutex = PTHREAD_MUTEX_INITIALIZER;
 static cllm_log_fn g_log_fn;
 static void *g_log_user_data;
-static int g_log_level = -1; /* -1: not read from the environment yet */
+static atomic_bool g_log_set;
+static atomic_int g_log_level = -1; /* -1: not read from the environment yet */
 
 static _Thread_local char g_last_error[512];
 
@@ -58,14 +66,23 @@ const char *cllm_version(void) { return "0.1.0"; }
 const char *cllm_last_error(void) { return g_last_error; }
 
 void cllm_log_set(cllm_log_fn fn, void *user_data) {
+    pthread_mutex_lock(&g_log_mutex);
     g_log_fn = fn;
-    g_log_user_data = user_data;
+    g_log_user_data = fn ? user_data : NULL;
+    atomic_store(&g_log_set, fn != NULL);
+    pthread_mutex_unlock(&g_log_mutex);
 }
 
-void cllm_log_set_level(cllm_log_level level) { g_log_level = (int)level; }
+void cllm_log_set_level(cllm_log_level level) {
+    if ((unsigned)level >= CLLM_LOG_COUNT) return; /* out of the enum: ignored */
+    atomic_store(&g_log_level, (int)level);
+}
 
+/* The level set, else the one CLLM_LOG names (read once: threads that get
+ * here together compute the same value, and the first store wins). */
 static int default_level(void) {
-    if (g_log_level >= 0) return g_log_level;
+    const int set = atomic_load(&g_log_level);
+    if (set >= 0) return set;
     int level = CLLM_LOG_WARN;
     const char *env = getenv("CLLM_LOG");
     if (env) {
@@ -73,7 +90,8 @@ static int default_level(void) {
             if (strncasecmp(env, k_level_names[i], 4) == 0) level = i;
         }
     }
-    g_log_level = level;
+    int expected = -1;
+    if (!atomic_compare_exchange_strong(&g_log_level, &expected, level)) return expected;
     return level;
 }
 
@@ -82,9 +100,15 @@ cllm_log_level cllm_log_get_level(void) { return (cllm_log_level)default_level()
 static void log_v(cllm_log_level level, const char *fmt, va_list ap) {
     char msg[1024];
     vsnprintf(msg, sizeof(msg), fmt, ap);
-    if (g_log_fn) {
-        g_log_fn(level, msg, g_log_user_data);
-        return;
+    if (atomic_load(&g_log_set)) {
+        pthread_mutex_lock(&g_log_mutex);
+        const cllm_log_fn fn = g_log_fn;
+        void *const ud = g_log_user_data;
+        pthread_mutex_unlock(&g_log_mutex);
+        if (fn) {
+            fn(level, msg, ud);
+            return;
+        }
     }
     if ((int)level < default_level()) return;
     /* messages quote strings of files: one line, nothing a terminal acts on */

@@ -11,6 +11,9 @@
  *  - stop strings across token boundaries: the text ends before the stop
  *    string and no piece of it is ever released; a string that only begins
  *    like the text is held back and then released whole;
+ *  - the same prompt again after a request that stopped at its first token
+ *    (prompts of 1 to 20 tokens): the same answer, its first token with the
+ *    same log-probability bit for bit, as cllm_generate's alone;
  *  - cancel, running and waiting; max_tokens 0; submission errors;
  *  - every text piece is valid UTF-8 (also when the tokens are stray
  *    bytes), and the streaming detokenizer completes a character cut
@@ -32,6 +35,7 @@ enum { MAX_IDS = 256, MAX_TEXT = 4096 };
 /* What one request received. */
 typedef struct got {
     int32_t ids[MAX_IDS];
+    double logprob[MAX_IDS]; /* when asked for */
     int n_ids;
     char text[MAX_TEXT];
     size_t len;
@@ -50,7 +54,10 @@ static void on_event(const cllm_event *ev, void *ud) {
     if (g->finished) g->after_finished = true;
     switch (ev->kind) {
     case CLLM_EVENT_TOKEN:
-        if (g->n_ids < MAX_IDS) g->ids[g->n_ids++] = ev->token;
+        if (g->n_ids < MAX_IDS) {
+            g->logprob[g->n_ids] = ev->logprob;
+            g->ids[g->n_ids++] = ev->token;
+        }
         for (int k = 1; k < ev->n_top; k++) {
             if (ev->top[k].logprob > ev->top[k - 1].logprob) g->bad_order = true;
         }
@@ -229,6 +236,46 @@ static void test_reuse(const cllm_model *m) {
            gd.usage.n_cached, nb + (size_t)gb.n_ids);
     CHECK(gd.finished && gd.n_ids == 12);
     cllm_engine_free(e);
+}
+
+/* A request that stops at its first token (max_tokens 1, a stop string, a
+ * cancel) leaves its prompt in the cache and no answer row: the same prompt
+ * again must be read as the first time, not reuse all but its last token
+ * (decoded alone, it would round differently from the chunk it was in). */
+static void test_replay(const cllm_model *m) {
+    int32_t all[128];
+    const size_t n_all = tokenize(m, k_prompts[0], all, 128);
+    CHECK(n_all >= 20);
+    for (int64_t n_batch = 16; n_batch <= 512; n_batch *= 32) {
+        cllm_session_params sp = cllm_session_default_params();
+        sp.n_seq = 1;
+        sp.n_ctx = 128;
+        sp.n_batch = n_batch;
+        cllm_engine *e = NULL;
+        CHECK(cllm_engine_new(m, &sp, on_event, NULL, &e) == CLLM_OK);
+        if (!e) return;
+        for (size_t n = 1; n <= 20 && n <= n_all; n++) {
+            static got first, again, want;
+            memset(&first, 0, sizeof(first));
+            memset(&again, 0, sizeof(again));
+            cllm_request_params rp = greedy(1);
+            rp.logprobs = 0;
+            CHECK(cllm_engine_submit(e, all, n, &rp, &first, NULL) == CLLM_OK);
+            run_all(e, 100);
+            rp.max_tokens = 8;
+            CHECK(cllm_engine_submit(e, all, n, &rp, &again, NULL) == CLLM_OK);
+            run_all(e, 100);
+            alone(m, all, n, 8, n_batch, &want);
+            CHECKF(first.n_ids == 1 && again.n_ids >= 1 && again.ids[0] == first.ids[0] &&
+                       again.logprob[0] == first.logprob[0],
+                   "n_batch %lld, %zu tokens: first token %d (%.17g), again %d (%.17g)",
+                   (long long)n_batch, n, first.ids[0], first.logprob[0], again.ids[0],
+                   again.logprob[0]);
+            CHECKF(same_ids(&again, &want), "n_batch %lld, %zu tokens: '%s' vs alone '%s'",
+                   (long long)n_batch, n, again.text, want.text);
+        }
+        cllm_engine_free(e);
+    }
 }
 
 /* Stop strings matched across tokens; text held back while it could begin
@@ -420,6 +467,7 @@ int main(void) {
     test_concurrent(m, 512);
     test_concurrent(m, 16); /* prompts in several chunks, no last one under 8 */
     test_reuse(m);
+    test_replay(m);
     test_stop_strings(m);
     test_cancel(m);
     test_edges(m);

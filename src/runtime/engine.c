@@ -38,10 +38,16 @@ typedef struct engine_req {
 /* A sequence of the session, and the request it runs. */
 typedef struct engine_slot {
     int seq;
-    int32_t *cached;  /* [n_ctx]: the ids of its cache rows, the first n_known known */
-    size_t n_cached;  /* rows in its cache */
-    size_t n_known;   /* cached[0, n_known) hold their ids (the rest: unknown) */
-    size_t n_fresh;   /* the first rows, computed as a fresh read computes them */
+    int32_t *cached; /* [n_ctx]: the ids of its cache rows, the first n_known known */
+    size_t n_cached; /* rows in its cache */
+    size_t n_known;  /* cached[0, n_known) hold their ids (the rest: unknown) */
+    size_t n_fresh;  /* the first rows, computed as a fresh read computes them */
+    /* what the cache holds: rows of an answer (tokens sampled, then decoded
+     * one at a time) from row first_answer on (n_ctx: none), and rows
+     * [read_from, n_cached) of prompt read by its last request, after its
+     * last answer row (read_from == n_cached: it ends with an answer row) */
+    size_t first_answer;
+    size_t read_from;
     uint64_t started; /* when its last request started (engine's count); 0: never */
 
     engine_req *req; /* NULL: idle */
@@ -147,6 +153,8 @@ static cllm_status engine_make(const cllm_model *m, cllm_session *s, bool own,
         sl->pending = -1;
         /* whatever a caller's session holds is unknown: nothing reused */
         sl->n_cached = (size_t)cllm_session_seq_n_past(s, i);
+        sl->first_answer = (size_t)n_ctx;
+        sl->read_from = sl->n_cached;
         sl->cached = cllm_malloc((size_t)n_ctx * sizeof(int32_t));
         if (!sl->cached || cllm_detokenizer_new_tok(m->tok, 0, &sl->detok) != CLLM_OK) goto nomem;
     }
@@ -459,20 +467,23 @@ static void slot_fail(cllm_engine *e, engine_slot *sl, cllm_status st, const cha
 /* ---- scheduling ----------------------------------------------------------- */
 
 /*
- * The prompt tokens slot sl can reuse for request r:
+ * The prompt tokens slot sl can reuse for request r, decided from what its
+ * cache holds (never from the length of the prompt):
  *
- * - its whole cache, when the prompt extends it and the cache holds rows of
- *   an answer: a conversation's next turn. Those rows were computed one
- *   token at a time, which the kernels round differently from a prompt
- *   chunk, so the answer is that of this conversation in this order (as
- *   with any chat engine), not always bit for bit that of a fresh read of
- *   the prompt. A cache of prompt rows only (a request cancelled before its
- *   answer began) is reused whole only when the rest holds at least
- *   CLLM_SESSION_MIN_CHUNK tokens; else as below (reused whole, the same
- *   prompt again would have its last token decoded alone, and its answer
- *   could differ from the first one's).
  * - with n_batch 1, the longest common prefix: every row, prompt or answer,
  *   was computed one token at a time, as a fresh read computes it.
+ * - a cache that holds rows of an answer and that the prompt extends: a
+ *   conversation's next turn. Those rows were computed one token at a
+ *   time, which the kernels round differently from a prompt chunk, so the
+ *   answer is that of this conversation in this order (as with any chat
+ *   engine), not always bit for bit that of a fresh read of the prompt. It
+ *   is reused whole when it ends with an answer row, or when at least
+ *   CLLM_SESSION_MIN_CHUNK tokens are left to read. Else it ends with the
+ *   prompt its last request read (from read_from; that request stopped at
+ *   its first token: max_tokens 1, a stop string, a cancel), and reused
+ *   whole the same prompt again would have its last token decoded alone,
+ *   and its answer could differ from the first one's: it is cut back to
+ *   read_from, and that prompt is read again as it was read then.
  * - otherwise (n_batch >= 2 * CLLM_SESSION_MIN_CHUNK) the longest common
  *   prefix, cut back to rows computed as a fresh read of the prompt
  *   computes them (n_fresh), with at least CLLM_SESSION_MIN_CHUNK tokens
@@ -482,21 +493,26 @@ static void slot_fail(cllm_engine *e, engine_slot *sl, cllm_status st, const cha
  *   bit (from 8 columns on, the kernels sum every column the same way
  *   whatever columns share its pass; test_seqs checks it), so such a reuse
  *   does not change any answer: a shared system prompt, a regenerated or
- *   edited last message. Other batch sizes reuse nothing but a cache the
- *   prompt extends.
+ *   edited last message. A cache of prompt rows only (a request stopped
+ *   before its answer was decoded) is reused this way only, whatever the
+ *   prompt's length.
+ *
+ * Other batch sizes reuse nothing but a cache the prompt extends.
  */
 static size_t engine_reuse(const cllm_engine *e, const engine_slot *sl, const engine_req *r) {
     const size_t min = CLLM_SESSION_MIN_CHUNK;
     size_t lcp = 0;
     while (lcp < sl->n_known && lcp < r->n_prompt && sl->cached[lcp] == r->prompt[lcp]) lcp++;
-    if (lcp == sl->n_cached &&
-        (!e->chunked || sl->n_fresh < sl->n_cached || r->n_prompt - lcp >= min)) {
-        return lcp;
-    }
     if (e->n_batch == 1) return lcp;
-    if (!e->chunked || r->n_prompt <= min) return 0;
-    const size_t kept = CLLM_MIN(lcp, sl->n_fresh);
-    return CLLM_MIN(kept, r->n_prompt - min);
+    if (!e->chunked) return lcp == sl->n_cached ? lcp : 0;
+    size_t fresh = 0;
+    if (r->n_prompt > min) fresh = CLLM_MIN(CLLM_MIN(lcp, sl->n_fresh), r->n_prompt - min);
+    const bool answered = sl->first_answer < sl->n_cached;
+    if (answered && lcp == sl->n_cached) {
+        if (sl->read_from == sl->n_cached || r->n_prompt - lcp >= min) return lcp;
+        return CLLM_MAX(fresh, sl->read_from);
+    }
+    return fresh;
 }
 
 /* Starts request r on idle slot sl, keeping the first `lcp` rows of its
@@ -519,7 +535,9 @@ static void slot_start(cllm_engine *e, engine_slot *sl, engine_req *r, size_t lc
         }
         sl->n_cached = sl->n_known = lcp;
         if (sl->n_fresh > lcp) sl->n_fresh = lcp;
+        if (sl->first_answer >= lcp) sl->first_answer = (size_t)e->n_ctx;
     }
+    sl->read_from = sl->n_cached;
     sl->req = r;
     sl->n_fed = lcp;
     sl->pending = -1;
@@ -783,11 +801,14 @@ cllm_status cllm_engine_step(cllm_engine *e) {
             w->n >= CLLM_SESSION_MIN_CHUNK) {
             sl->n_fresh += (size_t)w->n;
         }
+        if (!w->prompt && sl->first_answer > sl->n_cached) sl->first_answer = sl->n_cached;
         sl->n_cached += (size_t)w->n;
-        if (w->prompt)
+        if (w->prompt) {
             sl->n_fed += (size_t)w->n;
-        else
+        } else {
             sl->usage.n_gen_decoded++;
+            sl->read_from = sl->n_cached; /* it ends with an answer row */
+        }
         if (w->sample) slot_sample(e, sl);
     }
     return CLLM_OK;

@@ -1182,11 +1182,16 @@ typedef struct cllm_generate_result {
  * sampled when the context was full).
  *
  * A full context ends generation with CLLM_STOP_CONTEXT_FULL and CLLM_OK; a
- * prompt that does not fit is CLLM_ERR_TOO_LARGE; an empty prompt
- * CLLM_ERR_INVALID_ARG; a failed forward pass its status (the session then
- * holds what was decoded before it). *res is filled on success (free it
- * with cllm_generate_result_free) and zeroed on failure. Not thread-safe
- * with respect to the session and the sampler.
+ * prompt that does not fit is CLLM_ERR_TOO_LARGE; an empty prompt, or a
+ * sampler made for another vocabulary size than the session's model,
+ * CLLM_ERR_INVALID_ARG; a failed forward pass its status. On failure the
+ * sampler's repetition window, penalty counts and PRNG are as before the
+ * call (its grammar's state is not: reset it), and the session holds the
+ * context it held (but for a model with sliding-window layers that no
+ * longer hold it, cllm_session_truncate: then what was decoded before the
+ * failure); the logits of its last decode are no longer valid. *res is
+ * filled on success (free it with cllm_generate_result_free) and zeroed on
+ * failure. Not thread-safe with respect to the session and the sampler.
  */
 cllm_status cllm_generate(cllm_session *s, cllm_sampler *smp, const int32_t *prompt,
                           size_t n_prompt, int n_predict, cllm_on_text_fn on_text, void *user_data,

@@ -14,6 +14,9 @@
  *  - the same prompt again after a request that stopped at its first token
  *    (prompts of 1 to 20 tokens): the same answer, its first token with the
  *    same log-probability bit for bit, as cllm_generate's alone;
+ *  - cllm_generate refuses a sampler made for another vocabulary size, and
+ *    a generation that fails (out of memory at each allocation in turn)
+ *    leaves the sampler and the session as they were;
  *  - cancel, running and waiting; max_tokens 0; submission errors;
  *  - every text piece is valid UTF-8 (also when the tokens are stray
  *    bytes), and the streaming detokenizer completes a character cut
@@ -23,6 +26,7 @@
  */
 #include "cllm.h"
 #include "common/check.h"
+#include "core/hostmem.h"
 #include "common/refs.h"
 #include "text/unicode.h"
 
@@ -278,6 +282,90 @@ static void test_replay(const cllm_model *m) {
     }
 }
 
+/* Whether samplers a and b give the same candidates and the same draws
+ * for one row of logits (their windows, penalty counts and PRNG agree). */
+static bool same_sampler(cllm_sampler *a, cllm_sampler *b, const float *logits) {
+    const cllm_sampler_cand *ca = NULL, *cb = NULL;
+    int32_t na = 0, nb = 0;
+    if (cllm_sampler_probs(a, logits, &ca, &na) != CLLM_OK) return false;
+    static cllm_sampler_cand keep[512];
+    if (na > 512) return false;
+    memcpy(keep, ca, (size_t)na * sizeof(*ca));
+    if (cllm_sampler_probs(b, logits, &cb, &nb) != CLLM_OK || na != nb) return false;
+    if (memcmp(keep, cb, (size_t)na * sizeof(*cb)) != 0) return false;
+    for (int i = 0; i < 4; i++) {
+        int32_t ta = -1, tb = -2;
+        if (cllm_sampler_sample(a, logits, &ta) != CLLM_OK ||
+            cllm_sampler_sample(b, logits, &tb) != CLLM_OK || ta != tb) {
+            return false;
+        }
+    }
+    return true;
+}
+
+static void test_generate_failures(const cllm_model *m) {
+    cllm_session_params sp = cllm_session_default_params();
+    sp.n_ctx = 128;
+    cllm_session *s = NULL;
+    CHECK(cllm_session_new(m, &sp, &s) == CLLM_OK);
+    if (!s) return;
+    int32_t ids[128];
+    const size_t n = tokenize(m, k_prompts[3], ids, 128);
+    cllm_sampler_params smp = cllm_sampler_default_params();
+    smp.temperature = 0.8f;
+    smp.seed = 7;
+    smp.repeat_penalty = 1.3f;
+    smp.frequency_penalty = 0.5f;
+    smp.presence_penalty = 0.25f;
+    const int32_t n_vocab = cllm_model_n_vocab(m);
+    /* another vocabulary size: refused, nothing read out of bounds */
+    for (int32_t nv = n_vocab / 2; nv <= 2 * n_vocab; nv += 3 * n_vocab / 2) {
+        cllm_sampler *other = NULL;
+        CHECK(cllm_sampler_new(&smp, nv, &other) == CLLM_OK);
+        cllm_generate_result res = {.n_ids = 99};
+        CHECKF(cllm_generate(s, other, ids, n, 4, NULL, NULL, &res) == CLLM_ERR_INVALID_ARG &&
+                   res.n_ids == 0 && strstr(cllm_last_error(), "sampler"),
+               "n_vocab %d: %s", nv, cllm_last_error());
+        CHECK(cllm_session_n_past(s) == 0);
+        cllm_sampler_free(other);
+    }
+    /* a row of logits where the prompt's tokens and some others lead */
+    static float row[512];
+    for (int32_t i = 0; i < n_vocab && i < 512; i++) row[i] = (float)(i % 17) * 0.1f;
+    for (size_t i = 0; i < n; i++) row[ids[i]] = 2.0f;
+    /* out of memory at the k-th allocation, for every k until one runs
+     * through: the failed runs change neither the sampler nor the session */
+    int failures = 0;
+    for (int64_t k = 1; k < 400; k++) {
+        cllm_sampler *a = NULL, *b = NULL;
+        CHECK(cllm_sampler_new(&smp, n_vocab, &a) == CLLM_OK);
+        CHECK(cllm_sampler_new(&smp, n_vocab, &b) == CLLM_OK);
+        if (!a || !b) break;
+        cllm_generate_result res;
+        cllm_hostmem_fail_at(k, false);
+        const cllm_status st = cllm_generate(s, a, ids, n, 8, NULL, NULL, &res);
+        const int64_t injected = cllm_hostmem_failures();
+        cllm_hostmem_fail_at(-1, false);
+        if (st == CLLM_OK) {
+            cllm_generate_result_free(&res);
+            cllm_session_reset(s);
+        } else {
+            failures++;
+            CHECKF(injected > 0, "allocation %lld: %s without a failure", (long long)k,
+                   cllm_status_str(st));
+            CHECKF(cllm_session_n_past(s) == 0, "allocation %lld: the session holds %lld",
+                   (long long)k, (long long)cllm_session_n_past(s));
+            CHECKF(same_sampler(a, b, row), "allocation %lld failed (%s): the sampler changed",
+                   (long long)k, cllm_last_error());
+        }
+        cllm_sampler_free(a);
+        cllm_sampler_free(b);
+        if (st == CLLM_OK && injected == 0) break;
+    }
+    CHECKF(failures >= 3, "only %d failed runs", failures);
+    cllm_session_free(s);
+}
+
 /* Stop strings matched across tokens; text held back while it could begin
  * one. */
 static void test_stop_strings(const cllm_model *m) {
@@ -468,6 +556,7 @@ int main(void) {
     test_concurrent(m, 16); /* prompts in several chunks, no last one under 8 */
     test_reuse(m);
     test_replay(m);
+    test_generate_failures(m);
     test_stop_strings(m);
     test_cancel(m);
     test_edges(m);

@@ -3,7 +3,9 @@
 #include "runtime/generate.h"
 #include "core/hostmem.h"
 #include "runtime/engine.h"
+#include "runtime/sampler.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -96,8 +98,16 @@ static void on_event(const cllm_event *ev, void *ud) {
 cllm_status cllm_generate(cllm_session *s, cllm_sampler *smp, const int32_t *prompt,
                           size_t n_prompt, int n_predict, cllm_on_text_fn on_text, void *user_data,
                           cllm_generate_result *res) {
+    if (!res) return cllm_error(CLLM_ERR_INVALID_ARG, "generate: res is NULL");
     memset(res, 0, sizeof(*res));
+    if (!s || !smp) return cllm_error(CLLM_ERR_INVALID_ARG, "generate: session or sampler is NULL");
     if (n_prompt == 0) return cllm_error(CLLM_ERR_INVALID_ARG, "generate: empty prompt");
+    if (!prompt) return cllm_error(CLLM_ERR_INVALID_ARG, "generate: prompt is NULL");
+    if (cllm_sampler_n_vocab(smp) != cllm_session_n_vocab(s)) {
+        return cllm_error(CLLM_ERR_INVALID_ARG,
+                          "generate: the sampler was made for %d tokens, the model has %lld",
+                          cllm_sampler_n_vocab(smp), (long long)cllm_session_n_vocab(s));
+    }
     const cllm_model *m = cllm_session_model(s);
     if (!m->tok) {
         return cllm_error(CLLM_ERR_UNSUPPORTED, "%s: generate: the model has no tokenizer",
@@ -109,8 +119,16 @@ cllm_status cllm_generate(cllm_session *s, cllm_sampler *smp, const int32_t *pro
             CLLM_ERR_TOO_LARGE, "context full: %lld tokens + %zu new exceed the context of %lld",
             (long long)cllm_session_n_past(s), n_prompt, (long long)cllm_session_n_ctx(s));
     }
+    /* a failure leaves the sampler and the session as they were */
+    const int64_t past = cllm_session_seq_n_past(s, 0);
+    cllm_sampler_saved saved;
+    CLLM_TRY(cllm_sampler_save(smp, &saved));
     gen_run g = {.on_text = on_text, .ud = user_data, .untold = -1, .status = CLLM_OK};
-    CLLM_TRY(cllm_engine_new_session(s, on_event, &g, &g.e));
+    const cllm_status made = cllm_engine_new_session(s, on_event, &g, &g.e);
+    if (made != CLLM_OK) {
+        cllm_sampler_saved_free(&saved);
+        return made;
+    }
     cllm_request_params rp = cllm_request_default_params();
     rp.max_tokens = n_predict < 0 ? -1 : n_predict;
     cllm_status st = cllm_engine_submit_append(g.e, prompt, n_prompt, &rp, smp, &g, &g.id);
@@ -123,8 +141,18 @@ cllm_status cllm_generate(cllm_session *s, cllm_sampler *smp, const int32_t *pro
     if (st == CLLM_OK) st = g.status;
     if (st != CLLM_OK) {
         cllm_free(g.r.ids);
+        cllm_sampler_restore(smp, &saved);
+        cllm_sampler_saved_free(&saved);
+        if (cllm_session_seq_n_past(s, 0) != past) {
+            char why[512];
+            snprintf(why, sizeof(why), "%s", cllm_last_error());
+            /* sliding-window layers may no longer hold the rows before:
+             * then the session keeps what was decoded */
+            if (cllm_session_seq_truncate(s, 0, past) != CLLM_OK) (void)cllm_error(st, "%s", why);
+        }
         return st;
     }
+    cllm_sampler_saved_free(&saved);
     if (g.stopped) g.r.stop = CLLM_STOP_CALLBACK;
     *res = g.r;
     return CLLM_OK;

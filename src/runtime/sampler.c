@@ -309,8 +309,49 @@ void cllm_sampler_free(cllm_sampler *s) {
     cllm_free(s);
 }
 
+int32_t cllm_sampler_n_vocab(const cllm_sampler *s) { return s ? s->n_vocab : 0; }
+
+cllm_status cllm_sampler_save(const cllm_sampler *s, cllm_sampler_saved *out) {
+    memset(out, 0, sizeof(*out));
+    const size_t cap = (size_t)s->params.repeat_last_n;
+    if (s->window && !(out->window = cllm_malloc(cap * sizeof(int32_t)))) goto nomem;
+    if (s->counts && !(out->counts = cllm_malloc((size_t)s->n_vocab * sizeof(int32_t)))) {
+        goto nomem;
+    }
+    if (out->window) memcpy(out->window, s->window, cap * sizeof(int32_t));
+    if (out->counts) memcpy(out->counts, s->counts, (size_t)s->n_vocab * sizeof(int32_t));
+    out->window_len = s->window_len;
+    out->window_head = s->window_head;
+    out->n_gen = s->n_gen;
+    memcpy(out->rng, s->rng, sizeof(out->rng));
+    return CLLM_OK;
+
+nomem:
+    cllm_sampler_saved_free(out);
+    return cllm_error(CLLM_ERR_NOMEM, "sampler: out of memory to save its state");
+}
+
+void cllm_sampler_restore(cllm_sampler *s, const cllm_sampler_saved *saved) {
+    const size_t cap = (size_t)s->params.repeat_last_n;
+    if (s->window && saved->window) memcpy(s->window, saved->window, cap * sizeof(int32_t));
+    if (s->counts && saved->counts) {
+        memcpy(s->counts, saved->counts, (size_t)s->n_vocab * sizeof(int32_t));
+    }
+    s->window_len = saved->window_len;
+    s->window_head = saved->window_head;
+    s->n_gen = saved->n_gen; /* gen[] only grows: its first n_gen are as they were */
+    memcpy(s->rng, saved->rng, sizeof(s->rng));
+}
+
+void cllm_sampler_saved_free(cllm_sampler_saved *saved) {
+    if (!saved) return;
+    cllm_free(saved->window);
+    cllm_free(saved->counts);
+    memset(saved, 0, sizeof(*saved));
+}
+
 void cllm_sampler_reset(cllm_sampler *s) {
-    CLLM_ASSERT(s != NULL);
+    if (!s) return;
     s->window_len = 0;
     s->window_head = 0;
     for (int32_t i = 0; i < s->n_gen; i++) s->counts[s->gen[i]] = 0;

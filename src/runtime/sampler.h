@@ -72,4 +72,26 @@
 
 /* The sampler API is public (cllm.h); the implementation is sampler.c. */
 
+/* The vocabulary size the sampler was made for. */
+int32_t cllm_sampler_n_vocab(const cllm_sampler *s);
+
+/* What sampling and accepting tokens change in a sampler, but its grammar's
+ * state: the repetition window, the penalty counts and the PRNG. */
+typedef struct cllm_sampler_saved {
+    int32_t *window; /* (repeat_last_n) */
+    int32_t window_len, window_head;
+    int32_t *counts; /* (n_vocab) or NULL without penalties */
+    int32_t n_gen;
+    uint64_t rng[4];
+} cllm_sampler_saved;
+
+/* Copies that state of s into *out (CLLM_ERR_NOMEM: *out is empty). */
+cllm_status cllm_sampler_save(const cllm_sampler *s, cllm_sampler_saved *out);
+
+/* Puts back into s the state saved from it. */
+void cllm_sampler_restore(cllm_sampler *s, const cllm_sampler_saved *saved);
+
+/* Frees what cllm_sampler_save allocated; an empty one does nothing. */
+void cllm_sampler_saved_free(cllm_sampler_saved *saved);
+
 #endif /* CLLM_RUNTIME_SAMPLER_H */

@@ -420,6 +420,39 @@ static void check_stories(const char *model) {
     CHECK(!strcmp(ev.finish, "length") && ev.has_usage && ev.cached >= 0);
     resp_free(&r);
 
+    /* max_tokens 0: no token, finish_reason "length", whole and streamed */
+    r = http(s.port, "POST", "/v1/completions",
+             "{\"prompt\": \"" STORY_PROMPT "\", \"max_tokens\": 0, \"temperature\": 0}");
+    char *none = whole_text(&r, finish, sizeof(finish));
+    CHECKF(r.status == 200 && none && !none[0] && !strcmp(finish, "length") &&
+               usage_field(&r, "completion_tokens") == 0,
+           "max_tokens 0: %d '%s' (%s)", r.status, none ? none : "(none)", finish);
+    free(none);
+    resp_free(&r);
+    r = http(s.port, "POST", "/v1/completions",
+             "{\"prompt\": \"" STORY_PROMPT "\", \"max_tokens\": 0, \"stream\": true}");
+    parse_sse(r.body, &ev);
+    CHECKF(r.status == 200 && ev.framed && !ev.text[0] && !strcmp(ev.finish, "length"),
+           "max_tokens 0, streamed: '%s' (%s)", ev.text, ev.finish);
+    resp_free(&r);
+
+    /* a short prompt again after a request that stopped at its first
+     * token: the answer of cllm run, not of its last token decoded alone */
+    snprintf(run_args, sizeof(run_args), "-m '%s' --temp 0 -n 16 -p 'Once upon'", model);
+    char *short_ref = run_text(run_args);
+    r = http(s.port, "POST", "/v1/completions",
+             "{\"prompt\": \"Once upon\", \"max_tokens\": 1, \"temperature\": 0}");
+    resp_free(&r);
+    r = http(s.port, "POST", "/v1/completions",
+             "{\"prompt\": \"Once upon\", \"max_tokens\": 16, \"temperature\": 0}");
+    char *short_again = whole_text(&r, NULL, 0);
+    CHECKF(short_again && short_ref && !strcmp(short_again, short_ref),
+           "after max_tokens 1: '%s' vs run '%s'", short_again ? short_again : "(none)",
+           short_ref ? short_ref : "(none)");
+    free(short_again);
+    free(short_ref);
+    resp_free(&r);
+
     /* sampling as cllm run samples: a seed repeats a text (and another seed
      * gives another), a repeat penalty changes it the same way */
     static const struct {

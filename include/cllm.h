@@ -36,6 +36,16 @@
  *    are untouched, and a one-line message is logged and kept in
  *    cllm_last_error().
  *  - Who calls `*_new` calls `*_free`; `*_free(NULL)` does nothing.
+ *  - NULL: a NULL handle, or NULL for a pointer that a function needs (an
+ *    output, a path, an input array of n > 0 elements; the documentation
+ *    says which pointers may be NULL), is CLLM_ERR_INVALID_ARG with a
+ *    message naming the function, from a function that returns a
+ *    cllm_status; a function that returns a value returns what it returns
+ *    for "none" (NULL, 0, false, or -1 where -1 means none, e.g.
+ *    cllm_gguf_find_key, cllm_token_bos, cllm_session_seq_n_past); a
+ *    function that returns nothing does nothing (outputs it was given get
+ *    zero). No object changes. tests/test_null.c calls
+ *    every public function so.
  *  - Library code never calls exit() and never aborts on input. A broken
  *    invariant (a programmer error, e.g. an index out of its documented
  *    range) aborts with file:line and a message.
@@ -267,7 +277,7 @@ const char *cllm_device_kind_str(cllm_device_kind kind);
 
 /* Number of devices (>= 1: the CPU). The first call finds them. */
 int cllm_device_count(void);
-/* Device i, i in [0, cllm_device_count()) (asserted). */
+/* Device i, i in [0, cllm_device_count()); NULL for another i. */
 cllm_device *cllm_device_get(int i);
 
 const char *cllm_device_name(const cllm_device *dev);        /* "cpu", "cuda0", ... */
@@ -742,7 +752,8 @@ cllm_status cllm_chat_style_detect(const char *template_src, cllm_chat_style *ou
 const char *cllm_chat_style_name(cllm_chat_style style);
 
 /* Parses a style name, ASCII case-insensitive; also "llama-2", "llama-3",
- * "gemma2", "gemma3". CLLM_ERR_UNSUPPORTED (*out untouched) otherwise. */
+ * "gemma2", "gemma3". CLLM_ERR_UNSUPPORTED (*out untouched) otherwise, a
+ * NULL name included. */
 cllm_status cllm_chat_style_from_name(const char *name, cllm_chat_style *out);
 
 /* True if text of this style begins with the BOS token's text (llama2,

@@ -321,16 +321,23 @@ void cllm_tensor_get_all(const cllm_tensor *t, void *data) {
 
 /* ---- devices ----------------------------------------------------------- */
 
-const char *cllm_device_name(const cllm_device *dev) { return dev->iface.get_name(dev); }
-
-const char *cllm_device_description(const cllm_device *dev) {
-    return dev->iface.get_description(dev);
+const char *cllm_device_name(const cllm_device *dev) {
+    return dev ? dev->iface.get_name(dev) : NULL;
 }
 
-cllm_device_kind cllm_device_kind_of(const cllm_device *dev) { return dev->iface.get_kind(dev); }
+const char *cllm_device_description(const cllm_device *dev) {
+    return dev ? dev->iface.get_description(dev) : NULL;
+}
+
+cllm_device_kind cllm_device_kind_of(const cllm_device *dev) {
+    return dev ? dev->iface.get_kind(dev) : (cllm_device_kind)0;
+}
 
 void cllm_device_memory(cllm_device *dev, size_t *free_bytes, size_t *total_bytes) {
-    dev->iface.get_memory(dev, free_bytes, total_bytes);
+    size_t f = 0, t = 0;
+    if (dev) dev->iface.get_memory(dev, &f, &t);
+    if (free_bytes) *free_bytes = f;
+    if (total_bytes) *total_bytes = t;
 }
 
 cllm_buffer_type *cllm_device_buffer_type(cllm_device *dev) {

@@ -48,6 +48,10 @@ void cllm_log(cllm_log_level level, const char *fmt, ...) CLLM_PRINTF(2, 3);
  */
 cllm_status cllm_error(cllm_status status, const char *fmt, ...) CLLM_PRINTF(2, 3);
 
+/* The refusal of a NULL handle or required pointer by a public function
+ * (cllm.h, Conventions): `return CLLM_NULL_ARG("out");` */
+#define CLLM_NULL_ARG(what) cllm_error(CLLM_ERR_INVALID_ARG, "%s: %s is NULL", __func__, what)
+
 /*
  * Parses a byte size: "4096" (bytes), "64MiB", "1.5G", with an optional
  * B/K/M/G/T suffix, KB.. or KiB.. (all powers of 1024, case-insensitive),

@@ -213,6 +213,8 @@ static size_t escape_one(const unsigned char *s, size_t n, cllm_escape_mode mode
 }
 
 size_t cllm_escape(char *buf, size_t size, const char *s, size_t len, cllm_escape_mode mode) {
+    if (!s) len = 0; /* nothing to escape */
+    if (!buf) size = 0;
     const unsigned char *u = (const unsigned char *)s;
     size_t total = 0, used;
     bool cut = false;
@@ -232,6 +234,7 @@ size_t cllm_escape(char *buf, size_t size, const char *s, size_t len, cllm_escap
 }
 
 void cllm_escape_fputs(FILE *f, const char *s, size_t len, cllm_escape_mode mode) {
+    if (!f || !s) return;
     const unsigned char *u = (const unsigned char *)s;
     size_t used;
     for (size_t i = 0; i < len; i += used) {

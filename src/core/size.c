@@ -54,6 +54,7 @@ const char *cllm_format_size(size_t bytes, char *buf, size_t size) {
     double v = (double)bytes;
     int u = 0;
     while (v >= 1024.0 && u < 4) v /= 1024.0, u++;
+    if (!buf || size == 0) return NULL;
     if (u == 0) {
         snprintf(buf, size, "%zu B", bytes);
     } else {

@@ -912,7 +912,7 @@ static const char *file_kind(mode_t mode) {
 }
 
 cllm_status cllm_gguf_open(const char *path, cllm_gguf **out) {
-    CLLM_ASSERT(path != NULL && out != NULL);
+    if (!path || !out) return CLLM_NULL_ARG("path or out");
     reader r = {.name = path, .what_i = -1};
     /* O_NONBLOCK: opening a FIFO without a writer would otherwise block
      * before the file could be checked; it is cleared for the reads */
@@ -954,13 +954,13 @@ void cllm_gguf_free(cllm_gguf *g) {
 
 /* ---- accessors ---- */
 
-uint32_t cllm_gguf_version(const cllm_gguf *g) { return g->version; }
+uint32_t cllm_gguf_version(const cllm_gguf *g) { return g ? g->version : 0; }
 const char *cllm_gguf_name(const cllm_gguf *g) { return g->name; }
 uint64_t cllm_gguf_file_size(const cllm_gguf *g) { return g->file_size; }
-size_t cllm_gguf_alignment(const cllm_gguf *g) { return g->alignment; }
-uint64_t cllm_gguf_data_offset(const cllm_gguf *g) { return g->data_offset; }
+size_t cllm_gguf_alignment(const cllm_gguf *g) { return g ? g->alignment : 0; }
+uint64_t cllm_gguf_data_offset(const cllm_gguf *g) { return g ? g->data_offset : 0; }
 
-int64_t cllm_gguf_n_kv(const cllm_gguf *g) { return g->n_kv; }
+int64_t cllm_gguf_n_kv(const cllm_gguf *g) { return g ? g->n_kv : 0; }
 
 static const gguf_kv *kv_at(const cllm_gguf *g, int64_t i) {
     CLLM_ASSERTF(i >= 0 && i < g->n_kv, "%s: key/value index %lld out of [0, %lld)", g->name,
@@ -976,11 +976,11 @@ static const gguf_kv *kv_typed(const cllm_gguf *g, int64_t i, cllm_gguf_type typ
     return kv;
 }
 
-const char *cllm_gguf_key(const cllm_gguf *g, int64_t i) { return kv_at(g, i)->key; }
+const char *cllm_gguf_key(const cllm_gguf *g, int64_t i) { return g ? kv_at(g, i)->key : NULL; }
 cllm_gguf_type cllm_gguf_kv_type(const cllm_gguf *g, int64_t i) { return kv_at(g, i)->type; }
 
 int64_t cllm_gguf_find_key(const cllm_gguf *g, const char *key) {
-    CLLM_ASSERT(key != NULL);
+    if (!g || !key) return -1;
     return name_index_find(&g->kv_index, key);
 }
 
@@ -1149,7 +1149,7 @@ cllm_status cllm_gguf_get_str(const cllm_gguf *g, const char *key, const char **
 
 /* ---- tensor infos ---- */
 
-int64_t cllm_gguf_n_tensors(const cllm_gguf *g) { return g->n_tensors; }
+int64_t cllm_gguf_n_tensors(const cllm_gguf *g) { return g ? g->n_tensors : 0; }
 
 const cllm_gguf_tensor_info *cllm_gguf_tensor(const cllm_gguf *g, int64_t i) {
     CLLM_ASSERTF(i >= 0 && i < g->n_tensors, "%s: tensor index %lld out of [0, %lld)", g->name,

@@ -314,6 +314,7 @@ static void read_fault(cllm_pipe *p) {
 
 cllm_status cllm_pipe_open(const char *path, const cllm_plan_params *fp, const cllm_pipe_opts *opts,
                            cllm_pipe **out) {
+    if (!path || !out) return CLLM_NULL_ARG("path or out");
     int done = 0;
     MPI_Initialized(&done);
     if (!done) return cllm_error(CLLM_ERR_INVALID_ARG, "pipeline: MPI is not started");
@@ -383,15 +384,15 @@ cllm_status cllm_pipe_open(const char *path, const cllm_plan_params *fp, const c
     return CLLM_OK;
 }
 
-int cllm_pipe_rank(const cllm_pipe *p) { return p->rank; }
-int cllm_pipe_size(const cllm_pipe *p) { return p->size; }
-const cllm_pipe_plan *cllm_pipe_get_plan(const cllm_pipe *p) { return &p->plan; }
-cllm_model *cllm_pipe_model(cllm_pipe *p) { return p->m; }
-cllm_session *cllm_pipe_session(cllm_pipe *p) { return p->s; }
-int cllm_pipe_n_seq(const cllm_pipe *p) { return p->n_seq; }
+int cllm_pipe_rank(const cllm_pipe *p) { return p ? p->rank : 0; }
+int cllm_pipe_size(const cllm_pipe *p) { return p ? p->size : 0; }
+const cllm_pipe_plan *cllm_pipe_get_plan(const cllm_pipe *p) { return p ? &p->plan : NULL; }
+cllm_model *cllm_pipe_model(cllm_pipe *p) { return p ? p->m : NULL; }
+cllm_session *cllm_pipe_session(cllm_pipe *p) { return p ? p->s : NULL; }
+int cllm_pipe_n_seq(const cllm_pipe *p) { return p ? p->n_seq : 0; }
 
-double cllm_pipe_comm_seconds(const cllm_pipe *p) { return p->comm_s; }
-uint64_t cllm_pipe_bytes_sent(const cllm_pipe *p) { return p->bytes_sent; }
+double cllm_pipe_comm_seconds(const cllm_pipe *p) { return p ? p->comm_s : 0.0; }
+uint64_t cllm_pipe_bytes_sent(const cllm_pipe *p) { return p ? p->bytes_sent : 0; }
 
 /* ---- ranks > 0 ------------------------------------------------------------- */
 
@@ -479,6 +480,7 @@ static cllm_status serve_one(cllm_pipe *p, bool *stop) {
 }
 
 cllm_status cllm_pipe_serve(cllm_pipe *p) {
+    if (!p) return CLLM_NULL_ARG("the pipeline");
     if (p->rank == 0) return cllm_error(CLLM_ERR_INVALID_ARG, "pipeline: rank 0 does not serve");
     bool stop = false;
     cllm_status st = CLLM_OK;
@@ -494,6 +496,7 @@ cllm_status cllm_pipe_serve(cllm_pipe *p) {
 }
 
 cllm_status cllm_pipe_close(cllm_pipe *p) {
+    if (!p) return CLLM_NULL_ARG("the pipeline");
     if (p->rank != 0 || p->size < 2) return CLLM_OK;
     int slot;
     CLLM_TRY(take_slot(p, &slot));
@@ -508,6 +511,7 @@ cllm_status cllm_pipe_close(cllm_pipe *p) {
 }
 
 cllm_status cllm_pipe_gather_stats(cllm_pipe *p, cllm_pipe_stats *out) {
+    if (!p) return CLLM_NULL_ARG("the pipeline");
     double comm = p->comm_s;
     uint64_t sent = p->bytes_sent, batches = p->n_batches;
     int rc = MPI_Gather(&comm, 1, MPI_DOUBLE, out ? out->comm_s : NULL, 1, MPI_DOUBLE, 0,
@@ -525,6 +529,7 @@ cllm_status cllm_pipe_gather_stats(cllm_pipe *p, cllm_pipe_stats *out) {
 
 cllm_status cllm_pipe_measure_transfer(cllm_pipe *p, size_t bytes, int reps, double *one_way_s) {
     if (one_way_s) *one_way_s = 0;
+    if (!p) return CLLM_NULL_ARG("the pipeline");
     if (p->size < 2 || p->rank > 1 || reps < 1) return CLLM_OK;
     char *buf = cllm_malloc(bytes ? bytes : 1);
     if (!buf) return cllm_error(CLLM_ERR_NOMEM, "pipeline: out of host memory");

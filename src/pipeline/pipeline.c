@@ -86,6 +86,7 @@ done:
 
 cllm_status cllm_pipe_plan_file(const char *path, const cllm_plan_params *fp, int n_ranks,
                                 cllm_pipe_plan *out) {
+    if (!path || !out) return CLLM_NULL_ARG("path or out");
     cllm_plan_params p = fp ? *fp : cllm_plan_default_params();
     /* a rank reads its tensors: a file's tensors need not lie in layer
      * order (many are sorted by name: blk.0, blk.1, blk.10, ...), so the
@@ -171,6 +172,7 @@ done:
 }
 
 void cllm_pipe_plan_print(const cllm_pipe_plan *plan, FILE *f) {
+    if (!plan || !f) return;
     char b[CLLM_MEM_COUNT + 3][32];
     fprintf(f, "pipeline: %d ranks, %lld layers, context %lld, batch %lld, %d sequence%s\n",
             plan->n_ranks, (long long)plan->n_layer, (long long)plan->n_ctx,

@@ -19,7 +19,7 @@
 int cllm_device_count(void) { return cllm_registry_device_count(); }
 
 cllm_device *cllm_device_get(int i) {
-    CLLM_ASSERT(i >= 0 && i < cllm_registry_device_count());
+    if (i < 0 || i >= cllm_registry_device_count()) return NULL;
     return cllm_registry_device(i);
 }
 
@@ -44,6 +44,10 @@ const char *cllm_cpu_features(void) { return cpu_props().features; }
 /* ---- GGUF metadata ----------------------------------------------------- */
 
 size_t cllm_gguf_val_to_str(const cllm_gguf *g, int64_t i, char *buf, size_t size) {
+    if (!g) {
+        if (buf && size > 0) buf[0] = '\0';
+        return 0;
+    }
     CLLM_ASSERT(i >= 0 && i < cllm_gguf_n_kv(g));
     char tmp[1];
     if (!buf || size == 0) buf = tmp, size = 1;
@@ -84,10 +88,12 @@ size_t cllm_gguf_val_to_str(const cllm_gguf *g, int64_t i, char *buf, size_t siz
 }
 
 const char *cllm_gguf_kv_type_str(const cllm_gguf *g, int64_t i) {
+    if (!g) return NULL;
     return cllm_gguf_type_name(cllm_gguf_kv_type(g, i));
 }
 
 cllm_tensor_desc cllm_gguf_tensor_desc(const cllm_gguf *g, int64_t i) {
+    if (!g) return (cllm_tensor_desc){0};
     const cllm_gguf_tensor_info *t = cllm_gguf_tensor(g, i); /* asserts the range */
     cllm_tensor_desc d = {.name = t->name,
                           .type = t->type,
@@ -100,25 +106,29 @@ cllm_tensor_desc cllm_gguf_tensor_desc(const cllm_gguf *g, int64_t i) {
 
 /* ---- models ------------------------------------------------------------ */
 
-int32_t cllm_model_n_vocab(const cllm_model *m) { return (int32_t)m->hp.n_vocab; }
+int32_t cllm_model_n_vocab(const cllm_model *m) { return m ? (int32_t)m->hp.n_vocab : 0; }
 
-int64_t cllm_model_n_ctx_train(const cllm_model *m) { return m->hp.n_ctx_train; }
+int64_t cllm_model_n_ctx_train(const cllm_model *m) { return m ? m->hp.n_ctx_train : 0; }
 
-int64_t cllm_model_n_layer(const cllm_model *m) { return m->hp.n_layer; }
+int64_t cllm_model_n_layer(const cllm_model *m) { return m ? m->hp.n_layer : 0; }
 
-int64_t cllm_model_n_embd(const cllm_model *m) { return m->hp.n_embd; }
+int64_t cllm_model_n_embd(const cllm_model *m) { return m ? m->hp.n_embd : 0; }
 
-const char *cllm_model_arch(const cllm_model *m) { return m->arch ? m->arch->name : m->hp.arch; }
+const char *cllm_model_arch(const cllm_model *m) {
+    if (!m) return NULL;
+    return m->arch ? m->arch->name : m->hp.arch;
+}
 
-const cllm_gguf *cllm_model_gguf(const cllm_model *m) { return m->gguf; }
+const cllm_gguf *cllm_model_gguf(const cllm_model *m) { return m ? m->gguf : NULL; }
 
 int64_t cllm_model_meta_str(const cllm_model *m, const char *key, char *buf, size_t size) {
-    const int64_t i = key ? cllm_gguf_find_key(m->gguf, key) : -1;
+    const int64_t i = m && key ? cllm_gguf_find_key(m->gguf, key) : -1;
     if (i < 0) return -1;
     return (int64_t)cllm_gguf_val_to_str(m->gguf, i, buf, size);
 }
 
 const char *cllm_model_chat_template(const cllm_model *m) {
+    if (!m) return NULL;
     const int64_t i = cllm_gguf_find_key(m->gguf, "tokenizer.chat_template");
     if (i < 0 || cllm_gguf_kv_type(m->gguf, i) != CLLM_GGUF_STRING) return NULL;
     return cllm_gguf_val_str(m->gguf, i);
@@ -133,38 +143,51 @@ static cllm_status no_tokenizer(const cllm_model *m) {
 
 cllm_status cllm_tokenize(const cllm_model *m, const char *text, size_t len, bool add_special,
                           bool parse_special, int32_t *ids, size_t max_ids, size_t *n_ids) {
+    if (!m || (!text && len > 0) || (!ids && max_ids > 0) || !n_ids) {
+        return CLLM_NULL_ARG("the model, text, ids or n_ids");
+    }
     if (!m->tok) return no_tokenizer(m);
     return cllm_tokenizer_encode(m->tok, text, len, add_special, parse_special, ids, max_ids,
                                  n_ids);
 }
 
 const char *cllm_token_to_piece(const cllm_model *m, int32_t id, bool special, size_t *len) {
+    if (!m || !len) return NULL;
     return m->tok ? cllm_tokenizer_token_to_piece(m->tok, id, special, len) : NULL;
 }
 
 cllm_status cllm_detokenize(const cllm_model *m, const int32_t *ids, size_t n_ids, int flags,
                             char *buf, size_t cap, size_t *len) {
+    if (!m || (!ids && n_ids > 0) || !len) return CLLM_NULL_ARG("the model, ids or len");
     if (!m->tok) return no_tokenizer(m);
     return cllm_tokenizer_decode(m->tok, ids, n_ids, flags, buf, cap, len);
 }
 
 cllm_status cllm_detokenizer_new(const cllm_model *m, int flags, cllm_detokenizer **out) {
-    CLLM_ASSERT(m != NULL && out != NULL);
+    if (!m || !out) return CLLM_NULL_ARG("the model or out");
     if (!m->tok) return no_tokenizer(m);
     return cllm_detokenizer_new_tok(m->tok, flags, out);
 }
 
-int32_t cllm_token_bos(const cllm_model *m) { return m->tok ? cllm_tokenizer_bos(m->tok) : -1; }
-
-int32_t cllm_token_eos(const cllm_model *m) { return m->tok ? cllm_tokenizer_eos(m->tok) : -1; }
-
-int32_t cllm_token_eot(const cllm_model *m) { return m->tok ? cllm_tokenizer_eot(m->tok) : -1; }
-
-bool cllm_token_is_eog(const cllm_model *m, int32_t id) {
-    return m->tok && cllm_tokenizer_is_eog(m->tok, id);
+int32_t cllm_token_bos(const cllm_model *m) {
+    return m && m->tok ? cllm_tokenizer_bos(m->tok) : -1;
 }
 
-bool cllm_token_add_bos(const cllm_model *m) { return m->tok && cllm_tokenizer_add_bos(m->tok); }
+int32_t cllm_token_eos(const cllm_model *m) {
+    return m && m->tok ? cllm_tokenizer_eos(m->tok) : -1;
+}
+
+int32_t cllm_token_eot(const cllm_model *m) {
+    return m && m->tok ? cllm_tokenizer_eot(m->tok) : -1;
+}
+
+bool cllm_token_is_eog(const cllm_model *m, int32_t id) {
+    return m && m->tok && cllm_tokenizer_is_eog(m->tok, id);
+}
+
+bool cllm_token_add_bos(const cllm_model *m) {
+    return m && m->tok && cllm_tokenizer_add_bos(m->tok);
+}
 
 /* ---- chat -------------------------------------------------------------- */
 
@@ -234,6 +257,7 @@ done:
 cllm_status cllm_chat_apply(const cllm_model *m, const char *style_name, const cllm_chat_msg *msgs,
                             size_t n, bool add_assistant_prompt, char **out, size_t *out_len,
                             cllm_chat_style *style_out) {
+    if (!m || !out) return CLLM_NULL_ARG("the model or out");
     const char *tmpl = cllm_model_chat_template(m);
     cllm_chat_style style;
     /* Gemma files converted without a template (gemma-3-270m's GGUF has

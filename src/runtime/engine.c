@@ -124,7 +124,6 @@ cllm_request_params cllm_request_default_params(void) {
 
 static cllm_status engine_make(const cllm_model *m, cllm_session *s, bool own,
                                cllm_event_fn on_event, void *ud, cllm_engine **out) {
-    CLLM_ASSERT(on_event != NULL && out != NULL);
     if (!m->tok) {
         return cllm_error(CLLM_ERR_UNSUPPORTED,
                           "%s: engine: the model has no tokenizer (tokenizer.ggml.*)", m->path);
@@ -170,7 +169,7 @@ nomem:
 
 cllm_status cllm_engine_new(const cllm_model *model, const cllm_session_params *params,
                             cllm_event_fn on_event, void *user_data, cllm_engine **out) {
-    CLLM_ASSERT(model != NULL);
+    if (!model || !on_event || !out) return CLLM_NULL_ARG("the model, on_event or out");
     cllm_session_params sp = params ? *params : cllm_session_default_params();
     const int n_seq = sp.n_seq > 0 ? sp.n_seq : 1;
     /* a step of every sequence's token fits one pass */
@@ -188,7 +187,7 @@ cllm_status cllm_engine_new(const cllm_model *model, const cllm_session_params *
 
 cllm_status cllm_engine_new_session(cllm_session *s, cllm_event_fn on_event, void *user_data,
                                     cllm_engine **out) {
-    CLLM_ASSERT(s != NULL);
+    if (!s || !on_event || !out) return CLLM_NULL_ARG("the session, on_event or out");
     return engine_make(cllm_session_model(s), s, false, on_event, user_data, out);
 }
 
@@ -223,9 +222,9 @@ void cllm_engine_free(cllm_engine *e) {
     cllm_free(e);
 }
 
-int cllm_engine_n_waiting(const cllm_engine *e) { return e->n_waiting; }
-int cllm_engine_n_running(const cllm_engine *e) { return e->n_running; }
-cllm_session *cllm_engine_session(cllm_engine *e) { return e->s; }
+int cllm_engine_n_waiting(const cllm_engine *e) { return e ? e->n_waiting : 0; }
+int cllm_engine_n_running(const cllm_engine *e) { return e ? e->n_running : 0; }
+cllm_session *cllm_engine_session(cllm_engine *e) { return e ? e->s : NULL; }
 
 /* ---- requests ----------------------------------------------------------- */
 
@@ -272,7 +271,7 @@ static cllm_status check_request(const cllm_engine *e, const int32_t *prompt, si
 static cllm_status submit(cllm_engine *e, const int32_t *prompt, size_t n_prompt,
                           const cllm_request_params *params, cllm_sampler *smp, bool append,
                           void *user_data, uint64_t *id) {
-    CLLM_ASSERT(e != NULL && (prompt != NULL || n_prompt == 0));
+    if (!e || (!prompt && n_prompt > 0)) return CLLM_NULL_ARG("the engine or prompt");
     const cllm_request_params p = params ? *params : cllm_request_default_params();
     CLLM_TRY(check_request(e, prompt, n_prompt, &p, smp == NULL));
     engine_req *r = cllm_calloc(1, sizeof(*r));
@@ -341,6 +340,7 @@ cllm_status cllm_engine_submit_append(cllm_engine *e, const int32_t *prompt, siz
 }
 
 cllm_status cllm_engine_cancel(cllm_engine *e, uint64_t id) {
+    if (!e) return CLLM_NULL_ARG("the engine");
     for (int i = 0; i < e->n_slots; i++) {
         if (e->slots[i].req && e->slots[i].req->id == id) {
             e->slots[i].req->cancel = true;
@@ -753,7 +753,7 @@ static void engine_decode(cllm_engine *e, engine_work *w, int n, int n_gen) {
 }
 
 cllm_status cllm_engine_step(cllm_engine *e) {
-    CLLM_ASSERT(e != NULL);
+    if (!e) return CLLM_NULL_ARG("the engine");
     engine_schedule(e);
     /* a token of every generating slot, then the next chunk of every prompt
      * being read (at most n_batch tokens, as it would be alone) */

@@ -48,6 +48,7 @@ cllm_plan_params cllm_plan_default_params(void) {
 }
 
 cllm_status cllm_plan_add_budget(cllm_plan_params *p, const char *device, size_t bytes) {
+    if (!p || !device) return CLLM_NULL_ARG("params or device");
     if (!*device || strlen(device) >= sizeof(p->budgets[0].device)) {
         return cllm_error(CLLM_ERR_INVALID_ARG, "--mem: bad device name \"%s\"", device);
     }
@@ -68,6 +69,7 @@ cllm_status cllm_plan_add_budget(cllm_plan_params *p, const char *device, size_t
 }
 
 cllm_status cllm_plan_parse_mem(cllm_plan_params *p, const char *arg) {
+    if (!p || !arg) return CLLM_NULL_ARG("params or arg");
     const char *eq = strchr(arg, '=');
     if (!eq || eq == arg) {
         return cllm_error(CLLM_ERR_INVALID_ARG,
@@ -423,6 +425,7 @@ static cllm_status short_error(fit_ctx *f, const probe_result *r) {
 }
 
 cllm_status cllm_plan_new(const cllm_gguf *g, const cllm_plan_params *params, cllm_plan **out) {
+    if (!g || !out) return CLLM_NULL_ARG("the file or out");
     const double t0 = now_ms();
     fit_ctx f = {.g = g, .p = params ? *params : cllm_plan_default_params()};
     cllm_plan *plan = NULL;
@@ -560,6 +563,7 @@ fail:
 }
 
 cllm_status cllm_plan_file(const char *path, const cllm_plan_params *p, cllm_plan **out) {
+    if (!path || !out) return CLLM_NULL_ARG("path or out");
     cllm_gguf *g = NULL;
     CLLM_TRY(cllm_gguf_open(path, &g));
     const cllm_status st = cllm_plan_new(g, p, out);
@@ -637,6 +641,7 @@ static void print_stream(const cllm_plan *plan, FILE *f) {
 }
 
 void cllm_plan_print(const cllm_plan *plan, FILE *f, bool verbose) {
+    if (!plan || !f) return;
     char a[32], b[32], c[32], d[32], e[32], g[32];
     char model[4 * sizeof(plan->model)], arch[4 * sizeof(plan->hp.arch)], dev[64];
     char seqs[48] = "";
@@ -721,6 +726,7 @@ void cllm_plan_print(const cllm_plan *plan, FILE *f, bool verbose) {
 }
 
 void cllm_plan_print_json(const cllm_plan *plan, FILE *f, bool verbose) {
+    if (!plan || !f) return;
     char model[6 * sizeof(plan->model)], arch[6 * sizeof(plan->hp.arch)], dev[64], dev2[64];
     fprintf(f,
             "{\"model\": \"%s\", \"arch\": \"%s\", \"n_layer\": %lld, \"n_ctx\": %lld, "

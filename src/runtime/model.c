@@ -266,6 +266,7 @@ static cllm_status model_load(const char *path, const cllm_model_params *params,
                               const cllm_placement *placed, cllm_model **out);
 
 cllm_status cllm_model_load(const char *path, const cllm_model_params *params, cllm_model **out) {
+    if (!path || !out) return CLLM_NULL_ARG("path or out");
     return model_load(path, params, NULL, out);
 }
 

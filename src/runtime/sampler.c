@@ -170,6 +170,7 @@ static cllm_status validate_params(const cllm_sampler_params *p, int32_t n_vocab
 }
 
 cllm_status cllm_sampler_params_check(const cllm_sampler_params *p, int32_t n_vocab) {
+    if (!p) return CLLM_NULL_ARG("params");
     CLLM_TRY(validate_params(p, n_vocab));
     if (p->grammar) { /* compiled and dropped: its errors come now */
         cllm_grammar *g = NULL;
@@ -282,12 +283,13 @@ nomem:
 
 cllm_status cllm_sampler_new(const cllm_sampler_params *params, int32_t n_vocab,
                              cllm_sampler **out) {
+    if (!params || !out) return CLLM_NULL_ARG("params or out");
     return sampler_new(params, n_vocab, NULL, out);
 }
 
 cllm_status cllm_sampler_new_model(const cllm_sampler_params *params, const cllm_model *m,
                                    cllm_sampler **out) {
-    CLLM_ASSERT(m != NULL);
+    if (!params || !m || !out) return CLLM_NULL_ARG("params, the model or out");
     return sampler_new(params, (int32_t)m->hp.n_vocab, m->tok, out);
 }
 
@@ -396,7 +398,7 @@ static void window_push(cllm_sampler *s, int32_t token) {
 }
 
 cllm_status cllm_sampler_accept(cllm_sampler *s, int32_t token) {
-    CLLM_ASSERT(s != NULL);
+    if (!s) return CLLM_NULL_ARG("the sampler");
     if (token < 0 || token >= s->n_vocab) {
         return cllm_error(CLLM_ERR_INVALID_ARG, "sampler: token %d out of range [0, %d)", token,
                           s->n_vocab);
@@ -425,7 +427,7 @@ cllm_status cllm_sampler_accept(cllm_sampler *s, int32_t token) {
 }
 
 cllm_status cllm_sampler_accept_prompt(cllm_sampler *s, const int32_t *tokens, size_t n) {
-    CLLM_ASSERT(s != NULL && (tokens != NULL || n == 0));
+    if (!s || (!tokens && n > 0)) return CLLM_NULL_ARG("the sampler or tokens");
     for (size_t i = 0; i < n; i++) {
         if (tokens[i] < 0 || tokens[i] >= s->n_vocab) {
             return cllm_error(CLLM_ERR_INVALID_ARG,
@@ -807,7 +809,7 @@ static cllm_status build_dist(cllm_sampler *s, const float *logits, bool masked,
 
 cllm_status cllm_sampler_probs(cllm_sampler *s, const float *logits, const cllm_sampler_cand **out,
                                int32_t *n_out) {
-    CLLM_ASSERT(s != NULL && logits != NULL && out != NULL && n_out != NULL);
+    if (!s || !logits || !out || !n_out) return CLLM_NULL_ARG("the sampler, logits, out or n_out");
     int32_t n;
     double sum;
     cllm_status st = build_dist(s, logits, s->gm != NULL, &n, &sum);
@@ -870,7 +872,7 @@ static cllm_status sample_grammar(cllm_sampler *s, const float *logits, int32_t 
 }
 
 cllm_status cllm_sampler_sample(cllm_sampler *s, const float *logits, int32_t *out_token) {
-    CLLM_ASSERT(s != NULL && logits != NULL && out_token != NULL);
+    if (!s || !logits || !out_token) return CLLM_NULL_ARG("the sampler, logits or out_token");
     if (s->gm) return sample_grammar(s, logits, out_token);
     int32_t n;
     double sum;

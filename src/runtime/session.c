@@ -156,6 +156,7 @@ static void fill_masks(cllm_session *s, cllm_tensor *mask, cllm_tensor *swa_mask
 
 cllm_status cllm_session_new(const cllm_model *model, const cllm_session_params *params,
                              cllm_session **out) {
+    if (!model || !out) return CLLM_NULL_ARG("the model or out");
     const cllm_session_params p = params ? *params : cllm_session_default_params();
     const cllm_hparams *hp = &model->hp;
     const cllm_shape_params shp = {.n_ctx = p.n_ctx,
@@ -404,6 +405,7 @@ cllm_status cllm_session_stage_run(cllm_session *s, int seq, int64_t n_past, int
 }
 
 cllm_status cllm_session_decode(cllm_session *s, const int32_t *tokens, int64_t n) {
+    if (!s || !tokens) return CLLM_NULL_ARG("the session or tokens");
     const int64_t n_vocab = s->model->hp.n_vocab;
     if (n <= 0) return cllm_error(CLLM_ERR_INVALID_ARG, "decode: no tokens");
     if (s->model->place.no_input) {
@@ -470,7 +472,7 @@ cllm_status cllm_session_decode(cllm_session *s, const int32_t *tokens, int64_t 
 const float *cllm_session_logits(const cllm_session *s) { return cllm_session_logits_ith(s, -1); }
 
 const float *cllm_session_logits_ith(const cllm_session *s, int64_t i) {
-    if (s->n_logits == 0) return NULL;
+    if (!s || s->n_logits == 0) return NULL;
     if (i < 0) i += s->n_last;
     /* rows n_last - n_logits .. n_last - 1 of the last decode are kept */
     const int64_t r = i - (s->n_last - s->n_logits);
@@ -478,12 +480,13 @@ const float *cllm_session_logits_ith(const cllm_session *s, int64_t i) {
     return s->logits + r * s->model->hp.n_vocab;
 }
 
-int64_t cllm_session_n_past(const cllm_session *s) { return s->n_past; }
-int64_t cllm_session_n_ctx(const cllm_session *s) { return s->params.n_ctx; }
-int64_t cllm_session_n_batch(const cllm_session *s) { return s->params.n_batch; }
-int64_t cllm_session_n_vocab(const cllm_session *s) { return s->model->hp.n_vocab; }
+int64_t cllm_session_n_past(const cllm_session *s) { return s ? s->n_past : 0; }
+int64_t cllm_session_n_ctx(const cllm_session *s) { return s ? s->params.n_ctx : 0; }
+int64_t cllm_session_n_batch(const cllm_session *s) { return s ? s->params.n_batch : 0; }
+int64_t cllm_session_n_vocab(const cllm_session *s) { return s ? s->model->hp.n_vocab : 0; }
 
 void cllm_session_reset(cllm_session *s) {
+    if (!s) return;
     s->n_past = 0;
     s->n_logits = 0;
     memset(s->seq_past, 0, sizeof(s->seq_past));
@@ -492,6 +495,7 @@ void cllm_session_reset(cllm_session *s) {
 }
 
 cllm_status cllm_session_truncate(cllm_session *s, int64_t n_keep) {
+    if (!s) return CLLM_NULL_ARG("the session");
     if (n_keep < 0 || n_keep > s->n_past) {
         return cllm_error(CLLM_ERR_INVALID_ARG, "truncate: %lld tokens to keep, outside [0, %lld]",
                           (long long)n_keep, (long long)s->n_past);
@@ -509,21 +513,22 @@ cllm_status cllm_session_truncate(cllm_session *s, int64_t n_keep) {
 
 /* ---- several sequences ------------------------------------------------- */
 
-int cllm_session_n_seq(const cllm_session *s) { return s->shape.n_seq; }
+int cllm_session_n_seq(const cllm_session *s) { return s ? s->shape.n_seq : 0; }
 
 int64_t cllm_session_seq_n_past(const cllm_session *s, int seq) {
-    if (seq < 0 || seq >= s->shape.n_seq) return -1;
+    if (!s || seq < 0 || seq >= s->shape.n_seq) return -1;
     return seq == 0 ? s->n_past : s->seq_past[seq];
 }
 
 const float *cllm_session_seq_logits(const cllm_session *s, int seq) {
-    if (seq < 0 || seq >= s->shape.n_seq) return NULL;
+    if (!s || seq < 0 || seq >= s->shape.n_seq) return NULL;
     if (seq == 0) return cllm_session_logits(s);
     return s->seq_has_logits[seq] ? s->seq_logits + (size_t)seq * (size_t)s->model->hp.n_vocab
                                   : NULL;
 }
 
 cllm_status cllm_session_seq_truncate(cllm_session *s, int seq, int64_t n_keep) {
+    if (!s) return CLLM_NULL_ARG("the session");
     if (seq == 0) return cllm_session_truncate(s, n_keep);
     if (seq < 0 || seq >= cllm_session_n_seq(s)) {
         return cllm_error(CLLM_ERR_INVALID_ARG, "truncate: sequence %d of %d", seq, s->shape.n_seq);
@@ -646,6 +651,10 @@ static cllm_status decode_seqs_linked(cllm_session *s, const cllm_seq_tokens *it
 }
 
 cllm_status cllm_session_decode_seqs(cllm_session *s, const cllm_seq_tokens *items, int n) {
+    if (!s || !items) return CLLM_NULL_ARG("the session or items");
+    for (int i = 0; i < n; i++) {
+        if (!items[i].tokens) return CLLM_NULL_ARG("items[i].tokens");
+    }
     cllm_batch_shape shape;
     CLLM_TRY(seqs_shape(s, items, n, &shape));
     const int64_t n_vocab = s->model->hp.n_vocab;
@@ -698,6 +707,7 @@ cllm_status cllm_session_decode_seqs(cllm_session *s, const cllm_seq_tokens *ite
 
 cllm_memory_report cllm_session_memory_on(const cllm_session *s, const cllm_device *dev) {
     cllm_memory_report r = {0};
+    if (!s || !dev) return r;
     const cllm_model *m = s->model;
     const cllm_placement *pl = &m->place;
     int d = -1;
@@ -721,11 +731,12 @@ cllm_memory_report cllm_session_memory_on(const cllm_session *s, const cllm_devi
 }
 
 cllm_memory_report cllm_session_memory(const cllm_session *s) {
+    if (!s) return (cllm_memory_report){0};
     const cllm_placement *pl = &s->model->place;
     return cllm_session_memory_on(s, pl->devices[cllm_placement_cpu(pl)]);
 }
 
-const cllm_model *cllm_session_model(const cllm_session *s) { return s->model; }
+const cllm_model *cllm_session_model(const cllm_session *s) { return s ? s->model : NULL; }
 
 uint64_t cllm_session_graph_builds(const cllm_session *s) { return s->n_builds; }
 

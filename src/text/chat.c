@@ -72,7 +72,7 @@ static bool ascii_ieq(const char *a, const char *b) {
 }
 
 cllm_status cllm_chat_style_from_name(const char *name, cllm_chat_style *out) {
-    CLLM_ASSERT(out != NULL);
+    if (!out) return CLLM_NULL_ARG("out");
     static const struct {
         const char *name;
         cllm_chat_style style;
@@ -97,7 +97,7 @@ cllm_status cllm_chat_style_from_name(const char *name, cllm_chat_style *out) {
 }
 
 cllm_status cllm_chat_style_detect(const char *template_src, cllm_chat_style *out) {
-    CLLM_ASSERT(out != NULL);
+    if (!out) return CLLM_NULL_ARG("out");
     const char *t = template_src;
     if (!t || !*t) {
         return cllm_error(CLLM_ERR_INVALID_ARG,
@@ -167,7 +167,7 @@ static const char *find_in(const char *s, const char *end, const char *needle) {
 }
 
 cllm_status cllm_chat_default_system(const char *template_src, char **out) {
-    CLLM_ASSERT(out != NULL);
+    if (!out) return CLLM_NULL_ARG("out");
     static const char k_open[] = "<|im_start|>system";
     static const char k_close[] = "<|im_end|>";
     const char *t = template_src ? template_src : "";
@@ -443,8 +443,7 @@ static cllm_status measure(cllm_chat_style style, const cllm_chat_msg *msgs, siz
 cllm_status cllm_chat_render(cllm_chat_style style, const cllm_chat_msg *msgs, size_t n,
                              bool add_assistant_prompt, char *buf, size_t buf_size,
                              size_t *needed) {
-    CLLM_ASSERT(needed != NULL);
-    CLLM_ASSERT(buf != NULL || buf_size == 0);
+    if (!needed || (!buf && buf_size > 0)) return CLLM_NULL_ARG("buf or needed");
     size_t len;
     cllm_status st = measure(style, msgs, n, add_assistant_prompt, &len);
     if (st != CLLM_OK) return st;
@@ -464,7 +463,7 @@ cllm_status cllm_chat_render(cllm_chat_style style, const cllm_chat_msg *msgs, s
 
 cllm_status cllm_chat_render_alloc(cllm_chat_style style, const cllm_chat_msg *msgs, size_t n,
                                    bool add_assistant_prompt, char **out, size_t *out_len) {
-    CLLM_ASSERT(out != NULL);
+    if (!out) return CLLM_NULL_ARG("out");
     size_t len;
     cllm_status st = measure(style, msgs, n, add_assistant_prompt, &len);
     if (st != CLLM_OK) return st;
@@ -537,8 +536,8 @@ cllm_status cllm_chat_render_template(const char *template_src, const cllm_chat_
 
 cllm_status cllm_chat_template_render(const char *template_src, const char *context_json,
                                       char **out, size_t *out_len) {
-    if (!template_src || !out) {
-        return cllm_error(CLLM_ERR_INVALID_ARG, "chat: no template or no output to render to");
+    if (!template_src || !context_json || !out) {
+        return CLLM_NULL_ARG("the template, the context or out");
     }
     return cllm_jinja_render(template_src, context_json, 0, out, out_len);
 }

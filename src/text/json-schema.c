@@ -1726,7 +1726,7 @@ static bool visit(conv *c, const jv *s, const char *path, const char *hint, sbuf
 }
 
 cllm_status cllm_json_schema_to_grammar(const char *schema_json, char **gbnf_out) {
-    CLLM_ASSERT(schema_json != NULL && gbnf_out != NULL);
+    if (!schema_json || !gbnf_out) return CLLM_NULL_ARG("schema_json or gbnf_out");
     if (strlen(schema_json) > JS_MAX_TEXT) {
         return cllm_error(CLLM_ERR_TOO_LARGE, "json schema: the text is over %d bytes",
                           JS_MAX_TEXT);

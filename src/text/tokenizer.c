@@ -969,13 +969,13 @@ cllm_status cllm_detokenizer_new_tok(const cllm_tokenizer *tok, int flags, cllm_
 void cllm_detokenizer_free(cllm_detokenizer *d) { cllm_free(d); }
 
 void cllm_detokenizer_reset(cllm_detokenizer *d) {
-    CLLM_ASSERT(d);
+    if (!d) return;
     d->at_text_start = true;
     cllm_utf8_decoder_reset(&d->utf8);
 }
 
 cllm_status cllm_detokenizer_put(cllm_detokenizer *d, int32_t id, const char **text, size_t *len) {
-    CLLM_ASSERT(d && text && len);
+    if (!d || !text || !len) return CLLM_NULL_ARG("the detokenizer, text or len");
     if (id < 0 || id >= d->tok->n_vocab)
         return cllm_error(CLLM_ERR_INVALID_ARG,
                           "tokenizer: detokenizer: token id %d is out of range (%d tokens)", id,
@@ -992,7 +992,12 @@ cllm_status cllm_detokenizer_put(cllm_detokenizer *d, int32_t id, const char **t
 }
 
 void cllm_detokenizer_flush(cllm_detokenizer *d, const char **text, size_t *len) {
-    CLLM_ASSERT(d && text && len);
+    if (!d) {
+        if (text) *text = "";
+        if (len) *len = 0;
+        return;
+    }
+    if (!text || !len) return; /* nothing to give the text to */
     *len = cllm_utf8_decoder_flush(&d->utf8, d->buf);
     *text = d->buf;
     d->at_text_start = true;

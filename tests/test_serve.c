@@ -437,21 +437,33 @@ static void check_stories(const char *model) {
     resp_free(&r);
 
     /* a short prompt again after a request that stopped at its first
-     * token: the answer of cllm run, not of its last token decoded alone */
+     * token: the answer of cllm run, its first token with the same
+     * log-probability bit for bit, not that of its last token decoded alone */
     snprintf(run_args, sizeof(run_args), "-m '%s' --temp 0 -n 16 -p 'Once upon'", model);
     char *short_ref = run_text(run_args);
-    r = http(s.port, "POST", "/v1/completions",
-             "{\"prompt\": \"Once upon\", \"max_tokens\": 1, \"temperature\": 0}");
-    resp_free(&r);
-    r = http(s.port, "POST", "/v1/completions",
-             "{\"prompt\": \"Once upon\", \"max_tokens\": 16, \"temperature\": 0}");
-    char *short_again = whole_text(&r, NULL, 0);
-    CHECKF(short_again && short_ref && !strcmp(short_again, short_ref),
-           "after max_tokens 1: '%s' vs run '%s'", short_again ? short_again : "(none)",
+    double lp[2] = {1, 2};
+    char *short_text[2] = {NULL, NULL};
+    for (int i = 0; i < 2; i++) {
+        r = http(s.port, "POST", "/v1/completions",
+                 i == 0 ? "{\"prompt\": \"Once upon\", \"max_tokens\": 1, \"temperature\": 0, "
+                          "\"logprobs\": 0}"
+                        : "{\"prompt\": \"Once upon\", \"max_tokens\": 16, \"temperature\": 0, "
+                          "\"logprobs\": 0}");
+        json *doc = json_parse(r.body);
+        const json *lps =
+            json_get(json_get(json_at(json_get(doc, "choices"), 0), "logprobs"), "token_logprobs");
+        if (json_len(lps) > 0) lp[i] = json_num(json_at(lps, 0));
+        json_free(doc);
+        short_text[i] = whole_text(&r, NULL, 0);
+        resp_free(&r);
+    }
+    CHECKF(lp[0] == lp[1], "first token's log-probability %.17g, then %.17g", lp[0], lp[1]);
+    CHECKF(short_text[1] && short_ref && !strcmp(short_text[1], short_ref),
+           "after max_tokens 1: '%s' vs run '%s'", short_text[1] ? short_text[1] : "(none)",
            short_ref ? short_ref : "(none)");
-    free(short_again);
+    free(short_text[0]);
+    free(short_text[1]);
     free(short_ref);
-    resp_free(&r);
 
     /* sampling as cllm run samples: a seed repeats a text (and another seed
      * gives another), a repeat penalty changes it the same way */

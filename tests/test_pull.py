@@ -20,6 +20,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 
 CLLM = sys.argv[1]
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -43,6 +44,7 @@ class Hub:
         self.wrong_sha = set()  # (repo, path) listed with a wrong SHA-256
         self.cut = {}  # path -> how many more responses to cut midway
         self.ignore_range = False
+        self.slow = set()  # paths sent in pieces, slowly
         self.log = []  # (method, path, Range header)
         self.lock = threading.Lock()
 
@@ -123,6 +125,12 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 self.wfile.flush()
                 self.close_connection = True
                 return
+            if file in HUB.slow:  # 64 KiB every 20 ms
+                for i in range(0, len(body), 1 << 16):
+                    self.wfile.write(body[i:i + (1 << 16)])
+                    self.wfile.flush()
+                    time.sleep(0.02)
+                return
             self.wfile.write(body)
             return
         self.send(404, b"not found")
@@ -153,6 +161,8 @@ def main():
         "split-Q4_0-00001-of-00002.gguf": big[: 1 << 19],
         "split-Q4_0-00002-of-00002.gguf": big[1 << 19: 1 << 20],
     }
+    HUB.repos["test-user/slow-GGUF"] = {"slow-Q4_K_M.gguf": big[: 2 << 20]}
+    HUB.slow.add("slow-Q4_K_M.gguf")
     HUB.repos["test-user/bad-GGUF"] = {"bad-Q4_K_M.gguf": big[:300000]}
     HUB.wrong_sha.add(("test-user/bad-GGUF", "bad-Q4_K_M.gguf"))
 
@@ -258,6 +268,19 @@ def main():
         check(r.returncode == 0, "cllm bench -hf: %r" % r.stderr[-300:])
         r = cllm(["run", "-m", MODEL, "-hf", "test-user/tiny-GGUF", "-p", "x"], env)
         check(r.returncode == 2 and "not both" in r.stderr, "-m and -hf: refused")
+
+        # two pulls of one file at once: one downloads, the other waits for it
+        procs = [subprocess.Popen([CLLM, "pull", "test-user/slow-GGUF"], env=env, text=True,
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                 for _ in range(2)]
+        outs = [p.communicate(timeout=120) + (p.returncode,) for p in procs]
+        slow = os.path.join(cache, "models", "hf", "test-user", "slow-GGUF", "slow-Q4_K_M.gguf")
+        check(all(rc == 0 and out.strip() == slow for out, _, rc in outs) and
+              open(slow, "rb").read() == big[: 2 << 20] and not os.path.exists(slow + ".part"),
+              "two pulls at once both end with the file: %r" % outs)
+        check(len(file_gets(HUB.log, "slow-Q4_K_M.gguf")) == 1 and
+              any("waiting" in err for _, err, _ in outs),
+              "one downloads, the other waits: %r" % file_gets(HUB.log, "slow-Q4_K_M.gguf"))
 
         # what cannot be found
         r = cllm(["pull", "test-user/missing"], env)

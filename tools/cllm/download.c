@@ -190,6 +190,7 @@ bool cli_hf_pull(const char *cmd, const char *spec, char ***paths, int *n) {
 
 #include <ctype.h>
 #include <curl/curl.h>
+#include <sys/file.h>
 #include <jansson.h>
 #include <time.h>
 #include <unistd.h>
@@ -209,11 +210,13 @@ static double now_s(void) {
 typedef struct hub {
     char *endpoint;
     struct curl_slist *headers;
+    bool curl_started;
 } hub;
 
 static void hub_free(hub *h) {
     free(h->endpoint);
     curl_slist_free_all(h->headers);
+    if (h->curl_started) curl_global_cleanup();
 }
 
 static bool hub_init(const char *cmd, hub *h) {
@@ -222,6 +225,7 @@ static bool hub_init(const char *cmd, hub *h) {
         cli_error(cmd, "cannot start libcurl");
         return false;
     }
+    h->curl_started = true;
     const char *e = getenv("HF_ENDPOINT");
     if (!e || !*e) e = "https://huggingface.co";
     size_t len = strlen(e);
@@ -442,6 +446,35 @@ static bool cached(const char *dest, const char *sha, uint64_t size) {
     return ok;
 }
 
+/* `part` opened to append and locked (flock): another cllm downloading the
+ * same file is waited for. The file locked is the one at that name (not
+ * one renamed or removed while this waited). NULL after printing. */
+static FILE *open_part(const char *cmd, const char *part, const char *name) {
+    for (int tries = 0; tries < 16; tries++) {
+        FILE *f = fopen(part, "a+b");
+        if (!f) {
+            cli_error(cmd, "cannot write %s: %s", part, strerror(errno));
+            return NULL;
+        }
+        if (flock(fileno(f), LOCK_EX | LOCK_NB) != 0) {
+            cli_warn(cmd, "%s: another cllm is downloading it; waiting", name);
+            if (flock(fileno(f), LOCK_EX) != 0) {
+                cli_error(cmd, "cannot lock %s: %s", part, strerror(errno));
+                fclose(f);
+                return NULL;
+            }
+        }
+        struct stat a, b;
+        if (fstat(fileno(f), &a) == 0 && stat(part, &b) == 0 && a.st_dev == b.st_dev &&
+            a.st_ino == b.st_ino) {
+            return f;
+        }
+        fclose(f); /* renamed or removed by the one waited for: the name again */
+    }
+    cli_error(cmd, "cannot lock %s: it keeps being replaced", part);
+    return NULL;
+}
+
 /*
  * url into dest through dest.part: a .part already there is resumed
  * (Range), a connection cut short is tried again from where it stopped
@@ -460,8 +493,10 @@ static bool fetch_file(const char *cmd, const hub *h, const char *url, const cha
         cli_error(cmd, "out of memory");
         goto done;
     }
-    if (!(x.f = fopen(part, "a+b"))) {
-        cli_error(cmd, "cannot write %s: %s", part, strerror(errno));
+    if (!(x.f = open_part(cmd, part, name))) goto done;
+    if (cached(dest, sha, size)) { /* another cllm downloaded it meanwhile */
+        remove(part);              /* the empty one this made */
+        ok = true;
         goto done;
     }
     cli_sha256_init(&x.sha);
@@ -535,23 +570,19 @@ static bool fetch_file(const char *cmd, const hub *h, const char *url, const cha
     char got[65];
     cli_sha256_hex(&x.sha, got);
     if (x.have != size || strcmp(got, sha) != 0) {
+        remove(part); /* before the lock goes with the file */
         fclose(x.f);
         x.f = NULL;
-        remove(part);
         cli_error(cmd,
                   "%s: %llu bytes with SHA-256 %s, but the hub lists %llu bytes with SHA-256 "
                   "%s; the download was removed",
                   url, (unsigned long long)x.have, got, (unsigned long long)size, sha);
         goto done;
     }
-    if (fclose(x.f) != 0) {
-        x.f = NULL;
-        cli_error(cmd, "cannot write %s: %s", part, strerror(errno));
-        goto done;
-    }
-    x.f = NULL;
-    if (rename(part, dest) != 0) {
-        cli_error(cmd, "cannot rename %s to %s: %s", part, dest, strerror(errno));
+    /* named and recorded while the lock is held: a cllm waiting for it
+     * then finds the file in the cache */
+    if (fsync(fileno(x.f)) != 0 || rename(part, dest) != 0) {
+        cli_error(cmd, "cannot write %s: %s", dest, strerror(errno));
         goto done;
     }
     FILE *sf = fopen(side, "w");

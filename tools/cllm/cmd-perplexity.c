@@ -148,6 +148,8 @@ int cli_cmd_perplexity(int argc, char **argv) {
 
     cllm_model_params mp = cllm_model_default_params();
     mp.use_mmap = !a.no_mmap;
+    cli_load_bar bar;
+    cli_load_progress(&mp, &bar);
     if (cllm_model_load(a.model, &mp, &m) != CLLM_OK) goto fail;
     const int64_t n_train = cllm_model_n_ctx_train(m);
     if (n_train > 0 && a.n_ctx > n_train) {

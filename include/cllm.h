@@ -487,14 +487,28 @@ void cllm_plan_print_json(const cllm_plan *plan, FILE *f, bool verbose);
  */
 typedef struct cllm_model cllm_model;
 
+/*
+ * Progress of a model's load: `done` of `total` units of work (bytes of
+ * weights read, then laid out), from the thread that loads, with done
+ * growing; the last call of a load that succeeds has done == total. For a
+ * progress bar of the program's own (the callback must not call the
+ * library).
+ */
+typedef void (*cllm_progress_fn)(uint64_t done, uint64_t total, void *user_data);
+
 typedef struct cllm_model_params {
     bool use_mmap; /* map the file (default) instead of reading it */
-    bool progress; /* show a progress bar on stderr while reading big files */
+    bool progress; /* show a progress bar on stderr while reading big files
+                    * (not when progress_fn is set) */
     /* (optional) a placement from cllm_plan_file for this file: the weights
      * of layers placed on other devices go to those devices, and sessions put
      * each layer's KV cache on its device. The model copies what it needs;
      * the plan may be freed after the load. NULL: all on the CPU. */
     const cllm_plan *plan;
+    /* (optional) called as the load goes on (cllm_progress_fn), with
+     * progress_user_data; default NULL */
+    cllm_progress_fn progress_fn;
+    void *progress_user_data;
 } cllm_model_params;
 
 /* The defaults given beside each field. Pure; thread-safe. */

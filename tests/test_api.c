@@ -2,7 +2,8 @@
  * The public API (cllm.h) as a program sees it: only the public header is
  * included. Model queries and metadata, tokenization round trips, chat
  * application, the tensor table, devices, and cllm_generate against a plain
- * decode + argmax loop, with cancellation through the callback.
+ * decode + argmax loop, with cancellation through the callback; the load's
+ * progress callback.
  */
 #include "cllm.h"
 #include "common/check.h"
@@ -194,6 +195,40 @@ static void test_devices(void) {
     CHECK(cllm_cpu_features()[0] != 0);
 }
 
+/* What a load's progress callback saw. */
+typedef struct progress_seen {
+    int calls;
+    uint64_t first, last, total;
+    bool monotone, same_total;
+} progress_seen;
+
+static void on_progress(uint64_t done, uint64_t total, void *ud) {
+    progress_seen *p = ud;
+    if (p->calls == 0) p->first = done, p->total = total;
+    if (p->calls > 0 && done < p->last) p->monotone = false;
+    if (total != p->total) p->same_total = false;
+    p->last = done;
+    p->calls++;
+}
+
+/* From 0 to done == total, never going back, mapped and read. */
+static void test_load_progress(const char *path) {
+    for (int read = 0; read < 2; read++) {
+        cllm_model_params mp = cllm_model_default_params();
+        CHECK(mp.progress_fn == NULL);
+        mp.use_mmap = !read;
+        progress_seen seen = {.monotone = true, .same_total = true};
+        mp.progress_fn = on_progress;
+        mp.progress_user_data = &seen;
+        cllm_model *m = NULL;
+        CHECK(cllm_model_load(path, &mp, &m) == CLLM_OK);
+        CHECK(seen.calls >= 2 && seen.first == 0 && seen.total > 0);
+        CHECK(seen.monotone && seen.same_total && seen.last == seen.total);
+        if (read) CHECK(seen.calls > 3); /* one call per tensor read */
+        cllm_model_free(m);
+    }
+}
+
 int main(void) {
     cllm_log_set_level(CLLM_LOG_ERROR);
     static const char *const files[] = {"stories260K.gguf", NULL};
@@ -210,6 +245,7 @@ int main(void) {
     test_chat(m);
     test_generate(m);
     test_devices();
+    test_load_progress(path);
     cllm_model_free(m);
     return check_summary("test_api");
 }

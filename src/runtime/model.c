@@ -20,6 +20,34 @@ cllm_model_params cllm_model_default_params(void) {
     return (cllm_model_params){.use_mmap = true, .progress = true, .plan = NULL};
 }
 
+/* The caller's progress callback (cllm_model_params.progress_fn): bytes
+ * of resident weights read (a load that reads), then laid out. */
+typedef struct load_progress {
+    cllm_progress_fn fn;
+    void *ud;
+    uint64_t done, total;
+} load_progress;
+
+static void report(load_progress *lp, uint64_t add) {
+    if (!lp->fn) return;
+    lp->done = add > lp->total - lp->done ? lp->total : lp->done + add;
+    lp->fn(lp->done, lp->total, lp->ud);
+}
+
+/* The bytes of the weights this host holds resident. */
+static uint64_t resident_bytes(const cllm_model *m) {
+    uint64_t n = 0;
+    cllm_context *ctx = m->weights->ctx;
+    for (int i = 0; i < cllm_context_n_tensors(ctx); i++) {
+        /* (a mapped weight has no buffer until the file is mapped) */
+        if (cllm_placement_weight_device(&m->place, m->weights, i) != CLLM_PLACE_NONE &&
+            !cllm_placement_weight_streamed(&m->place, m->weights, i)) {
+            n += cllm_nbytes(cllm_context_tensor(ctx, i));
+        }
+    }
+    return n;
+}
+
 /* The placement: the plan's (whose shape then bounds the sessions), or
  * every layer on the CPU. */
 static cllm_status init_placement(cllm_model *m, const cllm_plan *plan, bool use_mmap,
@@ -95,7 +123,7 @@ static cllm_status start_stream(cllm_model *m, int n_slots) {
  * thread fills a slot (stream.c). The layouts leave every planned size as
  * it is. A mapped tensor that cannot be rewritten keeps the file's layout.
  */
-static cllm_status init_layouts(cllm_model *m) {
+static cllm_status init_layouts(cllm_model *m, load_progress *lp) {
     const cllm_placement *pl = &m->place;
     cllm_context *ctx = m->weights->ctx;
     size_t scratch_size = 0;
@@ -109,7 +137,10 @@ static cllm_status init_layouts(cllm_model *m) {
         if (cllm_device_init_weight(pl->devices[d], t, &need)) any = true;
         scratch_size = CLLM_MAX(scratch_size, need);
     }
-    if (!any) return CLLM_OK;
+    if (!any) {
+        report(lp, lp->total);
+        return CLLM_OK;
+    }
     void *scratch = NULL;
     if (scratch_size && !(scratch = cllm_malloc(scratch_size))) {
         return cllm_error(CLLM_ERR_NOMEM, "%s: out of host memory", m->path);
@@ -122,6 +153,7 @@ static cllm_status init_layouts(cllm_model *m) {
             continue;
         /* the CPU's weights of a mapped file lie in the mapping */
         (void)cllm_device_convert_weight(pl->devices[d], t, scratch, m->map && d == cpu);
+        report(lp, cllm_nbytes(t));
     }
     cllm_free(scratch);
     return CLLM_OK;
@@ -185,7 +217,7 @@ static cllm_status place_mapped(cllm_model *m, int fd) {
 }
 
 /* Reads every weight into its (already placed) buffer. */
-static cllm_status place_read(cllm_model *m, int fd, bool show_progress) {
+static cllm_status place_read(cllm_model *m, int fd, bool show_progress, load_progress *lp) {
     const cllm_gguf *g = m->gguf;
     cllm_context *ctx = m->weights->ctx;
     size_t total = 0;
@@ -214,7 +246,7 @@ static cllm_status place_read(cllm_model *m, int fd, bool show_progress) {
         cllm_free(bounce);
         bounce = NULL;
     }
-    show_progress = show_progress && total >= PROGRESS_MIN_BYTES && isatty(2);
+    show_progress = show_progress && !lp->fn && total >= PROGRESS_MIN_BYTES && isatty(2);
     size_t done = 0;
     for (int i = 0; i < cllm_context_n_tensors(ctx); i++) {
         cllm_tensor *t = cllm_context_tensor(ctx, i);
@@ -254,6 +286,7 @@ static cllm_status place_read(cllm_model *m, int fd, bool show_progress) {
         if (!host) cllm_tensor_set(t, stage, 0, ti->size);
         done += ti->size;
         progress(done, total, show_progress);
+        report(lp, cllm_nbytes(t));
     }
     progress(total, total, show_progress);
     if (dfd >= 0) close(dfd);
@@ -330,9 +363,14 @@ static cllm_status model_load(const char *path, const cllm_model_params *params,
         st = cllm_error(CLLM_ERR_IO, "%s: the file changed while loading", path);
         goto fail;
     }
-    st = use_mmap ? place_mapped(m, fd) : place_read(m, fd, p.progress);
+    /* progress: the bytes read (unless mapped), then those laid out */
+    load_progress lp = {.fn = p.progress_fn, .ud = p.progress_user_data};
+    lp.total = resident_bytes(m) * (use_mmap ? 1 : 2);
+    report(&lp, 0);
+    st = use_mmap ? place_mapped(m, fd) : place_read(m, fd, p.progress, &lp);
     if (st != CLLM_OK) goto fail;
-    if ((st = init_layouts(m)) != CLLM_OK) goto fail;
+    if ((st = init_layouts(m, &lp)) != CLLM_OK) goto fail;
+    if (lp.done < lp.total) report(&lp, lp.total - lp.done); /* the last call: done == total */
     if (m->place.streamed && (st = start_stream(m, p.plan->stream_slots)) != CLLM_OK) goto fail;
     close(fd);
     *out = m;

@@ -9,6 +9,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 /* ---- messages ---------------------------------------------------------- */
 
@@ -55,6 +57,36 @@ void cli_lib_error(const char *cmd) {
     const size_t n = strlen(cmd);
     if (!strncmp(msg, cmd, n) && msg[n] == ':' && msg[n + 1] == ' ') msg += n + 2;
     cli_error(cmd, "%s", *msg ? msg : "failed (no message)");
+}
+
+/* ---- load progress ---------------------------------------------------- */
+
+static double mono_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void load_bar(uint64_t done, uint64_t total, void *ud) {
+    cli_load_bar *b = ud;
+    const double t = mono_s();
+    if (done < total && (t - b->t0 < 1.0 || t - b->last < 0.1)) return;
+    if (done >= total && !b->drawn) return; /* a load under a second: no bar */
+    const int width = 40, fill = total ? (int)((double)done / (double)total * width) : width;
+    fprintf(stderr, "\rloading [%.*s%*s] %3d%% %.1f s", fill,
+            "========================================", width - fill, "",
+            total ? (int)(100.0 * (double)done / (double)total) : 100, t - b->t0);
+    if (done >= total) fputc('\n', stderr);
+    b->drawn = true;
+    b->last = t;
+}
+
+void cli_load_progress(cllm_model_params *mp, cli_load_bar *bar) {
+    memset(bar, 0, sizeof(*bar));
+    if (!isatty(2)) return; /* the library draws nothing either */
+    bar->t0 = mono_s();
+    mp->progress_fn = load_bar;
+    mp->progress_user_data = bar;
 }
 
 void cli_json_str(FILE *f, const char *s, size_t len) {

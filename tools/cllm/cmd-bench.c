@@ -15,6 +15,7 @@
  */
 #include "cllm.h"
 #include "commands.h"
+#include "download.h"
 
 #include <libgen.h>
 #include <limits.h>
@@ -51,6 +52,8 @@ static void bench_usage(FILE *f) {
                "sampling is timed.\n"
                "\n"
                "  -m FILE                 the model (GGUF)\n"
+               "  -hf USER/NAME[:QUANT]   instead of -m: a model of the Hugging Face hub,\n"
+               "                          downloaded when needed (cllm pull --help)\n"
                "  -p, --n-prompt N        prompt tokens (default 512; 0: no pp test)\n"
                "  -n, --n-gen N           generated tokens (default 128; 0: no tg test)\n"
                "  -t, --threads N[,N...]  thread counts (default: physical cores)\n"
@@ -97,6 +100,7 @@ static bool parse_threads(const char *o, const char *s, bench_args *a) {
  * the problem. */
 static int parse_bench_args(int argc, char **argv, bench_args *a) {
     memset(a, 0, sizeof(*a));
+    const char *hf = NULL;
     a->n_prompt = 512;
     a->n_gen = 128;
     a->n_batch = 512;
@@ -121,6 +125,10 @@ static int parse_bench_args(int argc, char **argv, bench_args *a) {
             return 2;
         }
         /* every other option but -h takes a value */
+        if (cli_is_hf_option(o)) {
+            if (!(hf = cli_value("bench", argc, argv, &i))) return 2;
+            continue;
+        }
         if (!cli_is_one_of(o, "-m --model -p --n-prompt -n --n-gen -b --batch-size -c --ctx-size "
                               "-r --repetitions -t --threads -o --output -np --seqs --mem")) {
             cli_error("bench", "unknown option '%s' (see cllm bench --help)", o);
@@ -165,15 +173,11 @@ static int parse_bench_args(int argc, char **argv, bench_args *a) {
         }
         if (!ok) return 2;
     }
-    if (!a->model) {
-        cli_error("bench", "no model given (-m FILE)");
-        return 2;
-    }
     if (a->n_prompt == 0 && a->n_gen == 0) {
         cli_error("bench", "nothing to run (-p 0 -n 0)");
         return 2;
     }
-    return 0;
+    return cli_model_arg("bench", hf, &a->model);
 }
 
 /* The commit: env CLLM_COMMIT, else git of the tree above the binary. */

@@ -18,6 +18,7 @@
  */
 #include "cllm.h"
 #include "commands.h"
+#include "download.h"
 
 #include <errno.h>
 #include <locale.h>
@@ -765,7 +766,10 @@ static void chat_usage(FILE *f) {
                "between turns, so only the new turn is processed. Lines read from a pipe work\n"
                "the same (printf 'Hi\\n/exit\\n' | cllm chat -m FILE).\n"
                "\n"
-               "  -m FILE              the model (GGUF)\n");
+               "  -m FILE              the model (GGUF)\n"
+               "  -hf USER/NAME[:QUANT]\n"
+               "                       instead of -m: a model of the Hugging Face hub,\n"
+               "                       downloaded when needed (cllm pull --help)\n");
     cli_gen_usage(f, -1);
     fprintf(f,
             "  --template STYLE     the chat template (chatml, llama2, llama3, gemma, zephyr,\n"
@@ -853,6 +857,10 @@ int cli_cmd_chat(int argc, char **argv) {
         goto usage;
     }
     if (!cli_gen_finish("chat", &g)) goto usage;
+    if (!cli_model_from_hf("chat", g.hf, &g.model)) {
+        cli_gen_free(&g);
+        return 1;
+    }
 
     setlocale(LC_CTYPE, ""); /* libedit reads multibyte characters by it */
     int rc = 1;

@@ -1,6 +1,7 @@
 /* cllm info -m FILE: the metadata and the tensor table of a GGUF file. */
 #include "cllm.h"
 #include "commands.h"
+#include "download.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -13,6 +14,9 @@ static void info_usage(FILE *f) {
                "printed escaped (see cllm --help).\n"
                "\n"
                "  -m FILE      the file\n"
+               "  -hf USER/NAME[:QUANT]\n"
+               "               instead of -m: a model of the Hugging Face hub,\n"
+               "               downloaded when needed (cllm pull --help)\n"
                "  -h, --help   this help\n");
 }
 
@@ -38,22 +42,22 @@ static void print_value(const cllm_gguf *g, int64_t i) {
 }
 
 int cli_cmd_info(int argc, char **argv) {
-    const char *path = NULL;
+    const char *path = NULL, *hf = NULL;
     for (int i = 1; i < argc; i++) {
         if (cli_is_help(argv[i])) {
             info_usage(stdout);
             return 0;
         } else if (!strcmp(argv[i], "-m") || !strcmp(argv[i], "--model")) {
             if (!(path = cli_value("info", argc, argv, &i))) return 2;
+        } else if (cli_is_hf_option(argv[i])) {
+            if (!(hf = cli_value("info", argc, argv, &i))) return 2;
         } else {
             cli_error("info", "unknown option '%s' (see cllm info --help)", argv[i]);
             return 2;
         }
     }
-    if (!path) {
-        cli_error("info", "no model given (-m FILE)");
-        return 2;
-    }
+    const int mr = cli_model_arg("info", hf, &path);
+    if (mr != 0) return mr;
     cllm_gguf *g = NULL;
     if (cllm_gguf_open(path, &g) != CLLM_OK) {
         cli_lib_error("info");

@@ -18,6 +18,7 @@
  */
 #include "cllm.h"
 #include "commands.h"
+#include "download.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -43,6 +44,9 @@ static void ppl_usage(FILE *f) {
                "BOS when the vocabulary adds one) and the second half of it is scored.\n"
                "\n"
                "  -m FILE        the model (GGUF)\n"
+               "  -hf USER/NAME[:QUANT]\n"
+               "                 instead of -m: a model of the Hugging Face hub,\n"
+               "                 downloaded when needed (cllm pull --help)\n"
                "  -f FILE        the text (-: standard input; one trailing newline dropped)\n"
                "  -c N           tokens per chunk (default 512, llama-perplexity's default; above\n"
                "                 the model's trained context: a warning)\n"
@@ -57,6 +61,7 @@ static void ppl_usage(FILE *f) {
  * printing the problem. */
 static int parse_ppl_args(int argc, char **argv, ppl_args *a) {
     memset(a, 0, sizeof(*a));
+    const char *hf = NULL;
     a->n_ctx = 512;
     a->n_chunks = -1;
     for (int i = 1; i < argc; i++) {
@@ -66,6 +71,10 @@ static int parse_ppl_args(int argc, char **argv, ppl_args *a) {
             return -1;
         } else if (!strcmp(o, "--no-mmap")) {
             a->no_mmap = true;
+            continue;
+        }
+        if (cli_is_hf_option(o)) {
+            if (!(hf = cli_value("perplexity", argc, argv, &i))) return 2;
             continue;
         }
         /* the other options take a value */
@@ -96,12 +105,12 @@ static int parse_ppl_args(int argc, char **argv, ppl_args *a) {
         }
         if (!ok) return 2;
     }
-    if (!a->model || !a->file) {
-        cli_error("perplexity", "needs a model (-m FILE) and a text (-f FILE)");
+    if (!a->file) {
+        cli_error("perplexity", "needs a text (-f FILE)");
         return 2;
     }
     if (a->n_batch == 0) a->n_batch = a->n_ctx < 512 ? a->n_ctx : 512;
-    return 0;
+    return cli_model_arg("perplexity", hf, &a->model);
 }
 
 /* -log softmax(logits)[tok], in double. */
@@ -139,6 +148,8 @@ int cli_cmd_perplexity(int argc, char **argv) {
 
     cllm_model_params mp = cllm_model_default_params();
     mp.use_mmap = !a.no_mmap;
+    cli_load_bar bar;
+    cli_load_progress(&mp, &bar);
     if (cllm_model_load(a.model, &mp, &m) != CLLM_OK) goto fail;
     const int64_t n_train = cllm_model_n_ctx_train(m);
     if (n_train > 0 && a.n_ctx > n_train) {

@@ -3,6 +3,7 @@
 #include "cllm-pipeline.h"
 #include "cllm.h"
 #include "commands.h"
+#include "download.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -14,6 +15,9 @@ static void plan_usage(FILE *f) {
                "metadata alone, and prints the bytes of each memory kind per device.\n"
                "\n"
                "  -m FILE              the model (GGUF)\n"
+               "  -hf USER/NAME[:QUANT]\n"
+               "                       instead of -m: a model of the Hugging Face hub,\n"
+               "                       downloaded when needed (cllm pull --help)\n"
                "  -c N                 context size (default: min(model context, 4096))\n"
                "  -b N                 batch size (default 512)\n"
                "  -t N                 threads (default: physical cores)\n"
@@ -38,7 +42,7 @@ static void plan_usage(FILE *f) {
 }
 
 int cli_cmd_plan(int argc, char **argv) {
-    const char *path = NULL;
+    const char *path = NULL, *hf = NULL;
     bool verbose = false, json = false;
     int n_ranks = 0;
     cllm_plan_params fp = cllm_plan_default_params();
@@ -58,6 +62,10 @@ int cli_cmd_plan(int argc, char **argv) {
             continue;
         } else if (!strcmp(o, "--json")) {
             json = true;
+            continue;
+        }
+        if (cli_is_hf_option(o)) {
+            if (!(hf = cli_value("plan", argc, argv, &i))) return 2;
             continue;
         }
         /* the other options take a value */
@@ -106,10 +114,8 @@ int cli_cmd_plan(int argc, char **argv) {
         }
         if (!ok) return 2;
     }
-    if (!path) {
-        cli_error("plan", "no model given (-m FILE)");
-        return 2;
-    }
+    const int mr = cli_model_arg("plan", hf, &path);
+    if (mr != 0) return mr;
     if (n_ranks > 0) {
         if (fp.n_seq > 1 || json) {
             cli_error("plan", "--ranks plans sessions of one sequence (--sessions N: N "

@@ -2,6 +2,7 @@
 #include "cllm-pipeline.h"
 #include "cllm.h"
 #include "commands.h"
+#include "download.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,6 +28,9 @@ static void run_usage(FILE *f) {
                "writes it (the timings go to standard error).\n"
                "\n"
                "  -m FILE              the model (GGUF)\n"
+               "  -hf USER/NAME[:QUANT]\n"
+               "                       instead of -m: a model of the Hugging Face hub,\n"
+               "                       downloaded when needed (cllm pull --help)\n"
                "  -p TEXT              the prompt\n"
                "  -f FILE              the prompt from a file (-: standard input), without one\n"
                "                       trailing newline; for prompts longer than a command line\n");
@@ -62,7 +66,7 @@ static int parse_run_args(int argc, char **argv, run_args *a) {
         if (taken == 2) return 2;
         if (taken == 1) continue;
         /* the positional forms: the model's file, then the prompt */
-        if (o[0] != '-' && !a->g.model) {
+        if (o[0] != '-' && !a->g.model && !a->g.hf) {
             a->g.model = o;
             continue;
         }
@@ -202,7 +206,8 @@ static int run(run_args *ap);
 int cli_cmd_run(int argc, char **argv) {
     run_args a;
     const int parsed = parse_run_args(argc, argv, &a);
-    const int rc = parsed != 0 ? (parsed < 0 ? 0 : parsed) : run(&a);
+    int rc = parsed < 0 ? 0 : parsed;
+    if (parsed == 0) rc = cli_model_from_hf("run", a.g.hf, &a.g.model) ? run(&a) : 1;
     cli_gen_free(&a.g);
     return rc;
 }

@@ -3,6 +3,7 @@
 #include "cllm-pipeline.h"
 #include "cllm.h"
 #include "commands.h"
+#include "download.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,6 +20,9 @@ static void serve_usage(FILE *f) {
             "\n"
             "options:\n"
             "  -m FILE              the model (GGUF)\n"
+            "  -hf USER/NAME[:QUANT]\n"
+            "                       instead of -m: a model of the Hugging Face hub,\n"
+            "                       downloaded when needed (cllm pull --help)\n"
             "  --host ADDR          IPv4 or IPv6 address to listen on (default 127.0.0.1;\n"
             "                       0.0.0.0 or :: for every interface)\n"
             "  --port N             port (default 8080; 0: any free port, printed)\n"
@@ -138,10 +142,11 @@ static int parse_serve_args(int argc, char **argv, serve_args *a) {
             serve_usage(stdout);
             return -1;
         }
-        if (cli_is_one_of(o, "-m --model -b -t --mem --kv-type --no-mmap --test-device "
-                             "--verbose -ngl --n-gpu-layers --gpu-layers --grammar "
-                             "--grammar-file --json-schema --chat-template "
-                             "--chat-template-file")) {
+        if (cli_is_one_of(
+                o, "-m --model -hf -hfr --hf-repo -b -t --mem --kv-type --no-mmap --test-device "
+                   "--verbose -ngl --n-gpu-layers --gpu-layers --grammar "
+                   "--grammar-file --json-schema --chat-template "
+                   "--chat-template-file")) {
             const int r = cli_gen_option("serve", &a->g, argc, argv, &i);
             if (r != 1) return 2;
             continue;
@@ -273,7 +278,8 @@ static int serve(serve_args *a);
 int cli_cmd_serve(int argc, char **argv) {
     serve_args a;
     const int parsed = parse_serve_args(argc, argv, &a);
-    const int rc = parsed != 0 ? (parsed < 0 ? 0 : parsed) : serve(&a);
+    int rc = parsed < 0 ? 0 : parsed;
+    if (parsed == 0) rc = cli_model_from_hf("serve", a.g.hf, &a.g.model) ? serve(&a) : 1;
     cli_gen_free(&a.g);
     return rc;
 }

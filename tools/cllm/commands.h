@@ -26,6 +26,7 @@ int cli_cmd_devices(int argc, char **argv);
 int cli_cmd_plan(int argc, char **argv);
 int cli_cmd_bench(int argc, char **argv);
 int cli_cmd_perplexity(int argc, char **argv);
+int cli_cmd_pull(int argc, char **argv);
 
 /* --test-device SPEC: enables the test device (0, or 2 after printing why). */
 int cli_enable_test_device(const char *cmd, const char *spec);
@@ -77,11 +78,21 @@ bool cli_float(const char *cmd, const char *opt, const char *v, float *out);
  * it) and *len; false after printing the problem. */
 bool cli_read_text(const char *cmd, const char *path, char **out, size_t *len);
 
+/* A progress bar for a model's load: sets mp's progress_fn to one that
+ * draws on stderr, when it is a terminal, once the load has taken more
+ * than a second; `bar` must outlive the load. */
+typedef struct cli_load_bar {
+    double t0, last;
+    bool drawn;
+} cli_load_bar;
+void cli_load_progress(cllm_model_params *mp, cli_load_bar *bar);
+
 /* ---- what run and chat share (genopts.c) --------------------------------- */
 
 /* The model, sampling and memory options of run and chat. */
 typedef struct cli_gen {
-    const char *model;  /* -m */
+    const char *model;  /* -m, or the cached file of -hf after cli_gen_finish */
+    const char *hf;     /* -hf REPO[:QUANT] (download.h) */
     const char *system; /* --system */
     int n_predict;      /* -n: tokens per answer, -1 until the end */
     int64_t n_ctx, n_batch;

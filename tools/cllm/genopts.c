@@ -2,6 +2,7 @@
  * seed, and loading a model with its session. */
 #include "cllm.h"
 #include "commands.h"
+#include "download.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -171,6 +172,10 @@ int cli_gen_option(const char *cmd, cli_gen *g, int argc, char **argv, int *i) {
         g->verbose = true;
         return 1;
     }
+    if (cli_is_hf_option(c)) {
+        if (!(g->hf = cli_value(cmd, argc, argv, i))) return 2;
+        return 1;
+    }
     if (!cli_is_one_of(c, "-m --model --system -n -c -b -t --temp --top-k --top-p --min-p "
                           "--repeat-penalty --repeat-last-n --seed --mem --test-device "
                           "--kv-type --grammar --grammar-file --json-schema --chat-template "
@@ -244,8 +249,13 @@ static uint64_t random_seed(void) {
 }
 
 bool cli_gen_finish(const char *cmd, cli_gen *g) {
-    if (!g->model) {
-        cli_error(cmd, "no model given (-m FILE; see cllm %s --help)", cmd);
+    if (g->hf && g->model) {
+        cli_error(cmd, "give the model once: -m FILE or -hf USER/NAME[:QUANT], not both");
+        return false;
+    }
+    if (!g->model && !g->hf) {
+        cli_error(cmd, "no model given (-m FILE or -hf USER/NAME[:QUANT]; see cllm %s --help)",
+                  cmd);
         return false;
     }
     if (!g->seed_given) g->sp.seed = random_seed();
@@ -266,6 +276,8 @@ bool cli_gen_load(const char *cmd, cli_gen *g, cllm_model **m_out) {
         }
         mp.plan = plan;
     }
+    cli_load_bar bar;
+    cli_load_progress(&mp, &bar);
     const cllm_status st = cllm_model_load(g->model, &mp, m_out);
     cllm_plan_free(plan); /* the model keeps the placement */
     if (st != CLLM_OK) {

@@ -173,6 +173,19 @@ size_t cllm_escape(char *buf, size_t size, const char *s, size_t len, cllm_escap
  * (errors are the stream's: ferror). Thread-safe as stdio is. */
 void cllm_escape_fputs(FILE *f, const char *s, size_t len, cllm_escape_mode mode);
 
+/*
+ * Replaces the file at `path` with `size` bytes of `data`, whole or not at
+ * all: they are written to a new file in the same directory, synced, and
+ * renamed over `path` (a link is followed), then the directory is synced.
+ * On failure (a full disk, a file-size limit, ...) the old file is
+ * untouched and no temporary file is left: CLLM_ERR_IO naming the file and
+ * the system's reason, CLLM_ERR_INVALID_ARG for an empty path or NULL data
+ * with a size. A path that names something other than a regular file is
+ * refused (CLLM_ERR_IO). A kill at any moment leaves the old file or the
+ * new one. Thread-safe.
+ */
+cllm_status cllm_file_write(const char *path, const void *data, size_t size);
+
 /* "0.1.0" */
 const char *cllm_version(void);
 

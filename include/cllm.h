@@ -516,6 +516,20 @@ cllm_status cllm_model_load(const char *path, const cllm_model_params *params, c
 /* Frees the weights, the tokenizer and the metadata; NULL does nothing. */
 void cllm_model_free(cllm_model *m);
 
+/*
+ * Whether the model's weights can still be trusted. Mapped weights (the
+ * default) and streamed layers are read from the file while the model is
+ * in use: when the file is truncated, a read of the mapping past its new
+ * end is caught (the library handles SIGBUS for the mapped range, see
+ * docs/DESIGN.md) and every later decode fails; when it is modified in
+ * place (another size or modification time), the weights may be garbage.
+ * Returns CLLM_OK, or CLLM_ERR_IO with a message naming the file and the
+ * fault; decoding with such a model fails with the same error. A model
+ * whose weights were read whole (use_mmap = false) no longer depends on its
+ * file. Cheap (one or two stat calls); thread-safe.
+ */
+cllm_status cllm_model_check(const cllm_model *m);
+
 int32_t cllm_model_n_vocab(const cllm_model *m);     /* rows of the output logits */
 int64_t cllm_model_n_ctx_train(const cllm_model *m); /* context length trained for */
 int64_t cllm_model_n_layer(const cllm_model *m);

@@ -519,14 +519,16 @@ void cllm_model_free(cllm_model *m);
 /*
  * Whether the model's weights can still be trusted. Mapped weights (the
  * default) and streamed layers are read from the file while the model is
- * in use: when the file is truncated, a read of the mapping past its new
- * end is caught (the library handles SIGBUS for the mapped range, see
- * docs/DESIGN.md) and every later decode fails; when it is modified in
- * place (another size or modification time), the weights may be garbage.
- * Returns CLLM_OK, or CLLM_ERR_IO with a message naming the file and the
- * fault; decoding with such a model fails with the same error. A model
- * whose weights were read whole (use_mmap = false) no longer depends on its
- * file. Cheap (one or two stat calls); thread-safe.
+ * in use. Mapped: when the file is truncated, a read of the mapping past
+ * its new end is caught (the library handles SIGBUS for the mapped range,
+ * see docs/api.md) and every later decode fails; when it is modified in
+ * place (another size or modification time), the weights may be garbage
+ * and every later decode fails too. Streamed: a layer read short or with
+ * other bytes than at its first read fails the pass, and this reports it
+ * until a pass succeeds (the file restored). Returns CLLM_OK, or
+ * CLLM_ERR_IO with a message naming the file and the fault. A model whose
+ * weights were read whole (use_mmap = false, nothing streamed) no longer
+ * depends on its file. Cheap (an fstat); thread-safe.
  */
 cllm_status cllm_model_check(const cllm_model *m);
 

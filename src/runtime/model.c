@@ -347,8 +347,8 @@ static cllm_status model_load(const char *path, const cllm_model_params *params,
     if (st != CLLM_OK) goto fail;
     if ((st = init_layouts(m)) != CLLM_OK) goto fail;
     if (m->place.streamed && (st = start_stream(m, p.plan->stream_slots)) != CLLM_OK) goto fail;
-    if (m->map || m->stream) {
-        m->fd = fd; /* the weights depend on the file: watch it */
+    if (m->map) {
+        m->fd = fd; /* the weights are the file's pages: watch it */
     } else {
         close(fd);
     }
@@ -406,16 +406,6 @@ cllm_status cllm_model_weights_ok(const cllm_model *m) {
 cllm_status cllm_model_check(const cllm_model *m) {
     CLLM_ASSERT(m != NULL);
     CLLM_TRY(cllm_model_weights_ok(m));
-    if (m->fd < 0) return CLLM_OK; /* read whole: the file no longer matters */
-    /* streamed layers reopen the path after a failed read: it must still
-     * name the file loaded (a mapping keeps the old file's pages anyway) */
-    struct stat sb;
-    if (m->stream && (stat(m->path, &sb) != 0 || (uint64_t)sb.st_dev != m->file_dev ||
-                      (uint64_t)sb.st_ino != m->file_ino)) {
-        return cllm_error(CLLM_ERR_IO,
-                          "%s: the path no longer names the file loaded (removed or replaced); "
-                          "reload the model",
-                          m->path);
-    }
-    return CLLM_OK;
+    /* streamed layers: their reads check sizes and sums (stream.h) */
+    return m->stream ? cllm_stream_check(m->stream) : CLLM_OK;
 }

@@ -150,6 +150,7 @@ static void test_fake_trees(void) {
 /* ---- a real cgroup -------------------------------------------------------- */
 
 static char g_cg[1024]; /* the cgroup made, "" if none */
+static bool g_cg_skipped;
 
 static bool write_file(const char *dir, const char *name, const char *text) {
     char path[1200];
@@ -235,9 +236,11 @@ static void test_real_cgroup(const char *cli) {
     /* 280 MiB: layers streamed to fit, and the run completes */
     size_t limit = 280 * MiB;
     if (!make_cgroup(limit)) {
+        /* a property of the machine, not missing test data: skipped
+         * (77) even where test data is required */
         printf("cannot create a memory cgroup here (not root, or no writable memory "
                "hierarchy): the runs inside one are skipped\n");
-        check_missing("a memory cgroup this test can create (root, cgroup v1 memory or v2)");
+        g_cg_skipped = true;
         return;
     }
     char *devices[] = {(char *)cli, "devices", "--json", NULL};
@@ -277,5 +280,6 @@ static void test_real_cgroup(const char *cli) {
 int main(int argc, char **argv) {
     test_fake_trees();
     if (argc > 1) test_real_cgroup(argv[1]);
-    return check_summary("test_cgroup");
+    const int rc = check_summary("test_cgroup");
+    return rc == 0 && g_cg_skipped ? CHECK_SKIP : rc;
 }

@@ -149,11 +149,11 @@ static void test_fake_trees(void) {
 
 /* ---- a real cgroup -------------------------------------------------------- */
 
-static char g_cg[1024]; /* the cgroup made, "" if none */
+static char g_cg[2200]; /* the cgroup made, "" if none */
 static bool g_cg_skipped;
 
 static bool write_file(const char *dir, const char *name, const char *text) {
-    char path[1200];
+    char path[2400];
     snprintf(path, sizeof(path), "%s/%s", dir, name);
     const int fd = open(path, O_WRONLY | O_CLOEXEC);
     if (fd < 0) return false;

@@ -185,6 +185,19 @@ size_t cllm_escape(char *buf, size_t size, const char *s, size_t len, cllm_escap
  * (errors are the stream's: ferror). Thread-safe as stdio is. */
 void cllm_escape_fputs(FILE *f, const char *s, size_t len, cllm_escape_mode mode);
 
+/*
+ * Replaces the file at `path` with `size` bytes of `data`, whole or not at
+ * all: they are written to a new file in the same directory, synced, and
+ * renamed over `path` (a link is followed), then the directory is synced.
+ * On failure (a full disk, a file-size limit, ...) the old file is
+ * untouched and no temporary file is left: CLLM_ERR_IO naming the file and
+ * the system's reason, CLLM_ERR_INVALID_ARG for an empty path or NULL data
+ * with a size. A path that names something other than a regular file is
+ * refused (CLLM_ERR_IO). A kill at any moment leaves the old file or the
+ * new one. Thread-safe.
+ */
+cllm_status cllm_file_write(const char *path, const void *data, size_t size);
+
 /* "0.1.0" */
 const char *cllm_version(void);
 
@@ -528,6 +541,22 @@ cllm_model_params cllm_model_default_params(void);
 cllm_status cllm_model_load(const char *path, const cllm_model_params *params, cllm_model **out);
 /* Frees the weights, the tokenizer and the metadata; NULL does nothing. */
 void cllm_model_free(cllm_model *m);
+
+/*
+ * Whether the model's weights can still be trusted. Mapped weights (the
+ * default) and streamed layers are read from the file while the model is
+ * in use. Mapped: when the file is truncated, a read of the mapping past
+ * its new end is caught (the library handles SIGBUS for the mapped range,
+ * see docs/api.md) and every later decode fails; when it is modified in
+ * place (another size or modification time), the weights may be garbage
+ * and every later decode fails too. Streamed: a layer read short or with
+ * other bytes than at its first read fails the pass, and this reports it
+ * until a pass succeeds (the file restored). Returns CLLM_OK, or
+ * CLLM_ERR_IO with a message naming the file and the fault. A model whose
+ * weights were read whole (use_mmap = false, nothing streamed) no longer
+ * depends on its file. Cheap (an fstat); thread-safe.
+ */
+cllm_status cllm_model_check(const cllm_model *m);
 
 int32_t cllm_model_n_vocab(const cllm_model *m);     /* rows of the output logits */
 int64_t cllm_model_n_ctx_train(const cllm_model *m); /* context length trained for */

@@ -13,8 +13,9 @@
  *  - keeps the process's peak resident memory (VmHWM) within the budget plus
  *    a stated allowance, on a model twice the budget's size (a child
  *    process, so that nothing else the test did counts);
- *  - turns a file truncated after loading into CLLM_ERR_IO from decode, and
- *    decodes again once the file is restored (in place, or renamed over);
+ *  - turns a file truncated after loading, or overwritten in place, into
+ *    CLLM_ERR_IO from decode (and from cllm_model_check), and decodes again
+ *    once the file is restored (in place, or renamed over);
  *  - refuses a budget too small for the ring, the state and the compute
  *    with an error that says so.
  * With "layouts" as argv[2], only the first check, on the models whose
@@ -334,6 +335,45 @@ static void check_truncated(const char *orig) {
         CHECKF(memcmp(cllm_session_logits(s), ref + (size_t)nv, (size_t)nv * sizeof(float)) == 0,
                "logits after the restore differ from the resident ones");
         CHECK(cllm_session_truncate(s, N_PROMPT) == CLLM_OK);
+    }
+    /* overwritten in place, the same size: the layer's bytes differ from
+     * its first read's, refused (never computed with), and the model says
+     * so until the file is written back */
+    {
+        struct stat sb;
+        CHECK(stat(path, &sb) == 0);
+        FILE *f = fopen(path, "r+b");
+        CHECK(f != NULL);
+        if (f) {
+            static char junk[65536];
+            memset(junk, 0x3c, sizeof(junk));
+            CHECK(fseek(f, (long)(sb.st_size / 2), SEEK_SET) == 0);
+            CHECK(fwrite(junk, 1, sizeof(junk), f) == sizeof(junk));
+            fclose(f);
+        }
+        /* (a pass may still run on layers the ring read before the write:
+         * the next one reads them again) */
+        cllm_log_set(quiet, NULL);
+        bool refused = false;
+        for (int i = 0; i < 3 && !refused; i++) {
+            const cllm_status st = cllm_session_decode(s, &tok, 1);
+            if (st == CLLM_OK) {
+                CHECK(cllm_session_truncate(s, N_PROMPT) == CLLM_OK);
+                continue;
+            }
+            refused = st == CLLM_ERR_IO && strstr(cllm_last_error(), "differ");
+            CHECKF(refused, "overwritten: %d: %s", (int)st, cllm_last_error());
+            if (!refused) break;
+        }
+        CHECK(refused);
+        CHECK(cllm_model_check(m) == CLLM_ERR_IO);
+        CHECK(copy_file(orig, path));
+        bool ok = false;
+        for (int i = 0; i < 3 && !ok; i++) ok = cllm_session_decode(s, &tok, 1) == CLLM_OK;
+        cllm_log_set(NULL, NULL);
+        CHECKF(ok, "after restore: %s", cllm_last_error());
+        CHECK(cllm_model_check(m) == CLLM_OK);
+        CHECK(memcmp(cllm_session_logits(s), ref + (size_t)nv, (size_t)nv * sizeof(float)) == 0);
     }
 done:
     cllm_session_free(s);

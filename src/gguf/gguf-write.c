@@ -1,9 +1,11 @@
 /*
  * GGUF v3 writer: key/values in the order they were set, tensor infos,
  * padding to the alignment, then tensor data streamed from the callers'
- * pointers. The file is written to `path.tmp` and renamed when complete.
+ * pointers. The file is written beside `path` and renamed over it when
+ * complete and synced (core/fileio.h).
  */
 #include "gguf/gguf.h"
+#include "core/fileio.h"
 #include "core/hostmem.h"
 
 #include <errno.h>
@@ -571,19 +573,11 @@ cllm_status cllm_gguf_writer_write(cllm_gguf_writer *w, const char *path) {
         data_bytes += (w->tensors[i].size + align - 1) / align * align;
     }
 
-    const size_t path_len = strlen(path);
-    char *tmp = cllm_malloc(path_len + 5);
-    if (!tmp) return cllm_error(CLLM_ERR_NOMEM, "gguf writer: out of memory");
-    memcpy(tmp, path, path_len);
-    memcpy(tmp + path_len, ".tmp", 5);
-
-    wout o = {.err = -1};
-    o.f = fopen(tmp, "wb");
-    if (!o.f) {
-        st = cllm_error(CLLM_ERR_IO, "%s: cannot create: %s", tmp, strerror(errno));
-        cllm_free(tmp);
-        return st;
-    }
+    /* a new file beside the target, renamed over it once complete and
+     * synced (core/fileio.h): a failure leaves the old file as it was */
+    cllm_safe_file sf;
+    CLLM_TRY(cllm_safe_file_open(&sf, path));
+    wout o = {.f = sf.f, .err = -1};
 
     out_bytes(&o, "GGUF", 4);
     out_u32(&o, 3);
@@ -611,28 +605,5 @@ cllm_status cllm_gguf_writer_write(cllm_gguf_writer *w, const char *path) {
         out_pad(&o, align);
     }
 
-    if (!o.failed && fflush(o.f) != 0) {
-        o.failed = true;
-        o.err = errno;
-    }
-    if (!o.failed && ferror(o.f)) o.failed = true;
-    if (fclose(o.f) != 0 && !o.failed) {
-        o.failed = true;
-        o.err = errno;
-    }
-    if (o.failed) {
-        st = cllm_error(CLLM_ERR_IO, "%s: write failed: %s", tmp,
-                        o.err >= 0 ? strerror(o.err) : "stream error");
-        remove(tmp);
-        cllm_free(tmp);
-        return st;
-    }
-    if (rename(tmp, path) != 0) {
-        st = cllm_error(CLLM_ERR_IO, "%s: cannot rename to %s: %s", tmp, path, strerror(errno));
-        remove(tmp);
-        cllm_free(tmp);
-        return st;
-    }
-    cllm_free(tmp);
-    return CLLM_OK;
+    return cllm_safe_file_commit(&sf, o.failed ? (o.err > 0 ? o.err : EIO) : 0);
 }

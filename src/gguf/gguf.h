@@ -199,13 +199,15 @@ cllm_status cllm_gguf_writer_copy_kv(cllm_gguf_writer *w, const cllm_gguf *src);
 cllm_status cllm_gguf_writer_add_tensor(cllm_gguf_writer *w, const char *name, cllm_type type,
                                         int n_dims, const int64_t *ne, const void *data);
 
-/* Writes the file (alignment: general.alignment if set, else 32): first to
- * `path` + ".tmp", then renamed to `path`, so that a failure leaves no partial
- * file. Tensor data is streamed from the callers' pointers. Returns
- * CLLM_ERR_IO on a failed open/write/rename, CLLM_ERR_INVALID_ARG for a bad
- * general.alignment, CLLM_ERR_TOO_LARGE if the data exceeds 2^64 bytes. A file
- * without tensors ends right after its key/values (no padding). The writer
- * can be written again. */
+/* Writes the file (alignment: general.alignment if set, else 32): to a new
+ * file beside `path`, synced and renamed over it (core/fileio.h), so that a
+ * failure or a kill leaves the old file or none, never a partial one.
+ * Tensor data is streamed from the callers' pointers. Returns CLLM_ERR_IO
+ * on a failed open/write/sync/rename (naming the file and the system's
+ * reason), CLLM_ERR_INVALID_ARG for a bad general.alignment,
+ * CLLM_ERR_TOO_LARGE if the data exceeds 2^64 bytes. A file without tensors
+ * ends right after its key/values (no padding). The writer can be written
+ * again. */
 cllm_status cllm_gguf_writer_write(cllm_gguf_writer *w, const char *path);
 
 #endif /* CLLM_GGUF_H */

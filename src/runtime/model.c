@@ -2,9 +2,11 @@
 #include "core/hostmem.h"
 #include "runtime/model.h"
 #include "runtime/fit.h"
+#include "runtime/mapguard.h"
 #include "text/tokenizer.h"
 
 #include <errno.h>
+#include <stdatomic.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -189,11 +191,18 @@ static cllm_status place_mapped(cllm_model *m, int fd) {
         return cllm_error(CLLM_ERR_IO, "%s: cannot map %zu bytes: %s", m->path, size,
                           strerror(errno));
     }
+    /* a file truncated under the mapping: an error, not a SIGBUS */
+    cllm_status gst = cllm_mapguard_add(map, size, &m->faulted);
+    if (gst != CLLM_OK) {
+        if (size) munmap(map, size);
+        return gst;
+    }
     const int cpu = cllm_placement_cpu(&m->place);
     cllm_buffer *buf = NULL;
     cllm_status st = cllm_device_buffer_from_host_ptr(m->place.devices[cpu], (char *)map + data,
                                                       (size_t)span, CLLM_MEM_WEIGHTS, &buf);
     if (st != CLLM_OK) {
+        cllm_mapguard_remove(map);
         munmap(map, size);
         return st;
     }
@@ -318,6 +327,7 @@ static cllm_status model_load(const char *path, const cllm_model_params *params,
     if (!m) return cllm_error(CLLM_ERR_NOMEM, "%s: out of host memory", path);
     cllm_status st = CLLM_OK;
     int fd = -1;
+    m->fd = -1;
     m->path = cllm_strdup(path);
     if (!m->path) {
         st = cllm_error(CLLM_ERR_NOMEM, "%s: out of host memory", path);
@@ -363,6 +373,10 @@ static cllm_status model_load(const char *path, const cllm_model_params *params,
         st = cllm_error(CLLM_ERR_IO, "%s: the file changed while loading", path);
         goto fail;
     }
+    m->file_dev = (uint64_t)sb.st_dev;
+    m->file_ino = (uint64_t)sb.st_ino;
+    m->file_size = (int64_t)sb.st_size;
+    m->file_mtime_ns = (int64_t)sb.st_mtim.tv_sec * 1000000000 + sb.st_mtim.tv_nsec;
     /* progress: the bytes read (unless mapped), then those laid out */
     load_progress lp = {.fn = p.progress_fn, .ud = p.progress_user_data};
     lp.total = resident_bytes(m) * (use_mmap ? 1 : 2);
@@ -372,7 +386,11 @@ static cllm_status model_load(const char *path, const cllm_model_params *params,
     if ((st = init_layouts(m, &lp)) != CLLM_OK) goto fail;
     if (lp.done < lp.total) report(&lp, lp.total - lp.done); /* the last call: done == total */
     if (m->place.streamed && (st = start_stream(m, p.plan->stream_slots)) != CLLM_OK) goto fail;
-    close(fd);
+    if (m->map) {
+        m->fd = fd; /* the weights are the file's pages: watch it */
+    } else {
+        close(fd);
+    }
     *out = m;
     return CLLM_OK;
 
@@ -388,10 +406,45 @@ void cllm_model_free(cllm_model *m) {
     cllm_stream_layout_free(&m->stream_lay);
     for (int d = 0; d < CLLM_PLACE_MAX_DEVICES; d++) cllm_buffer_free(m->weights_buf[d]);
     cllm_placement_free(&m->place);
-    if (m->map) munmap(m->map, m->map_size);
+    if (m->map) {
+        cllm_mapguard_remove(m->map);
+        munmap(m->map, m->map_size);
+    }
+    if (m->fd >= 0) close(m->fd);
     cllm_weights_free(m->weights);
     cllm_tokenizer_free(m->tok);
     cllm_gguf_free(m->gguf);
     cllm_free(m->path);
     cllm_free(m);
+}
+
+/* ---- health -------------------------------------------------------------- */
+
+cllm_status cllm_model_weights_ok(const cllm_model *m) {
+    if (atomic_load(&((cllm_model *)m)->faulted)) {
+        return cllm_error(CLLM_ERR_IO,
+                          "%s: reading the mapped weights failed: the file was truncated while "
+                          "in use; reload the model",
+                          m->path);
+    }
+    if (m->fd < 0) return CLLM_OK;
+    struct stat sb;
+    if (fstat(m->fd, &sb) != 0) {
+        return cllm_error(CLLM_ERR_IO, "%s: %s", m->path, strerror(errno));
+    }
+    const int64_t mtime = (int64_t)sb.st_mtim.tv_sec * 1000000000 + sb.st_mtim.tv_nsec;
+    if ((int64_t)sb.st_size != m->file_size || mtime != m->file_mtime_ns) {
+        return cllm_error(CLLM_ERR_IO,
+                          "%s: the file was modified in place since it was loaded (%lld bytes "
+                          "then, %lld now); its weights cannot be trusted; reload the model",
+                          m->path, (long long)m->file_size, (long long)sb.st_size);
+    }
+    return CLLM_OK;
+}
+
+cllm_status cllm_model_check(const cllm_model *m) {
+    CLLM_ASSERT(m != NULL);
+    CLLM_TRY(cllm_model_weights_ok(m));
+    /* streamed layers: their reads check sizes and sums (stream.h) */
+    return m->stream ? cllm_stream_check(m->stream) : CLLM_OK;
 }

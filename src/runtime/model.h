@@ -58,7 +58,26 @@ struct cllm_model {
     int limit_sessions;
     _Atomic int n_sessions; /* open sessions */
     bool partial;           /* a stage of a pipeline: some layers are elsewhere */
+
+    /* the file, while the weights are its mapped pages: kept open, with
+     * what it was when loaded, to see it change in place; and the flag a
+     * fault in the mapping raises (runtime/mapguard.h). (Streamed layers
+     * check their reads themselves: stream.h.) */
+    int fd; /* -1 when the weights were read */
+    uint64_t file_dev, file_ino;
+    int64_t file_size, file_mtime_ns;
+    _Atomic int faulted;
 };
+
+/*
+ * Whether the mapped weights can still be trusted: CLLM_OK, or CLLM_ERR_IO
+ * with the reason when a read of the mapping faulted (the file was
+ * truncated) or the file was changed in place since the load (its size or
+ * modification time differ). One fstat; thread-safe. Sessions call it
+ * around every pass; cllm_model_check (cllm.h) adds the streamed layers'
+ * last failure.
+ */
+cllm_status cllm_model_weights_ok(const cllm_model *m);
 
 /*
  * Loads the part of a model that placement `pl` keeps on this host (a stage

@@ -240,12 +240,19 @@ static int64_t *seq_past(cllm_session *s, int seq) {
 /* Computes the graph last prepared; with streamed layers the pass waits
  * for each one's weights and frees its slot after it (runtime/stream.h). */
 static cllm_status session_compute(cllm_session *s) {
+    /* weights read from a file that was truncated or changed in place are
+     * refused, before the pass and after it (model.h) */
+    CLLM_TRY(cllm_model_weights_ok(s->model));
     cllm_stream *st = s->model->stream;
-    if (!st) return cllm_sched_graph_compute(s->sched, s->graph);
-    CLLM_TRY(cllm_stream_begin(st, s->sched, s->graph));
-    const cllm_status rc = cllm_sched_graph_compute(s->sched, s->graph);
-    cllm_stream_end(st, s->sched, rc == CLLM_OK);
-    return rc;
+    cllm_status rc;
+    if (!st) {
+        rc = cllm_sched_graph_compute(s->sched, s->graph);
+    } else {
+        CLLM_TRY(cllm_stream_begin(st, s->sched, s->graph));
+        rc = cllm_sched_graph_compute(s->sched, s->graph);
+        cllm_stream_end(st, s->sched, rc == CLLM_OK);
+    }
+    return rc == CLLM_OK ? cllm_model_weights_ok(s->model) : rc;
 }
 
 /* Runs one batch of sequence 0's n tokens at n_past. With `keep`, the

@@ -174,6 +174,10 @@ struct cllm_stream {
     int n_tl;
     bool any_layout; /* some streamed weight is stored in a layout of the device's */
     void *scratch;   /* for the I/O thread's conversions (cllm_device_convert_weight) */
+    /* per streamed layer, the sum of its bytes at its first read, which
+     * every later read must match (the I/O thread's alone) */
+    uint64_t *sums;
+    bool *summed;
 
     pthread_mutex_t mu;
     pthread_cond_t cv;
@@ -192,6 +196,8 @@ struct cllm_stream {
     int slot_layer[CLLM_STREAM_MAX_SLOTS]; /* layer held (ready), or -1 */
     bool slot_failed[CLLM_STREAM_MAX_SLOTS];
     char slot_err[CLLM_STREAM_MAX_SLOTS][256];
+    bool read_failed;   /* the last pass failed on a read; until one succeeds */
+    char read_err[512]; /* its message */
     uint64_t bytes_read;
     double wait_s;
 
@@ -257,6 +263,39 @@ static void reopen_file(cllm_stream *st) {
     st->direct = direct;
 }
 
+/* A sum of n bytes (n a multiple of 8 or not), four lanes so that the
+ * multiplies overlap: it only has to tell a layer's bytes from others. */
+static uint64_t sum_bytes(const unsigned char *p, size_t n, uint64_t h) {
+    const uint64_t k = 0x9e3779b97f4a7c15u;
+    uint64_t a = h ^ 1, b = h ^ 2, c = h ^ 3, d = h ^ 4, w[4];
+    size_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        memcpy(w, p + i, 32);
+        a = (a ^ w[0]) * k, b = (b ^ w[1]) * k, c = (c ^ w[2]) * k, d = (d ^ w[3]) * k;
+        a ^= a >> 29, b ^= b >> 29, c ^= c >> 29, d ^= d >> 29;
+    }
+    for (; i < n; i++) a = (a ^ p[i]) * k;
+    return (a ^ (b * 3) ^ (c * 5) ^ (d * 7) ^ n) * k;
+}
+
+/* Whether layer j read into slot holds the bytes its first read had (the
+ * first read records them). */
+static bool same_as_first(cllm_stream *st, int j, const char *slot) {
+    const cllm_stream_layer *sl = &st->lay->layers[j];
+    uint64_t h = 0;
+    for (int r = sl->first_run; r < sl->first_run + sl->n_runs; r++) {
+        const cllm_stream_run *run = &st->lay->runs[r];
+        h = sum_bytes((const unsigned char *)slot + run->slot_off,
+                      (size_t)(run->need_end - run->file_off), h);
+    }
+    if (!st->summed[j]) {
+        st->sums[j] = h;
+        st->summed[j] = true;
+        return true;
+    }
+    return st->sums[j] == h;
+}
+
 static void *io_main(void *arg) {
     cllm_stream *st = arg;
     const cllm_stream_layout *lay = st->lay;
@@ -288,6 +327,14 @@ static void *io_main(void *arg) {
         for (int r = sl->first_run; r < sl->first_run + sl->n_runs && ok; r++) {
             ok = read_run(st, &lay->runs[r], slot + lay->runs[r].slot_off, &n_read, err,
                           sizeof(err));
+        }
+        /* a file overwritten in place reads other bytes: refused, as a
+         * truncated one (written back as it was, it reads well again) */
+        if (ok && !same_as_first(st, j, slot)) {
+            ok = false;
+            snprintf(err, sizeof(err),
+                     "its bytes differ from those read before (was the file modified in "
+                     "place?)");
         }
         /* the layer's weights in the layout the device chose for them, as
          * a resident layer's: a pass reads the same bytes either way */
@@ -345,7 +392,9 @@ cllm_status cllm_stream_new(const char *path, cllm_device *dev, const cllm_weigh
     st->path = cllm_strdup(path);
     st->ring = cllm_aligned_alloc(CLLM_STREAM_BLOCK, lay->ring_bytes);
     st->tl = cllm_malloc((size_t)CLLM_MAX(lay->n_weights, 1) * sizeof(*st->tl));
-    if (!st->path || !st->ring || !st->tl) {
+    st->sums = cllm_calloc((size_t)lay->n_layers, sizeof(*st->sums));
+    st->summed = cllm_calloc((size_t)lay->n_layers, sizeof(*st->summed));
+    if (!st->path || !st->ring || !st->tl || !st->sums || !st->summed) {
         cllm_error(rc, "stream: out of host memory for a ring of %zu bytes", lay->ring_bytes);
         goto fail;
     }
@@ -405,6 +454,8 @@ fail:
     cllm_free(st->scratch);
     cllm_free(st->ring);
     cllm_free(st->tl);
+    cllm_free(st->sums);
+    cllm_free(st->summed);
     cllm_free(st->path);
     cllm_free(st);
     return rc;
@@ -428,6 +479,8 @@ void cllm_stream_free(cllm_stream *st) {
     cllm_free(st->scratch);
     cllm_free(st->ring);
     cllm_free(st->tl);
+    cllm_free(st->sums);
+    cllm_free(st->summed);
     cllm_free(st->gates);
     cllm_free(st->evs);
     cllm_free(st->first);
@@ -437,6 +490,17 @@ void cllm_stream_free(cllm_stream *st) {
 }
 
 cllm_buffer *cllm_stream_buffer(const cllm_stream *st) { return st->buf; }
+
+cllm_status cllm_stream_check(const cllm_stream *st) {
+    cllm_stream *m = (cllm_stream *)st;
+    pthread_mutex_lock(&m->mu);
+    char err[512];
+    const bool failed = m->read_failed;
+    if (failed) snprintf(err, sizeof(err), "%s", m->read_err);
+    pthread_mutex_unlock(&m->mu);
+    if (!failed) return CLLM_OK;
+    return cllm_error(CLLM_ERR_IO, "%s; requests fail until the file is restored", err);
+}
 bool cllm_stream_direct_io(const cllm_stream *st) {
     cllm_stream *m = (cllm_stream *)st;
     pthread_mutex_lock(&m->mu);
@@ -472,6 +536,9 @@ static cllm_status gate(void *user, int j, bool after) {
     if (st->slot_failed[s]) {
         char err[256];
         snprintf(err, sizeof(err), "%s", st->slot_err[s]);
+        st->read_failed = true;
+        snprintf(st->read_err, sizeof(st->read_err), "%s: reading streamed layer %d: %s", st->path,
+                 lay->layers[j].layer, err);
         pthread_mutex_unlock(&st->mu);
         return cllm_error(CLLM_ERR_IO, "%s: reading streamed layer %d: %s", st->path,
                           lay->layers[j].layer, err);
@@ -569,6 +636,7 @@ void cllm_stream_end(cllm_stream *st, cllm_sched *sched, bool ok) {
     cllm_sched_set_gates(sched, NULL, 0, NULL, NULL);
     pthread_mutex_lock(&st->mu);
     if (!ok || st->n_released != st->lay->n_layers) reset_locked(st);
+    if (ok) st->read_failed = false;
     pthread_mutex_unlock(&st->mu);
     pthread_mutex_unlock(&st->pass_mu);
 }

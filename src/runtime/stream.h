@@ -40,7 +40,10 @@
  * returned from the wait as CLLM_ERR_IO naming the layer; the pass stops,
  * cllm_stream_end(st, false) resets the ring, and the next pass opens the
  * path again and reads from layer 0 (so a restored file works again, whether
- * written back in place or renamed over the path).
+ * written back in place or renamed over the path). The bytes of each layer
+ * are summed at its first read and every later read must give the same
+ * sum: a file overwritten in place fails the same way, never computes with
+ * other weights.
  *
  * Thread safety: one pass at a time; cllm_stream_begin takes a lock that
  * cllm_stream_end releases, so sessions of one model take turns.
@@ -127,6 +130,10 @@ bool cllm_stream_direct_io(const cllm_stream *st);
  * it and the slot is released after its last reader. Takes the stream's
  * pass lock (released by cllm_stream_end). CLLM_ERR_NOMEM.
  */
+/* CLLM_OK, or CLLM_ERR_IO with its message when the last pass failed on a
+ * read (until a pass succeeds). Thread-safe. */
+cllm_status cllm_stream_check(const cllm_stream *st);
+
 cllm_status cllm_stream_begin(cllm_stream *st, cllm_sched *sched, const cllm_graph *g);
 /* Ends the pass: clears the gates; with ok false (the compute failed or
  * stopped halfway) the ring is reset and the next pass reads from layer 0. */

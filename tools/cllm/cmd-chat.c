@@ -639,7 +639,9 @@ done:
 /* The conversation as {"messages": [{"role": R, "content": C}, ...]}, the
  * system message first. Valid JSON for any bytes (cli_json_str). */
 static bool save_conversation(const chat *c, const char *path) {
-    FILE *f = fopen(path, "w");
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
     if (!f) {
         cli_error("chat", "/save: %s: %s", path, strerror(errno));
         return false;
@@ -660,10 +662,16 @@ static bool save_conversation(const chat *c, const char *path) {
     fputs("\n]}\n", f);
     const bool ok = !ferror(f);
     if (fclose(f) != 0 || !ok) {
-        cli_error("chat", "/save: %s: write error", path);
+        cli_error("chat", "/save: %s: out of memory", path);
+        free(text);
         return false;
     }
-    return true;
+    /* replaced whole or not at all: a full disk or a kill mid-save leaves
+     * the previous file as it was */
+    const bool written = cllm_file_write(path, text, len) == CLLM_OK;
+    if (!written) cli_error("chat", "/save: %s", cllm_last_error());
+    free(text);
+    return written;
 }
 
 #ifdef CLLM_HAVE_JANSSON

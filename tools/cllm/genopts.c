@@ -262,10 +262,28 @@ bool cli_gen_finish(const char *cmd, cli_gen *g) {
     return true;
 }
 
+/* Whether the CPU has less memory than the machine: a memory cgroup (a
+ * container, a systemd slice) limits the process. */
+static bool cpu_memory_limited(void) {
+    const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    for (int i = 0; i < cllm_device_count() && pages > 0 && page > 0; i++) {
+        cllm_device *d = cllm_device_get(i);
+        if (cllm_device_kind_of(d) != CLLM_DEVICE_CPU) continue;
+        size_t fr = 0, tot = 0;
+        cllm_device_memory(d, &fr, &tot);
+        return tot < (size_t)pages * (size_t)page;
+    }
+    return false;
+}
+
 bool cli_gen_load(const char *cmd, cli_gen *g, cllm_model **m_out) {
     cllm_model_params mp = cllm_model_default_params();
     mp.use_mmap = !g->no_mmap;
     cllm_plan *plan = NULL;
+    /* under a memory limit, plan within it as --mem would (streaming layers
+     * that do not fit, or refusing with the numbers) rather than be killed
+     * by the kernel part-way */
+    if (!g->use_plan && cpu_memory_limited()) g->use_plan = true;
     if (g->use_plan) {
         /* the session has the same shape as the plan */
         g->fit.n_ctx = g->n_ctx, g->fit.n_batch = g->n_batch, g->fit.n_threads = g->n_threads;

@@ -1329,6 +1329,11 @@ static enum MHD_Result route(srv_http *h, struct MHD_Connection *c, conn *cn, co
             fail(&er, 503, NULL, "loading", "the model is loading");
             return send_error(h, c, &er);
         }
+        /* its file truncated or changed in place: every request fails */
+        if (cllm_model_check(e->model) != CLLM_OK) {
+            fail(&er, 503, NULL, "model_unavailable", "%s", cllm_last_error());
+            return send_error(h, c, &er);
+        }
         return send_json(h, c, 200, json_pack("{s:s}", "status", "ok"));
     }
     if (cn->too_large) {

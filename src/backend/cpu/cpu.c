@@ -5,6 +5,7 @@
 #include "backend/backend-impl.h"
 #include "backend/cpu/cpu-ops.h"
 #include "backend/cpu/kernels.h"
+#include "backend/cpu/memlimit.h"
 #include "backend/cpu/repack.h"
 #include "backend/cpu/threadpool.h"
 
@@ -362,7 +363,13 @@ static void cpu_dev_get_memory(cllm_device *dev, size_t *free_bytes, size_t *tot
         const long av = sysconf(_SC_AVPHYS_PAGES);
         avail = av > 0 && page > 0 ? (size_t)av * (size_t)page : total;
     }
-    *free_bytes = avail;
+    /* a memory cgroup's limit is the process's machine (memlimit.h) */
+    size_t cg_limit, cg_avail;
+    if (cllm_cgroup_memory(&cg_limit, &cg_avail)) {
+        total = total ? CLLM_MIN(total, cg_limit) : cg_limit;
+        avail = CLLM_MIN(avail, cg_avail);
+    }
+    *free_bytes = total ? CLLM_MIN(avail, total) : avail;
     *total_bytes = total;
 }
 

@@ -223,10 +223,16 @@ cllm_threadpool *cllm_threadpool_new(int n_threads) {
     /* Workers start with every signal blocked (they inherit the mask), so
      * that a process-directed signal such as SIGINT goes to one of the
      * program's own threads, whose blocking calls it interrupts, and never
-     * runs the program's handler on a worker. Signals a worker causes itself
-     * (SIGSEGV, SIGFPE) are delivered to it all the same. */
+     * runs the program's handler on a worker. The signals a worker causes
+     * itself stay unblocked: blocked, the kernel would kill the process
+     * without running their handler, and the one for SIGBUS in a mapped
+     * model file (runtime/mapguard.h) must run on the worker that read it. */
     sigset_t all, old;
     sigfillset(&all);
+    sigdelset(&all, SIGBUS);
+    sigdelset(&all, SIGSEGV);
+    sigdelset(&all, SIGFPE);
+    sigdelset(&all, SIGILL);
     const bool masked = pthread_sigmask(SIG_SETMASK, &all, &old) == 0;
     int started = 0;
     for (; started < n_threads - 1; started++) {

@@ -157,6 +157,11 @@ CASE(cllm_model_load) {
     CHECK(m == NULL);
 }
 CASE(cllm_model_free) { cllm_model_free(NULL); }
+CASE(cllm_model_check) { REFUSED(cllm_model_check(NULL)); }
+CASE(cllm_file_write) {
+    REFUSED(cllm_file_write(NULL, "x", 1));
+    REFUSED(cllm_file_write("x.bin", NULL, 1));
+}
 CASE(cllm_model_n_vocab) { CHECK(cllm_model_n_vocab(NULL) == 0); }
 CASE(cllm_model_n_ctx_train) { CHECK(cllm_model_n_ctx_train(NULL) == 0); }
 CASE(cllm_model_n_layer) { CHECK(cllm_model_n_layer(NULL) == 0); }
@@ -551,6 +556,8 @@ static const null_case k_cases[] = {
     ENTRY(cllm_model_default_params),
     ENTRY(cllm_model_load),
     ENTRY(cllm_model_free),
+    ENTRY(cllm_model_check),
+    ENTRY(cllm_file_write),
     ENTRY(cllm_model_n_vocab),
     ENTRY(cllm_model_n_ctx_train),
     ENTRY(cllm_model_n_layer),

@@ -117,7 +117,8 @@ cllm_status cllm_safe_file_commit(cllm_safe_file *sf, int write_errno) {
 }
 
 cllm_status cllm_file_write(const char *path, const void *data, size_t size) {
-    if (!data && size) return cllm_error(CLLM_ERR_INVALID_ARG, "cllm_file_write: data is NULL");
+    if (!path) return CLLM_NULL_ARG("path");
+    if (!data && size) return CLLM_NULL_ARG("data");
     cllm_safe_file sf;
     CLLM_TRY(cllm_safe_file_open(&sf, path));
     errno = 0;

@@ -443,7 +443,7 @@ cllm_status cllm_model_weights_ok(const cllm_model *m) {
 }
 
 cllm_status cllm_model_check(const cllm_model *m) {
-    CLLM_ASSERT(m != NULL);
+    if (!m) return CLLM_NULL_ARG("m");
     CLLM_TRY(cllm_model_weights_ok(m));
     /* streamed layers: their reads check sizes and sums (stream.h) */
     return m->stream ? cllm_stream_check(m->stream) : CLLM_OK;

@@ -92,7 +92,7 @@ static json_t *details_json(const cllm_model *m) {
     if (cllm_model_meta_str(m, "general.file_type", ft, sizeof(ft)) > 0) {
         quant = file_type_name(strtoll(ft, NULL, 10));
     }
-    const char *arch = cllm_model_arch(m);
+    const char *arch = cllm_model_arch(m) ? cllm_model_arch(m) : "unknown";
     return json_pack("{s:s,s:s,s:s,s:[s],s:s,s:s}", "parent_model", "", "format", "gguf", "family",
                      arch, "families", arch, "parameter_size", size, "quantization_level", quant);
 }
@@ -162,8 +162,9 @@ static enum MHD_Result api_ps(srv_http *h, srv_engine *e, struct MHD_Connection 
 }
 
 /* The model's metadata for /api/show: numbers as numbers, strings and
- * booleans as such; arrays (the vocabulary) only with "verbose", as null
- * otherwise, as Ollama does. */
+ * booleans as such; arrays (the vocabulary) as null, as Ollama does, and
+ * with "verbose" as their type and length ("[string x 49152]"), not their
+ * elements. */
 static json_t *model_info_json(const cllm_model *m, bool verbose) {
     const cllm_gguf *g = cllm_model_gguf(m);
     json_t *info = json_object();

@@ -277,8 +277,8 @@ typedef struct srv_req_err {
 } srv_req_err;
 
 /* Fills *er (status, param and code may be NULL); returns -1. */
-int srv_fail(srv_req_err *er, unsigned status, const char *param, const char *code,
-             const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+int srv_fail(srv_req_err *er, unsigned status, const char *param, const char *code, const char *fmt,
+             ...) __attribute__((format(printf, 5, 6)));
 /* The server's options (model names, defaults). */
 const srv_http_opts *srv_http_options(const srv_http *h);
 /* Whether `name` is one the server answers to (any, unless

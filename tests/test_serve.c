@@ -1468,6 +1468,188 @@ static void check_tools(const char *model) {
     CHECK_EQ_INT(server_stop(&s, SIGTERM), 0);
 }
 
+/* The text of choice i of a whole completion; a new string or NULL. */
+static char *choice_text(const resp *r, size_t i) {
+    json *doc = json_parse(r->body);
+    const json *ch = json_at(json_get(doc, "choices"), i);
+    const char *t = json_str(json_get(ch, "text"));
+    char *out = t && (size_t)json_num(json_get(ch, "index")) == i ? strdup(t) : NULL;
+    json_free(doc);
+    return out;
+}
+
+/* A list of prompts on /v1/completions (strings and token ids, whole and
+ * streamed): choice i answers prompt i as it would alone; /tokenize and
+ * /detokenize round trips; /slots off without --slots. */
+static void check_prompt_list(const char *model) {
+    server s;
+    const char *args[] = {"-m", model, "--parallel", "2", "-c", "512", NULL};
+    if (!server_start(&s, args)) {
+        CHECKF(false, "the server did not start");
+        return;
+    }
+    const char *one = "{\"prompt\": \"" STORY_PROMPT "\", \"temperature\": 0, \"max_tokens\": 12}";
+    const char *two = "{\"prompt\": \"Once upon\", \"temperature\": 0, \"max_tokens\": 12}";
+    resp r = http(s.port, "POST", "/v1/completions", one);
+    char *ref0 = whole_text(&r, NULL, 0);
+    const long p0 = usage_field(&r, "prompt_tokens");
+    resp_free(&r);
+    r = http(s.port, "POST", "/v1/completions", two);
+    char *ref1 = whole_text(&r, NULL, 0);
+    const long p1 = usage_field(&r, "prompt_tokens");
+    resp_free(&r);
+    CHECK(ref0 && ref1 && *ref0 && *ref1);
+
+    const char *list = "{\"prompt\": [\"" STORY_PROMPT "\", \"Once upon\"], \"temperature\": 0, "
+                       "\"max_tokens\": 12}";
+    r = http(s.port, "POST", "/v1/completions", list);
+    char *t0 = choice_text(&r, 0), *t1 = choice_text(&r, 1);
+    CHECKF(r.status == 200 && t0 && t1 && ref0 && ref1 && !strcmp(t0, ref0) && !strcmp(t1, ref1),
+           "list: %d %s", r.status, r.body);
+    CHECKF(usage_field(&r, "prompt_tokens") == p0 + p1, "list usage: %s", r.body);
+    free(t0);
+    free(t1);
+    resp_free(&r);
+
+    /* the first prompt as token ids, from /tokenize (BOS as a prompt has) */
+    r = http(s.port, "POST", "/tokenize",
+             "{\"content\": \"" STORY_PROMPT "\", \"add_special\": true}");
+    json *doc = json_parse(r.body);
+    const json *toks = json_get(doc, "tokens");
+    char body[4096] = "{\"temperature\": 0, \"max_tokens\": 12, \"prompt\": [";
+    for (size_t i = 0; i < json_len(toks); i++) {
+        char num[32];
+        snprintf(num, sizeof(num), "%s%d", i ? "," : "", (int)json_num(json_at(toks, i)));
+        strncat(body, num, sizeof(body) - strlen(body) - 1);
+    }
+    strncat(body, "]}", sizeof(body) - strlen(body) - 1);
+    CHECKF(r.status == 200 && (long)json_len(toks) == p0, "tokenize: %s", r.body);
+    json_free(doc);
+    resp_free(&r);
+    r = http(s.port, "POST", "/v1/completions", body);
+    t0 = whole_text(&r, NULL, 0);
+    CHECKF(r.status == 200 && t0 && ref0 && !strcmp(t0, ref0), "token ids: %s", r.body);
+    free(t0);
+    resp_free(&r);
+
+    /* streamed: each choice's deltas together give its text */
+    const char *slist = "{\"prompt\": [\"" STORY_PROMPT "\", \"Once upon\"], \"temperature\": 0, "
+                        "\"max_tokens\": 12, \"stream\": true}";
+    r = http(s.port, "POST", "/v1/completions", slist);
+    char got[2][4096] = {"", ""};
+    bool framed = strstr(r.body, "data: [DONE]") != NULL;
+    for (const char *p = r.body; (p = strstr(p, "data: {"));) {
+        const char *end = strstr(p, "\n\n");
+        if (!end) break;
+        char *data = strndup(p + 6, (size_t)(end - p - 6));
+        json *d = json_parse(data);
+        const json *ch = json_at(json_get(d, "choices"), 0);
+        const long idx = (long)json_num(json_get(ch, "index"));
+        const char *t = json_str(json_get(ch, "text"));
+        if (t && (idx == 0 || idx == 1))
+            strncat(got[idx], t, sizeof(got[0]) - strlen(got[idx]) - 1);
+        framed = framed && d;
+        json_free(d);
+        free(data);
+        p = end;
+    }
+    CHECKF(framed && ref0 && ref1 && !strcmp(got[0], ref0) && !strcmp(got[1], ref1),
+           "streamed list: '%s' '%s'", got[0], got[1]);
+    resp_free(&r);
+
+    /* bad lists */
+    r = http(s.port, "POST", "/v1/completions", "{\"prompt\": [\"a\", 5], \"max_tokens\": 1}");
+    CHECK(is_error(&r, 400, "invalid_type"));
+    resp_free(&r);
+    r = http(s.port, "POST", "/v1/completions", "{\"prompt\": [[1, -3]], \"max_tokens\": 1}");
+    CHECK(is_error(&r, 400, "invalid_value"));
+    resp_free(&r);
+
+    /* detokenize: the ids back to the text (the BOS renders as its text) */
+    r = http(s.port, "POST", "/tokenize", "{\"content\": \"" STORY_PROMPT "\"}");
+    doc = json_parse(r.body);
+    toks = json_get(doc, "tokens");
+    snprintf(body, sizeof(body), "{\"tokens\": [");
+    for (size_t i = 0; i < json_len(toks); i++) {
+        char num[32];
+        snprintf(num, sizeof(num), "%s%d", i ? "," : "", (int)json_num(json_at(toks, i)));
+        strncat(body, num, sizeof(body) - strlen(body) - 1);
+    }
+    strncat(body, "]}", sizeof(body) - strlen(body) - 1);
+    json_free(doc);
+    resp_free(&r);
+    r = http(s.port, "POST", "/detokenize", body);
+    doc = json_parse(r.body);
+    const char *back = json_str(json_get(doc, "content"));
+    CHECKF(r.status == 200 && back && strstr(back, STORY_PROMPT + 1), "detokenize: %s", r.body);
+    json_free(doc);
+    resp_free(&r);
+    r = http(s.port, "POST", "/tokenize", "{\"content\": \"Once\", \"with_pieces\": true}");
+    CHECKF(r.status == 200 && strstr(r.body, "\"piece\":") && strstr(r.body, "\"id\":"),
+           "pieces: %s", r.body);
+    resp_free(&r);
+    r = http(s.port, "POST", "/detokenize", "{\"tokens\": [1, 999999]}");
+    CHECK(is_error(&r, 400, "invalid_value"));
+    resp_free(&r);
+    r = http(s.port, "POST", "/tokenize", "{\"text\": \"Once\"}");
+    CHECK(is_error(&r, 400, "unsupported_parameter"));
+    resp_free(&r);
+    r = http(s.port, "GET", "/tokenize", NULL);
+    CHECK(is_error(&r, 405, "method_not_allowed"));
+    resp_free(&r);
+    r = http(s.port, "GET", "/slots", NULL);
+    CHECK(is_error(&r, 404, "not_found"));
+    resp_free(&r);
+    free(ref0);
+    free(ref1);
+    CHECK(server_stop(&s, SIGTERM) == 0);
+}
+
+/* /apply-template, /props and /slots (--slots) on a chat model. */
+static void check_props(const char *model) {
+    server s;
+    const char *args[] = {"-m", model, "--parallel", "2", "--ctx-per-slot", "256", "--slots", NULL};
+    if (!server_start(&s, args)) {
+        CHECKF(false, "the server did not start");
+        return;
+    }
+    resp r = http(s.port, "POST", "/apply-template",
+                  "{\"messages\": [{\"role\": \"user\", \"content\": \"Hi there\"}]}");
+    json *doc = json_parse(r.body);
+    const char *prompt = json_str(json_get(doc, "prompt"));
+    CHECKF(r.status == 200 && prompt && strstr(prompt, "<|im_start|>user\nHi there<|im_end|>") &&
+               strstr(prompt, "<|im_start|>assistant\n"),
+           "apply-template: %s", r.body);
+    json_free(doc);
+    resp_free(&r);
+    r = http(s.port, "POST", "/apply-template", "{\"messages\": []}");
+    CHECK(is_error(&r, 400, NULL));
+    resp_free(&r);
+    r = http(s.port, "GET", "/props", NULL);
+    doc = json_parse(r.body);
+    const json *dg = json_get(doc, "default_generation_settings");
+    const char *tmpl = json_str(json_get(doc, "chat_template"));
+    CHECKF(r.status == 200 && json_num(json_get(doc, "total_slots")) == 2 &&
+               json_num(json_get(dg, "n_ctx")) == 256 &&
+               json_get(json_get(dg, "params"), "temperature") && tmpl && strstr(tmpl, "im_start"),
+           "props: %s", r.body);
+    json_free(doc);
+    resp_free(&r);
+    r = http(s.port, "GET", "/slots", NULL);
+    doc = json_parse(r.body);
+    const json *slots = json_get(doc, "slots");
+    CHECKF(r.status == 200 && json_len(slots) == 2 &&
+               json_num(json_get(json_at(slots, 1), "n_ctx")) == 256 &&
+               json_get(json_at(slots, 0), "is_processing"),
+           "slots: %s", r.body);
+    json_free(doc);
+    resp_free(&r);
+    r = http(s.port, "POST", "/props", "{}");
+    CHECK(is_error(&r, 405, "method_not_allowed"));
+    resp_free(&r);
+    CHECK(server_stop(&s, SIGTERM) == 0);
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) {
         fprintf(stderr, "usage: test_serve PATH-TO-CLLM\n");
@@ -1492,11 +1674,13 @@ int main(int argc, char **argv) {
         check_hosts(model);
         check_names_cors(model);
         check_structured(model);
+        check_prompt_list(model);
     }
     char smol[4096];
     if (refs_fetch_model("smollm2", smol, sizeof(smol))) {
         check_smollm2(smol);
         check_tools(smol);
+        check_props(smol);
         bool decided = false;
         for (int i = 0; i < 3 && !decided; i++) decided = check_queue_timeout(smol);
         CHECKF(decided, "the machine stayed too busy for the queue check");

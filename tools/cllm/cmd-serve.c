@@ -17,6 +17,9 @@ static void serve_usage(FILE *f) {
             "POST /v1/completions (streamed as server-sent events with \"stream\": true),\n"
             "GET /v1/models, GET /v1/models/ID (each also without /v1), GET /health or\n"
             "/v1/health (503 while loading), GET /metrics (Prometheus, with --metrics).\n"
+            "Ollama's API beside it: POST /api/chat, /api/generate (streamed as NDJSON by\n"
+            "default), /api/show; GET /api/tags, /api/ps, /api/version. llama-server's\n"
+            "POST /tokenize, /detokenize, /apply-template; GET /props, /slots (--slots).\n"
             "\n"
             "options:\n"
             "  -m FILE              the model (GGUF)\n"
@@ -68,6 +71,7 @@ static void serve_usage(FILE *f) {
             "                       answered (repeatable; default: none)\n"
             "  --test-device SPEC   enable the test device (debug)\n"
             "  --metrics            answer GET /metrics (Prometheus text; off by default)\n"
+            "  --slots              answer GET /slots (each slot's state; off by default)\n"
             "  --pipe-timeout S     under mpirun: give up when a rank does not answer within\n"
             "                       S seconds (default 120)\n"
             "  --verbose            log each request and slot to stderr\n"
@@ -153,6 +157,10 @@ static int parse_serve_args(int argc, char **argv, serve_args *a) {
         }
         if (!strcmp(o, "--metrics")) {
             a->http.metrics = true;
+            continue;
+        }
+        if (!strcmp(o, "--slots")) {
+            a->http.slots = true;
             continue;
         }
         if (!strcmp(o, "--strict-model-names")) {
@@ -294,6 +302,7 @@ static int serve(serve_args *ap) {
     }
     const char *base = strrchr(a.g.model, '/');
     a.http.model_id = base ? base + 1 : a.g.model;
+    a.http.model_path = a.g.model;
 
     /* SIGINT and SIGTERM go to sigwait below: blocked here, before any
      * thread starts, so that every thread inherits the mask */

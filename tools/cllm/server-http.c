@@ -36,18 +36,13 @@ typedef struct conn {
 } conn;
 
 /* An OpenAI-style error: {"error": {"message", "type", "param", "code"}}. */
-typedef struct req_err {
-    unsigned status;
-    const char *type, *param, *code;
-    char msg[512];
-    char param_buf[72]; /* param when it is a name from the request */
-} req_err;
+typedef srv_req_err req_err;
 
-static int fail(req_err *er, unsigned status, const char *param, const char *code, const char *fmt,
-                ...) __attribute__((format(printf, 5, 6)));
+static void fail_v(req_err *er, unsigned status, const char *param, const char *code,
+                   const char *fmt, va_list ap) __attribute__((format(printf, 5, 0)));
 
-static int fail(req_err *er, unsigned status, const char *param, const char *code, const char *fmt,
-                ...) {
+static void fail_v(req_err *er, unsigned status, const char *param, const char *code,
+                   const char *fmt, va_list ap) {
     er->status = status;
     er->type = status == 401   ? "authentication_error"
                : status == 404 ? "not_found_error"
@@ -55,9 +50,26 @@ static int fail(req_err *er, unsigned status, const char *param, const char *cod
                                : "invalid_request_error";
     er->param = param;
     er->code = code;
+    vsnprintf(er->msg, sizeof(er->msg), fmt, ap);
+}
+
+static int fail(req_err *er, unsigned status, const char *param, const char *code, const char *fmt,
+                ...) __attribute__((format(printf, 5, 6)));
+
+static int fail(req_err *er, unsigned status, const char *param, const char *code, const char *fmt,
+                ...) {
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(er->msg, sizeof(er->msg), fmt, ap);
+    fail_v(er, status, param, code, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+int srv_fail(req_err *er, unsigned status, const char *param, const char *code, const char *fmt,
+             ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fail_v(er, status, param, code, fmt, ap);
     va_end(ap);
     return -1;
 }
@@ -455,14 +467,25 @@ static int get_grammar(json_t *o, const srv_http *h, int32_t n_vocab, srv_gen_pa
     return 0;
 }
 
-/* The generation settings of a request over the server's defaults. */
-static int parse_gen(const srv_http *h, json_t *o, bool chat, int32_t n_vocab, srv_gen_params *gp,
-                     bool *stream, bool *usage, req_err *er) {
+void srv_gen_defaults(const srv_http *h, srv_gen_params *gp) {
     *gp = h->o.defaults;
     gp->n_stop = 0;
     gp->bias = NULL;
     gp->grammar = NULL;
     gp->rp.sampling.grammar = NULL;
+    if (!h->o.seed_given) {
+        uint64_t x = 0;
+        if (getrandom(&x, sizeof(x), GRND_NONBLOCK) != (ssize_t)sizeof(x)) {
+            x = (uint64_t)(cllm_time_ms() * 1e6);
+        }
+        gp->rp.sampling.seed = x;
+    }
+}
+
+/* The generation settings of a request over the server's defaults. */
+static int parse_gen(const srv_http *h, json_t *o, bool chat, int32_t n_vocab, srv_gen_params *gp,
+                     bool *stream, bool *usage, req_err *er) {
+    srv_gen_defaults(h, gp);
     if (check_fields(o, chat, er) < 0) return -1;
     double d;
     long long n;
@@ -487,13 +510,6 @@ static int parse_gen(const srv_http *h, json_t *o, bool chat, int32_t n_vocab, s
     if (r) gp->rp.sampling.frequency_penalty = (float)d;
     if ((r = get_int(o, "seed", INT64_MIN, INT64_MAX, &n, er)) < 0) return -1;
     if (r) gp->rp.sampling.seed = (uint64_t)n;
-    if (!r && !h->o.seed_given) {
-        uint64_t x = 0;
-        if (getrandom(&x, sizeof(x), GRND_NONBLOCK) != (ssize_t)sizeof(x)) {
-            x = (uint64_t)(cllm_time_ms() * 1e6);
-        }
-        gp->rp.sampling.seed = x;
-    }
     if ((r = get_int(o, "n", 1, 1, &n, er)) < 0) {
         return fail(er, 400, "n", "unsupported_value", "only n = 1 is supported");
     }
@@ -1034,6 +1050,10 @@ static int tool_grammar(const srv_http *h, const cllm_model *m, json_t *o, const
     return 0;
 }
 
+static bool prompt_is_list(json_t *p);
+static enum MHD_Result completions_list(srv_http *h, srv_engine *e, struct MHD_Connection *c,
+                                        json_t *p, srv_gen_params *gp, bool stream, bool usage);
+
 static enum MHD_Result completions(srv_http *h, srv_engine *e, struct MHD_Connection *c,
                                    const conn *cn, bool chat) {
     req_err er = {0};
@@ -1089,10 +1109,15 @@ static enum MHD_Result completions(srv_http *h, srv_engine *e, struct MHD_Connec
         if (tokenize(e->model, text, !bos, true, &ids, &n_ids, &er) < 0) goto bad;
     } else {
         json_t *p = json_object_get(o, "prompt");
+        if (prompt_is_list(p)) {
+            const enum MHD_Result res = completions_list(h, e, c, p, &gp, stream, usage);
+            json_decref(o);
+            return res;
+        }
         if (json_is_array(p) && json_array_size(p) == 1) p = json_array_get(p, 0);
         if (!json_is_string(p)) {
             fail(&er, 400, "prompt", p ? "invalid_type" : "missing_required_parameter",
-                 "'prompt' must be a string (or an array of one string)");
+                 "'prompt' must be a string, an array of token ids, or an array of those");
             goto bad;
         }
         if (strlen(json_string_value(p)) != json_string_length(p)) {
@@ -1180,6 +1205,563 @@ bad:
     free(text);
     free(ids);
     srv_gen_params_free(&gp);
+    return send_error(h, c, &er);
+}
+
+/* ---- shared with the other endpoint files (server.h) -------------------- */
+
+const srv_http_opts *srv_http_options(const srv_http *h) { return &h->o; }
+
+bool srv_name_served(const srv_http *h, const char *name, bool any) {
+    return name_served(h, name, any);
+}
+
+enum MHD_Result srv_send_text(const srv_http *h, struct MHD_Connection *c, unsigned status,
+                              const char *type, const char *body, size_t len) {
+    return send_text(h, c, status, type, body, len, status == 503 ? "1" : NULL);
+}
+
+enum MHD_Result srv_send_error(const srv_http *h, struct MHD_Connection *c, const req_err *er) {
+    return send_error(h, c, er);
+}
+
+enum MHD_Result srv_send_json(const srv_http *h, struct MHD_Connection *c, unsigned status,
+                              json_t *j) {
+    return send_json(h, c, status, j);
+}
+
+json_t *srv_parse_body(const char *body, size_t len, req_err *er) {
+    json_error_t jerr;
+    json_t *o = json_loadb(body ? body : "", len, 0, &jerr);
+    if (!o) {
+        if (json_error_code(&jerr) == json_error_invalid_utf8) {
+            fail(er, 400, NULL, "invalid_utf8", "the request body is not valid UTF-8");
+        } else {
+            fail(er, 400, NULL, "invalid_json",
+                 "the request body is not valid JSON: %s (at byte %d)", jerr.text, jerr.position);
+        }
+        return NULL;
+    }
+    if (!json_is_object(o)) {
+        json_decref(o);
+        fail(er, 400, NULL, "invalid_type", "the request body must be a JSON object");
+        return NULL;
+    }
+    return o;
+}
+
+int srv_get_num(json_t *o, const char *key, double lo, double hi, double *out, req_err *er) {
+    return get_num(o, key, lo, hi, out, er);
+}
+
+int srv_get_int(json_t *o, const char *key, long long lo, long long hi, long long *out,
+                req_err *er) {
+    return get_int(o, key, lo, hi, out, er);
+}
+
+int srv_get_bool(json_t *o, const char *key, bool *out, req_err *er) {
+    return get_bool(o, key, out, er);
+}
+
+int srv_get_stop(json_t *o, srv_gen_params *gp, req_err *er) { return get_stop(o, gp, er); }
+
+int srv_schema_grammar(json_t *schema, const char *param, int32_t n_vocab, srv_gen_params *gp,
+                       req_err *er) {
+    if (schema_grammar(schema, param, gp, er) < 0) return -1;
+    gp->rp.sampling.grammar = gp->grammar;
+    gp->rp.sampling.grammar_root = NULL;
+    if (cllm_sampler_params_check(&gp->rp.sampling, n_vocab) != CLLM_OK) {
+        return fail(er, 400, param, "invalid_grammar", "'%s': %s", param, cllm_last_error());
+    }
+    return 0;
+}
+
+int srv_chat_prompt(const srv_http *h, const cllm_model *m, json_t *o, const srv_tools *t,
+                    char **text, bool *bos, req_err *er) {
+    return chat_prompt(h, m, o, t, text, bos, er);
+}
+
+int srv_tokenize(const cllm_model *m, const char *text, bool add_special, bool parse_special,
+                 int32_t **ids, size_t *n, req_err *er) {
+    return tokenize(m, text, add_special, parse_special, ids, n, er);
+}
+
+bool srv_buf_put(srv_buf *b, const char *s, size_t n) {
+    if (b->len + n + 1 > b->cap) {
+        const size_t cap = (b->len + n + 1) * 2;
+        char *nb = realloc(b->data, cap);
+        if (!nb) return false;
+        b->data = nb;
+        b->cap = cap;
+    }
+    memcpy(b->data + b->len, s, n);
+    b->len += n;
+    b->data[b->len] = '\0';
+    return true;
+}
+
+bool srv_buf_put_line(srv_buf *b, json_t *j) {
+    char *s = j ? json_dumps(j, JSON_COMPACT) : NULL;
+    json_decref(j);
+    const bool ok = s && srv_buf_put(b, s, strlen(s)) && srv_buf_put(b, "\n", 1);
+    free(s);
+    return ok;
+}
+
+/* A job answered through a srv_writer (srv_http_answer). */
+typedef struct answer {
+    srv_http *h;
+    srv_engine *e;
+    srv_job *job;
+    struct MHD_Connection *c;
+    const srv_writer *w;
+    void *ctx;
+    srv_buf out;
+    size_t pos;
+    bool ended;
+} answer;
+
+static void answer_free(answer *a) {
+    if (a->job) srv_job_release(a->e, a->job);
+    if (a->w->free) a->w->free(a->ctx);
+    free(a->out.data);
+    free(a);
+}
+
+static void answer_free_cb(void *cls) { answer_free(cls); }
+
+/* Takes what the job produced (the mutex held). */
+static void job_take(srv_job *j, char **text, size_t *len, json_t **lp) {
+    *text = j->out;
+    *len = j->out_len;
+    *lp = j->logprobs;
+    j->out = NULL;
+    j->out_len = j->out_cap = 0;
+    j->logprobs = NULL;
+}
+
+static ssize_t answer_read(void *cls, uint64_t pos, char *buf, size_t max) {
+    (void)pos;
+    answer *a = cls;
+    for (;;) {
+        if (a->pos < a->out.len) {
+            const size_t n = a->out.len - a->pos < max ? a->out.len - a->pos : max;
+            memcpy(buf, a->out.data + a->pos, n);
+            a->pos += n;
+            return (ssize_t)n;
+        }
+        if (a->ended) return MHD_CONTENT_READER_END_OF_STREAM;
+        a->out.len = a->pos = 0;
+        srv_engine *e = a->e;
+        srv_job *j = a->job;
+        pthread_mutex_lock(&e->mu);
+        while (j->out_len == 0 && !j->logprobs && j->state != SRV_JOB_DONE) {
+            job_wait(e, j);
+            if (j->out_len == 0 && j->state != SRV_JOB_DONE && !client_alive(a->c)) {
+                pthread_mutex_unlock(&e->mu);
+                return MHD_CONTENT_READER_END_WITH_ERROR; /* the release cancels it */
+            }
+        }
+        char *text;
+        size_t len;
+        json_t *lp;
+        job_take(j, &text, &len, &lp);
+        const bool done = j->state == SRV_JOB_DONE;
+        pthread_mutex_unlock(&e->mu);
+        bool ok = true;
+        if (len > 0 || lp) ok = a->w->part(a->ctx, &a->out, text ? text : "", len, lp);
+        free(text);
+        if (done) {
+            req_err er;
+            const bool bad = job_error(j, &er);
+            ok = a->w->end(a->ctx, &a->out, j, bad ? &er : NULL) && ok;
+            a->ended = true;
+        }
+        if (!ok) return MHD_CONTENT_READER_END_WITH_ERROR;
+    }
+}
+
+enum MHD_Result srv_http_answer(srv_http *h, srv_engine *e, struct MHD_Connection *c, srv_job *j,
+                                bool chat, bool stream, const char *type, const srv_writer *w,
+                                void *ctx, json_t *(*er_fn)(const req_err *er)) {
+    answer *a = calloc(1, sizeof(*a));
+    req_err er = {0};
+    if (!a || !srv_engine_submit(e, j)) {
+        srv_job_release(e, j); /* never queued: both references */
+        srv_job_release(e, j);
+        if (w->free) w->free(ctx);
+        if (a) {
+            fail(&er, 503, NULL, "queue_full",
+                 "the server is busy: every slot is taken and the queue is full; retry later");
+        } else {
+            fail(&er, 500, NULL, NULL, "out of memory");
+        }
+        free(a);
+        json_t *body = er_fn ? er_fn(&er) : error_json(&er);
+        char *s = body ? json_dumps(body, JSON_COMPACT) : NULL;
+        json_decref(body);
+        if (!s) return MHD_NO;
+        const enum MHD_Result r = send_text(h, c, er.status, "application/json", s, strlen(s),
+                                            er.status == 503 ? "1" : NULL);
+        free(s);
+        return r;
+    }
+    *a = (answer){.h = h, .e = e, .job = j, .c = c, .w = w, .ctx = ctx};
+    pthread_mutex_lock(&e->mu);
+    e->stats.requests[chat ? 0 : 1]++;
+    pthread_mutex_unlock(&e->mu);
+    if (stream) {
+        struct MHD_Response *resp = MHD_create_response_from_callback(
+            MHD_SIZE_UNKNOWN, 4096, answer_read, a, answer_free_cb);
+        if (!resp) {
+            answer_free(a);
+            return MHD_NO;
+        }
+        MHD_add_response_header(resp, "Content-Type", type);
+        add_cors(h, c, resp);
+        MHD_add_response_header(resp, "Cache-Control", "no-cache");
+        const enum MHD_Result res = MHD_queue_response(c, 200, resp);
+        MHD_destroy_response(resp);
+        return res;
+    }
+    pthread_mutex_lock(&e->mu);
+    while (j->state != SRV_JOB_DONE) {
+        job_wait(e, j);
+        if (j->state != SRV_JOB_DONE && !client_alive(c)) {
+            pthread_mutex_unlock(&e->mu);
+            answer_free(a); /* cancels it */
+            return MHD_NO;
+        }
+    }
+    char *text;
+    size_t len;
+    json_t *lp;
+    job_take(j, &text, &len, &lp);
+    pthread_mutex_unlock(&e->mu);
+    const bool bad = job_error(j, &er);
+    bool ok = true;
+    if (bad) {
+        json_decref(lp);
+    } else {
+        ok = w->part(ctx, &a->out, text ? text : "", len, lp);
+    }
+    free(text);
+    ok = w->end(ctx, &a->out, j, bad ? &er : NULL) && ok;
+    enum MHD_Result res;
+    if (!ok) {
+        fail(&er, 500, NULL, NULL, "out of memory");
+        json_t *body = er_fn ? er_fn(&er) : error_json(&er);
+        a->out.len = 0;
+        ok = srv_buf_put_line(&a->out, body);
+    }
+    res = ok ? send_text(h, c, bad ? er.status : 200, type, a->out.data, a->out.len, NULL) : MHD_NO;
+    answer_free(a);
+    return res;
+}
+
+/* ---- a list of prompts (/v1/completions) -------------------------------- */
+
+/* Most prompts in one request. */
+#define MAX_PROMPTS 64
+
+/* Whether "prompt" is OpenAI's other shapes: one prompt of token ids
+ * [1, 2, ...], or a list of several prompts, each a string or token ids. */
+static bool prompt_is_list(json_t *p) {
+    if (!json_is_array(p) || json_array_size(p) == 0) return false;
+    return json_array_size(p) > 1 || !json_is_string(json_array_get(p, 0));
+}
+
+/* A deep copy of gp's stops, bias and grammar into *dst. */
+static bool gen_params_copy(const srv_gen_params *src, srv_gen_params *dst) {
+    *dst = *src;
+    dst->n_stop = 0;
+    dst->bias = NULL;
+    dst->grammar = NULL;
+    for (int i = 0; i < src->n_stop; i++) {
+        if (!(dst->stop[i] = strdup(src->stop[i]))) return srv_gen_params_free(dst), false;
+        dst->n_stop++;
+    }
+    const int32_t nb = src->rp.sampling.n_logit_bias;
+    if (src->bias && nb > 0) {
+        if (!(dst->bias = malloc((size_t)nb * sizeof(*dst->bias)))) {
+            return srv_gen_params_free(dst), false;
+        }
+        memcpy(dst->bias, src->bias, (size_t)nb * sizeof(*dst->bias));
+        dst->rp.sampling.logit_bias = dst->bias;
+    }
+    if (src->grammar) {
+        if (!(dst->grammar = strdup(src->grammar))) return srv_gen_params_free(dst), false;
+        dst->rp.sampling.grammar = dst->grammar;
+    }
+    return true;
+}
+
+/* The tokens of prompt i of the list: a string, or an array of token ids. */
+static int list_prompt(const cllm_model *m, json_t *p, size_t i, int32_t **ids, size_t *n,
+                       req_err *er) {
+    if (json_is_string(p)) {
+        if (strlen(json_string_value(p)) != json_string_length(p)) {
+            return fail(er, 400, "prompt", "invalid_value", "'prompt[%zu]' holds a NUL character",
+                        i);
+        }
+        return tokenize(m, json_string_value(p), true, false, ids, n, er);
+    }
+    if (!json_is_array(p)) {
+        return fail(er, 400, "prompt", "invalid_type",
+                    "'prompt' must be a string, an array of token ids, or an array of those");
+    }
+    const int32_t n_vocab = cllm_model_n_vocab(m);
+    const size_t k = json_array_size(p);
+    if (!(*ids = malloc((k + 1) * sizeof(int32_t)))) {
+        return fail(er, 500, NULL, NULL, "out of memory");
+    }
+    for (size_t t = 0; t < k; t++) {
+        json_t *v = json_array_get(p, t);
+        const json_int_t id = json_is_integer(v) ? json_integer_value(v) : -1;
+        if (id < 0 || id >= n_vocab) {
+            free(*ids);
+            *ids = NULL;
+            return fail(er, 400, "prompt", "invalid_value",
+                        "'prompt[%zu]': element %zu is not a token id in [0, %d)", i, t, n_vocab);
+        }
+        (*ids)[t] = (int32_t)id;
+    }
+    *n = k;
+    return 0;
+}
+
+/* The answer to a list of prompts: a job each, choice i for prompt i. */
+typedef struct list_reply {
+    reply r; /* the shared fields (chat false); r.job unused */
+    srv_job *jobs[MAX_PROMPTS];
+    size_t n_prompt[MAX_PROMPTS];
+    size_t n, cur;
+    bool include_usage;
+} list_reply;
+
+static void list_reply_free(list_reply *l) {
+    for (size_t i = 0; i < l->n; i++) srv_job_release(l->r.e, l->jobs[i]);
+    free(l->r.buf);
+    free(l);
+}
+
+static void list_reply_free_cb(void *cls) { list_reply_free(cls); }
+
+static json_t *list_usage(const list_reply *l) {
+    size_t p = 0, g = 0, cached = 0;
+    for (size_t i = 0; i < l->n; i++) {
+        p += l->n_prompt[i];
+        g += l->jobs[i]->n_completion;
+        cached += l->jobs[i]->n_cached;
+    }
+    return json_pack("{s:I,s:I,s:I,s:{s:I}}", "prompt_tokens", (json_int_t)p, "completion_tokens",
+                     (json_int_t)g, "total_tokens", (json_int_t)(p + g), "prompt_tokens_details",
+                     "cached_tokens", (json_int_t)cached);
+}
+
+/* A streamed chunk of choice i. */
+static void list_chunk(list_reply *l, size_t i, const char *text, size_t len, json_t *lp,
+                       const char *finish) {
+    json_t *ch = choice_json(&l->r, text, len, lp, finish, true);
+    json_object_set_new(ch, "index", json_integer((json_int_t)i));
+    json_t *env = envelope(&l->r, true, json_pack("[o]", ch));
+    if (l->include_usage) json_object_set_new(env, "usage", json_null());
+    sse_put(&l->r, env);
+}
+
+/* The prompts' choices streamed one after the other (they are generated
+ * at once; what a later one made waits in its job). */
+static ssize_t list_stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
+    (void)pos;
+    list_reply *l = cls;
+    reply *r = &l->r;
+    for (;;) {
+        if (r->pos < r->len) {
+            const size_t n = r->len - r->pos < max ? r->len - r->pos : max;
+            memcpy(buf, r->buf + r->pos, n);
+            r->pos += n;
+            return (ssize_t)n;
+        }
+        if (r->ended) return MHD_CONTENT_READER_END_OF_STREAM;
+        r->len = r->pos = 0;
+        srv_engine *e = r->e;
+        srv_job *j = l->jobs[l->cur];
+        pthread_mutex_lock(&e->mu);
+        while (j->out_len == 0 && !j->logprobs && j->state != SRV_JOB_DONE) {
+            job_wait(e, j);
+            if (j->out_len == 0 && j->state != SRV_JOB_DONE && !client_alive(r->c)) {
+                pthread_mutex_unlock(&e->mu);
+                return MHD_CONTENT_READER_END_WITH_ERROR; /* the release cancels them */
+            }
+        }
+        char *text;
+        size_t len;
+        json_t *lp;
+        job_take(j, &text, &len, &lp);
+        const bool done = j->state == SRV_JOB_DONE;
+        pthread_mutex_unlock(&e->mu);
+        if (len > 0 || lp) list_chunk(l, l->cur, text, len, logprobs_json(r, lp, 0), NULL);
+        free(text);
+        if (!done) continue;
+        req_err er;
+        if (job_error(j, &er)) {
+            sse_put(r, error_json(&er));
+        } else {
+            list_chunk(l, l->cur, NULL, 0, NULL, finish_str(j->finish));
+            if (++l->cur < l->n) continue;
+            if (l->include_usage) {
+                json_t *env = envelope(r, true, json_array());
+                json_object_set_new(env, "usage", list_usage(l));
+                sse_put(r, env);
+            }
+        }
+        const char *end = "data: [DONE]\n\n";
+        char *nb = realloc(r->buf, r->len + strlen(end));
+        if (nb) {
+            r->buf = nb;
+            r->cap = r->len + strlen(end);
+            memcpy(r->buf + r->len, end, strlen(end));
+            r->len += strlen(end);
+        }
+        r->ended = true;
+    }
+}
+
+/* Every prompt's choice at once. */
+static enum MHD_Result list_whole(list_reply *l) {
+    srv_engine *e = l->r.e;
+    json_t *choices = json_array();
+    req_err er;
+    bool bad = false;
+    for (size_t i = 0; i < l->n && !bad; i++) {
+        srv_job *j = l->jobs[i];
+        pthread_mutex_lock(&e->mu);
+        while (j->state != SRV_JOB_DONE) {
+            job_wait(e, j);
+            if (j->state != SRV_JOB_DONE && !client_alive(l->r.c)) {
+                pthread_mutex_unlock(&e->mu);
+                json_decref(choices);
+                list_reply_free(l); /* cancels them */
+                return MHD_NO;
+            }
+        }
+        pthread_mutex_unlock(&e->mu);
+        if ((bad = job_error(j, &er))) break;
+        json_t *lp = j->logprobs;
+        j->logprobs = NULL;
+        json_t *ch = choice_json(&l->r, j->out, j->out_len, logprobs_json(&l->r, lp, 0),
+                                 finish_str(j->finish), false);
+        json_object_set_new(ch, "index", json_integer((json_int_t)i));
+        json_array_append_new(choices, ch);
+    }
+    enum MHD_Result res;
+    if (bad) {
+        json_decref(choices);
+        res = send_error(l->r.h, l->r.c, &er);
+    } else {
+        json_t *env = envelope(&l->r, false, choices);
+        json_object_set_new(env, "usage", list_usage(l));
+        res = send_json(l->r.h, l->r.c, 200, env);
+    }
+    list_reply_free(l);
+    return res;
+}
+
+/* POST /v1/completions with a list of prompts (p): a job for each, with
+ * the same settings; takes gp. */
+static enum MHD_Result completions_list(srv_http *h, srv_engine *e, struct MHD_Connection *c,
+                                        json_t *p, srv_gen_params *gp, bool stream, bool usage) {
+    req_err er = {0};
+    list_reply *l = calloc(1, sizeof(*l));
+    int32_t *ids = NULL;
+    size_t n_ids = 0;
+    /* a single prompt of token ids is a list of one */
+    const bool one = json_is_integer(json_array_get(p, 0));
+    const size_t n = one ? 1 : json_array_size(p);
+    if (!l) {
+        fail(&er, 500, NULL, NULL, "out of memory");
+        goto bad;
+    }
+    if (n > MAX_PROMPTS) {
+        fail(&er, 400, "prompt", "invalid_value", "'prompt' has %zu prompts, at most %d", n,
+             MAX_PROMPTS);
+        goto bad;
+    }
+    l->r = (reply){.h = h, .e = e, .created = (long long)time(NULL), .c = c};
+    l->include_usage = usage && stream;
+    response_id(h, "cmpl", l->r.id, sizeof(l->r.id));
+    const double deadline = h->o.timeout_s > 0 ? cllm_time_ms() + h->o.timeout_s * 1e3 : 0;
+    for (size_t i = 0; i < n; i++) {
+        if (list_prompt(e->model, one ? p : json_array_get(p, i), i, &ids, &n_ids, &er) < 0) {
+            goto bad;
+        }
+        if (n_ids == 0 || (int64_t)n_ids >= e->n_ctx) {
+            fail(&er, 400, "prompt", n_ids ? "context_length_exceeded" : "invalid_value",
+                 "prompt %zu has %zu tokens; the context of a slot holds %lld (-c), and at least "
+                 "one must be left to generate",
+                 i, n_ids, (long long)e->n_ctx);
+            goto bad;
+        }
+        if (gp->rp.max_tokens >= 0 && (int64_t)n_ids + gp->rp.max_tokens > e->n_ctx) {
+            fail(&er, 400, "max_tokens", "context_length_exceeded",
+                 "the context of a slot holds %lld tokens (-c), but prompt %zu has %zu tokens and "
+                 "max_tokens is %d",
+                 (long long)e->n_ctx, i, n_ids, gp->rp.max_tokens);
+            goto bad;
+        }
+        srv_gen_params own;
+        if (!gen_params_copy(gp, &own)) {
+            fail(&er, 500, NULL, NULL, "out of memory");
+            goto bad;
+        }
+        srv_job *j = srv_job_new(ids, n_ids, &own, deadline);
+        ids = NULL;
+        if (!j) {
+            fail(&er, 500, NULL, NULL, "out of memory");
+            goto bad;
+        }
+        j->stream = stream;
+        l->n_prompt[l->n] = n_ids;
+        l->jobs[l->n++] = j;
+    }
+    srv_gen_params_free(gp);
+    for (size_t i = 0; i < l->n; i++) {
+        if (!srv_engine_submit(e, l->jobs[i])) {
+            /* those not queued hold both references */
+            for (size_t k = i; k < l->n; k++) srv_job_release(e, l->jobs[k]);
+            list_reply_free(l);
+            fail(&er, 503, NULL, "queue_full",
+                 "the server is busy: the queue has no room for %zu prompts; retry later", n);
+            return send_error(h, c, &er);
+        }
+    }
+    pthread_mutex_lock(&e->mu);
+    e->stats.requests[1]++;
+    pthread_mutex_unlock(&e->mu);
+    if (!stream) return list_whole(l);
+    struct MHD_Response *resp = MHD_create_response_from_callback(
+        MHD_SIZE_UNKNOWN, 4096, list_stream_read, l, list_reply_free_cb);
+    if (!resp) {
+        list_reply_free(l);
+        return MHD_NO;
+    }
+    MHD_add_response_header(resp, "Content-Type", "text/event-stream");
+    add_cors(h, c, resp);
+    MHD_add_response_header(resp, "Cache-Control", "no-cache");
+    const enum MHD_Result res = MHD_queue_response(c, 200, resp);
+    MHD_destroy_response(resp);
+    return res;
+bad:
+    pthread_mutex_lock(&e->mu);
+    e->stats.rejected++;
+    pthread_mutex_unlock(&e->mu);
+    free(ids);
+    if (l) {
+        /* never queued: both references */
+        for (size_t k = 0; k < l->n; k++) srv_job_release(e, l->jobs[k]);
+        list_reply_free(l);
+    }
+    srv_gen_params_free(gp);
     return send_error(h, c, &er);
 }
 
@@ -1274,12 +1856,31 @@ typedef enum endpoint {
     EP_COMPLETIONS,
     EP_MODELS,
     EP_MODEL, /* /v1/models/{id} */
-    EP_METRICS
+    EP_METRICS,
+    EP_OLLAMA, /* /api/... (server-ollama.c) */
+    EP_TOKENIZE,
+    EP_DETOKENIZE,
+    EP_APPLY_TEMPLATE,
+    EP_PROPS,
+    EP_SLOTS
 } endpoint;
+
+/* llama-server's small endpoints, and Ollama's under /api/. */
+static endpoint endpoint_extra(const char *url) {
+    if (!strncmp(url, "/api/", 5)) return EP_OLLAMA;
+    if (!strcmp(url, "/tokenize")) return EP_TOKENIZE;
+    if (!strcmp(url, "/detokenize")) return EP_DETOKENIZE;
+    if (!strcmp(url, "/apply-template")) return EP_APPLY_TEMPLATE;
+    if (!strcmp(url, "/props")) return EP_PROPS;
+    if (!strcmp(url, "/slots")) return EP_SLOTS;
+    return EP_NONE;
+}
 
 static endpoint endpoint_of(const char *url, const char **id) {
     if (!strcmp(url, "/health") || !strcmp(url, "/v1/health")) return EP_HEALTH;
     if (!strcmp(url, "/metrics")) return EP_METRICS;
+    const endpoint extra = endpoint_extra(url);
+    if (extra != EP_NONE) return extra;
     const char *p = !strncmp(url, "/v1/", 4) ? url + 3 : url;
     if (!strcmp(p, "/chat/completions")) return EP_CHAT;
     if (!strcmp(p, "/completions")) return EP_COMPLETIONS;
@@ -1350,11 +1951,18 @@ static enum MHD_Result route(srv_http *h, struct MHD_Connection *c, conn *cn, co
         fail(&er, 404, NULL, "not_found", "/metrics is off (start the server with --metrics)");
         return send_error(h, c, &er);
     }
+    if (ep == EP_SLOTS && !h->o.slots) {
+        fail(&er, 404, NULL, "not_found", "/slots is off (start the server with --slots)");
+        return send_error(h, c, &er);
+    }
     if (ep == EP_NONE) {
         fail(&er, 404, NULL, "not_found", "no endpoint %.200s %.200s", method, url);
         return send_error(h, c, &er);
     }
-    const bool takes_post = ep == EP_CHAT || ep == EP_COMPLETIONS;
+    /* Ollama's: its own methods, errors and /api/version while loading */
+    if (ep == EP_OLLAMA) return srv_ollama(h, e, c, url, method, cn->body, cn->len);
+    const bool takes_post = ep == EP_CHAT || ep == EP_COMPLETIONS || ep == EP_TOKENIZE ||
+                            ep == EP_DETOKENIZE || ep == EP_APPLY_TEMPLATE;
     if (takes_post ? !post : !get) {
         fail(&er, 405, NULL, "method_not_allowed", "%.200s takes %s", url,
              takes_post ? "POST" : "GET");
@@ -1369,6 +1977,11 @@ static enum MHD_Result route(srv_http *h, struct MHD_Connection *c, conn *cn, co
     case EP_COMPLETIONS: return completions(h, e, c, cn, false);
     case EP_MODELS: return models(h, c, NULL);
     case EP_MODEL: return models(h, c, id);
+    case EP_TOKENIZE:
+    case EP_DETOKENIZE:
+    case EP_APPLY_TEMPLATE:
+    case EP_PROPS:
+    case EP_SLOTS: return srv_llama(h, e, c, url, cn->body, cn->len);
     default: return metrics(h, e, c);
     }
 }

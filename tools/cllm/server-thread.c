@@ -236,6 +236,8 @@ static void on_event(const cllm_event *ev, void *ud) {
     }
     j->n_cached = ev->usage.n_cached;
     j->n_completion = ev->usage.n_completion;
+    j->prompt_ms = ev->usage.prompt_ms;
+    j->gen_ms = ev->usage.gen_ms;
     if (ev->usage.started) {
         e->stats.prompt_tokens += ev->usage.n_prompt;
         e->stats.prompt_cached += ev->usage.n_cached;

@@ -27,6 +27,7 @@
 #include "cllm.h"
 
 #include <jansson.h>
+#include <microhttpd.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -86,6 +87,8 @@ typedef struct srv_job {
     json_t *logprobs;    /* array of chat-style entries not yet taken, or NULL */
     size_t n_cached;     /* prompt tokens reused from the slot's cache */
     size_t n_completion; /* tokens generated */
+    double prompt_ms;    /* forward passes that read its prompt (shared with others) */
+    double gen_ms;       /* forward passes that decoded its tokens */
     char error[256];     /* with SRV_FINISH_ERROR */
     int refs;            /* 2 while both sides hold it */
     pthread_cond_t cond; /* signalled when something above changed */
@@ -241,6 +244,9 @@ typedef struct srv_http_opts {
      * (Jinja source); NULL: the model's own template */
     const char *chat_style, *chat_template;
     bool metrics; /* GET /metrics answers (--metrics); else 404 */
+    bool slots;   /* GET /slots answers (--slots); else 404 */
+    /* the model's file: its size and time for /api/tags and /api/show */
+    const char *model_path;
     bool verbose;
 } srv_http_opts;
 
@@ -258,5 +264,103 @@ void srv_http_quiesce(srv_http *h);
 void srv_http_drain(srv_http *h, double max_s);
 /* Closes the port and waits for every connection thread. NULL does nothing. */
 void srv_http_stop(srv_http *h);
+
+/* ---- what the endpoints share (server-http.c) --------------------------- */
+
+/* A request's error: its HTTP status, and OpenAI's {"error": {"message",
+ * "type", "param", "code"}} fields (other formats take the message). */
+typedef struct srv_req_err {
+    unsigned status;
+    const char *type, *param, *code;
+    char msg[512];
+    char param_buf[72]; /* param when it is a name from the request */
+} srv_req_err;
+
+/* Fills *er (status, param and code may be NULL); returns -1. */
+int srv_fail(srv_req_err *er, unsigned status, const char *param, const char *code, const char *fmt,
+             ...) __attribute__((format(printf, 5, 6)));
+/* The server's options (model names, defaults). */
+const srv_http_opts *srv_http_options(const srv_http *h);
+/* Whether `name` is one the server answers to (any, unless
+ * --strict-model-names, when `any`). */
+bool srv_name_served(const srv_http *h, const char *name, bool any);
+/* Answers `body` (len bytes) with `status` and the content type; `j`
+ * (stolen) as compact JSON. */
+enum MHD_Result srv_send_text(const srv_http *h, struct MHD_Connection *c, unsigned status,
+                              const char *type, const char *body, size_t len);
+enum MHD_Result srv_send_json(const srv_http *h, struct MHD_Connection *c, unsigned status,
+                              json_t *j);
+/* Answers OpenAI's error object for *er. */
+enum MHD_Result srv_send_error(const srv_http *h, struct MHD_Connection *c, const srv_req_err *er);
+/* The request body as a JSON object (NULL after filling *er). */
+json_t *srv_parse_body(const char *body, size_t len, srv_req_err *er);
+
+/* Request fields of object `o`: 0 when absent or null, 1 when read into
+ * *out, -1 after filling *er (out of [lo, hi], wrong type). */
+int srv_get_num(json_t *o, const char *key, double lo, double hi, double *out, srv_req_err *er);
+int srv_get_int(json_t *o, const char *key, long long lo, long long hi, long long *out,
+                srv_req_err *er);
+int srv_get_bool(json_t *o, const char *key, bool *out, srv_req_err *er);
+/* "stop" of `o` (a string or an array of them) appended to gp->stop. */
+int srv_get_stop(json_t *o, srv_gen_params *gp, srv_req_err *er);
+/* The server's defaults in *gp (no stops, bias or grammar owned; a random
+ * seed unless --seed). */
+void srv_gen_defaults(const srv_http *h, srv_gen_params *gp);
+/* The grammar of a JSON Schema (a JSON value) as gp's, checked against the
+ * model's n_vocab tokens; `param` names the field in errors. 0 or -1. */
+int srv_schema_grammar(json_t *schema, const char *param, int32_t n_vocab, srv_gen_params *gp,
+                       srv_req_err *er);
+/* The prompt text of request `o`'s "messages" (OpenAI's shape) through the
+ * chat template, with the tools of *t (none: zeroed); *bos: whether the
+ * text begins with the BOS token's text. 0 or -1. */
+int srv_chat_prompt(const srv_http *h, const cllm_model *m, json_t *o, const srv_tools *t,
+                    char **text, bool *bos, srv_req_err *er);
+/* text's tokens in *ids (malloc) and *n. 0 or -1. */
+int srv_tokenize(const cllm_model *m, const char *text, bool add_special, bool parse_special,
+                 int32_t **ids, size_t *n, srv_req_err *er);
+
+/* Bytes of an answer. */
+typedef struct srv_buf {
+    char *data;
+    size_t len, cap;
+} srv_buf;
+
+/* Appends s[0, n); false when out of memory. */
+bool srv_buf_put(srv_buf *b, const char *s, size_t n);
+/* Appends `j` (stolen) as compact JSON and a newline (NDJSON). */
+bool srv_buf_put_line(srv_buf *b, json_t *j);
+
+/* How an endpoint writes the answer of a job: whole (one call of each,
+ * text all at once) or streamed (part as text comes, then end). */
+typedef struct srv_writer {
+    /* text (valid UTF-8, maybe empty) and its log-probability entries
+     * (stolen, or NULL) */
+    bool (*part)(void *ctx, srv_buf *out, const char *text, size_t len, json_t *logprobs);
+    /* the job ended: er is its error (a whole answer is then sent with
+     * er->status), or NULL */
+    bool (*end)(void *ctx, srv_buf *out, const srv_job *j, const srv_req_err *er);
+    void (*free)(void *ctx); /* ctx (optional: NULL) */
+} srv_writer;
+
+/* Submits job `j` (as chat or text completion in the counters) and answers
+ * with what `w` writes of it, as `type`; takes j and ctx (freed however it
+ * ends). A full queue is a 503 with er_fn's body; er_fn (NULL: OpenAI's)
+ * renders an error as JSON. */
+enum MHD_Result srv_http_answer(srv_http *h, srv_engine *e, struct MHD_Connection *c, srv_job *j,
+                                bool chat, bool stream, const char *type, const srv_writer *w,
+                                void *ctx, json_t *(*er_fn)(const srv_req_err *er));
+
+/* ---- llama-server's endpoints (server-llama.c) -------------------------- */
+
+/* Answers POST /tokenize, /detokenize, /apply-template, GET /props or
+ * /slots (url; the method checked). */
+enum MHD_Result srv_llama(srv_http *h, srv_engine *e, struct MHD_Connection *c, const char *url,
+                          const char *body, size_t len);
+
+/* ---- Ollama's API (server-ollama.c) ------------------------------------- */
+
+/* Answers a request under /api/ (Ollama's endpoints). */
+enum MHD_Result srv_ollama(srv_http *h, srv_engine *e, struct MHD_Connection *c, const char *url,
+                           const char *method, const char *body, size_t len);
 
 #endif /* CLLM_TOOLS_SERVER_H */

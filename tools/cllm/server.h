@@ -89,6 +89,11 @@ typedef struct srv_job {
     char error[256];     /* with SRV_FINISH_ERROR */
     int refs;            /* 2 while both sides hold it */
     pthread_cond_t cond; /* signalled when something above changed */
+    /* called (with the mutex held, by the engine thread) when something
+     * above changed, beside the signal: the HTTP side resumes its
+     * connection; NULL: none. srv_job_release clears it. */
+    void (*wake)(void *arg);
+    void *wake_arg;
     struct srv_job *next;
 } srv_job;
 
@@ -217,12 +222,27 @@ json_t *srv_tools_extract(const char *text, size_t len, size_t *content_len);
 
 #define SRV_MAX_NAMES 16
 
+/* What one client may hold of the server (server-conn.c, docs/security.md). */
+typedef struct srv_limits {
+    int max_conns;      /* connections open at once (--max-connections) */
+    int max_per_client; /* of them from one address (--max-conn-per-ip) */
+    int threads;        /* HTTP polling threads (--http-threads) */
+    double header_s;    /* a request's headers arrive within this (--header-timeout) */
+    double idle_s;      /* a connection that moves no byte for this long is closed
+                         * (--idle-timeout); not while it waits for the engine */
+    double min_rate;    /* past header_s, a body arrives at this many bytes/s at
+                         * least (--min-body-rate) */
+    double read_s;      /* a request's headers and body within this; 0: no such
+                         * limit (--timeout) */
+} srv_limits;
+
 typedef struct srv_http_opts {
     const char *host;
     int port;
     const char *api_key; /* NULL: none */
     size_t max_body;
     double timeout_s; /* 0: none */
+    srv_limits lim;
     const char *model_id;
     /* more names the model answers to (--alias); with strict_names only
      * model_id and these are accepted, else any name is */

@@ -2,9 +2,12 @@
  * cllm serve: an OpenAI-compatible HTTP server over one model and N slots.
  *
  * Threads:
- *  - HTTP threads (libmicrohttpd, one per connection, server-http.c) parse a
- *    request, render and tokenize its prompt, put a job on the engine
- *    thread's bounded queue and wait for its text (streamed or whole).
+ *  - HTTP threads (libmicrohttpd: a few, polling every connection,
+ *    server-http.c) parse a request, render and tokenize its prompt and put
+ *    a job on the engine thread's bounded queue; the connection is then
+ *    suspended until the job's wake-up (text for a stream, the end for a
+ *    whole answer) resumes it. A watcher thread (server-conn.c) enforces
+ *    the connections' limits.
  *  - The engine thread (server-thread.c) owns the library's batch engine
  *    (cllm_engine: one session of N sequences, the slots; prefix reuse,
  *    prompt chunks, sampling, stop strings and detokenizing are its own).
@@ -18,7 +21,8 @@
  *
  * Everything a job shares between an HTTP thread and the engine thread is
  * guarded by the engine's mutex; a job is freed when both sides have
- * released it.
+ * released it. Locks: the watcher's before the engine's, never the
+ * reverse; libmicrohttpd's resume is called under the engine's.
  */
 #ifndef CLLM_TOOLS_SERVER_H
 #define CLLM_TOOLS_SERVER_H

@@ -294,10 +294,15 @@ def unauthenticated(cllm, model):
                         live.discard(s)
             peak = max(peak, srv.rss_kib())
         n401 = sum(1 for s in socks if answers[s].startswith(b"HTTP/1.1 401"))
+        other = sum(1 for s in socks if answers[s] and not answers[s].startswith(b"HTTP/1.1 401"))
         total = sum(sent.values())
         for s in socks:
             s.close()
-        check(n401 == n_conn, f"every unauthenticated upload answered 401 ({n401} of {n_conn})")
+        # the server closes with the body unread: the reset that follows may
+        # drop its 401 before the client reads it, never turn it into another
+        check(n401 > 0 and other == 0,
+              f"unauthenticated uploads answered 401 or reset ({n401} 401, {other} other, "
+              f"of {n_conn})")
         check(peak - base < 64 << 10, f"resident memory under 256 unauthenticated uploads grew "
               f"{(peak - base) / 1024:.1f} MiB (at most 64)")
         print(f"figure: resident memory under {n_conn} unauthenticated 8 MiB uploads: "
@@ -312,12 +317,20 @@ def unauthenticated(cllm, model):
 def big_prompt(cllm, model):
     srv = Server(cllm, model)
     try:
-        body = json.dumps({"prompt": "a" * ((8 << 20) - 64), "max_tokens": 1})
-        st, data, dt = request(srv.port, "POST", "/v1/completions", body, key=True)
+        prompt = "a" * ((8 << 20) - 64)
+        # the same body refused for a field checked before the prompt: the
+        # cost of receiving and parsing it, against which the refusal counts
+        st, data, base = request(srv.port, "POST", "/v1/completions",
+                                 json.dumps({"prompt": prompt, "max_tokens": 1, "n": 2}), key=True)
+        check(st == 400, f"an 8 MiB body with n = 2 refused ({st})")
+        st, data, dt = request(srv.port, "POST", "/v1/completions",
+                               json.dumps({"prompt": prompt, "max_tokens": 1}), key=True)
         check(st == 400 and b"context_length_exceeded" in data,
               f"an 8 MiB prompt refused as longer than the context ({st}, {data[:200]!r})")
-        check(dt < 2.0, f"refused within 2 s ({dt:.3f} s)")
-        print(f"figure: an 8 MiB one-word prompt refused in {dt * 1e3:.0f} ms", flush=True)
+        check(dt < 2 * base + 0.5, f"refused in {dt:.3f} s, about what receiving and parsing the "
+              f"body takes ({base:.3f} s)")
+        print(f"figure: an 8 MiB one-word prompt refused in {dt * 1e3:.0f} ms (receiving and "
+              f"parsing the body: {base * 1e3:.0f} ms)", flush=True)
     finally:
         srv.stop()
 

@@ -1622,10 +1622,11 @@ srv_http *srv_http_start(const srv_http_opts *opts, int *port_out) {
     /* a numeric address only: IPv4, or IPv6 (which then takes IPv6 only) */
     struct sockaddr_in a4 = {.sin_family = AF_INET, .sin_port = htons((uint16_t)opts->port)};
     struct sockaddr_in6 a6 = {.sin6_family = AF_INET6, .sin6_port = htons((uint16_t)opts->port)};
-    /* a few polling threads (epoll) for every connection; a request that
-     * waits for the engine is suspended, not holding one */
-    unsigned int flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL |
-                         MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
+    /* a few polling threads (epoll where there is one) for every
+     * connection; a request that waits for the engine is suspended, not
+     * holding one */
+    unsigned int flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO | MHD_ALLOW_SUSPEND_RESUME |
+                         MHD_USE_ERROR_LOG;
     const struct sockaddr *addr = (const struct sockaddr *)&a4;
     if (inet_pton(AF_INET6, opts->host, &a6.sin6_addr) == 1) {
         flags |= MHD_USE_IPv6;

@@ -1206,6 +1206,7 @@ static enum MHD_Result completions(srv_http *h, srv_engine *e, struct MHD_Connec
     j->stream = stream;
     j->wake = stream ? stream_wake : whole_wake; /* not shared yet: no lock */
     j->wake_arg = r;
+    r->job = j; /* before the engine can wake r */
     if (!srv_engine_submit(e, j)) {
         srv_job_release(e, j); /* never queued: both references */
         srv_job_release(e, j);
@@ -1217,7 +1218,6 @@ static enum MHD_Result completions(srv_http *h, srv_engine *e, struct MHD_Connec
     pthread_mutex_lock(&e->mu);
     e->stats.requests[chat ? 0 : 1]++;
     pthread_mutex_unlock(&e->mu);
-    r->job = j;
     if (!stream) {
         cn->pending = r;
         return answer_whole(cn);

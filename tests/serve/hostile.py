@@ -13,7 +13,8 @@ usage: hostile.py CLLM MODEL
   4. Framing (differing Content-Length, Content-Length with Transfer-Encoding,
      other codings), methods on every route (405), Content-Length or a
      chunked body over --max-body (413), a wrong key (401) before the body.
-  5. A client that half-closes after its request still gets its answer
+  5. A body that keeps the minimum rate is still closed at --timeout.
+  6. A client that half-closes after its request still gets its answer
      (whole and streamed); one that resets it gets its job cancelled.
 
 Prints the measured figures and 'N passed, N failed'. Exit 0, 1 on a
@@ -129,13 +130,15 @@ def connect(port, src):
     return s
 
 
-def raw(port, data, wait=5.0, half_close=False):
-    """Sends data on a new connection; (status or None, whole answer, seconds)."""
+def raw(port, data, wait=5.0, half_close=None):
+    """Sends data on a new connection, then half-closes it after half_close
+    seconds (None: never); (status or None, whole answer, seconds)."""
     s = connect(port, "127.0.0.1")
     t = time.time()
     try:
         s.sendall(data)
-        if half_close:
+        if half_close is not None:
+            time.sleep(half_close)
             s.shutdown(socket.SHUT_WR)
     except OSError:
         pass
@@ -403,6 +406,29 @@ def framing(cllm, model):
         srv.stop()
 
 
+def read_timeout(cllm, model):
+    # a body that keeps the rate but not --timeout: closed at --timeout
+    srv = Server(cllm, model, "--timeout", "2", "--min-body-rate", "1", "--header-timeout", "30")
+    try:
+        s = connect(srv.port, "127.0.0.1")
+        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " +
+                  KEY.encode() + b"\r\nContent-Length: 100000\r\n\r\n{")
+        t = time.time()
+        closed = False
+        while time.time() - t < 6 and not closed:
+            try:
+                s.send(b" " * 16)
+            except OSError:
+                closed = True
+            closed = closed or closed_by_peer(s)
+            time.sleep(0.2)
+        dt = time.time() - t
+        s.close()
+        check(closed and 1.5 < dt < 4, f"a body slower than --timeout 2 closed after {dt:.1f} s")
+    finally:
+        srv.stop()
+
+
 def half_close(cllm, model):
     srv = Server(cllm, model)
     try:
@@ -411,7 +437,8 @@ def half_close(cllm, model):
             request(srv.port, "POST", "/v1/completions",
                     completion_body(n=200, ignore_eos=True), key=True)
 
-        for stream in (False, True):
+        # half-closed at once, and once the request waits for the engine
+        for stream, delay in ((False, 0), (True, 0), (False, 0.3), (True, 0.3)):
             ths = [threading.Thread(target=busy) for _ in range(3)]
             for th in ths:
                 th.start()
@@ -421,12 +448,12 @@ def half_close(cllm, model):
                               b"Authorization: Bearer " + KEY.encode() + b"\r\n"
                               b"Content-Type: application/json\r\nConnection: close\r\n"
                               b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" +
-                              body, wait=30, half_close=True)
+                              body, wait=30, half_close=delay)
             for th in ths:
                 th.join()
             done = b"data: [DONE]" in out if stream else b'"choices"' in out
-            check(st == 200 and done, f"a half-closed {'streamed' if stream else 'whole'} "
-                  f"request answered in full after {dt:.2f} s (status {st})")
+            check(st == 200 and done, f"a {'streamed' if stream else 'whole'} request half-closed "
+                  f"after {delay} s answered in full after {dt:.2f} s (status {st})")
         # a reset (RST) while the request waits cancels its job
         before = srv.metric("cllm_requests_cancelled_total")
         th = threading.Thread(target=busy)
@@ -460,7 +487,7 @@ def main():
         print(f"hostile: no model {model}")
         return 1 if os.environ.get("CLLM_REQUIRE_TEST_DATA") else 77
     t = time.time()
-    for part in (framing, big_prompt, half_close, unauthenticated, slow_clients):
+    for part in (framing, big_prompt, read_timeout, half_close, unauthenticated, slow_clients):
         try:
             part(cllm, model)
         except Exception as e:  # a broken server shows here

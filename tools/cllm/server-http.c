@@ -43,6 +43,7 @@ typedef struct conn {
     size_t len, cap;
     bool answered;  /* a response was queued from the headers alone */
     reply *pending; /* a whole answer the engine has not finished (suspended) */
+    bool blocked;   /* the handler returned once without an answer */
 } conn;
 
 /* An OpenAI-style error: {"error": {"message", "type", "param", "code"}}. */
@@ -1001,6 +1002,15 @@ static enum MHD_Result answer_whole(conn *cn) {
     srv_job *j = r->job;
     srv_conns_wait(r->h->conns, r->c, e, j);
     pthread_mutex_lock(&e->mu);
+    if (j->state != SRV_JOB_DONE && !cn->blocked) {
+        /* once without suspending: libmicrohttpd (0.9.75) then stops
+         * reading the socket and calls again at once; suspended at once,
+         * it would read after the resume, and take a half-close for the
+         * client gone */
+        pthread_mutex_unlock(&e->mu);
+        cn->blocked = true;
+        return MHD_YES;
+    }
     if (j->state != SRV_JOB_DONE) {
         r->suspended = true;
         MHD_suspend_connection(r->c);

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 
 #include <sys/resource.h>
@@ -216,4 +217,54 @@ void srv_conns_wait(srv_conns *w, struct MHD_Connection *c, srv_engine *e, srv_j
     s->e = e;
     s->job = j;
     pthread_mutex_unlock(&w->mu);
+}
+
+/* The framing headers of a request, as srv_framing_error reads them. */
+typedef struct framing {
+    const char *why;
+    int n_length, n_coding;
+    const char *length, *coding;
+} framing;
+
+static enum MHD_Result framing_header(void *cls, enum MHD_ValueKind kind, const char *key,
+                                      size_t key_size, const char *value, size_t value_size) {
+    (void)kind;
+    framing *f = cls;
+    if (strlen(key) != key_size || (value && strlen(value) != value_size)) {
+        f->why = "a header holds a NUL byte";
+        return MHD_NO;
+    }
+    for (size_t i = 0; value && i < value_size; i++) {
+        const unsigned char ch = (unsigned char)value[i];
+        if ((ch < 0x20 && ch != '\t') || ch == 0x7f) {
+            f->why = "a header value holds a control character";
+            return MHD_NO;
+        }
+    }
+    if (!strcasecmp(key, "Content-Length")) {
+        if (f->n_length++ && strcmp(f->length, value ? value : "") != 0) {
+            f->why = "two Content-Length headers that differ";
+            return MHD_NO;
+        }
+        f->length = value ? value : "";
+        if (!*f->length || strspn(f->length, "0123456789") != strlen(f->length)) {
+            f->why = "a Content-Length that is not a number";
+            return MHD_NO;
+        }
+    } else if (!strcasecmp(key, "Transfer-Encoding")) {
+        f->n_coding++;
+        f->coding = value ? value : "";
+    }
+    return MHD_YES;
+}
+
+const char *srv_framing_error(struct MHD_Connection *c) {
+    framing f = {0};
+    MHD_get_connection_values_n(c, MHD_HEADER_KIND, framing_header, &f);
+    if (f.why) return f.why;
+    if (f.n_coding > 1) return "more than one Transfer-Encoding header";
+    if (f.n_coding && f.n_length) return "both Content-Length and Transfer-Encoding";
+    if (f.n_coding && strcasecmp(f.coding, "chunked") != 0)
+        return "a Transfer-Encoding other than chunked";
+    return NULL;
 }

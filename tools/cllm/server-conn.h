@@ -8,6 +8,7 @@
  * suspended request whose client reset the connection.
  *
  * Each connection moves through the phases below; server-http.c says when.
+ * The framing headers of a request are checked here too.
  */
 #ifndef CLLM_TOOLS_SERVER_CONN_H
 #define CLLM_TOOLS_SERVER_CONN_H
@@ -43,5 +44,13 @@ void srv_conns_body(srv_conns *w, struct MHD_Connection *c, size_t n);
  * the client resets it meanwhile, the job is cancelled. Call before taking
  * e's mutex; SRV_PHASE_SEND (or the end of the request) forgets the job. */
 void srv_conns_wait(srv_conns *w, struct MHD_Connection *c, srv_engine *e, srv_job *j);
+
+/* What the framing headers of a request say is wrong with it, or NULL:
+ * differing Content-Length headers, or one not a number; Content-Length
+ * with Transfer-Encoding; more than one Transfer-Encoding, or one other
+ * than chunked; a NUL or control byte in a header. Such a request is
+ * answered 400 from its headers and the connection closed, as two parsers
+ * in a row (a proxy, then this server) could read its body differently. */
+const char *srv_framing_error(struct MHD_Connection *c);
 
 #endif /* CLLM_TOOLS_SERVER_CONN_H */

@@ -46,9 +46,22 @@ static void serve_usage(FILE *f) {
             "  --api-key-file F     the same, the key read from file F\n"
             "  --max-queue N        requests that may wait for a slot (default 64); more get\n"
             "                       503 with Retry-After\n"
-            "  --timeout S          cancel a request that waits and runs longer than S seconds\n"
-            "                       (default 0: never)\n"
-            "  --max-body BYTES     largest request body (default 8388608); larger: 413\n"
+            "  --timeout S          cancel a request that waits and runs longer than S seconds,\n"
+            "                       and close a connection whose request takes longer to\n"
+            "                       arrive (default 0: never)\n"
+            "  --max-body BYTES     largest request body (default 8388608); larger: 413, from\n");
+    fprintf(f,
+            "                       Content-Length before the body is read\n"
+            "  --max-connections N  connections open at once (default 512)\n"
+            "  --max-conn-per-ip N  of them from one client address (default 32)\n"
+            "  --http-threads N     threads that serve every connection (default 4)\n"
+            "  --header-timeout S   a request's headers must arrive within S seconds,\n"
+            "                       also between requests on a kept-alive connection\n"
+            "                       (default 10)\n"
+            "  --min-body-rate B    past --header-timeout, a body must arrive at B bytes/s\n"
+            "                       at least (default 4096)\n"
+            "  --idle-timeout S     close a connection that moves no byte for S seconds\n"
+            "                       (default 30; not while its request is generated)\n"
             "  -n N                 max_tokens of requests that give none (default -1: until\n"
             "                       the model ends or the context is full)\n"
             "  --temp T, --top-k K, --top-p P, --min-p P, --repeat-penalty R, --seed S\n"
@@ -135,6 +148,12 @@ static int parse_serve_args(int argc, char **argv, serve_args *a) {
     a->http.host = "127.0.0.1";
     a->http.port = 8080;
     a->http.max_body = (size_t)8 << 20;
+    a->http.lim = (srv_limits){.max_conns = 512,
+                               .max_per_client = 32,
+                               .threads = 4,
+                               .header_s = 10,
+                               .idle_s = 30,
+                               .min_rate = 4096};
     srv_gen_params *d = &a->http.defaults;
     d->rp = cllm_request_default_params();
     cllm_sampler_params *dsp = &d->rp.sampling;
@@ -171,7 +190,8 @@ static int parse_serve_args(int argc, char **argv, serve_args *a) {
                 o, "--host --port --parallel --api-key --api-key-file "
                    "--max-queue --timeout --max-body -n --temp --top-k --top-p "
                    "--min-p --repeat-penalty --seed --pipe-timeout --alias --cors-origin -c "
-                   "--ctx-per-slot")) {
+                   "--ctx-per-slot --max-connections --max-conn-per-ip --http-threads "
+                   "--header-timeout --min-body-rate --idle-timeout")) {
             cli_error("serve", "unknown option '%s' (see cllm serve --help)", name);
             return 2;
         }
@@ -210,6 +230,28 @@ static int parse_serve_args(int argc, char **argv, serve_args *a) {
                 ok = false;
             }
             a->http.timeout_s = t;
+            a->http.lim.read_s = t;
+        } else if (!strcmp(o, "--max-connections")) {
+            ok =
+                cli_int("serve", name, v, 1, 1 << 16, &n) && (a->http.lim.max_conns = (int)n, true);
+        } else if (!strcmp(o, "--max-conn-per-ip")) {
+            ok = cli_int("serve", name, v, 1, 1 << 16, &n) &&
+                 (a->http.lim.max_per_client = (int)n, true);
+        } else if (!strcmp(o, "--http-threads")) {
+            ok = cli_int("serve", name, v, 1, 64, &n) && (a->http.lim.threads = (int)n, true);
+        } else if (!strcmp(o, "--header-timeout") || !strcmp(o, "--idle-timeout") ||
+                   !strcmp(o, "--min-body-rate")) {
+            float t = 0;
+            ok = cli_float("serve", name, v, &t);
+            if (ok && !(t > 0 && t <= 1e9f)) {
+                cli_error("serve", "%s wants a number > 0, not '%s'", o, v);
+                ok = false;
+            }
+            if (ok) {
+                *(!strcmp(o, "--header-timeout") ? &a->http.lim.header_s
+                  : !strcmp(o, "--idle-timeout") ? &a->http.lim.idle_s
+                                                 : &a->http.lim.min_rate) = t;
+            }
         } else if (!strcmp(o, "--pipe-timeout")) {
             ok = cli_float("serve", name, v, &a->pipe_timeout);
             if (ok && !(a->pipe_timeout > 0)) {

@@ -1,7 +1,10 @@
-/* cllm serve: the HTTP side (libmicrohttpd, a thread per connection): the
- * endpoints, request parsing and validation, and the responses, whole or
- * streamed as server-sent events (server.h). */
+/* cllm serve: the HTTP side (libmicrohttpd on a few polling threads, a
+ * request waiting for the engine suspended): the endpoints, request parsing
+ * and validation, and the responses, whole or streamed as server-sent
+ * events (server.h). The connections' limits are server-conn.c's. */
 #include "server.h"
+
+#include "server-conn.h"
 
 #include "commands.h"
 
@@ -13,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -26,13 +30,21 @@ struct srv_http {
     _Atomic(srv_engine *) engine; /* NULL while loading */
     atomic_ulong next_id;
     atomic_int n_open; /* requests received and not yet answered in full */
+    srv_conns *conns;  /* the connections' limits */
+    /* the longest token piece of the model (0: not known yet): a prompt
+     * of n bytes has at least n / max_piece tokens */
+    atomic_size_t max_piece;
 };
 
-/* What the connection's handler keeps between its calls: the body so far. */
+typedef struct reply reply;
+
+/* What the request's handler keeps between its calls. */
 typedef struct conn {
-    char *body;
+    char *body; /* the body so far */
     size_t len, cap;
-    bool too_large;
+    bool answered;  /* a response was queued from the headers alone */
+    reply *pending; /* a whole answer the engine has not finished (suspended) */
+    bool blocked;   /* the handler returned once without an answer */
 } conn;
 
 /* An OpenAI-style error: {"error": {"message", "type", "param", "code"}}. */
@@ -137,25 +149,6 @@ static enum MHD_Result send_error(const srv_http *h, struct MHD_Connection *c, c
                                         er->status == 503 ? "1" : NULL);
     free(s);
     return r;
-}
-
-/* Whether the client is still there (it has not closed its end). */
-static bool client_alive(struct MHD_Connection *c) {
-    const union MHD_ConnectionInfo *ci =
-        MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
-    if (!ci) return true;
-    struct pollfd p = {.fd = ci->connect_fd, .events = POLLRDHUP};
-    if (poll(&p, 1, 0) <= 0) return true;
-    return !(p.revents & (POLLRDHUP | POLLHUP | POLLERR));
-}
-
-/* Waits on the job's condition for at most 100 ms (the mutex held). */
-static void job_wait(srv_engine *e, srv_job *j) {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    ts.tv_nsec += 100 * 1000000L;
-    if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
-    pthread_cond_timedwait(&j->cond, &e->mu, &ts);
 }
 
 /* ---- request fields ----------------------------------------------------- */
@@ -701,6 +694,60 @@ done:
     return rc;
 }
 
+/* The longest piece of a token of m, in bytes (control tokens' text
+ * included), computed once. */
+static size_t max_piece(srv_http *h, const cllm_model *m) {
+    size_t mp = atomic_load(&h->max_piece);
+    if (mp) return mp;
+    const int32_t n = cllm_model_n_vocab(m);
+    for (int32_t id = 0; id < n; id++) {
+        size_t len = 0;
+        if (cllm_token_to_piece(m, id, true, &len) && len > mp) mp = len;
+    }
+    if (mp == 0) mp = 1;
+    atomic_store(&h->max_piece, mp);
+    return mp;
+}
+
+/* The tokens of a prompt that must leave a token of the context free.
+ * Every byte of the text is in the piece of some token (the tokenizers,
+ * SentencePiece and byte-level BPE, lose no byte), so a text of n bytes
+ * has at least n / max_piece tokens: a text that cannot fit is refused
+ * before tokenizing it, and the rest is tokenized once, with the ids
+ * capped at the context. */
+static int tokenize_prompt(srv_http *h, const cllm_model *m, int64_t n_ctx, const char *text,
+                           bool add_special, bool parse_special, const char *param, int32_t **ids,
+                           size_t *n, req_err *er) {
+    const size_t len = strlen(text), mp = max_piece(h, m);
+    if (len / mp >= (size_t)n_ctx) {
+        return fail(er, 400, param, "context_length_exceeded",
+                    "the prompt has at least %zu tokens (%zu bytes, at most %zu bytes a token); "
+                    "the context of a slot holds %lld (-c), and at least one must be left to "
+                    "generate",
+                    len / mp, len, mp, (long long)n_ctx);
+    }
+    const size_t cap = (size_t)n_ctx;
+    *ids = malloc(cap * sizeof(int32_t));
+    if (!*ids) return fail(er, 500, NULL, NULL, "out of memory");
+    const cllm_status st = cllm_tokenize(m, text, len, add_special, parse_special, *ids, cap, n);
+    if (st == CLLM_ERR_TOO_LARGE && *n >= cap) {
+        free(*ids);
+        *ids = NULL;
+        return fail(er, 400, param, "context_length_exceeded",
+                    "the prompt has %zu tokens; the context of a slot holds %lld (-c), and at "
+                    "least one must be left to generate",
+                    *n, (long long)n_ctx);
+    }
+    if (st != CLLM_OK) {
+        free(*ids);
+        *ids = NULL;
+        return fail(er, 400, NULL, NULL, "tokenizing: %s", cllm_last_error());
+    }
+    return 0;
+}
+
+/* The tokens of a text, uncapped (/tokenize, Ollama's prompts, lists of
+ * prompts: their bodies are bounded by --max-body). */
 static int tokenize(const cllm_model *m, const char *text, bool add_special, bool parse_special,
                     int32_t **ids, size_t *n, req_err *er) {
     const size_t len = strlen(text);
@@ -712,15 +759,40 @@ static int tokenize(const cllm_model *m, const char *text, bool add_special, boo
     st = cllm_tokenize(m, text, len, add_special, parse_special, *ids, need + 1, n);
     if (st != CLLM_OK) {
         free(*ids);
+        *ids = NULL;
         return fail(er, 400, NULL, NULL, "tokenizing: %s", cllm_last_error());
     }
     return 0;
 }
 
+/* Whether the client of a connection that blocks on its job is still there:
+ * a reset or an error says it left; a half-close (POLLRDHUP) does not, its
+ * answer is still read. */
+static bool client_alive(struct MHD_Connection *c) {
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    if (!ci) return true;
+    struct pollfd p = {.fd = ci->connect_fd, .events = 0};
+    if (poll(&p, 1, 0) <= 0) return true;
+    return !(p.revents & (POLLHUP | POLLERR));
+}
+
+/* Waits (under the engine's mutex) for a job's next change, at most 100 ms.
+ * Only the answers written through srv_http_answer (Ollama's) and lists of
+ * prompts wait so, holding their polling thread; the OpenAI answers are
+ * suspended until the engine wakes them. */
+static void job_wait(srv_engine *e, srv_job *j) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_nsec += 100 * 1000000L;
+    if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
+    pthread_cond_timedwait(&j->cond, &e->mu, &ts);
+}
+
 /* ---- completions -------------------------------------------------------- */
 
 /* What a response (whole or streamed) needs beside the job. */
-typedef struct reply {
+struct reply {
     srv_http *h;
     srv_engine *e;
     srv_job *job;
@@ -738,7 +810,10 @@ typedef struct reply {
     bool tools_on;
     char *held;
     size_t held_len;
-} reply;
+    /* under the engine's mutex: the connection is suspended until the
+     * engine wakes it */
+    bool suspended;
+};
 
 static const char *finish_str(srv_finish f) {
     return f == SRV_FINISH_STOP ? "stop" : f == SRV_FINISH_LENGTH ? "length" : NULL;
@@ -896,12 +971,13 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
         srv_engine *e = r->e;
         srv_job *j = r->job;
         pthread_mutex_lock(&e->mu);
-        while (j->out_len == 0 && !j->logprobs && j->state != SRV_JOB_DONE) {
-            job_wait(e, j);
-            if (j->out_len == 0 && j->state != SRV_JOB_DONE && !client_alive(r->c)) {
-                pthread_mutex_unlock(&e->mu);
-                return MHD_CONTENT_READER_END_WITH_ERROR; /* the release cancels it */
-            }
+        if (j->out_len == 0 && !j->logprobs && j->state != SRV_JOB_DONE) {
+            /* nothing yet: no thread waits, the engine's next event resumes
+             * the connection (a client gone shows as a write error then) */
+            r->suspended = true;
+            MHD_suspend_connection(r->c);
+            pthread_mutex_unlock(&e->mu);
+            return 0;
         }
         char *text = j->out;
         const size_t len = j->out_len;
@@ -961,20 +1037,49 @@ static void reply_free(reply *r) {
 
 static void stream_free(void *cls) { reply_free(cls); }
 
-/* The whole answer of a job that is not streamed. */
-static enum MHD_Result answer_whole(reply *r) {
+/* The engine's wake-ups (under its mutex): a stream's connection resumes
+ * on any event, a whole answer's at the end only. */
+static void stream_wake(void *arg) {
+    reply *r = arg;
+    if (!r->suspended) return;
+    r->suspended = false;
+    MHD_resume_connection(r->c);
+}
+
+static void whole_wake(void *arg) {
+    reply *r = arg;
+    if (!r->suspended || r->job->state != SRV_JOB_DONE) return;
+    r->suspended = false;
+    MHD_resume_connection(r->c);
+}
+
+/* The whole answer of a job that is not streamed (cn->pending): until the
+ * job ends, the connection is suspended (a half-close of the client is
+ * not a reason to stop; a reset is, see server-conn.c). */
+static enum MHD_Result answer_whole(conn *cn) {
+    reply *r = cn->pending;
     srv_engine *e = r->e;
     srv_job *j = r->job;
+    srv_conns_wait(r->h->conns, r->c, e, j);
     pthread_mutex_lock(&e->mu);
-    while (j->state != SRV_JOB_DONE) {
-        job_wait(e, j);
-        if (j->state != SRV_JOB_DONE && !client_alive(r->c)) {
-            pthread_mutex_unlock(&e->mu);
-            reply_free(r); /* cancels it */
-            return MHD_NO;
-        }
+    if (j->state != SRV_JOB_DONE && !cn->blocked) {
+        /* once without suspending: libmicrohttpd (0.9.75) then stops
+         * reading the socket and calls again at once; suspended at once,
+         * it would read after the resume, and take a half-close for the
+         * client gone */
+        pthread_mutex_unlock(&e->mu);
+        cn->blocked = true;
+        return MHD_YES;
+    }
+    if (j->state != SRV_JOB_DONE) {
+        r->suspended = true;
+        MHD_suspend_connection(r->c);
+        pthread_mutex_unlock(&e->mu);
+        return MHD_YES;
     }
     pthread_mutex_unlock(&e->mu);
+    srv_conns_phase(r->h->conns, r->c, SRV_PHASE_SEND);
+    cn->pending = NULL;
     req_err er;
     enum MHD_Result res;
     if (job_error(j, &er)) {
@@ -1054,8 +1159,8 @@ static bool prompt_is_list(json_t *p);
 static enum MHD_Result completions_list(srv_http *h, srv_engine *e, struct MHD_Connection *c,
                                         json_t *p, srv_gen_params *gp, bool stream, bool usage);
 
-static enum MHD_Result completions(srv_http *h, srv_engine *e, struct MHD_Connection *c,
-                                   const conn *cn, bool chat) {
+static enum MHD_Result completions(srv_http *h, srv_engine *e, struct MHD_Connection *c, conn *cn,
+                                   bool chat) {
     req_err er = {0};
     json_error_t jerr;
     json_t *o = json_loadb(cn->body ? cn->body : "", cn->len, 0, &jerr);
@@ -1106,7 +1211,10 @@ static enum MHD_Result completions(srv_http *h, srv_engine *e, struct MHD_Connec
         tools_on = tools.tools != NULL;
         bool bos = false;
         if (chat_prompt(h, e->model, o, &tools, &text, &bos, &er) < 0) goto bad;
-        if (tokenize(e->model, text, !bos, true, &ids, &n_ids, &er) < 0) goto bad;
+        if (tokenize_prompt(h, e->model, e->n_ctx, text, !bos, true, "messages", &ids, &n_ids,
+                            &er) < 0) {
+            goto bad;
+        }
     } else {
         json_t *p = json_object_get(o, "prompt");
         if (prompt_is_list(p)) {
@@ -1124,7 +1232,10 @@ static enum MHD_Result completions(srv_http *h, srv_engine *e, struct MHD_Connec
             fail(&er, 400, "prompt", "invalid_value", "'prompt' holds a NUL character");
             goto bad;
         }
-        if (tokenize(e->model, json_string_value(p), true, false, &ids, &n_ids, &er) < 0) goto bad;
+        if (tokenize_prompt(h, e->model, e->n_ctx, json_string_value(p), true, false, "prompt",
+                            &ids, &n_ids, &er) < 0) {
+            goto bad;
+        }
     }
     if (n_ids == 0) {
         fail(&er, 400, chat ? "messages" : "prompt", "invalid_value", "the prompt has no tokens");
@@ -1151,7 +1262,6 @@ static enum MHD_Result completions(srv_http *h, srv_engine *e, struct MHD_Connec
 
     const double deadline = h->o.timeout_s > 0 ? cllm_time_ms() + h->o.timeout_s * 1e3 : 0;
     srv_job *j = srv_job_new(ids, n_ids, &gp, deadline);
-    if (j) j->stream = stream;
     ids = NULL;
     gp.n_stop = 0; /* the job owns the stop strings, the bias and the grammar */
     gp.bias = NULL;
@@ -1172,6 +1282,10 @@ static enum MHD_Result completions(srv_http *h, srv_engine *e, struct MHD_Connec
                  .n_prompt = n_ids,
                  .c = c};
     response_id(h, chat ? "chatcmpl" : "cmpl", r->id, sizeof(r->id));
+    j->stream = stream;
+    j->wake = stream ? stream_wake : whole_wake; /* not shared yet: no lock */
+    j->wake_arg = r;
+    r->job = j; /* before the engine can wake r */
     if (!srv_engine_submit(e, j)) {
         srv_job_release(e, j); /* never queued: both references */
         srv_job_release(e, j);
@@ -1183,8 +1297,10 @@ static enum MHD_Result completions(srv_http *h, srv_engine *e, struct MHD_Connec
     pthread_mutex_lock(&e->mu);
     e->stats.requests[chat ? 0 : 1]++;
     pthread_mutex_unlock(&e->mu);
-    r->job = j;
-    if (!stream) return answer_whole(r);
+    if (!stream) {
+        cn->pending = r;
+        return answer_whole(cn);
+    }
     struct MHD_Response *resp =
         MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, stream_read, r, stream_free);
     if (!resp) {
@@ -1917,57 +2033,103 @@ static enum MHD_Result preflight(const srv_http *h, struct MHD_Connection *c) {
     return res;
 }
 
-static enum MHD_Result route(srv_http *h, struct MHD_Connection *c, conn *cn, const char *url,
-                             const char *method) {
+/* The method an endpoint takes (OPTIONS aside). */
+static const char *endpoint_method(endpoint ep) {
+    return ep == EP_CHAT || ep == EP_COMPLETIONS || ep == EP_TOKENIZE || ep == EP_DETOKENIZE ||
+                   ep == EP_APPLY_TEMPLATE
+               ? "POST"
+               : "GET";
+}
+
+/* Sends a 405 with the Allow header. */
+static enum MHD_Result send_405(const srv_http *h, struct MHD_Connection *c, const char *url,
+                                const char *method, const char *allow) {
     req_err er = {0};
-    const bool get = !strcmp(method, "GET"), post = !strcmp(method, "POST");
+    fail(&er, 405, NULL, "method_not_allowed", "%.200s takes %s, not %.32s", url, allow, method);
+    json_t *j = error_json(&er);
+    char *s = j ? json_dumps(j, JSON_COMPACT) : NULL;
+    json_decref(j);
+    struct MHD_Response *r =
+        s ? MHD_create_response_from_buffer(strlen(s), s, MHD_RESPMEM_MUST_FREE) : NULL;
+    if (!r) {
+        free(s);
+        return MHD_NO;
+    }
+    MHD_add_response_header(r, "Content-Type", "application/json");
+    MHD_add_response_header(r, "Allow", allow);
+    add_cors(h, c, r);
+    const enum MHD_Result res = MHD_queue_response(c, 405, r);
+    MHD_destroy_response(r);
+    return res;
+}
+
+/* Everything a request's headers decide, before any byte of its body is
+ * read: the framing (400), a preflight, /health, the key (401), the path
+ * (404), the method (405) and the declared length (413). Queues the answer
+ * in *res and returns true when the headers decide it. */
+static bool route_head(srv_http *h, struct MHD_Connection *c, const char *url, const char *method,
+                       enum MHD_Result *res) {
+    req_err er = {0};
     srv_engine *e = atomic_load(&h->engine);
     const char *id = NULL;
     const endpoint ep = endpoint_of(url, &id);
-    if (!strcmp(method, "OPTIONS") && ep != EP_NONE && cors_origin(h, c)) return preflight(h, c);
-    if (ep == EP_HEALTH) {
+    const char *bad = srv_framing_error(c);
+    if (bad) {
+        fail(&er, 400, NULL, "bad_request", "malformed request: %s", bad);
+    } else if (!strcmp(method, "OPTIONS") && ep != EP_NONE && cors_origin(h, c)) {
+        *res = preflight(h, c);
+        return true;
+    } else if (ep == EP_HEALTH) {
+        if (strcmp(method, "GET") != 0) {
+            *res = send_405(h, c, url, method, "GET");
+            return true;
+        }
         if (!e) {
             fail(&er, 503, NULL, "loading", "the model is loading");
-            return send_error(h, c, &er);
-        }
-        /* its file truncated or changed in place: every request fails */
-        if (cllm_model_check(e->model) != CLLM_OK) {
+        } else if (cllm_model_check(e->model) != CLLM_OK) {
+            /* its file truncated or changed in place: every request fails */
             fail(&er, 503, NULL, "model_unavailable", "%s", cllm_last_error());
-            return send_error(h, c, &er);
+        } else {
+            *res = send_json(h, c, 200, json_pack("{s:s}", "status", "ok"));
+            return true;
         }
-        return send_json(h, c, 200, json_pack("{s:s}", "status", "ok"));
-    }
-    if (cn->too_large) {
-        fail(&er, 413, NULL, "request_too_large", "the request body is larger than %zu bytes",
-             h->o.max_body);
-        return send_error(h, c, &er);
-    }
-    if (h->o.api_key && !key_equal(request_key(c), h->o.api_key)) {
+    } else if (h->o.api_key && !key_equal(request_key(c), h->o.api_key)) {
         fail(&er, 401, NULL, "invalid_api_key",
              "a valid API key is required (Authorization: Bearer KEY, or x-api-key: KEY)");
-        return send_error(h, c, &er);
-    }
-    if (ep == EP_METRICS && !h->o.metrics) {
+    } else if (ep == EP_METRICS && !h->o.metrics) {
         fail(&er, 404, NULL, "not_found", "/metrics is off (start the server with --metrics)");
-        return send_error(h, c, &er);
-    }
-    if (ep == EP_SLOTS && !h->o.slots) {
+    } else if (ep == EP_SLOTS && !h->o.slots) {
         fail(&er, 404, NULL, "not_found", "/slots is off (start the server with --slots)");
-        return send_error(h, c, &er);
-    }
-    if (ep == EP_NONE) {
+    } else if (ep == EP_NONE) {
         fail(&er, 404, NULL, "not_found", "no endpoint %.200s %.200s", method, url);
-        return send_error(h, c, &er);
+    } else if (ep != EP_OLLAMA && strcmp(method, endpoint_method(ep)) != 0) {
+        /* Ollama's routes check their own methods (srv_ollama) */
+        *res = send_405(h, c, url, method, endpoint_method(ep));
+        return true;
+    } else {
+        const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
+        if (!cl || strtoull(cl, NULL, 10) <= h->o.max_body) return false;
+        fail(&er, 413, NULL, "request_too_large", "the request body is larger than %zu bytes",
+             h->o.max_body);
     }
+    if (e && er.status != 503) {
+        pthread_mutex_lock(&e->mu);
+        e->stats.rejected++;
+        pthread_mutex_unlock(&e->mu);
+    }
+    *res = send_error(h, c, &er);
+    return true;
+}
+
+/* The request, its headers checked by route_head and its body read. */
+static enum MHD_Result route(srv_http *h, struct MHD_Connection *c, conn *cn, const char *url,
+                             const char *method) {
+    req_err er = {0};
+    srv_engine *e = atomic_load(&h->engine);
+    const char *id = NULL;
+    const endpoint ep = endpoint_of(url, &id);
     /* Ollama's: its own methods, errors and /api/version while loading */
     if (ep == EP_OLLAMA) return srv_ollama(h, e, c, url, method, cn->body, cn->len);
-    const bool takes_post = ep == EP_CHAT || ep == EP_COMPLETIONS || ep == EP_TOKENIZE ||
-                            ep == EP_DETOKENIZE || ep == EP_APPLY_TEMPLATE;
-    if (takes_post ? !post : !get) {
-        fail(&er, 405, NULL, "method_not_allowed", "%.200s takes %s", url,
-             takes_post ? "POST" : "GET");
-        return send_error(h, c, &er);
-    }
     if (!e) {
         fail(&er, 503, NULL, "loading", "the model is loading");
         return send_error(h, c, &er);
@@ -1986,6 +2148,15 @@ static enum MHD_Result route(srv_http *h, struct MHD_Connection *c, conn *cn, co
     }
 }
 
+/* A 413 for a body that outgrew --max-body without a Content-Length that
+ * said so (MHD_NO, the connection closed, when it cannot be queued yet). */
+static enum MHD_Result too_large(srv_http *h, struct MHD_Connection *c) {
+    req_err er = {0};
+    fail(&er, 413, NULL, "request_too_large", "the request body is larger than %zu bytes",
+         h->o.max_body);
+    return send_error(h, c, &er);
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url,
                                   const char *method, const char *version, const char *upload,
                                   size_t *upload_size, void **con_cls) {
@@ -1996,28 +2167,41 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         if (!(cn = calloc(1, sizeof(*cn)))) return MHD_NO;
         *con_cls = cn;
         atomic_fetch_add(&h->n_open, 1);
-        const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
-        if (cl && strtoull(cl, NULL, 10) > h->o.max_body) cn->too_large = true;
-        return MHD_YES;
+        srv_conns_phase(h->conns, c, SRV_PHASE_BODY);
+        enum MHD_Result res = MHD_YES;
+        if (route_head(h, c, url, method, &res)) {
+            cn->answered = true;
+            if (h->o.verbose) fprintf(stderr, "cllm serve: %s %s (its headers)\n", method, url);
+        }
+        return res;
     }
+    if (cn->pending) return answer_whole(cn); /* resumed */
     if (*upload_size > 0) {
-        if (!cn->too_large && cn->len + *upload_size > h->o.max_body) {
-            cn->too_large = true;
-        }
-        if (!cn->too_large) {
-            if (cn->len + *upload_size + 1 > cn->cap) {
-                const size_t cap = (cn->len + *upload_size + 1) * 2;
-                char *nb = realloc(cn->body, cap);
-                if (!nb) return MHD_NO;
-                cn->body = nb;
-                cn->cap = cap;
-            }
-            memcpy(cn->body + cn->len, upload, *upload_size);
-            cn->len += *upload_size;
-        }
+        const size_t n = *upload_size;
         *upload_size = 0;
+        srv_conns_body(h->conns, c, n);
+        if (cn->answered) return MHD_YES; /* dropped: the answer is out */
+        if (cn->len + n > h->o.max_body) {
+            cn->answered = true;
+            free(cn->body);
+            cn->body = NULL;
+            cn->len = cn->cap = 0;
+            return too_large(h, c);
+        }
+        if (cn->len + n + 1 > cn->cap) {
+            size_t cap = (cn->len + n + 1) * 2;
+            if (cap > h->o.max_body + 1) cap = h->o.max_body + 1;
+            char *nb = realloc(cn->body, cap);
+            if (!nb) return MHD_NO;
+            cn->body = nb;
+            cn->cap = cap;
+        }
+        memcpy(cn->body + cn->len, upload, n);
+        cn->len += n;
         return MHD_YES;
     }
+    if (cn->answered) return MHD_YES;
+    srv_conns_phase(h->conns, c, SRV_PHASE_SEND);
     const enum MHD_Result r = route(h, c, cn, url, method);
     if (h->o.verbose) fprintf(stderr, "cllm serve: %s %s\n", method, url);
     return r;
@@ -2025,10 +2209,14 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 
 static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
                          enum MHD_RequestTerminationCode toe) {
-    (void)c, (void)toe;
+    (void)toe;
     srv_http *h = cls;
     conn *cn = *con_cls;
+    /* the next request's headers are due from now (and a waiting job is
+     * forgotten before it is released) */
+    srv_conns_phase(h->conns, c, SRV_PHASE_HEAD);
     if (cn) {
+        if (cn->pending) reply_free(cn->pending);
         free(cn->body);
         free(cn);
         *con_cls = NULL;
@@ -2050,11 +2238,15 @@ srv_http *srv_http_start(const srv_http_opts *opts, int *port_out) {
     atomic_init(&h->engine, NULL);
     atomic_init(&h->next_id, 0);
     atomic_init(&h->n_open, 0);
+    atomic_init(&h->max_piece, 0);
     /* a numeric address only: IPv4, or IPv6 (which then takes IPv6 only) */
     struct sockaddr_in a4 = {.sin_family = AF_INET, .sin_port = htons((uint16_t)opts->port)};
     struct sockaddr_in6 a6 = {.sin6_family = AF_INET6, .sin6_port = htons((uint16_t)opts->port)};
-    unsigned int flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD |
-                         MHD_USE_ERROR_LOG | MHD_USE_ITC;
+    /* a few polling threads (epoll where there is one) for every
+     * connection; a request that waits for the engine is suspended, not
+     * holding one */
+    unsigned int flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO | MHD_ALLOW_SUSPEND_RESUME |
+                         MHD_USE_ERROR_LOG;
     const struct sockaddr *addr = (const struct sockaddr *)&a4;
     if (inet_pton(AF_INET6, opts->host, &a6.sin6_addr) == 1) {
         flags |= MHD_USE_IPv6;
@@ -2064,13 +2256,22 @@ srv_http *srv_http_start(const srv_http_opts *opts, int *port_out) {
         free(h);
         return NULL;
     }
+    const srv_limits *l = &opts->lim;
+    if (!(h->conns = srv_conns_new(l, opts->verbose))) {
+        free(h);
+        return NULL;
+    }
     h->d = MHD_start_daemon(
         flags, (uint16_t)opts->port, NULL, NULL, on_request, h, MHD_OPTION_SOCK_ADDR, addr,
-        MHD_OPTION_NOTIFY_COMPLETED, on_completed, h, MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, h,
-        MHD_OPTION_CONNECTION_LIMIT, 256u, MHD_OPTION_CONNECTION_TIMEOUT, 600u, MHD_OPTION_END);
+        MHD_OPTION_NOTIFY_COMPLETED, on_completed, h, MHD_OPTION_NOTIFY_CONNECTION,
+        srv_conns_notify, h->conns, MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, h,
+        MHD_OPTION_THREAD_POOL_SIZE, (unsigned)l->threads, MHD_OPTION_CONNECTION_LIMIT,
+        (unsigned)l->max_conns, MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)l->max_per_client,
+        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)ceil(l->idle_s), MHD_OPTION_END);
     if (!h->d) {
         fprintf(stderr, "cllm serve: cannot listen on %s:%d (in use, or not permitted)\n",
                 opts->host, opts->port);
+        srv_conns_free(h->conns);
         free(h);
         return NULL;
     }
@@ -2095,5 +2296,6 @@ void srv_http_drain(srv_http *h, double max_s) {
 void srv_http_stop(srv_http *h) {
     if (!h) return;
     MHD_stop_daemon(h->d);
+    srv_conns_free(h->conns);
     free(h);
 }

@@ -97,6 +97,13 @@ static void job_free(srv_job *j) {
     free(j);
 }
 
+/* Under the mutex: tells the HTTP side that the job changed (its text, its
+ * log-probabilities or its end). */
+static void job_wake(srv_job *j) {
+    pthread_cond_broadcast(&j->cond);
+    if (j->wake) j->wake(j->wake_arg);
+}
+
 /* Under the mutex: one side lets go. */
 static void job_unref(srv_job *j) {
     if (--j->refs == 0) job_free(j);
@@ -104,6 +111,8 @@ static void job_unref(srv_job *j) {
 
 void srv_job_release(srv_engine *e, srv_job *job) {
     pthread_mutex_lock(&e->mu);
+    job->wake = NULL; /* the HTTP side's state goes with it */
+    job->wake_arg = NULL;
     if (job->state != SRV_JOB_DONE) {
         job->cancel = true;
         pthread_cond_signal(&e->work);
@@ -137,7 +146,7 @@ static void job_done(srv_engine *e, srv_job *j, srv_finish why) {
     j->finish = why;
     j->state = SRV_JOB_DONE;
     if (why == SRV_FINISH_CANCELLED || why == SRV_FINISH_TIMEOUT) e->stats.cancelled++;
-    pthread_cond_broadcast(&j->cond);
+    job_wake(j);
     job_unref(j);
 }
 
@@ -208,7 +217,7 @@ static void on_event(const cllm_event *ev, void *ud) {
         pthread_mutex_lock(&e->mu);
         if (!j->logprobs) j->logprobs = json_array();
         json_array_append_new(j->logprobs, entry);
-        if (j->stream) pthread_cond_broadcast(&j->cond);
+        if (j->stream) job_wake(j);
         pthread_mutex_unlock(&e->mu);
         return;
     }
@@ -219,7 +228,7 @@ static void on_event(const cllm_event *ev, void *ud) {
             j->cancel_why = SRV_FINISH_ERROR;
             (void)cllm_engine_cancel(e->eng, j->id);
         }
-        if (j->stream) pthread_cond_broadcast(&j->cond);
+        if (j->stream) job_wake(j);
         pthread_mutex_unlock(&e->mu);
         return;
     }

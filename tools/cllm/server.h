@@ -2,9 +2,12 @@
  * cllm serve: an OpenAI-compatible HTTP server over one model and N slots.
  *
  * Threads:
- *  - HTTP threads (libmicrohttpd, one per connection, server-http.c) parse a
- *    request, render and tokenize its prompt, put a job on the engine
- *    thread's bounded queue and wait for its text (streamed or whole).
+ *  - HTTP threads (libmicrohttpd: a few, polling every connection,
+ *    server-http.c) parse a request, render and tokenize its prompt and put
+ *    a job on the engine thread's bounded queue; the connection is then
+ *    suspended until the job's wake-up (text for a stream, the end for a
+ *    whole answer) resumes it. A watcher thread (server-conn.c) enforces
+ *    the connections' limits.
  *  - The engine thread (server-thread.c) owns the library's batch engine
  *    (cllm_engine: one session of N sequences, the slots; prefix reuse,
  *    prompt chunks, sampling, stop strings and detokenizing are its own).
@@ -18,7 +21,8 @@
  *
  * Everything a job shares between an HTTP thread and the engine thread is
  * guarded by the engine's mutex; a job is freed when both sides have
- * released it.
+ * released it. Locks: the watcher's before the engine's, never the
+ * reverse; libmicrohttpd's resume is called under the engine's.
  */
 #ifndef CLLM_TOOLS_SERVER_H
 #define CLLM_TOOLS_SERVER_H
@@ -92,6 +96,11 @@ typedef struct srv_job {
     char error[256];     /* with SRV_FINISH_ERROR */
     int refs;            /* 2 while both sides hold it */
     pthread_cond_t cond; /* signalled when something above changed */
+    /* called (with the mutex held, by the engine thread) when something
+     * above changed, beside the signal: the HTTP side resumes its
+     * connection; NULL: none. srv_job_release clears it. */
+    void (*wake)(void *arg);
+    void *wake_arg;
     struct srv_job *next;
 } srv_job;
 
@@ -220,12 +229,27 @@ json_t *srv_tools_extract(const char *text, size_t len, size_t *content_len);
 
 #define SRV_MAX_NAMES 16
 
+/* What one client may hold of the server (server-conn.c, docs/security.md). */
+typedef struct srv_limits {
+    int max_conns;      /* connections open at once (--max-connections) */
+    int max_per_client; /* of them from one address (--max-conn-per-ip) */
+    int threads;        /* HTTP polling threads (--http-threads) */
+    double header_s;    /* a request's headers arrive within this (--header-timeout) */
+    double idle_s;      /* a connection that moves no byte for this long is closed
+                         * (--idle-timeout); not while it waits for the engine */
+    double min_rate;    /* past header_s, a body arrives at this many bytes/s at
+                         * least (--min-body-rate) */
+    double read_s;      /* a request's headers and body within this; 0: no such
+                         * limit (--timeout) */
+} srv_limits;
+
 typedef struct srv_http_opts {
     const char *host;
     int port;
     const char *api_key; /* NULL: none */
     size_t max_body;
     double timeout_s; /* 0: none */
+    srv_limits lim;
     const char *model_id;
     /* more names the model answers to (--alias); with strict_names only
      * model_id and these are accepted, else any name is */

@@ -9,8 +9,9 @@ on a free port and checks chat and text completions, whole and streamed,
 greedy answers equal between the two, usage (with cached tokens on a second
 turn), a request naming another model (served: one model is loaded), and
 structured output (response_format json_schema, raw and through the client's
-Pydantic parse(), and json_object), and tool calls (forced, streamed, and a
-tool result sent back).
+Pydantic parse(), and json_object), and tool calls (forced, streamed, an
+answer under auto streamed as content as it comes, and a tool result sent
+back).
 Exits 77 (skipped) when the venv, pip or the model cannot be had, unless CLLM_REQUIRE_TEST_DATA is set
 (CI): then that is a failure.
 """
@@ -196,6 +197,21 @@ def check_tools(client, mid):
             finish = ch.finish_reason or finish
     check(finish == "tool_calls" and name == "get_weather" and calls
           and args == calls[0].function.arguments, f"streamed call {name} {args} {finish}")
+    # auto: an answer that is no call is streamed as content as it comes
+    # (not held back to the end), and equals the whole answer
+    q = [{"role": "user", "content": "Tell me a joke about cats."}]
+    whole = client.chat.completions.create(model=mid, messages=q, tools=TOOLS, max_tokens=24,
+                                           temperature=0)
+    parts, streamed_calls = [], []
+    for chunk in client.chat.completions.create(model=mid, messages=q, tools=TOOLS, max_tokens=24,
+                                                temperature=0, stream=True):
+        for ch in chunk.choices:
+            if ch.delta.content:
+                parts.append(ch.delta.content)
+            streamed_calls += ch.delta.tool_calls or []
+    if not whole.choices[0].message.tool_calls:
+        check("".join(parts) == whole.choices[0].message.content and len(parts) > 1
+              and not streamed_calls, f"auto, streamed: {parts} vs {whole.choices[0].message}")
     if not calls:
         return
     back = msgs + [{"role": "assistant", "content": None,

@@ -805,11 +805,13 @@ struct reply {
     char *buf;
     size_t len, pos, cap;
     bool role_sent, ended;
-    /* tools offered: the text is held back (streamed too) until it ends,
-     * to be read as tool calls or sent as content */
+    /* tools offered: the text is held back (streamed too) while it may be
+     * a call in the template's form (srv_tools_plain), then sent as content
+     * (held_sent bytes so far) or, at the end, read as tool calls */
     bool tools_on;
+    srv_tool_format tool_format;
     char *held;
-    size_t held_len;
+    size_t held_len, held_sent;
     /* under the engine's mutex: the connection is suspended until the
      * engine wakes it */
     bool suspended;
@@ -918,9 +920,10 @@ static void sse_chunk(reply *r, const char *text, size_t len, json_t *lp, const 
  * as tool_calls deltas (with any text before them as content), or the
  * text; then the finish reason. */
 static void sse_tools_end(reply *r, const char *finish) {
-    size_t n = r->held_len;
-    json_t *calls = srv_tools_extract(r->held ? r->held : "", r->held_len, &n);
-    if (n > 0 || !calls) sse_chunk(r, r->held, n, NULL, NULL);
+    const char *rest = r->held ? r->held + r->held_sent : "";
+    size_t n = r->held_len - r->held_sent;
+    json_t *calls = srv_tools_extract(r->tool_format, rest, n, r->held_sent == 0, &n);
+    if (n > 0) sse_chunk(r, rest, n, NULL, NULL);
     if (!calls) {
         sse_chunk(r, NULL, 0, NULL, finish);
         return;
@@ -994,7 +997,12 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
                 r->held = nb;
                 r->held_len += len;
             }
-            if (lp) sse_chunk(r, NULL, 0, logprobs_json(r, lp, 0), NULL);
+            const size_t n = srv_tools_plain(r->tool_format, r->held, r->held_len);
+            if (n > r->held_sent || lp) {
+                const size_t k = n > r->held_sent ? n - r->held_sent : 0;
+                sse_chunk(r, r->held + r->held_sent, k, logprobs_json(r, lp, 0), NULL);
+                r->held_sent += k;
+            }
         } else if (len > 0 || lp) {
             sse_chunk(r, text, len, logprobs_json(r, lp, 0), NULL);
         }
@@ -1088,7 +1096,8 @@ static enum MHD_Result answer_whole(conn *cn) {
         json_t *lp = j->logprobs;
         j->logprobs = NULL;
         size_t n = j->out_len;
-        json_t *calls = r->tools_on ? srv_tools_extract(j->out, j->out_len, &n) : NULL;
+        json_t *calls =
+            r->tools_on ? srv_tools_extract(r->tool_format, j->out, j->out_len, true, &n) : NULL;
         json_t *ch = choice_json(r, j->out, n, logprobs_json(r, lp, 0),
                                  calls ? "tool_calls" : finish_str(j->finish), false);
         if (calls) {
@@ -1127,8 +1136,8 @@ static bool name_served(const srv_http *h, const char *name, bool any) {
 
 /* With tool_choice required or named, the grammar that forces a call (in
  * place of the server's default; a request's own grammar conflicts). */
-static int tool_grammar(const srv_http *h, const cllm_model *m, json_t *o, const srv_tools *t,
-                        srv_gen_params *gp, req_err *er) {
+static int tool_grammar(const cllm_model *m, json_t *o, const srv_tools *t, srv_gen_params *gp,
+                        req_err *er) {
     if (!t->tools || (t->choice != SRV_TOOL_REQUIRED && t->choice != SRV_TOOL_NAMED)) return 0;
     static const char *const keys[] = {"response_format", "grammar", "json_schema"};
     for (size_t i = 0; i < N_OF(keys); i++) {
@@ -1138,11 +1147,9 @@ static int tool_grammar(const srv_http *h, const cllm_model *m, json_t *o, const
                         "'%s' and a forced tool call (tool_choice): give one", keys[i]);
         }
     }
-    const char *tmpl = h->o.chat_template ? h->o.chat_template : cllm_model_chat_template(m);
-    const bool hermes = tmpl && !h->o.chat_style && strstr(tmpl, "<tool_call>");
     const char *root = NULL;
     srv_tool_err te = {0};
-    char *g = srv_tools_grammar(t, hermes, &root, &te);
+    char *g = srv_tools_grammar(t, &root, &te);
     if (!g) return tool_error(er, &te);
     free(gp->grammar);
     gp->grammar = g;
@@ -1200,6 +1207,7 @@ static enum MHD_Result completions(srv_http *h, srv_engine *e, struct MHD_Connec
     if (parse_gen(h, o, chat, cllm_model_n_vocab(e->model), &gp, &stream, &usage, &er) < 0)
         goto bad;
     bool tools_on = false;
+    srv_tool_format tool_format = SRV_TOOLFMT_GENERIC;
     if (chat) {
         srv_tools tools = {0};
         srv_tool_err te = {0};
@@ -1207,7 +1215,9 @@ static enum MHD_Result completions(srv_http *h, srv_engine *e, struct MHD_Connec
             tool_error(&er, &te);
             goto bad;
         }
-        if (tool_grammar(h, e->model, o, &tools, &gp, &er) < 0) goto bad;
+        tools.format = srv_http_tool_format(h, e->model);
+        tool_format = tools.format;
+        if (tool_grammar(e->model, o, &tools, &gp, &er) < 0) goto bad;
         tools_on = tools.tools != NULL;
         bool bos = false;
         if (chat_prompt(h, e->model, o, &tools, &text, &bos, &er) < 0) goto bad;
@@ -1278,6 +1288,7 @@ static enum MHD_Result completions(srv_http *h, srv_engine *e, struct MHD_Connec
                  .chat = chat,
                  .include_usage = usage && stream,
                  .tools_on = tools_on,
+                 .tool_format = tool_format,
                  .created = (long long)time(NULL),
                  .n_prompt = n_ids,
                  .c = c};
@@ -1390,6 +1401,11 @@ int srv_schema_grammar(json_t *schema, const char *param, int32_t n_vocab, srv_g
         return fail(er, 400, param, "invalid_grammar", "'%s': %s", param, cllm_last_error());
     }
     return 0;
+}
+
+srv_tool_format srv_http_tool_format(const srv_http *h, const cllm_model *m) {
+    if (h->o.chat_style) return SRV_TOOLFMT_GENERIC; /* a built-in style names no form */
+    return srv_tools_format(h->o.chat_template ? h->o.chat_template : cllm_model_chat_template(m));
 }
 
 int srv_chat_prompt(const srv_http *h, const cllm_model *m, json_t *o, const srv_tools *t,

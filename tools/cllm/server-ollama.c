@@ -427,6 +427,7 @@ typedef struct oll_req {
     const char *raw_text;
     bool empty; /* no prompt: Ollama's way to load a model, answered at once */
     bool tools_on;
+    srv_tool_format tool_format; /* with tools_on */
 } oll_req;
 
 static const char *const k_fields_both[] = {"model",      "stream", "format",   "options",
@@ -554,6 +555,7 @@ static int request_tokens(srv_http *h, srv_engine *e, oll_req *q, int32_t **ids,
             if (!te.code) return srv_fail(er, 500, NULL, NULL, "out of memory");
             return srv_fail(er, 400, NULL, NULL, "%s", te.msg);
         }
+        tools.format = q->tool_format = srv_http_tool_format(h, e->model);
         char *text = NULL;
         bool bos = false;
         if (srv_chat_prompt(h, e->model, q->prompt_req, &tools, &text, &bos, er) < 0) return -1;
@@ -587,8 +589,9 @@ static int request_tokens(srv_http *h, srv_engine *e, oll_req *q, int32_t **ids,
 
 typedef struct oll_ctx {
     bool chat, stream, tools_on;
-    char model[256]; /* as the request named it */
-    double t0_ms;    /* when the request arrived */
+    srv_tool_format tool_format; /* with tools_on */
+    char model[256];             /* as the request named it */
+    double t0_ms;                /* when the request arrived */
     size_t n_prompt;
     srv_buf text;     /* the whole text (whole answers; streamed with tools: held back) */
     json_t *logprobs; /* whole answers: every entry */
@@ -668,7 +671,8 @@ static bool oll_end(void *ctx, srv_buf *out, const srv_job *j, const req_err *er
     }
     size_t n = x->text.len;
     json_t *calls = x->tools_on && x->chat
-                        ? srv_tools_extract(x->text.data ? x->text.data : "", x->text.len, &n)
+                        ? srv_tools_extract(x->tool_format, x->text.data ? x->text.data : "",
+                                            x->text.len, true, &n)
                         : NULL;
     const bool whole_text = !x->stream || x->tools_on;
     json_t *o = oll_object(x, whole_text ? (x->text.data ? x->text.data : "") : "",
@@ -723,8 +727,12 @@ static enum MHD_Result api_generate(srv_http *h, srv_engine *e, struct MHD_Conne
         srv_fail(&er, 500, NULL, NULL, "out of memory");
         goto bad;
     }
-    *x = (oll_ctx){
-        .chat = chat, .stream = q.stream, .tools_on = q.tools_on, .t0_ms = t0, .n_prompt = n_ids};
+    *x = (oll_ctx){.chat = chat,
+                   .stream = q.stream,
+                   .tools_on = q.tools_on,
+                   .tool_format = q.tool_format,
+                   .t0_ms = t0,
+                   .n_prompt = n_ids};
     snprintf(x->model, sizeof(x->model), "%s", json_string_value(json_object_get(o, "model")));
     json_decref(q.prompt_req);
     const srv_http_opts *opt = srv_http_options(h);

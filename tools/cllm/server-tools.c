@@ -153,8 +153,23 @@ static int hoist_defs(json_t *params, json_t *root, srv_tool_err *te) {
     return 0;
 }
 
-char *srv_tools_grammar(const srv_tools *t, bool hermes, const char **root, srv_tool_err *te) {
+srv_tool_format srv_tools_format(const char *tmpl) {
+    if (!tmpl) return SRV_TOOLFMT_GENERIC;
+    if (strstr(tmpl, "<tool_call>")) return SRV_TOOLFMT_HERMES;
+    if (strstr(tmpl, "[TOOL_CALLS]")) return SRV_TOOLFMT_MISTRAL;
+    if (strstr(tmpl, "<|python_tag|>") ||
+        (strstr(tmpl, "<|start_header_id|>") && strstr(tmpl, "\"parameters\""))) {
+        return SRV_TOOLFMT_LLAMA3;
+    }
+    return SRV_TOOLFMT_GENERIC;
+}
+
+char *srv_tools_grammar(const srv_tools *t, const char **root, srv_tool_err *te) {
     if (!t->tools || (t->choice != SRV_TOOL_REQUIRED && t->choice != SRV_TOOL_NAMED)) return NULL;
+    /* Llama 3's templates write a call's arguments as "parameters" */
+    const char *args_key = t->format == SRV_TOOLFMT_LLAMA3 ? "parameters" : "arguments";
+    /* several calls: Llama 3's templates allow one */
+    const bool several = t->parallel && !t->named && t->format != SRV_TOOLFMT_LLAMA3;
     json_t *schema = json_object();
     json_t *calls = json_array();
     size_t i;
@@ -170,18 +185,24 @@ char *srv_tools_grammar(const srv_tools *t, bool hermes, const char **root, srv_
             json_decref(params);
             goto done;
         }
-        json_array_append_new(calls, json_pack("{s:s,s:{s:{s:s},s:o},s:[s,s],s:b}", "type",
-                                               "object", "properties", "name", "const", name,
-                                               "arguments", params, "required", "name", "arguments",
-                                               "additionalProperties", 0));
+        json_array_append_new(calls,
+                              json_pack("{s:s,s:{s:{s:s},s:o},s:[s,s],s:b}", "type", "object",
+                                        "properties", "name", "const", name, args_key, params,
+                                        "required", "name", args_key, "additionalProperties", 0));
     }
     json_t *one = json_pack("{s:o}", "anyOf", calls);
     calls = NULL;
-    if (t->parallel && !t->named) {
+    if (t->format == SRV_TOOLFMT_MISTRAL) {
+        /* Mistral's form: always a list */
+        json_t *list = json_pack("{s:s,s:O,s:i}", "type", "array", "items", one, "minItems", 1);
+        if (!several) json_object_set_new(list, "maxItems", json_integer(1));
+        json_object_set_new(schema, "anyOf", json_pack("[o]", list));
+    } else if (several && t->format == SRV_TOOLFMT_GENERIC) {
         json_object_set_new(
             schema, "anyOf",
             json_pack("[O,{s:s,s:O,s:i}]", one, "type", "array", "items", one, "minItems", 1));
     } else {
+        /* one call (Hermes: several are several tagged blocks) */
         json_object_set(schema, "anyOf", json_object_get(one, "anyOf"));
     }
     json_decref(one);
@@ -198,11 +219,16 @@ char *srv_tools_grammar(const srv_tools *t, bool hermes, const char **root, srv_
         goto done;
     }
     *root = "root";
-    if (hermes) {
-        /* the template's own form: each call in <tool_call> tags */
-        static const char wrap[] =
-            "\ntool-call-root ::= \"<tool_call>\\n\" root \"\\n</tool_call>\"\n";
-        char *g = realloc(gbnf, strlen(gbnf) + sizeof(wrap));
+    if (t->format == SRV_TOOLFMT_HERMES) {
+        /* the template's own form: each call in <tool_call> tags; the
+         * schema's rule names never hold "--" */
+        static const char one_block[] =
+            "\ntool--root ::= \"<tool_call>\\n\" root \"\\n</tool_call>\"\n";
+        static const char blocks[] =
+            "\ntool--block ::= \"<tool_call>\\n\" root \"\\n</tool_call>\"\n"
+            "tool--root ::= tool--block (\"\\n\" tool--block)*\n";
+        const char *wrap = several ? blocks : one_block;
+        char *g = realloc(gbnf, strlen(gbnf) + strlen(wrap) + 1);
         if (!g) {
             free(gbnf);
             gbnf = NULL;
@@ -211,7 +237,7 @@ char *srv_tools_grammar(const srv_tools *t, bool hermes, const char **root, srv_
         }
         strcat(g, wrap);
         gbnf = g;
-        *root = "tool-call-root";
+        *root = "tool--root";
     }
 done:
     json_decref(calls);
@@ -264,43 +290,143 @@ static const char *skip_space(const char *s, const char *end) {
     return s;
 }
 
-json_t *srv_tools_extract(const char *text, size_t len, size_t *content_len) {
+/* The tag that opens the calls of format f, or NULL: calls only as the
+ * whole answer. */
+static const char *call_tag(srv_tool_format f) {
+    return f == SRV_TOOLFMT_HERMES    ? "<tool_call>"
+           : f == SRV_TOOLFMT_MISTRAL ? "[TOOL_CALLS]"
+                                      : NULL;
+}
+
+/* Whether s[0, n) begins with `word`. */
+static bool starts(const char *s, size_t n, const char *word) {
+    const size_t w = strlen(word);
+    return n >= w && !memcmp(s, word, w);
+}
+
+/* Appends the calls of the JSON values in s[0, n), one after another
+ * (white space, ';' or ',' between them), to `out`; false when there are
+ * none or one is not a call. */
+static bool calls_in(const char *s, size_t n, json_t *out) {
+    const char *end = s + n;
+    bool any = false;
+    for (;;) {
+        while (s < end && (isspace((unsigned char)*s) || *s == ';' || (any && *s == ','))) s++;
+        if (s == end) return any;
+        if (*s != '{' && *s != '[') return false;
+        json_error_t err;
+        json_t *v = json_loadb(s, (size_t)(end - s), JSON_DISABLE_EOF_CHECK, &err);
+        const bool ok = v && add_calls(v, out);
+        json_decref(v);
+        if (!ok || err.position <= 0 || (size_t)err.position > (size_t)(end - s)) return false;
+        s += err.position;
+        any = true;
+    }
+}
+
+/* The calls of an answer that is only calls, from its beginning s[0, n):
+ * a control token's text (when a template's file spells it out) and a
+ * ```json fence around them allowed. */
+static bool whole_calls(const char *s, size_t n, json_t *out) {
+    const char *end = s + n;
+    s = skip_space(s, end);
+    static const char *const marks[] = {"<|python_tag|>", "[TOOL_CALLS]"};
+    for (size_t k = 0; k < 2; k++) {
+        if (starts(s, (size_t)(end - s), marks[k])) s = skip_space(s + strlen(marks[k]), end);
+    }
+    if (starts(s, (size_t)(end - s), "```")) {
+        s += 3;
+        if (starts(s, (size_t)(end - s), "json")) s += 4;
+        if (s < end && *s != '\n' && *s != '\r' && !isspace((unsigned char)*s)) return false;
+        while (end > s && isspace((unsigned char)end[-1])) end--;
+        if (end - s < 3 || memcmp(end - 3, "```", 3) != 0) return false;
+        end -= 3;
+    }
+    return calls_in(s, (size_t)(end - s), out);
+}
+
+json_t *srv_tools_extract(srv_tool_format f, const char *text, size_t len, bool start,
+                          size_t *content_len) {
     const char *end = text + len;
     json_t *calls = json_array();
-    static const char open[] = "<tool_call>", close[] = "</tool_call>";
-    const char *first = memmem(text, len, open, sizeof(open) - 1);
-    if (first) {
+    const char *tag = call_tag(f);
+    const char *first = tag ? memmem(text, len, tag, strlen(tag)) : NULL;
+    if (first && f == SRV_TOOLFMT_HERMES) {
         /* Hermes and Qwen: <tool_call>{...}</tool_call>, one or more */
+        static const char open[] = "<tool_call>", close[] = "</tool_call>";
         for (const char *p = first; p; p = memmem(p, (size_t)(end - p), open, sizeof(open) - 1)) {
             p += sizeof(open) - 1;
             const char *q = memmem(p, (size_t)(end - p), close, sizeof(close) - 1);
             const char *stop = q ? q : end;
-            json_t *v = json_loadb(p, (size_t)(stop - p), 0, NULL);
-            const bool ok = v && add_calls(v, calls);
-            json_decref(v);
-            if (!ok) goto none;
+            if (!calls_in(p, (size_t)(stop - p), calls)) goto none;
             if (!q) break;
             p = q + sizeof(close) - 1;
         }
-        size_t n = (size_t)(first - text);
-        while (n > 0 && isspace((unsigned char)text[n - 1])) n--;
-        *content_len = n;
-        return calls;
+    } else if (first) {
+        /* Mistral: [TOOL_CALLS] and a list of calls */
+        const char *p = first + strlen(tag);
+        if (!calls_in(p, (size_t)(end - p), calls)) goto none;
+    } else if (start && whole_calls(text, len, calls)) {
+        first = text;
+    } else {
+        goto none;
     }
-    /* the generic form: the whole answer is {"name", "arguments"} or a list */
-    const char *s = skip_space(text, end);
-    if (s < end && (*s == '{' || *s == '[')) {
-        json_t *v = json_loadb(s, (size_t)(end - s), 0, NULL);
-        const bool ok = v && add_calls(v, calls);
-        json_decref(v);
-        if (ok) {
-            *content_len = 0;
-            return calls;
-        }
-    }
+    size_t n = (size_t)(first - text);
+    while (n > 0 && isspace((unsigned char)text[n - 1])) n--;
+    *content_len = n;
+    return calls;
 none:
     json_decref(calls);
     return NULL;
+}
+
+/* Whether an answer that begins s[0, n) (not all white space) may be only
+ * calls (whole_calls), as far as it goes. */
+static bool may_be_whole(const char *s, size_t n) {
+    const char *end = s + n;
+    if (*s == '{' || *s == '[') return true;
+    static const char *const marks[] = {"<|python_tag|>", "```"};
+    for (size_t k = 0; k < 2; k++) {
+        const size_t m = strlen(marks[k]);
+        if (n < m) {
+            if (!memcmp(s, marks[k], n)) return true;
+            continue;
+        }
+        if (memcmp(s, marks[k], m) != 0) continue;
+        if (k == 0) return true;
+        /* a fence: its language, if any, is json, and a call follows */
+        const char *p = s + m;
+        size_t w = 0;
+        while (p + w < end && isalpha((unsigned char)p[w])) w++;
+        if (w > 4 || memcmp(p, "json", w) != 0) return false;
+        if (p + w == end) return true;
+        if (w != 0 && w != 4) return false;
+        p = skip_space(p + w, end);
+        return p == end || *p == '{' || *p == '[';
+    }
+    return false;
+}
+
+size_t srv_tools_plain(srv_tool_format f, const char *text, size_t len) {
+    const char *end = text + len;
+    const char *s = skip_space(text, end);
+    if (s == end || may_be_whole(s, (size_t)(end - s))) return 0;
+    const char *tag = call_tag(f);
+    if (!tag) return len;
+    const size_t t = strlen(tag);
+    const char *at = memmem(text, len, tag, t);
+    size_t n = at ? (size_t)(at - text) : len;
+    if (!at) {
+        /* the longest end of the text that begins the tag */
+        for (size_t k = t - 1 < len ? t - 1 : len; k > 0; k--) {
+            if (!memcmp(text + len - k, tag, k)) {
+                n = len - k;
+                break;
+            }
+        }
+    }
+    while (n > 0 && isspace((unsigned char)text[n - 1])) n--;
+    return n;
 }
 
 /* The text of a message's content for the template: a string, null, or

@@ -186,12 +186,25 @@ typedef enum srv_tool_choice {
     SRV_TOOL_CHOICE_COUNT
 } srv_tool_choice;
 
+/* How the chat template in use writes a call, and so how the model does
+ * (srv_tools_format). Every form also reads a whole answer that is one
+ * JSON call or a list of them (a control token such as Llama 3's
+ * <|python_tag|> or Mistral's [TOOL_CALLS] is not in the generated text). */
+typedef enum srv_tool_format {
+    SRV_TOOLFMT_GENERIC = 0, /* the whole answer: {"name", "arguments"} or a list of them */
+    SRV_TOOLFMT_HERMES,      /* <tool_call>{"name", "arguments"}</tool_call>, one or more */
+    SRV_TOOLFMT_LLAMA3,      /* {"name", "parameters"} (after <|python_tag|>), one call */
+    SRV_TOOLFMT_MISTRAL,     /* [TOOL_CALLS][{"name", "arguments"}, ...] */
+    SRV_TOOLFMT_COUNT
+} srv_tool_format;
+
 /* The tools of a chat request (borrowed from its JSON). */
 typedef struct srv_tools {
     json_t *tools; /* the "tools" array, or NULL: none (or tool_choice none) */
     srv_tool_choice choice;
-    const char *named; /* SRV_TOOL_NAMED: the function */
-    bool parallel;     /* parallel_tool_calls (default true) */
+    const char *named;      /* SRV_TOOL_NAMED: the function */
+    bool parallel;          /* parallel_tool_calls (default true) */
+    srv_tool_format format; /* the template's (srv_tools_format), set by the caller */
 } srv_tools;
 
 /* What a request did wrong (a 400), or out of memory (code NULL). */
@@ -205,12 +218,18 @@ typedef struct srv_tool_err {
 int srv_tools_parse(json_t *o, srv_tools *t, srv_tool_err *te);
 /* The "function" object of the tool called `name`, or NULL. */
 json_t *srv_tools_find(const srv_tools *t, const char *name);
+/* The form of a call in chat template `tmpl` (NULL: none): its text names
+ * <tool_call> (Hermes, Qwen), [TOOL_CALLS] (Mistral), or <|python_tag|> or
+ * Llama 3's headers with "parameters"; else the generic form. */
+srv_tool_format srv_tools_format(const char *tmpl);
 /* With tool_choice required or named: a GBNF grammar (free) that allows
- * only calls of the tools (their parameters' schemas), as the JSON
- * {"name", "arguments"} (or, with parallel calls, a list of them), inside
- * <tool_call> tags when `hermes`; its start rule in *root. NULL without
- * one, or on failure (te->code set; NULL code: out of memory). */
-char *srv_tools_grammar(const srv_tools *t, bool hermes, const char **root, srv_tool_err *te);
+ * only calls of the tools (their parameters' schemas) in t->format: each
+ * in <tool_call> tags (Hermes; several blocks with parallel calls), the
+ * JSON {"name", "parameters"} (Llama 3), a list of {"name", "arguments"}
+ * (Mistral), or {"name", "arguments"} or, with parallel calls, a list of
+ * them (generic); its start rule in *root. NULL without one, or on failure
+ * (te->code set; NULL code: out of memory). */
+char *srv_tools_grammar(const srv_tools *t, const char **root, srv_tool_err *te);
 /* The request's messages as the chat template takes them (new array in
  * *out): roles checked, contents as text, tool_calls with arguments as
  * objects, tool_call_id and name kept; when the template knows no tools
@@ -218,12 +237,21 @@ char *srv_tools_grammar(const srv_tools *t, bool hermes, const char **root, srv_
  * 0, or -1 after filling *te. */
 int srv_tools_messages(json_t *msgs, const srv_tools *t, bool template_has_tools, json_t **out,
                        srv_tool_err *te);
-/* The tool calls in generated text[0, len): <tool_call>JSON</tool_call>
- * blocks (Hermes, Qwen), or the whole text as {"name", "arguments"} or a
- * list of them. A new array of OpenAI tool_calls (arguments as JSON text,
- * new ids), with the length of the text before them in *content_len; NULL
- * when the text holds no calls. */
-json_t *srv_tools_extract(const char *text, size_t len, size_t *content_len);
+/* The tool calls in generated text[0, len) written in format f: the
+ * tagged blocks of Hermes or Mistral (text before them is content), or,
+ * when `start` (text is the answer from its beginning), the whole text as
+ * one call or a list of them (a ```json fence around it allowed), or
+ * several calls one after another. A new array of OpenAI tool_calls
+ * (arguments as JSON text, new ids), with the length of the text before
+ * them in *content_len; NULL when the text holds no calls. */
+json_t *srv_tools_extract(srv_tool_format f, const char *text, size_t len, bool start,
+                          size_t *content_len);
+/* How much of an answer's text so far, text[0, len), cannot be part of a
+ * call in format f and may be streamed as content now: all of it once it
+ * begins with something else than a call (and, for a tagged format, up to
+ * where a tag may begin, trailing white space held back). Never less for a
+ * longer text with the same beginning. */
+size_t srv_tools_plain(srv_tool_format f, const char *text, size_t len);
 
 /* ---- HTTP (server-http.c) ----------------------------------------------- */
 
@@ -334,6 +362,9 @@ void srv_gen_defaults(const srv_http *h, srv_gen_params *gp);
  * model's n_vocab tokens; `param` names the field in errors. 0 or -1. */
 int srv_schema_grammar(json_t *schema, const char *param, int32_t n_vocab, srv_gen_params *gp,
                        srv_req_err *er);
+/* The form of tool calls of the server's chat template (a built-in style:
+ * the generic form). */
+srv_tool_format srv_http_tool_format(const srv_http *h, const cllm_model *m);
 /* The prompt text of request `o`'s "messages" (OpenAI's shape) through the
  * chat template, with the tools of *t (none: zeroed); *bos: whether the
  * text begins with the BOS token's text. 0 or -1. */

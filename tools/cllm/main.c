@@ -9,6 +9,7 @@
  *   cllm plan -m FILE [--mem DEV=SIZE]     where the layers go, bytes per device and kind
  *   cllm bench -m FILE [options]           prompt and generation speed
  *   cllm perplexity -m FILE -f TEXT        perplexity as llama-perplexity computes it
+ *   cllm embed -m FILE -p TEXT             embeddings as llama-embedding computes them
  *
  * `cllm COMMAND --help` prints the options of a command. Errors: one line
  * naming the file and the problem, exit status != 0 (commands.h).
@@ -33,6 +34,8 @@ static void usage(FILE *f) {
                "  bench -m FILE            tokens/s of prompt processing and generation\n"
                "  perplexity -m FILE -f TEXT   perplexity over chunks of a text, as llama.cpp's\n"
                "                           llama-perplexity\n"
+               "  embed -m FILE -p TEXT    the embedding of a text, as llama.cpp's\n"
+               "                           llama-embedding\n"
                "  version                  print the version\n"
                "\n"
                "cllm <command> --help prints the options of a command.\n"
@@ -61,6 +64,7 @@ int main(int argc, char **argv) {
         {"plan", cli_cmd_plan},             /* cmd-plan.c */
         {"bench", cli_cmd_bench},           /* cmd-bench.c */
         {"perplexity", cli_cmd_perplexity}, /* cmd-perplexity.c */
+        {"embed", cli_cmd_embed},           /* cmd-embed.c */
     };
     for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++) {
         if (strcmp(cmd, commands[i].name) != 0) continue;

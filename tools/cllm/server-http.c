@@ -1274,7 +1274,8 @@ typedef enum endpoint {
     EP_COMPLETIONS,
     EP_MODELS,
     EP_MODEL, /* /v1/models/{id} */
-    EP_METRICS
+    EP_METRICS,
+    EP_EMBEDDINGS /* server-embed.c */
 } endpoint;
 
 static endpoint endpoint_of(const char *url, const char **id) {
@@ -1284,6 +1285,7 @@ static endpoint endpoint_of(const char *url, const char **id) {
     if (!strcmp(p, "/chat/completions")) return EP_CHAT;
     if (!strcmp(p, "/completions")) return EP_COMPLETIONS;
     if (!strcmp(p, "/models")) return EP_MODELS;
+    if (!strcmp(p, "/embeddings")) return EP_EMBEDDINGS;
     if (!strncmp(p, "/models/", 8) && p[8]) {
         *id = p + 8;
         return EP_MODEL;
@@ -1349,7 +1351,7 @@ static enum MHD_Result route(srv_http *h, struct MHD_Connection *c, conn *cn, co
         fail(&er, 404, NULL, "not_found", "no endpoint %.200s %.200s", method, url);
         return send_error(h, c, &er);
     }
-    const bool takes_post = ep == EP_CHAT || ep == EP_COMPLETIONS;
+    const bool takes_post = ep == EP_CHAT || ep == EP_COMPLETIONS || ep == EP_EMBEDDINGS;
     if (takes_post ? !post : !get) {
         fail(&er, 405, NULL, "method_not_allowed", "%.200s takes %s", url,
              takes_post ? "POST" : "GET");
@@ -1364,6 +1366,11 @@ static enum MHD_Result route(srv_http *h, struct MHD_Connection *c, conn *cn, co
     case EP_COMPLETIONS: return completions(h, e, c, cn, false);
     case EP_MODELS: return models(h, c, NULL);
     case EP_MODEL: return models(h, c, id);
+    case EP_EMBEDDINGS: {
+        unsigned status = 500;
+        json_t *j = srv_embeddings(e, &h->o, cn->body, cn->len, &status);
+        return j ? send_json(h, c, status, j) : MHD_NO;
+    }
     default: return metrics(h, e, c);
     }
 }

@@ -71,6 +71,8 @@ typedef struct srv_job {
     srv_gen_params gp;
     double deadline_ms; /* cllm_time_ms() past which it is cancelled; 0: none */
     bool stream;        /* the reader takes text as it comes (else: once, at the end) */
+    bool embed;         /* an embedding (server-embed.c), pooled with `pooling` */
+    cllm_pooling pooling;
 
     /* the engine thread's */
     uint64_t id;            /* in the engine, once submitted */
@@ -87,6 +89,8 @@ typedef struct srv_job {
     size_t n_cached;     /* prompt tokens reused from the slot's cache */
     size_t n_completion; /* tokens generated */
     char error[256];     /* with SRV_FINISH_ERROR */
+    float *embd;         /* an embedding's vectors (owned), n_embd_rows x n_embd */
+    int64_t n_embd_rows;
     int refs;            /* 2 while both sides hold it */
     pthread_cond_t cond; /* signalled when something above changed */
     struct srv_job *next;
@@ -240,7 +244,9 @@ typedef struct srv_http_opts {
     /* --chat-template (a built-in format's name) or --chat-template-file
      * (Jinja source); NULL: the model's own template */
     const char *chat_style, *chat_template;
-    bool metrics; /* GET /metrics answers (--metrics); else 404 */
+    bool metrics;    /* GET /metrics answers (--metrics); else 404 */
+    bool embeddings; /* POST /v1/embeddings answers (--embeddings); else 501 */
+    int pooling;     /* the embeddings' cllm_pooling (--pooling); -1: the model's */
     bool verbose;
 } srv_http_opts;
 
@@ -258,5 +264,13 @@ void srv_http_quiesce(srv_http *h);
 void srv_http_drain(srv_http *h, double max_s);
 /* Closes the port and waits for every connection thread. NULL does nothing. */
 void srv_http_stop(srv_http *h);
+
+/* ---- embeddings (server-embed.c) ---------------------------------------- */
+
+/* POST /v1/embeddings with the body[0, len): the answer (new JSON, NULL when
+ * out of memory) and its HTTP status in *status; 501 when the server runs
+ * without --embeddings. */
+json_t *srv_embeddings(srv_engine *e, const srv_http_opts *o, const char *body, size_t len,
+                       unsigned *status);
 
 #endif /* CLLM_TOOLS_SERVER_H */

@@ -3,8 +3,9 @@
 few texts on SmolLM2-135M-Instruct (Q4_1) and Gemma 3 270M (Q4_K_M), the
 files scripts/fetch-model fetches, for tests/test_embed.c.
 
-It runs llama.cpp's llama-embedding (built from the llama.cpp that
-llama-cpp-python 0.3.36 vendors) once per model, text and pooling:
+It runs llama.cpp's llama-embedding (examples/embedding of the llama.cpp
+that llama-cpp-python 0.3.36 vendors, built against that tree's libllama)
+once per model, text and pooling:
 
     llama-embedding -m FILE -p TEXT --pooling P --embd-normalize 2
                     --embd-output-format json -c 512 -t 2
@@ -30,8 +31,9 @@ MODELS = ["smollm2", "gemma3"]
 TEXTS = [
     "The quick brown fox jumps over the lazy dog.",
     "Paris is the capital and largest city of France.",
-    "def add(a, b):\n    return a + b",
+    "def add(a, b): return a + b  # the sum of two numbers",
 ]
+# (one line each: llama-embedding reads a prompt's lines as texts of their own)
 POOLINGS = ["mean", "cls", "last"]
 # pooling none prints a vector per token: only the first text
 NONE_TEXTS = TEXTS[:1]

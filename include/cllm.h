@@ -445,7 +445,8 @@ typedef struct cllm_plan_params {
      * 2; 0: never stream, refuse the plan instead). A streamed plan reads
      * the resident weights (use_mmap is set false). */
     int stream_slots;
-    double read_bw; /* storage read bandwidth in bytes/s for the bound; 0: measured */
+    double read_bw;  /* storage read bandwidth in bytes/s for the bound; 0: measured */
+    bool embeddings; /* sessions plan for embeddings (cllm_session_params.embeddings) */
 } cllm_plan_params;
 
 /* The defaults given beside each field. Pure; thread-safe. */
@@ -869,6 +870,9 @@ typedef struct cllm_session_params {
      * (cllm_session_decode_seqs) while the weights are read once. The
      * functions without "seq" in their name act on sequence 0. */
     int n_seq;
+    /* plan for embeddings (cllm_session_embed): the compute memory of a
+     * full batch that outputs the hidden state of every row; default false */
+    bool embeddings;
 } cllm_session_params;
 
 /* The defaults given beside each field. Pure; thread-safe. */
@@ -981,6 +985,55 @@ int64_t cllm_session_seq_n_past(const cllm_session *s, int seq);
 cllm_status cllm_session_seq_truncate(cllm_session *s, int seq, int64_t n_keep);
 /* The session's sequences (n_seq). */
 int cllm_session_n_seq(const cllm_session *s);
+
+/* ---- embeddings --------------------------------------------------------- */
+
+/* How the hidden states of a text's tokens become its embedding. The values
+ * are those of the GGUF key <arch>.pooling_type. */
+typedef enum cllm_pooling {
+    CLLM_POOLING_NONE = 0, /* no pooling: one vector per token */
+    CLLM_POOLING_MEAN = 1, /* the mean over the tokens */
+    CLLM_POOLING_CLS = 2,  /* the first token's */
+    CLLM_POOLING_LAST = 3, /* the last token's */
+    CLLM_POOLING_COUNT
+} cllm_pooling;
+
+/* "none", "mean", "cls", "last"; "unknown" out of range. */
+const char *cllm_pooling_str(cllm_pooling p);
+/* The pooling named `name` (as cllm_pooling_str); CLLM_ERR_INVALID_ARG
+ * naming the choices for any other name (*out untouched). */
+cllm_status cllm_pooling_parse(const char *name, cllm_pooling *out);
+/* The model's pooling: the file's <arch>.pooling_type when it is one of
+ * the above, else CLLM_POOLING_MEAN. Thread-safe. */
+cllm_pooling cllm_model_pooling(const cllm_model *m);
+
+/*
+ * The embedding of tokens[0..n) (1 .. n_ctx tokens in [0, n_vocab)) on
+ * sequence `seq`: the sequence starts anew, reads the tokens in batches of
+ * n_batch (as cllm_session_decode), each batch giving the hidden state of
+ * every token after the model's output norm (what would go into the
+ * output head), and pools them. out receives n_embd floats
+ * (cllm_model_n_embd), or n * n_embd, token after token, for
+ * CLLM_POOLING_NONE; not normalized (cllm_embd_normalize). Afterwards the
+ * sequence holds the tokens (its logits are not computed: it has none).
+ * CLLM_ERR_UNSUPPORTED for a session made without params.embeddings or a
+ * stage of a pipeline; CLLM_ERR_INVALID_ARG for a bad sequence, pooling or
+ * token; CLLM_ERR_TOO_LARGE for more tokens than the context; a failed
+ * pass's status (the sequence is then empty, out partly written).
+ */
+cllm_status cllm_session_seq_embed(cllm_session *s, int seq, const int32_t *tokens, int64_t n,
+                                   cllm_pooling pooling, float *out);
+/* As cllm_session_seq_embed on sequence 0. */
+cllm_status cllm_session_embed(cllm_session *s, const int32_t *tokens, int64_t n,
+                               cllm_pooling pooling, float *out);
+
+/*
+ * Normalizes v[0..n) in place as llama.cpp's embd_normalize: -1 leaves it,
+ * 0 scales the largest magnitude to 32760 (int16 range), 1 to a taxicab
+ * norm of 1, 2 to a Euclidean norm of 1 (the default of llama-server and
+ * cllm), p > 2 to a p-norm of 1. A zero vector stays zero. Pure.
+ */
+void cllm_embd_normalize(float *v, int64_t n, int norm);
 
 int64_t cllm_session_n_past(const cllm_session *s);  /* tokens in the context */
 int64_t cllm_session_n_ctx(const cllm_session *s);   /* its capacity */
@@ -1398,6 +1451,12 @@ typedef struct cllm_event {
     cllm_request_usage usage;
     cllm_status status;
     const char *error;
+    /* FINISHED of an embedding request (cllm_engine_submit_embed) that
+     * succeeded: its vectors, n_embd_rows rows of cllm_model_n_embd floats
+     * (one row, or one per token for CLLM_POOLING_NONE), not normalized;
+     * else NULL and 0 */
+    const float *embd;
+    int64_t n_embd_rows;
 } cllm_event;
 
 /* Receives every event of an engine (see above). */
@@ -1440,6 +1499,20 @@ void cllm_engine_free(cllm_engine *e);
  */
 cllm_status cllm_engine_submit(cllm_engine *e, const int32_t *prompt, size_t n_prompt,
                                const cllm_request_params *params, void *user_data, uint64_t *id);
+
+/*
+ * Queues an embedding request: the vector of prompt[0, n_prompt) (copied;
+ * 1 .. n_ctx tokens in [0, n_vocab)) pooled with `pooling`, computed as
+ * cllm_session_seq_embed on the sequence it is given (which starts anew).
+ * It waits with the other requests, first come first served; when it has
+ * a sequence, the next cllm_engine_step computes it in passes of its own,
+ * after the step's generation pass, and reports one FINISHED event with
+ * the vectors (cllm_event.embd) or the error. Needs a session made with
+ * params.embeddings (else CLLM_ERR_UNSUPPORTED); otherwise as
+ * cllm_engine_submit.
+ */
+cllm_status cllm_engine_submit_embed(cllm_engine *e, const int32_t *prompt, size_t n_prompt,
+                                     cllm_pooling pooling, void *user_data, uint64_t *id);
 
 /*
  * Cancels request `id`, waiting or running: the next cllm_engine_step ends

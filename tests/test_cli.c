@@ -363,7 +363,8 @@ static bool write_text(const char *path, const char *s, size_t n) {
 
 static void check_errors_once(const char *meta) {
     /* every command, a file that does not exist and a file it refuses */
-    static const char *const cmds[] = {"run -p hi", "info", "plan", "bench", "perplexity -f -"};
+    static const char *const cmds[] = {"run -p hi",       "info",       "plan", "bench",
+                                       "perplexity -f -", "embed -p hi"};
     char missing[128];
     snprintf(missing, sizeof(missing), "%s/no-such-file.gguf", g_dir);
     for (size_t i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++) {
@@ -493,6 +494,9 @@ static void check_numbers(const char *meta) {
         {"perplexity -f -", "-t", k_huge, "out of range"},
         {"perplexity -f -", "--chunks", k_huge, "out of range"},
         {"perplexity -f -", "--chunks", "0", "nothing to score"},
+        {"embed -p hi", "-c", k_huge, "out of range"},
+        {"embed -p hi", "--embd-normalize", k_huge, "out of range"},
+        {"embed -p hi", "--pooling", "max", "one of none, mean, cls, last"},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         const num_case *c = &cases[i];
@@ -513,6 +517,31 @@ static void check_temp_on_model(const char *model) {
                strstr(o.err, "--temp: 1e39 is out of range") && strstr(o.err, "too large") &&
                !strstr(o.err, "inf"),
            "--temp 1e39: rc %d, stderr '%s'", o.rc, show(o.err));
+    cli_free(&o);
+}
+
+/* cllm embed: a vector per text (normalized), per token with --pooling
+ * none, and the OpenAI-style list with --json. */
+static void check_embed(const char *model) {
+    cli_out o = cli(NULL, "embed -m %s -p 'Once upon a time' -p 'The end'", q(model));
+    int lines = 0;
+    for (size_t i = 0; i < o.out_len; i++) lines += o.out[i] == '\n';
+    double norm = 0;
+    for (char *p = o.out, *end; p && *p && *p != '\n'; p = end) {
+        const double v = strtod(p, &end);
+        if (end == p) break;
+        norm += v * v;
+    }
+    CHECKF(o.rc == 0 && lines == 2 && fabs(norm - 1.0) < 1e-3, "embed: rc %d, %d lines, norm %g",
+           o.rc, lines, norm);
+    cli_free(&o);
+    o = cli(NULL, "embed -m %s -p 'Once upon a time' --json --pooling last", q(model));
+    CHECKF(o.rc == 0 && json_valid(o.out, o.out_len) && strstr(o.out, "\"pooling\":\"last\""),
+           "embed --json: rc %d, '%.80s'", o.rc, show(o.out));
+    cli_free(&o);
+    o = cli(NULL, "embed -m %s -p 'Once upon a time' --pooling none -c 2", q(model));
+    CHECKF(o.rc == 1 && one_line(o.err, o.err_len) && strstr(o.err, "does not fit"),
+           "embed -c 2: rc %d, '%s'", o.rc, show(o.err));
     cli_free(&o);
 }
 
@@ -568,7 +597,7 @@ static void check_text_limit(const char *meta) {
 /* -h and --help for every command; an option without its value. */
 static void check_usage(void) {
     static const char *const cmds[] = {"run",   "info",       "devices", "plan",
-                                       "bench", "perplexity", "version"};
+                                       "bench", "perplexity", "version", "embed"};
     for (size_t i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++) {
         for (int h = 0; h < 2; h++) {
             cli_out o = cli(NULL, "%s %s", cmds[i], h ? "--help" : "-h");
@@ -599,6 +628,8 @@ static void check_usage(void) {
                                           "perplexity -m",
                                           "perplexity -f",
                                           "perplexity -m x -f y --chunks",
+                                          "embed -m x -p",
+                                          "embed -m x -p y --pooling",
                                           "devices --test-device"};
     for (size_t i = 0; i < sizeof(missing) / sizeof(missing[0]); i++) {
         cli_out o = cli(NULL, "%s", missing[i]);
@@ -739,6 +770,7 @@ int main(int argc, char **argv) {
         refs_model_path(model, sizeof(model), "stories260K.gguf");
         check_hostile_model(model);
         check_temp_on_model(model);
+        check_embed(model);
         check_llama_habits(model);
         check_prompt_files(model);
     }

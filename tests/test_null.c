@@ -305,6 +305,29 @@ CASE(cllm_session_new) {
     CHECK(s == NULL);
 }
 CASE(cllm_session_free) { cllm_session_free(NULL); }
+CASE(cllm_pooling_str) { CHECK(cllm_pooling_str((cllm_pooling)99) != NULL); }
+CASE(cllm_pooling_parse) {
+    cllm_pooling p = CLLM_POOLING_MEAN;
+    REFUSED(cllm_pooling_parse(NULL, &p));
+    REFUSED(cllm_pooling_parse("mean", NULL));
+}
+CASE(cllm_model_pooling) { CHECK(cllm_model_pooling(NULL) == CLLM_POOLING_MEAN); }
+CASE(cllm_embd_normalize) { cllm_embd_normalize(NULL, 4, 2); }
+CASE(cllm_session_seq_embed) {
+    const int32_t ids[1] = {1};
+    float out[1];
+    REFUSED(cllm_session_seq_embed(NULL, 0, ids, 1, CLLM_POOLING_MEAN, out));
+    if (g_session) {
+        REFUSED(cllm_session_seq_embed(g_session, 0, NULL, 1, CLLM_POOLING_MEAN, out));
+        REFUSED(cllm_session_seq_embed(g_session, 0, ids, 1, CLLM_POOLING_MEAN, NULL));
+    }
+}
+CASE(cllm_session_embed) {
+    const int32_t ids[1] = {1};
+    float out[1];
+    REFUSED(cllm_session_embed(NULL, ids, 1, CLLM_POOLING_MEAN, out));
+    if (g_session) REFUSED(cllm_session_embed(g_session, NULL, 1, CLLM_POOLING_MEAN, out));
+}
 CASE(cllm_session_decode) {
     const int32_t ids[1] = {1};
     REFUSED(cllm_session_decode(NULL, ids, 1));
@@ -438,6 +461,11 @@ CASE(cllm_engine_new_session) {
     CHECK(e == NULL);
 }
 CASE(cllm_engine_free) { cllm_engine_free(NULL); }
+CASE(cllm_engine_submit_embed) {
+    const int32_t ids[1] = {1};
+    uint64_t id = 0;
+    REFUSED(cllm_engine_submit_embed(NULL, ids, 1, CLLM_POOLING_MEAN, NULL, &id));
+}
 CASE(cllm_engine_submit) {
     const int32_t ids[1] = {1};
     uint64_t id = 0;
@@ -592,6 +620,12 @@ static const null_case k_cases[] = {
     ENTRY(cllm_session_default_params),
     ENTRY(cllm_session_new),
     ENTRY(cllm_session_free),
+    ENTRY(cllm_pooling_str),
+    ENTRY(cllm_pooling_parse),
+    ENTRY(cllm_model_pooling),
+    ENTRY(cllm_embd_normalize),
+    ENTRY(cllm_session_seq_embed),
+    ENTRY(cllm_session_embed),
     ENTRY(cllm_session_decode),
     ENTRY(cllm_session_logits),
     ENTRY(cllm_session_logits_ith),
@@ -629,6 +663,7 @@ static const null_case k_cases[] = {
     ENTRY(cllm_engine_new_session),
     ENTRY(cllm_engine_free),
     ENTRY(cllm_engine_submit),
+    ENTRY(cllm_engine_submit_embed),
     ENTRY(cllm_engine_cancel),
     ENTRY(cllm_engine_step),
     ENTRY(cllm_engine_n_waiting),

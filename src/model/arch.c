@@ -417,7 +417,9 @@ cllm_tensor *cllm_build_stage_out(const cllm_build_args *args, cllm_graph_io *io
 }
 
 cllm_tensor *cllm_build_logits(const cllm_build_args *args, cllm_graph_io *io, cllm_tensor *x) {
-    io->logits = cllm_tensor_set_name(cllm_mul_mat(args->ctx, args->w->output, x), "logits");
+    io->logits = args->shape.embd
+                     ? cllm_tensor_set_name(x, "embd")
+                     : cllm_tensor_set_name(cllm_mul_mat(args->ctx, args->w->output, x), "logits");
     cllm_tensor_set_output(io->logits);
     cllm_graph_build(args->graph, io->logits);
     return io->logits;

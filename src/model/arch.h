@@ -153,6 +153,10 @@ typedef struct cllm_batch_shape {
     int64_t n_past;    /* tokens already in the cache (write position) */
     int64_t n_kv;      /* cache entries attended to: >= n_past + n_tokens */
     int64_t n_outputs; /* rows that need logits (1..n_tokens) */
+    /* the outputs are the hidden states after the output norm (what comes
+     * into the output head, "embeddings"), f32 [n_embd, n_outputs], in
+     * io->logits instead of the logits */
+    bool embd;
     /* 0: the batch is sequence 0's, as the fields above say. Else the
      * tokens of n_seqs sequences (distinct), seqs[0]'s rows first; n_tokens
      * is their sum, n_past and n_kv are unused. */
@@ -318,7 +322,8 @@ cllm_tensor *cllm_build_attention(const cllm_build_args *args, cllm_graph_io *io
                                   cllm_tensor *q, cllm_tensor *k, cllm_tensor *v, float scale);
 
 /* The output head: logits = output · x_normed ([n_vocab, n_outputs]),
- * flagged as the graph's output and added to args->graph. */
+ * flagged as the graph's output and added to args->graph. With
+ * args->shape.embd, x_normed itself is the output ([n_embd, n_outputs]). */
 cllm_tensor *cllm_build_logits(const cllm_build_args *args, cllm_graph_io *io, cllm_tensor *x);
 
 /* The end of the graph's layer range (cllm_build_args.layer_end, or every

@@ -11,6 +11,8 @@
 #include "runtime/session.h"
 #include "text/tokenizer.h"
 
+#include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -120,6 +122,65 @@ const char *cllm_model_arch(const cllm_model *m) {
 }
 
 const cllm_gguf *cllm_model_gguf(const cllm_model *m) { return m ? m->gguf : NULL; }
+
+/* ---- embeddings ---------------------------------------------------------- */
+
+static const char *const k_pooling_names[] = {
+    [CLLM_POOLING_NONE] = "none",
+    [CLLM_POOLING_MEAN] = "mean",
+    [CLLM_POOLING_CLS] = "cls",
+    [CLLM_POOLING_LAST] = "last",
+};
+_Static_assert(CLLM_ARRAY_SIZE(k_pooling_names) == CLLM_POOLING_COUNT, "pooling names");
+
+const char *cllm_pooling_str(cllm_pooling p) {
+    return (unsigned)p < CLLM_POOLING_COUNT ? k_pooling_names[p] : "unknown";
+}
+
+cllm_status cllm_pooling_parse(const char *name, cllm_pooling *out) {
+    if (!name) return CLLM_NULL_ARG("name");
+    if (!out) return CLLM_NULL_ARG("out");
+    for (int i = 0; i < CLLM_POOLING_COUNT; i++) {
+        if (strcmp(name, k_pooling_names[i]) == 0) {
+            *out = (cllm_pooling)i;
+            return CLLM_OK;
+        }
+    }
+    return cllm_error(CLLM_ERR_INVALID_ARG, "pooling \"%s\" is not one of none, mean, cls, last",
+                      name);
+}
+
+cllm_pooling cllm_model_pooling(const cllm_model *m) {
+    if (!m) return CLLM_POOLING_MEAN;
+    char key[96];
+    snprintf(key, sizeof(key), "%s.pooling_type", cllm_model_arch(m));
+    const int64_t i = cllm_gguf_find_key(m->gguf, key);
+    int64_t v = -1; /* llama.cpp writes a uint32 */
+    if (i >= 0 && cllm_gguf_kv_type(m->gguf, i) == CLLM_GGUF_UINT32)
+        v = cllm_gguf_val_u32(m->gguf, i);
+    if (i >= 0 && cllm_gguf_kv_type(m->gguf, i) == CLLM_GGUF_INT32)
+        v = cllm_gguf_val_i32(m->gguf, i);
+    return v >= 0 && v < CLLM_POOLING_COUNT ? (cllm_pooling)v : CLLM_POOLING_MEAN;
+}
+
+void cllm_embd_normalize(float *v, int64_t n, int norm) {
+    if (!v || norm < 0 || n <= 0) return;
+    double sum = 0.0;
+    if (norm == 0) { /* the largest magnitude to the int16 range */
+        for (int64_t i = 0; i < n; i++) sum = fmax(sum, fabs((double)v[i]));
+        sum /= 32760.0;
+    } else if (norm == 1) {
+        for (int64_t i = 0; i < n; i++) sum += fabs((double)v[i]);
+    } else if (norm == 2) {
+        for (int64_t i = 0; i < n; i++) sum += (double)v[i] * (double)v[i];
+        sum = sqrt(sum);
+    } else {
+        for (int64_t i = 0; i < n; i++) sum += pow(fabs((double)v[i]), norm);
+        sum = pow(sum, 1.0 / norm);
+    }
+    if (!(sum > 0.0)) return;
+    for (int64_t i = 0; i < n; i++) v[i] = (float)((double)v[i] / sum);
+}
 
 int64_t cllm_model_meta_str(const cllm_model *m, const char *key, char *buf, size_t size) {
     const int64_t i = m && key ? cllm_gguf_find_key(m->gguf, key) : -1;

@@ -31,6 +31,8 @@ typedef struct engine_req {
     cllm_sampler *borrowed; /* cllm_generate's sampler, or NULL */
     bool append;            /* continues sequence 0's context (cllm_generate) */
     bool cancel;            /* cllm_engine_cancel: ends at the next step */
+    bool embed;             /* an embedding request (cllm_engine_submit_embed) */
+    cllm_pooling pooling;   /* its pooling */
     double t_submit;
     struct engine_req *next; /* in the waiting list */
 } engine_req;
@@ -93,6 +95,7 @@ struct cllm_engine {
     engine_req *wait_head, *wait_tail; /* first come, first served */
     int n_waiting, n_running;
     uint64_t next_id, n_started;
+    float *embd; /* [n_ctx][n_embd]: an embedding request's vectors (made at its first) */
 };
 
 static const char *const k_stop_names[] = {
@@ -219,6 +222,7 @@ void cllm_engine_free(cllm_engine *e) {
     cllm_free(e->slots);
     cllm_free(e->work);
     cllm_free(e->items);
+    cllm_free(e->embd);
     cllm_free(e);
 }
 
@@ -337,6 +341,26 @@ cllm_status cllm_engine_submit_append(cllm_engine *e, const int32_t *prompt, siz
                                       void *user_data, uint64_t *id) {
     CLLM_ASSERT(smp != NULL);
     return submit(e, prompt, n_prompt, params, smp, true, user_data, id);
+}
+
+cllm_status cllm_engine_submit_embed(cllm_engine *e, const int32_t *prompt, size_t n_prompt,
+                                     cllm_pooling pooling, void *user_data, uint64_t *id) {
+    if (!e) return CLLM_NULL_ARG("the engine");
+    if (!prompt) return CLLM_NULL_ARG("prompt");
+    if ((unsigned)pooling >= CLLM_POOLING_COUNT) {
+        return cllm_error(CLLM_ERR_INVALID_ARG,
+                          "engine: pooling %d is not one of none, mean, "
+                          "cls, last",
+                          (int)pooling);
+    }
+    if (!cllm_session_has_embeddings(e->s)) {
+        return cllm_error(CLLM_ERR_UNSUPPORTED, "engine: the session was made without embeddings "
+                                                "(cllm_session_params.embeddings)");
+    }
+    CLLM_TRY(submit(e, prompt, n_prompt, NULL, NULL, false, user_data, id));
+    e->wait_tail->embed = true; /* the request just queued */
+    e->wait_tail->pooling = pooling;
+    return CLLM_OK;
 }
 
 cllm_status cllm_engine_cancel(cllm_engine *e, uint64_t id) {
@@ -549,6 +573,7 @@ static void slot_start(cllm_engine *e, engine_slot *sl, engine_req *r, size_t lc
                                      .n_cached = lcp,
                                      .queued_ms = cllm_time_ms() - r->t_submit};
     e->n_running++;
+    if (r->embed) return; /* computed by slot_embed: no sampler, no text */
     cllm_detokenizer_reset(sl->detok);
     if (r->borrowed) {
         sl->smp = r->borrowed;
@@ -752,6 +777,44 @@ static void engine_decode(cllm_engine *e, engine_work *w, int n, int n_gen) {
     }
 }
 
+/* Computes the embedding request of slot sl (its sequence starts anew and
+ * holds the text afterwards, as ids the slot does not know) and ends it
+ * with its vectors or its error. */
+static void slot_embed(cllm_engine *e, engine_slot *sl) {
+    engine_req *r = sl->req;
+    const int64_t E = e->model->hp.n_embd;
+    cllm_event ev = {.kind = CLLM_EVENT_FINISHED, .token = -1, .reason = CLLM_STOP_EOG};
+    char msg[512] = "";
+    cllm_status st = CLLM_OK;
+    if (!e->embd) {
+        e->embd = cllm_malloc((size_t)e->n_ctx * (size_t)E * sizeof(float));
+        if (!e->embd) st = cllm_error(CLLM_ERR_NOMEM, "out of host memory for embeddings");
+    }
+    const double t0 = cllm_time_ms();
+    if (st == CLLM_OK) {
+        st = cllm_session_seq_embed(e->s, sl->seq, r->prompt, (int64_t)r->n_prompt, r->pooling,
+                                    e->embd);
+    }
+    sl->usage.prompt_ms = cllm_time_ms() - t0;
+    sl->n_cached = (size_t)cllm_session_seq_n_past(e->s, sl->seq);
+    sl->n_known = sl->n_fresh = 0; /* nothing of it is reused */
+    sl->n_fed = r->n_prompt;
+    ev.usage = sl->usage;
+    if (st == CLLM_OK) {
+        ev.embd = e->embd;
+        ev.n_embd_rows = r->pooling == CLLM_POOLING_NONE ? (int64_t)r->n_prompt : 1;
+    } else {
+        snprintf(msg, sizeof(msg), "embedding failed: %s", cllm_last_error());
+        ev.reason = CLLM_STOP_ERROR;
+        ev.status = st;
+        ev.error = msg;
+    }
+    sl->req = NULL;
+    e->n_running--;
+    emit(e, r, &ev);
+    req_free(r);
+}
+
 cllm_status cllm_engine_step(cllm_engine *e) {
     if (!e) return CLLM_NULL_ARG("the engine");
     engine_schedule(e);
@@ -763,7 +826,7 @@ cllm_status cllm_engine_step(cllm_engine *e) {
         for (int i = 0; i < e->n_slots; i++) {
             engine_slot *sl = &e->slots[i];
             const engine_req *r = sl->req;
-            if (!r || (sl->n_fed < r->n_prompt) != (pass == 1)) continue;
+            if (!r || r->embed || (sl->n_fed < r->n_prompt) != (pass == 1)) continue;
             engine_work *w = &work[n++];
             *w = (engine_work){.slot = sl, .prompt = pass == 1, .sample = true};
             if (pass == 1) {
@@ -778,9 +841,7 @@ cllm_status cllm_engine_step(cllm_engine *e) {
             }
         }
     }
-    if (n == 0) return CLLM_OK;
-
-    engine_decode(e, work, n, n_gen);
+    if (n > 0) engine_decode(e, work, n, n_gen);
 
     for (int i = 0; i < n; i++) {
         engine_work *w = &work[i];
@@ -810,6 +871,10 @@ cllm_status cllm_engine_step(cllm_engine *e) {
             sl->read_from = sl->n_cached; /* it ends with an answer row */
         }
         if (w->sample) slot_sample(e, sl);
+    }
+    /* the embedding requests that have a sequence, after the generation */
+    for (int i = 0; i < e->n_slots; i++) {
+        if (e->slots[i].req && e->slots[i].req->embed) slot_embed(e, &e->slots[i]);
     }
     return CLLM_OK;
 }

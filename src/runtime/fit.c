@@ -136,7 +136,8 @@ static cllm_status set_ctx(fit_ctx *f, int64_t n_ctx) {
                                   .n_batch = f->p.n_batch,
                                   .kv_type = f->p.kv_type,
                                   .n_threads = f->p.n_threads,
-                                  .n_seq = f->p.n_seq};
+                                  .n_seq = f->p.n_seq,
+                                  .embeddings = f->p.embeddings};
     return cllm_shape_resolve(&f->hp, &sp, "plan", &f->shape);
 }
 

@@ -109,7 +109,7 @@ cllm_tensor *cllm_instance_build(cllm_instance *in, const cllm_batch_shape *b, c
      * row through the output as a batch of its own sends its one row, so
      * that with chunks aligned to 8 columns (the kernels' groups) a prompt
      * read with others gives bit for bit what it gives alone */
-    if (b->n_seqs > 1 && io->logits && io->logits->ne[1] == b->n_seqs) {
+    if (b->n_seqs > 1 && !b->embd && io->logits && io->logits->ne[1] == b->n_seqs) {
         cllm_mul_mat_set_cols_alone(io->logits, true);
     }
     return out;

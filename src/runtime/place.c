@@ -251,6 +251,7 @@ cllm_status cllm_shape_resolve(const cllm_hparams *hp, const cllm_shape_params *
                           who, (long long)sh.n_batch, sh.n_seq);
     }
     sh.n_outputs = p->all_logits ? sh.n_batch : sh.n_seq;
+    sh.embeddings = p->embeddings;
     cllm_device *cpu = cllm_registry_device_by_kind(CLLM_DEVICE_CPU);
     if (!cpu) return cllm_error(CLLM_ERR_BACKEND, "%s: no CPU device", who);
     cllm_device_props props;
@@ -277,6 +278,11 @@ cllm_status cllm_shape_check_within(const cllm_shape *sh, const cllm_shape *plan
         what = "batch size", have = sh->n_batch, max = plan->n_batch;
     } else if (sh->n_seq > plan->n_seq) {
         what = "sequences", have = sh->n_seq, max = plan->n_seq;
+    } else if (sh->embeddings && !plan->embeddings) {
+        return cllm_error(CLLM_ERR_TOO_LARGE,
+                          "%s: embeddings were not planned for (the model's plan was made "
+                          "without them)",
+                          who);
     } else if (sh->n_outputs > plan->n_outputs) {
         what = "logit rows per batch (all_logits)", have = sh->n_outputs, max = plan->n_outputs;
     } else if (cllm_type_traits_of(sh->kv_type)->type_size >
@@ -301,11 +307,17 @@ int cllm_shape_worst(const cllm_shape *sh, cllm_batch_shape out[CLLM_SHAPE_N_WOR
                                 .n_outputs = CLLM_MIN(sh->n_outputs, n_first)};
     out[1] = (cllm_batch_shape){
         .n_tokens = 1, .n_past = sh->n_ctx - 1, .n_kv = sh->n_ctx, .n_outputs = 1};
-    if (sh->n_seq == 1) return 2;
+    int k = 2;
+    if (sh->embeddings) { /* the hidden state of every row (cllm_session_seq_embed) */
+        out[k] = out[0];
+        out[k].n_outputs = n_first;
+        out[k++].embd = true;
+    }
+    if (sh->n_seq == 1) return k;
     /* all sequences in one batch: one takes the tokens the others leave
      * (at most its context), the others one each; then one token each */
     const int S = sh->n_seq;
-    cllm_batch_shape *all = &out[2], *step = &out[3];
+    cllm_batch_shape *all = &out[k], *step = &out[k + 1];
     *all = (cllm_batch_shape){.n_seqs = S};
     *step = (cllm_batch_shape){.n_seqs = S, .n_tokens = S, .n_outputs = S};
     for (int i = 0; i < S; i++) {
@@ -320,7 +332,7 @@ int cllm_shape_worst(const cllm_shape *sh, cllm_batch_shape out[CLLM_SHAPE_N_WOR
     all->n_outputs = sh->n_outputs == sh->n_batch ? all->n_tokens : S;
     /* the same batch with the one-token sequences first: a step that
      * prompt chunks join (their products split, cllm_instance_build) */
-    out[4] = *all;
-    for (int i = 0; i < S; i++) out[4].seqs[i] = all->seqs[(i + 1) % S];
-    return 5;
+    out[k + 2] = *all;
+    for (int i = 0; i < S; i++) out[k + 2].seqs[i] = all->seqs[(i + 1) % S];
+    return k + 3;
 }

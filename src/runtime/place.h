@@ -124,14 +124,16 @@ typedef struct cllm_shape_params {
     bool all_logits;   /* logits of every batch row, not only the last */
     int n_threads;     /* CPU threads; 0: one per physical core */
     int n_seq;         /* sequences, each with a KV cache of n_ctx; 0: 1 */
+    bool embeddings;   /* batches may output the hidden state of every row */
 } cllm_shape_params;
 
 typedef struct cllm_shape {
     int64_t n_ctx, n_batch; /* n_ctx per sequence; n_batch tokens of all of them */
     int64_t n_outputs;      /* logit rows of the largest batch: n_seq, or n_batch */
     cllm_type kv_type;
-    int n_threads; /* resolved, >= 1 */
-    int n_seq;     /* 1 .. CLLM_MAX_SEQS, at most n_batch */
+    int n_threads;   /* resolved, >= 1 */
+    int n_seq;       /* 1 .. CLLM_MAX_SEQS, at most n_batch */
+    bool embeddings; /* batches may output the hidden state of every row */
 } cllm_shape;
 
 /*
@@ -153,9 +155,10 @@ cllm_status cllm_shape_check_within(const cllm_shape *sh, const cllm_shape *plan
  * a full context, and one token at a full context; with several sequences
  * also a full batch of all of them (one takes what the others leave), the
  * same with the one-token sequences first (a step that a prompt chunk
- * joins), and one token of each, every one at a full context. Returns how
- * many. */
-enum { CLLM_SHAPE_N_WORST = 5 };
+ * joins), and one token of each, every one at a full context; with
+ * embeddings, a full batch at a full context that outputs the hidden state
+ * of every row. Returns how many. */
+enum { CLLM_SHAPE_N_WORST = 6 };
 int cllm_shape_worst(const cllm_shape *sh, cllm_batch_shape out[CLLM_SHAPE_N_WORST]);
 
 #endif /* CLLM_RUNTIME_PLACE_H */

@@ -38,6 +38,7 @@ struct cllm_session {
     int64_t n_logits; /* rows of `logits` that are valid (0: none) */
     int64_t n_last;   /* tokens of the decode call they come from */
     float *mask_row;  /* [n_ctx]: one row of the mask, staged */
+    float *embd;      /* params.embeddings: [n_batch][n_embd], a batch's hidden states */
 
     /* the graph last built and planned (s->graph), run again while batches
      * keep its shape: only its inputs and KV write position change */
@@ -97,7 +98,8 @@ static int64_t padded_n_kv(const cllm_session *s, int64_t n_past, int64_t n) {
 /* Whether a graph built for a serves b once its KV writes are moved: the
  * same tokens, outputs and cache rows attended, per sequence. */
 static bool same_graph_shape(const cllm_batch_shape *a, const cllm_batch_shape *b) {
-    if (a->n_tokens != b->n_tokens || a->n_outputs != b->n_outputs || a->n_seqs != b->n_seqs)
+    if (a->n_tokens != b->n_tokens || a->n_outputs != b->n_outputs || a->n_seqs != b->n_seqs ||
+        a->embd != b->embd)
         return false;
     if (a->n_seqs == 0) return a->n_kv == b->n_kv;
     for (int i = 0; i < a->n_seqs; i++) {
@@ -164,7 +166,8 @@ cllm_status cllm_session_new(const cllm_model *model, const cllm_session_params 
                                    .kv_type = p.kv_type,
                                    .n_threads = p.n_threads,
                                    .all_logits = p.all_logits,
-                                   .n_seq = p.n_seq};
+                                   .n_seq = p.n_seq,
+                                   .embeddings = p.embeddings};
     cllm_shape shape;
     CLLM_TRY(cllm_shape_resolve(hp, &shp, "session", &shape));
     if (model->has_limit) {
@@ -187,6 +190,13 @@ cllm_status cllm_session_new(const cllm_model *model, const cllm_session_params 
     s->logits = cllm_malloc((size_t)shape.n_outputs * (size_t)hp->n_vocab * sizeof(float));
     s->mask_row = cllm_malloc((size_t)shape.n_ctx * sizeof(float));
     s->seq_logits = cllm_malloc((size_t)shape.n_seq * (size_t)hp->n_vocab * sizeof(float));
+    if (p.embeddings) {
+        s->embd = cllm_malloc((size_t)shape.n_batch * (size_t)hp->n_embd * sizeof(float));
+        if (!s->embd) {
+            cllm_error(st, "out of host memory for a session");
+            goto fail;
+        }
+    }
     if (model->partial) {
         s->act = cllm_malloc((size_t)shape.n_batch * (size_t)hp->n_embd * sizeof(float));
         const int64_t rows = CLLM_MAX((int64_t)shape.n_seq, shape.n_outputs);
@@ -223,6 +233,7 @@ void cllm_session_free(cllm_session *s) {
     cllm_instance_free(&s->in);
     cllm_free(s->logits);
     cllm_free(s->mask_row);
+    cllm_free(s->embd);
     cllm_free(s->seq_logits);
     cllm_free(s->act);
     cllm_free(s->link_logits);
@@ -230,7 +241,8 @@ void cllm_session_free(cllm_session *s) {
 }
 
 static cllm_status stage_batch(cllm_session *s, int seq, const int32_t *tokens, const float *act_in,
-                               int64_t n, int64_t n_outputs, float *logits, float *act_out);
+                               int64_t n, int64_t n_outputs, bool embd, float *logits,
+                               float *act_out);
 
 /* Sequence seq's tokens in its cache. */
 static int64_t *seq_past(cllm_session *s, int seq) {
@@ -263,7 +275,7 @@ static cllm_status session_compute(cllm_session *s) {
 static cllm_status decode_batch(cllm_session *s, const int32_t *tokens, int64_t n, bool keep) {
     const int64_t n_outputs = s->params.all_logits ? n : 1;
     float *logits = !keep ? NULL : s->has_link ? s->link_logits : s->logits;
-    CLLM_TRY(stage_batch(s, 0, tokens, NULL, n, n_outputs, logits, NULL));
+    CLLM_TRY(stage_batch(s, 0, tokens, NULL, n, n_outputs, false, logits, NULL));
     if (keep && !s->has_link) {
         s->n_logits = n_outputs;
         s->n_last = n;
@@ -280,12 +292,15 @@ static cllm_status decode_batch(cllm_session *s, const int32_t *tokens, int64_t 
  * last copies its activations to act_out, or sends them through its link
  * (`logits`: where the link puts the batch's logits); else the logits of
  * the n_outputs last rows go to act_out (a last stage) or `logits` (NULL:
- * not kept), once the graph has run.
+ * not kept), once the graph has run. With `embd` (a last stage only), the
+ * rows' hidden states after the output norm go to `logits` instead,
+ * [n_outputs][n_embd].
  */
 static cllm_status stage_batch(cllm_session *s, int seq, const int32_t *tokens, const float *act_in,
-                               int64_t n, int64_t n_outputs, float *logits, float *act_out) {
+                               int64_t n, int64_t n_outputs, bool embd, float *logits,
+                               float *act_out) {
     const int64_t past = *seq_past(s, seq);
-    cllm_batch_shape shape = {.n_tokens = n, .n_outputs = n_outputs};
+    cllm_batch_shape shape = {.n_tokens = n, .n_outputs = n_outputs, .embd = embd};
     if (seq == 0) {
         shape.n_past = past;
         shape.n_kv = padded_n_kv(s, past, n);
@@ -338,8 +353,9 @@ static cllm_status stage_batch(cllm_session *s, int seq, const int32_t *tokens, 
         return s->link.send(s->link.ud, seq, past, n, n_outputs, s->act, logits);
     }
     if (act_out || logits) {
+        const int64_t width = embd ? s->model->hp.n_embd : s->model->hp.n_vocab;
         cllm_tensor_get(io.logits, act_out ? act_out : logits, 0,
-                        (size_t)n_outputs * (size_t)s->model->hp.n_vocab * sizeof(float));
+                        (size_t)n_outputs * (size_t)width * sizeof(float));
     }
     return CLLM_OK;
 }
@@ -406,7 +422,7 @@ cllm_status cllm_session_stage_run(cllm_session *s, int seq, int64_t n_past, int
     if (n_past == 0) s->seq_high[seq] = 0;
     if (n_past < *past) CLLM_TRY(check_keep(s, seq, n_past));
     *past = n_past;
-    CLLM_TRY(stage_batch(s, seq, NULL, act_in, n, n_outputs, NULL, out));
+    CLLM_TRY(stage_batch(s, seq, NULL, act_in, n, n_outputs, false, NULL, out));
     *past = n_past + n;
     return CLLM_OK;
 }
@@ -552,6 +568,97 @@ cllm_status cllm_session_seq_truncate(cllm_session *s, int seq, int64_t n_keep) 
     return CLLM_OK;
 }
 
+/* ---- embeddings -------------------------------------------------------- */
+
+cllm_status cllm_session_seq_embed(cllm_session *s, int seq, const int32_t *tokens, int64_t n,
+                                   cllm_pooling pooling, float *out) {
+    if (!s) return CLLM_NULL_ARG("the session");
+    if (!tokens) return CLLM_NULL_ARG("tokens");
+    if (!out) return CLLM_NULL_ARG("out");
+    const cllm_hparams *hp = &s->model->hp;
+    if (!s->embd) {
+        return cllm_error(CLLM_ERR_UNSUPPORTED, "embed: the session was made without embeddings "
+                                                "(cllm_session_params.embeddings)");
+    }
+    if (s->model->place.no_input || !cllm_session_is_last_stage(s) || s->has_link) {
+        return cllm_error(CLLM_ERR_UNSUPPORTED,
+                          "embed: the model holds only some of its layers (a pipeline stage)");
+    }
+    if (seq < 0 || seq >= s->shape.n_seq) {
+        return cllm_error(CLLM_ERR_INVALID_ARG, "embed: sequence %d of %d", seq, s->shape.n_seq);
+    }
+    if ((unsigned)pooling >= CLLM_POOLING_COUNT) {
+        return cllm_error(CLLM_ERR_INVALID_ARG,
+                          "embed: pooling %d is not one of none, mean, "
+                          "cls, last",
+                          (int)pooling);
+    }
+    if (n <= 0) return cllm_error(CLLM_ERR_INVALID_ARG, "embed: no tokens");
+    if (n > s->params.n_ctx) {
+        return cllm_error(CLLM_ERR_TOO_LARGE, "embed: %lld tokens exceed the context of %lld",
+                          (long long)n, (long long)s->params.n_ctx);
+    }
+    for (int64_t i = 0; i < n; i++) {
+        if (tokens[i] < 0 || tokens[i] >= hp->n_vocab) {
+            return cllm_error(CLLM_ERR_INVALID_ARG, "embed: token %lld is %d, outside [0, %lld)",
+                              (long long)i, tokens[i], (long long)hp->n_vocab);
+        }
+    }
+    /* the sequence starts anew; what it held is dropped */
+    int64_t *past = seq_past(s, seq);
+    *past = 0;
+    s->seq_high[seq] = 0;
+    s->seq_has_logits[seq] = false;
+    if (seq == 0) s->n_logits = 0;
+
+    const int64_t E = hp->n_embd;
+    double *sum = NULL; /* mean: in double, so that the order of the rows hardly matters */
+    if (pooling == CLLM_POOLING_MEAN) {
+        sum = cllm_calloc((size_t)E, sizeof(double));
+        if (!sum) return cllm_error(CLLM_ERR_NOMEM, "embed: out of host memory");
+    }
+    cllm_status st = CLLM_OK;
+    int64_t chunk = 0;
+    for (int64_t i = 0; i < n && st == CLLM_OK; i += chunk) {
+        chunk = cllm_session_prompt_chunk(s->params.n_batch, n - i);
+        st = stage_batch(s, seq, tokens + i, NULL, chunk, chunk, true, s->embd, NULL);
+        if (st != CLLM_OK) break;
+        *past += chunk;
+        /* s->embd: [chunk][E], the rows of tokens i .. i + chunk - 1 */
+        const size_t row = (size_t)E * sizeof(float);
+        if (pooling == CLLM_POOLING_MEAN) {
+            for (int64_t r = 0; r < chunk; r++)
+                for (int64_t k = 0; k < E; k++) sum[k] += s->embd[r * E + k];
+        } else if (pooling == CLLM_POOLING_NONE) {
+            memcpy(out + i * E, s->embd, (size_t)chunk * row);
+        } else if (pooling == CLLM_POOLING_CLS && i == 0) {
+            memcpy(out, s->embd, row);
+        } else if (pooling == CLLM_POOLING_LAST && i + chunk == n) {
+            memcpy(out, s->embd + (chunk - 1) * E, row);
+        }
+    }
+    if (st != CLLM_OK) { /* the rows written are not a prefix anyone knows */
+        *past = 0;
+        s->seq_high[seq] = 0;
+        cllm_free(sum);
+        return st;
+    }
+    if (sum) {
+        for (int64_t k = 0; k < E; k++) out[k] = (float)(sum[k] / (double)n);
+    }
+    cllm_free(sum);
+    return CLLM_OK;
+}
+
+bool cllm_session_has_embeddings(const cllm_session *s) {
+    return s->embd && !s->model->place.no_input && cllm_session_is_last_stage(s) && !s->has_link;
+}
+
+cllm_status cllm_session_embed(cllm_session *s, const int32_t *tokens, int64_t n,
+                               cllm_pooling pooling, float *out) {
+    return cllm_session_seq_embed(s, 0, tokens, n, pooling, out);
+}
+
 /* Checks a batch of several sequences (see cllm_session_decode_seqs) and
  * fills its shape. */
 static cllm_status seqs_shape(const cllm_session *s, const cllm_seq_tokens *items, int n,
@@ -628,7 +735,7 @@ static cllm_status decode_seqs_linked(cllm_session *s, const cllm_seq_tokens *it
     int ran = 0; /* items computed and sent */
     for (; ran < n && st == CLLM_OK; ran++) {
         const cllm_seq_tokens *it = &items[ran];
-        st = stage_batch(s, it->seq, it->tokens, NULL, it->n_tokens, 1,
+        st = stage_batch(s, it->seq, it->tokens, NULL, it->n_tokens, 1, false,
                          s->link_logits + (size_t)ran * row, NULL);
         if (st != CLLM_OK) break;
         *seq_past(s, it->seq) += it->n_tokens;

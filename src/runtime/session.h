@@ -48,6 +48,10 @@ enum { CLLM_SESSION_MIN_CHUNK = 8 };
  * prompts so, and so does the engine. Pure. */
 int64_t cllm_session_prompt_chunk(int64_t n_batch, int64_t left);
 
+/* Whether s was made with embeddings (cllm_session_params.embeddings) and
+ * computes them (not a stage of a pipeline): cllm_session_seq_embed can run. */
+bool cllm_session_has_embeddings(const cllm_session *s);
+
 /* For tests: the graphs s has built and planned so far (a graph run again
  * for a batch of the same shape is not counted). */
 uint64_t cllm_session_graph_builds(const cllm_session *s);

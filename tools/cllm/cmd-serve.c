@@ -85,6 +85,9 @@ static void serve_usage(FILE *f) {
             "  --test-device SPEC   enable the test device (debug)\n"
             "  --metrics            answer GET /metrics (Prometheus text; off by default)\n"
             "  --slots              answer GET /slots (each slot's state; off by default)\n"
+            "  --embeddings         answer POST /v1/embeddings (off by default: 501)\n"
+            "  --pooling P          the embeddings' pooling: mean, cls or last (default: the\n"
+            "                       file's <arch>.pooling_type, else mean)\n"
             "  --pipe-timeout S     under mpirun: give up when a rank does not answer within\n"
             "                       S seconds (default 120)\n"
             "  --verbose            log each request and slot to stderr\n"
@@ -154,6 +157,7 @@ static int parse_serve_args(int argc, char **argv, serve_args *a) {
                                .header_s = 10,
                                .idle_s = 30,
                                .min_rate = 4096};
+    a->http.pooling = -1; /* the model's */
     srv_gen_params *d = &a->http.defaults;
     d->rp = cllm_request_default_params();
     cllm_sampler_params *dsp = &d->rp.sampling;
@@ -180,6 +184,21 @@ static int parse_serve_args(int argc, char **argv, serve_args *a) {
         }
         if (!strcmp(o, "--slots")) {
             a->http.slots = true;
+            continue;
+        }
+        if (!strcmp(o, "--embeddings") || !strcmp(o, "--embedding")) {
+            a->http.embeddings = true;
+            continue;
+        }
+        if (!strcmp(o, "--pooling")) {
+            const char *v = cli_value("serve", argc, argv, &i);
+            if (!v) return 2;
+            cllm_pooling p;
+            if (cllm_pooling_parse(v, &p) != CLLM_OK) {
+                cli_error("serve", "--pooling '%s': one of none, mean, cls, last", v);
+                return 2;
+            }
+            a->http.pooling = (int)p;
             continue;
         }
         if (!strcmp(o, "--strict-model-names")) {
@@ -383,7 +402,12 @@ static int serve(serve_args *ap) {
            port);
     fflush(stdout);
 
+    if (pipe && a.http.embeddings) {
+        cli_error("serve", "--embeddings: not under mpirun (the layers are spread over the ranks)");
+        goto done;
+    }
     a.g.fit.n_seq = a.parallel; /* one session, a sequence per slot */
+    a.g.fit.embeddings = a.http.embeddings;
     if (!pipe && !cli_gen_load("serve", &a.g, &m)) goto done;
     /* the default grammar, compiled for the model's tokens */
     if (a.g.grammar && cllm_sampler_params_check(
@@ -395,6 +419,7 @@ static int serve(serve_args *ap) {
     cllm_session_params sp = cllm_session_default_params();
     sp.n_ctx = a.g.n_ctx, sp.n_batch = a.g.n_batch, sp.n_threads = a.g.n_threads;
     sp.kv_type = a.g.kv_type;
+    sp.embeddings = a.http.embeddings;
     if (!srv_engine_init(&e, m, pipe, a.parallel, &sp, a.max_queue, a.g.verbose)) goto done;
     engine_ok = true;
     print_memory(&e);

@@ -27,6 +27,7 @@ int cli_cmd_plan(int argc, char **argv);
 int cli_cmd_bench(int argc, char **argv);
 int cli_cmd_perplexity(int argc, char **argv);
 int cli_cmd_pull(int argc, char **argv);
+int cli_cmd_embed(int argc, char **argv);
 
 /* --test-device SPEC: enables the test device (0, or 2 after printing why). */
 int cli_enable_test_device(const char *cmd, const char *spec);

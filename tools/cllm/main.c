@@ -10,6 +10,7 @@
  *   cllm bench -m FILE [options]           prompt and generation speed
  *   cllm perplexity -m FILE -f TEXT        perplexity as llama-perplexity computes it
  *   cllm pull USER/NAME[:QUANT]            a model of the Hugging Face hub into the cache
+ *   cllm embed -m FILE -p TEXT             embeddings as llama-embedding computes them
  *
  * `cllm COMMAND --help` prints the options of a command. Errors: one line
  * naming the file and the problem, exit status != 0 (commands.h).
@@ -37,6 +38,8 @@ static void usage(FILE *f) {
                "  pull  USER/NAME[:QUANT]  download a GGUF model of the Hugging Face hub into\n"
                "                           the cache (-hf USER/NAME[:QUANT] instead of -m\n"
                "                           does the same for any command)\n"
+               "  embed -m FILE -p TEXT    the embedding of a text, as llama.cpp's\n"
+               "                           llama-embedding\n"
                "  version                  print the version\n"
                "\n"
                "cllm <command> --help prints the options of a command.\n"
@@ -66,6 +69,7 @@ int main(int argc, char **argv) {
         {"bench", cli_cmd_bench},           /* cmd-bench.c */
         {"perplexity", cli_cmd_perplexity}, /* cmd-perplexity.c */
         {"pull", cli_cmd_pull},             /* cmd-pull.c, download.c */
+        {"embed", cli_cmd_embed},           /* cmd-embed.c */
     };
     for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++) {
         if (strcmp(cmd, commands[i].name) != 0) continue;

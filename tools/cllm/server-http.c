@@ -1994,7 +1994,8 @@ typedef enum endpoint {
     EP_DETOKENIZE,
     EP_APPLY_TEMPLATE,
     EP_PROPS,
-    EP_SLOTS
+    EP_SLOTS,
+    EP_EMBEDDINGS /* server-embed.c */
 } endpoint;
 
 /* llama-server's small endpoints, and Ollama's under /api/. */
@@ -2017,6 +2018,7 @@ static endpoint endpoint_of(const char *url, const char **id) {
     if (!strcmp(p, "/chat/completions")) return EP_CHAT;
     if (!strcmp(p, "/completions")) return EP_COMPLETIONS;
     if (!strcmp(p, "/models")) return EP_MODELS;
+    if (!strcmp(p, "/embeddings")) return EP_EMBEDDINGS;
     if (!strncmp(p, "/models/", 8) && p[8]) {
         *id = p + 8;
         return EP_MODEL;
@@ -2051,8 +2053,8 @@ static enum MHD_Result preflight(const srv_http *h, struct MHD_Connection *c) {
 
 /* The method an endpoint takes (OPTIONS aside). */
 static const char *endpoint_method(endpoint ep) {
-    return ep == EP_CHAT || ep == EP_COMPLETIONS || ep == EP_TOKENIZE || ep == EP_DETOKENIZE ||
-                   ep == EP_APPLY_TEMPLATE
+    return ep == EP_CHAT || ep == EP_COMPLETIONS || ep == EP_EMBEDDINGS || ep == EP_TOKENIZE ||
+                   ep == EP_DETOKENIZE || ep == EP_APPLY_TEMPLATE
                ? "POST"
                : "GET";
 }
@@ -2160,6 +2162,11 @@ static enum MHD_Result route(srv_http *h, struct MHD_Connection *c, conn *cn, co
     case EP_APPLY_TEMPLATE:
     case EP_PROPS:
     case EP_SLOTS: return srv_llama(h, e, c, url, cn->body, cn->len);
+    case EP_EMBEDDINGS: {
+        unsigned status = 500;
+        json_t *j = srv_embeddings(e, &h->o, cn->body, cn->len, &status);
+        return j ? send_json(h, c, status, j) : MHD_NO;
+    }
     default: return metrics(h, e, c);
     }
 }

@@ -91,6 +91,7 @@ srv_job *srv_job_new(int32_t *prompt, size_t n_prompt, srv_gen_params *gp, doubl
 static void job_free(srv_job *j) {
     free(j->prompt);
     free(j->out);
+    free(j->embd);
     json_decref(j->logprobs);
     srv_gen_params_free(&j->gp);
     pthread_cond_destroy(&j->cond);
@@ -247,6 +248,16 @@ static void on_event(const cllm_event *ev, void *ud) {
     j->n_completion = ev->usage.n_completion;
     j->prompt_ms = ev->usage.prompt_ms;
     j->gen_ms = ev->usage.gen_ms;
+    if (ev->embd) { /* an embedding's vectors */
+        const size_t n = (size_t)ev->n_embd_rows * (size_t)cllm_model_n_embd(e->model);
+        j->embd = malloc(n * sizeof(float));
+        if (j->embd) {
+            memcpy(j->embd, ev->embd, n * sizeof(float));
+            j->n_embd_rows = ev->n_embd_rows;
+        } else {
+            snprintf(j->error, sizeof(j->error), "out of memory for the embedding");
+        }
+    }
     if (ev->usage.started) {
         e->stats.prompt_tokens += ev->usage.n_prompt;
         e->stats.prompt_cached += ev->usage.n_cached;
@@ -293,7 +304,11 @@ static void engine_feed(srv_engine *e) {
         j->gp.rp.stop = (const char *const *)j->gp.stop;
         j->gp.rp.n_stop = j->gp.n_stop;
         j->gp.rp.logprobs = j->gp.logprobs ? j->gp.top_logprobs : -1;
-        if (cllm_engine_submit(e->eng, j->prompt, j->n_prompt, &j->gp.rp, j, &j->id) != CLLM_OK) {
+        const cllm_status st =
+            j->embed
+                ? cllm_engine_submit_embed(e->eng, j->prompt, j->n_prompt, j->pooling, j, &j->id)
+                : cllm_engine_submit(e->eng, j->prompt, j->n_prompt, &j->gp.rp, j, &j->id);
+        if (st != CLLM_OK) {
             snprintf(j->error, sizeof(j->error), "%s", cllm_last_error());
             job_done(e, j, SRV_FINISH_ERROR);
             continue;

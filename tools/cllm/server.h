@@ -76,6 +76,8 @@ typedef struct srv_job {
     srv_gen_params gp;
     double deadline_ms; /* cllm_time_ms() past which it is cancelled; 0: none */
     bool stream;        /* the reader takes text as it comes (else: once, at the end) */
+    bool embed;         /* an embedding (server-embed.c), pooled with `pooling` */
+    cllm_pooling pooling;
 
     /* the engine thread's */
     uint64_t id;            /* in the engine, once submitted */
@@ -94,6 +96,8 @@ typedef struct srv_job {
     double prompt_ms;    /* forward passes that read its prompt (shared with others) */
     double gen_ms;       /* forward passes that decoded its tokens */
     char error[256];     /* with SRV_FINISH_ERROR */
+    float *embd;         /* an embedding's vectors (owned), n_embd_rows x n_embd */
+    int64_t n_embd_rows;
     int refs;            /* 2 while both sides hold it */
     pthread_cond_t cond; /* signalled when something above changed */
     /* called (with the mutex held, by the engine thread) when something
@@ -295,8 +299,10 @@ typedef struct srv_http_opts {
     /* --chat-template (a built-in format's name) or --chat-template-file
      * (Jinja source); NULL: the model's own template */
     const char *chat_style, *chat_template;
-    bool metrics; /* GET /metrics answers (--metrics); else 404 */
-    bool slots;   /* GET /slots answers (--slots); else 404 */
+    bool metrics;    /* GET /metrics answers (--metrics); else 404 */
+    bool slots;      /* GET /slots answers (--slots); else 404 */
+    bool embeddings; /* POST /v1/embeddings answers (--embeddings); else 501 */
+    int pooling;     /* the embeddings' cllm_pooling (--pooling); -1: the model's */
     /* the model's file: its size and time for /api/tags and /api/show */
     const char *model_path;
     bool verbose;
@@ -417,5 +423,13 @@ enum MHD_Result srv_llama(srv_http *h, srv_engine *e, struct MHD_Connection *c, 
 /* Answers a request under /api/ (Ollama's endpoints). */
 enum MHD_Result srv_ollama(srv_http *h, srv_engine *e, struct MHD_Connection *c, const char *url,
                            const char *method, const char *body, size_t len);
+
+/* ---- embeddings (server-embed.c) ---------------------------------------- */
+
+/* POST /v1/embeddings with the body[0, len): the answer (new JSON, NULL when
+ * out of memory) and its HTTP status in *status; 501 when the server runs
+ * without --embeddings. */
+json_t *srv_embeddings(srv_engine *e, const srv_http_opts *o, const char *body, size_t len,
+                       unsigned *status);
 
 #endif /* CLLM_TOOLS_SERVER_H */

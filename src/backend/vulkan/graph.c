@@ -262,6 +262,27 @@ static void dispatch_windows(vk_be *be, const cllm_tensor *node) {
     }
 }
 
+/* A cpy of rows larger than a binding (vk_cpy_rows: the KV cache write of
+ * a long prompt): one dispatch per window of its rows, source and
+ * destination bound to the window only. */
+static void dispatch_cpy_windows(vk_be *be, const cllm_tensor *node) {
+    vk_dev *v = be->v;
+    const cllm_tensor *a = node->src[0], *dst = node->src[1];
+    int64_t win = CLLM_MIN(vk_window_rows(v, a), vk_window_rows(v, node));
+    if (dst) win = CLLM_MIN(win, vk_window_rows(v, dst));
+    CLLM_ASSERTF(win > 0, "vulkan: %s has no window (vk_op_supported)", node->name);
+    for (int64_t r0 = 0; r0 < node->ne[1]; r0 += win) {
+        const int64_t nr = CLLM_MIN(win, node->ne[1] - r0);
+        cllm_tensor wa = sub_view(a, 1, r0, nr), wd = sub_view(node, 1, r0, nr), wt;
+        wd.src[0] = &wa;
+        if (dst) {
+            wt = sub_view(dst, 1, r0, nr);
+            wd.src[1] = &wt;
+        }
+        dispatch(be, &wd, 0, NULL);
+    }
+}
+
 /* mul_mat with 8-bit activations (vk_mul_mat_q8): src[1] quantized into
  * the workspace (shaders/quant_q8.comp), a barrier, then the product of
  * the weights with those blocks (shaders/mul_mat_q8.comp). */
@@ -364,6 +385,12 @@ static void record_node(vk_be *be, cllm_tensor *node) {
         return;
     }
 
+    if (vk_cpy_rows(node) &&
+        (vk_window_rows(v, node->src[0]) < node->ne[1] || vk_window_rows(v, node) < node->ne[1] ||
+         (node->src[1] && vk_window_rows(v, node->src[1]) < node->ne[1]))) {
+        dispatch_cpy_windows(be, node);
+        return;
+    }
     const bool windows =
         (node->op == CLLM_OP_GET_ROWS || node->op == CLLM_OP_MUL_MAT) &&
         (vk_window_rows(v, node->src[0]) < node->src[0]->ne[1] ||

@@ -93,10 +93,19 @@ static bool addressable(const vk_dev *v, const cllm_tensor *node, int which) {
         if (t->ne[i] > UINT32_MAX || t->nb[i] > UINT32_MAX) return false;
     }
     const bool mm = node->op == CLLM_OP_MUL_MAT;
-    const bool windowed = ((mm || node->op == CLLM_OP_GET_ROWS) && which == 0) ||
-                          (mm && (which == 1 || which < 0)) ||
-                          (node->op == CLLM_OP_ATTN && (which == 1 || which == 2));
+    const bool windowed =
+        ((mm || node->op == CLLM_OP_GET_ROWS) && which == 0) || (mm && (which == 1 || which < 0)) ||
+        (node->op == CLLM_OP_ATTN && (which == 1 || which == 2)) || vk_cpy_rows(node);
     return windowed ? vk_window_rows(v, t) > 0 : vk_window_rows(v, t) == t->ne[1];
+}
+
+bool vk_cpy_rows(const cllm_tensor *node) {
+    if (node->op != CLLM_OP_CPY && node->op != CLLM_OP_CONT) return false;
+    const cllm_tensor *a = node->src[0];
+    for (int i = 0; i < CLLM_MAX_DIMS; i++) {
+        if (!a || a->ne[i] != node->ne[i]) return false;
+    }
+    return node->ne[2] == 1 && node->ne[3] == 1;
 }
 
 static bool is_f32(const cllm_tensor *t) { return t && t->type == CLLM_TYPE_F32; }

@@ -201,6 +201,9 @@ bool vk_mul_mat_q8(const vk_dev *v, const cllm_tensor *node);
 /* The workspace bytes of mul_mat node `node` on the int8 path: its
  * activations' blocks (0 on the F32 path). */
 size_t vk_mul_mat_q8_bytes(const vk_dev *v, const cllm_tensor *node);
+/* A cpy (or cont) of rows into rows of the same shape (a KV cache write):
+ * recorded in windows of its rows where they do not fit one binding. */
+bool vk_cpy_rows(const cllm_tensor *node);
 /* The pipeline, push constants (but the offsets) and grid of a node. */
 vk_pipe vk_node_dispatch(const cllm_tensor *node, vk_push *pc, uint32_t g[3]);
 

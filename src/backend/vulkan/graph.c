@@ -268,15 +268,17 @@ static void dispatch_windows(vk_be *be, const cllm_tensor *node) {
 static void dispatch_cpy_windows(vk_be *be, const cllm_tensor *node) {
     vk_dev *v = be->v;
     const cllm_tensor *a = node->src[0], *dst = node->src[1];
-    int64_t win = CLLM_MIN(vk_window_rows(v, a), vk_window_rows(v, node));
-    if (dst) win = CLLM_MIN(win, vk_window_rows(v, dst));
+    const int da = vk_outer_dim(a), dd = vk_outer_dim(node);
+    const int64_t rows = node->ne[dd];
+    int64_t win = CLLM_MIN(vk_cpy_window(v, a), vk_cpy_window(v, node));
+    if (dst) win = CLLM_MIN(win, vk_cpy_window(v, dst));
     CLLM_ASSERTF(win > 0, "vulkan: %s has no window (vk_op_supported)", node->name);
-    for (int64_t r0 = 0; r0 < node->ne[1]; r0 += win) {
-        const int64_t nr = CLLM_MIN(win, node->ne[1] - r0);
-        cllm_tensor wa = sub_view(a, 1, r0, nr), wd = sub_view(node, 1, r0, nr), wt;
+    for (int64_t r0 = 0; r0 < rows; r0 += win) {
+        const int64_t nr = CLLM_MIN(win, rows - r0);
+        cllm_tensor wa = sub_view(a, da, r0, nr), wd = sub_view(node, dd, r0, nr), wt;
         wd.src[0] = &wa;
         if (dst) {
-            wt = sub_view(dst, 1, r0, nr);
+            wt = sub_view(dst, vk_outer_dim(dst), r0, nr);
             wd.src[1] = &wt;
         }
         dispatch(be, &wd, 0, NULL);
@@ -386,8 +388,10 @@ static void record_node(vk_be *be, cllm_tensor *node) {
     }
 
     if (vk_cpy_rows(node) &&
-        (vk_window_rows(v, node->src[0]) < node->ne[1] || vk_window_rows(v, node) < node->ne[1] ||
-         (node->src[1] && vk_window_rows(v, node->src[1]) < node->ne[1]))) {
+        (vk_cpy_window(v, node->src[0]) < node->src[0]->ne[vk_outer_dim(node->src[0])] ||
+         vk_cpy_window(v, node) < node->ne[vk_outer_dim(node)] ||
+         (node->src[1] &&
+          vk_cpy_window(v, node->src[1]) < node->src[1]->ne[vk_outer_dim(node->src[1])]))) {
         dispatch_cpy_windows(be, node);
         return;
     }

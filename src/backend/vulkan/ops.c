@@ -93,19 +93,36 @@ static bool addressable(const vk_dev *v, const cllm_tensor *node, int which) {
         if (t->ne[i] > UINT32_MAX || t->nb[i] > UINT32_MAX) return false;
     }
     const bool mm = node->op == CLLM_OP_MUL_MAT;
-    const bool windowed =
-        ((mm || node->op == CLLM_OP_GET_ROWS) && which == 0) || (mm && (which == 1 || which < 0)) ||
-        (node->op == CLLM_OP_ATTN && (which == 1 || which == 2)) || vk_cpy_rows(node);
+    const bool windowed = ((mm || node->op == CLLM_OP_GET_ROWS) && which == 0) ||
+                          (mm && (which == 1 || which < 0)) ||
+                          (node->op == CLLM_OP_ATTN && (which == 1 || which == 2));
+    if (vk_cpy_rows(node)) return vk_cpy_window(v, t) > 0;
     return windowed ? vk_window_rows(v, t) > 0 : vk_window_rows(v, t) == t->ne[1];
+}
+
+int vk_outer_dim(const cllm_tensor *t) {
+    int d = CLLM_MAX_DIMS - 1;
+    while (d > 0 && t->ne[d] == 1) d--;
+    return d;
+}
+
+int64_t vk_cpy_window(const vk_dev *v, const cllm_tensor *t) {
+    const int d = vk_outer_dim(t);
+    const size_t range = v->max_range, align = v->props.limits.minStorageBufferOffsetAlignment;
+    cllm_tensor row = *t;
+    row.ne[d] = 1;
+    const size_t one = cllm_nbytes(&row);
+    if (one + align > range || t->nb[d] == 0) return t->ne[d] == 1 && one + align <= range;
+    return CLLM_MIN(t->ne[d], 1 + (int64_t)((range - align - one) / t->nb[d]));
 }
 
 bool vk_cpy_rows(const cllm_tensor *node) {
     if (node->op != CLLM_OP_CPY && node->op != CLLM_OP_CONT) return false;
     const cllm_tensor *a = node->src[0];
-    for (int i = 0; i < CLLM_MAX_DIMS; i++) {
-        if (!a || a->ne[i] != node->ne[i]) return false;
-    }
-    return node->ne[2] == 1 && node->ne[3] == 1;
+    if (!a) return false;
+    const int da = vk_outer_dim(a), dd = vk_outer_dim(node);
+    return da > 0 && dd > 0 && a->ne[da] == node->ne[dd] &&
+           cllm_nelements(a) == cllm_nelements(node);
 }
 
 static bool is_f32(const cllm_tensor *t) { return t && t->type == CLLM_TYPE_F32; }

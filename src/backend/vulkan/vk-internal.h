@@ -201,9 +201,16 @@ bool vk_mul_mat_q8(const vk_dev *v, const cllm_tensor *node);
 /* The workspace bytes of mul_mat node `node` on the int8 path: its
  * activations' blocks (0 on the F32 path). */
 size_t vk_mul_mat_q8_bytes(const vk_dev *v, const cllm_tensor *node);
-/* A cpy (or cont) of rows into rows of the same shape (a KV cache write):
- * recorded in windows of its rows where they do not fit one binding. */
+/* The outermost dimension of t with more than one element (0: none). */
+int vk_outer_dim(const cllm_tensor *t);
+/* A cpy (or cont) whose source and result have as many rows along their
+ * outermost dimensions (vk_outer_dim), each of as many elements (a KV
+ * cache write: [head_dim, heads, T] into [n_embd, T]): recorded in windows
+ * of those rows where they do not fit one binding. */
 bool vk_cpy_rows(const cllm_tensor *node);
+/* The most rows of t along its outermost dimension that one binding holds
+ * wherever they start (0: not one). */
+int64_t vk_cpy_window(const vk_dev *v, const cllm_tensor *t);
 /* The pipeline, push constants (but the offsets) and grid of a node. */
 vk_pipe vk_node_dispatch(const cllm_tensor *node, vk_push *pc, uint32_t g[3]);
 

@@ -12,6 +12,9 @@
  *  - get_rows and mul_mat over matrices larger than the storage-buffer
  *    range, recorded in windows, against the CPU; other ops over such
  *    tensors refused (the scheduler leaves them to the CPU);
+ *  - stories260K's KV cache layers larger than a binding: the attention
+ *    over them in windows of the cache's rows, token by token, with the
+ *    logits of the run over whole bindings;
  *  - Gemma 3's token embedding (larger than lavapipe's real 128 MiB range)
  *    gathered and multiplied on the device, against the CPU;
  *  - a model load and session whose N-th device allocation fails, for
@@ -32,12 +35,21 @@
 #include <string.h>
 
 static int g_errors; /* errors logged by the validation layer */
+/* attention nodes computed over a cache in windows (the backends say so
+ * when freed) */
+static unsigned long long g_attn_windows;
 
 static void on_log(cllm_log_level level, const char *msg, void *ud) {
     (void)ud;
     if (level == CLLM_LOG_ERROR && !strncmp(msg, "vulkan validation", 17)) {
         g_errors++;
         fprintf(stderr, "error: %s\n", msg);
+    }
+    const char *p = strstr(msg, " nodes recorded in ");
+    unsigned long long n;
+    if (level == CLLM_LOG_DEBUG && !strncmp(msg, "vulkan", 6) && p && (p = strstr(p, "; ")) &&
+        sscanf(p, "; %llu attention nodes over a cache in windows", &n) == 1) {
+        g_attn_windows += n;
     }
 }
 
@@ -244,6 +256,95 @@ static void test_model_pieces(const char *path) {
     cllm_plan_free(none);
     cllm_plan_free(plan);
     configure("max_alloc=0");
+}
+
+/* ---- a KV cache larger than a binding ----------------------------------- */
+
+enum { KV_STEPS = 200 };
+
+/* stories260K all on the device with the storage range lowered to `range`
+ * (0: the device's), fed the text token by token (again from its start
+ * when it ends) for KV_STEPS steps: the logits of every step (malloc'd,
+ * [KV_STEPS, n_vocab]), or NULL. */
+static float *kv_run(const char *path, size_t range, int64_t *n_vocab) {
+    char params[64];
+    snprintf(params, sizeof(params), "max_range=%zu", range);
+    configure(params);
+    float *out = NULL;
+    cllm_plan *plan = plan_on_device(path);
+    cllm_model *m = NULL;
+    cllm_session *s = NULL;
+    const int vk = plan ? vk_index(plan) : -1;
+    CHECKF(vk >= 0 && plan->devices[vk].n_layers == plan->hp.n_layer, "layers on %s",
+           cllm_device_name(g_vk));
+    if (vk < 0 || open_session(path, plan, &m, &s) != CLLM_OK) {
+        CHECKF(vk < 0, "load: %s", cllm_last_error());
+        goto done;
+    }
+    int32_t ids[64];
+    size_t n = 0;
+    CHECK(cllm_tokenize(m, k_text, strlen(k_text), true, false, ids, 64, &n) == CLLM_OK && n > 1);
+    *n_vocab = cllm_session_n_vocab(s);
+    out = malloc((size_t)KV_STEPS * (size_t)*n_vocab * sizeof(float));
+    for (int step = 0; step < KV_STEPS; step++) {
+        const cllm_status st = cllm_session_decode(s, &ids[(size_t)step % n], 1);
+        CHECKF(st == CLLM_OK, "decode %d: %s", step, cllm_last_error());
+        if (st != CLLM_OK) {
+            free(out);
+            out = NULL;
+            break;
+        }
+        memcpy(out + (size_t)step * (size_t)*n_vocab, cllm_session_logits(s),
+               (size_t)*n_vocab * sizeof(float));
+    }
+done:
+    cllm_session_free(s);
+    cllm_model_free(m);
+    cllm_plan_free(plan);
+    configure("max_range=0");
+    return out;
+}
+
+/* A layer of the KV cache (256 rows of 64 bytes: 16 KiB) larger than a
+ * 4 KiB binding: the writes into it are the rows of a token, and the
+ * attention reads the cache in windows of its rows, merged on the device.
+ * Every other node of a token fits or is recorded in windows that compute
+ * it bit for bit, so the logits are those of the run with the device's own
+ * range but for the order of the softmax's sums. */
+static void test_kv_windows(const char *path) {
+    int64_t nv = 0, nw = 0;
+    float *want = kv_run(path, 0, &nv);
+    g_attn_windows = 0;
+    float *got = kv_run(path, 4096, &nw);
+    CHECKF(g_attn_windows > 0, "%llu attention nodes in windows", g_attn_windows);
+    if (want && got && nv == nw) {
+        float worst = 0.0f;
+        int worst_step = 0, argmax_diff = 0;
+        for (int step = 0; step < KV_STEPS; step++) {
+            const float *a = want + (size_t)step * (size_t)nv, *b = got + (size_t)step * (size_t)nv;
+            float scale = 0.0f, d = 0.0f;
+            int64_t ia = 0, ib = 0;
+            for (int64_t i = 0; i < nv; i++) {
+                const float e = fabsf(a[i] - b[i]);
+                scale = fmaxf(scale, fabsf(a[i]));
+                if (!(e <= d)) d = e; /* NaN counts as worst */
+                if (a[i] > a[ia]) ia = i;
+                if (b[i] > b[ib]) ib = i;
+            }
+            if (!(d <= worst * scale) && scale > 0.0f) worst = d / scale, worst_step = step;
+            argmax_diff += ia != ib;
+        }
+        fprintf(stderr,
+                "KV cache in windows: %llu attention nodes, logits within %g of the "
+                "whole cache's (step %d), %d greedy choices differ\n",
+                g_attn_windows, worst, worst_step, argmax_diff);
+        CHECKF(worst <= 1e-5f, "logits differ by %g of their scale at step %d", worst, worst_step);
+        CHECKF(argmax_diff == 0, "%d greedy choices differ", argmax_diff);
+    } else {
+        CHECK(false);
+    }
+    free(want);
+    free(got);
 }
 
 /* ---- windows over matrices larger than a binding ------------------------ */
@@ -476,9 +577,15 @@ static void test_faults(const char *path) {
 }
 
 int main(void) {
-    /* the validation layer, before the registry loads the module */
+    /* the validation layer with synchronization validation (windows bind
+     * parts of tensors), before the registry loads the module */
     setenv("CLLM_VULKAN_VALIDATE", "1", 0);
+    setenv("VK_LAYER_ENABLES",
+           "VK_VALIDATION_FEATURE_ENABLE_SYNCHRONIZATION_VALIDATION_EXT:"
+           "VALIDATION_CHECK_ENABLE_SYNCHRONIZATION_VALIDATION_QUEUE_SUBMIT",
+           0);
     cllm_log_set(on_log, NULL);
+    cllm_log_set_level(CLLM_LOG_DEBUG);
     for (int i = 0; i < cllm_registry_device_count() && !g_vk; i++) {
         cllm_device *d = cllm_registry_device(i);
         if (!strncmp(cllm_device_name(d), "vulkan", 6)) g_vk = d;
@@ -495,6 +602,7 @@ int main(void) {
         char path[4096];
         refs_model_path(path, sizeof(path), "stories260K.gguf");
         test_model_pieces(path);
+        test_kv_windows(path);
         test_faults(path);
     }
     test_gemma_embedding();

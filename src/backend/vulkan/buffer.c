@@ -147,7 +147,7 @@ void vk_mem_init(vk_dev *v) {
 }
 
 cllm_status vk_mem_set_params(vk_dev *devs, int n, const char *params) {
-    bool set_alloc = false, set_range = false, set_fail = false;
+    bool set_alloc = false, set_range = false, set_fail = false, set_int8 = false, int8 = false;
     size_t max_alloc = 0, max_range = 0;
     long fail = 0;
     char item[128];
@@ -176,10 +176,13 @@ cllm_status vk_mem_set_params(vk_dev *devs, int n, const char *params) {
             errno = 0;
             fail = strtol(val, &end, 10);
             ok = set_fail = !errno && end != val && !*end && fail >= 0 && fail <= 1000000000;
+        } else if (!strcmp(key, "int8")) {
+            ok = set_int8 = !strcmp(val, "0") || !strcmp(val, "1");
+            int8 = !strcmp(val, "1");
         } else {
-            return cllm_error(CLLM_ERR_INVALID_ARG,
-                              "vulkan: unknown option \"%s\" (max_alloc, max_range, fail_alloc)",
-                              key);
+            return cllm_error(
+                CLLM_ERR_INVALID_ARG,
+                "vulkan: unknown option \"%s\" (max_alloc, max_range, fail_alloc, int8)", key);
         }
         if (!ok) {
             return cllm_error(CLLM_ERR_INVALID_ARG, "vulkan: bad value \"%s\" for %s", val, key);
@@ -189,6 +192,7 @@ cllm_status vk_mem_set_params(vk_dev *devs, int n, const char *params) {
         if (set_alloc) set_max_alloc(&devs[i], max_alloc);
         if (set_range) set_max_range(&devs[i], max_range);
         if (set_fail) atomic_store(&devs[i].allocs_left, (int)fail);
+        if (set_int8) devs[i].int8 = int8 && devs[i].has_int8;
     }
     return CLLM_OK;
 }

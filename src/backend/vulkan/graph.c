@@ -88,28 +88,44 @@ typedef struct vk_be {
     /* counts, logged when the backend is freed: graphs recorded in full,
      * replayed, and the nodes recorded of those computed */
     uint64_t n_recorded, n_replayed, n_nodes_recorded, n_nodes_computed;
-    uint64_t record_ns; /* host time in record_seg */
+    uint64_t record_ns;      /* host time in record_seg */
+    uint64_t n_attn_windows; /* attention nodes computed over a cache in windows */
+    /* the backend's workspace (the attention's state over a cache bound in
+     * windows) this compute, and its serial when last computed */
+    const vk_buf *ws;
+    uint64_t ws_serial;
 } vk_be;
 
 typedef struct vk_bind {
     VkDescriptorBufferInfo info;
     uint32_t off; /* the tensor's offset within the bound range */
-    vk_range range;
 } vk_bind;
 
-/* The binding of tensor t: from its offset aligned down to
- * minStorageBufferOffsetAlignment, at most maxStorageBufferRange bytes (the
- * shaders address t from `off` within it; vk_op_supported has checked that
- * t, or each window of it that record_node binds, lies within the range). */
-static vk_bind bind_of(const vk_dev *v, const cllm_tensor *t) {
+/* The bytes of tensor t that a dispatch binds and may touch: from its
+ * offset aligned down to minStorageBufferOffsetAlignment (where a binding
+ * may start) to its last byte rounded up to a whole 32-bit word (the
+ * shaders read and write words; an F16 store rewrites its neighbour's half
+ * of the word). The barriers between dispatches follow these same bytes,
+ * so what a dispatch is bound to is exactly what the barriers protect. */
+static vk_range extent_of(const vk_dev *v, const cllm_tensor *t) {
     const vk_buf *b = t->buffer->context;
     const size_t off = vk_tensor_offset(t);
     const size_t align = v->props.limits.minStorageBufferOffsetAlignment;
-    const size_t start = off - off % align;
-    const VkDeviceSize range = CLLM_MIN(b->vk_size - start, (VkDeviceSize)v->max_range);
-    return (vk_bind){.info = {.buffer = b->b, .offset = start, .range = range},
-                     .off = (uint32_t)(off - start),
-                     .range = {.b = b->b, .lo = off, .hi = off + cllm_nbytes(t)}};
+    const size_t end = off + cllm_nbytes(t);
+    return (vk_range){.b = b->b,
+                      .lo = off - off % align,
+                      .hi = (size_t)CLLM_MIN((VkDeviceSize)((end + 3) & ~(size_t)3), b->vk_size)};
+}
+
+/* The binding of tensor t: its extent (extent_of; the shaders address t
+ * from `off` within it). vk_op_supported has checked that t, or each
+ * window of it that record_node binds, fits maxStorageBufferRange. */
+static vk_bind bind_of(const vk_dev *v, const cllm_tensor *t) {
+    const vk_range r = extent_of(v, t);
+    CLLM_ASSERTF(r.hi - r.lo <= v->max_range, "vulkan: %s spans %zu bytes, above the range %u",
+                 t->name, r.hi - r.lo, v->max_range);
+    return (vk_bind){.info = {.buffer = r.b, .offset = r.lo, .range = r.hi - r.lo},
+                     .off = (uint32_t)(vk_tensor_offset(t) - r.lo)};
 }
 
 static bool overlaps(const vk_range *list, int n, const vk_range *r) {
@@ -125,28 +141,50 @@ static bool in_device(const vk_dev *v, const cllm_tensor *t) {
 }
 
 /* The sources of a node in binding order (bindings 0-2: sources 0-2, 3: the
- * result, 4: source 3; a binding without a tensor gets the result's). */
-static void binds_of(const vk_dev *v, const cllm_tensor *node, vk_bind binds[5]) {
+ * result, 4: source 3, 5: the attention's state; a binding without a
+ * tensor gets the result's). */
+static void binds_of(const vk_dev *v, const cllm_tensor *node, vk_bind binds[VK_BINDINGS]) {
     binds[3] = bind_of(v, node);
     for (int i = 0; i < 3; i++) binds[i] = node->src[i] ? bind_of(v, node->src[i]) : binds[3];
     binds[4] = node->src[3] ? bind_of(v, node->src[3]) : binds[3];
+    binds[5] = binds[3];
 }
 
-/* One dispatch of `node` (the node itself or a window of it): its pipeline,
- * bindings and push constants. `row0`: the first row of src[0] that a
- * get_rows window binds (the shader skips the ids outside it). */
-static void dispatch(vk_be *be, const cllm_tensor *node, uint32_t row0) {
+/* The workspace bytes of a node: the attention's state over a cache in
+ * windows (shaders/attn_window.glsl), the 8-bit activations of a mul_mat
+ * (shaders/quant_q8.comp); 0: none. */
+static size_t ws_bytes(const vk_dev *v, const cllm_tensor *node) {
+    if (node->op == CLLM_OP_ATTN) return vk_attn_state_bytes(v, node);
+    if (node->op == CLLM_OP_MUL_MAT) return vk_mul_mat_q8_bytes(v, node);
+    return 0;
+}
+
+/* What a node uses of the workspace, from its start (every node that uses
+ * it writes it). */
+static vk_range ws_of(const vk_be *be, const cllm_tensor *node) {
+    const size_t n = ws_bytes(be->v, node);
+    return (vk_range){.b = be->ws ? be->ws->b : VK_NULL_HANDLE, .lo = 0, .hi = n};
+}
+
+static vk_bind bind_range(const vk_range *r) {
+    return (vk_bind){.info = {.buffer = r->b, .offset = r->lo, .range = r->hi - r->lo}};
+}
+
+static void barrier_compute(VkCommandBuffer cb) {
+    const VkMemoryBarrier mb = {
+        .sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER,
+        .srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_SHADER_READ_BIT,
+        .dstAccessMask = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT};
+    vkCmdPipelineBarrier(cb, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT,
+                         VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, 0, 1, &mb, 0, NULL, 0, NULL);
+}
+
+/* Records a dispatch of pipe with these bindings and push constants. */
+static void emit(vk_be *be, vk_pipe pipe, const vk_bind binds[VK_BINDINGS], const vk_push *pc,
+                 const uint32_t g[3]) {
     vk_dev *v = be->v;
-    vk_push pc = {0};
-    uint32_t g[3];
-    const vk_pipe pipe = vk_node_dispatch(node, &pc, g);
-    vk_bind binds[5];
-    binds_of(v, node, binds);
-    for (int i = 0; i < 4; i++) pc.offs[i] = binds[i].off;
-    if (node->op == CLLM_OP_ATTN) pc.p[1] = binds[4].off;
-    if (node->op == CLLM_OP_GET_ROWS) pc.p[0] = row0;
-    VkWriteDescriptorSet w[5];
-    for (int i = 0; i < 5; i++) {
+    VkWriteDescriptorSet w[VK_BINDINGS];
+    for (int i = 0; i < VK_BINDINGS; i++) {
         w[i] = (VkWriteDescriptorSet){.sType = VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET,
                                       .dstBinding = (uint32_t)i,
                                       .descriptorCount = 1,
@@ -154,9 +192,31 @@ static void dispatch(vk_be *be, const cllm_tensor *node, uint32_t row0) {
                                       .pBufferInfo = &binds[i].info};
     }
     vkCmdBindPipeline(be->cb, VK_PIPELINE_BIND_POINT_COMPUTE, v->pipes[pipe]);
-    vkCmdPushDescriptorSetKHR(be->cb, VK_PIPELINE_BIND_POINT_COMPUTE, v->layout, 0, 5, w);
-    vkCmdPushConstants(be->cb, v->layout, VK_SHADER_STAGE_COMPUTE_BIT, 0, sizeof(pc), &pc);
+    vkCmdPushDescriptorSetKHR(be->cb, VK_PIPELINE_BIND_POINT_COMPUTE, v->layout, 0, VK_BINDINGS, w);
+    vkCmdPushConstants(be->cb, v->layout, VK_SHADER_STAGE_COMPUTE_BIT, 0, sizeof(*pc), pc);
     vkCmdDispatch(be->cb, g[0], g[1], g[2]);
+}
+
+/* One dispatch of `node` (the node itself or a window of it): its pipeline,
+ * bindings and push constants. `extra`: for get_rows, the first row of
+ * src[0] that its window binds (the shader skips the ids outside it); for
+ * attention, which window of the cache it is (0: the whole cache, 1: the
+ * first, 2: a later one; `state`: the state's binding then). */
+static void dispatch(vk_be *be, const cllm_tensor *node, uint32_t extra, const vk_range *state) {
+    vk_dev *v = be->v;
+    vk_push pc = {0};
+    uint32_t g[3];
+    const vk_pipe pipe = vk_node_dispatch(node, &pc, g);
+    vk_bind binds[VK_BINDINGS];
+    binds_of(v, node, binds);
+    for (int i = 0; i < 4; i++) pc.offs[i] = binds[i].off;
+    if (node->op == CLLM_OP_ATTN) {
+        pc.p[1] = binds[4].off;
+        pc.p[2] = extra;
+        if (extra) binds[5] = bind_range(state);
+    }
+    if (node->op == CLLM_OP_GET_ROWS) pc.p[0] = extra;
+    emit(be, pipe, binds, &pc, g);
 }
 
 /* t restricted to [lo, lo + n) along dimension `dim`: the same strides,
@@ -197,37 +257,144 @@ static void dispatch_windows(vk_be *be, const cllm_tensor *node) {
                 wd.src[0] = &wa;
                 wd.src[1] = &wb;
             }
-            dispatch(be, &wd, (uint32_t)r0);
+            dispatch(be, &wd, (uint32_t)r0, NULL);
         }
+    }
+}
+
+/* A cpy of rows larger than a binding (vk_cpy_rows: the KV cache write of
+ * a long prompt): one dispatch per window of its rows, source and
+ * destination bound to the window only. */
+static void dispatch_cpy_windows(vk_be *be, const cllm_tensor *node) {
+    vk_dev *v = be->v;
+    const cllm_tensor *a = node->src[0], *dst = node->src[1];
+    const int da = vk_outer_dim(a), dd = vk_outer_dim(node);
+    const int64_t rows = node->ne[dd];
+    int64_t win = CLLM_MIN(vk_cpy_window(v, a), vk_cpy_window(v, node));
+    if (dst) win = CLLM_MIN(win, vk_cpy_window(v, dst));
+    CLLM_ASSERTF(win > 0, "vulkan: %s has no window (vk_op_supported)", node->name);
+    for (int64_t r0 = 0; r0 < rows; r0 += win) {
+        const int64_t nr = CLLM_MIN(win, rows - r0);
+        cllm_tensor wa = sub_view(a, da, r0, nr), wd = sub_view(node, dd, r0, nr), wt;
+        wd.src[0] = &wa;
+        if (dst) {
+            wt = sub_view(dst, vk_outer_dim(dst), r0, nr);
+            wd.src[1] = &wt;
+        }
+        dispatch(be, &wd, 0, NULL);
+    }
+}
+
+/* mul_mat with 8-bit activations (vk_mul_mat_q8): src[1] quantized into
+ * the workspace (shaders/quant_q8.comp), a barrier, then the product of
+ * the weights with those blocks (shaders/mul_mat_q8.comp). */
+static void dispatch_mul_mat_q8(vk_be *be, const cllm_tensor *node) {
+    vk_dev *v = be->v;
+    const cllm_tensor *a = node->src[0], *b = node->src[1];
+    const vk_range q8 = ws_of(be, node);
+    vk_bind binds[VK_BINDINGS];
+    binds_of(v, node, binds);
+    const uint64_t blocks = (uint64_t)(a->ne[0] / 32) * (uint64_t)cllm_nrows(b);
+    uint32_t g[3];
+
+    vk_push pq = {0};
+    vk_bind bq[VK_BINDINGS];
+    for (int i = 0; i < VK_BINDINGS; i++) bq[i] = binds[1];
+    bq[3] = bind_range(&q8);
+    pq.offs[0] = binds[1].off;
+    for (int i = 0; i < 4; i++) {
+        pq.ne_a[i] = (uint32_t)b->ne[i];
+        pq.nb_a[i] = (uint32_t)b->nb[i];
+    }
+    g[0] = (uint32_t)CLLM_MIN((blocks + 63) / 64, (uint64_t)VK_GRID_MAX);
+    g[1] = (uint32_t)(((blocks + 63) / 64 + g[0] - 1) / g[0]);
+    g[2] = 1;
+    emit(be, VK_PIPE_QUANT_Q8, bq, &pq, g);
+    barrier_compute(be->cb);
+
+    vk_push pc = {0};
+    (void)vk_node_dispatch(node, &pc, g); /* the shapes and types */
+    binds[1] = bind_range(&q8);
+    pc.offs[0] = binds[0].off;
+    pc.offs[1] = 0;
+    pc.offs[3] = binds[3].off;
+    const uint64_t groups = ((uint64_t)node->ne[0] + 3) / 4 * (((uint64_t)node->ne[1] + 7) / 8);
+    g[0] = (uint32_t)CLLM_MIN(groups, (uint64_t)VK_GRID_MAX);
+    g[1] = (uint32_t)((groups + g[0] - 1) / g[0]);
+    g[2] = (uint32_t)(node->ne[2] * node->ne[3]);
+    emit(be, VK_PIPE_MUL_MAT_Q8, binds, &pc, g);
+}
+
+/* The attention over a KV cache that one binding cannot hold
+ * (vk_attn_window): one dispatch per window of the cache's rows, k, v and
+ * the mask's columns bound to the window only, each merging its part into
+ * the result and the state (shaders/attn_window.glsl) after a barrier. */
+static void dispatch_attn_windows(vk_be *be, const cllm_tensor *node) {
+    const cllm_tensor *k = node->src[1], *val = node->src[2], *mask = node->src[3];
+    const int64_t n_kv = k->ne[1], win = vk_attn_window(be->v, node);
+    CLLM_ASSERTF(win > 0, "vulkan: %s has no window (vk_op_supported)", node->name);
+    const vk_range state = ws_of(be, node);
+    for (int64_t j0 = 0; j0 < n_kv; j0 += win) {
+        const int64_t n = CLLM_MIN(win, n_kv - j0);
+        cllm_tensor wk = sub_view(k, 1, j0, n), wv = sub_view(val, 1, j0, n), wm, wd = *node;
+        wd.src[1] = &wk;
+        wd.src[2] = &wv;
+        if (mask) {
+            wm = sub_view(mask, 0, j0, n);
+            wd.src[3] = &wm;
+        }
+        if (j0 > 0) barrier_compute(be->cb); /* the result and the state */
+        dispatch(be, &wd, j0 == 0 ? 1 : 2, &state);
     }
 }
 
 static void record_node(vk_be *be, cllm_tensor *node) {
     vk_dev *v = be->v;
-    /* the barrier: from the whole tensors' bytes, also for a node
-     * recorded in windows (its windows never depend on each other) */
-    vk_bind binds[5];
-    binds_of(v, node, binds);
-    const cllm_tensor *srcs[5] = {node->src[0], node->src[1], node->src[2], NULL, node->src[3]};
-    bool barrier = overlaps(be->writes, be->n_writes, &binds[3].range) ||
-                   overlaps(be->reads, be->n_reads, &binds[3].range);
-    for (int i = 0; i < 5 && !barrier; i++) {
-        if (srcs[i]) barrier = overlaps(be->writes, be->n_writes, &binds[i].range);
+    /* the barrier: from the whole tensors' extents, also for a node
+     * recorded in windows (its windows bind parts of them and never
+     * depend on each other) */
+    const cllm_tensor *srcs[4] = {node->src[0], node->src[1], node->src[2], node->src[3]};
+    vk_range reads[4];
+    const vk_range write = extent_of(v, node);
+    bool barrier =
+        overlaps(be->writes, be->n_writes, &write) || overlaps(be->reads, be->n_reads, &write);
+    for (int i = 0; i < 4; i++) {
+        if (!srcs[i]) continue;
+        reads[i] = extent_of(v, srcs[i]);
+        barrier = barrier || overlaps(be->writes, be->n_writes, &reads[i]);
     }
+    /* an attention in windows writes its state in the workspace, a mul_mat
+     * with 8-bit activations those */
+    const bool uses_ws = ws_bytes(v, node) > 0;
+    const vk_range state = uses_ws ? ws_of(be, node) : write;
+    barrier = barrier || overlaps(be->writes, be->n_writes, &state) ||
+              overlaps(be->reads, be->n_reads, &state);
     if (barrier) {
-        const VkMemoryBarrier mb = {
-            .sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER,
-            .srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_SHADER_READ_BIT,
-            .dstAccessMask = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT};
-        vkCmdPipelineBarrier(be->cb, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT,
-                             VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, 0, 1, &mb, 0, NULL, 0, NULL);
+        barrier_compute(be->cb);
         be->n_reads = be->n_writes = 0;
     }
-    for (int i = 0; i < 5; i++) {
-        if (srcs[i]) be->reads[be->n_reads++] = binds[i].range;
+    for (int i = 0; i < 4; i++) {
+        if (srcs[i]) be->reads[be->n_reads++] = reads[i];
     }
-    be->writes[be->n_writes++] = binds[3].range;
+    be->writes[be->n_writes++] = write;
+    if (uses_ws) be->writes[be->n_writes++] = state;
+    if (uses_ws && node->op == CLLM_OP_ATTN) {
+        dispatch_attn_windows(be, node);
+        return;
+    }
+    if (uses_ws) {
+        dispatch_mul_mat_q8(be, node);
+        return;
+    }
 
+    if (vk_cpy_rows(node) &&
+        (vk_cpy_window(v, node->src[0]) < node->src[0]->ne[vk_outer_dim(node->src[0])] ||
+         vk_cpy_window(v, node) < node->ne[vk_outer_dim(node)] ||
+         (node->src[1] &&
+          vk_cpy_window(v, node->src[1]) < node->src[1]->ne[vk_outer_dim(node->src[1])]))) {
+        dispatch_cpy_windows(be, node);
+        return;
+    }
     const bool windows =
         (node->op == CLLM_OP_GET_ROWS || node->op == CLLM_OP_MUL_MAT) &&
         (vk_window_rows(v, node->src[0]) < node->src[0]->ne[1] ||
@@ -236,7 +403,7 @@ static void record_node(vk_be *be, cllm_tensor *node) {
     if (windows) {
         dispatch_windows(be, node);
     } else {
-        dispatch(be, node, 0);
+        dispatch(be, node, 0, NULL);
     }
 }
 
@@ -492,6 +659,20 @@ static vk_plan plan_of(const vk_be *be, vk_rec *rec, int n_work) {
     return VK_RECORD;
 }
 
+/* The attention's state where a node's KV cache is bound in windows, a
+ * mul_mat's 8-bit activations. */
+static size_t vk_backend_get_workspace_size(cllm_backend *be, const cllm_graph *g) {
+    const vk_be *ctx = be->context;
+    size_t need = 0;
+    for (int i = 0; i < g->n_nodes; i++) {
+        const cllm_tensor *node = g->nodes[i];
+        if (vk_has_work(node) && vk_op_supported(ctx->v, node)) {
+            need = CLLM_MAX(need, ws_bytes(ctx->v, node));
+        }
+    }
+    return need;
+}
+
 static const char *vk_backend_get_name(const cllm_backend *be) { return dev_of(be->device)->name; }
 
 static void vk_backend_free(cllm_backend *be) {
@@ -499,10 +680,12 @@ static void vk_backend_free(cllm_backend *be) {
     vk_dev *v = ctx->v;
     if (ctx->n_recorded + ctx->n_replayed) {
         cllm_log(CLLM_LOG_DEBUG,
-                 "%s: %llu graphs recorded, %llu replayed; %llu of %llu nodes recorded in %.3f ms",
+                 "%s: %llu graphs recorded, %llu replayed; %llu of %llu nodes recorded in %.3f ms; "
+                 "%llu attention nodes over a cache in windows",
                  v->name, (unsigned long long)ctx->n_recorded, (unsigned long long)ctx->n_replayed,
                  (unsigned long long)ctx->n_nodes_recorded,
-                 (unsigned long long)ctx->n_nodes_computed, (double)ctx->record_ns * 1e-6);
+                 (unsigned long long)ctx->n_nodes_computed, (double)ctx->record_ns * 1e-6,
+                 (unsigned long long)ctx->n_attn_windows);
     }
     if (ctx->fence) vkDestroyFence(v->d, ctx->fence, NULL);
     if (ctx->pool) vkDestroyCommandPool(v->d, ctx->pool, NULL);
@@ -538,11 +721,12 @@ static cllm_status vk_backend_graph_compute(cllm_backend *be, cllm_graph *g) {
             }
         }
         n_work++;
+        if (node->op == CLLM_OP_ATTN && vk_attn_state_bytes(v, node)) ctx->n_attn_windows++;
     }
     if (!n_work) return CLLM_OK;
     if (ctx->cap < 4 * n_work) {
         vk_range *r = cllm_malloc((size_t)4 * (size_t)n_work * sizeof(*r));
-        vk_range *w = cllm_malloc((size_t)n_work * sizeof(*w));
+        vk_range *w = cllm_malloc((size_t)2 * (size_t)n_work * sizeof(*w));
         if (!r || !w) {
             cllm_free(r);
             cllm_free(w);
@@ -574,6 +758,22 @@ static cllm_status vk_backend_graph_compute(cllm_backend *be, cllm_graph *g) {
         nsig_of(&ctx->cur_sig[k++], g->nodes[i]);
     }
 
+    /* the attention's state, in one allocation of this device (not a
+     * buffer of pieces) */
+    const size_t ws_need = vk_backend_get_workspace_size(be, g);
+    const cllm_buffer *ws = be->workspace;
+    if (ws_need && (!ws || cllm_buffer_buft(ws) != &v->buft || cllm_buffer_size(ws) < ws_need ||
+                    cllm_buffer_size(ws) > vk_buft_get_max_size(&v->buft))) {
+        return cllm_error(CLLM_ERR_INVALID_ARG, "%s: no workspace of %zu bytes in one allocation",
+                          v->name, ws_need);
+    }
+    /* recordings bind the workspace: a new one records them anew */
+    ctx->ws = ws_need ? ws->context : NULL;
+    const uint64_t ws_serial = ctx->ws ? ctx->ws->serial : 0;
+    if (ws_need && ws_serial != ctx->ws_serial) {
+        for (int i = 0; i < VK_RECS; i++) ctx->recs[i].valid = false;
+        ctx->ws_serial = ws_serial;
+    }
     vk_rec *rec = rec_for(ctx, g);
     rec->used = ++ctx->n_computes;
     const vk_plan plan = plan_of(ctx, rec, n_work);
@@ -617,7 +817,7 @@ static cllm_status vk_backend_graph_compute(cllm_backend *be, cllm_graph *g) {
 static const struct cllm_backend_i k_vk_backend_iface = {
     .get_name = vk_backend_get_name,
     .free = vk_backend_free,
-    .get_workspace_size = NULL, /* no workspace */
+    .get_workspace_size = vk_backend_get_workspace_size,
     .graph_compute = vk_backend_graph_compute,
     .synchronize = NULL, /* compute waits for its fence */
 };

@@ -16,7 +16,9 @@
 #include "get_rows.spv.h"
 #include "mul_mat_vec.spv.h"
 #include "mul_mat_vec1.spv.h"
+#include "mul_mat_q8.spv.h"
 #include "mul_mm.spv.h"
+#include "quant_q8.spv.h"
 #include "rms_norm.spv.h"
 #include "rope.spv.h"
 #include "rope_table.spv.h"
@@ -38,6 +40,8 @@ const vk_shader vk_shaders[VK_PIPE_COUNT] = {
     [VK_PIPE_ROPE_TABLE] = {rope_table_spv, sizeof(rope_table_spv), VK_SPEC_NONE},
     [VK_PIPE_ATTN] = {attn_spv, sizeof(attn_spv), VK_SPEC_ATTN},
     [VK_PIPE_ATTN_VEC] = {attn_vec_spv, sizeof(attn_vec_spv), VK_SPEC_ATTN},
+    [VK_PIPE_QUANT_Q8] = {quant_q8_spv, sizeof(quant_q8_spv), VK_SPEC_NONE},
+    [VK_PIPE_MUL_MAT_Q8] = {mul_mat_q8_spv, sizeof(mul_mat_q8_spv), VK_SPEC_WG, .int8 = true},
 };
 _Static_assert(sizeof(vk_shaders) / sizeof(vk_shaders[0]) == VK_PIPE_COUNT, "a shader per pipe");
 
@@ -89,9 +93,36 @@ static bool addressable(const vk_dev *v, const cllm_tensor *node, int which) {
         if (t->ne[i] > UINT32_MAX || t->nb[i] > UINT32_MAX) return false;
     }
     const bool mm = node->op == CLLM_OP_MUL_MAT;
-    const bool windowed =
-        ((mm || node->op == CLLM_OP_GET_ROWS) && which == 0) || (mm && (which == 1 || which < 0));
+    const bool windowed = ((mm || node->op == CLLM_OP_GET_ROWS) && which == 0) ||
+                          (mm && (which == 1 || which < 0)) ||
+                          (node->op == CLLM_OP_ATTN && (which == 1 || which == 2));
+    if (vk_cpy_rows(node)) return vk_cpy_window(v, t) > 0;
     return windowed ? vk_window_rows(v, t) > 0 : vk_window_rows(v, t) == t->ne[1];
+}
+
+int vk_outer_dim(const cllm_tensor *t) {
+    int d = CLLM_MAX_DIMS - 1;
+    while (d > 0 && t->ne[d] == 1) d--;
+    return d;
+}
+
+int64_t vk_cpy_window(const vk_dev *v, const cllm_tensor *t) {
+    const int d = vk_outer_dim(t);
+    const size_t range = v->max_range, align = v->props.limits.minStorageBufferOffsetAlignment;
+    cllm_tensor row = *t;
+    row.ne[d] = 1;
+    const size_t one = cllm_nbytes(&row);
+    if (one + align > range || t->nb[d] == 0) return t->ne[d] == 1 && one + align <= range;
+    return CLLM_MIN(t->ne[d], 1 + (int64_t)((range - align - one) / t->nb[d]));
+}
+
+bool vk_cpy_rows(const cllm_tensor *node) {
+    if (node->op != CLLM_OP_CPY && node->op != CLLM_OP_CONT) return false;
+    const cllm_tensor *a = node->src[0];
+    if (!a) return false;
+    const int da = vk_outer_dim(a), dd = vk_outer_dim(node);
+    return da > 0 && dd > 0 && a->ne[da] == node->ne[dd] &&
+           cllm_nelements(a) == cllm_nelements(node);
 }
 
 static bool is_f32(const cllm_tensor *t) { return t && t->type == CLLM_TYPE_F32; }
@@ -142,10 +173,22 @@ uint32_t vk_pipe_spec(const vk_dev *v, vk_pipe p, uint32_t spec[2]) {
     return 0;
 }
 
+int64_t vk_attn_window(const vk_dev *v, const cllm_tensor *node) {
+    return CLLM_MIN(vk_window_rows(v, node->src[1]), vk_window_rows(v, node->src[2]));
+}
+
+size_t vk_attn_state_bytes(const vk_dev *v, const cllm_tensor *node) {
+    if (vk_attn_window(v, node) >= node->src[1]->ne[1]) return 0;
+    return (size_t)node->ne[1] * (size_t)node->ne[2] * 2 * sizeof(float);
+}
+
 static bool attn_supported(const vk_dev *v, const cllm_tensor *node) {
     const cllm_tensor *q = node->src[0], *k = node->src[1], *val = node->src[2];
     const cllm_tensor *mask = node->src[3];
     const int64_t dv = node->ne[0];
+    /* a cache larger than a binding: in windows of its rows (graph.c), the
+     * softmax state of every query row in one binding of the workspace */
+    if (vk_attn_state_bytes(v, node) > v->max_range) return false;
     return is_f32(node) && node->nb[0] == sizeof(float) &&
            node->nb[1] == (size_t)dv * sizeof(float) && node->nb[2] == node->nb[1] * node->ne[1] &&
            is_f32(q) && is_float(k) && is_float(val) && k->nb[0] % 2 == 0 && val->nb[0] % 2 == 0 &&
@@ -201,6 +244,25 @@ bool vk_op_supported(const vk_dev *v, const cllm_tensor *node) {
                b->ne[3] % a->ne[3] == 0;
     default: return false;
     }
+}
+
+bool vk_mul_mat_q8(const vk_dev *v, const cllm_tensor *node) {
+    if (!v->int8 || node->op != CLLM_OP_MUL_MAT || cllm_mul_mat_prec(node) != CLLM_PREC_DEFAULT) {
+        return false;
+    }
+    const cllm_tensor *a = node->src[0], *b = node->src[1];
+    const cllm_type t = a->type;
+    if (t != CLLM_TYPE_Q4_0 && t != CLLM_TYPE_Q4_1 && t != CLLM_TYPE_Q8_0) return false;
+    /* whole: no windows, and the blocks in one binding */
+    const uint64_t blocks = (uint64_t)(a->ne[0] / 32) * (uint64_t)cllm_nrows(b);
+    return vk_window_rows(v, a) == a->ne[1] && vk_window_rows(v, b) == b->ne[1] &&
+           vk_window_rows(v, node) == node->ne[1] && blocks * 40 <= v->max_range &&
+           blocks <= (uint64_t)VK_GRID_MAX * VK_GRID_MAX;
+}
+
+size_t vk_mul_mat_q8_bytes(const vk_dev *v, const cllm_tensor *node) {
+    if (!vk_mul_mat_q8(v, node)) return 0;
+    return (size_t)(node->src[0]->ne[0] / 32) * (size_t)cllm_nrows(node->src[1]) * 40;
 }
 
 static void shape_of(const cllm_tensor *t, uint32_t ne[4], uint32_t nb[4]) {

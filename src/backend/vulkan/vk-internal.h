@@ -23,6 +23,9 @@
 #define VK_WG_DEFAULT    64u
 #define VK_GRID_MAX      65535u
 #define VK_MIN_ALIGNMENT 64
+/* Storage buffers of every shader (shaders/common.glsl; 5: the attention's
+ * state, shaders/attn_window.glsl) */
+#define VK_BINDINGS 6
 
 /* ---- the loader (vulkan.c defines them) ---------------------------------- */
 
@@ -48,8 +51,10 @@ typedef enum vk_pipe {
     VK_PIPE_MUL_MM,       /* mul_mat of more: tiled */
     VK_PIPE_CONCAT,
     VK_PIPE_ROPE_TABLE,
-    VK_PIPE_ATTN,     /* batches of query rows */
-    VK_PIPE_ATTN_VEC, /* one query row (decode) */
+    VK_PIPE_ATTN,       /* batches of query rows */
+    VK_PIPE_ATTN_VEC,   /* one query row (decode) */
+    VK_PIPE_QUANT_Q8,   /* mul_mat's activations to 8 bits (int8 path) */
+    VK_PIPE_MUL_MAT_Q8, /* mul_mat with them: packed int8 dot products */
     VK_PIPE_COUNT
 } vk_pipe;
 
@@ -65,6 +70,7 @@ typedef struct vk_shader {
     const uint32_t *code;
     size_t size;
     vk_spec spec;
+    bool int8; /* needs shaderIntegerDotProduct (made only where vk_dev.int8) */
 } vk_shader;
 extern const vk_shader vk_shaders[VK_PIPE_COUNT];
 
@@ -117,6 +123,8 @@ typedef struct vk_dev {
     bool mapped;           /* tensors are read and written in place */
     bool has_budget;       /* VK_EXT_memory_budget */
     bool software;         /* PHYSICAL_DEVICE_TYPE_CPU */
+    bool has_int8;         /* shaderIntegerDotProduct (VK_KHR_shader_integer_dot_product) */
+    bool int8; /* mul_mat with 8-bit activations: has_int8 unless CLLM_VULKAN_INT8=0 or int8=0 */
     size_t alignment;
     uint32_t wg; /* workgroup size of the reducing shaders */
     VkDevice d;
@@ -158,8 +166,9 @@ bool vk_buft_is_host(const cllm_buffer_type *buft);
 /* The memory limits of device v from its properties (max_alloc set) and
  * the environment (CLLM_VULKAN_MAX_ALLOC, CLLM_VULKAN_MAX_RANGE). */
 void vk_mem_init(vk_dev *v);
-/* cllm_registry_configure("vulkan", "max_alloc=SIZE,max_range=SIZE,fail_alloc=N")
- * on devices devs[0..n): test knobs (docs/vulkan.md, Memory). */
+/* cllm_registry_configure("vulkan", "max_alloc=SIZE,max_range=SIZE,fail_alloc=N,int8=0|1")
+ * on devices devs[0..n): test knobs (docs/vulkan.md, Memory; int8=1 where
+ * the device has integer dot products). */
 cllm_status vk_mem_set_params(vk_dev *devs, int n, const char *params);
 
 /* ---- ops.c ------------------------------------------------------------- */
@@ -178,6 +187,30 @@ bool vk_op_supported(const vk_dev *v, const cllm_tensor *node);
  * holds wherever it starts: t->ne[1] when the whole of t fits, 0 when not
  * even one row does. */
 int64_t vk_window_rows(const vk_dev *v, const cllm_tensor *t);
+/* The rows of the KV cache (src[1] and src[2] along dimension 1) that one
+ * dispatch of attention node `node` binds: all of them where they fit. */
+int64_t vk_attn_window(const vk_dev *v, const cllm_tensor *node);
+/* The workspace bytes of attention node `node`: the softmax state of its
+ * query rows where its cache is bound in windows, else 0. */
+size_t vk_attn_state_bytes(const vk_dev *v, const cllm_tensor *node);
+/* Whether mul_mat node `node` runs with 8-bit activations (its src[1]
+ * quantized as the CPU's default precision does, then packed int8 dot
+ * products): Q4_0, Q4_1 or Q8_0 weights, CLLM_PREC_DEFAULT, a device with
+ * integer dot products, and no windows. */
+bool vk_mul_mat_q8(const vk_dev *v, const cllm_tensor *node);
+/* The workspace bytes of mul_mat node `node` on the int8 path: its
+ * activations' blocks (0 on the F32 path). */
+size_t vk_mul_mat_q8_bytes(const vk_dev *v, const cllm_tensor *node);
+/* The outermost dimension of t with more than one element (0: none). */
+int vk_outer_dim(const cllm_tensor *t);
+/* A cpy (or cont) whose source and result have as many rows along their
+ * outermost dimensions (vk_outer_dim), each of as many elements (a KV
+ * cache write: [head_dim, heads, T] into [n_embd, T]): recorded in windows
+ * of those rows where they do not fit one binding. */
+bool vk_cpy_rows(const cllm_tensor *node);
+/* The most rows of t along its outermost dimension that one binding holds
+ * wherever they start (0: not one). */
+int64_t vk_cpy_window(const vk_dev *v, const cllm_tensor *t);
 /* The pipeline, push constants (but the offsets) and grid of a node. */
 vk_pipe vk_node_dispatch(const cllm_tensor *node, vk_push *pc, uint32_t g[3]);
 

@@ -58,17 +58,18 @@ static cllm_backend_reg g_vk_reg;
 /* ---- device ------------------------------------------------------------ */
 
 static cllm_status pipelines_init(vk_dev *v) {
-    const VkDescriptorSetLayoutBinding bindings[5] = {
+    const VkDescriptorSetLayoutBinding bindings[VK_BINDINGS] = {
         {0, VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, 1, VK_SHADER_STAGE_COMPUTE_BIT, NULL},
         {1, VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, 1, VK_SHADER_STAGE_COMPUTE_BIT, NULL},
         {2, VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, 1, VK_SHADER_STAGE_COMPUTE_BIT, NULL},
         {3, VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, 1, VK_SHADER_STAGE_COMPUTE_BIT, NULL},
         {4, VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, 1, VK_SHADER_STAGE_COMPUTE_BIT, NULL},
+        {5, VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, 1, VK_SHADER_STAGE_COMPUTE_BIT, NULL},
     };
     const VkDescriptorSetLayoutCreateInfo dci = {
         .sType = VK_STRUCTURE_TYPE_DESCRIPTOR_SET_LAYOUT_CREATE_INFO,
         .flags = VK_DESCRIPTOR_SET_LAYOUT_CREATE_PUSH_DESCRIPTOR_BIT_KHR,
-        .bindingCount = 5,
+        .bindingCount = VK_BINDINGS,
         .pBindings = bindings};
     VkResult r = vkCreateDescriptorSetLayout(v->d, &dci, NULL, &v->dsl);
     const VkPushConstantRange pcr = {VK_SHADER_STAGE_COMPUTE_BIT, 0, sizeof(vk_push)};
@@ -79,6 +80,7 @@ static cllm_status pipelines_init(vk_dev *v) {
                                             .pPushConstantRanges = &pcr};
     if (r == VK_SUCCESS) r = vkCreatePipelineLayout(v->d, &lci, NULL, &v->layout);
     for (int p = 0; p < VK_PIPE_COUNT && r == VK_SUCCESS; p++) {
+        if (vk_shaders[p].int8 && !v->has_int8) continue; /* not used there */
         const VkShaderModuleCreateInfo sci = {.sType = VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO,
                                               .codeSize = vk_shaders[p].size,
                                               .pCode = vk_shaders[p].code};
@@ -302,7 +304,19 @@ static bool device_init(vk_dev *v, VkPhysicalDevice pd, int index) {
     vkEnumerateDeviceExtensionProperties(pd, NULL, &n_ext, ext);
     const bool push = has_extension(ext, n_ext, VK_KHR_PUSH_DESCRIPTOR_EXTENSION_NAME);
     v->has_budget = has_extension(ext, n_ext, VK_EXT_MEMORY_BUDGET_EXTENSION_NAME);
+    const bool dot_ext =
+        has_extension(ext, n_ext, VK_KHR_SHADER_INTEGER_DOT_PRODUCT_EXTENSION_NAME);
     cllm_free(ext);
+    VkPhysicalDeviceShaderIntegerDotProductFeatures dot = {
+        .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_INTEGER_DOT_PRODUCT_FEATURES};
+    if (dot_ext) {
+        VkPhysicalDeviceFeatures2 f2 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2,
+                                        .pNext = &dot};
+        vkGetPhysicalDeviceFeatures2(pd, &f2);
+    }
+    v->has_int8 = dot_ext && dot.shaderIntegerDotProduct;
+    const char *int8 = getenv("CLLM_VULKAN_INT8");
+    v->int8 = v->has_int8 && !(int8 && !strcmp(int8, "0"));
     if (!push && !why) why = "no VK_KHR_push_descriptor";
 
     uint32_t n_q = 0;
@@ -360,12 +374,18 @@ static bool device_init(vk_dev *v, VkPhysicalDevice pd, int index) {
                                          .queueFamilyIndex = v->queue_family,
                                          .queueCount = 1,
                                          .pQueuePriorities = &prio};
-    const char *exts[2] = {VK_KHR_PUSH_DESCRIPTOR_EXTENSION_NAME,
-                           VK_EXT_MEMORY_BUDGET_EXTENSION_NAME};
+    const char *exts[3] = {VK_KHR_PUSH_DESCRIPTOR_EXTENSION_NAME};
+    uint32_t n_exts = 1;
+    if (v->has_budget) exts[n_exts++] = VK_EXT_MEMORY_BUDGET_EXTENSION_NAME;
+    if (v->has_int8) exts[n_exts++] = VK_KHR_SHADER_INTEGER_DOT_PRODUCT_EXTENSION_NAME;
+    const VkPhysicalDeviceShaderIntegerDotProductFeatures dot_on = {
+        .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_INTEGER_DOT_PRODUCT_FEATURES,
+        .shaderIntegerDotProduct = VK_TRUE};
     const VkDeviceCreateInfo dci = {.sType = VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO,
+                                    .pNext = v->has_int8 ? &dot_on : NULL,
                                     .queueCreateInfoCount = 1,
                                     .pQueueCreateInfos = &qci,
-                                    .enabledExtensionCount = v->has_budget ? 2 : 1,
+                                    .enabledExtensionCount = n_exts,
                                     .ppEnabledExtensionNames = exts};
     VkResult r = vkCreateDevice(pd, &dci, NULL, &v->d);
     if (r != VK_SUCCESS) {
@@ -420,11 +440,12 @@ static bool device_init(vk_dev *v, VkPhysicalDevice pd, int index) {
     cllm_format_size(v->props.limits.maxStorageBufferRange, range_s, sizeof(range_s));
     snprintf(v->desc, sizeof(v->desc),
              "%s (%s; driver %s %s; Vulkan %u.%u.%u; subgroup %u; max allocation %s, max "
-             "storage range %s; memory %s%s)%s",
+             "storage range %s; memory %s%s%s)%s",
              v->props.deviceName, type_str(v->props.deviceType), drv.driverName, drv.driverInfo,
              VK_API_VERSION_MAJOR(api), VK_API_VERSION_MINOR(api), VK_API_VERSION_PATCH(api),
              v->subgroup_size, alloc_s, range_s, v->mapped ? "mapped" : "staged",
              v->has_budget ? ", budget" : "",
+             v->has_int8 ? (v->int8 ? "; int8 dot products" : "; int8 dot products (off)") : "",
              v->software ? "; software: used only when named (--mem NAME=SIZE)" : "");
     v->buft = (cllm_buffer_type){.iface =
                                      {

@@ -19,9 +19,11 @@
 // d F32 [Dv, H, T], contiguous. Push constants: ne_a/nb_a q, ne_b/nb_b k,
 // ne_d.xyz d's shape, nb_d.xyz v's strides, ne_d.w and nb_d.w the mask's
 // strides, p.x scale (float bits), p.y the mask's offset in e, p.w the
-// types (q, k, v, mask in bytes 0 to 3; T_NONE: no mask).
+// types (q, k, v, mask in bytes 0 to 3; T_NONE: no mask), p.z a window of
+// the cache after the first (attn_window.glsl).
 #include "common.glsl"
 #include "reduce.glsl" // WG: 64, set by ops.c
+#include "attn_window.glsl"
 
 #define D_MAX 256u
 #define QR    8u  // query rows per workgroup
@@ -117,12 +119,17 @@ void main() {
         }
     }
     uint ri = r0 + ai;
-    if (ri >= rows) return;
     uint h = g * n_rep + ri % n_rep, t = ri / n_rep;
     uint rd = pc.offs.w + (t * H + h) * Dv * 4u;
-    for (uint c = 0u; c < ACC; c++) {
-        uint dv = al + c * (WG / QR);
-        if (dv >= Dv) break;
-        D[(rd >> 2) + dv] = floatBitsToUint(l > 0.0 ? acc[c] / l : 0.0);
+    WindowMerge wm;
+    if (ri < rows) {
+        wm = window_merge(t * H + h, m, l);
+        for (uint c = 0u; c < ACC; c++) {
+            uint dv = al + c * (WG / QR);
+            if (dv >= Dv) break;
+            D[(rd >> 2) + dv] = floatBitsToUint(window_out(wm, uintBitsToFloat(D[(rd >> 2) + dv]), acc[c]));
+        }
     }
+    barrier(); // every invocation has read its row's state
+    if (ri < rows && al == 0u) window_state(t * H + h, wm);
 }

@@ -12,9 +12,10 @@
 // subgroups at a time. Lanes are counted, not assumed: a subgroup may be
 // partial. Masked keys and keys past the last one the mask shows are not
 // read; a row masked out entirely gives zeros. Bindings and push constants
-// as attn.comp's.
+// as attn.comp's (windows of the cache: attn_window.glsl).
 #include "common.glsl"
 #include "reduce.glsl" // WG: 64, set by ops.c
+#include "attn_window.glsl"
 
 #define D_MAX 256u
 #define CR    4u // subgroups combined at a time
@@ -105,8 +106,11 @@ void main() {
     float l_all = 0.0;
     for (uint i = 0u; i < n_sg; i++) l_all += sgm[i];
     uint rd = pc.offs.w + r * Dv * 4u;
+    WindowMerge wm = window_merge(r, m_all, l_all);
     for (uint c = 0u; c < D_MAX / WG; c++) {
         uint dv = tid + c * WG;
-        if (dv < Dv) D[(rd >> 2) + dv] = floatBitsToUint(l_all > 0.0 ? o[c] / l_all : 0.0);
+        if (dv < Dv) D[(rd >> 2) + dv] = floatBitsToUint(window_out(wm, uintBitsToFloat(D[(rd >> 2) + dv]), o[c]));
     }
+    barrier(); // every invocation has read the row's state
+    if (tid == 0u) window_state(r, wm);
 }

@@ -2,17 +2,20 @@
 // buffers bound as 32-bit words (a, b, c: sources; d: the result; e: a
 // fourth source, attn's mask) and one
 // block of push constants that ops.c fills (vk_push in vk-internal.h).
+// The sources are read-only, so that synchronization validation (and a
+// driver) takes a dispatch to read them and to write d only; each binding
+// holds the bytes of its tensor only (graph.c: extent_of).
 //
 // Tensors are addressed in bytes: offs[i] is where binding i's tensor starts
 // within the bound range, ne the elements per dimension, nb the byte strides
 // (as core/tensor.h). Types are read element by element, so any stride the
 // CPU accepts works here too.
 
-layout(std430, binding = 0) buffer BufA { uint A[]; };
-layout(std430, binding = 1) buffer BufB { uint B[]; };
-layout(std430, binding = 2) buffer BufC { uint C[]; };
+layout(std430, binding = 0) readonly buffer BufA { uint A[]; };
+layout(std430, binding = 1) readonly buffer BufB { uint B[]; };
+layout(std430, binding = 2) readonly buffer BufC { uint C[]; };
 layout(std430, binding = 3) buffer BufD { uint D[]; };
-layout(std430, binding = 4) buffer BufE { uint E[]; };
+layout(std430, binding = 4) readonly buffer BufE { uint E[]; };
 
 layout(push_constant) uniform Push {
     uvec4 offs; // byte offset of a, b, c, d in their bound ranges

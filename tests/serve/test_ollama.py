@@ -66,9 +66,9 @@ def fetch_smollm2():
     return path
 
 
-def start_server(cllm, model):
+def start_server(cllm, model, extra=()):
     p = subprocess.Popen([cllm, "serve", "-m", model, "--port", "0", "--parallel", "2",
-                          "--ctx-per-slot", "512", "--alias", "smollm2:latest"],
+                          "--ctx-per-slot", "512", "--alias", "smollm2:latest", *extra],
                          stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     port = None
     for line in p.stdout:
@@ -281,6 +281,27 @@ def check_tools(client, mid):
     check(r.done and r.message.content is not None, f"tool result: {r}")
 
 
+def check_embed(client, port, mid):
+    """/api/embed and /api/embeddings give /v1/embeddings' vectors."""
+    import math
+    texts = ["The cat sat on the mat.", "Stock markets fell on Tuesday."]
+    r = client.embed(model=mid, input=texts)
+    ref = post(port, "/v1/embeddings", {"input": texts})
+    check(len(r.embeddings) == 2 and r.prompt_eval_count == ref["usage"]["prompt_tokens"],
+          f"embed: {len(r.embeddings)} vectors, {r.prompt_eval_count} tokens")
+    for i, v in enumerate(r.embeddings):
+        want = ref["data"][i]["embedding"]
+        check(len(v) == len(want) and max(abs(a - b) for a, b in zip(v, want)) < 1e-6,
+              f"embed: vector {i} differs from /v1/embeddings'")
+        check(abs(math.sqrt(sum(x * x for x in v)) - 1.0) < 1e-4, f"embed: vector {i} not unit")
+    one = client.embeddings(model=mid, prompt=texts[0])
+    check(max(abs(a - b) for a, b in zip(one.embedding, ref["data"][0]["embedding"])) < 1e-6,
+          "embeddings (the older endpoint): differs")
+    refused(lambda: client.embed(model=mid, input="hi", truncate=True), 400, "truncate")
+    refused(lambda: client.embed(model=mid, input="hi", options={"temperature": 0.5}), 400,
+            "options")
+
+
 def main():
     if len(sys.argv) < 3:
         print("usage: test_ollama.py CLLM VENV_DIR", file=sys.stderr)
@@ -307,6 +328,13 @@ def main():
             proc.kill()
             rc = -1
     check(rc == 0, f"exit status {rc} after SIGTERM")
+    proc, port = start_server(cllm, model, ("--embeddings",))
+    try:
+        check_embed(ollama.Client(host=f"http://127.0.0.1:{port}", timeout=120), port,
+                    os.path.basename(model))
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=30)
     print(f"{NAME}: {'ok' if failures == 0 else f'{failures} failed'}")
     return 1 if failures else 0
 

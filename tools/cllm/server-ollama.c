@@ -758,6 +758,82 @@ bad:
     return res;
 }
 
+/* ---- embeddings ---------------------------------------------------------- */
+
+/* POST /api/embed ({"input": a string or a list}: {"embeddings": [[...]]})
+ * and the older /api/embeddings ({"prompt": a string}: {"embedding": [...]}),
+ * computed as /v1/embeddings computes them (server-embed.c). */
+static enum MHD_Result api_embed(srv_http *h, srv_engine *e, struct MHD_Connection *c, json_t *o,
+                                 bool legacy) {
+    req_err er = {0};
+    const double t0 = cllm_time_ms();
+    const char *in_key = legacy ? "prompt" : "input";
+    const char *key;
+    json_t *v;
+    json_object_foreach(o, key, v) {
+        if (!strcmp(key, in_key) || !strcmp(key, "model") || !strcmp(key, "keep_alive") ||
+            (!legacy && !strcmp(key, "dimensions"))) {
+            continue;
+        }
+        if (!strcmp(key, "truncate") && json_is_false(v)) continue;
+        if (!strcmp(key, "options") && json_is_object(v) && json_object_size(v) == 0) continue;
+        if (!strcmp(key, "truncate")) {
+            srv_fail(&er, 400, NULL, NULL,
+                     "'truncate': inputs are not cut to the context here; an input longer than "
+                     "the context is refused (send \"truncate\": false or leave it out)");
+        } else {
+            srv_fail(&er, 400, NULL, NULL, "'%.64s' is not supported by this server's %s", key,
+                     legacy ? "/api/embeddings" : "/api/embed");
+        }
+        return oll_send_error(h, c, &er);
+    }
+    json_t *input = json_object_get(o, in_key);
+    if (!input || (legacy && !json_is_string(input))) {
+        srv_fail(&er, 400, NULL, NULL, "'%s' must be %s", in_key,
+                 legacy ? "a string" : "a string or a list of strings");
+        return oll_send_error(h, c, &er);
+    }
+    json_t *req = json_pack("{s:O}", "input", input);
+    json_t *dims = json_object_get(o, "dimensions");
+    if (req && dims) json_object_set(req, "dimensions", dims);
+    char *body = req ? json_dumps(req, JSON_COMPACT) : NULL;
+    json_decref(req);
+    if (!body) return MHD_NO;
+    unsigned status = 500;
+    json_t *a = srv_embeddings(e, srv_http_options(h), body, strlen(body), &status);
+    free(body);
+    if (!a) return MHD_NO;
+    if (status != 200) { /* OpenAI's error object: its message, Ollama's shape */
+        const char *msg =
+            json_string_value(json_object_get(json_object_get(a, "error"), "message"));
+        srv_fail(&er, status, NULL, NULL, "%s", msg ? msg : "embedding failed");
+        json_decref(a);
+        return oll_send_error(h, c, &er);
+    }
+    json_t *list = json_array();
+    size_t i;
+    json_t *d;
+    json_array_foreach(json_object_get(a, "data"), i, d) {
+        json_array_append(list, json_object_get(d, "embedding"));
+    }
+    const json_int_t n_prompt =
+        json_integer_value(json_object_get(json_object_get(a, "usage"), "prompt_tokens"));
+    json_decref(a);
+    json_t *r;
+    if (legacy) {
+        r = json_pack("{s:O}", "embedding", json_array_get(list, 0));
+        json_decref(list);
+    } else {
+        json_t *m = json_object_get(o, "model");
+        r = json_pack("{s:s,s:o,s:I,s:I,s:I}", "model",
+                      json_is_string(m) ? json_string_value(m) : srv_http_options(h)->model_id,
+                      "embeddings", list, "total_duration",
+                      (json_int_t)((cllm_time_ms() - t0) * 1e6), "load_duration", (json_int_t)0,
+                      "prompt_eval_count", n_prompt);
+    }
+    return r ? srv_send_json(h, c, 200, r) : MHD_NO;
+}
+
 /* ---- routes ------------------------------------------------------------- */
 
 enum MHD_Result srv_ollama(srv_http *h, srv_engine *e, struct MHD_Connection *c, const char *url,
@@ -804,9 +880,7 @@ enum MHD_Result srv_ollama(srv_http *h, srv_engine *e, struct MHD_Connection *c,
     } else if (!strcmp(p, "/chat") || !strcmp(p, "/generate")) {
         r = api_generate(h, e, c, o, !strcmp(p, "/chat"));
     } else {
-        srv_fail(&er, 501, NULL, NULL,
-                 "embeddings are off (start the server with --embeddings, where supported)");
-        r = oll_send_error(h, c, &er);
+        r = api_embed(h, e, c, o, !strcmp(p, "/embeddings"));
     }
     json_decref(o);
     return r;

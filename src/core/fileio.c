@@ -22,16 +22,18 @@ cllm_status cllm_safe_file_open(cllm_safe_file *sf, const char *path) {
     *sf = (cllm_safe_file){0};
     if (!path || !*path) return cllm_error(CLLM_ERR_INVALID_ARG, "safe write: no file name");
     /* a link is followed: the file it names is the one replaced */
-    char *real = NULL;
+    char real[PATH_MAX];
+    bool linked = false;
     struct stat sb;
     const bool exists = stat(path, &sb) == 0;
     if (exists && !S_ISREG(sb.st_mode)) {
         return cllm_error(CLLM_ERR_IO, "%s: not a regular file (cannot be replaced)", path);
     }
     struct stat lb;
-    if (exists && lstat(path, &lb) == 0 && S_ISLNK(lb.st_mode)) real = realpath(path, NULL);
-    sf->path = cllm_strdup(real ? real : path);
-    free(real);
+    if (exists && lstat(path, &lb) == 0 && S_ISLNK(lb.st_mode)) {
+        linked = realpath(path, real) != NULL;
+    }
+    sf->path = cllm_strdup(linked ? real : path);
     const size_t len = sf->path ? strlen(sf->path) : 0;
     sf->tmp = sf->path ? cllm_malloc(len + 32) : NULL;
     if (!sf->tmp) {

@@ -279,7 +279,10 @@ static void test_real_cgroup(const char *cli) {
 
 int main(int argc, char **argv) {
     test_fake_trees();
-    if (argc > 1) test_real_cgroup(argv[1]);
+    /* not under a sanitizer: its shadow memory is charged to the cgroup,
+     * leaving the plans of a fixed 280 MiB a budget that depends on the
+     * sanitizer, not on cllm */
+    if (argc > 1 && !CHECK_SANITIZED) test_real_cgroup(argv[1]);
     const int rc = check_summary("test_cgroup");
     return rc == 0 && g_cg_skipped ? CHECK_SKIP : rc;
 }

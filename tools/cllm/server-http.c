@@ -791,6 +791,25 @@ static void job_wait(srv_engine *e, srv_job *j) {
 
 /* ---- completions -------------------------------------------------------- */
 
+/* Queues a 200 of server-sent events read by `rd` from `cls`; `fr` frees
+ * cls, at once when the response cannot be made. */
+static enum MHD_Result queue_sse(const srv_http *h, struct MHD_Connection *c,
+                                 MHD_ContentReaderCallback rd, void *cls,
+                                 MHD_ContentReaderFreeCallback fr) {
+    struct MHD_Response *resp =
+        MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, rd, cls, fr);
+    if (!resp) {
+        fr(cls);
+        return MHD_NO;
+    }
+    MHD_add_response_header(resp, "Content-Type", "text/event-stream");
+    add_cors(h, c, resp);
+    MHD_add_response_header(resp, "Cache-Control", "no-cache");
+    const enum MHD_Result res = MHD_queue_response(c, 200, resp);
+    MHD_destroy_response(resp);
+    return res;
+}
+
 /* What a response (whole or streamed) needs beside the job. */
 struct reply {
     srv_http *h;
@@ -1312,18 +1331,7 @@ static enum MHD_Result completions(srv_http *h, srv_engine *e, struct MHD_Connec
         cn->pending = r;
         return answer_whole(cn);
     }
-    struct MHD_Response *resp =
-        MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, stream_read, r, stream_free);
-    if (!resp) {
-        reply_free(r);
-        return MHD_NO;
-    }
-    MHD_add_response_header(resp, "Content-Type", "text/event-stream");
-    add_cors(h, c, resp);
-    MHD_add_response_header(resp, "Cache-Control", "no-cache");
-    const enum MHD_Result res = MHD_queue_response(c, 200, resp);
-    MHD_destroy_response(resp);
-    return res;
+    return queue_sse(h, c, stream_read, r, stream_free);
 bad:
     pthread_mutex_lock(&e->mu);
     e->stats.rejected++;
@@ -1871,18 +1879,7 @@ static enum MHD_Result completions_list(srv_http *h, srv_engine *e, struct MHD_C
     e->stats.requests[1]++;
     pthread_mutex_unlock(&e->mu);
     if (!stream) return list_whole(l);
-    struct MHD_Response *resp = MHD_create_response_from_callback(
-        MHD_SIZE_UNKNOWN, 4096, list_stream_read, l, list_reply_free_cb);
-    if (!resp) {
-        list_reply_free(l);
-        return MHD_NO;
-    }
-    MHD_add_response_header(resp, "Content-Type", "text/event-stream");
-    add_cors(h, c, resp);
-    MHD_add_response_header(resp, "Cache-Control", "no-cache");
-    const enum MHD_Result res = MHD_queue_response(c, 200, resp);
-    MHD_destroy_response(resp);
-    return res;
+    return queue_sse(h, c, list_stream_read, l, list_reply_free_cb);
 bad:
     pthread_mutex_lock(&e->mu);
     e->stats.rejected++;

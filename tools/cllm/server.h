@@ -3,8 +3,9 @@
  *
  * Threads:
  *  - HTTP threads (libmicrohttpd: a few, polling every connection,
- *    server-http.c) parse a request, render and tokenize its prompt and put
- *    a job on the engine thread's bounded queue; the connection is then
+ *    server-http.c and the files of server-http.h) parse a request,
+ *    render and tokenize its prompt and put a job on the engine thread's
+ *    bounded queue; the connection is then
  *    suspended until the job's wake-up (text for a stream, the end for a
  *    whole answer) resumes it. A watcher thread (server-conn.c) enforces
  *    the connections' limits.
@@ -323,7 +324,7 @@ void srv_http_drain(srv_http *h, double max_s);
 /* Closes the port and waits for every connection thread. NULL does nothing. */
 void srv_http_stop(srv_http *h);
 
-/* ---- what the endpoints share (server-http.c) --------------------------- */
+/* ---- what the endpoints share (server-reply.c, server-request.c) -------- */
 
 /* A request's error: its HTTP status, and OpenAI's {"error": {"message",
  * "type", "param", "code"}} fields (other formats take the message). */

@@ -269,7 +269,7 @@ static enum MHD_Result route(srv_http *h, struct MHD_Connection *c, conn *cn, co
     const char *id = NULL;
     const endpoint ep = endpoint_of(url, &id);
     /* Ollama's: its own methods, errors and /api/version while loading */
-    if (ep == EP_OLLAMA) return srv_ollama(h, e, c, url, method, cn->body, cn->len);
+    if (ep == EP_OLLAMA) return srv_ollama(h, e, c, cn, url, method, cn->body, cn->len);
     if (!e) {
         srv_fail(&er, 503, NULL, "loading", "the model is loading");
         return srv_send_error(h, c, &er);
@@ -284,11 +284,7 @@ static enum MHD_Result route(srv_http *h, struct MHD_Connection *c, conn *cn, co
     case EP_APPLY_TEMPLATE:
     case EP_PROPS:
     case EP_SLOTS: return srv_llama(h, e, c, url, cn->body, cn->len);
-    case EP_EMBEDDINGS: {
-        unsigned status = 500;
-        json_t *j = srv_embeddings(e, &h->o, cn->body, cn->len, &status);
-        return j ? srv_send_json(h, c, status, j) : MHD_NO;
-    }
+    case EP_EMBEDDINGS: return srv_embeddings(h, e, c, cn, cn->body, cn->len, NULL, NULL, NULL);
     default: return metrics(h, e, c);
     }
 }
@@ -320,7 +316,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         }
         return res;
     }
-    if (cn->pending) return srv_answer_whole(cn); /* resumed */
+    if (cn->pending) return srv_wait_resume(cn); /* resumed */
     if (*upload_size > 0) {
         const size_t n = *upload_size;
         *upload_size = 0;
@@ -361,7 +357,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
      * forgotten before it is released) */
     srv_conns_phase(h->conns, c, SRV_PHASE_HEAD);
     if (cn) {
-        if (cn->pending) srv_reply_free(cn->pending);
+        if (cn->pending) cn->pending->drop(cn->pending);
         free(cn->body);
         free(cn);
         *con_cls = NULL;

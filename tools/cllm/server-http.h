@@ -36,14 +36,33 @@ struct srv_http {
 
 typedef struct reply reply;
 
+/* A whole answer waiting for jobs of the engine: the connection is
+ * suspended until every job has ended (the engine's last wake-up of the
+ * last one resumes it), then `done` answers. */
+typedef struct srv_wait srv_wait;
+struct srv_wait {
+    srv_http *h;
+    srv_engine *e;
+    struct MHD_Connection *c;
+    srv_job **jobs; /* the owner's, n of them */
+    size_t n;
+    bool blocked;   /* the handler returned once without an answer */
+    bool suspended; /* under the engine's mutex */
+    /* every job ended: queues the answer and frees the owner */
+    enum MHD_Result (*done)(srv_wait *w);
+    /* the connection ended first: frees the owner (its jobs released) */
+    void (*drop)(srv_wait *w);
+    void *owner;
+};
+
 /* What the request's handler keeps between its calls. */
-typedef struct conn {
+struct srv_conn {
     char *body; /* the body so far */
     size_t len, cap;
-    bool answered;  /* a response was queued from the headers alone */
-    reply *pending; /* a whole answer the engine has not finished (suspended) */
-    bool blocked;   /* the handler returned once without an answer */
-} conn;
+    bool answered;     /* a response was queued from the headers alone */
+    srv_wait *pending; /* a whole answer the engine has not finished (suspended) */
+};
+typedef struct srv_conn conn;
 
 /* An OpenAI-style error: {"error": {"message", "type", "param", "code"}}. */
 typedef srv_req_err req_err;
@@ -66,12 +85,13 @@ json_t *srv_error_json(const req_err *er);
 bool srv_job_error(const srv_job *j, req_err *er);
 /* Takes what the job produced (the engine's mutex held). */
 void srv_job_take(srv_job *j, char **text, size_t *len, json_t **lp);
-/* Whether the client of a connection that blocks on its job is still
- * there. */
-bool srv_client_alive(struct MHD_Connection *c);
-/* Waits (under the engine's mutex) for a job's next change, at most
- * 100 ms. */
-void srv_job_wait(srv_engine *e, srv_job *j);
+/* Job j's wake-ups go to w (before j is submitted). */
+void srv_wait_wake(srv_wait *w, srv_job *j);
+/* Answers w (its jobs submitted) as cn's pending answer: at once when its
+ * jobs have ended, else when the engine resumes the connection. */
+enum MHD_Result srv_wait_start(conn *cn, srv_wait *w);
+/* The handler called again with cn->pending (resumed, or once more). */
+enum MHD_Result srv_wait_resume(conn *cn);
 
 /* ---- request fields (server-request.c) ---------------------------------- */
 
@@ -92,9 +112,5 @@ int srv_tokenize_prompt(srv_http *h, const cllm_model *m, int64_t n_ctx, const c
 /* POST /v1/chat/completions (chat) or /v1/completions with the body in cn. */
 enum MHD_Result srv_completions(srv_http *h, srv_engine *e, struct MHD_Connection *c, conn *cn,
                                 bool chat);
-/* The handler called again for cn->pending (resumed, or once more). */
-enum MHD_Result srv_answer_whole(conn *cn);
-/* Frees a reply, releasing its job. */
-void srv_reply_free(reply *r);
 
 #endif /* CLLM_TOOLS_SERVER_HTTP_H */

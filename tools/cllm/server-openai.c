@@ -53,9 +53,10 @@ struct reply {
     srv_tool_format tool_format;
     char *held;
     size_t held_len, held_sent;
-    /* under the engine's mutex: the connection is suspended until the
-     * engine wakes it */
+    /* a stream's, under the engine's mutex: the connection is suspended
+     * until the engine wakes it */
     bool suspended;
+    srv_wait wait; /* a whole answer's */
 };
 
 static const char *finish_str(srv_finish f) {
@@ -263,17 +264,16 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
     }
 }
 
-void srv_reply_free(reply *r) {
+static void reply_free(reply *r) {
     if (r->job) srv_job_release(r->e, r->job);
     free(r->held);
     free(r->buf);
     free(r);
 }
 
-static void stream_free(void *cls) { srv_reply_free(cls); }
+static void stream_free(void *cls) { reply_free(cls); }
 
-/* The engine's wake-ups (under its mutex): a stream's connection resumes
- * on any event, a whole answer's at the end only. */
+/* A stream's wake-up (under the engine's mutex): any event resumes it. */
 static void stream_wake(void *arg) {
     reply *r = arg;
     if (!r->suspended) return;
@@ -281,40 +281,11 @@ static void stream_wake(void *arg) {
     MHD_resume_connection(r->c);
 }
 
-static void whole_wake(void *arg) {
-    reply *r = arg;
-    if (!r->suspended || r->job->state != SRV_JOB_DONE) return;
-    r->suspended = false;
-    MHD_resume_connection(r->c);
-}
-
-/* The whole answer of a job that is not streamed (cn->pending): until the
- * job ends, the connection is suspended (a half-close of the client is
- * not a reason to stop; a reset is, see server-conn.c). */
-enum MHD_Result srv_answer_whole(conn *cn) {
-    reply *r = cn->pending;
-    srv_engine *e = r->e;
+/* The whole answer of a job that is not streamed, the job ended (until
+ * then the connection is suspended: srv_wait). */
+static enum MHD_Result reply_done(srv_wait *w) {
+    reply *r = w->owner;
     srv_job *j = r->job;
-    srv_conns_wait(r->h->conns, r->c, e, j);
-    pthread_mutex_lock(&e->mu);
-    if (j->state != SRV_JOB_DONE && !cn->blocked) {
-        /* once without suspending: libmicrohttpd (0.9.75) then stops
-         * reading the socket and calls again at once; suspended at once,
-         * it would read after the resume, and take a half-close for the
-         * client gone */
-        pthread_mutex_unlock(&e->mu);
-        cn->blocked = true;
-        return MHD_YES;
-    }
-    if (j->state != SRV_JOB_DONE) {
-        r->suspended = true;
-        MHD_suspend_connection(r->c);
-        pthread_mutex_unlock(&e->mu);
-        return MHD_YES;
-    }
-    pthread_mutex_unlock(&e->mu);
-    srv_conns_phase(r->h->conns, r->c, SRV_PHASE_SEND);
-    cn->pending = NULL;
     req_err er;
     enum MHD_Result res;
     if (srv_job_error(j, &er)) {
@@ -336,9 +307,11 @@ enum MHD_Result srv_answer_whole(conn *cn) {
         json_object_set_new(env, "usage", usage_json(r));
         res = srv_send_json(r->h, r->c, 200, env);
     }
-    srv_reply_free(r);
+    reply_free(r);
     return res;
 }
+
+static void reply_drop(srv_wait *w) { reply_free(w->owner); }
 
 /* A response id unique across restarts: the prefix and 96 random bits (a
  * counter mixed in should getrandom fail). */
@@ -381,7 +354,8 @@ static int tool_grammar(const cllm_model *m, json_t *o, const srv_tools *t, srv_
 
 static bool prompt_is_list(json_t *p);
 static enum MHD_Result completions_list(srv_http *h, srv_engine *e, struct MHD_Connection *c,
-                                        json_t *p, srv_gen_params *gp, bool stream, bool usage);
+                                        conn *cn, json_t *p, srv_gen_params *gp, bool stream,
+                                        bool usage);
 
 enum MHD_Result srv_completions(srv_http *h, srv_engine *e, struct MHD_Connection *c, conn *cn,
                                 bool chat) {
@@ -446,7 +420,7 @@ enum MHD_Result srv_completions(srv_http *h, srv_engine *e, struct MHD_Connectio
     } else {
         json_t *p = json_object_get(o, "prompt");
         if (prompt_is_list(p)) {
-            const enum MHD_Result res = completions_list(h, e, c, p, &gp, stream, usage);
+            const enum MHD_Result res = completions_list(h, e, c, cn, p, &gp, stream, usage);
             json_decref(o);
             return res;
         }
@@ -514,9 +488,21 @@ enum MHD_Result srv_completions(srv_http *h, srv_engine *e, struct MHD_Connectio
                  .c = c};
     response_id(h, chat ? "chatcmpl" : "cmpl", r->id, sizeof(r->id));
     j->stream = stream;
-    j->wake = stream ? stream_wake : whole_wake; /* not shared yet: no lock */
-    j->wake_arg = r;
-    r->job = j; /* before the engine can wake r */
+    r->job = j; /* before the engine can wake r (j not shared yet: no lock) */
+    if (stream) {
+        j->wake = stream_wake;
+        j->wake_arg = r;
+    } else {
+        r->wait = (srv_wait){.h = h,
+                             .e = e,
+                             .c = c,
+                             .jobs = &r->job,
+                             .n = 1,
+                             .done = reply_done,
+                             .drop = reply_drop,
+                             .owner = r};
+        srv_wait_wake(&r->wait, j);
+    }
     if (!srv_engine_submit(e, j)) {
         srv_job_release(e, j); /* never queued: both references */
         srv_job_release(e, j);
@@ -528,10 +514,7 @@ enum MHD_Result srv_completions(srv_http *h, srv_engine *e, struct MHD_Connectio
     pthread_mutex_lock(&e->mu);
     e->stats.requests[chat ? 0 : 1]++;
     pthread_mutex_unlock(&e->mu);
-    if (!stream) {
-        cn->pending = r;
-        return srv_answer_whole(cn);
-    }
+    if (!stream) return srv_wait_start(cn, &r->wait);
     return queue_sse(h, c, stream_read, r, stream_free);
 bad:
     pthread_mutex_lock(&e->mu);
@@ -623,6 +606,7 @@ typedef struct list_reply {
     size_t n_prompt[MAX_PROMPTS];
     size_t n, cur;
     bool include_usage;
+    srv_wait wait; /* a whole answer's */
 } list_reply;
 
 static void list_reply_free(list_reply *l) {
@@ -673,12 +657,13 @@ static ssize_t list_stream_read(void *cls, uint64_t pos, char *buf, size_t max) 
         srv_engine *e = r->e;
         srv_job *j = l->jobs[l->cur];
         pthread_mutex_lock(&e->mu);
-        while (j->out_len == 0 && !j->logprobs && j->state != SRV_JOB_DONE) {
-            srv_job_wait(e, j);
-            if (j->out_len == 0 && j->state != SRV_JOB_DONE && !srv_client_alive(r->c)) {
-                pthread_mutex_unlock(&e->mu);
-                return MHD_CONTENT_READER_END_WITH_ERROR; /* the release cancels them */
-            }
+        if (j->out_len == 0 && !j->logprobs && j->state != SRV_JOB_DONE) {
+            /* nothing yet: suspended until an event of some job (a client
+             * gone shows as a write error then) */
+            r->suspended = true;
+            MHD_suspend_connection(r->c);
+            pthread_mutex_unlock(&e->mu);
+            return 0;
         }
         char *text;
         size_t len;
@@ -713,25 +698,15 @@ static ssize_t list_stream_read(void *cls, uint64_t pos, char *buf, size_t max) 
     }
 }
 
-/* Every prompt's choice at once. */
-static enum MHD_Result list_whole(list_reply *l) {
-    srv_engine *e = l->r.e;
+/* Every prompt's choice at once, their jobs ended (until then the
+ * connection is suspended: srv_wait). */
+static enum MHD_Result list_done(srv_wait *w) {
+    list_reply *l = w->owner;
     json_t *choices = json_array();
     req_err er;
     bool bad = false;
     for (size_t i = 0; i < l->n && !bad; i++) {
         srv_job *j = l->jobs[i];
-        pthread_mutex_lock(&e->mu);
-        while (j->state != SRV_JOB_DONE) {
-            srv_job_wait(e, j);
-            if (j->state != SRV_JOB_DONE && !srv_client_alive(l->r.c)) {
-                pthread_mutex_unlock(&e->mu);
-                json_decref(choices);
-                list_reply_free(l); /* cancels them */
-                return MHD_NO;
-            }
-        }
-        pthread_mutex_unlock(&e->mu);
         if ((bad = srv_job_error(j, &er))) break;
         json_t *lp = j->logprobs;
         j->logprobs = NULL;
@@ -753,10 +728,22 @@ static enum MHD_Result list_whole(list_reply *l) {
     return res;
 }
 
+static void list_drop(srv_wait *w) { list_reply_free(w->owner); }
+
+/* A list stream's wake-up (under the engine's mutex): an event of any job
+ * resumes it. */
+static void list_stream_wake(void *arg) {
+    list_reply *l = arg;
+    if (!l->r.suspended) return;
+    l->r.suspended = false;
+    MHD_resume_connection(l->r.c);
+}
+
 /* POST /v1/completions with a list of prompts (p): a job for each, with
  * the same settings; takes gp. */
 static enum MHD_Result completions_list(srv_http *h, srv_engine *e, struct MHD_Connection *c,
-                                        json_t *p, srv_gen_params *gp, bool stream, bool usage) {
+                                        conn *cn, json_t *p, srv_gen_params *gp, bool stream,
+                                        bool usage) {
     req_err er = {0};
     list_reply *l = calloc(1, sizeof(*l));
     int32_t *ids = NULL;
@@ -774,6 +761,8 @@ static enum MHD_Result completions_list(srv_http *h, srv_engine *e, struct MHD_C
         goto bad;
     }
     l->r = (reply){.h = h, .e = e, .created = (long long)time(NULL), .c = c};
+    l->wait = (srv_wait){
+        .h = h, .e = e, .c = c, .jobs = l->jobs, .done = list_done, .drop = list_drop, .owner = l};
     l->include_usage = usage && stream;
     response_id(h, "cmpl", l->r.id, sizeof(l->r.id));
     const double deadline = h->o.timeout_s > 0 ? cllm_time_ms() + h->o.timeout_s * 1e3 : 0;
@@ -809,8 +798,16 @@ static enum MHD_Result completions_list(srv_http *h, srv_engine *e, struct MHD_C
             goto bad;
         }
         j->stream = stream;
+        /* before the engine can wake it */
+        if (stream) {
+            j->wake = list_stream_wake;
+            j->wake_arg = l;
+        } else {
+            srv_wait_wake(&l->wait, j);
+        }
         l->n_prompt[l->n] = n_ids;
         l->jobs[l->n++] = j;
+        l->wait.n = l->n;
     }
     srv_gen_params_free(gp);
     for (size_t i = 0; i < l->n; i++) {
@@ -826,7 +823,7 @@ static enum MHD_Result completions_list(srv_http *h, srv_engine *e, struct MHD_C
     pthread_mutex_lock(&e->mu);
     e->stats.requests[1]++;
     pthread_mutex_unlock(&e->mu);
-    if (!stream) return list_whole(l);
+    if (!stream) return srv_wait_start(cn, &l->wait);
     return queue_sse(h, c, list_stream_read, l, list_reply_free_cb);
 bad:
     pthread_mutex_lock(&e->mu);

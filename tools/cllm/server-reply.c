@@ -3,12 +3,10 @@
  * endpoint writes through a srv_writer (srv_http_answer). */
 #include "server-http.h"
 
-#include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 static void fail_v(req_err *er, unsigned status, const char *param, const char *code,
                    const char *fmt, va_list ap) __attribute__((format(printf, 5, 0)));
@@ -99,28 +97,59 @@ enum MHD_Result srv_send_error(const srv_http *h, struct MHD_Connection *c, cons
     return r;
 }
 
-/* Whether the client of a connection that blocks on its job is still there:
- * a reset or an error says it left; a half-close (POLLRDHUP) does not, its
- * answer is still read. */
-bool srv_client_alive(struct MHD_Connection *c) {
-    const union MHD_ConnectionInfo *ci =
-        MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
-    if (!ci) return true;
-    struct pollfd p = {.fd = ci->connect_fd, .events = 0};
-    if (poll(&p, 1, 0) <= 0) return true;
-    return !(p.revents & (POLLHUP | POLLERR));
+/* ---- whole answers waiting for the engine -------------------------------- */
+
+static bool wait_all_done(const srv_wait *w) {
+    for (size_t i = 0; i < w->n; i++) {
+        if (w->jobs[i]->state != SRV_JOB_DONE) return false;
+    }
+    return true;
 }
 
-/* Waits (under the engine's mutex) for a job's next change, at most 100 ms.
- * Only the answers written through srv_http_answer (Ollama's) and lists of
- * prompts wait so, holding their polling thread; the OpenAI answers are
- * suspended until the engine wakes them. */
-void srv_job_wait(srv_engine *e, srv_job *j) {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    ts.tv_nsec += 100 * 1000000L;
-    if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
-    pthread_cond_timedwait(&j->cond, &e->mu, &ts);
+/* The engine's wake-up of a job of w (under its mutex): the connection
+ * resumes once every job has ended. */
+static void wait_wake(void *arg) {
+    srv_wait *w = arg;
+    if (!w->suspended || !wait_all_done(w)) return;
+    w->suspended = false;
+    MHD_resume_connection(w->c);
+}
+
+void srv_wait_wake(srv_wait *w, srv_job *j) {
+    j->wake = wait_wake;
+    j->wake_arg = w;
+}
+
+enum MHD_Result srv_wait_resume(conn *cn) {
+    srv_wait *w = cn->pending;
+    srv_engine *e = w->e;
+    srv_conns_wait(w->h->conns, w->c, e, w->jobs, w->n);
+    pthread_mutex_lock(&e->mu);
+    const bool done = wait_all_done(w);
+    if (!done && !w->blocked) {
+        /* once without suspending: libmicrohttpd (0.9.75) then stops
+         * reading the socket and calls again at once; suspended at once,
+         * it would read after the resume, and take a half-close for the
+         * client gone */
+        pthread_mutex_unlock(&e->mu);
+        w->blocked = true;
+        return MHD_YES;
+    }
+    if (!done) {
+        w->suspended = true;
+        MHD_suspend_connection(w->c);
+        pthread_mutex_unlock(&e->mu);
+        return MHD_YES;
+    }
+    pthread_mutex_unlock(&e->mu);
+    srv_conns_phase(w->h->conns, w->c, SRV_PHASE_SEND);
+    cn->pending = NULL;
+    return w->done(w);
+}
+
+enum MHD_Result srv_wait_start(conn *cn, srv_wait *w) {
+    cn->pending = w;
+    return srv_wait_resume(cn);
 }
 
 /* The error of a job that ended without an answer (NULL: it has one). */
@@ -171,9 +200,13 @@ typedef struct answer {
     struct MHD_Connection *c;
     const srv_writer *w;
     void *ctx;
+    json_t *(*er_fn)(const req_err *er);
+    const char *type;
     srv_buf out;
     size_t pos;
     bool ended;
+    bool suspended; /* a stream's, under the engine's mutex */
+    srv_wait wait;  /* a whole answer's */
 } answer;
 
 static void answer_free(answer *a) {
@@ -185,7 +218,6 @@ static void answer_free(answer *a) {
 
 static void answer_free_cb(void *cls) { answer_free(cls); }
 
-/* Takes what the job produced (the mutex held). */
 void srv_job_take(srv_job *j, char **text, size_t *len, json_t **lp) {
     *text = j->out;
     *len = j->out_len;
@@ -193,6 +225,14 @@ void srv_job_take(srv_job *j, char **text, size_t *len, json_t **lp) {
     j->out = NULL;
     j->out_len = j->out_cap = 0;
     j->logprobs = NULL;
+}
+
+/* A stream's wake-up (under the engine's mutex): any event resumes it. */
+static void answer_wake(void *arg) {
+    answer *a = arg;
+    if (!a->suspended) return;
+    a->suspended = false;
+    MHD_resume_connection(a->c);
 }
 
 static ssize_t answer_read(void *cls, uint64_t pos, char *buf, size_t max) {
@@ -210,12 +250,13 @@ static ssize_t answer_read(void *cls, uint64_t pos, char *buf, size_t max) {
         srv_engine *e = a->e;
         srv_job *j = a->job;
         pthread_mutex_lock(&e->mu);
-        while (j->out_len == 0 && !j->logprobs && j->state != SRV_JOB_DONE) {
-            srv_job_wait(e, j);
-            if (j->out_len == 0 && j->state != SRV_JOB_DONE && !srv_client_alive(a->c)) {
-                pthread_mutex_unlock(&e->mu);
-                return MHD_CONTENT_READER_END_WITH_ERROR; /* the release cancels it */
-            }
+        if (j->out_len == 0 && !j->logprobs && j->state != SRV_JOB_DONE) {
+            /* nothing yet: suspended until the engine's next event (a
+             * client gone shows as a write error then) */
+            a->suspended = true;
+            MHD_suspend_connection(a->c);
+            pthread_mutex_unlock(&e->mu);
+            return 0;
         }
         char *text;
         size_t len;
@@ -236,11 +277,80 @@ static ssize_t answer_read(void *cls, uint64_t pos, char *buf, size_t max) {
     }
 }
 
-enum MHD_Result srv_http_answer(srv_http *h, srv_engine *e, struct MHD_Connection *c, srv_job *j,
-                                bool chat, bool stream, const char *type, const srv_writer *w,
-                                void *ctx, json_t *(*er_fn)(const req_err *er)) {
+/* er as the endpoint's JSON, sent with its status. */
+static enum MHD_Result answer_error(srv_http *h, struct MHD_Connection *c, const req_err *er,
+                                    json_t *(*er_fn)(const req_err *er)) {
+    json_t *body = er_fn ? er_fn(er) : srv_error_json(er);
+    char *s = body ? json_dumps(body, JSON_COMPACT) : NULL;
+    json_decref(body);
+    if (!s) return MHD_NO;
+    const enum MHD_Result r = srv_send_raw(h, c, er->status, "application/json", s, strlen(s),
+                                           er->status == 503 ? "1" : NULL);
+    free(s);
+    return r;
+}
+
+/* The whole answer, its job ended. */
+static enum MHD_Result answer_done(srv_wait *wt) {
+    answer *a = wt->owner;
+    srv_job *j = a->job;
+    const srv_writer *w = a->w;
+    req_err er = {0};
+    pthread_mutex_lock(&a->e->mu);
+    char *text;
+    size_t len;
+    json_t *lp;
+    srv_job_take(j, &text, &len, &lp);
+    pthread_mutex_unlock(&a->e->mu);
+    const bool bad = srv_job_error(j, &er);
+    bool ok = true;
+    if (bad) {
+        json_decref(lp);
+    } else {
+        ok = w->part(a->ctx, &a->out, text ? text : "", len, lp);
+    }
+    free(text);
+    ok = w->end(a->ctx, &a->out, j, bad ? &er : NULL) && ok;
+    if (!ok) {
+        srv_fail(&er, 500, NULL, NULL, "out of memory");
+        json_t *body = a->er_fn ? a->er_fn(&er) : srv_error_json(&er);
+        a->out.len = 0;
+        ok = srv_buf_put_line(&a->out, body);
+    }
+    const enum MHD_Result res =
+        ok ? srv_send_raw(a->h, a->c, bad ? er.status : 200, a->type, a->out.data, a->out.len, NULL)
+           : MHD_NO;
+    answer_free(a);
+    return res;
+}
+
+static void answer_drop(srv_wait *wt) { answer_free(wt->owner); }
+
+enum MHD_Result srv_http_answer(srv_http *h, srv_engine *e, struct MHD_Connection *c, conn *cn,
+                                srv_job *j, bool chat, bool stream, const char *type,
+                                const srv_writer *w, void *ctx,
+                                json_t *(*er_fn)(const req_err *er)) {
     answer *a = calloc(1, sizeof(*a));
     req_err er = {0};
+    if (a) {
+        *a = (answer){
+            .h = h, .e = e, .job = j, .c = c, .w = w, .ctx = ctx, .er_fn = er_fn, .type = type};
+        /* before the engine can wake it */
+        if (stream) {
+            j->wake = answer_wake;
+            j->wake_arg = a;
+        } else {
+            a->wait = (srv_wait){.h = h,
+                                 .e = e,
+                                 .c = c,
+                                 .jobs = &a->job,
+                                 .n = 1,
+                                 .done = answer_done,
+                                 .drop = answer_drop,
+                                 .owner = a};
+            srv_wait_wake(&a->wait, j);
+        }
+    }
     if (!a || !srv_engine_submit(e, j)) {
         srv_job_release(e, j); /* never queued: both references */
         srv_job_release(e, j);
@@ -252,65 +362,22 @@ enum MHD_Result srv_http_answer(srv_http *h, srv_engine *e, struct MHD_Connectio
             srv_fail(&er, 500, NULL, NULL, "out of memory");
         }
         free(a);
-        json_t *body = er_fn ? er_fn(&er) : srv_error_json(&er);
-        char *s = body ? json_dumps(body, JSON_COMPACT) : NULL;
-        json_decref(body);
-        if (!s) return MHD_NO;
-        const enum MHD_Result r = srv_send_raw(h, c, er.status, "application/json", s, strlen(s),
-                                               er.status == 503 ? "1" : NULL);
-        free(s);
-        return r;
+        return answer_error(h, c, &er, er_fn);
     }
-    *a = (answer){.h = h, .e = e, .job = j, .c = c, .w = w, .ctx = ctx};
     pthread_mutex_lock(&e->mu);
     e->stats.requests[chat ? 0 : 1]++;
     pthread_mutex_unlock(&e->mu);
-    if (stream) {
-        struct MHD_Response *resp = MHD_create_response_from_callback(
-            MHD_SIZE_UNKNOWN, 4096, answer_read, a, answer_free_cb);
-        if (!resp) {
-            answer_free(a);
-            return MHD_NO;
-        }
-        MHD_add_response_header(resp, "Content-Type", type);
-        srv_add_cors(h, c, resp);
-        MHD_add_response_header(resp, "Cache-Control", "no-cache");
-        const enum MHD_Result res = MHD_queue_response(c, 200, resp);
-        MHD_destroy_response(resp);
-        return res;
+    if (!stream) return srv_wait_start(cn, &a->wait);
+    struct MHD_Response *resp =
+        MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, answer_read, a, answer_free_cb);
+    if (!resp) {
+        answer_free(a);
+        return MHD_NO;
     }
-    pthread_mutex_lock(&e->mu);
-    while (j->state != SRV_JOB_DONE) {
-        srv_job_wait(e, j);
-        if (j->state != SRV_JOB_DONE && !srv_client_alive(c)) {
-            pthread_mutex_unlock(&e->mu);
-            answer_free(a); /* cancels it */
-            return MHD_NO;
-        }
-    }
-    char *text;
-    size_t len;
-    json_t *lp;
-    srv_job_take(j, &text, &len, &lp);
-    pthread_mutex_unlock(&e->mu);
-    const bool bad = srv_job_error(j, &er);
-    bool ok = true;
-    if (bad) {
-        json_decref(lp);
-    } else {
-        ok = w->part(ctx, &a->out, text ? text : "", len, lp);
-    }
-    free(text);
-    ok = w->end(ctx, &a->out, j, bad ? &er : NULL) && ok;
-    enum MHD_Result res;
-    if (!ok) {
-        srv_fail(&er, 500, NULL, NULL, "out of memory");
-        json_t *body = er_fn ? er_fn(&er) : srv_error_json(&er);
-        a->out.len = 0;
-        ok = srv_buf_put_line(&a->out, body);
-    }
-    res = ok ? srv_send_raw(h, c, bad ? er.status : 200, type, a->out.data, a->out.len, NULL)
-             : MHD_NO;
-    answer_free(a);
+    MHD_add_response_header(resp, "Content-Type", type);
+    srv_add_cors(h, c, resp);
+    MHD_add_response_header(resp, "Cache-Control", "no-cache");
+    const enum MHD_Result res = MHD_queue_response(c, 200, resp);
+    MHD_destroy_response(resp);
     return res;
 }

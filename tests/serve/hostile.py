@@ -27,84 +27,28 @@ import re
 import select
 import socket
 import struct
-import subprocess
 import sys
-import tempfile
 import threading
 import time
 
-PASSED = 0
-FAILED = 0
+import serverlib
+
 KEY = "hostile-test-key"
+check = serverlib.Checks("FAIL:")
 
 
-def check(ok, what):
-    global PASSED, FAILED
-    if ok:
-        PASSED += 1
-    else:
-        FAILED += 1
-        print(f"FAIL: {what}", flush=True)
-    return ok
-
-
-class Server:
-    """`cllm serve` on a free port, with its stderr in a file."""
+class Server(serverlib.Server):
+    """`cllm serve` on a free port with a key and /metrics, its stderr in a
+    file."""
 
     def __init__(self, cllm, model, *args):
-        self.log = tempfile.TemporaryFile()
-        self.p = subprocess.Popen(
-            [cllm, "serve", "-m", model, "--port", "0", "-c", "256", "--api-key", KEY,
-             "--metrics", *args],
-            stdout=subprocess.PIPE, stderr=self.log, text=True)
-        self.port = None
-        deadline = time.time() + 60
-        while time.time() < deadline:
-            line = self.p.stdout.readline()
-            if not line:
-                break
-            m = re.search(r"listening on http://[^ ]*:(\d+)", line)
-            if m:
-                self.port = int(m.group(1))
-                break
-        if self.port is None:
-            self.stop()
-            raise RuntimeError("the server did not start:\n" + self.tail())
-        # drain its stdout so that it never blocks
-        threading.Thread(target=lambda: self.p.stdout.read(), daemon=True).start()
-        while time.time() < deadline:
-            try:
-                if request(self.port, "GET", "/health")[0] == 200:
-                    return
-            except OSError:
-                pass
-            time.sleep(0.05)
-        raise RuntimeError("the server never answered /health")
-
-    def rss_kib(self):
-        with open(f"/proc/{self.p.pid}/status") as f:
-            for line in f:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1])
-        return -1
+        super().__init__(cllm, model, "-c", "256", "--api-key", KEY, "--metrics", *args,
+                         log=True)
 
     def metric(self, name):
         st, body, _ = request(self.port, "GET", "/metrics", key=True)
         m = re.search(rf"^{name} (\d+)$", body.decode(), re.M)
         return int(m.group(1)) if st == 200 and m else -1
-
-    def tail(self):
-        self.log.seek(0)
-        return self.log.read().decode(errors="replace")[-3000:]
-
-    def stop(self):
-        if self.p.poll() is None:
-            self.p.terminate()
-            try:
-                self.p.wait(10)
-            except subprocess.TimeoutExpired:
-                self.p.kill()
-                self.p.wait()
 
 
 def request(port, method, path, body=None, key=False, src="127.0.0.1", timeout=30):
@@ -250,7 +194,7 @@ def slow_clients(cllm, model):
         check(st == 200 and dt < 1.0, "/health answers after the per-address limit")
     finally:
         srv.stop()
-    if FAILED:
+    if check.failures:
         print(srv.tail())
 
 
@@ -493,8 +437,8 @@ def main():
         except Exception as e:  # a broken server shows here
             check(False, f"{part.__name__}: {e!r}")
     print(f"hostile: {time.time() - t:.1f} s")
-    print(f"{PASSED} passed, {FAILED} failed")
-    return 1 if FAILED else 0
+    print(f"{check.passed} passed, {check.failures} failed")
+    return 1 if check.failures else 0
 
 
 if __name__ == "__main__":

@@ -398,26 +398,29 @@ def half_close(cllm, model):
             done = b"data: [DONE]" in out if stream else b'"choices"' in out
             check(st == 200 and done, f"a {'streamed' if stream else 'whole'} request half-closed "
                   f"after {delay} s answered in full after {dt:.2f} s (status {st})")
-        # a reset (RST) while the request waits cancels its job
-        before = srv.metric("cllm_requests_cancelled_total")
-        th = threading.Thread(target=busy)
-        th.start()
-        time.sleep(0.05)
-        body = json.dumps(completion_body(n=200, ignore_eos=True)).encode()
-        s = connect(srv.port, "127.0.0.1")
-        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " +
-                  KEY.encode() + b"\r\nContent-Length: " + str(len(body)).encode() +
-                  b"\r\n\r\n" + body)
-        time.sleep(0.02)
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-        s.close()
-        th.join()
-        after = before
-        t = time.time()
-        while after <= before and time.time() - t < 5:
-            time.sleep(0.1)
-            after = srv.metric("cllm_requests_cancelled_total")
-        check(after == before + 1, f"a reset request is cancelled ({before} -> {after})")
+        # a reset (RST) while the request waits cancels its job, or every
+        # job of a list of prompts
+        for prompt, n_jobs in (("Once upon a time", 1), (["Once upon a time", "Once"], 2)):
+            before = srv.metric("cllm_requests_cancelled_total")
+            th = threading.Thread(target=busy)
+            th.start()
+            time.sleep(0.05)
+            body = json.dumps(completion_body(prompt, n=200, ignore_eos=True)).encode()
+            s = connect(srv.port, "127.0.0.1")
+            s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " +
+                      KEY.encode() + b"\r\nContent-Length: " + str(len(body)).encode() +
+                      b"\r\n\r\n" + body)
+            time.sleep(0.02)
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            s.close()
+            th.join()
+            after = before
+            t = time.time()
+            while after < before + n_jobs and time.time() - t < 5:
+                time.sleep(0.1)
+                after = srv.metric("cllm_requests_cancelled_total")
+            check(after == before + n_jobs,
+                  f"a reset request of {n_jobs} prompt(s) is cancelled ({before} -> {after})")
     finally:
         srv.stop()
 

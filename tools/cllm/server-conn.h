@@ -7,7 +7,8 @@
  * minimum rate, and reads longer than --timeout; and it cancels the job of a
  * suspended request whose client reset the connection.
  *
- * Each connection moves through the phases below; server-http.c says when.
+ * Each connection moves through the phases below; server-http.c and
+ * server-reply.c (srv_wait) say when.
  * The framing headers of a request are checked here too.
  */
 #ifndef CLLM_TOOLS_SERVER_CONN_H

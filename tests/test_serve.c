@@ -1650,6 +1650,70 @@ static void check_props(const char *model) {
     CHECK(server_stop(&s, SIGTERM) == 0);
 }
 
+/* With one HTTP thread and one slot, requests that wait for the engine
+ * (queued behind a long generation) hold no thread: /health answers while
+ * they wait, with one of each kind of answer that waits for its jobs
+ * (Ollama's whole answers and embeddings, a list of prompts,
+ * /v1/embeddings). Any of them holding the thread would hold /health. */
+static void check_waits_hold_no_thread(const char *model) {
+    server s;
+    const char *args[] = {"-m",           model,       "--parallel",     "1",
+                          "-c",           "1024",      "--http-threads", "1",
+                          "--embeddings", "--pooling", "mean",           NULL};
+    if (!server_start(&s, args)) {
+        CHECKF(false, "the server did not start");
+        return;
+    }
+    static const struct {
+        const char *path, *body;
+    } k_waits[] = {
+        {"/api/generate", "{\"model\": \"m\", \"prompt\": \"Hello\", \"stream\": false, "
+                          "\"options\": {\"num_predict\": 4}}"},
+        {"/api/chat", "{\"model\": \"m\", \"messages\": [{\"role\": \"user\", \"content\": "
+                      "\"Hi\"}], \"stream\": false, \"options\": {\"num_predict\": 4}}"},
+        {"/api/embed", "{\"model\": \"m\", \"input\": [\"one\", \"two\"]}"},
+        {"/v1/completions", "{\"prompt\": [\"Once\", \"Twice\"], \"max_tokens\": 4}"},
+        {"/v1/embeddings", "{\"input\": \"Hello\"}"},
+    };
+    enum { N_WAITS = sizeof(k_waits) / sizeof(k_waits[0]) };
+    /* the slot's job: long enough that what waits behind it waits seconds */
+    const char *slow = "{\"prompt\": \"Once upon a time\", \"max_tokens\": 300, \"ignore_eos\": "
+                       "true, \"temperature\": 0}";
+    const double t0 = now_s();
+    const int fd_slow = send_request(s.port, "POST", "/v1/completions", NULL, slow, strlen(slow));
+    usleep(200 * 1000); /* in the slot first */
+    int fd[N_WAITS];
+    for (size_t i = 0; i < N_WAITS; i++) {
+        fd[i] = send_request(s.port, "POST", k_waits[i].path, NULL, k_waits[i].body,
+                             strlen(k_waits[i].body));
+    }
+    usleep(300 * 1000); /* waiting behind it */
+    const double t_health = now_s();
+    resp h = http(s.port, "GET", "/health", NULL);
+    const double t_answered = now_s(), health_s = t_answered - t_health;
+    CHECKF(h.status == 200 && health_s < 2.0,
+           "a request waiting for the engine held the only HTTP thread: /health %d after %.2f s",
+           h.status, health_s);
+    resp_free(&h);
+    for (size_t i = 0; i < N_WAITS; i++) {
+        resp w = {0};
+        if (fd[i] < 0 || !read_response(fd[i], &w)) w.status = -1;
+        CHECKF(w.status == 200, "%s: %d %.200s", k_waits[i].path, w.status, w.body ? w.body : "");
+        resp_free(&w);
+    }
+    resp sl = {0};
+    if (fd_slow < 0 || !read_response(fd_slow, &sl)) sl.status = -1;
+    const double t_done = now_s();
+    CHECKF(sl.status == 200, "the slow request: %d %.200s", sl.status, sl.body ? sl.body : "");
+    resp_free(&sl);
+    /* /health said nothing if the waits were over before it asked */
+    CHECKF(t_done > t_answered + 0.5,
+           "the requests were answered %.2f s after they were sent, "
+           "too fast to tell",
+           t_done - t0);
+    CHECK(server_stop(&s, SIGTERM) == 0);
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) {
         fprintf(stderr, "usage: test_serve PATH-TO-CLLM\n");
@@ -1681,6 +1745,7 @@ int main(int argc, char **argv) {
         check_smollm2(smol);
         check_tools(smol);
         check_props(smol);
+        check_waits_hold_no_thread(smol);
         bool decided = false;
         for (int i = 0; i < 3 && !decided; i++) decided = check_queue_timeout(smol);
         CHECKF(decided, "the machine stayed too busy for the queue check");

@@ -27,84 +27,28 @@ import re
 import select
 import socket
 import struct
-import subprocess
 import sys
-import tempfile
 import threading
 import time
 
-PASSED = 0
-FAILED = 0
+import serverlib
+
 KEY = "hostile-test-key"
+check = serverlib.Checks("FAIL:")
 
 
-def check(ok, what):
-    global PASSED, FAILED
-    if ok:
-        PASSED += 1
-    else:
-        FAILED += 1
-        print(f"FAIL: {what}", flush=True)
-    return ok
-
-
-class Server:
-    """`cllm serve` on a free port, with its stderr in a file."""
+class Server(serverlib.Server):
+    """`cllm serve` on a free port with a key and /metrics, its stderr in a
+    file."""
 
     def __init__(self, cllm, model, *args):
-        self.log = tempfile.TemporaryFile()
-        self.p = subprocess.Popen(
-            [cllm, "serve", "-m", model, "--port", "0", "-c", "256", "--api-key", KEY,
-             "--metrics", *args],
-            stdout=subprocess.PIPE, stderr=self.log, text=True)
-        self.port = None
-        deadline = time.time() + 60
-        while time.time() < deadline:
-            line = self.p.stdout.readline()
-            if not line:
-                break
-            m = re.search(r"listening on http://[^ ]*:(\d+)", line)
-            if m:
-                self.port = int(m.group(1))
-                break
-        if self.port is None:
-            self.stop()
-            raise RuntimeError("the server did not start:\n" + self.tail())
-        # drain its stdout so that it never blocks
-        threading.Thread(target=lambda: self.p.stdout.read(), daemon=True).start()
-        while time.time() < deadline:
-            try:
-                if request(self.port, "GET", "/health")[0] == 200:
-                    return
-            except OSError:
-                pass
-            time.sleep(0.05)
-        raise RuntimeError("the server never answered /health")
-
-    def rss_kib(self):
-        with open(f"/proc/{self.p.pid}/status") as f:
-            for line in f:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1])
-        return -1
+        super().__init__(cllm, model, "-c", "256", "--api-key", KEY, "--metrics", *args,
+                         log=True)
 
     def metric(self, name):
         st, body, _ = request(self.port, "GET", "/metrics", key=True)
         m = re.search(rf"^{name} (\d+)$", body.decode(), re.M)
         return int(m.group(1)) if st == 200 and m else -1
-
-    def tail(self):
-        self.log.seek(0)
-        return self.log.read().decode(errors="replace")[-3000:]
-
-    def stop(self):
-        if self.p.poll() is None:
-            self.p.terminate()
-            try:
-                self.p.wait(10)
-            except subprocess.TimeoutExpired:
-                self.p.kill()
-                self.p.wait()
 
 
 def request(port, method, path, body=None, key=False, src="127.0.0.1", timeout=30):
@@ -250,7 +194,7 @@ def slow_clients(cllm, model):
         check(st == 200 and dt < 1.0, "/health answers after the per-address limit")
     finally:
         srv.stop()
-    if FAILED:
+    if check.failures:
         print(srv.tail())
 
 
@@ -454,26 +398,29 @@ def half_close(cllm, model):
             done = b"data: [DONE]" in out if stream else b'"choices"' in out
             check(st == 200 and done, f"a {'streamed' if stream else 'whole'} request half-closed "
                   f"after {delay} s answered in full after {dt:.2f} s (status {st})")
-        # a reset (RST) while the request waits cancels its job
-        before = srv.metric("cllm_requests_cancelled_total")
-        th = threading.Thread(target=busy)
-        th.start()
-        time.sleep(0.05)
-        body = json.dumps(completion_body(n=200, ignore_eos=True)).encode()
-        s = connect(srv.port, "127.0.0.1")
-        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " +
-                  KEY.encode() + b"\r\nContent-Length: " + str(len(body)).encode() +
-                  b"\r\n\r\n" + body)
-        time.sleep(0.02)
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-        s.close()
-        th.join()
-        after = before
-        t = time.time()
-        while after <= before and time.time() - t < 5:
-            time.sleep(0.1)
-            after = srv.metric("cllm_requests_cancelled_total")
-        check(after == before + 1, f"a reset request is cancelled ({before} -> {after})")
+        # a reset (RST) while the request waits cancels its job, or every
+        # job of a list of prompts
+        for prompt, n_jobs in (("Once upon a time", 1), (["Once upon a time", "Once"], 2)):
+            before = srv.metric("cllm_requests_cancelled_total")
+            th = threading.Thread(target=busy)
+            th.start()
+            time.sleep(0.05)
+            body = json.dumps(completion_body(prompt, n=200, ignore_eos=True)).encode()
+            s = connect(srv.port, "127.0.0.1")
+            s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " +
+                      KEY.encode() + b"\r\nContent-Length: " + str(len(body)).encode() +
+                      b"\r\n\r\n" + body)
+            time.sleep(0.02)
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            s.close()
+            th.join()
+            after = before
+            t = time.time()
+            while after < before + n_jobs and time.time() - t < 5:
+                time.sleep(0.1)
+                after = srv.metric("cllm_requests_cancelled_total")
+            check(after == before + n_jobs,
+                  f"a reset request of {n_jobs} prompt(s) is cancelled ({before} -> {after})")
     finally:
         srv.stop()
 
@@ -493,8 +440,8 @@ def main():
         except Exception as e:  # a broken server shows here
             check(False, f"{part.__name__}: {e!r}")
     print(f"hostile: {time.time() - t:.1f} s")
-    print(f"{PASSED} passed, {FAILED} failed")
-    return 1 if FAILED else 0
+    print(f"{check.passed} passed, {check.failures} failed")
+    return 1 if check.failures else 0
 
 
 if __name__ == "__main__":

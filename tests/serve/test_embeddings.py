@@ -21,97 +21,17 @@ CLLM_REQUIRE_TEST_DATA is set (CI): then that is a failure.
 import json
 import math
 import os
-import re
-import subprocess
+import signal
 import sys
 import threading
 import time
 import urllib.error
 import urllib.request
 
-SKIP = 77
+import serverlib
+
 NAME = "test_serve_embeddings"
-
-
-def require_data():
-    return os.environ.get("CLLM_REQUIRE_TEST_DATA", "") not in ("", "0")
-
-
-def missing(what):
-    print(f"{NAME}: missing: {what}", file=sys.stderr)
-    sys.exit(1 if require_data() else SKIP)
-
-
-def ensure_venv(venv):
-    """Re-executes this script in a venv that has openai and langchain-openai."""
-    if os.environ.get("CLLM_TEST_IN_VENV") == "1":
-        return
-    py = os.path.join(venv, "bin", "python3")
-    if not os.path.exists(py):
-        r = subprocess.run([sys.executable, "-m", "venv", venv], capture_output=True, text=True)
-        if r.returncode != 0:
-            missing(f"python3 -m venv (apt-get install python3-venv; {r.stderr.strip()[-200:]})")
-    r = subprocess.run([py, "-c", "import openai, langchain_openai"], capture_output=True)
-    if r.returncode != 0:
-        r = subprocess.run([py, "-m", "pip", "install", "--quiet", "openai", "langchain-openai"],
-                           capture_output=True, text=True)
-        if r.returncode != 0:
-            missing(f"pip install openai langchain-openai ({r.stderr.strip()[-300:]})")
-    env = dict(os.environ, CLLM_TEST_IN_VENV="1")
-    os.execve(py, [py] + sys.argv, env)
-
-
-def fetch_smollm2():
-    root = os.environ.get("CLLM_SOURCE_DIR", os.path.join(os.path.dirname(__file__), "..", ".."))
-    r = subprocess.run([os.path.join(root, "scripts", "fetch-model"), "smollm2"],
-                       capture_output=True, text=True)
-    path = r.stdout.strip()
-    if r.returncode != 0 or not path or not os.path.exists(path):
-        missing("SmolLM2 (scripts/fetch-model smollm2 could not fetch it)")
-    return path
-
-
-def start_server(cllm, model, *extra):
-    p = subprocess.Popen([cllm, "serve", "-m", model, "--port", "0", "--parallel", "2",
-                          "--ctx-per-slot", "512", *extra],
-                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-    port = None
-    for line in p.stdout:
-        m = re.search(r"http://127\.0\.0\.1:(\d+)", line)
-        if m:
-            port = int(m.group(1))
-            break
-    if port is None:
-        p.kill()
-        raise SystemExit(f"{NAME}: the server did not start")
-    deadline = time.time() + 60
-    while time.time() < deadline:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as r:
-                if r.status == 200:
-                    return p, port
-        except Exception:
-            time.sleep(0.05)
-    p.kill()
-    raise SystemExit(f"{NAME}: the server is not healthy")
-
-
-def stop_server(p):
-    p.send_signal(2)
-    try:
-        p.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        p.kill()
-
-
-failures = 0
-
-
-def check(cond, what):
-    global failures
-    if not cond:
-        failures += 1
-        print(f"{NAME}: check failed: {what}", file=sys.stderr)
+check = serverlib.Checks(f"{NAME}: check failed:")
 
 
 def cos(a, b):
@@ -226,28 +146,33 @@ def main():
     if len(sys.argv) != 3:
         raise SystemExit(f"usage: {NAME}.py CLLM VENV_DIR")
     cllm, venv = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2])
-    ensure_venv(venv)
+    serverlib.ensure_venv(NAME, venv, "import openai, langchain_openai",
+                          ["openai", "langchain-openai"])
     import openai
-    model = fetch_smollm2()
+    model = serverlib.fetch_model(NAME)
     mid = os.path.splitext(os.path.basename(model))[0]
 
-    p, port = start_server(cllm, model)
+    args = ("--parallel", "2", "--ctx-per-slot", "512")
+    srv = serverlib.start_server(NAME, cllm, model, *args)
+    port = srv.port
     try:
         status, body = post(port, "/v1/embeddings", {"input": "hello"})
         check(status == 501 and "--embeddings" in body["error"]["message"],
               f"without --embeddings: {status} {body}")
     finally:
-        stop_server(p)
+        srv.stop(signal.SIGINT, 20)
 
-    p, port = start_server(cllm, model, "--embeddings")
+    srv = serverlib.start_server(NAME, cllm, model, *args, "--embeddings")
+    port = srv.port
     try:
         client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="unused")
         check_api(client, openai, port, mid)
         check_langchain(port, mid)
     finally:
-        stop_server(p)
-    print(f"{NAME}: {'ok' if failures == 0 else f'{failures} failed'}", file=sys.stderr)
-    sys.exit(1 if failures else 0)
+        srv.stop(signal.SIGINT, 20)
+    print(f"{NAME}: {'ok' if check.failures == 0 else f'{check.failures} failed'}",
+          file=sys.stderr)
+    sys.exit(1 if check.failures else 0)
 
 
 if __name__ == "__main__":

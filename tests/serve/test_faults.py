@@ -12,7 +12,6 @@ usage: test_faults.py CLLM CLLM_GEN_MODEL
 """
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -21,36 +20,9 @@ import time
 import urllib.error
 import urllib.request
 
-failures = 0
+import serverlib
 
-
-def check(cond, what):
-    global failures
-    if not cond:
-        failures += 1
-        print(f"FAIL: {what}", flush=True)
-
-
-def start_server(cllm, model):
-    p = subprocess.Popen([cllm, "serve", "-m", model, "--port", "0", "--parallel", "1",
-                          "--ctx-per-slot", "256"],
-                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-    port = None
-    for line in p.stdout:
-        m = re.search(r"http://127\.0\.0\.1:(\d+)", line)
-        if m:
-            port = int(m.group(1))
-            break
-    if port is None:
-        p.kill()
-        raise SystemExit("test_serve_faults: the server did not start")
-    deadline = time.time() + 60
-    while time.time() < deadline:
-        if request(port, "GET", "/health")[0] == 200:
-            return p, port
-        time.sleep(0.05)
-    p.kill()
-    raise SystemExit("test_serve_faults: the server is not healthy")
+check = serverlib.Checks("FAIL:")
 
 
 def request(port, method, path, body=None):
@@ -71,7 +43,9 @@ COMPLETION = {"prompt": "Once upon a time", "max_tokens": 4, "temperature": 0}
 
 def check_fault(cllm, model, name, damage):
     """Serves `model`, damages it, checks 500, 503 naming the file, alive."""
-    p, port = start_server(cllm, model)
+    srv = serverlib.start_server("test_serve_faults", cllm, model, "--parallel", "1",
+                                 "--ctx-per-slot", "256")
+    p, port = srv.p, srv.port
     try:
         st, body = request(port, "POST", "/v1/completions", COMPLETION)
         check(st == 200, f"{name}: first request {st} {body[:200]}")
@@ -84,11 +58,7 @@ def check_fault(cllm, model, name, damage):
         check(os.path.basename(model) in body, f"{name}: /health does not name the file: {body}")
         check(p.poll() is None, f"{name}: the server died (status {p.poll()})")
     finally:
-        p.terminate()
-        try:
-            p.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            p.kill()
+        srv.stop(timeout=20)
 
 
 def truncate(path):
@@ -120,8 +90,8 @@ def main():
             copy = os.path.join(tmp, f"{name}.gguf")
             shutil.copyfile(base, copy)
             check_fault(cllm, copy, name, damage)
-    print(f"test_serve_faults: {'failed' if failures else 'passed'}")
-    return 1 if failures else 0
+    print(f"test_serve_faults: {'failed' if check.failures else 'passed'}")
+    return 1 if check.failures else 0
 
 
 if __name__ == "__main__":

@@ -19,89 +19,13 @@ CLLM_REQUIRE_TEST_DATA is set (CI): then that is a failure.
 """
 import json
 import os
-import re
-import signal
-import subprocess
 import sys
-import time
 import urllib.request
 
-SKIP = 77
+import serverlib
+
 NAME = "test_serve_langchain"
-
-
-def require_data():
-    v = os.environ.get("CLLM_REQUIRE_TEST_DATA", "")
-    return v not in ("", "0")
-
-
-def missing(what):
-    print(f"{NAME}: missing: {what}", file=sys.stderr)
-    sys.exit(1 if require_data() else SKIP)
-
-
-def ensure_venv(venv):
-    """Re-executes this script in a venv that has langchain-openai."""
-    if os.environ.get("CLLM_TEST_IN_VENV") == "1":
-        return
-    py = os.path.join(venv, "bin", "python3")
-    if not os.path.exists(py):
-        r = subprocess.run([sys.executable, "-m", "venv", venv], capture_output=True, text=True)
-        if r.returncode != 0:
-            missing(f"python3 -m venv (apt-get install python3-venv; {r.stderr.strip()[-200:]})")
-    r = subprocess.run([py, "-c", "import langchain_openai, pydantic"], capture_output=True)
-    if r.returncode != 0:
-        r = subprocess.run([py, "-m", "pip", "install", "--quiet", "langchain-openai", "pydantic"],
-                           capture_output=True, text=True)
-        if r.returncode != 0:
-            missing(f"pip install langchain-openai pydantic ({r.stderr.strip()[-300:]})")
-    env = dict(os.environ, CLLM_TEST_IN_VENV="1")
-    os.execve(py, [py] + sys.argv, env)
-
-
-def fetch_smollm2():
-    root = os.environ.get("CLLM_SOURCE_DIR", os.path.join(os.path.dirname(__file__), "..", ".."))
-    r = subprocess.run([os.path.join(root, "scripts", "fetch-model"), "smollm2"],
-                       capture_output=True, text=True)
-    path = r.stdout.strip()
-    if r.returncode != 0 or not path or not os.path.exists(path):
-        missing("SmolLM2 (scripts/fetch-model smollm2 could not fetch it)")
-    return path
-
-
-def start_server(cllm, model):
-    p = subprocess.Popen([cllm, "serve", "-m", model, "--port", "0", "--parallel", "1",
-                          "--ctx-per-slot", "1024"], stdout=subprocess.PIPE,
-                         stderr=subprocess.DEVNULL, text=True)
-    port = None
-    for line in p.stdout:
-        m = re.search(r"http://127\.0\.0\.1:(\d+)", line)
-        if m:
-            port = int(m.group(1))
-            break
-    if port is None:
-        p.kill()
-        raise SystemExit(f"{NAME}: the server did not start")
-    deadline = time.time() + 60
-    while time.time() < deadline:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as r:
-                if r.status == 200:
-                    return p, port
-        except Exception:
-            time.sleep(0.05)
-    p.kill()
-    raise SystemExit(f"{NAME}: the server is not healthy")
-
-
-failures = 0
-
-
-def check(cond, what):
-    global failures
-    if not cond:
-        failures += 1
-        print(f"{NAME}: check failed: {what}", file=sys.stderr)
+check = serverlib.Checks(f"{NAME}: check failed:")
 
 
 def structured(ChatOpenAI, base_url, mid):
@@ -210,11 +134,13 @@ def main():
         print("usage: test_langchain.py CLLM VENV_DIR", file=sys.stderr)
         return 2
     cllm, venv = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2])
-    ensure_venv(venv)
+    serverlib.ensure_venv(NAME, venv, "import langchain_openai, pydantic",
+                          ["langchain-openai", "pydantic"])
     from langchain_openai import ChatOpenAI
 
-    model = fetch_smollm2()
-    proc, port = start_server(cllm, model)
+    model = serverlib.fetch_model(NAME)
+    srv = serverlib.start_server(NAME, cllm, model, "--parallel", "1", "--ctx-per-slot", "1024")
+    port = srv.port
     try:
         base_url = f"http://127.0.0.1:{port}/v1"
         with urllib.request.urlopen(f"{base_url}/models", timeout=10) as r:
@@ -222,15 +148,10 @@ def main():
         structured(ChatOpenAI, base_url, mid)
         agent(ChatOpenAI, base_url, mid)
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            rc = proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            rc = -1
+        rc = srv.stop()
     check(rc == 0, f"exit status {rc} after SIGTERM")
-    print(f"{NAME}: {'ok' if failures == 0 else f'{failures} failed'}")
-    return 1 if failures else 0
+    print(f"{NAME}: {'ok' if check.failures == 0 else f'{check.failures} failed'}")
+    return 1 if check.failures else 0
 
 
 if __name__ == "__main__":

@@ -24,8 +24,9 @@ typedef struct srv_sock {
     double t0;     /* cllm_time_ms() when the phase began */
     double req_t0; /* when the request's headers began (SRV_PHASE_HEAD) */
     size_t body;   /* body bytes of the request */
-    srv_engine *e; /* SRV_PHASE_WAIT: the job to cancel on a reset */
-    srv_job *job;
+    srv_engine *e; /* SRV_PHASE_WAIT: the jobs to cancel on a reset */
+    srv_job *const *jobs;
+    size_t n_jobs;
     bool closing; /* shut down by the watcher */
     struct srv_sock *prev, *next;
 } srv_sock;
@@ -73,15 +74,16 @@ static void *watch(void *arg) {
                 if (w->verbose) fprintf(stderr, "cllm serve: closed a connection: %s\n", why);
                 continue;
             }
-            if (s->phase == SRV_PHASE_WAIT && s->job) {
+            if (s->phase == SRV_PHASE_WAIT && s->n_jobs > 0) {
                 /* a reset (not a half-close: POLLRDHUP is not asked for) */
                 struct pollfd p = {.fd = s->fd, .events = 0};
                 if (poll(&p, 1, 0) == 1 && (p.revents & (POLLHUP | POLLERR))) {
                     pthread_mutex_lock(&s->e->mu);
-                    s->job->cancel = true;
+                    for (size_t i = 0; i < s->n_jobs; i++) s->jobs[i]->cancel = true;
                     pthread_cond_signal(&s->e->work);
                     pthread_mutex_unlock(&s->e->mu);
-                    s->job = NULL;
+                    s->jobs = NULL;
+                    s->n_jobs = 0;
                     if (w->verbose) fprintf(stderr, "cllm serve: a client reset its request\n");
                 }
             }
@@ -196,7 +198,7 @@ void srv_conns_phase(srv_conns *w, struct MHD_Connection *c, srv_phase p) {
         if (p == SRV_PHASE_HEAD) s->req_t0 = s->t0, s->body = 0;
         if (p == SRV_PHASE_BODY) s->body = 0;
     }
-    if (p != SRV_PHASE_WAIT) s->e = NULL, s->job = NULL;
+    if (p != SRV_PHASE_WAIT) s->e = NULL, s->jobs = NULL, s->n_jobs = 0;
     pthread_mutex_unlock(&w->mu);
 }
 
@@ -208,14 +210,16 @@ void srv_conns_body(srv_conns *w, struct MHD_Connection *c, size_t n) {
     pthread_mutex_unlock(&w->mu);
 }
 
-void srv_conns_wait(srv_conns *w, struct MHD_Connection *c, srv_engine *e, srv_job *j) {
+void srv_conns_wait(srv_conns *w, struct MHD_Connection *c, srv_engine *e, srv_job *const *jobs,
+                    size_t n) {
     srv_sock *s = sock_of(c);
     if (!s) return;
     pthread_mutex_lock(&w->mu);
     if (s->phase != SRV_PHASE_WAIT) s->t0 = cllm_time_ms();
     s->phase = SRV_PHASE_WAIT;
     s->e = e;
-    s->job = j;
+    s->jobs = jobs;
+    s->n_jobs = n;
     pthread_mutex_unlock(&w->mu);
 }
 

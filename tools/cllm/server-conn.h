@@ -7,7 +7,8 @@
  * minimum rate, and reads longer than --timeout; and it cancels the job of a
  * suspended request whose client reset the connection.
  *
- * Each connection moves through the phases below; server-http.c says when.
+ * Each connection moves through the phases below; server-http.c and
+ * server-reply.c (srv_wait) say when.
  * The framing headers of a request are checked here too.
  */
 #ifndef CLLM_TOOLS_SERVER_CONN_H
@@ -40,10 +41,12 @@ void srv_conns_notify(void *cls, struct MHD_Connection *c, void **socket_context
 void srv_conns_phase(srv_conns *w, struct MHD_Connection *c, srv_phase p);
 /* n more bytes of the body arrived. */
 void srv_conns_body(srv_conns *w, struct MHD_Connection *c, size_t n);
-/* The connection is suspended until job j of e ends (SRV_PHASE_WAIT): if
- * the client resets it meanwhile, the job is cancelled. Call before taking
- * e's mutex; SRV_PHASE_SEND (or the end of the request) forgets the job. */
-void srv_conns_wait(srv_conns *w, struct MHD_Connection *c, srv_engine *e, srv_job *j);
+/* The connection is suspended until the n jobs of e in jobs[] (kept by
+ * the caller until then) end (SRV_PHASE_WAIT): if the client resets it
+ * meanwhile, they are cancelled. Call before taking e's mutex;
+ * SRV_PHASE_SEND (or the end of the request) forgets them. */
+void srv_conns_wait(srv_conns *w, struct MHD_Connection *c, srv_engine *e, srv_job *const *jobs,
+                    size_t n);
 
 /* What the framing headers of a request say is wrong with it, or NULL:
  * differing Content-Length headers, or one not a number; Content-Length

@@ -4,7 +4,7 @@
  * many slots as are idle, beside the generation requests; the vectors are
  * pooled by the engine and normalized here (Euclidean norm), as
  * llama-server does. */
-#include "server.h"
+#include "server-http.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -114,25 +114,125 @@ static int32_t *input_ids(const cllm_model *m, const json_t *v, size_t *n, const
     return ids;
 }
 
-json_t *srv_embeddings(srv_engine *e, const srv_http_opts *o, const char *body, size_t len,
-                       unsigned *status) {
+/* One request's inputs, waited for together. */
+typedef struct embed_wait {
+    srv_wait w; /* w.n: the jobs made */
+    srv_engine *e;
+    srv_job *jobs[SRV_EMBED_MAX_INPUTS];
+    size_t n_submitted; /* the first n_submitted jobs are queued */
+    bool b64;
+    int64_t E;
+    size_t n_tokens;
+    json_t *model; /* the request's "model", or NULL */
+    srv_embed_fin fin;
+    void *fin_ctx;
+    void (*fin_free)(void *ctx);
+} embed_wait;
+
+static void embed_free(embed_wait *ew) {
+    for (size_t i = 0; i < ew->w.n; i++) {
+        srv_job_release(ew->e, ew->jobs[i]);
+        /* never queued: both references */
+        if (i >= ew->n_submitted) srv_job_release(ew->e, ew->jobs[i]);
+    }
+    if (ew->fin_free) ew->fin_free(ew->fin_ctx);
+    json_decref(ew->model);
+    free(ew);
+}
+
+/* The answer (taken) through fin, or as it is; frees fin_ctx. */
+static enum MHD_Result deliver(srv_http *h, struct MHD_Connection *c, json_t *answer,
+                               unsigned status, srv_embed_fin fin, void *fin_ctx,
+                               void (*fin_free)(void *ctx)) {
+    enum MHD_Result r;
+    if (fin) {
+        r = fin(h, c, answer, status, fin_ctx);
+    } else {
+        r = answer ? srv_send_json(h, c, status, answer) : MHD_NO;
+    }
+    if (fin_free) fin_free(fin_ctx);
+    return r;
+}
+
+/* Every input's job ended: the vectors, or the first error. */
+static enum MHD_Result embed_done(srv_wait *w) {
+    embed_wait *ew = w->owner;
+    const srv_http_opts *o = srv_http_options(w->h);
+    unsigned st = 500, *status = &st;
+    json_t *answer = NULL;
+    json_t *data = json_array();
+    const int64_t E = ew->E;
+    for (size_t i = 0; i < ew->w.n && !answer; i++) {
+        srv_job *j = ew->jobs[i];
+        if (j->finish == SRV_FINISH_TIMEOUT) {
+            answer = embed_error(status, 504, NULL, "timeout",
+                                 "the request took longer than the server's --timeout");
+        } else if (j->finish == SRV_FINISH_CANCELLED) {
+            answer = embed_error(status, 503, NULL, "cancelled",
+                                 "the request was cancelled (the server is stopping)");
+        } else if (j->finish != SRV_FINISH_STOP || !j->embd) {
+            answer = embed_error(status, 500, NULL, NULL, "%s",
+                                 j->error[0] ? j->error : "the embedding failed");
+        }
+        if (answer) break;
+        cllm_embd_normalize(j->embd, E, 2);
+        json_t *vec;
+        if (ew->b64) {
+            char *s = base64((const unsigned char *)j->embd, (size_t)E * sizeof(float));
+            vec = s ? json_string(s) : NULL;
+            free(s);
+        } else {
+            vec = json_array();
+            for (int64_t k = 0; k < E; k++) json_array_append_new(vec, json_real(j->embd[k]));
+        }
+        json_array_append_new(data, json_pack("{s:s,s:I,s:o?}", "object", "embedding", "index",
+                                              (json_int_t)i, "embedding", vec));
+    }
+    if (answer) {
+        json_decref(data);
+    } else {
+        *status = 200;
+        answer = json_pack("{s:s,s:o,s:s,s:{s:I,s:I}}", "object", "list", "data", data, "model",
+                           ew->model ? json_string_value(ew->model) : o->model_id, "usage",
+                           "prompt_tokens", (json_int_t)ew->n_tokens, "total_tokens",
+                           (json_int_t)ew->n_tokens);
+    }
+    srv_embed_fin fin = ew->fin;
+    void *fin_ctx = ew->fin_ctx;
+    void (*fin_free)(void *ctx) = ew->fin_free;
+    ew->fin_free = NULL; /* deliver frees it */
+    struct MHD_Connection *c = w->c;
+    srv_http *h = w->h;
+    embed_free(ew);
+    return deliver(h, c, answer, *status, fin, fin_ctx, fin_free);
+}
+
+static void embed_drop(srv_wait *w) { embed_free(w->owner); }
+
+enum MHD_Result srv_embeddings(srv_http *h, srv_engine *e, struct MHD_Connection *c, srv_conn *cn,
+                               const char *body, size_t len, srv_embed_fin fin, void *fin_ctx,
+                               void (*fin_free)(void *ctx)) {
+    const srv_http_opts *o = srv_http_options(h);
+    unsigned st = 500, *status = &st;
+    json_t *answer = NULL, *req = NULL;
+    embed_wait *ew = NULL;
+    size_t n_inputs = 0;
     if (!o->embeddings) {
-        return embed_error(status, 501, NULL, "not_supported",
-                           "this server does not compute embeddings; start it with --embeddings");
+        answer = embed_error(status, 501, NULL, "not_supported",
+                             "this server does not compute embeddings; start it with --embeddings");
+        goto done;
     }
     const cllm_pooling pooling =
         o->pooling >= 0 ? (cllm_pooling)o->pooling : cllm_model_pooling(e->model);
     if (pooling == CLLM_POOLING_NONE) {
-        return embed_error(status, 400, NULL, "invalid_value",
-                           "the server's pooling is 'none' (a vector per token), which OpenAI's "
-                           "embeddings API cannot return; start it with --pooling mean, cls or "
-                           "last");
+        answer = embed_error(status, 400, NULL, "invalid_value",
+                             "the server's pooling is 'none' (a vector per token), which OpenAI's "
+                             "embeddings API cannot return; start it with --pooling mean, cls or "
+                             "last");
+        goto done;
     }
     json_error_t jerr;
-    json_t *req = json_loadb(body ? body : "", len, 0, &jerr);
-    json_t *answer = NULL;
-    srv_job *jobs[SRV_EMBED_MAX_INPUTS];
-    size_t n_jobs = 0, n_submitted = 0, n_inputs = 0;
+    req = json_loadb(body ? body : "", len, 0, &jerr);
     if (!json_is_object(req)) {
         answer = embed_error(status, 400, NULL, "invalid_json",
                              "the body is not a JSON object: %.200s", jerr.text);
@@ -208,8 +308,25 @@ json_t *srv_embeddings(srv_engine *e, const srv_http_opts *o, const char *body, 
                         "'input' holds %zu inputs, at most %d", n_inputs, SRV_EMBED_MAX_INPUTS);
         goto done;
     }
+    if (!(ew = calloc(1, sizeof(*ew)))) {
+        answer = embed_error(status, 500, NULL, NULL, "out of memory");
+        goto done;
+    }
+    *ew = (embed_wait){.e = e,
+                       .b64 = b64,
+                       .E = E,
+                       .model = json_incref(model),
+                       .fin = fin,
+                       .fin_ctx = fin_ctx,
+                       .fin_free = fin_free};
+    ew->w = (srv_wait){.h = h,
+                       .e = e,
+                       .c = c,
+                       .jobs = ew->jobs,
+                       .done = embed_done,
+                       .drop = embed_drop,
+                       .owner = ew};
     const double deadline = o->timeout_s > 0 ? cllm_time_ms() + o->timeout_s * 1e3 : 0;
-    size_t n_tokens = 0;
     for (size_t i = 0; i < n_inputs; i++) {
         const json_t *in = single ? input : json_array_get(input, i);
         size_t n = 0;
@@ -226,7 +343,7 @@ json_t *srv_embeddings(srv_engine *e, const srv_http_opts *o, const char *body, 
                                  i, n, (long long)e->n_ctx);
             goto done;
         }
-        n_tokens += n;
+        ew->n_tokens += n;
         srv_gen_params gp = {0};
         srv_job *j = srv_job_new(ids, n, &gp, deadline);
         if (!j) {
@@ -235,60 +352,23 @@ json_t *srv_embeddings(srv_engine *e, const srv_http_opts *o, const char *body, 
         }
         j->embed = true;
         j->pooling = pooling;
-        jobs[n_jobs++] = j;
+        srv_wait_wake(&ew->w, j); /* before the engine can wake it */
+        ew->jobs[ew->w.n++] = j;
     }
     /* all queued first: they run on as many slots as are idle */
-    for (size_t i = 0; i < n_jobs; i++, n_submitted++) {
-        if (!srv_engine_submit(e, jobs[i])) {
+    for (size_t i = 0; i < ew->w.n; i++, ew->n_submitted++) {
+        if (!srv_engine_submit(e, ew->jobs[i])) {
             answer = embed_error(status, 503, NULL, "queue_full",
                                  "the server is busy: every slot is taken and the queue is full; "
                                  "retry later");
             goto done;
         }
     }
-    json_t *data = json_array();
-    for (size_t i = 0; i < n_jobs && !answer; i++) {
-        srv_job *j = jobs[i];
-        pthread_mutex_lock(&e->mu);
-        while (j->state != SRV_JOB_DONE) pthread_cond_wait(&j->cond, &e->mu);
-        pthread_mutex_unlock(&e->mu);
-        if (j->finish == SRV_FINISH_TIMEOUT) {
-            answer = embed_error(status, 504, NULL, "timeout",
-                                 "the request took longer than the server's --timeout");
-        } else if (j->finish == SRV_FINISH_CANCELLED) {
-            answer = embed_error(status, 503, NULL, "cancelled",
-                                 "the request was cancelled (the server is stopping)");
-        } else if (j->finish != SRV_FINISH_STOP || !j->embd) {
-            answer = embed_error(status, 500, NULL, NULL, "%s",
-                                 j->error[0] ? j->error : "the embedding failed");
-        }
-        if (answer) break;
-        cllm_embd_normalize(j->embd, E, 2);
-        json_t *vec;
-        if (b64) {
-            char *s = base64((const unsigned char *)j->embd, (size_t)E * sizeof(float));
-            vec = s ? json_string(s) : NULL;
-            free(s);
-        } else {
-            vec = json_array();
-            for (int64_t k = 0; k < E; k++) json_array_append_new(vec, json_real(j->embd[k]));
-        }
-        json_array_append_new(data, json_pack("{s:s,s:I,s:o?}", "object", "embedding", "index",
-                                              (json_int_t)i, "embedding", vec));
-    }
-    if (answer) {
-        json_decref(data);
-        goto done;
-    }
-    *status = 200;
-    answer = json_pack("{s:s,s:o,s:s,s:{s:I,s:I}}", "object", "list", "data", data, "model",
-                       model ? json_string_value(model) : o->model_id, "usage", "prompt_tokens",
-                       (json_int_t)n_tokens, "total_tokens", (json_int_t)n_tokens);
-done:
-    for (size_t i = 0; i < n_jobs; i++) {
-        srv_job_release(e, jobs[i]);
-        if (i >= n_submitted) srv_job_release(e, jobs[i]); /* never queued: both references */
-    }
     json_decref(req);
-    return answer;
+    /* fin and its ctx are the waiter's from now */
+    return srv_wait_start(cn, &ew->w);
+done:
+    json_decref(req);
+    if (ew) ew->fin_free = NULL, embed_free(ew); /* fin_ctx is deliver's */
+    return deliver(h, c, answer, *status, fin, fin_ctx, fin_free);
 }

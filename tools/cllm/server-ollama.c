@@ -702,8 +702,8 @@ static bool oll_end(void *ctx, srv_buf *out, const srv_job *j, const req_err *er
 
 static const srv_writer k_oll_writer = {.part = oll_part, .end = oll_end, .free = oll_ctx_free};
 
-static enum MHD_Result api_generate(srv_http *h, srv_engine *e, struct MHD_Connection *c, json_t *o,
-                                    bool chat) {
+static enum MHD_Result api_generate(srv_http *h, srv_engine *e, struct MHD_Connection *c,
+                                    srv_conn *cn, json_t *o, bool chat) {
     const double t0 = cllm_time_ms();
     req_err er = {0};
     oll_req q = {.chat = chat};
@@ -744,7 +744,7 @@ static enum MHD_Result api_generate(srv_http *h, srv_engine *e, struct MHD_Conne
         return oll_send_error(h, c, &er);
     }
     j->stream = q.stream;
-    return srv_http_answer(h, e, c, j, chat, q.stream,
+    return srv_http_answer(h, e, c, cn, j, chat, q.stream,
                            q.stream ? "application/x-ndjson" : "application/json", &k_oll_writer, x,
                            oll_error_json);
 bad:
@@ -760,11 +760,60 @@ bad:
 
 /* ---- embeddings ---------------------------------------------------------- */
 
+/* What an Ollama embedding answer keeps of its request. */
+typedef struct oll_embed {
+    bool legacy;
+    double t0_ms;
+    json_t *model; /* the request's "model" (a string), or NULL: the server's */
+} oll_embed;
+
+static void oll_embed_free(void *ctx) {
+    oll_embed *x = ctx;
+    if (x) json_decref(x->model);
+    free(x);
+}
+
+/* /v1/embeddings' answer `a` (taken) with its status, in Ollama's shape. */
+static enum MHD_Result embed_fin(srv_http *h, struct MHD_Connection *c, json_t *a, unsigned status,
+                                 void *ctx) {
+    const oll_embed *x = ctx;
+    req_err er = {0};
+    if (!a) return MHD_NO;
+    if (status != 200) { /* OpenAI's error object: its message, Ollama's shape */
+        const char *msg =
+            json_string_value(json_object_get(json_object_get(a, "error"), "message"));
+        srv_fail(&er, status, NULL, NULL, "%s", msg ? msg : "embedding failed");
+        json_decref(a);
+        return oll_send_error(h, c, &er);
+    }
+    json_t *list = json_array();
+    size_t i;
+    json_t *d;
+    json_array_foreach(json_object_get(a, "data"), i, d) {
+        json_array_append(list, json_object_get(d, "embedding"));
+    }
+    const json_int_t n_prompt =
+        json_integer_value(json_object_get(json_object_get(a, "usage"), "prompt_tokens"));
+    json_decref(a);
+    json_t *r;
+    if (x->legacy) {
+        r = json_pack("{s:O}", "embedding", json_array_get(list, 0));
+        json_decref(list);
+    } else {
+        r = json_pack("{s:s,s:o,s:I,s:I,s:I}", "model",
+                      x->model ? json_string_value(x->model) : srv_http_options(h)->model_id,
+                      "embeddings", list, "total_duration",
+                      (json_int_t)((cllm_time_ms() - x->t0_ms) * 1e6), "load_duration",
+                      (json_int_t)0, "prompt_eval_count", n_prompt);
+    }
+    return r ? srv_send_json(h, c, 200, r) : MHD_NO;
+}
+
 /* POST /api/embed ({"input": a string or a list}: {"embeddings": [[...]]})
  * and the older /api/embeddings ({"prompt": a string}: {"embedding": [...]}),
  * computed as /v1/embeddings computes them (server-embed.c). */
-static enum MHD_Result api_embed(srv_http *h, srv_engine *e, struct MHD_Connection *c, json_t *o,
-                                 bool legacy) {
+static enum MHD_Result api_embed(srv_http *h, srv_engine *e, struct MHD_Connection *c, srv_conn *cn,
+                                 json_t *o, bool legacy) {
     req_err er = {0};
     const double t0 = cllm_time_ms();
     const char *in_key = legacy ? "prompt" : "input";
@@ -793,51 +842,30 @@ static enum MHD_Result api_embed(srv_http *h, srv_engine *e, struct MHD_Connecti
                  legacy ? "a string" : "a string or a list of strings");
         return oll_send_error(h, c, &er);
     }
-    json_t *req = json_pack("{s:O}", "input", input);
+    oll_embed *x = calloc(1, sizeof(*x));
+    json_t *req = x ? json_pack("{s:O}", "input", input) : NULL;
     json_t *dims = json_object_get(o, "dimensions");
     if (req && dims) json_object_set(req, "dimensions", dims);
     char *body = req ? json_dumps(req, JSON_COMPACT) : NULL;
     json_decref(req);
-    if (!body) return MHD_NO;
-    unsigned status = 500;
-    json_t *a = srv_embeddings(e, srv_http_options(h), body, strlen(body), &status);
+    if (!body) {
+        free(x);
+        return MHD_NO;
+    }
+    x->legacy = legacy;
+    x->t0_ms = t0;
+    json_t *m = json_object_get(o, "model");
+    if (json_is_string(m)) x->model = json_incref(m);
+    const enum MHD_Result r =
+        srv_embeddings(h, e, c, cn, body, strlen(body), embed_fin, x, oll_embed_free);
     free(body);
-    if (!a) return MHD_NO;
-    if (status != 200) { /* OpenAI's error object: its message, Ollama's shape */
-        const char *msg =
-            json_string_value(json_object_get(json_object_get(a, "error"), "message"));
-        srv_fail(&er, status, NULL, NULL, "%s", msg ? msg : "embedding failed");
-        json_decref(a);
-        return oll_send_error(h, c, &er);
-    }
-    json_t *list = json_array();
-    size_t i;
-    json_t *d;
-    json_array_foreach(json_object_get(a, "data"), i, d) {
-        json_array_append(list, json_object_get(d, "embedding"));
-    }
-    const json_int_t n_prompt =
-        json_integer_value(json_object_get(json_object_get(a, "usage"), "prompt_tokens"));
-    json_decref(a);
-    json_t *r;
-    if (legacy) {
-        r = json_pack("{s:O}", "embedding", json_array_get(list, 0));
-        json_decref(list);
-    } else {
-        json_t *m = json_object_get(o, "model");
-        r = json_pack("{s:s,s:o,s:I,s:I,s:I}", "model",
-                      json_is_string(m) ? json_string_value(m) : srv_http_options(h)->model_id,
-                      "embeddings", list, "total_duration",
-                      (json_int_t)((cllm_time_ms() - t0) * 1e6), "load_duration", (json_int_t)0,
-                      "prompt_eval_count", n_prompt);
-    }
-    return r ? srv_send_json(h, c, 200, r) : MHD_NO;
+    return r;
 }
 
 /* ---- routes ------------------------------------------------------------- */
 
-enum MHD_Result srv_ollama(srv_http *h, srv_engine *e, struct MHD_Connection *c, const char *url,
-                           const char *method, const char *body, size_t len) {
+enum MHD_Result srv_ollama(srv_http *h, srv_engine *e, struct MHD_Connection *c, srv_conn *cn,
+                           const char *url, const char *method, const char *body, size_t len) {
     req_err er = {0};
     const char *p = url + 4; /* after "/api" */
     static const char *const gets[] = {"/tags", "/ps", "/version"};
@@ -878,9 +906,9 @@ enum MHD_Result srv_ollama(srv_http *h, srv_engine *e, struct MHD_Connection *c,
     if (!strcmp(p, "/show")) {
         r = api_show(h, e, c, o);
     } else if (!strcmp(p, "/chat") || !strcmp(p, "/generate")) {
-        r = api_generate(h, e, c, o, !strcmp(p, "/chat"));
+        r = api_generate(h, e, c, cn, o, !strcmp(p, "/chat"));
     } else {
-        r = api_embed(h, e, c, o, !strcmp(p, "/embeddings"));
+        r = api_embed(h, e, c, cn, o, !strcmp(p, "/embeddings"));
     }
     json_decref(o);
     return r;

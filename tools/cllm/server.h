@@ -3,8 +3,9 @@
  *
  * Threads:
  *  - HTTP threads (libmicrohttpd: a few, polling every connection,
- *    server-http.c) parse a request, render and tokenize its prompt and put
- *    a job on the engine thread's bounded queue; the connection is then
+ *    server-http.c and the files of server-http.h) parse a request,
+ *    render and tokenize its prompt and put a job on the engine thread's
+ *    bounded queue; the connection is then
  *    suspended until the job's wake-up (text for a stream, the end for a
  *    whole answer) resumes it. A watcher thread (server-conn.c) enforces
  *    the connections' limits.
@@ -309,6 +310,8 @@ typedef struct srv_http_opts {
 } srv_http_opts;
 
 typedef struct srv_http srv_http;
+/* A request on a connection (its body, its pending answer). */
+typedef struct srv_conn srv_conn;
 
 /* Opens the port (503 on every endpoint until srv_http_ready); *port_out gets
  * the port bound. NULL after printing why. */
@@ -323,7 +326,7 @@ void srv_http_drain(srv_http *h, double max_s);
 /* Closes the port and waits for every connection thread. NULL does nothing. */
 void srv_http_stop(srv_http *h);
 
-/* ---- what the endpoints share (server-http.c) --------------------------- */
+/* ---- what the endpoints share (server-reply.c, server-request.c) -------- */
 
 /* A request's error: its HTTP status, and OpenAI's {"error": {"message",
  * "type", "param", "code"}} fields (other formats take the message). */
@@ -405,11 +408,14 @@ typedef struct srv_writer {
 
 /* Submits job `j` (as chat or text completion in the counters) and answers
  * with what `w` writes of it, as `type`; takes j and ctx (freed however it
- * ends). A full queue is a 503 with er_fn's body; er_fn (NULL: OpenAI's)
- * renders an error as JSON. */
-enum MHD_Result srv_http_answer(srv_http *h, srv_engine *e, struct MHD_Connection *c, srv_job *j,
-                                bool chat, bool stream, const char *type, const srv_writer *w,
-                                void *ctx, json_t *(*er_fn)(const srv_req_err *er));
+ * ends). Until the job has something to send (a stream) or has ended (a
+ * whole answer), the connection is suspended, holding no thread. A full
+ * queue is a 503 with er_fn's body; er_fn (NULL: OpenAI's) renders an
+ * error as JSON. */
+enum MHD_Result srv_http_answer(srv_http *h, srv_engine *e, struct MHD_Connection *c, srv_conn *cn,
+                                srv_job *j, bool chat, bool stream, const char *type,
+                                const srv_writer *w, void *ctx,
+                                json_t *(*er_fn)(const srv_req_err *er));
 
 /* ---- llama-server's endpoints (server-llama.c) -------------------------- */
 
@@ -421,15 +427,20 @@ enum MHD_Result srv_llama(srv_http *h, srv_engine *e, struct MHD_Connection *c, 
 /* ---- Ollama's API (server-ollama.c) ------------------------------------- */
 
 /* Answers a request under /api/ (Ollama's endpoints). */
-enum MHD_Result srv_ollama(srv_http *h, srv_engine *e, struct MHD_Connection *c, const char *url,
-                           const char *method, const char *body, size_t len);
+enum MHD_Result srv_ollama(srv_http *h, srv_engine *e, struct MHD_Connection *c, srv_conn *cn,
+                           const char *url, const char *method, const char *body, size_t len);
 
 /* ---- embeddings (server-embed.c) ---------------------------------------- */
 
-/* POST /v1/embeddings with the body[0, len): the answer (new JSON, NULL when
- * out of memory) and its HTTP status in *status; 501 when the server runs
- * without --embeddings. */
-json_t *srv_embeddings(srv_engine *e, const srv_http_opts *o, const char *body, size_t len,
-                       unsigned *status);
+/* POST /v1/embeddings with cn's body: a job per input, the connection
+ * suspended until they have all ended; then the answer (OpenAI's shape, or
+ * an error object) with its HTTP status goes to `fin` (NULL: sent as it
+ * is; 501 when the server runs without --embeddings), which takes it (NULL
+ * when out of memory) and queues the response. */
+typedef enum MHD_Result (*srv_embed_fin)(srv_http *h, struct MHD_Connection *c, json_t *answer,
+                                         unsigned status, void *ctx);
+enum MHD_Result srv_embeddings(srv_http *h, srv_engine *e, struct MHD_Connection *c, srv_conn *cn,
+                               const char *body, size_t len, srv_embed_fin fin, void *fin_ctx,
+                               void (*fin_free)(void *ctx));
 
 #endif /* CLLM_TOOLS_SERVER_H */

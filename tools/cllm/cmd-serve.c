@@ -43,7 +43,7 @@ static void serve_usage(FILE *f) {
             "  --kv-type f16|f32    KV cache type (default f16)\n"
             "  --no-mmap            read the weights instead of mapping them\n"
             "  --api-key KEY        require 'Authorization: Bearer KEY' or 'x-api-key: KEY'\n"
-            "                       (not for /health)\n"
+            "                       (not for /health or the chat page's files)\n"
             "  --api-key-file F     the same, the key read from file F\n"
             "  --max-queue N        requests that may wait for a slot (default 64); more get\n"
             "                       503 with Retry-After\n"

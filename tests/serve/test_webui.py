@@ -10,8 +10,9 @@ chromium and chromium-driver; nothing is downloaded at test time). Starts
 the page and its files are served without the key, with a
 Content-Security-Policy; the page asks for the key and then names the
 model; a message sent shows its answer growing while it streams, and the
-token count and rate; Stop ends an answer early (fewer tokens than its
-max_tokens, nothing more arrives); a reload keeps the conversation and the
+token count and rate; an answer's fenced code block (SmolLM2 writes one
+when asked for a function) renders as <pre><code>; Stop ends an answer
+early (fewer tokens than its max_tokens, nothing more arrives); a reload keeps the conversation and the
 settings; markdown renders (a fenced block as <pre><code>, bold, lists) while
 HTML in the model's text stays text and a javascript: link is no link; and
 with --no-webui, GET / is 404. CLLM_WEBUI_SCREENSHOT=FILE saves a screenshot
@@ -239,6 +240,21 @@ def main():
         check("tokens/s" in el("#stats").text, f"a rate shown: {el('#stats').text!r}")
         check(el("#error").text == "", f"no error: {el('#error').text!r}")
 
+        # a real answer's markdown: SmolLM2 answers this with a fenced block
+        # (the page keeps the raw text in localStorage); shown as <pre><code>
+        step = "an answer with code"
+        set_field("max_tokens", 60)
+        send("Write a Python function that adds two numbers.")
+        wait.until(lambda d: el("#stats").get_attribute("data-done") == "1")
+        raw = drv.execute_script(
+            "return JSON.parse(localStorage.getItem('cllm-chat')).messages.at(-1).content")
+        fence = re.search(r"```[\w+-]*\n(.*?)\n```", raw, re.S)
+        if check(fence, f"a fenced block in the answer: {raw[:200]!r}"):
+            blocks = drv.find_elements(By.CSS_SELECTOR, "#chat .msg.assistant")[-1] \
+                .find_elements(By.CSS_SELECTOR, "pre > code")
+            check(blocks and blocks[0].text == fence.group(1),
+                  f"the answer's block as <pre><code>: {[b.text for b in blocks][:2]}")
+
         # Stop: the answer ends early and nothing more arrives
         step = "Stop"
         set_field("max_tokens", 400)
@@ -271,7 +287,7 @@ def main():
                     for m in drv.find_elements(By.CSS_SELECTOR, "#chat .msg")]
         step = "a reload"
         before = conversation()
-        check(len(before) == 4, f"4 messages before the reload: {len(before)}")
+        check(len(before) == 6, f"6 messages before the reload: {len(before)}")
         drv.refresh()
         wait.until(lambda d: len(d.find_elements(By.CSS_SELECTOR, "#chat .msg")) == len(before))
         check(conversation() == before, "the conversation is the same after a reload")

@@ -20,6 +20,7 @@ static void serve_usage(FILE *f) {
             "Ollama's API beside it: POST /api/chat, /api/generate (streamed as NDJSON by\n"
             "default), /api/show; GET /api/tags, /api/ps, /api/version. llama-server's\n"
             "POST /tokenize, /detokenize, /apply-template; GET /props, /slots (--slots).\n"
+            "GET / is a chat page for a browser (--no-webui: off).\n"
             "\n"
             "options:\n"
             "  -m FILE              the model (GGUF)\n"
@@ -42,7 +43,7 @@ static void serve_usage(FILE *f) {
             "  --kv-type f16|f32    KV cache type (default f16)\n"
             "  --no-mmap            read the weights instead of mapping them\n"
             "  --api-key KEY        require 'Authorization: Bearer KEY' or 'x-api-key: KEY'\n"
-            "                       (not for /health)\n"
+            "                       (not for /health or the chat page's files)\n"
             "  --api-key-file F     the same, the key read from file F\n"
             "  --max-queue N        requests that may wait for a slot (default 64); more get\n"
             "                       503 with Retry-After\n"
@@ -85,6 +86,7 @@ static void serve_usage(FILE *f) {
             "  --test-device SPEC   enable the test device (debug)\n"
             "  --metrics            answer GET /metrics (Prometheus text; off by default)\n"
             "  --slots              answer GET /slots (each slot's state; off by default)\n"
+            "  --no-webui           no chat page: GET / (and /webui/...) answer 404\n"
             "  --embeddings         answer POST /v1/embeddings (off by default: 501)\n"
             "  --pooling P          the embeddings' pooling: mean, cls or last (default: the\n"
             "                       file's <arch>.pooling_type, else mean)\n"
@@ -158,6 +160,7 @@ static int parse_serve_args(int argc, char **argv, serve_args *a) {
                                .idle_s = 30,
                                .min_rate = 4096};
     a->http.pooling = -1; /* the model's */
+    a->http.webui = true;
     srv_gen_params *d = &a->http.defaults;
     d->rp = cllm_request_default_params();
     cllm_sampler_params *dsp = &d->rp.sampling;
@@ -180,6 +183,10 @@ static int parse_serve_args(int argc, char **argv, serve_args *a) {
         }
         if (!strcmp(o, "--metrics")) {
             a->http.metrics = true;
+            continue;
+        }
+        if (!strcmp(o, "--no-webui")) {
+            a->http.webui = false;
             continue;
         }
         if (!strcmp(o, "--slots")) {

@@ -219,6 +219,9 @@ static bool route_head(srv_http *h, struct MHD_Connection *c, const char *url, c
     } else if (!strcmp(method, "OPTIONS") && ep != EP_NONE && srv_cors_origin(h, c)) {
         *res = preflight(h, c);
         return true;
+    } else if (h->o.webui && srv_webui_path(url)) {
+        *res = srv_webui(h, c, url, method); /* the chat page: no key asked */
+        return true;
     } else if (ep == EP_HEALTH) {
         if (strcmp(method, "GET") != 0) {
             *res = send_405(h, c, url, method, "GET");

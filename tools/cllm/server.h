@@ -303,6 +303,7 @@ typedef struct srv_http_opts {
     bool metrics;    /* GET /metrics answers (--metrics); else 404 */
     bool slots;      /* GET /slots answers (--slots); else 404 */
     bool embeddings; /* POST /v1/embeddings answers (--embeddings); else 501 */
+    bool webui;      /* GET / answers the chat page (default; --no-webui: 404) */
     int pooling;     /* the embeddings' cllm_pooling (--pooling); -1: the model's */
     /* the model's file: its size and time for /api/tags and /api/show */
     const char *model_path;
@@ -416,6 +417,17 @@ enum MHD_Result srv_http_answer(srv_http *h, srv_engine *e, struct MHD_Connectio
                                 srv_job *j, bool chat, bool stream, const char *type,
                                 const srv_writer *w, void *ctx,
                                 json_t *(*er_fn)(const srv_req_err *er));
+
+/* ---- the chat page (server-webui.c) ------------------------------------- */
+
+/* Whether `url` is the chat page's: / or /webui/... (with the page on). */
+bool srv_webui_path(const char *url);
+/* Answers GET (or HEAD) of the page's file `url` with its
+ * Content-Security-Policy; 404 for a file it does not have, 405 for
+ * another method. Asks no API key: the page holds no data (its requests
+ * carry the key the user enters). */
+enum MHD_Result srv_webui(const srv_http *h, struct MHD_Connection *c, const char *url,
+                          const char *method);
 
 /* ---- llama-server's endpoints (server-llama.c) -------------------------- */
 

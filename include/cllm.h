@@ -1210,9 +1210,11 @@ cllm_status cllm_sampler_sample(cllm_sampler *s, const float *logits, int32_t *o
 /*
  * The distribution the next cllm_sampler_sample would draw from: *out points
  * at *n_out candidates with non-zero probabilities summing to 1, in no
- * particular order (greedy: the chosen token with p = 1). Does not touch
- * the PRNG. The array belongs to the sampler, valid until its next call.
- * Failures as cllm_sampler_sample. Not thread-safe.
+ * particular order (greedy: the chosen token with p = 1); with a lazy
+ * grammar that is off, the row without a mask (a token the trigger rule
+ * would not draw may be there). Does not touch the PRNG. The array
+ * belongs to the sampler, valid until its next call. Failures as
+ * cllm_sampler_sample. Not thread-safe.
  */
 cllm_status cllm_sampler_probs(cllm_sampler *s, const float *logits, const cllm_sampler_cand **out,
                                int32_t *n_out);

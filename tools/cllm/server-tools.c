@@ -275,10 +275,10 @@ static int append_schema(char **g, json_t *schema, const char *pfx, srv_tool_err
 /* Whether a property's schema is a plain string (XML: its value is text). */
 static bool plain_string(json_t *prop) {
     const char *type = json_string_value(json_object_get(prop, "type"));
-    return type && !strcmp(type, "string") && json_object_size(prop) <= 3 &&
-           !json_object_get(prop, "enum") && !json_object_get(prop, "const") &&
-           !json_object_get(prop, "pattern") && !json_object_get(prop, "format") &&
-           !json_object_get(prop, "minLength") && !json_object_get(prop, "maxLength");
+    return type && !strcmp(type, "string") && !json_object_get(prop, "enum") &&
+           !json_object_get(prop, "const") && !json_object_get(prop, "pattern") &&
+           !json_object_get(prop, "format") && !json_object_get(prop, "minLength") &&
+           !json_object_get(prop, "maxLength");
 }
 
 /* The grammar of the forms that name a tool outside JSON: newer Mistral's
@@ -350,7 +350,7 @@ static char *named_grammar(const srv_tools *t, bool several, srv_tool_err *te) {
         p = 0;
         json_object_foreach(props, key, prop) {
             for (const char *c = key; *c; c++) {
-                if (*c == '"' || *c == '\\' || (unsigned char)*c < 0x20) {
+                if (*c == '"' || *c == '\\' || *c == '<' || *c == '>' || (unsigned char)*c < 0x20) {
                     tool_fail(te, "tools", "invalid_schema",
                               "the property '%.64s' of '%.64s' cannot be written as XML", key,
                               name);

@@ -1099,6 +1099,8 @@ cllm_memory_report cllm_session_memory_on(const cllm_session *s, const cllm_devi
 
 /* Largest accepted repeat_last_n (the window is allocated up front). */
 #define CLLM_SAMPLER_MAX_WINDOW (1 << 20)
+/* Longest trigger word of a lazy grammar, in bytes. */
+#define CLLM_SAMPLER_MAX_TRIGGER 256
 
 /* An additive bias for one token's logit (cllm_sampler_params.logit_bias). */
 typedef struct cllm_logit_bias {
@@ -1132,6 +1134,20 @@ typedef struct cllm_sampler_params {
     const char *grammar;
     /* (optional) the start rule of `grammar`; NULL: "root". Default NULL */
     const char *grammar_root;
+    /* (optional) a lazy grammar: with triggers, `grammar` is off (the text
+     * is free) until one comes, and on from then to the end. A trigger word
+     * (n_grammar_triggers of them, each 1 to CLLM_SAMPLER_MAX_TRIGGER bytes,
+     * copied) comes when the generated text holds it (across tokens too):
+     * the text from its first byte on must follow the grammar, which so
+     * begins with the word (a token that would bring a word with bytes
+     * after it that the grammar refuses is not drawn). A trigger token
+     * (n_grammar_trigger_tokens ids, copied; such as a control token that
+     * opens a tool call, whose text is empty) turns the grammar on after
+     * it, its own text not read. Needs `grammar`. Default none */
+    const char *const *grammar_triggers;
+    int32_t n_grammar_triggers;
+    const int32_t *grammar_trigger_tokens;
+    int32_t n_grammar_trigger_tokens;
 } cllm_sampler_params;
 
 /* One candidate of the final distribution (see cllm_sampler_probs). */
@@ -1194,9 +1210,11 @@ cllm_status cllm_sampler_sample(cllm_sampler *s, const float *logits, int32_t *o
 /*
  * The distribution the next cllm_sampler_sample would draw from: *out points
  * at *n_out candidates with non-zero probabilities summing to 1, in no
- * particular order (greedy: the chosen token with p = 1). Does not touch
- * the PRNG. The array belongs to the sampler, valid until its next call.
- * Failures as cllm_sampler_sample. Not thread-safe.
+ * particular order (greedy: the chosen token with p = 1); with a lazy
+ * grammar that is off, the row without a mask (a token the trigger rule
+ * would not draw may be there). Does not touch the PRNG. The array
+ * belongs to the sampler, valid until its next call. Failures as
+ * cllm_sampler_sample. Not thread-safe.
  */
 cllm_status cllm_sampler_probs(cllm_sampler *s, const float *logits, const cllm_sampler_cand **out,
                                int32_t *n_out);
@@ -1216,8 +1234,14 @@ cllm_status cllm_sampler_accept(cllm_sampler *s, int32_t token);
 cllm_status cllm_sampler_accept_prompt(cllm_sampler *s, const int32_t *tokens, size_t n);
 
 /* Empties the window and the counts, re-seeds the PRNG and puts the
- * grammar back at its start: as new. Not thread-safe. */
+ * grammar back at its start (a lazy one off again): as new. Not
+ * thread-safe. */
 void cllm_sampler_reset(cllm_sampler *s);
+
+/* Whether the grammar stage constrains the next token: true with a
+ * grammar that is not lazy, or a lazy one after its trigger; false without
+ * a grammar, before the trigger, or for NULL. Not thread-safe. */
+bool cllm_sampler_grammar_on(const cllm_sampler *s);
 
 /*
  * JSON Schema to a GBNF grammar for the sampler (docs/grammar.md lists

@@ -357,6 +357,151 @@ static void test_generation(const cllm_model *m) {
     cllm_sampler_free(smp);
 }
 
+/* The first of `words` that is one token of m: its id, the word in *which;
+ * -1 when none is. */
+static int32_t one_token(const cllm_model *m, const char *const *words, size_t n,
+                         const char **which) {
+    for (size_t i = 0; i < n; i++) {
+        int32_t ids[8];
+        size_t k = 0;
+        if (cllm_tokenize(m, words[i], strlen(words[i]), false, false, ids, 8, &k) == CLLM_OK &&
+            k == 1) {
+            *which = words[i];
+            return ids[0];
+        }
+    }
+    return -1;
+}
+
+/* Accepts the tokens of `text`; false when one is refused. */
+static bool accept_text(const cllm_model *m, cllm_sampler *smp, const char *text) {
+    int32_t ids[64];
+    size_t n = 0;
+    if (cllm_tokenize(m, text, strlen(text), false, false, ids, 64, &n) != CLLM_OK) return false;
+    for (size_t i = 0; i < n; i++) {
+        if (cllm_sampler_accept(smp, ids[i]) != CLLM_OK) return false;
+    }
+    return true;
+}
+
+/* A lazy grammar: free text until a trigger word (across tokens) or token,
+ * constrained from the word's first byte on; a token that brings the word
+ * with bytes the grammar refuses after it is never drawn. */
+static void test_lazy(const cllm_model *m) {
+    const int32_t nv = (int32_t)cllm_model_n_vocab(m);
+    cllm_sampler_params sp = cllm_sampler_default_params();
+    sp.temperature = 0;
+    const char *words[] = {"<call>"};
+    sp.grammar_triggers = words;
+    sp.n_grammar_triggers = 1;
+    cllm_sampler *smp = NULL;
+    /* refused: triggers without a grammar, an empty or too long word, a
+     * token out of range */
+    CHECK(cllm_sampler_new_model(&sp, m, &smp) == CLLM_ERR_INVALID_ARG && !smp);
+    sp.grammar = "root ::= \"<call>\" [0-9]+ \"</call>\"";
+    const char *empty[] = {""};
+    sp.grammar_triggers = empty;
+    CHECK(cllm_sampler_params_check(&sp, nv) == CLLM_ERR_INVALID_ARG);
+    char long_word[CLLM_SAMPLER_MAX_TRIGGER + 2];
+    memset(long_word, 'a', sizeof(long_word) - 1);
+    long_word[sizeof(long_word) - 1] = '\0';
+    const char *longs[] = {long_word};
+    sp.grammar_triggers = longs;
+    CHECK(cllm_sampler_params_check(&sp, nv) == CLLM_ERR_INVALID_ARG);
+    sp.grammar_triggers = words;
+    const int32_t bad_tok = nv;
+    sp.grammar_trigger_tokens = &bad_tok;
+    sp.n_grammar_trigger_tokens = 1;
+    CHECK(cllm_sampler_params_check(&sp, nv) == CLLM_ERR_INVALID_ARG);
+    sp.grammar_trigger_tokens = NULL;
+    CHECK(cllm_sampler_params_check(&sp, nv) == CLLM_ERR_INVALID_ARG);
+    sp.n_grammar_trigger_tokens = 0;
+    CHECK(cllm_sampler_params_check(&sp, nv) == CLLM_OK);
+
+    float *logits = calloc((size_t)nv, sizeof(float));
+    const char *letters[] = {"x", "y", "z"};
+    const char *letter = NULL;
+    const int32_t x = one_token(m, letters, 3, &letter);
+    CHECK(x >= 0 && logits);
+    if (!logits || x < 0 || cllm_sampler_new_model(&sp, m, &smp) != CLLM_OK) {
+        CHECKF(false, "lazy sampler: %s", cllm_last_error());
+        free(logits);
+        return;
+    }
+    logits[x] = 50.0f;
+    int32_t id = -1;
+    /* off: the text is free, a letter wins */
+    CHECK(!cllm_sampler_grammar_on(smp));
+    CHECK(accept_text(m, smp, "Here is a call: "));
+    CHECK(!cllm_sampler_grammar_on(smp));
+    CHECK(cllm_sampler_sample(smp, logits, &id) == CLLM_OK && id == x);
+    /* the word across its tokens turns it on: digits only, then no end
+     * token before the closing tag */
+    CHECK(accept_text(m, smp, "<call>"));
+    CHECK(cllm_sampler_grammar_on(smp));
+    CHECK(cllm_sampler_sample(smp, logits, &id) == CLLM_OK && id != x);
+    char piece[64];
+    size_t len = 0;
+    CHECK(cllm_detokenize(m, &id, 1, 0, piece, sizeof(piece) - 1, &len) == CLLM_OK);
+    piece[len] = '\0';
+    CHECKF(len > 0 && piece[0] >= '0' && piece[0] <= '9', "after the trigger: \"%s\"", piece);
+    CHECK(cllm_sampler_accept(smp, x) == CLLM_ERR_INVALID_ARG);
+    CHECK(accept_text(m, smp, "42"));
+    CHECK(cllm_sampler_accept(smp, cllm_token_eos(m)) == CLLM_ERR_INVALID_ARG);
+    CHECK(accept_text(m, smp, "</call>"));
+    CHECK(cllm_sampler_accept(smp, cllm_token_eos(m)) == CLLM_OK);
+    /* reset: off again */
+    cllm_sampler_reset(smp);
+    CHECK(!cllm_sampler_grammar_on(smp));
+    CHECK(cllm_sampler_sample(smp, logits, &id) == CLLM_OK && id == x);
+    cllm_sampler_free(smp);
+    smp = NULL;
+
+    /* a token that brings the word "he" with bytes "hello" cannot follow
+     * is never drawn, one with bytes it can is */
+    const char *refused[] = {"help", "head", "her", "here", "heat"};
+    const char *taken[] = {"hel", "hell", "hello"};
+    const char *wr = NULL, *wt = NULL;
+    const int32_t r = one_token(m, refused, 5, &wr), t = one_token(m, taken, 3, &wt);
+    CHECKF(r >= 0 && t >= 0, "no one-token word: %d %d", r, t);
+    const char *he[] = {"he"};
+    sp.grammar = "root ::= \"hello world\"";
+    sp.grammar_triggers = he;
+    if (r >= 0 && t >= 0 && cllm_sampler_new_model(&sp, m, &smp) == CLLM_OK) {
+        logits[x] = 0.0f;
+        logits[r] = 50.0f;
+        logits[t] = 40.0f;
+        CHECKF(cllm_sampler_sample(smp, logits, &id) == CLLM_OK && id == t,
+               "\"%s\" drawn, not \"%s\"", id == r ? wr : "another", wt);
+        CHECK(cllm_sampler_accept(smp, r) == CLLM_ERR_INVALID_ARG);
+        CHECK(!cllm_sampler_grammar_on(smp));
+        CHECK(cllm_sampler_accept(smp, t) == CLLM_OK && cllm_sampler_grammar_on(smp));
+        logits[r] = logits[t] = 0.0f;
+    }
+    cllm_sampler_free(smp);
+    smp = NULL;
+
+    /* a trigger token: the grammar on after it, its text not read */
+    sp.grammar = "root ::= \"yes\" | \"no\"";
+    sp.grammar_triggers = NULL;
+    sp.n_grammar_triggers = 0;
+    sp.grammar_trigger_tokens = &x;
+    sp.n_grammar_trigger_tokens = 1;
+    if (cllm_sampler_new_model(&sp, m, &smp) == CLLM_OK) {
+        logits[x] = 50.0f;
+        CHECK(accept_text(m, smp, "maybe "));
+        CHECK(!cllm_sampler_grammar_on(smp));
+        CHECK(cllm_sampler_accept(smp, x) == CLLM_OK && cllm_sampler_grammar_on(smp));
+        CHECK(cllm_sampler_sample(smp, logits, &id) == CLLM_OK && id != x);
+        CHECK(accept_text(m, smp, "yes"));
+        CHECK(cllm_sampler_sample(smp, logits, &id) == CLLM_OK && cllm_token_is_eog(m, id));
+    } else {
+        CHECKF(false, "trigger token: %s", cllm_last_error());
+    }
+    cllm_sampler_free(smp);
+    free(logits);
+}
+
 int main(void) {
     cllm_log_set(quiet_log, NULL);
     test_good();
@@ -371,6 +516,7 @@ int main(void) {
         } else {
             test_masks(m);
             test_generation(m);
+            test_lazy(m);
         }
         cllm_model_free(m);
     }

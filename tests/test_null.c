@@ -417,6 +417,7 @@ CASE(cllm_sampler_accept_prompt) {
     if (g_sampler) REFUSED(cllm_sampler_accept_prompt(g_sampler, NULL, 1));
 }
 CASE(cllm_sampler_reset) { cllm_sampler_reset(NULL); }
+CASE(cllm_sampler_grammar_on) { CHECK(!cllm_sampler_grammar_on(NULL)); }
 CASE(cllm_json_schema_to_grammar) {
     char *out = NULL;
     REFUSED(cllm_json_schema_to_grammar(NULL, &out));
@@ -653,6 +654,7 @@ static const null_case k_cases[] = {
     ENTRY(cllm_sampler_accept),
     ENTRY(cllm_sampler_accept_prompt),
     ENTRY(cllm_sampler_reset),
+    ENTRY(cllm_sampler_grammar_on),
     ENTRY(cllm_json_schema_to_grammar),
     ENTRY(cllm_json_grammar),
     ENTRY(cllm_stop_reason_str),

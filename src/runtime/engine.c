@@ -199,6 +199,8 @@ static void req_free(engine_req *r) {
     cllm_free((void *)r->p.sampling.logit_bias); /* the request's copy */
     cllm_free((void *)r->p.sampling.grammar);    /* and of the grammar */
     cllm_free((void *)r->p.sampling.grammar_root);
+    cllm_free((void *)r->p.sampling.grammar_triggers); /* one block with the words */
+    cllm_free((void *)r->p.sampling.grammar_trigger_tokens);
     for (int i = 0; i < CLLM_ENGINE_MAX_STOP; i++) cllm_free(r->stop[i]);
     cllm_free(r->prompt);
     cllm_free(r);
@@ -289,6 +291,8 @@ static cllm_status submit(cllm_engine *e, const int32_t *prompt, size_t n_prompt
      * until then the request keeps none of the caller's pointers */
     r->p.sampling.logit_bias = NULL;
     r->p.sampling.grammar = r->p.sampling.grammar_root = NULL;
+    r->p.sampling.grammar_triggers = NULL;
+    r->p.sampling.grammar_trigger_tokens = NULL;
     if (p.sampling.n_logit_bias > 0) {
         /* kept in the stop strings' place would be a second array: the
          * bias goes with the request as a copy of its own */
@@ -305,6 +309,28 @@ static cllm_status submit(cllm_engine *e, const int32_t *prompt, size_t n_prompt
     if (p.sampling.grammar_root &&
         !(r->p.sampling.grammar_root = cllm_strdup(p.sampling.grammar_root))) {
         goto nomem;
+    }
+    if (p.sampling.n_grammar_triggers > 0) { /* the pointers and the words in one block */
+        const size_t n = (size_t)p.sampling.n_grammar_triggers;
+        size_t bytes = n * sizeof(char *);
+        for (size_t i = 0; i < n; i++) bytes += strlen(p.sampling.grammar_triggers[i]) + 1;
+        char **w = cllm_malloc(bytes);
+        if (!w) goto nomem;
+        char *at = (char *)(w + n);
+        for (size_t i = 0; i < n; i++) {
+            const size_t len = strlen(p.sampling.grammar_triggers[i]) + 1;
+            memcpy(at, p.sampling.grammar_triggers[i], len);
+            w[i] = at;
+            at += len;
+        }
+        r->p.sampling.grammar_triggers = (const char *const *)w;
+    }
+    if (p.sampling.n_grammar_trigger_tokens > 0) {
+        const size_t bytes = (size_t)p.sampling.n_grammar_trigger_tokens * sizeof(int32_t);
+        int32_t *t = cllm_malloc(bytes);
+        if (!t) goto nomem;
+        memcpy(t, p.sampling.grammar_trigger_tokens, bytes);
+        r->p.sampling.grammar_trigger_tokens = t;
     }
     for (int i = 0; i < p.n_stop; i++) {
         r->stop_len[i] = strlen(p.stop[i]);

@@ -48,6 +48,20 @@ struct cllm_sampler {
     uint8_t *allowed;
     int32_t *geog;
     int32_t n_geog;
+    /* a lazy grammar (lazy): off until a trigger came (lazy_on). The words
+     * (n_trig, copies in one block) and their lengths, the trigger tokens
+     * (n_trig_tok, sorted), the generated text's last tail_len bytes while
+     * off (fewer than the longest word), and scratch for them and a piece */
+    bool lazy, lazy_on;
+    char **trig;
+    size_t *trig_len;
+    int32_t n_trig;
+    size_t trig_max;
+    int32_t *trig_tok;
+    int32_t n_trig_tok;
+    char *tail;
+    size_t tail_len;
+    char *lz_buf;
 };
 
 /* ---- PRNG: xoshiro256** (Blackman & Vigna), seeded through splitmix64 ---- */
@@ -99,7 +113,16 @@ cllm_sampler_params cllm_sampler_default_params(void) {
         .ignore_eos = false,
         .grammar = NULL,
         .grammar_root = NULL,
+        .grammar_triggers = NULL,
+        .n_grammar_triggers = 0,
+        .grammar_trigger_tokens = NULL,
+        .n_grammar_trigger_tokens = 0,
     };
+}
+
+static int id_cmp(const void *pa, const void *pb) {
+    const int32_t a = *(const int32_t *)pa, b = *(const int32_t *)pb;
+    return (a > b) - (a < b);
 }
 
 static int bias_cmp(const void *pa, const void *pb) {
@@ -152,6 +175,34 @@ static cllm_status validate_params(const cllm_sampler_params *p, int32_t n_vocab
                           "array, got %d",
                           n_vocab, p->n_logit_bias);
     }
+    if (p->n_grammar_triggers < 0 || (p->n_grammar_triggers > 0 && !p->grammar_triggers) ||
+        p->n_grammar_trigger_tokens < 0 ||
+        (p->n_grammar_trigger_tokens > 0 && !p->grammar_trigger_tokens)) {
+        return cllm_error(CLLM_ERR_INVALID_ARG,
+                          "sampler: n_grammar_triggers and n_grammar_trigger_tokens must be >= 0, "
+                          "with an array when > 0");
+    }
+    if ((p->n_grammar_triggers > 0 || p->n_grammar_trigger_tokens > 0) && !p->grammar) {
+        return cllm_error(CLLM_ERR_INVALID_ARG,
+                          "sampler: grammar triggers need a grammar (they make it lazy)");
+    }
+    for (int32_t i = 0; i < p->n_grammar_triggers; i++) {
+        const char *w = p->grammar_triggers[i];
+        const size_t len = w ? strlen(w) : 0;
+        if (len == 0 || len > CLLM_SAMPLER_MAX_TRIGGER) {
+            return cllm_error(CLLM_ERR_INVALID_ARG,
+                              "sampler: grammar_triggers[%d] must be a word of 1 to %d bytes", i,
+                              CLLM_SAMPLER_MAX_TRIGGER);
+        }
+    }
+    for (int32_t i = 0; i < p->n_grammar_trigger_tokens; i++) {
+        const int32_t id = p->grammar_trigger_tokens[i];
+        if (id < 0 || id >= n_vocab) {
+            return cllm_error(CLLM_ERR_INVALID_ARG,
+                              "sampler: grammar_trigger_tokens[%d]: token %d is outside [0, %d)", i,
+                              id, n_vocab);
+        }
+    }
     for (int32_t i = 0; i < p->n_logit_bias; i++) {
         const cllm_logit_bias b = p->logit_bias[i];
         if (b.id < 0 || b.id >= n_vocab) {
@@ -181,6 +232,47 @@ cllm_status cllm_sampler_params_check(const cllm_sampler_params *p, int32_t n_vo
 }
 
 /* ---- lifecycle ---- */
+
+/* The triggers of a lazy grammar (params checked), copied into s. */
+static cllm_status lazy_new(cllm_sampler *s, const cllm_sampler_params *p) {
+    s->params.grammar_triggers = NULL; /* the caller's arrays */
+    s->params.grammar_trigger_tokens = NULL;
+    s->lazy = p->n_grammar_triggers > 0 || p->n_grammar_trigger_tokens > 0;
+    if (!s->lazy) return CLLM_OK;
+    size_t bytes = 0, piece_max = 0;
+    for (int32_t i = 0; i < p->n_grammar_triggers; i++) {
+        const size_t len = strlen(p->grammar_triggers[i]);
+        bytes += len + 1;
+        if (len > s->trig_max) s->trig_max = len;
+    }
+    for (int32_t id = 0; id < s->n_vocab; id++) {
+        size_t len;
+        cllm_grammar_vocab_piece(s->gvocab, id, &len);
+        if (len > piece_max) piece_max = len;
+    }
+    const int32_t n = p->n_grammar_triggers;
+    s->trig = cllm_malloc(((size_t)n + 1) * sizeof(char *) + bytes);
+    s->trig_len = cllm_malloc(((size_t)n + 1) * sizeof(size_t));
+    s->trig_tok = cllm_malloc(((size_t)p->n_grammar_trigger_tokens + 1) * sizeof(int32_t));
+    s->tail = cllm_malloc(s->trig_max + 1);
+    s->lz_buf = cllm_malloc(s->trig_max + piece_max + 1);
+    if (!s->trig || !s->trig_len || !s->trig_tok || !s->tail || !s->lz_buf) return CLLM_ERR_NOMEM;
+    char *at = (char *)(s->trig + n + 1);
+    for (int32_t i = 0; i < n; i++) {
+        s->trig_len[i] = strlen(p->grammar_triggers[i]);
+        memcpy(at, p->grammar_triggers[i], s->trig_len[i] + 1);
+        s->trig[i] = at;
+        at += s->trig_len[i] + 1;
+    }
+    s->n_trig = n;
+    if (p->n_grammar_trigger_tokens > 0) {
+        memcpy(s->trig_tok, p->grammar_trigger_tokens,
+               (size_t)p->n_grammar_trigger_tokens * sizeof(int32_t));
+    }
+    s->n_trig_tok = p->n_grammar_trigger_tokens;
+    qsort(s->trig_tok, (size_t)s->n_trig_tok, sizeof(int32_t), id_cmp);
+    return CLLM_OK;
+}
 
 /* The sampler of cllm_sampler_new and cllm_sampler_new_model: `tok` (may
  * be NULL) gives the end tokens that ignore_eos masks. */
@@ -266,6 +358,7 @@ static cllm_status sampler_new(const cllm_sampler_params *params, int32_t n_voca
         for (int32_t id = 0, k = 0; id < n_vocab; id++) {
             if (cllm_tokenizer_is_eog(tok, id)) s->geog[k++] = id;
         }
+        if (lazy_new(s, params) != CLLM_OK) goto nomem;
     }
     if (s->counts || s->eog || s->bias || s->grammar ||
         (params->repeat_penalty != 1.0f && params->repeat_last_n > 0)) {
@@ -308,6 +401,11 @@ void cllm_sampler_free(cllm_sampler *s) {
     cllm_grammar_free(s->grammar);
     cllm_free(s->allowed);
     cllm_free(s->geog);
+    cllm_free(s->trig);
+    cllm_free(s->trig_len);
+    cllm_free(s->trig_tok);
+    cllm_free(s->tail);
+    cllm_free(s->lz_buf);
     cllm_free(s);
 }
 
@@ -360,6 +458,84 @@ void cllm_sampler_reset(cllm_sampler *s) {
     s->n_gen = 0;
     rng_seed(s->rng, s->params.seed);
     if (s->gm) cllm_grammar_matcher_reset(s->gm);
+    s->lazy_on = false;
+    s->tail_len = 0;
+}
+
+/* Whether the grammar constrains the next token. */
+static bool grammar_on(const cllm_sampler *s) { return s->gm && (!s->lazy || s->lazy_on); }
+
+bool cllm_sampler_grammar_on(const cllm_sampler *s) { return s && grammar_on(s); }
+
+/* Whether `id` is a trigger token of a lazy grammar. */
+static bool lazy_is_trigger_token(const cllm_sampler *s, int32_t id) {
+    return s->n_trig_tok > 0 &&
+           bsearch(&id, s->trig_tok, (size_t)s->n_trig_tok, sizeof(int32_t), id_cmp) != NULL;
+}
+
+/* A lazy grammar that is off, and token `id` (not a trigger token) next:
+ * s->lz_buf[0, *len) becomes the text's tail and the token's bytes, and
+ * *at where the first trigger word that ends in the token's bytes begins
+ * (*len when none does). */
+static void lazy_find(cllm_sampler *s, int32_t id, size_t *at, size_t *len) {
+    size_t plen;
+    const char *piece = cllm_grammar_vocab_piece(s->gvocab, id, &plen);
+    char *b = s->lz_buf;
+    memcpy(b, s->tail, s->tail_len);
+    memcpy(b + s->tail_len, piece, plen);
+    const size_t n = s->tail_len + plen;
+    size_t best = n;
+    for (int32_t i = 0; i < s->n_trig && plen > 0; i++) {
+        const size_t w = s->trig_len[i];
+        /* a word that ends in the piece begins past tail_len - w */
+        const size_t from = s->tail_len >= w ? s->tail_len - w + 1 : 0;
+        if (from >= n) continue;
+        const char *hit = memmem(b + from, n - from, s->trig[i], w);
+        if (hit && (size_t)(hit - b) < best) best = (size_t)(hit - b);
+    }
+    *at = best;
+    *len = n;
+}
+
+/* A lazy grammar that is off: whether token `id` may come (*ok): not when
+ * it brings a trigger word with bytes after it the grammar refuses. */
+static cllm_status lazy_allows(cllm_sampler *s, int32_t id, bool *ok) {
+    *ok = true;
+    if (lazy_is_trigger_token(s, id)) return CLLM_OK;
+    size_t at, len;
+    lazy_find(s, id, &at, &len);
+    if (at == len) return CLLM_OK;
+    return cllm_grammar_matcher_try(s->gm, s->lz_buf + at, len - at, ok);
+}
+
+/* A lazy grammar that is off and token `id` generated: the grammar on
+ * after a trigger token, or from a trigger word's first byte on (those
+ * bytes read); else the tail of the text moves on. CLLM_ERR_INVALID_ARG
+ * when the grammar refuses what follows the word (nothing changes). */
+static cllm_status lazy_accept(cllm_sampler *s, int32_t id) {
+    if (lazy_is_trigger_token(s, id)) {
+        s->lazy_on = true;
+        return CLLM_OK;
+    }
+    size_t at, len;
+    lazy_find(s, id, &at, &len);
+    if (at < len) {
+        const cllm_status st = cllm_grammar_matcher_accept(s->gm, s->lz_buf + at, len - at);
+        if (st == CLLM_ERR_INVALID_ARG) {
+            return cllm_error(CLLM_ERR_INVALID_ARG,
+                              "sampler: token %d brings a grammar trigger the grammar cannot "
+                              "follow",
+                              id);
+        }
+        if (st != CLLM_OK) return st;
+        s->lazy_on = true;
+        return CLLM_OK;
+    }
+    const size_t keep = s->trig_max > 0 ? s->trig_max - 1 : 0;
+    const size_t from = len > keep ? len - keep : 0;
+    memcpy(s->tail, s->lz_buf + from, len - from);
+    s->tail_len = len - from;
+    return CLLM_OK;
 }
 
 /* Whether `id` is one of the end-of-generation tokens the grammar stage
@@ -375,6 +551,13 @@ static bool grammar_is_eog(const cllm_sampler *s, int32_t id) {
  * the text so far is complete, another token when its bytes (not empty)
  * can continue the text. */
 static cllm_status grammar_allows(cllm_sampler *s, int32_t id, bool *ok) {
+    if (!grammar_on(s)) {
+        if (grammar_is_eog(s, id)) {
+            *ok = true;
+            return CLLM_OK;
+        }
+        return lazy_allows(s, id, ok);
+    }
     if (grammar_is_eog(s, id)) {
         *ok = cllm_grammar_matcher_done(s->gm);
         return CLLM_OK;
@@ -403,7 +586,9 @@ cllm_status cllm_sampler_accept(cllm_sampler *s, int32_t token) {
         return cllm_error(CLLM_ERR_INVALID_ARG, "sampler: token %d out of range [0, %d)", token,
                           s->n_vocab);
     }
-    if (s->gm) { /* first, so that a refused token changes nothing */
+    if (s->gm && !grammar_on(s)) {
+        if (!grammar_is_eog(s, token)) CLLM_TRY(lazy_accept(s, token));
+    } else if (s->gm) { /* first, so that a refused token changes nothing */
         if (grammar_is_eog(s, token)) {
             if (!cllm_grammar_matcher_done(s->gm)) {
                 return cllm_error(CLLM_ERR_INVALID_ARG,
@@ -664,8 +849,21 @@ static cllm_status argmax_plain(const float *logits, int32_t n_vocab, int32_t *o
  */
 static cllm_status apply_grammar(cllm_sampler *s) {
     int32_t n_allowed = 0;
-    CLLM_TRY(cllm_grammar_matcher_mask(s->gm, s->gvocab, s->allowed, &n_allowed));
-    const bool done = cllm_grammar_matcher_done(s->gm);
+    bool done = true;
+    if (grammar_on(s)) {
+        CLLM_TRY(cllm_grammar_matcher_mask(s->gm, s->gvocab, s->allowed, &n_allowed));
+        done = cllm_grammar_matcher_done(s->gm);
+    } else { /* a lazy grammar that is off: each token checked alone */
+        memset(s->allowed, 0, ((size_t)s->n_vocab + 7) / 8);
+        for (int32_t id = 0; id < s->n_vocab; id++) {
+            bool ok;
+            CLLM_TRY(lazy_allows(s, id, &ok));
+            if (ok) {
+                s->allowed[id >> 3] |= (uint8_t)(1u << (id & 7));
+                n_allowed++;
+            }
+        }
+    }
     for (int32_t i = 0; i < s->n_geog; i++) { /* the end tokens by the rule above */
         const int32_t id = s->geog[i];
         if (done) {
@@ -812,7 +1010,7 @@ cllm_status cllm_sampler_probs(cllm_sampler *s, const float *logits, const cllm_
     if (!s || !logits || !out || !n_out) return CLLM_NULL_ARG("the sampler, logits, out or n_out");
     int32_t n;
     double sum;
-    cllm_status st = build_dist(s, logits, s->gm != NULL, &n, &sum);
+    cllm_status st = build_dist(s, logits, grammar_on(s), &n, &sum);
     if (st != CLLM_OK) return st;
     for (int32_t i = 0; i < n; i++) s->cand[i].p = (float)(s->cand[i].p / sum);
     *out = s->cand;

@@ -10,8 +10,8 @@ greedy answers equal between the two, usage (with cached tokens on a second
 turn), a request naming another model (served: one model is loaded), and
 structured output (response_format json_schema, raw and through the client's
 Pydantic parse(), and json_object), and tool calls (forced, streamed, an
-answer under auto streamed as content as it comes, and a tool result sent
-back).
+answer under auto streamed as content as it comes, a call under auto held
+to the tool's schema by the lazy grammar, and a tool result sent back).
 Exits 77 (skipped) when the venv, pip or the model cannot be had, unless CLLM_REQUIRE_TEST_DATA is set
 (CI): then that is a failure.
 """
@@ -95,6 +95,44 @@ TOOLS = [{"type": "function", "function": {
     "name": "get_weather", "description": "The weather of a city",
     "parameters": {"type": "object", "properties": {"city": {"type": "string", "maxLength": 20}},
                    "required": ["city"], "additionalProperties": False}}}]
+
+
+def check_lazy_tools(client, mid):
+    """tool_choice auto: the answer is free until a call opens, and the
+    call then follows the tool's schema. Two examples teach the model the
+    form of a call without the required "unit": the call must still carry
+    it (the lazy grammar), and tool_choice none shows the model's own."""
+    import json
+    tools = [{"type": "function", "function": {
+        "name": "get_weather", "description": "The weather of a city",
+        "parameters": {"type": "object", "properties": {
+            "city": {"type": "string"}, "unit": {"enum": ["celsius", "fahrenheit"]}},
+            "required": ["city", "unit"], "additionalProperties": False}}}]
+    msgs = []
+    for c in ["Oslo", "Rome"]:
+        msgs += [{"role": "user", "content": f"What is the weather in {c}?"},
+                 {"role": "assistant",
+                  "content": json.dumps({"name": "get_weather", "arguments": {"city": c}})}]
+    msgs.append({"role": "user", "content": "What is the weather in Paris?"})
+    own = client.chat.completions.create(model=mid, messages=msgs, tools=tools, max_tokens=80,
+                                         temperature=0, tool_choice="none")
+    r = client.chat.completions.create(model=mid, messages=msgs, tools=tools, max_tokens=80,
+                                       temperature=0)
+    calls = r.choices[0].message.tool_calls or []
+    args = json.loads(calls[0].function.arguments) if calls else {}
+    check(r.choices[0].finish_reason == "tool_calls" and len(calls) == 1
+          and calls[0].function.name == "get_weather" and isinstance(args.get("city"), str)
+          and args.get("unit") in ("celsius", "fahrenheit") and set(args) == {"city", "unit"},
+          f"auto, lazy grammar: {r.choices[0]} (without tools: {own.choices[0].message.content})")
+    name, streamed = "", ""
+    for chunk in client.chat.completions.create(model=mid, messages=msgs, tools=tools,
+                                                max_tokens=80, temperature=0, stream=True):
+        for ch in chunk.choices:
+            for tc in ch.delta.tool_calls or []:
+                name += tc.function.name or ""
+                streamed += tc.function.arguments or ""
+    check(name == "get_weather" and calls and streamed == calls[0].function.arguments,
+          f"auto, streamed: {name} {streamed}")
 
 
 def check_tools(client, mid):
@@ -217,6 +255,7 @@ def main():
               f"another model name: {other}")
         check_structured(client, mid, openai)
         check_tools(client, mid)
+        check_lazy_tools(client, mid)
         try:
             client.chat.completions.create(model=mid, messages=msgs, max_tokens=2, n=2)
             check(False, "n = 2 was accepted")

@@ -28,6 +28,12 @@ static void check_format(void) {
     CHECK(srv_tools_format("{{ '<|python_tag|>' + call.name }}") == SRV_TOOLFMT_LLAMA3);
     CHECK(srv_tools_format("{{ '<|start_header_id|>' }}{{ '{\"name\": \"' + f.name + '\", "
                            "\"parameters\": ' }}") == SRV_TOOLFMT_LLAMA3);
+    CHECK(srv_tools_format("{{ '[AVAILABLE_TOOLS]' }}{{ '[TOOL_CALLS]' + tc.function.name + "
+                           "'[ARGS]' + tc.function.arguments|tojson }}") ==
+          SRV_TOOLFMT_MISTRAL_ARGS);
+    CHECK(srv_tools_format("{{ '<tool_call>\\n<function=' + tc.name + '>\\n' }}{% for k in "
+                           "args %}{{ '<parameter=' + k + '>\\n' }}{% endfor %}") ==
+          SRV_TOOLFMT_XML);
     /* "parameters" alone (a tool's schema in the prompt) is not Llama 3's */
     CHECK(srv_tools_format("{{ tool.parameters }} \"parameters\"") == SRV_TOOLFMT_GENERIC);
 }
@@ -109,6 +115,35 @@ static const extract_case k_cases[] = {
     {SRV_TOOLFMT_GENERIC, "{\"name\": \"not a name\", \"arguments\": {}}", -1, NULL, NULL, NULL},
     {SRV_TOOLFMT_GENERIC, "{\"name\": \"a\"}", -1, NULL, NULL, NULL},
     {SRV_TOOLFMT_GENERIC, "{\"name\": \"a\", \"arguments\": {}} and more", -1, NULL, NULL, NULL},
+    {SRV_TOOLFMT_MISTRAL_ARGS, "[TOOL_CALLS]get_weather[ARGS]{\"city\": \"Oslo\"}", 1, "",
+     "get_weather", "{\"city\": \"Oslo\"}"},
+    {SRV_TOOLFMT_MISTRAL_ARGS, "Sure. [TOOL_CALLS]a[ARGS]{}[TOOL_CALLS]b[ARGS]{\"x\": 1}", 2,
+     "Sure.", "a,b", "{}"},
+    /* [TOOL_CALLS] and [ARGS] are control tokens, not in the generated text */
+    {SRV_TOOLFMT_MISTRAL_ARGS, "get_weather{\"city\": \"Rome\"}", 1, "", "get_weather",
+     "{\"city\": \"Rome\"}"},
+    {SRV_TOOLFMT_MISTRAL_ARGS, "[{\"name\": \"a\", \"arguments\": {}}]", 1, "", "a", "{}"},
+    {SRV_TOOLFMT_MISTRAL_ARGS, "[TOOL_CALLS]a[ARGS]{\"x\": ", -1, NULL, NULL, NULL},
+    {SRV_TOOLFMT_MISTRAL_ARGS, "Hello world{\"x\": 1}", -1, NULL, NULL, NULL},
+    {SRV_TOOLFMT_MISTRAL_ARGS, "Hello", -1, NULL, NULL, NULL},
+    {SRV_TOOLFMT_XML,
+     "Let me check.\n<tool_call>\n<function=get_weather>\n<parameter=city>\nNew York\n"
+     "</parameter>\n<parameter=days>\n3\n</parameter>\n</function>\n</tool_call>",
+     1, "Let me check.", "get_weather", "{\"city\": \"New York\", \"days\": 3}"},
+    {SRV_TOOLFMT_XML,
+     "<tool_call>\n<function=a>\n</function>\n</tool_call>\n<tool_call>\n<function=b>\n"
+     "<parameter=q>\n{\"k\": [1]}\n</parameter>\n</function>\n</tool_call>",
+     2, "", "a,b", "{}"},
+    {SRV_TOOLFMT_XML,
+     "<tool_call>\n<function=a>\n<parameter=code>\nif a < b:\n    x()\n</parameter>\n"
+     "</function>\n</tool_call>",
+     1, "", "a", "{\"code\": \"if a < b:\\n    x()\"}"},
+    {SRV_TOOLFMT_XML, "<tool_call>\n{\"name\": \"a\", \"arguments\": {}}\n</tool_call>", 1, "", "a",
+     "{}"},
+    {SRV_TOOLFMT_XML, "<tool_call>\n<function=a>\n<parameter=x>\n1\n</function>\n</tool_call>", -1,
+     NULL, NULL, NULL},
+    {SRV_TOOLFMT_XML, "<tool_call>\n<function=a b>\n</function>\n</tool_call>", -1, NULL, NULL,
+     NULL},
     {SRV_TOOLFMT_GENERIC, "", -1, NULL, NULL, NULL},
     {SRV_TOOLFMT_GENERIC, "   ", -1, NULL, NULL, NULL},
 };
@@ -173,6 +208,10 @@ static void check_plain(size_t step) {
     CHECK(srv_tools_plain(SRV_TOOLFMT_HERMES, "Hi there \n", 10) == 8);
     CHECK(srv_tools_plain(SRV_TOOLFMT_MISTRAL, "ok [TOOL", 8) == 2);
     CHECK(srv_tools_plain(SRV_TOOLFMT_GENERIC, "ok [TOOL", 8) == 8);
+    CHECK(srv_tools_plain(SRV_TOOLFMT_MISTRAL_ARGS, "get_we", 6) == 0);
+    CHECK(srv_tools_plain(SRV_TOOLFMT_MISTRAL_ARGS, "get_weather[AR", 14) == 0);
+    CHECK(srv_tools_plain(SRV_TOOLFMT_MISTRAL_ARGS, "Hello there", 11) == 11);
+    CHECK(srv_tools_plain(SRV_TOOLFMT_XML, "Hi <tool_", 9) == 2);
 }
 
 /* Whether grammar g (root) takes text as a whole sentence. */
@@ -240,6 +279,44 @@ static const grammar_case k_grammars[] = {
      "[{\"name\":\"now\",\"arguments\":{}}]", true},
     {SRV_TOOLFMT_MISTRAL, "{\"type\": \"function\", \"function\": {\"name\": \"now\"}}", true,
      "[{\"name\":\"get_weather\",\"arguments\":{\"city\":\"A\"}}]", false},
+    {SRV_TOOLFMT_MISTRAL_ARGS, "\"required\"", true, "get_weather[ARGS]{\"city\":\"Oslo\"}", true},
+    {SRV_TOOLFMT_MISTRAL_ARGS, "\"required\"", true,
+     "[TOOL_CALLS]now[ARGS]{}[TOOL_CALLS]get_weather[ARGS]{\"city\":\"A\"}", true},
+    {SRV_TOOLFMT_MISTRAL_ARGS, "\"required\"", false,
+     "[TOOL_CALLS]now[ARGS]{}[TOOL_CALLS]get_weather[ARGS]{\"city\":\"A\"}", false},
+    {SRV_TOOLFMT_MISTRAL_ARGS, "\"required\"", true, "get_weather[ARGS]{}", false},
+    {SRV_TOOLFMT_MISTRAL_ARGS, "\"required\"", true, "other[ARGS]{}", false},
+    {SRV_TOOLFMT_MISTRAL_ARGS, "{\"type\": \"function\", \"function\": {\"name\": \"now\"}}", true,
+     "[TOOL_CALLS]now[ARGS]{}", true},
+    {SRV_TOOLFMT_MISTRAL_ARGS, "{\"type\": \"function\", \"function\": {\"name\": \"now\"}}", true,
+     "get_weather[ARGS]{\"city\":\"A\"}", false},
+    {SRV_TOOLFMT_XML, "\"required\"", true,
+     "<tool_call>\n<function=get_weather>\n<parameter=city>\nNew <York>\n</parameter>\n"
+     "</function>\n</tool_call>",
+     true},
+    {SRV_TOOLFMT_XML, "\"required\"", true,
+     "<tool_call>\n<function=now>\n</function>\n</tool_call>\n<tool_call>\n<function=now>\n"
+     "</function>\n</tool_call>",
+     true},
+    {SRV_TOOLFMT_XML, "\"required\"", false,
+     "<tool_call>\n<function=now>\n</function>\n</tool_call>\n<tool_call>\n<function=now>\n"
+     "</function>\n</tool_call>",
+     false},
+    {SRV_TOOLFMT_XML, "\"required\"", true,
+     "<tool_call>\n<function=get_weather>\n</function>\n</tool_call>", false},
+    {SRV_TOOLFMT_XML, "\"required\"", true,
+     "<tool_call>\n<function=get_weather>\n<parameter=city>\nA</b>\n</parameter>\n"
+     "</function>\n</tool_call>",
+     false},
+    /* tool_choice auto: the lazy grammar, from its trigger on */
+    {SRV_TOOLFMT_HERMES, "\"auto\"", true,
+     "<tool_call>\n{\"name\":\"now\",\"arguments\":{}}\n</tool_call>", true},
+    {SRV_TOOLFMT_MISTRAL, "\"auto\"", true, "[TOOL_CALLS][{\"name\":\"now\",\"arguments\":{}}]",
+     true},
+    {SRV_TOOLFMT_MISTRAL, "\"auto\"", true, "[{\"name\":\"now\",\"arguments\":{}}]", true},
+    {SRV_TOOLFMT_LLAMA3, "\"auto\"", true, "{\"name\":\"now\",\"parameters\":{}}", true},
+    {SRV_TOOLFMT_GENERIC, "\"auto\"", true, "[{\"name\":\"now\",\"arguments\":{}}]", true},
+    {SRV_TOOLFMT_GENERIC, "\"auto\"", true, "{\"name\":\"other\",\"arguments\":{}}", false},
 };
 
 static void check_grammar(void) {
@@ -266,8 +343,81 @@ static void check_grammar(void) {
     }
 }
 
+/* Under tool_choice auto every format's grammar begins with each of its
+ * trigger words (the sampler feeds them to it), and a string property of
+ * the XML form takes text, another JSON of its schema. */
+static void check_lazy(void) {
+    for (int f = 0; f < SRV_TOOLFMT_COUNT; f++) {
+        for (int par = 0; par < 2; par++) {
+            char req[1024];
+            snprintf(req, sizeof(req),
+                     "{\"tools\": %s, \"tool_choice\": \"auto\", \"parallel_tool_calls\": %s}",
+                     k_tools, par ? "true" : "false");
+            json_t *o = json_loads(req, 0, NULL);
+            srv_tools t;
+            srv_tool_err te = {0};
+            CHECK(o && srv_tools_parse(o, &t, &te) == 0);
+            t.format = (srv_tool_format)f;
+            srv_gen_params gp = {0};
+            CHECKF(srv_tools_set_grammar(&t, NULL, &gp, &te) == 0, "format %d: %s", f, te.msg);
+            const cllm_sampler_params *sp = &gp.rp.sampling;
+            CHECKF(gp.grammar && sp->grammar == gp.grammar && sp->n_grammar_triggers >= 1 &&
+                       sp->n_grammar_trigger_tokens == 0,
+                   "format %d", f);
+            cllm_grammar *g = NULL;
+            cllm_grammar_matcher *m = NULL;
+            if (gp.grammar && cllm_grammar_parse(gp.grammar, sp->grammar_root, &g) == CLLM_OK &&
+                cllm_grammar_matcher_new(g, &m) == CLLM_OK) {
+                for (int i = 0; i < sp->n_grammar_triggers; i++) {
+                    const char *w = sp->grammar_triggers[i];
+                    bool ok = false;
+                    CHECKF(cllm_grammar_matcher_try(m, w, strlen(w), &ok) == CLLM_OK && ok,
+                           "format %d: the grammar does not begin with %s", f, w);
+                }
+            } else {
+                CHECKF(false, "format %d: %s", f, cllm_last_error());
+            }
+            cllm_grammar_matcher_free(m);
+            cllm_grammar_free(g);
+            free(gp.grammar);
+            free(gp.triggers);
+            json_decref(o);
+        }
+    }
+    /* the XML form: a string is text, an integer JSON */
+    static const char tools[] =
+        "{\"tool_choice\": \"required\", \"tools\": [{\"type\": \"function\", \"function\": "
+        "{\"name\": \"f\", \"parameters\": {\"type\": \"object\", \"properties\": {\"s\": "
+        "{\"type\": \"string\"}, \"n\": {\"type\": \"integer\"}}, \"required\": [\"n\"]}}}]}";
+    json_t *o = json_loads(tools, 0, NULL);
+    srv_tools t;
+    srv_tool_err te = {0};
+    CHECK(o && srv_tools_parse(o, &t, &te) == 0);
+    t.format = SRV_TOOLFMT_XML;
+    const char *root = NULL;
+    char *g = srv_tools_grammar(&t, &root, &te);
+    CHECKF(g && root, "XML: %s", te.msg);
+    if (g && root) {
+        CHECK(takes(g, root,
+                    "<tool_call>\n<function=f>\n<parameter=s>\n3 > 2\n</parameter>\n"
+                    "<parameter=n>\n-12\n</parameter>\n</function>\n</tool_call>"));
+        CHECK(takes(g, root,
+                    "<tool_call>\n<function=f>\n<parameter=n>\n7\n</parameter>\n</function>\n"
+                    "</tool_call>"));
+        CHECK(!takes(g, root,
+                     "<tool_call>\n<function=f>\n<parameter=n>\nseven\n</parameter>\n"
+                     "</function>\n</tool_call>"));
+        CHECK(!takes(g, root,
+                     "<tool_call>\n<function=f>\n<parameter=s>\nx\n</parameter>\n</function>\n"
+                     "</tool_call>"));
+    }
+    free(g);
+    json_decref(o);
+}
+
 int main(void) {
     check_format();
+    check_lazy();
     check_extract();
     for (size_t step = 1; step <= 7; step++) check_plain(step);
     check_plain(1000);

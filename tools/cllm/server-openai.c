@@ -325,26 +325,23 @@ static void response_id(srv_http *h, const char *prefix, char *out, size_t size)
 }
 
 /* With tool_choice required or named, the grammar that forces a call (in
- * place of the server's default; a request's own grammar conflicts). */
+ * place of the server's default; a request's own grammar conflicts); with
+ * auto and no other grammar, the lazy one that a call's opening turns on. */
 static int tool_grammar(const cllm_model *m, json_t *o, const srv_tools *t, srv_gen_params *gp,
                         req_err *er) {
-    if (!t->tools || (t->choice != SRV_TOOL_REQUIRED && t->choice != SRV_TOOL_NAMED)) return 0;
+    const bool lazy = t->choice == SRV_TOOL_AUTO && !gp->rp.sampling.grammar;
+    if (!t->tools || (t->choice != SRV_TOOL_REQUIRED && t->choice != SRV_TOOL_NAMED && !lazy))
+        return 0;
     static const char *const keys[] = {"response_format", "grammar", "json_schema"};
-    for (size_t i = 0; i < N_OF(keys); i++) {
+    for (size_t i = 0; i < N_OF(keys) && !lazy; i++) {
         json_t *v = json_object_get(o, keys[i]);
         if (v && !json_is_null(v)) {
             return srv_fail(er, 400, keys[i], "invalid_value",
                             "'%s' and a forced tool call (tool_choice): give one", keys[i]);
         }
     }
-    const char *root = NULL;
     srv_tool_err te = {0};
-    char *g = srv_tools_grammar(t, &root, &te);
-    if (!g) return srv_tool_error(er, &te);
-    free(gp->grammar);
-    gp->grammar = g;
-    gp->rp.sampling.grammar = g;
-    gp->rp.sampling.grammar_root = root; /* a constant string */
+    if (srv_tools_set_grammar(t, m, gp, &te) < 0) return srv_tool_error(er, &te);
     if (cllm_sampler_params_check(&gp->rp.sampling, cllm_model_n_vocab(m)) != CLLM_OK) {
         return srv_fail(er, 400, "tools", "invalid_schema", "the tools' grammar: %s",
                         cllm_last_error());

@@ -70,6 +70,12 @@ void srv_gen_params_free(srv_gen_params *gp) {
     free(gp->grammar);
     gp->grammar = NULL;
     gp->rp.sampling.grammar = NULL;
+    free(gp->triggers);
+    gp->triggers = NULL;
+    gp->rp.sampling.grammar_trigger_tokens = NULL;
+    gp->rp.sampling.n_grammar_trigger_tokens = 0;
+    gp->rp.sampling.grammar_triggers = NULL;
+    gp->rp.sampling.n_grammar_triggers = 0;
 }
 
 srv_job *srv_job_new(int32_t *prompt, size_t n_prompt, srv_gen_params *gp, double deadline_ms) {

@@ -155,8 +155,11 @@ static int hoist_defs(json_t *params, json_t *root, srv_tool_err *te) {
 
 srv_tool_format srv_tools_format(const char *tmpl) {
     if (!tmpl) return SRV_TOOLFMT_GENERIC;
+    if (strstr(tmpl, "<function=") && strstr(tmpl, "<parameter=")) return SRV_TOOLFMT_XML;
     if (strstr(tmpl, "<tool_call>")) return SRV_TOOLFMT_HERMES;
-    if (strstr(tmpl, "[TOOL_CALLS]")) return SRV_TOOLFMT_MISTRAL;
+    if (strstr(tmpl, "[TOOL_CALLS]")) {
+        return strstr(tmpl, "[ARGS]") ? SRV_TOOLFMT_MISTRAL_ARGS : SRV_TOOLFMT_MISTRAL;
+    }
     if (strstr(tmpl, "<|python_tag|>") ||
         (strstr(tmpl, "<|start_header_id|>") && strstr(tmpl, "\"parameters\""))) {
         return SRV_TOOLFMT_LLAMA3;
@@ -164,12 +167,232 @@ srv_tool_format srv_tools_format(const char *tmpl) {
     return SRV_TOOLFMT_GENERIC;
 }
 
+int srv_tools_triggers(srv_tool_format f, bool parallel, const char *const **words,
+                       const char **control) {
+    static const char *const tag[] = {"<tool_call>"};
+    static const char *const mistral[] = {"[TOOL_CALLS]"};
+    static const char *const json_one[] = {"{\"name\""};
+    static const char *const json_list[] = {"{\"name\"", "[{\"name\""};
+    *control = NULL;
+    switch (f) {
+    case SRV_TOOLFMT_HERMES:
+    case SRV_TOOLFMT_XML: *words = tag; return 1;
+    case SRV_TOOLFMT_MISTRAL:
+    case SRV_TOOLFMT_MISTRAL_ARGS:
+        *words = mistral;
+        *control = "[TOOL_CALLS]";
+        return 1;
+    case SRV_TOOLFMT_LLAMA3:
+        *words = json_one;
+        *control = "<|python_tag|>";
+        return 1;
+    default: *words = parallel ? json_list : json_one; return parallel ? 2 : 1;
+    }
+}
+
+/* Appends text[0, n) to *g (a string of malloc), with every rule name of
+ * the GBNF text prefixed by `pfx` (names outside literals, character
+ * classes, repetition counts and comments). False when out of memory. */
+static bool append_prefixed(char **g, const char *text, const char *pfx) {
+    const size_t n = strlen(text), pl = strlen(pfx), had = *g ? strlen(*g) : 0;
+    size_t names = 0;
+    for (size_t pass = 0; pass < 2; pass++) {
+        char *out = pass ? *g + had : NULL;
+        for (size_t i = 0; i < n;) {
+            const char c = text[i];
+            size_t j = i + 1;
+            if (c == '"' || c == '[' || c == '{') { /* to the unescaped close */
+                const char close = c == '"' ? '"' : c == '[' ? ']' : '}';
+                while (j < n && text[j] != close) j += text[j] == '\\' && j + 1 < n ? 2 : 1;
+                if (j < n) j++;
+            } else if (c == '#') {
+                while (j < n && text[j] != '\n') j++;
+            } else if (isalnum((unsigned char)c) || c == '_' || c == '-') {
+                while (j < n &&
+                       (isalnum((unsigned char)text[j]) || text[j] == '_' || text[j] == '-')) {
+                    j++;
+                }
+                if (!pass) names++;
+                if (pass) {
+                    memcpy(out, pfx, pl);
+                    out += pl;
+                }
+            }
+            if (pass) {
+                memcpy(out, text + i, j - i);
+                out += j - i;
+            }
+            i = j;
+        }
+        if (pass) {
+            *out = '\0';
+        } else {
+            char *grown = realloc(*g, had + n + names * pl + 1);
+            if (!grown) return false;
+            *g = grown;
+        }
+    }
+    return true;
+}
+
+/* Appends the formatted text to *g; false when out of memory. */
+static bool append_text(char **g, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+static bool append_text(char **g, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    char *text = NULL;
+    const int n = vasprintf(&text, fmt, ap);
+    va_end(ap);
+    if (n < 0) return false;
+    const size_t had = *g ? strlen(*g) : 0;
+    char *grown = realloc(*g, had + (size_t)n + 1);
+    if (grown) {
+        memcpy(grown + had, text, (size_t)n + 1);
+        *g = grown;
+    }
+    free(text);
+    return grown != NULL;
+}
+
+/* The grammar of schema `schema` (a JSON value) appended to *g with its
+ * rules named pfx-NAME (its start: pfx-root); -1 after filling *te. */
+static int append_schema(char **g, json_t *schema, const char *pfx, srv_tool_err *te) {
+    char *text = json_dumps(schema, JSON_COMPACT | JSON_ENCODE_ANY);
+    if (!text) return tool_fail(te, NULL, NULL, "out of memory");
+    char *gbnf = NULL;
+    const cllm_status st = cllm_json_schema_to_grammar(text, &gbnf);
+    free(text);
+    if (st != CLLM_OK) {
+        return tool_fail(te, "tools", "invalid_schema", "the tools' parameters: %s",
+                         cllm_last_error());
+    }
+    const bool ok = append_prefixed(g, gbnf, pfx);
+    free(gbnf);
+    return ok ? 0 : tool_fail(te, NULL, NULL, "out of memory");
+}
+
+/* Whether a property's schema is a plain string (XML: its value is text). */
+static bool plain_string(json_t *prop) {
+    const char *type = json_string_value(json_object_get(prop, "type"));
+    return type && !strcmp(type, "string") && !json_object_get(prop, "enum") &&
+           !json_object_get(prop, "const") && !json_object_get(prop, "pattern") &&
+           !json_object_get(prop, "format") && !json_object_get(prop, "minLength") &&
+           !json_object_get(prop, "maxLength");
+}
+
+/* The grammar of the forms that name a tool outside JSON: newer Mistral's
+ * name[ARGS]{...} and the XML blocks. Each tool's rules are named tN-... */
+static char *named_grammar(const srv_tools *t, bool several, srv_tool_err *te) {
+    const bool xml = t->format == SRV_TOOLFMT_XML;
+    char *g = NULL;
+    bool ok;
+    if (xml) {
+        ok = append_text(&g,
+                         "tool--root ::= tool--block%s\n"
+                         "tool--block ::= \"<tool_call>\\n<function=\" tool--call "
+                         "\"</function>\\n</tool_call>\"\n"
+                         "tool--text ::= ([^<] | \"<\" [^/])*\n",
+                         several ? " (\"\\n\" tool--block)*" : "");
+    } else {
+        ok = append_text(&g, "tool--root ::= \"[TOOL_CALLS]\"? tool--call%s\n",
+                         several ? " (\"[TOOL_CALLS]\"? tool--call)*" : "");
+    }
+    if (!ok || !append_text(&g, "tool--call ::= ")) goto nomem;
+    size_t i, k = 0;
+    json_t *tool;
+    json_array_foreach(t->tools, i, tool) {
+        const char *name =
+            json_string_value(json_object_get(json_object_get(tool, "function"), "name"));
+        if (t->named && strcmp(name, t->named) != 0) continue;
+        if (!append_text(&g, xml ? "%s\"%s>\\n\" t%zu-args" : "%s\"%s\" \"[ARGS]\"? t%zu-args",
+                         k++ ? " | " : "", name, i)) {
+            goto nomem;
+        }
+    }
+    if (!append_text(&g, "\n")) goto nomem;
+    json_array_foreach(t->tools, i, tool) {
+        json_t *fn = json_object_get(tool, "function");
+        const char *name = json_string_value(json_object_get(fn, "name"));
+        if (t->named && strcmp(name, t->named) != 0) continue;
+        json_t *params = json_object_get(fn, "parameters");
+        char pfx[32];
+        if (!xml) {
+            snprintf(pfx, sizeof(pfx), "t%zu-", i);
+            json_t *schema = params ? json_incref(params) : json_pack("{s:s}", "type", "object");
+            if (!append_text(&g, "t%zu-args ::= t%zu-root\n", i, i)) {
+                json_decref(schema);
+                goto nomem;
+            }
+            const int r = append_schema(&g, schema, pfx, te);
+            json_decref(schema);
+            if (r < 0) goto fail;
+            continue;
+        }
+        /* XML: the properties in their order, the required ones always */
+        json_t *props = json_object_get(params, "properties");
+        json_t *req = json_object_get(params, "required");
+        json_t *defs = json_object_get(params, "$defs");
+        if (!append_text(&g, "t%zu-args ::= \"\"", i)) goto nomem;
+        const char *key;
+        json_t *prop;
+        size_t p = 0;
+        json_object_foreach(props, key, prop) {
+            bool needed = false;
+            size_t r;
+            json_t *x;
+            json_array_foreach(req, r, x) {
+                if (json_is_string(x) && !strcmp(json_string_value(x), key)) needed = true;
+            }
+            if (!append_text(&g, " t%zu-p%zu%s", i, p++, needed ? "" : "?")) goto nomem;
+        }
+        if (!append_text(&g, "\n")) goto nomem;
+        p = 0;
+        json_object_foreach(props, key, prop) {
+            for (const char *c = key; *c; c++) {
+                if (*c == '"' || *c == '\\' || *c == '<' || *c == '>' || (unsigned char)*c < 0x20) {
+                    tool_fail(te, "tools", "invalid_schema",
+                              "the property '%.64s' of '%.64s' cannot be written as XML", key,
+                              name);
+                    goto fail;
+                }
+            }
+            snprintf(pfx, sizeof(pfx), "t%zu-p%zu-", i, p);
+            const bool text = plain_string(prop);
+            if (!append_text(&g,
+                             "t%zu-p%zu ::= \"<parameter=%s>\\n\" %s%s \"\\n</parameter>\\n\"\n", i,
+                             p, key, text ? "tool--text" : pfx, text ? "" : "root")) {
+                goto nomem;
+            }
+            p++;
+            if (text) continue;
+            json_t *schema = json_deep_copy(prop);
+            if (defs && json_is_object(schema)) json_object_set(schema, "$defs", defs);
+            const int r = append_schema(&g, schema, pfx, te);
+            json_decref(schema);
+            if (r < 0) goto fail;
+        }
+    }
+    return g;
+nomem:
+    tool_fail(te, NULL, NULL, "out of memory");
+fail:
+    free(g);
+    return NULL;
+}
+
 char *srv_tools_grammar(const srv_tools *t, const char **root, srv_tool_err *te) {
-    if (!t->tools || (t->choice != SRV_TOOL_REQUIRED && t->choice != SRV_TOOL_NAMED)) return NULL;
+    if (!t->tools || t->choice == SRV_TOOL_NONE) return NULL;
+    const bool lazy = t->choice == SRV_TOOL_AUTO;
     /* Llama 3's templates write a call's arguments as "parameters" */
     const char *args_key = t->format == SRV_TOOLFMT_LLAMA3 ? "parameters" : "arguments";
     /* several calls: Llama 3's templates allow one */
     const bool several = t->parallel && !t->named && t->format != SRV_TOOLFMT_LLAMA3;
+    if (t->format == SRV_TOOLFMT_MISTRAL_ARGS || t->format == SRV_TOOLFMT_XML) {
+        char *g = named_grammar(t, several, te);
+        if (g) *root = "tool--root";
+        return g;
+    }
     json_t *schema = json_object();
     json_t *calls = json_array();
     size_t i;
@@ -238,11 +461,59 @@ char *srv_tools_grammar(const srv_tools *t, const char **root, srv_tool_err *te)
         strcat(g, wrap);
         gbnf = g;
         *root = "tool--root";
+    } else if (lazy && t->format == SRV_TOOLFMT_MISTRAL) {
+        /* its trigger: the control token (then the list) or its text */
+        if (!append_text(&gbnf, "\ntool--root ::= \"[TOOL_CALLS]\"? root\n")) {
+            free(gbnf);
+            gbnf = NULL;
+            tool_fail(te, NULL, NULL, "out of memory");
+            goto done;
+        }
+        *root = "tool--root";
     }
 done:
     json_decref(calls);
     json_decref(schema);
     return gbnf;
+}
+
+int srv_tools_set_grammar(const srv_tools *t, const cllm_model *m, srv_gen_params *gp,
+                          srv_tool_err *te) {
+    const char *root = NULL;
+    char *g = srv_tools_grammar(t, &root, te);
+    if (!g) return -1;
+    const char *const *words = NULL;
+    const char *control = NULL;
+    int n_words = 0;
+    int32_t *trig = NULL;
+    if (t->choice == SRV_TOOL_AUTO) {
+        n_words = srv_tools_triggers(t->format, t->parallel, &words, &control);
+        int32_t ids[4];
+        size_t k = 0, len = 1;
+        char piece[16];
+        /* the control token, when the model has it: one token without text */
+        if (control && m &&
+            cllm_tokenize(m, control, strlen(control), false, true, ids, 4, &k) == CLLM_OK &&
+            k == 1 && cllm_detokenize(m, ids, 1, 0, piece, sizeof(piece), &len) == CLLM_OK &&
+            len == 0) {
+            if (!(trig = malloc(sizeof(*trig)))) {
+                free(g);
+                return tool_fail(te, NULL, NULL, "out of memory");
+            }
+            trig[0] = ids[0];
+        }
+    }
+    free(gp->grammar);
+    free(gp->triggers);
+    gp->grammar = g;
+    gp->triggers = trig;
+    gp->rp.sampling.grammar = g;
+    gp->rp.sampling.grammar_root = root; /* a constant string */
+    gp->rp.sampling.grammar_triggers = words;
+    gp->rp.sampling.n_grammar_triggers = n_words;
+    gp->rp.sampling.grammar_trigger_tokens = trig;
+    gp->rp.sampling.n_grammar_trigger_tokens = trig ? 1 : 0;
+    return 0;
 }
 
 /* A call's id: "call_" and 96 random bits. */
@@ -254,6 +525,8 @@ static void call_id(char *out, size_t size) {
     }
     snprintf(out, size, "call_%08x%08x%08x", w[0], w[1], w[2]);
 }
+
+static bool add_call(const char *name, json_t *args, json_t *out);
 
 /* Appends the calls of a parsed value (an object {"name", "arguments"} or
  * an array of them) to `out`; false when it is not of that shape. */
@@ -270,16 +543,20 @@ static bool add_calls(json_t *v, json_t *out) {
     json_t *name = json_object_get(v, "name");
     json_t *args = json_object_get(v, "arguments");
     if (!args) args = json_object_get(v, "parameters");
-    if (!json_is_object(v) || !json_is_string(name) || !valid_name(json_string_value(name)) ||
-        !(json_is_object(args) || json_is_string(args))) {
-        return false;
-    }
+    if (!json_is_object(v) || !json_is_string(name)) return false;
+    return add_call(json_string_value(name), args, out);
+}
+
+/* Appends the call of `name` with `args` (an object, or its JSON text) to
+ * `out`; false when the name or the arguments are not valid. */
+static bool add_call(const char *name, json_t *args, json_t *out) {
+    if (!valid_name(name) || !(json_is_object(args) || json_is_string(args))) return false;
     char *a = json_is_string(args) ? strdup(json_string_value(args))
                                    : json_dumps(args, JSON_COMPACT | JSON_PRESERVE_ORDER);
     if (!a) return false;
     char id[48];
     call_id(id, sizeof(id));
-    json_array_append_new(out, json_pack("{s:s,s:s,s:{s:O,s:s}}", "id", id, "type", "function",
+    json_array_append_new(out, json_pack("{s:s,s:s,s:{s:s,s:s}}", "id", id, "type", "function",
                                          "function", "name", name, "arguments", a));
     free(a);
     return true;
@@ -293,9 +570,9 @@ static const char *skip_space(const char *s, const char *end) {
 /* The tag that opens the calls of format f, or NULL: calls only as the
  * whole answer. */
 static const char *call_tag(srv_tool_format f) {
-    return f == SRV_TOOLFMT_HERMES    ? "<tool_call>"
-           : f == SRV_TOOLFMT_MISTRAL ? "[TOOL_CALLS]"
-                                      : NULL;
+    return f == SRV_TOOLFMT_HERMES || f == SRV_TOOLFMT_XML             ? "<tool_call>"
+           : f == SRV_TOOLFMT_MISTRAL || f == SRV_TOOLFMT_MISTRAL_ARGS ? "[TOOL_CALLS]"
+                                                                       : NULL;
 }
 
 /* Whether s[0, n) begins with `word`. */
@@ -322,6 +599,96 @@ static bool calls_in(const char *s, size_t n, json_t *out) {
         s += err.position;
         any = true;
     }
+}
+
+/* The length of the name a function's name may begin with at s[0, n). */
+static size_t name_len(const char *s, size_t n) {
+    size_t k = 0;
+    while (k < n && (isalnum((unsigned char)s[k]) || s[k] == '_' || s[k] == '-')) k++;
+    return k;
+}
+
+/* Appends newer Mistral's calls in s[0, n) to `out`: name[ARGS]{...}, one
+ * after another, each after an optional [TOOL_CALLS] ([TOOL_CALLS] and
+ * [ARGS] may be control tokens, not in the text); false when there are
+ * none or something else is there. */
+static bool args_calls(const char *s, size_t n, json_t *out) {
+    const char *end = s + n;
+    bool any = false;
+    for (;;) {
+        s = skip_space(s, end);
+        if (starts(s, (size_t)(end - s), "[TOOL_CALLS]")) s = skip_space(s + 12, end);
+        if (s == end) return any;
+        const size_t k = name_len(s, (size_t)(end - s));
+        if (k == 0 || k > 64) return false;
+        char name[65];
+        memcpy(name, s, k);
+        name[k] = '\0';
+        s += k;
+        if (starts(s, (size_t)(end - s), "[ARGS]")) s += 6;
+        s = skip_space(s, end);
+        if (s == end || *s != '{') return false;
+        json_error_t err;
+        json_t *v = json_loadb(s, (size_t)(end - s), JSON_DISABLE_EOF_CHECK, &err);
+        const bool ok = v && add_call(name, v, out);
+        json_decref(v);
+        if (!ok || err.position <= 0 || (size_t)err.position > (size_t)(end - s)) return false;
+        s += err.position;
+        any = true;
+    }
+}
+
+/* Appends the call of one XML block's inside s[0, n) to `out`:
+ * <function=NAME> and <parameter=P>VALUE</parameter> for each argument
+ * (one line end around VALUE dropped; VALUE read as JSON when it is, else
+ * as a string), then </function>; false when it is something else. */
+static bool xml_call(const char *s, size_t n, json_t *out) {
+    const char *end = s + n;
+    s = skip_space(s, end);
+    if (!starts(s, (size_t)(end - s), "<function=")) return false;
+    s += 10;
+    const size_t k = name_len(s, (size_t)(end - s));
+    if (k == 0 || k > 64 || s + k == end || s[k] != '>') return false;
+    char name[65];
+    memcpy(name, s, k);
+    name[k] = '\0';
+    s += k + 1;
+    json_t *args = json_object();
+    bool ok = false;
+    for (;;) {
+        s = skip_space(s, end);
+        if (starts(s, (size_t)(end - s), "</function>")) {
+            s = skip_space(s + 11, end);
+            ok = s == end;
+            break;
+        }
+        if (!starts(s, (size_t)(end - s), "<parameter=")) break;
+        s += 11;
+        const char *gt = memchr(s, '>', (size_t)(end - s));
+        if (!gt || gt == s) break;
+        const char *v = gt + 1;
+        static const char close[] = "</parameter>";
+        const char *q = memmem(v, (size_t)(end - v), close, sizeof(close) - 1);
+        if (!q) break;
+        const char *ve = q;
+        if (v < ve && *v == '\n') v++;
+        if (ve > v && ve[-1] == '\n') ve--;
+        if (ve > v && ve[-1] == '\r') ve--;
+        json_t *val = json_loadb(v, (size_t)(ve - v), JSON_DECODE_ANY, NULL);
+        if (!val) val = json_stringn(v, (size_t)(ve - v));
+        char *key = strndup(s, (size_t)(gt - s));
+        if (!val || !key) {
+            json_decref(val);
+            free(key);
+            break;
+        }
+        json_object_set_new(args, key, val);
+        free(key);
+        s = q + sizeof(close) - 1;
+    }
+    ok = ok && add_call(name, args, out);
+    json_decref(args);
+    return ok;
 }
 
 /* The calls of an answer that is only calls, from its beginning s[0, n):
@@ -351,22 +718,32 @@ json_t *srv_tools_extract(srv_tool_format f, const char *text, size_t len, bool 
     json_t *calls = json_array();
     const char *tag = call_tag(f);
     const char *first = tag ? memmem(text, len, tag, strlen(tag)) : NULL;
-    if (first && f == SRV_TOOLFMT_HERMES) {
-        /* Hermes and Qwen: <tool_call>{...}</tool_call>, one or more */
+    if (first && (f == SRV_TOOLFMT_HERMES || f == SRV_TOOLFMT_XML)) {
+        /* Hermes and Qwen: <tool_call>{...}</tool_call>, one or more; XML:
+         * <tool_call><function=...>...</function></tool_call> */
         static const char open[] = "<tool_call>", close[] = "</tool_call>";
         for (const char *p = first; p; p = memmem(p, (size_t)(end - p), open, sizeof(open) - 1)) {
             p += sizeof(open) - 1;
             const char *q = memmem(p, (size_t)(end - p), close, sizeof(close) - 1);
             const char *stop = q ? q : end;
-            if (!calls_in(p, (size_t)(stop - p), calls)) goto none;
+            if (!(f == SRV_TOOLFMT_XML && xml_call(p, (size_t)(stop - p), calls)) &&
+                !calls_in(p, (size_t)(stop - p), calls)) {
+                goto none;
+            }
             if (!q) break;
             p = q + sizeof(close) - 1;
         }
+    } else if (first && f == SRV_TOOLFMT_MISTRAL_ARGS) {
+        /* newer Mistral: [TOOL_CALLS]name[ARGS]{...}, one or more */
+        if (!args_calls(first, (size_t)(end - first), calls)) goto none;
     } else if (first) {
         /* Mistral: [TOOL_CALLS] and a list of calls */
         const char *p = first + strlen(tag);
         if (!calls_in(p, (size_t)(end - p), calls)) goto none;
     } else if (start && whole_calls(text, len, calls)) {
+        first = text;
+    } else if (start && f == SRV_TOOLFMT_MISTRAL_ARGS &&
+               (json_array_clear(calls), args_calls(text, len, calls))) {
         first = text;
     } else {
         goto none;
@@ -411,6 +788,13 @@ size_t srv_tools_plain(srv_tool_format f, const char *text, size_t len) {
     const char *end = text + len;
     const char *s = skip_space(text, end);
     if (s == end || may_be_whole(s, (size_t)(end - s))) return 0;
+    if (f == SRV_TOOLFMT_MISTRAL_ARGS) {
+        /* newer Mistral's name{...}: its control tokens are not in the text */
+        const size_t k = name_len(s, (size_t)(end - s));
+        const char *p = s + k;
+        const size_t m = (size_t)(end - p) < 6 ? (size_t)(end - p) : 6;
+        if (k > 0 && (p == end || *p == '{' || (m > 0 && !memcmp(p, "[ARGS]", m)))) return 0;
+    }
     const char *tag = call_tag(f);
     if (!tag) return len;
     const size_t t = strlen(tag);

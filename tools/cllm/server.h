@@ -55,6 +55,7 @@ typedef struct srv_gen_params {
     int top_logprobs;      /* 0..SRV_MAX_TOP_LOGPROBS alternatives each */
     cllm_logit_bias *bias; /* owned (free): rp.sampling.logit_bias */
     char *grammar;         /* owned (free): rp.sampling.grammar (GBNF), or NULL */
+    int32_t *triggers;     /* owned (free): rp.sampling.grammar_trigger_tokens, or NULL */
 } srv_gen_params;
 
 typedef enum srv_finish {
@@ -196,10 +197,12 @@ typedef enum srv_tool_choice {
  * JSON call or a list of them (a control token such as Llama 3's
  * <|python_tag|> or Mistral's [TOOL_CALLS] is not in the generated text). */
 typedef enum srv_tool_format {
-    SRV_TOOLFMT_GENERIC = 0, /* the whole answer: {"name", "arguments"} or a list of them */
-    SRV_TOOLFMT_HERMES,      /* <tool_call>{"name", "arguments"}</tool_call>, one or more */
-    SRV_TOOLFMT_LLAMA3,      /* {"name", "parameters"} (after <|python_tag|>), one call */
-    SRV_TOOLFMT_MISTRAL,     /* [TOOL_CALLS][{"name", "arguments"}, ...] */
+    SRV_TOOLFMT_GENERIC = 0,  /* the whole answer: {"name", "arguments"} or a list of them */
+    SRV_TOOLFMT_HERMES,       /* <tool_call>{"name", "arguments"}</tool_call>, one or more */
+    SRV_TOOLFMT_LLAMA3,       /* {"name", "parameters"} (after <|python_tag|>), one call */
+    SRV_TOOLFMT_MISTRAL,      /* [TOOL_CALLS][{"name", "arguments"}, ...] */
+    SRV_TOOLFMT_MISTRAL_ARGS, /* [TOOL_CALLS]name[ARGS]{...}, one or more (Mistral since v0.3) */
+    SRV_TOOLFMT_XML, /* <tool_call><function=name><parameter=p>value</parameter></function> */
     SRV_TOOLFMT_COUNT
 } srv_tool_format;
 
@@ -224,17 +227,39 @@ int srv_tools_parse(json_t *o, srv_tools *t, srv_tool_err *te);
 /* The "function" object of the tool called `name`, or NULL. */
 json_t *srv_tools_find(const srv_tools *t, const char *name);
 /* The form of a call in chat template `tmpl` (NULL: none): its text names
- * <tool_call> (Hermes, Qwen), [TOOL_CALLS] (Mistral), or <|python_tag|> or
- * Llama 3's headers with "parameters"; else the generic form. */
+ * <function= and <parameter= (XML: Qwen3-Coder, GLM), <tool_call> (Hermes,
+ * Qwen), [TOOL_CALLS] with [ARGS] (Mistral since v0.3) or without (older
+ * Mistral), or <|python_tag|> or Llama 3's headers with "parameters"; else
+ * the generic form. */
 srv_tool_format srv_tools_format(const char *tmpl);
-/* With tool_choice required or named: a GBNF grammar (free) that allows
- * only calls of the tools (their parameters' schemas) in t->format: each
- * in <tool_call> tags (Hermes; several blocks with parallel calls), the
- * JSON {"name", "parameters"} (Llama 3), a list of {"name", "arguments"}
- * (Mistral), or {"name", "arguments"} or, with parallel calls, a list of
- * them (generic); its start rule in *root. NULL without one, or on failure
- * (te->code set; NULL code: out of memory). */
+/* A GBNF grammar (free) that allows only calls of the tools (their
+ * parameters' schemas) in t->format: each in <tool_call> tags (Hermes;
+ * several blocks with parallel calls), the JSON {"name", "parameters"}
+ * (Llama 3), a list of {"name", "arguments"} (Mistral), name[ARGS]{...}
+ * after an optional [TOOL_CALLS] (newer Mistral), <tool_call> blocks of
+ * <function=name> with a <parameter=p> per property (XML: a string
+ * property's value is text without "</", another's JSON of its schema), or
+ * {"name", "arguments"} or, with parallel calls, a list of them (generic);
+ * its start rule in *root. With tool_choice required or named it forces a
+ * call; with auto it is the lazy grammar that srv_tools_triggers' words
+ * turn on (the tagged forms as above, Mistral's list after an optional
+ * [TOOL_CALLS]). NULL without tools or with tool_choice none, or on
+ * failure (te->code set; NULL code: out of memory). */
 char *srv_tools_grammar(const srv_tools *t, const char **root, srv_tool_err *te);
+/* The words that open a call in format f under tool_choice auto (the lazy
+ * grammar's triggers, constant strings; a grammar that begins with them):
+ * <tool_call> (Hermes, XML), [TOOL_CALLS] (Mistral), {"name" (Llama 3 and
+ * generic; [{"name" too with parallel calls in the generic form). Their
+ * number; *control the text of a control token that opens a call too
+ * (Llama 3's <|python_tag|>, Mistral's [TOOL_CALLS]), or NULL. */
+int srv_tools_triggers(srv_tool_format f, bool parallel, const char *const **words,
+                       const char **control);
+/* Sets gp's grammar to srv_tools_grammar's (an error when it fails: -1
+ * after filling *te); with tool_choice auto it is lazy: the triggers of
+ * srv_tools_triggers, and the control token as a trigger token when model
+ * m (may be NULL) has it as one token without text. 0 on success. */
+int srv_tools_set_grammar(const srv_tools *t, const cllm_model *m, srv_gen_params *gp,
+                          srv_tool_err *te);
 /* The request's messages as the chat template takes them (new array in
  * *out): roles checked, contents as text, tool_calls with arguments as
  * objects, tool_call_id and name kept; when the template knows no tools
@@ -243,10 +268,12 @@ char *srv_tools_grammar(const srv_tools *t, const char **root, srv_tool_err *te)
 int srv_tools_messages(json_t *msgs, const srv_tools *t, bool template_has_tools, json_t **out,
                        srv_tool_err *te);
 /* The tool calls in generated text[0, len) written in format f: the
- * tagged blocks of Hermes or Mistral (text before them is content), or,
+ * tagged blocks of Hermes, XML (a parameter's value read as JSON when it
+ * is, else as a string) or Mistral (text before them is content), or,
  * when `start` (text is the answer from its beginning), the whole text as
  * one call or a list of them (a ```json fence around it allowed), or
- * several calls one after another. A new array of OpenAI tool_calls
+ * several calls one after another (newer Mistral: name{...} too, its
+ * control tokens not in the text). A new array of OpenAI tool_calls
  * (arguments as JSON text, new ids), with the length of the text before
  * them in *content_len; NULL when the text holds no calls. */
 json_t *srv_tools_extract(srv_tool_format f, const char *text, size_t len, bool start,

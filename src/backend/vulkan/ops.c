@@ -252,7 +252,9 @@ bool vk_mul_mat_q8(const vk_dev *v, const cllm_tensor *node) {
     }
     const cllm_tensor *a = node->src[0], *b = node->src[1];
     const cllm_type t = a->type;
-    if (t != CLLM_TYPE_Q4_0 && t != CLLM_TYPE_Q4_1 && t != CLLM_TYPE_Q8_0) return false;
+    if (t != CLLM_TYPE_Q4_0 && t != CLLM_TYPE_Q4_1 && t != CLLM_TYPE_Q8_0 && t != CLLM_TYPE_Q4_K) {
+        return false;
+    }
     /* whole: no windows, and the blocks in one binding */
     const uint64_t blocks = (uint64_t)(a->ne[0] / 32) * (uint64_t)cllm_nrows(b);
     return vk_window_rows(v, a) == a->ne[1] && vk_window_rows(v, b) == b->ne[1] &&

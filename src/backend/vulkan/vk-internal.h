@@ -195,7 +195,7 @@ int64_t vk_attn_window(const vk_dev *v, const cllm_tensor *node);
 size_t vk_attn_state_bytes(const vk_dev *v, const cllm_tensor *node);
 /* Whether mul_mat node `node` runs with 8-bit activations (its src[1]
  * quantized as the CPU's default precision does, then packed int8 dot
- * products): Q4_0, Q4_1 or Q8_0 weights, CLLM_PREC_DEFAULT, a device with
+ * products): Q4_0, Q4_1, Q8_0 or Q4_K weights, CLLM_PREC_DEFAULT, a device with
  * integer dot products, and no windows. */
 bool vk_mul_mat_q8(const vk_dev *v, const cllm_tensor *node);
 /* The workspace bytes of mul_mat node `node` on the int8 path: its

@@ -510,7 +510,10 @@ static void check_invariance_types(const char *gen) {
                  "--n-ff %d --n-ctx 128 --type %s --seed 3 --qk-std 0.1",
                  gen, vocab, path, k ? 256 : 160, k ? 768 : 544, types[i]);
         CHECKF(system(cmd) == 0, "%s", cmd);
-        if (i == 0 && g_kv != CLLM_TYPE_F16) check_model(path, 2e-3);
+        /* Q4_0 keys: the last bit of another column's rounding can turn a
+         * value to the next of 16 levels, a step of 1/8 of its block's range */
+        if (i == 0 && g_kv != CLLM_TYPE_F16)
+            check_model(path, g_kv == CLLM_TYPE_Q4_0 ? 1e-2 : 2e-3);
         check_invariance(path);
         check_chunks(path);
         check_joined(path);
@@ -536,7 +539,8 @@ int main(int argc, char **argv) {
         static const struct {
             const char *name;
             cllm_type type;
-        } kv_types[] = {{"q8_0", CLLM_TYPE_Q8_0}, {"q4_0", CLLM_TYPE_Q4_0}, {"bf16", CLLM_TYPE_BF16}};
+        } kv_types[] = {
+            {"q8_0", CLLM_TYPE_Q8_0}, {"q4_0", CLLM_TYPE_Q4_0}, {"bf16", CLLM_TYPE_BF16}};
         bool known = false;
         for (size_t i = 0; i < sizeof(kv_types) / sizeof(kv_types[0]); i++) {
             if (!strcmp(kv, kv_types[i].name)) g_kv = kv_types[i].type, known = true;

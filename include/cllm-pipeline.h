@@ -89,7 +89,7 @@ typedef struct cllm_pipe_plan {
  * Plans `n_ranks` stages of the model at `path` (metadata only, no weight
  * read): layers split in contiguous ranges of equal size (the first ranks
  * take one more when they do not divide), each rank's part measured on its
- * CPU exactly as a session of the shape of `fp` (n_ctx, n_batch, kv_type,
+ * CPU exactly as a session of the shape of `fp` (n_ctx, n_batch, type_k, type_v,
  * n_threads; fp->use_mmap is ignored: a rank reads only its own tensors into
  * memory, since a file's tensors need not lie in layer order), plus the
  * exchange buffers. fp's budget "cpu" (cllm_plan_add_budget)

@@ -431,13 +431,15 @@ typedef struct cllm_plan_budget {
 } cllm_plan_budget;
 
 typedef struct cllm_plan_params {
-    int64_t n_ctx;     /* 0: min(model context, 4096) */
-    int64_t n_batch;   /* default 512 (at most n_ctx) */
-    int n_sessions;    /* default 1 */
-    int n_seq;         /* sequences per session (cllm_session_params), default 1 */
-    cllm_type kv_type; /* CLLM_TYPE_F16 (default) or CLLM_TYPE_F32 */
-    int n_threads;     /* CPU backend threads (workspace); 0: physical cores */
-    bool use_mmap;     /* default true: CPU weights are the mapped file's data section */
+    int64_t n_ctx;   /* 0: min(model context, 4096) */
+    int64_t n_batch; /* default 512 (at most n_ctx) */
+    int n_sessions;  /* default 1 */
+    int n_seq;       /* sequences per session (cllm_session_params), default 1 */
+    /* KV cache types, K and V each: CLLM_TYPE_F16 (default), CLLM_TYPE_F32,
+     * CLLM_TYPE_BF16, CLLM_TYPE_Q8_0 or CLLM_TYPE_Q4_0 (cllm_session_params) */
+    cllm_type type_k, type_v;
+    int n_threads; /* CPU backend threads (workspace); 0: physical cores */
+    bool use_mmap; /* default true: CPU weights are the mapped file's data section */
     int n_budgets;
     cllm_plan_budget budgets[CLLM_PLAN_MAX_BUDGETS]; /* overrides of free memory */
     /* streaming: when the CPU's budget cannot hold its layers, the first
@@ -856,9 +858,15 @@ cllm_status cllm_chat_render_alloc(cllm_chat_style style, const cllm_chat_msg *m
 typedef struct cllm_session cllm_session;
 
 typedef struct cllm_session_params {
-    int64_t n_ctx;        /* 0: min(model context, 4096) */
-    int64_t n_batch;      /* prompt tokens per forward pass (default 512) */
-    cllm_type kv_type;    /* CLLM_TYPE_F16 (default) or CLLM_TYPE_F32 */
+    int64_t n_ctx;   /* 0: min(model context, 4096) */
+    int64_t n_batch; /* prompt tokens per forward pass (default 512) */
+    /* KV cache types, K and V each: CLLM_TYPE_F16 (default), CLLM_TYPE_F32,
+     * CLLM_TYPE_BF16, or the blocks of 32 CLLM_TYPE_Q8_0 (8.5 bits a value)
+     * and CLLM_TYPE_Q4_0 (4.5 bits), which need a head size that is a
+     * multiple of 32 and the fused attention (not unfused_attn). Attention
+     * reads the blocks where they are; a token's K (V) row is quantized as
+     * it is written. */
+    cllm_type type_k, type_v;
     int n_threads;        /* 0: one per physical core */
     bool unfused_attn;    /* reference attention (mul_mat + soft_max + mul_mat) */
     bool f32_activations; /* keep matmul activations in F32 (no Q8 quantization) */

@@ -240,14 +240,14 @@ static void test_sessions_within_plan(void) {
     } k_over[] = {
         {512, 16, CLLM_TYPE_F16, 1, "context size 512 exceeds the 64"},
         {64, 32, CLLM_TYPE_F16, 1, "batch size 32 exceeds the 16"},
-        {64, 16, CLLM_TYPE_F32, 1, "KV cache type f32"},
+        {64, 16, CLLM_TYPE_F32, 1, "KV cache type f32/f32 (K/V)"},
         {64, 16, CLLM_TYPE_F16, 2, "CPU threads (workspace) 2 exceeds the 1"},
     };
     for (size_t i = 0; i < CLLM_ARRAY_SIZE(k_over); i++) {
         cllm_session_params sp = cllm_session_default_params();
         sp.n_ctx = k_over[i].n_ctx;
         sp.n_batch = k_over[i].n_batch;
-        sp.kv_type = k_over[i].kv;
+        sp.type_k = sp.type_v = k_over[i].kv;
         sp.n_threads = k_over[i].threads;
         cllm_session *s = NULL;
         CHECKF(cllm_session_new(m, &sp, &s) == CLLM_ERR_TOO_LARGE && !s, "case %zu", i);
@@ -331,7 +331,7 @@ static cllm_status load_and_run(const cllm_plan *plan, const cllm_plan_params *f
     sp.n_ctx = fp->n_ctx;
     sp.n_batch = fp->n_batch;
     sp.n_threads = fp->n_threads;
-    sp.kv_type = fp->kv_type;
+    sp.type_k = fp->type_k, sp.type_v = fp->type_v;
     cllm_session *s = NULL;
     const cllm_status st = cllm_session_new(m, &sp, &s);
     if (st != CLLM_OK) {
@@ -354,7 +354,7 @@ static void test_run_with_plan(const char *json) {
     fp.n_ctx = 128;
     fp.n_batch = 64;
     fp.n_threads = 2;
-    fp.kv_type = CLLM_TYPE_F32;
+    fp.type_k = fp.type_v = CLLM_TYPE_F32;
     for (int mmap = 0; mmap < 2; mmap++) {
         fp.use_mmap = mmap;
         fp.n_budgets = 0;

@@ -85,7 +85,7 @@ static void check_model(const char *file, run_opts o) {
     cllm_session_params sp = cllm_session_default_params();
     sp.n_ctx = 128;
     sp.n_batch = o.n_batch;
-    sp.kv_type = o.kv_type;
+    sp.type_k = sp.type_v = o.kv_type;
     sp.unfused_attn = o.unfused;
     sp.n_threads = o.n_threads;
     sp.f32_activations = o.f32_act;

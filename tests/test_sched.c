@@ -108,8 +108,12 @@ static bool tiny_init(tiny *m, const int *layer_dev, const int *kv_dev) {
         cllm_tensor_set_name(m->k[l], "cache_k-%d", l);
         cllm_tensor_set_name(m->v[l], "cache_v-%d", l);
     }
-    m->kv =
-        (cllm_kv_cache){.type = CLLM_TYPE_F32, .n_ctx = NCTX, .n_layer = L, .k = m->k, .v = m->v};
+    m->kv = (cllm_kv_cache){.type_k = CLLM_TYPE_F32,
+                            .type_v = CLLM_TYPE_F32,
+                            .n_ctx = NCTX,
+                            .n_layer = L,
+                            .k = m->k,
+                            .v = m->v};
     cllm_buffer_type *bufts[2] = {cllm_cpu_buffer_type(),
                                   cllm_device_buffer_type(cllm_test_device())};
     for (int d = 0; d < 2; d++) {

@@ -27,6 +27,11 @@
  *  - the last three also on random models written by cllm-gen-model
  *    (argv[1]): Q8_0, Q5_1, Q6_K (the kernels plan), F32, F16, Q4_1 and
  *    Q4_K, rows of 5 and 17 blocks.
+ * With CLLM_TEST_KV set to a KV cache type (q8_0, q4_0, bf16), every
+ * session has caches of that type, and the checks run on the random models
+ * only, all with heads of 64 (a block type needs whole blocks per head),
+ * the first of them also through the first list (logits against sessions
+ * of their own, truncation, bad batches, memory).
  */
 #include "cllm.h"
 #include "common/check.h"
@@ -45,8 +50,14 @@ static void quiet(cllm_log_level level, const char *msg, void *ud) {
     (void)level, (void)msg, (void)ud;
 }
 
+/* CLLM_TEST_KV: the KV cache type of every session (F16 without it). */
+static cllm_type g_kv = CLLM_TYPE_F16;
+
+static void apply_kv(cllm_session_params *sp) { sp->type_k = sp->type_v = g_kv; }
+
 static cllm_session *new_session_batch(const cllm_model *m, int n_seq, int n_batch) {
     cllm_session_params sp = cllm_session_default_params();
+    apply_kv(&sp);
     sp.n_ctx = N_CTX;
     sp.n_batch = n_batch;
     sp.n_threads = 2;
@@ -305,6 +316,7 @@ static void check_chunks(const char *path) {
     int32_t prompt[N];
     for (int j = 0; j < N; j++) prompt[j] = (int32_t)((7919 * j + 13) % (n_vocab - 10) + 5);
     cllm_session_params sp = cllm_session_default_params();
+    apply_kv(&sp);
     sp.n_ctx = 256;
     sp.n_batch = 256;
     sp.n_threads = 2;
@@ -492,12 +504,16 @@ static void check_invariance_types(const char *gen) {
          * weights the scores are so small that another rounding of them
          * vanishes in the softmax (and with much larger ones one key takes
          * all the weight). */
-        const bool k = strstr(types[i], "_k") != NULL;
+        const bool k = strstr(types[i], "_k") != NULL || g_kv != CLLM_TYPE_F16;
         snprintf(cmd, sizeof(cmd),
                  "'%s' --vocab '%s' --out '%s' --n-embd %d --n-layer 2 --n-head 4 --n-head-kv 2 "
                  "--n-ff %d --n-ctx 128 --type %s --seed 3 --qk-std 0.1",
                  gen, vocab, path, k ? 256 : 160, k ? 768 : 544, types[i]);
         CHECKF(system(cmd) == 0, "%s", cmd);
+        /* Q4_0 keys: the last bit of another column's rounding can turn a
+         * value to the next of 16 levels, a step of 1/8 of its block's range */
+        if (i == 0 && g_kv != CLLM_TYPE_F16)
+            check_model(path, g_kv == CLLM_TYPE_Q4_0 ? 1e-2 : 2e-3);
         check_invariance(path);
         check_chunks(path);
         check_joined(path);
@@ -518,7 +534,20 @@ int main(int argc, char **argv) {
         {"stories260K.gguf", 1e-3},
         {"TinyLLama-v0.Q4_0.gguf", 2e-3},
     };
-    for (size_t i = 0; i < sizeof(k_models) / sizeof(k_models[0]); i++) {
+    const char *kv = getenv("CLLM_TEST_KV");
+    if (kv && *kv) {
+        static const struct {
+            const char *name;
+            cllm_type type;
+        } kv_types[] = {
+            {"q8_0", CLLM_TYPE_Q8_0}, {"q4_0", CLLM_TYPE_Q4_0}, {"bf16", CLLM_TYPE_BF16}};
+        bool known = false;
+        for (size_t i = 0; i < sizeof(kv_types) / sizeof(kv_types[0]); i++) {
+            if (!strcmp(kv, kv_types[i].name)) g_kv = kv_types[i].type, known = true;
+        }
+        CHECKF(known, "CLLM_TEST_KV=%s: not q8_0, q4_0 or bf16", kv);
+    }
+    for (size_t i = 0; i < sizeof(k_models) / sizeof(k_models[0]) && g_kv == CLLM_TYPE_F16; i++) {
         const char *files[] = {k_models[i].file, NULL};
         if (!refs_have(files)) continue;
         char path[4096];

@@ -33,7 +33,7 @@ static cllm_session *session_or_null(const cllm_model *m, int64_t n_ctx, int64_t
     sp.n_ctx = n_ctx;
     sp.n_batch = n_batch;
     sp.n_threads = 2;
-    sp.kv_type = CLLM_TYPE_F32;
+    sp.type_k = sp.type_v = CLLM_TYPE_F32;
     sp.all_logits = all_logits;
     cllm_session *s = NULL;
     const cllm_status st = cllm_session_new(m, &sp, &s);
@@ -208,7 +208,7 @@ static void test_failed_decode_keeps_logits(void) {
     fp.n_ctx = 64;
     fp.n_batch = 16;
     fp.n_threads = 2;
-    fp.kv_type = CLLM_TYPE_F32;
+    fp.type_k = fp.type_v = CLLM_TYPE_F32;
     fp.use_mmap = false;
     cllm_plan *plan = NULL;
     cllm_model *m = NULL;
@@ -359,7 +359,7 @@ static void test_graph_reuse_split(void) {
     fp.n_sessions = 2;
     fp.n_batch = 16;
     fp.n_threads = 2;
-    fp.kv_type = CLLM_TYPE_F32;
+    fp.type_k = fp.type_v = CLLM_TYPE_F32;
     fp.use_mmap = false;
     cllm_plan *plan = NULL;
     cllm_model *m = NULL;

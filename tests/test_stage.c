@@ -70,7 +70,7 @@ static cllm_session_params stage_params(void) {
     sp.n_ctx = 64;
     sp.n_batch = 8; /* several batches per prompt */
     sp.n_threads = 1;
-    sp.kv_type = CLLM_TYPE_F32;
+    sp.type_k = sp.type_v = CLLM_TYPE_F32;
     return sp;
 }
 
@@ -121,7 +121,7 @@ static void test_split(const cllm_model *whole, int n_stages, bool use_mmap) {
     /* the plan of the ranks, for the same shape (it reads, never maps) */
     cllm_plan_params fp = cllm_plan_default_params();
     fp.n_ctx = sp.n_ctx, fp.n_batch = sp.n_batch, fp.n_threads = sp.n_threads;
-    fp.kv_type = sp.kv_type;
+    fp.type_k = sp.type_k, fp.type_v = sp.type_v;
     cllm_pipe_plan plan;
     const bool planned = cllm_pipe_plan_file(g_path, &fp, n_stages, &plan) == CLLM_OK;
     CHECKF(planned, "plan of %d ranks: %s", n_stages, cllm_last_error());
@@ -259,7 +259,7 @@ static void test_seqs(const cllm_model *whole, int n_stages) {
     sp.n_seq = N_SEQ;
     cllm_plan_params fp = cllm_plan_default_params();
     fp.n_ctx = sp.n_ctx, fp.n_batch = sp.n_batch, fp.n_threads = sp.n_threads;
-    fp.kv_type = sp.kv_type, fp.n_sessions = N_SEQ;
+    fp.type_k = sp.type_k, fp.type_v = sp.type_v, fp.n_sessions = N_SEQ;
     cllm_pipe_plan plan;
     CHECKF(cllm_pipe_plan_file(g_path, &fp, n_stages, &plan) == CLLM_OK, "plan: %s",
            cllm_last_error());

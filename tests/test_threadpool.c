@@ -184,8 +184,11 @@ static void capture(cllm_log_level level, const char *msg, void *ud) {
  * warning naming both counts was logged. */
 static int resolve_threads(int requested, bool *warned) {
     const cllm_hparams hp = {.n_ctx_train = 64};
-    const cllm_shape_params sp = {
-        .n_ctx = 16, .n_batch = 8, .kv_type = CLLM_TYPE_F16, .n_threads = requested};
+    const cllm_shape_params sp = {.n_ctx = 16,
+                                  .n_batch = 8,
+                                  .type_k = CLLM_TYPE_F16,
+                                  .type_v = CLLM_TYPE_F16,
+                                  .n_threads = requested};
     log_capture c = {0};
     cllm_log_set(capture, &c);
     cllm_shape sh = {.n_threads = -1};

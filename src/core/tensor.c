@@ -246,6 +246,14 @@ static bool is_float_type(cllm_type type) {
     return type == CLLM_TYPE_F32 || type == CLLM_TYPE_F16 || type == CLLM_TYPE_BF16;
 }
 
+/* attn's k or v: a float type, or rows of whole Q8_0 / Q4_0 blocks */
+static bool is_attn_kv(const cllm_tensor *t) {
+    if (is_float_type(t->type)) return true;
+    if (t->type != CLLM_TYPE_Q8_0 && t->type != CLLM_TYPE_Q4_0) return false;
+    const cllm_type_traits *tt = cllm_type_traits_of(t->type);
+    return t->ne[0] % tt->blck_size == 0 && t->nb[0] == tt->type_size;
+}
+
 /* ---- views ------------------------------------------------------------- */
 
 /* A tensor aliasing a's data at a->view_offs + offset, with the given shape
@@ -576,7 +584,7 @@ int64_t cllm_mul_mat_n_alone(const cllm_tensor *t) {
 cllm_tensor *cllm_attn(cllm_context *ctx, cllm_tensor *q, cllm_tensor *k, cllm_tensor *v,
                        cllm_tensor *mask, float scale) {
     shape_buf sq, sk, sv, sm;
-    CLLM_ASSERTF(q->type == CLLM_TYPE_F32 && is_float_type(k->type) && is_float_type(v->type),
+    CLLM_ASSERTF(q->type == CLLM_TYPE_F32 && is_attn_kv(k) && is_attn_kv(v),
                  "attn: q %s, k %s, v %s", cllm_type_name(q->type), cllm_type_name(k->type),
                  cllm_type_name(v->type));
     CLLM_ASSERTF(q->ne[0] == k->ne[0] && k->ne[1] == v->ne[1] && k->ne[2] == v->ne[2] &&

@@ -345,7 +345,9 @@ int64_t cllm_mul_mat_n_alone(const cllm_tensor *t);
 /*
  * Fused attention, never storing the n_tokens x n_kv score matrix:
  *   q: [D, n_tokens, n_head, 1] F32; k: [D, n_kv, n_head_kv, 1];
- *   v: [Dv, n_kv, n_head_kv, 1] (k, v: F32, F16 or BF16, any strides);
+ *   v: [Dv, n_kv, n_head_kv, 1] (k, v: F32, F16 or BF16, any strides; or
+ *   Q8_0 / Q4_0 with whole blocks per row, blocks contiguous: a quantized
+ *   KV cache);
  *   mask: optional [n_kv, >= n_tokens] F32 or F16, shared by all heads.
  *   For head h, kv head g = h / (n_head / n_head_kv):
  *   out[:, h, t] = sum_j softmax_j(scale * q[:, t, h] . k[:, j, g] + mask[j, t]) v[:, j, g]

@@ -481,10 +481,11 @@ static cllm_tensor *attend_cache(const cllm_build_args *args, int layer, cllm_te
     CLLM_ASSERTF(mask->ne[0] == n_kv, "attention: a mask of %lld rows for %lld",
                  (long long)mask->ne[0], (long long)n_kv);
 
-    /* [head_dim, n_kv, n_head_kv] views of the cache */
-    const size_t kes = cllm_element_size(kc), ves = cllm_element_size(vc);
-    cllm_tensor *K = cllm_view_3d(ctx, kc, hd_k, n_kv, hp->n_head_kv, kc->nb[1], hd_k * kes, 0);
-    cllm_tensor *V = cllm_view_3d(ctx, vc, hd_v, n_kv, hp->n_head_kv, vc->nb[1], hd_v * ves, 0);
+    /* [head_dim, n_kv, n_head_kv] views of the cache (a head of a block
+     * type is whole blocks: cllm_shape_resolve checks it) */
+    const size_t k_head = cllm_row_size(kc->type, hd_k), v_head = cllm_row_size(vc->type, hd_v);
+    cllm_tensor *K = cllm_view_3d(ctx, kc, hd_k, n_kv, hp->n_head_kv, kc->nb[1], k_head, 0);
+    cllm_tensor *V = cllm_view_3d(ctx, vc, hd_v, n_kv, hp->n_head_kv, vc->nb[1], v_head, 0);
     cllm_tensor *qp = cllm_permute(ctx, q, 0, 2, 1, 3); /* [hd, n_tokens, n_head] */
 
     cllm_tensor *out;

@@ -115,9 +115,9 @@ typedef struct cllm_weights {
  */
 typedef struct cllm_kv_cache {
     cllm_context *ctx;
-    cllm_type type; /* F16 by default, or F32 */
-    int64_t n_ctx;  /* per sequence */
-    int64_t n_ring; /* rows of a sliding-window layer's cache (n_ctx: no ring) */
+    cllm_type type_k, type_v; /* F16 by default; F32, BF16, Q8_0 or Q4_0 */
+    int64_t n_ctx;            /* per sequence */
+    int64_t n_ring;           /* rows of a sliding-window layer's cache (n_ctx: no ring) */
     int n_layer;
     int n_seq;
     cllm_tensor **k; /* n_seq * n_layer */

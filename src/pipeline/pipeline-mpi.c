@@ -254,7 +254,7 @@ static cllm_status pipe_load(cllm_pipe *p, const char *path, const cllm_plan_par
     sp.n_ctx = p->plan.n_ctx;
     sp.n_batch = p->plan.n_batch;
     sp.n_threads = fp->n_threads;
-    sp.kv_type = fp->kv_type;
+    sp.type_k = fp->type_k, sp.type_v = fp->type_v;
     sp.n_seq = fp->n_sessions;
     p->n_seq = fp->n_sessions;
     CLLM_TRY(cllm_session_new(p->m, &sp, &p->s));

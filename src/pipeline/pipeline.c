@@ -131,7 +131,8 @@ cllm_status cllm_pipe_plan_file(const char *path, const cllm_plan_params *fp, in
     cllm_shape sh;
     const cllm_shape_params shp = {.n_ctx = p.n_ctx,
                                    .n_batch = p.n_batch,
-                                   .kv_type = p.kv_type,
+                                   .type_k = p.type_k,
+                                   .type_v = p.type_v,
                                    .n_threads = p.n_threads,
                                    .n_seq = p.n_sessions};
     if ((st = cllm_shape_resolve(&hp, &shp, "pipeline", &sh)) != CLLM_OK) goto done;

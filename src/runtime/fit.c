@@ -40,7 +40,8 @@ cllm_plan_params cllm_plan_default_params(void) {
                               .n_batch = 512,
                               .n_sessions = 1,
                               .n_seq = 1,
-                              .kv_type = CLLM_TYPE_F16,
+                              .type_k = CLLM_TYPE_F16,
+                              .type_v = CLLM_TYPE_F16,
                               .n_threads = 0,
                               .use_mmap = true,
                               .stream_slots = 2,
@@ -134,7 +135,8 @@ static cllm_status find_devices(fit_ctx *f) {
 static cllm_status set_ctx(fit_ctx *f, int64_t n_ctx) {
     const cllm_shape_params sp = {.n_ctx = n_ctx,
                                   .n_batch = f->p.n_batch,
-                                  .kv_type = f->p.kv_type,
+                                  .type_k = f->p.type_k,
+                                  .type_v = f->p.type_v,
                                   .n_threads = f->p.n_threads,
                                   .n_seq = f->p.n_seq,
                                   .embeddings = f->p.embeddings};
@@ -483,7 +485,7 @@ cllm_status cllm_plan_new(const cllm_gguf *g, const cllm_plan_params *params, cl
     plan->n_ctx = f.shape.n_ctx;
     plan->n_batch = f.shape.n_batch;
     plan->n_sessions = f.p.n_sessions;
-    plan->kv_type = f.shape.kv_type;
+    plan->type_k = f.shape.type_k, plan->type_v = f.shape.type_v;
     plan->use_mmap = f.p.use_mmap;
     plan->n_devices = f.pl.n_devices;
     for (int d = 0; d < f.pl.n_devices; d++) {
@@ -543,7 +545,7 @@ cllm_status cllm_plan_new(const cllm_gguf *g, const cllm_plan_params *params, cl
     }
     for (int i = 0; i < n_kv; i++) {
         const cllm_tensor *t = cllm_context_tensor(plan->kv.ctx, i);
-        const int d = plan->layer_device[(i / 2) % plan->place.n_layer]; /* K, V per layer */
+        const int d = cllm_place_kv_device(&plan->place, t, i); /* K, V per layer */
         plan->tensors[plan->n_tensors++] = (cllm_plan_tensor){
             .t = t,
             .device = d,
@@ -649,11 +651,14 @@ void cllm_plan_print(const cllm_plan *plan, FILE *f, bool verbose) {
     if (plan->shape.n_seq > 1) {
         snprintf(seqs, sizeof(seqs), " of %d sequences", plan->shape.n_seq);
     }
-    fprintf(f, "plan for %s: %s, %lld layers, context %lld, batch %lld, %d session%s%s, KV %s\n\n",
+    fprintf(f,
+            "plan for %s: %s, %lld layers, context %lld, batch %lld, %d session%s%s, KV %s/%s "
+            "(K/V)\n\n",
             esc(plan->model, model, sizeof(model), false),
             esc(plan->hp.arch, arch, sizeof(arch), false), (long long)plan->hp.n_layer,
             (long long)plan->n_ctx, (long long)plan->n_batch, plan->n_sessions,
-            plan->n_sessions == 1 ? "" : "s", seqs, cllm_type_name(plan->kv_type));
+            plan->n_sessions == 1 ? "" : "s", seqs, cllm_type_name(plan->type_k),
+            cllm_type_name(plan->type_v));
     if (plan->kv.n_ring < plan->n_ctx) {
         int n_swa = 0;
         for (int64_t l = 0; l < plan->hp.n_layer; l++) n_swa += plan->hp.swa_layer[l];
@@ -731,12 +736,13 @@ void cllm_plan_print_json(const cllm_plan *plan, FILE *f, bool verbose) {
     char model[6 * sizeof(plan->model)], arch[6 * sizeof(plan->hp.arch)], dev[64], dev2[64];
     fprintf(f,
             "{\"model\": \"%s\", \"arch\": \"%s\", \"n_layer\": %lld, \"n_ctx\": %lld, "
-            "\"n_batch\": %lld, \"n_sessions\": %d, \"n_seq\": %d, \"kv_type\": \"%s\", "
+            "\"n_batch\": %lld, \"n_sessions\": %d, \"n_seq\": %d, \"type_k\": \"%s\", \"type_v\": "
+            "\"%s\", "
             "\"kv_ring\": %lld,\n \"devices\": [",
             esc(plan->model, model, sizeof(model), true),
             esc(plan->hp.arch, arch, sizeof(arch), true), (long long)plan->hp.n_layer,
             (long long)plan->n_ctx, (long long)plan->n_batch, plan->n_sessions, plan->shape.n_seq,
-            cllm_type_name(plan->kv_type), (long long)plan->kv.n_ring);
+            cllm_type_name(plan->type_k), cllm_type_name(plan->type_v), (long long)plan->kv.n_ring);
     for (int i = 0; i < plan->n_devices; i++) {
         const cllm_plan_device *fd = &plan->devices[i];
         fprintf(f,

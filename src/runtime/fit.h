@@ -67,7 +67,7 @@ struct cllm_plan {
     cllm_hparams hp;
     int64_t n_ctx, n_batch;
     int n_sessions;
-    cllm_type kv_type;
+    cllm_type type_k, type_v;
     bool use_mmap;
     int n_devices; /* the CPU is the last */
     cllm_plan_device devices[CLLM_PLACE_MAX_DEVICES];

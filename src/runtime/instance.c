@@ -8,7 +8,7 @@
 
 cllm_status cllm_kv_cache_init(cllm_kv_cache *kv, const cllm_hparams *hp, const cllm_shape *sh) {
     memset(kv, 0, sizeof(*kv));
-    kv->type = sh->kv_type;
+    kv->type_k = sh->type_k, kv->type_v = sh->type_v;
     kv->n_ctx = sh->n_ctx;
     kv->n_ring = cllm_kv_ring_rows(hp, sh->n_ctx, sh->n_batch);
     kv->n_layer = (int)hp->n_layer;
@@ -24,8 +24,8 @@ cllm_status cllm_kv_cache_init(cllm_kv_cache *kv, const cllm_hparams *hp, const 
     for (int i = 0; i < n; i++) {
         const int l = i % kv->n_layer, seq = i / kv->n_layer;
         const int64_t rows = hp->n_swa > 0 && hp->swa_layer[l] ? kv->n_ring : kv->n_ctx;
-        kv->k[i] = cllm_tensor_new_2d(kv->ctx, kv->type, cllm_hparams_n_embd_k_gqa(hp), rows);
-        kv->v[i] = cllm_tensor_new_2d(kv->ctx, kv->type, cllm_hparams_n_embd_v_gqa(hp), rows);
+        kv->k[i] = cllm_tensor_new_2d(kv->ctx, kv->type_k, cllm_hparams_n_embd_k_gqa(hp), rows);
+        kv->v[i] = cllm_tensor_new_2d(kv->ctx, kv->type_v, cllm_hparams_n_embd_v_gqa(hp), rows);
         if (seq == 0) {
             cllm_tensor_set_name(kv->k[i], "cache_k-%d", l);
             cllm_tensor_set_name(kv->v[i], "cache_v-%d", l);

@@ -194,25 +194,84 @@ void cllm_place_mapped_span(const cllm_placement *pl, const cllm_weights *w, con
     *size = lo < hi ? hi - lo : 0;
 }
 
-/* K and V of layer l of sequence s are tensors 2 (s n_layer + l) and one
- * more of the cache's context. */
+/* Whether device dev writes (cpy from F32) and reads (attention, the other
+ * cache F16) a KV cache of type t: asked of the device with nodes of one
+ * small head, metadata only. F16 and F32 caches every device holds. */
+static bool kv_type_on_device(cllm_device *dev, cllm_type t) {
+    if (t == CLLM_TYPE_F16 || t == CLLM_TYPE_F32) return true;
+    cllm_context *ctx = cllm_context_new(8);
+    if (!ctx) return false; /* the CPU then */
+    const int64_t d = 32;   /* a block of Q8_0 and Q4_0 */
+    cllm_tensor *src = cllm_tensor_new_2d(ctx, CLLM_TYPE_F32, d, 1);
+    cllm_tensor *row = cllm_tensor_new_2d(ctx, t, d, 1);
+    cllm_tensor *q = cllm_tensor_new_3d(ctx, CLLM_TYPE_F32, d, 1, 1);
+    cllm_tensor *c = cllm_tensor_new_3d(ctx, t, d, 1, 1);
+    cllm_tensor *other = cllm_tensor_new_3d(ctx, CLLM_TYPE_F16, d, 1, 1);
+    const bool ok = cllm_device_supports_op(dev, cllm_cpy(ctx, src, row)) &&
+                    cllm_device_supports_op(dev, cllm_attn(ctx, q, c, other, NULL, 1.0f)) &&
+                    cllm_device_supports_op(dev, cllm_attn(ctx, q, other, c, NULL, 1.0f));
+    cllm_context_free(ctx);
+    return ok;
+}
+
+int cllm_place_kv_device(const cllm_placement *pl, const cllm_tensor *t, int i) {
+    const int d = pl->layer_device[(i / 2) % pl->n_layer];
+    if (d < 0 || d == cllm_placement_cpu(pl)) return d;
+    return kv_type_on_device(pl->devices[d], t->type) ? d : cllm_placement_cpu(pl);
+}
+
+typedef struct kv_of {
+    const cllm_placement *pl;
+    cllm_context *ctx;
+} kv_of;
+
 static int kv_dev(const void *ud, int i) {
-    const cllm_placement *pl = ud;
-    return pl->layer_device[(i / 2) % pl->n_layer];
+    const kv_of *ko = ud;
+    return cllm_place_kv_device(ko->pl, cllm_context_tensor(ko->ctx, i), i);
 }
 
 cllm_status cllm_place_kv(const cllm_placement *pl, cllm_context *kv_ctx, size_t *bytes,
                           cllm_buffer *const *bufs) {
-    return lay_out(pl, kv_ctx, kv_dev, pl, bytes, bufs);
+    const kv_of ko = {pl, kv_ctx};
+    return lay_out(pl, kv_ctx, kv_dev, &ko, bytes, bufs);
 }
 
 /* ---- shapes ------------------------------------------------------------ */
+
+bool cllm_kv_type_supported(cllm_type t) {
+    return t == CLLM_TYPE_F16 || t == CLLM_TYPE_F32 || t == CLLM_TYPE_BF16 || t == CLLM_TYPE_Q8_0 ||
+           t == CLLM_TYPE_Q4_0;
+}
+
+/* A KV cache type for heads of head_dim values: one of the supported ones,
+ * and a block type only where a head is whole blocks (attention reads a
+ * head's part of a row). */
+static cllm_status kv_type_check(cllm_type t, const char *which, int64_t head_dim,
+                                 const char *who) {
+    if ((unsigned)t >= CLLM_TYPE_COUNT || !cllm_kv_type_supported(t)) {
+        return cllm_error(CLLM_ERR_INVALID_ARG,
+                          "%s: %s cache type %s is not supported (f16, f32, bf16, q8_0 or q4_0)",
+                          who, which, (unsigned)t < CLLM_TYPE_COUNT ? cllm_type_name(t) : "?");
+    }
+    const int64_t blck = cllm_type_traits_of(t)->blck_size;
+    if (head_dim % blck != 0) {
+        return cllm_error(CLLM_ERR_INVALID_ARG,
+                          "%s: %s cache type %s needs a head size that is a multiple of %lld "
+                          "(the model's is %lld)",
+                          who, which, cllm_type_name(t), (long long)blck, (long long)head_dim);
+    }
+    return CLLM_OK;
+}
+
+/* Bytes of n values of KV cache type t (a multiple of its block). */
+static size_t kv_bytes(cllm_type t, int64_t n) { return cllm_row_size(t, n); }
 
 cllm_status cllm_shape_resolve(const cllm_hparams *hp, const cllm_shape_params *p, const char *who,
                                cllm_shape *out) {
     cllm_shape sh = {.n_ctx = p->n_ctx ? p->n_ctx : CLLM_MIN(hp->n_ctx_train, 4096),
                      .n_batch = p->n_batch ? p->n_batch : 512,
-                     .kv_type = p->kv_type,
+                     .type_k = p->type_k,
+                     .type_v = p->type_v,
                      .n_threads = p->n_threads,
                      .n_seq = p->n_seq ? p->n_seq : 1};
     if (sh.n_ctx < 1 || sh.n_ctx > (1 << 24)) {
@@ -229,11 +288,8 @@ cllm_status cllm_shape_resolve(const cllm_hparams *hp, const cllm_shape_params *
         return cllm_error(CLLM_ERR_INVALID_ARG, "%s: batch size %lld is out of range", who,
                           (long long)sh.n_batch);
     }
-    if (sh.kv_type != CLLM_TYPE_F16 && sh.kv_type != CLLM_TYPE_F32) {
-        return cllm_error(CLLM_ERR_INVALID_ARG,
-                          "%s: KV cache type %s is not supported (f16 or f32)", who,
-                          cllm_type_name(sh.kv_type));
-    }
+    CLLM_TRY(kv_type_check(sh.type_k, "K", hp->head_dim_k, who));
+    CLLM_TRY(kv_type_check(sh.type_v, "V", hp->head_dim_v, who));
     if (sh.n_threads < 0 || sh.n_threads > 1024) {
         return cllm_error(CLLM_ERR_INVALID_ARG, "%s: %d threads is out of range [0, 1024]", who,
                           sh.n_threads);
@@ -285,11 +341,13 @@ cllm_status cllm_shape_check_within(const cllm_shape *sh, const cllm_shape *plan
                           who);
     } else if (sh->n_outputs > plan->n_outputs) {
         what = "logit rows per batch (all_logits)", have = sh->n_outputs, max = plan->n_outputs;
-    } else if (cllm_type_traits_of(sh->kv_type)->type_size >
-               cllm_type_traits_of(plan->kv_type)->type_size) {
+    } else if (kv_bytes(sh->type_k, 256) > kv_bytes(plan->type_k, 256) ||
+               kv_bytes(sh->type_v, 256) > kv_bytes(plan->type_v, 256)) {
         return cllm_error(CLLM_ERR_TOO_LARGE,
-                          "%s: KV cache type %s is larger than the %s the plan was made for", who,
-                          cllm_type_name(sh->kv_type), cllm_type_name(plan->kv_type));
+                          "%s: KV cache type %s/%s (K/V) is larger than the %s/%s the plan was "
+                          "made for",
+                          who, cllm_type_name(sh->type_k), cllm_type_name(sh->type_v),
+                          cllm_type_name(plan->type_k), cllm_type_name(plan->type_v));
     } else if (sh->n_threads > plan->n_threads) {
         what = "CPU threads (workspace)", have = sh->n_threads, max = plan->n_threads;
     }

@@ -102,9 +102,17 @@ cllm_status cllm_place_weights(const cllm_placement *pl, const cllm_weights *w, 
                                cllm_buffer *const *bufs);
 
 /* The same for a KV cache's tensors (cllm_kv_cache_init, runtime/instance.h):
- * each layer's K and V on its layer's device. */
+ * each layer's K and V on its layer's device, unless that device cannot
+ * write or read a cache of their type (a quantized cache on a device
+ * without those kernels): then on the CPU, where the scheduler runs the
+ * writes and the attention of that layer (cllm_place_kv_device). */
 cllm_status cllm_place_kv(const cllm_placement *pl, cllm_context *kv_ctx, size_t *bytes,
                           cllm_buffer *const *bufs);
+
+/* The device of tensor i of a KV cache's context (K and V of layer l of
+ * sequence s are tensors 2 (s n_layer + l) and one more): its layer's, or
+ * the CPU's (above); CLLM_PLACE_NONE for a layer of another host. */
+int cllm_place_kv_device(const cllm_placement *pl, const cllm_tensor *t, int i);
 
 /* CPU weights of a mapped file: its whole data section. */
 size_t cllm_place_mapped_bytes(const cllm_gguf *g);
@@ -118,23 +126,26 @@ void cllm_place_mapped_span(const cllm_placement *pl, const cllm_weights *w, con
 /* ---- the shape of a session -------------------------------------------- */
 
 typedef struct cllm_shape_params {
-    int64_t n_ctx;     /* 0: min(trained context, 4096) */
-    int64_t n_batch;   /* 0: 512; at most n_ctx */
-    cllm_type kv_type; /* F16 (0 is F32: callers pass it explicitly) */
-    bool all_logits;   /* logits of every batch row, not only the last */
-    int n_threads;     /* CPU threads; 0: one per physical core */
-    int n_seq;         /* sequences, each with a KV cache of n_ctx; 0: 1 */
-    bool embeddings;   /* batches may output the hidden state of every row */
+    int64_t n_ctx;            /* 0: min(trained context, 4096) */
+    int64_t n_batch;          /* 0: 512; at most n_ctx */
+    cllm_type type_k, type_v; /* F16 (0 is F32: callers pass them explicitly) */
+    bool all_logits;          /* logits of every batch row, not only the last */
+    int n_threads;            /* CPU threads; 0: one per physical core */
+    int n_seq;                /* sequences, each with a KV cache of n_ctx; 0: 1 */
+    bool embeddings;          /* batches may output the hidden state of every row */
 } cllm_shape_params;
 
 typedef struct cllm_shape {
     int64_t n_ctx, n_batch; /* n_ctx per sequence; n_batch tokens of all of them */
     int64_t n_outputs;      /* logit rows of the largest batch: n_seq, or n_batch */
-    cllm_type kv_type;
+    cllm_type type_k, type_v;
     int n_threads;   /* resolved, >= 1 */
     int n_seq;       /* 1 .. CLLM_MAX_SEQS, at most n_batch */
     bool embeddings; /* batches may output the hidden state of every row */
 } cllm_shape;
+
+/* Whether t is a KV cache type (F16, F32, BF16, Q8_0, Q4_0). */
+bool cllm_kv_type_supported(cllm_type t);
 
 /*
  * Applies the defaults and checks the ranges (context 1..2^24 and within the

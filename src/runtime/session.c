@@ -81,7 +81,8 @@ static size_t cllm_buffer_size_or_0(const cllm_buffer *b) { return b ? cllm_buff
 cllm_session_params cllm_session_default_params(void) {
     return (cllm_session_params){.n_ctx = 0,
                                  .n_batch = 512,
-                                 .kv_type = CLLM_TYPE_F16,
+                                 .type_k = CLLM_TYPE_F16,
+                                 .type_v = CLLM_TYPE_F16,
                                  .n_threads = 0,
                                  .unfused_attn = false,
                                  .all_logits = false,
@@ -163,13 +164,21 @@ cllm_status cllm_session_new(const cllm_model *model, const cllm_session_params 
     const cllm_hparams *hp = &model->hp;
     const cllm_shape_params shp = {.n_ctx = p.n_ctx,
                                    .n_batch = p.n_batch,
-                                   .kv_type = p.kv_type,
+                                   .type_k = p.type_k,
+                                   .type_v = p.type_v,
                                    .n_threads = p.n_threads,
                                    .all_logits = p.all_logits,
                                    .n_seq = p.n_seq,
                                    .embeddings = p.embeddings};
     cllm_shape shape;
     CLLM_TRY(cllm_shape_resolve(hp, &shp, "session", &shape));
+    if (p.unfused_attn && ((shape.type_k != CLLM_TYPE_F16 && shape.type_k != CLLM_TYPE_F32) ||
+                           (shape.type_v != CLLM_TYPE_F16 && shape.type_v != CLLM_TYPE_F32))) {
+        return cllm_error(
+            CLLM_ERR_INVALID_ARG,
+            "session: the unfused attention reads only F16 or F32 caches (K %s, V %s)",
+            cllm_type_name(shape.type_k), cllm_type_name(shape.type_v));
+    }
     if (model->has_limit) {
         CLLM_TRY(cllm_shape_check_within(&shape, &model->limit, "session"));
         if (atomic_load(&model->n_sessions) >= model->limit_sessions) {

@@ -135,6 +135,31 @@ bool cli_int(const char *cmd, const char *opt, const char *v, long long min, lon
     return true;
 }
 
+int cli_kv_option(const char *cmd, const char *opt, int argc, char **argv, int *i, cllm_type *k,
+                  cllm_type *v) {
+    if (!cli_is_one_of(opt, CLI_KV_OPTIONS)) return 0;
+    const char *val = cli_value(cmd, argc, argv, i);
+    if (!val) return 2;
+    static const struct {
+        const char *name;
+        cllm_type type;
+    } types[] = {{"f16", CLLM_TYPE_F16},
+                 {"f32", CLLM_TYPE_F32},
+                 {"bf16", CLLM_TYPE_BF16},
+                 {"q8_0", CLLM_TYPE_Q8_0},
+                 {"q4_0", CLLM_TYPE_Q4_0}};
+    for (size_t t = 0; t < sizeof(types) / sizeof(types[0]); t++) {
+        if (strcmp(val, types[t].name) != 0) continue;
+        const bool is_k = !strcmp(opt, "--cache-type-k") || !strcmp(opt, "-ctk");
+        const bool is_v = !strcmp(opt, "--cache-type-v") || !strcmp(opt, "-ctv");
+        if (!is_v) *k = types[t].type;
+        if (!is_k) *v = types[t].type;
+        return 1;
+    }
+    cli_error(cmd, "%s: '%s' is not a KV cache type (f16, f32, bf16, q8_0 or q4_0)", opt, val);
+    return 2;
+}
+
 bool cli_float(const char *cmd, const char *opt, const char *v, float *out) {
     char *end;
     errno = 0;

@@ -1,5 +1,6 @@
 /*
- * cllm bench -m FILE [-p 512] [-n 128] [-t 1,2] [-r 5] [-b 512] [-c N] [--output md|csv|json]
+ * cllm bench -m FILE [-p 512] [-n 128] [-d 0] [-t 1,2] [-r 5] [-b 512] [-c N]
+ *            [-ctk TYPE] [-ctv TYPE] [--output md|csv|json]
  *
  * Speed of one model, in the manner of llama-bench: for each thread count,
  *  - pp<P>: decode a batch of P tokens into an empty context (tokens/s);
@@ -7,6 +8,9 @@
  *    with -np S, S sequences step together, one token each per forward pass
  *    (tg<N>x<S>: tokens/s of all of them, the throughput a server's slots
  *    share);
+ *  - with -d D (a list, as llama-bench's -d), each test again after D
+ *    tokens are already in the cache (of every sequence): the cache is
+ *    filled untimed before each run, then the test is timed ("pp512 @ d4096");
  * each as mean +- stddev over r repetitions after one warm-up. Token ids are
  * fixed pseudo-random ids fed straight to cllm_session_decode: neither
  * tokenization nor sampling is timed. The header names the commit (env
@@ -25,6 +29,7 @@
 #include <string.h>
 
 #define BENCH_MAX_THREADS 64
+#define BENCH_MAX_DEPTHS  16
 #define BENCH_MIN(a, b)   ((a) < (b) ? (a) : (b))
 #define BENCH_MAX(a, b)   ((a) > (b) ? (a) : (b))
 
@@ -36,7 +41,10 @@ typedef struct bench_args {
     int threads[BENCH_MAX_THREADS];
     int n_threads_list;
     int reps;
-    int n_seqs; /* sequences of the tg test */
+    int n_seqs;                       /* sequences of the tg test */
+    int64_t depths[BENCH_MAX_DEPTHS]; /* -d: tokens in the cache before each test */
+    int n_depths;
+    cllm_type type_k, type_v; /* KV cache types */
     bench_output output;
     bool use_plan;        /* --mem: load with a plan within these budgets */
     bool no_mmap;         /* --no-mmap: read the weights instead of mapping them */
@@ -59,10 +67,13 @@ static void bench_usage(FILE *f) {
                "  -t, --threads N[,N...]  thread counts (default: physical cores)\n"
                "  -r, --repetitions N     repetitions (default 5)\n"
                "  -b, --batch-size N      batch size (default 512)\n"
-               "  -c, --ctx-size N        context (default: max(p, n) rounded up to 256)\n"
+               "  -d, --n-depth N[,N...]  tokens already in the cache when a test starts\n"
+               "                          (default 0): filled untimed, then the test timed\n"
+               "  -c, --ctx-size N        context (default: max(p, n) + the largest -d,\n"
+               "                          rounded up to 256)\n"
                "  -np, --seqs N           sequences that generate together in tg, one token\n"
-               "                          each per forward pass (default 1; tokens/s of all)\n"
-               "  -o, --output md|csv|json   output format (default md)\n"
+               "                          each per forward pass (default 1; tokens/s of "
+               "all)\n" CLI_KV_USAGE "  -o, --output md|csv|json   output format (default md)\n"
                "  --mem DEVICE=SIZE       load with a plan within budgets (as cllm plan; the\n"
                "                          layers that do not fit are streamed)\n"
                "  --no-mmap               read the weights into memory (on huge pages where\n"
@@ -96,6 +107,53 @@ static bool parse_threads(const char *o, const char *s, bench_args *a) {
     return true;
 }
 
+/* "0,512,4096" -> depths[] */
+static bool parse_depths(const char *o, const char *s, bench_args *a) {
+    a->n_depths = 0;
+    char buf[256];
+    if (strlen(s) >= sizeof(buf) || !*s) {
+        cli_error("bench", "%s: '%s' is not a list of depths (0,512,4096)", o, s);
+        return false;
+    }
+    snprintf(buf, sizeof(buf), "%s", s);
+    for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok;
+         tok = strtok_r(NULL, ",", &save)) {
+        long long v;
+        if (!cli_int("bench", o, tok, 0, 1 << 24, &v)) return false;
+        if (a->n_depths == BENCH_MAX_DEPTHS) {
+            cli_error("bench", "%s: more than %d depths", o, BENCH_MAX_DEPTHS);
+            return false;
+        }
+        a->depths[a->n_depths++] = v;
+    }
+    if (a->n_depths == 0) {
+        cli_error("bench", "%s: '%s' is not a list of depths (0,512,4096)", o, s);
+        return false;
+    }
+    return true;
+}
+
+static int64_t max_depth(const bench_args *a) {
+    int64_t d = 0;
+    for (int i = 0; i < a->n_depths; i++) d = BENCH_MAX(d, a->depths[i]);
+    return d;
+}
+
+/* The context of the sessions: -c, else the largest test after the largest
+ * depth, rounded up to 256. */
+static int64_t bench_ctx(const bench_args *a) {
+    if (a->n_ctx) return a->n_ctx;
+    return (BENCH_MAX(a->n_prompt, a->n_gen) + max_depth(a) + 255) / 256 * 256;
+}
+
+/* The batch of the sessions: the prompt's (at most -b), one token of each
+ * sequence, and the cache filled -b at a time. */
+static int64_t bench_batch(const bench_args *a) {
+    int64_t b = BENCH_MIN(a->n_batch, BENCH_MAX(a->n_prompt, 1));
+    if (max_depth(a) > 0) b = BENCH_MAX(b, BENCH_MIN(a->n_batch, max_depth(a)));
+    return BENCH_MAX(b, a->n_seqs);
+}
+
 /* Parses argv[1..] into *a: 0; -1 after printing the help; 2 after printing
  * the problem. */
 static int parse_bench_args(int argc, char **argv, bench_args *a) {
@@ -109,6 +167,8 @@ static int parse_bench_args(int argc, char **argv, bench_args *a) {
     a->fit = cllm_plan_default_params();
     a->threads[0] = cllm_cpu_physical_cores();
     a->n_threads_list = 1;
+    a->n_depths = 1; /* depth 0 */
+    a->type_k = a->type_v = CLLM_TYPE_F16;
     for (int i = 1; i < argc; i++) {
         const char *o = argv[i];
         if (cli_is_help(o)) {
@@ -129,8 +189,12 @@ static int parse_bench_args(int argc, char **argv, bench_args *a) {
             if (!(hf = cli_value("bench", argc, argv, &i))) return 2;
             continue;
         }
+        const int kv = cli_kv_option("bench", o, argc, argv, &i, &a->type_k, &a->type_v);
+        if (kv == 2) return 2;
+        if (kv) continue;
         if (!cli_is_one_of(o, "-m --model -p --n-prompt -n --n-gen -b --batch-size -c --ctx-size "
-                              "-r --repetitions -t --threads -o --output -np --seqs --mem")) {
+                              "-r --repetitions -t --threads -o --output -np --seqs --mem "
+                              "-d --n-depth")) {
             cli_error("bench", "unknown option '%s' (see cllm bench --help)", o);
             return 2;
         }
@@ -152,6 +216,8 @@ static int parse_bench_args(int argc, char **argv, bench_args *a) {
             ok = cli_int("bench", o, v, 1, 1000, &n) && ((a->reps = (int)n), true);
         } else if (!strcmp(o, "-t") || !strcmp(o, "--threads")) {
             ok = parse_threads(o, v, a);
+        } else if (!strcmp(o, "-d") || !strcmp(o, "--n-depth")) {
+            ok = parse_depths(o, v, a);
         } else if (!strcmp(o, "-np") || !strcmp(o, "--seqs")) {
             ok = cli_int("bench", o, v, 1, 64, &n) && ((a->n_seqs = (int)n), true);
         } else if (!strcmp(o, "--mem")) {
@@ -226,6 +292,7 @@ typedef struct bench_result {
     int64_t n;
     int threads;
     int n_seqs;      /* tg: sequences stepping together */
+    int64_t depth;   /* tokens in the cache before the test (-d) */
     double mean, sd; /* tokens/s */
 } bench_result;
 
@@ -237,11 +304,28 @@ static void mean_sd(const double *x, int n, double *mean, double *sd) {
     *sd = n > 1 ? sqrt(s2 / (n - 1)) : 0.0;
 }
 
-/* One timed run: pp decodes ids[0..n) at once, tg one at a time (with
- * n_seqs > 1, one token of each sequence per pass, each its own ids).
- * Returns tokens/s of all sequences, or -1 on error. */
-static double run_once(cllm_session *s, const int32_t *ids, int64_t n, bool batch, int n_seqs) {
+/* Every sequence's cache filled with fill[0..depth), n_batch tokens a pass
+ * (one sequence's, with several). */
+static bool fill_cache(cllm_session *s, const int32_t *fill, int64_t depth, int n_seqs,
+                       int64_t n_batch) {
+    if (n_seqs == 1) return depth == 0 || cllm_session_decode(s, fill, depth) == CLLM_OK;
+    for (int k = 0; k < n_seqs; k++) {
+        for (int64_t at = 0; at < depth; at += n_batch) {
+            const cllm_seq_tokens item = {k, fill + at, BENCH_MIN(n_batch, depth - at)};
+            if (cllm_session_decode_seqs(s, &item, 1) != CLLM_OK) return false;
+        }
+    }
+    return true;
+}
+
+/* One timed run after the cache is filled with fill[0..depth), untimed:
+ * pp decodes ids[0..n) at once, tg one at a time (with n_seqs > 1, one
+ * token of each sequence per pass, each its own ids). Returns tokens/s of
+ * all sequences, or -1 on error. */
+static double run_once(cllm_session *s, const int32_t *ids, int64_t n, bool batch, int n_seqs,
+                       const int32_t *fill, int64_t depth, int64_t n_batch) {
     cllm_session_reset(s);
+    if (!fill_cache(s, fill, depth, n_seqs, n_batch)) return -1;
     const double t0 = cllm_time_ms();
     if (batch) {
         if (cllm_session_decode(s, ids, n) != CLLM_OK) return -1;
@@ -259,15 +343,18 @@ static double run_once(cllm_session *s, const int32_t *ids, int64_t n, bool batc
     return ms > 0 ? (double)n * (batch ? 1 : n_seqs) * 1000.0 / ms : 0.0;
 }
 
-/* "pp512", "tg128", "tg128x4" (a ring of buffers). */
+/* "pp512", "tg128", "tg128x4", "pp512 @ d4096" (a ring of buffers). */
 static const char *test_name(const bench_result *r) {
-    static char ring[4][48];
+    static char ring[4][64];
     static int next;
     char *b = ring[next++ % 4];
+    char depth[32] = "";
+    if (r->depth > 0) snprintf(depth, sizeof(depth), " @ d%lld", (long long)r->depth);
     if (r->n_seqs > 1) {
-        snprintf(b, sizeof(ring[0]), "%s%lldx%d", r->test_kind, (long long)r->n, r->n_seqs);
+        snprintf(b, sizeof(ring[0]), "%s%lldx%d%s", r->test_kind, (long long)r->n, r->n_seqs,
+                 depth);
     } else {
-        snprintf(b, sizeof(ring[0]), "%s%lld", r->test_kind, (long long)r->n);
+        snprintf(b, sizeof(ring[0]), "%s%lld%s", r->test_kind, (long long)r->n, depth);
     }
     return b;
 }
@@ -283,13 +370,14 @@ static void csv_field(const char *s, const char *sep) {
 }
 
 static bool run_test(cllm_session *s, const int32_t *ids, int64_t n, bool batch, int n_seqs,
-                     int reps, bench_result *r) {
+                     int reps, const int32_t *fill, int64_t n_batch, bench_result *r) {
     /* warm-up: the whole batch for pp; a few tokens for tg */
-    if (run_once(s, ids, batch ? n : BENCH_MIN(n, 16), batch, n_seqs) < 0) return false;
+    if (run_once(s, ids, batch ? n : BENCH_MIN(n, 16), batch, n_seqs, fill, r->depth, n_batch) < 0)
+        return false;
     double *x = malloc((size_t)reps * sizeof(*x));
     if (!x) return false;
     for (int i = 0; i < reps; i++) {
-        x[i] = run_once(s, ids, n, batch, n_seqs);
+        x[i] = run_once(s, ids, n, batch, n_seqs, fill, r->depth, n_batch);
         if (x[i] < 0) {
             free(x);
             return false;
@@ -310,7 +398,7 @@ int cli_cmd_bench(int argc, char **argv) {
     cllm_plan *plan = NULL;
     cllm_session *s = NULL;
     int32_t *ids = NULL;
-    bench_result res[2 * BENCH_MAX_THREADS];
+    bench_result res[2 * BENCH_MAX_THREADS * BENCH_MAX_DEPTHS];
     int n_res = 0;
 
     cllm_model_params mp = cllm_model_default_params();
@@ -319,8 +407,9 @@ int cli_cmd_bench(int argc, char **argv) {
     if (a.use_plan) {
         /* a plan for the largest session the runs make (layers that do not
          * fit the budgets are streamed) */
-        a.fit.n_ctx = a.n_ctx ? a.n_ctx : (BENCH_MAX(a.n_prompt, a.n_gen) + 255) / 256 * 256;
-        a.fit.n_batch = BENCH_MAX(BENCH_MIN(a.n_batch, BENCH_MAX(a.n_prompt, 1)), a.n_seqs);
+        a.fit.n_ctx = bench_ctx(&a);
+        a.fit.n_batch = bench_batch(&a);
+        a.fit.type_k = a.type_k, a.fit.type_v = a.type_v;
         a.fit.n_seq = a.n_seqs;
         a.fit.n_threads = 1;
         for (int i = 0; i < a.n_threads_list; i++) {
@@ -333,7 +422,8 @@ int cli_cmd_bench(int argc, char **argv) {
     if (cllm_model_load(a.model, &mp, &m) != CLLM_OK) goto fail;
     const model_desc d = describe(m);
     const int64_t n_vocab = cllm_model_n_vocab(m);
-    const int64_t n_ids = BENCH_MAX(a.n_prompt, a.n_gen);
+    /* the cache's tokens (the largest depth), then the tests' */
+    const int64_t n_fill = max_depth(&a), n_ids = n_fill + BENCH_MAX(a.n_prompt, a.n_gen);
     ids = malloc((size_t)n_ids * sizeof(*ids));
     if (!ids) {
         cli_error("bench", "out of memory for %lld token ids", (long long)n_ids);
@@ -362,32 +452,35 @@ int cli_cmd_bench(int argc, char **argv) {
     if (a.output == BENCH_MD) {
         printf("cllm %s (commit %s), CPU: %s, kernels: %s\n", cllm_version(), commit_t, cpu_t,
                features);
-        printf("model: %s, %.2f GiB, %.2f B params, %s\n\n", base_t, (double)d.bytes / (1u << 30),
-               (double)d.params / 1e9, cllm_type_name(d.type));
+        printf("model: %s, %.2f GiB, %.2f B params, %s, KV cache %s/%s (K/V)\n\n", base_t,
+               (double)d.bytes / (1u << 30), (double)d.params / 1e9, cllm_type_name(d.type),
+               cllm_type_name(a.type_k), cllm_type_name(a.type_v));
         printf("| model | type | size | threads | test | t/s |\n");
         printf("| --- | --- | ---: | ---: | ---: | ---: |\n");
         fflush(stdout);
     } else if (a.output == BENCH_CSV) {
         printf("commit,cpu,features,model,type,size_bytes,params,threads,test,n,tps_mean,"
-               "tps_stddev\n");
+               "tps_stddev,n_depth,type_k,type_v\n");
     }
 
     for (int ti = 0; ti < a.n_threads_list; ti++) {
         cllm_session_params sp = cllm_session_default_params();
-        sp.n_ctx = a.n_ctx ? a.n_ctx : (BENCH_MAX(a.n_prompt, a.n_gen) + 255) / 256 * 256;
-        sp.n_batch = BENCH_MIN(a.n_batch, BENCH_MAX(a.n_prompt, 1));
+        sp.n_ctx = bench_ctx(&a);
+        sp.n_batch = bench_batch(&a);
         sp.n_threads = a.threads[ti];
         sp.n_seq = a.n_seqs;
-        sp.n_batch = BENCH_MAX(sp.n_batch, a.n_seqs);
+        sp.type_k = a.type_k, sp.type_v = a.type_v;
         if (cllm_session_new(m, &sp, &s) != CLLM_OK) goto fail;
-        for (int k = 0; k < 2; k++) {
-            const bool pp = k == 0;
+        for (int k = 0; k < 2 * a.n_depths; k++) {
+            const bool pp = k % 2 == 0;
+            const int64_t depth = a.depths[k / 2];
             const int64_t n = pp ? a.n_prompt : a.n_gen;
             if (n == 0) continue;
             bench_result *r = &res[n_res];
-            *r = (bench_result){.test_kind = pp ? "pp" : "tg", .n = n, .threads = a.threads[ti]};
+            *r = (bench_result){
+                .test_kind = pp ? "pp" : "tg", .n = n, .threads = a.threads[ti], .depth = depth};
             r->n_seqs = pp ? 1 : a.n_seqs;
-            if (!run_test(s, ids, n, pp, r->n_seqs, a.reps, r)) goto fail;
+            if (!run_test(s, ids + n_fill, n, pp, r->n_seqs, a.reps, ids, sp.n_batch, r)) goto fail;
             n_res++;
             if (a.output == BENCH_MD) {
                 printf("| %s | %s | %.2f GiB | %d | %s | %.2f ± %.2f |\n", base_t,
@@ -398,9 +491,10 @@ int cli_cmd_bench(int argc, char **argv) {
                 csv_field(cpu_t, ",");
                 csv_field(features, ",");
                 csv_field(base_t, ",");
-                printf("%s,%llu,%llu,%d,%s,%lld,%.3f,%.3f\n", cllm_type_name(d.type),
+                printf("%s,%llu,%llu,%d,%s,%lld,%.3f,%.3f,%lld,%s,%s\n", cllm_type_name(d.type),
                        (unsigned long long)d.bytes, (unsigned long long)d.params, r->threads,
-                       test_name(r), (long long)n, r->mean, r->sd);
+                       test_name(r), (long long)n, r->mean, r->sd, (long long)r->depth,
+                       cllm_type_name(a.type_k), cllm_type_name(a.type_v));
             }
             fflush(stdout);
         }
@@ -417,13 +511,15 @@ int cli_cmd_bench(int argc, char **argv) {
         cli_json_str(stdout, features, strlen(features));
         printf(", \"model\": ");
         cli_json_str(stdout, base, strlen(base));
-        printf(", \"type\": \"%s\", \"size_bytes\": %llu, \"params\": %llu, \"results\": [",
-               cllm_type_name(d.type), (unsigned long long)d.bytes, (unsigned long long)d.params);
+        printf(", \"type\": \"%s\", \"size_bytes\": %llu, \"params\": %llu, \"type_k\": \"%s\", "
+               "\"type_v\": \"%s\", \"results\": [",
+               cllm_type_name(d.type), (unsigned long long)d.bytes, (unsigned long long)d.params,
+               cllm_type_name(a.type_k), cllm_type_name(a.type_v));
         for (int i = 0; i < n_res; i++) {
             printf("%s{\"threads\": %d, \"test\": \"%s\", \"n\": %lld, \"seqs\": %d, "
-                   "\"tps_mean\": %.3f, \"tps_stddev\": %.3f}",
+                   "\"depth\": %lld, \"tps_mean\": %.3f, \"tps_stddev\": %.3f}",
                    i ? ", " : "", res[i].threads, test_name(&res[i]), (long long)res[i].n,
-                   res[i].n_seqs, res[i].mean, res[i].sd);
+                   res[i].n_seqs, (long long)res[i].depth, res[i].mean, res[i].sd);
         }
         printf("]}\n");
     }

@@ -34,6 +34,7 @@ typedef struct ppl_args {
     int64_t n_chunks; /* -1: all */
     int n_threads;
     bool no_mmap;
+    cllm_type type_k, type_v; /* KV cache types */
 } ppl_args;
 
 static void ppl_usage(FILE *f) {
@@ -53,7 +54,7 @@ static void ppl_usage(FILE *f) {
                "  -b N           tokens per forward pass (default min(512, -c))\n"
                "  -t N           threads (default: physical cores)\n"
                "  --chunks N     score only the first N chunks (default: all)\n"
-               "  --no-mmap      read the weights instead of mapping them\n"
+               "  --no-mmap      read the weights instead of mapping them\n" CLI_KV_USAGE
                "  -h, --help     this help\n");
 }
 
@@ -64,6 +65,7 @@ static int parse_ppl_args(int argc, char **argv, ppl_args *a) {
     const char *hf = NULL;
     a->n_ctx = 512;
     a->n_chunks = -1;
+    a->type_k = a->type_v = CLLM_TYPE_F16;
     for (int i = 1; i < argc; i++) {
         const char *o = argv[i];
         if (cli_is_help(o)) {
@@ -77,6 +79,9 @@ static int parse_ppl_args(int argc, char **argv, ppl_args *a) {
             if (!(hf = cli_value("perplexity", argc, argv, &i))) return 2;
             continue;
         }
+        const int kv = cli_kv_option("perplexity", o, argc, argv, &i, &a->type_k, &a->type_v);
+        if (kv == 2) return 2;
+        if (kv) continue;
         /* the other options take a value */
         if (!cli_is_one_of(o, "-m --model -f --file -c -b -t --chunks")) {
             cli_error("perplexity", "unknown option '%s' (see cllm perplexity --help)", o);
@@ -183,6 +188,7 @@ int cli_cmd_perplexity(int argc, char **argv) {
     sp.n_batch = a.n_batch;
     sp.n_threads = a.n_threads;
     sp.all_logits = true;
+    sp.type_k = a.type_k, sp.type_v = a.type_v;
     if (cllm_session_new(m, &sp, &s) != CLLM_OK) goto fail;
     const int64_t n_batch = a.n_batch < n_ctx ? a.n_batch : n_ctx;
     const int64_t n_vocab = cllm_session_n_vocab(s);

@@ -20,8 +20,7 @@ static void plan_usage(FILE *f) {
                "                       downloaded when needed (cllm pull --help)\n"
                "  -c N                 context size (default: min(model context, 4096))\n"
                "  -b N                 batch size (default 512)\n"
-               "  -t N                 threads (default: physical cores)\n"
-               "  --kv-type f16|f32    KV cache type (default f16)\n"
+               "  -t N                 threads (default: physical cores)\n" CLI_KV_USAGE
                "  --no-mmap            the weights read, not mapped\n"
                "  --sessions N         sessions sharing the weights (default 1)\n"
                "  --seqs N             sequences per session, decoded together (default 1;\n"
@@ -68,8 +67,11 @@ int cli_cmd_plan(int argc, char **argv) {
             if (!(hf = cli_value("plan", argc, argv, &i))) return 2;
             continue;
         }
+        const int kv = cli_kv_option("plan", o, argc, argv, &i, &fp.type_k, &fp.type_v);
+        if (kv == 2) return 2;
+        if (kv) continue;
         /* the other options take a value */
-        if (!cli_is_one_of(o, "-m --model -c -b -t --sessions --seqs --kv-type --mem --test-device "
+        if (!cli_is_one_of(o, "-m --model -c -b -t --sessions --seqs --mem --test-device "
                               "--stream-slots --read-bw --ranks")) {
             cli_error("plan", "unknown option '%s' (see cllm plan --help)", o);
             return 2;
@@ -92,10 +94,6 @@ int cli_cmd_plan(int argc, char **argv) {
             ok = cli_int("plan", o, v, 1, 64, &n) && (fp.n_seq = (int)n, true);
         } else if (!strcmp(o, "--sessions")) {
             ok = cli_int("plan", o, v, 1, 4096, &n) && (fp.n_sessions = (int)n, true);
-        } else if (!strcmp(o, "--kv-type")) {
-            ok = !strcmp(v, "f16") || !strcmp(v, "f32");
-            if (ok) fp.kv_type = !strcmp(v, "f16") ? CLLM_TYPE_F16 : CLLM_TYPE_F32;
-            if (!ok) cli_error("plan", "%s: '%s' is not f16 or f32", o, v);
         } else if (!strcmp(o, "--mem")) {
             ok = cllm_plan_parse_mem(&fp, v) == CLLM_OK;
             if (!ok) cli_lib_error("plan");

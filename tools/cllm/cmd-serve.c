@@ -39,8 +39,8 @@ static void serve_usage(FILE *f) {
             "                       min(model context, 4096) each)\n"
             "  -b, --batch-size N   prompt batch size (default 512)\n"
             "  -t, --threads N      threads (default: physical cores)\n"
-            "  --mem DEVICE=SIZE    place layers on devices within budgets (as cllm plan)\n"
-            "  --kv-type f16|f32    KV cache type (default f16)\n"
+            "  --mem DEVICE=SIZE    place layers on devices within budgets (as cllm "
+            "plan)\n" CLI_KV_USAGE
             "  --no-mmap            read the weights instead of mapping them\n"
             "  --api-key KEY        require 'Authorization: Bearer KEY' or 'x-api-key: KEY'\n"
             "                       (not for /health or the chat page's files)\n"
@@ -172,11 +172,11 @@ static int parse_serve_args(int argc, char **argv, serve_args *a) {
             serve_usage(stdout);
             return -1;
         }
-        if (cli_is_one_of(
-                o, "-m --model -hf -hfr --hf-repo -b -t --mem --kv-type --no-mmap --test-device "
-                   "--verbose -ngl --n-gpu-layers --gpu-layers --grammar "
-                   "--grammar-file --json-schema --chat-template "
-                   "--chat-template-file")) {
+        if (cli_is_one_of(o, "-m --model -hf -hfr --hf-repo -b -t --mem " CLI_KV_OPTIONS
+                             " --no-mmap --test-device "
+                             "--verbose -ngl --n-gpu-layers --gpu-layers --grammar "
+                             "--grammar-file --json-schema --chat-template "
+                             "--chat-template-file")) {
             const int r = cli_gen_option("serve", &a->g, argc, argv, &i);
             if (r != 1) return 2;
             continue;
@@ -425,7 +425,7 @@ static int serve(serve_args *ap) {
     }
     cllm_session_params sp = cllm_session_default_params();
     sp.n_ctx = a.g.n_ctx, sp.n_batch = a.g.n_batch, sp.n_threads = a.g.n_threads;
-    sp.kv_type = a.g.kv_type;
+    sp.type_k = a.g.type_k, sp.type_v = a.g.type_v;
     sp.embeddings = a.http.embeddings;
     if (!srv_engine_init(&e, m, pipe, a.parallel, &sp, a.max_queue, a.g.verbose)) goto done;
     engine_ok = true;

@@ -71,6 +71,21 @@ bool cli_int(const char *cmd, const char *opt, const char *v, long long min, lon
  * close to 0 (except 0) are refused with the reason. */
 bool cli_float(const char *cmd, const char *opt, const char *v, float *out);
 
+/* The KV cache options every command that makes a session takes:
+ * --cache-type-k / -ctk TYPE, --cache-type-v / -ctv TYPE (llama.cpp's names)
+ * and --kv-type TYPE (both), TYPE one of f16 f32 bf16 q8_0 q4_0.
+ * cli_kv_option: 0 when `opt` is none of them; else reads its value
+ * (argv[*i + 1], *i advanced) into *k and/or *v: 1, or 2 after an error. */
+#define CLI_KV_OPTIONS "--cache-type-k -ctk --cache-type-v -ctv --kv-type"
+#define CLI_KV_USAGE                                                                               \
+    "  -ctk, --cache-type-k TYPE\n"                                                                \
+    "                       K cache type: f16 (default), f32, bf16, q8_0, q4_0\n"                  \
+    "  -ctv, --cache-type-v TYPE\n"                                                                \
+    "                       V cache type, the same types (q8_0: about half of f16)\n"              \
+    "  --kv-type TYPE       both\n"
+int cli_kv_option(const char *cmd, const char *opt, int argc, char **argv, int *i, cllm_type *k,
+                  cllm_type *v);
+
 /* Texts read by -f longer than this are refused (the tokenizer's limit per
  * call). */
 #define CLI_MAX_TEXT ((size_t)64 << 20)
@@ -99,8 +114,8 @@ typedef struct cli_gen {
     int64_t n_ctx, n_batch;
     int n_threads;
     cllm_sampler_params sp;
-    bool seed_given; /* --seed; else cli_gen_finish draws one */
-    cllm_type kv_type;
+    bool seed_given;          /* --seed; else cli_gen_finish draws one */
+    cllm_type type_k, type_v; /* KV cache types (--cache-type-k/-v) */
     bool no_mmap, verbose;
     cllm_plan_params fit; /* --mem budgets */
     bool use_plan;        /* --mem or --test-device: place layers with the fit planner */

@@ -15,7 +15,7 @@ void cli_gen_init(cli_gen *g, int n_predict) {
     g->n_predict = n_predict;
     g->n_batch = 512;
     g->sp = cllm_sampler_default_params();
-    g->kv_type = CLLM_TYPE_F16;
+    g->type_k = g->type_v = CLLM_TYPE_F16;
     g->fit = cllm_plan_default_params();
 }
 
@@ -56,8 +56,8 @@ void cli_gen_usage(FILE *f, int n_predict) {
             "  --chat-template NAME a built-in chat format instead of the file's template\n"
             "                       (chatml, llama2, llama3, gemma, zephyr, phi3)\n"
             "  --chat-template-file FILE\n"
-            "                       render this Jinja chat template instead of the file's\n"
-            "  --kv-type f16|f32    KV cache type (default f16)\n"
+            "                       render this Jinja chat template instead of the "
+            "file's\n" CLI_KV_USAGE
             "  --no-mmap            read the weights instead of mapping them\n"
             "  --mem DEVICE=SIZE    place layers on devices within budgets (as cllm plan)\n"
             "  --test-device SPEC   enable the test device (debug; e.g. budget=64MiB,ops=-rope)\n"
@@ -160,6 +160,8 @@ int cli_gen_option(const char *cmd, cli_gen *g, int argc, char **argv, int *i) {
                   o);
         return 2;
     }
+    const int kv = cli_kv_option(cmd, o, argc, argv, i, &g->type_k, &g->type_v);
+    if (kv) return kv;
     if (!strcmp(c, "--ignore-eos")) {
         g->sp.ignore_eos = true;
         return 1;
@@ -178,7 +180,7 @@ int cli_gen_option(const char *cmd, cli_gen *g, int argc, char **argv, int *i) {
     }
     if (!cli_is_one_of(c, "-m --model --system -n -c -b -t --temp --top-k --top-p --min-p "
                           "--repeat-penalty --repeat-last-n --seed --mem --test-device "
-                          "--kv-type --grammar --grammar-file --json-schema --chat-template "
+                          "--grammar --grammar-file --json-schema --chat-template "
                           "--chat-template-file")) {
         return 0;
     }
@@ -227,10 +229,6 @@ int cli_gen_option(const char *cmd, cli_gen *g, int argc, char **argv, int *i) {
     } else if (!strcmp(c, "--test-device")) {
         if (cli_enable_test_device(cmd, v) != 0) return 2;
         g->use_plan = true;
-    } else { /* --kv-type */
-        ok = !strcmp(v, "f16") || !strcmp(v, "f32");
-        if (ok) g->kv_type = !strcmp(v, "f16") ? CLLM_TYPE_F16 : CLLM_TYPE_F32;
-        if (!ok) cli_error(cmd, "%s: '%s' is not f16 or f32", o, v);
     }
     return ok ? 1 : 2;
 }
@@ -287,7 +285,7 @@ bool cli_gen_load(const char *cmd, cli_gen *g, cllm_model **m_out) {
     if (g->use_plan) {
         /* the session has the same shape as the plan */
         g->fit.n_ctx = g->n_ctx, g->fit.n_batch = g->n_batch, g->fit.n_threads = g->n_threads;
-        g->fit.kv_type = g->kv_type, g->fit.use_mmap = mp.use_mmap;
+        g->fit.type_k = g->type_k, g->fit.type_v = g->type_v, g->fit.use_mmap = mp.use_mmap;
         if (cllm_plan_file(g->model, &g->fit, &plan) != CLLM_OK) {
             cli_lib_error(cmd);
             return false;
@@ -311,7 +309,7 @@ static cllm_session_params session_params(const cli_gen *g, int n_seq) {
     sp.n_ctx = g->n_ctx;
     sp.n_batch = g->n_batch;
     sp.n_threads = g->n_threads;
-    sp.kv_type = g->kv_type;
+    sp.type_k = g->type_k, sp.type_v = g->type_v;
     sp.n_seq = n_seq;
     return sp;
 }

@@ -13,7 +13,7 @@ int cli_pipe_open(const char *cmd, const cli_gen *g, int n_sessions, double time
     }
     cllm_plan_params fp = g->fit; /* --mem cpu=SIZE: each rank's budget */
     fp.n_ctx = g->n_ctx, fp.n_batch = g->n_batch, fp.n_threads = g->n_threads;
-    fp.kv_type = g->kv_type, fp.use_mmap = !g->no_mmap;
+    fp.type_k = g->type_k, fp.type_v = g->type_v, fp.use_mmap = !g->no_mmap;
     fp.n_sessions = n_sessions;
     cllm_pipe_opts po = cllm_pipe_default_opts();
     if (timeout_s > 0) po.timeout_s = timeout_s;

@@ -269,7 +269,7 @@ static bool run_check(cllm_pipe *p, const opts *o) {
     sp.n_ctx = pl->n_ctx;
     sp.n_batch = pl->n_batch;
     sp.n_threads = o->fp.n_threads;
-    sp.kv_type = o->fp.kv_type;
+    sp.type_k = o->fp.type_k, sp.type_v = o->fp.type_v;
     sp.n_seq = o->seqs;
     check c = {.pip = cllm_pipe_session(p),
                .n_seq = o->seqs,

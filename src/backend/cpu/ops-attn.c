@@ -2,7 +2,10 @@
  * Fused attention with an online softmax; the n_tokens x n_kv scores are
  * never stored.
  *   q: [D, n_tokens, n_head, 1] F32; k: [D, n_kv, n_head_kv, 1] and
- *   v: [Dv, n_kv, n_head_kv, 1] F32, F16 or BF16, any strides;
+ *   v: [Dv, n_kv, n_head_kv, 1] F32, F16 or BF16, any strides, or rows of
+ *   whole Q8_0 / Q4_0 blocks (a quantized KV cache: each row read through
+ *   the type's to_float, a row or a chunk's rows at a time, never the
+ *   whole cache);
  *   mask: optional [n_kv, >= n_tokens] F32 or F16. scale: op param 0.
  * For query head h, kv head g = h / (n_head / n_head_kv), token t:
  *   s_j = scale * q[:, t, h] . k[:, j, g] + mask[j, t]
@@ -98,24 +101,37 @@ static bool attn_plain_rows(const cllm_tensor *t) {
            t->nb[0] == cllm_type_traits_of(t->type)->type_size;
 }
 
-/* One token with F16 caches, at both x86 levels: a chunk's rows are
- * converted whole first (cllm_cpu_attn_rows_avx2) for the AVX2 unit kernel. */
+/* A cache the one-token path reads as F32 rows converted per chunk: F16,
+ * BF16 or rows of Q8_0 / Q4_0 blocks (a quantized KV cache; its blocks are
+ * read where they lie, a chunk's rows at a time). */
+static bool attn_convertible(const cllm_tensor *t) {
+    const cllm_type_traits *tt = cllm_type_traits_of(t->type);
+    return (t->type == CLLM_TYPE_F16 || t->type == CLLM_TYPE_BF16 || t->type == CLLM_TYPE_Q8_0 ||
+            t->type == CLLM_TYPE_Q4_0) &&
+           t->nb[0] == tt->type_size;
+}
+
+/* One token with F16, BF16 or block caches, at both x86 levels: a chunk's
+ * rows are converted whole first (cllm_cpu_attn_rows_avx2 for F16, else
+ * attn_rows_convert) for the AVX2 unit kernel. */
 static bool attn_rows_f32(const cllm_tensor *dst) {
     const cllm_tensor *k = dst->src[1], *v = dst->src[2];
 #if defined(__x86_64__) || defined(__i386__)
-    return attn_split(dst) && cllm_cpu_isa_level() >= CLLM_CPU_ISA_AVX2 &&
-           k->type == CLLM_TYPE_F16 && v->type == CLLM_TYPE_F16;
+    return attn_split(dst) && cllm_cpu_isa_level() >= CLLM_CPU_ISA_AVX2 && attn_convertible(k) &&
+           attn_convertible(v);
 #else
     (void)k, (void)v;
     return false;
 #endif
 }
 
-/* Whether the SIMD unit kernel (attn.h) computes this node. */
+/* Whether the SIMD unit kernel (attn.h) computes this node: plain rows, or
+ * one token's rows converted per chunk. */
 static bool attn_fast(const cllm_tensor *dst) {
     const cllm_tensor *k = dst->src[1], *v = dst->src[2], *mask = dst->src[3];
 #if defined(__x86_64__) || defined(__i386__)
-    return cllm_cpu_isa_level() >= CLLM_CPU_ISA_AVX2 && attn_plain_rows(k) && attn_plain_rows(v) &&
+    return cllm_cpu_isa_level() >= CLLM_CPU_ISA_AVX2 &&
+           ((attn_plain_rows(k) && attn_plain_rows(v)) || attn_rows_f32(dst)) &&
            (!mask || attn_plain_rows(mask)) && k->ne[0] % 16 == 0 && v->ne[0] % 16 == 0 &&
            k->nb[1] <= INT32_MAX / 16;
 #else
@@ -290,6 +306,24 @@ static void attn_clear_states(int64_t n, int64_t Dv, float *acc, float *mx, floa
     memset(acc, 0, (size_t)(n * Dv) * sizeof(float));
 }
 
+/* Keys k0 .. k0 + n - 1 of every kv head of caches k and v of any type
+ * attn_convertible takes, as F32 in kf [head][n][D] and vf [head][n][Dv]
+ * (the layout of cllm_cpu_attn_rows_avx2), row by row: a head's part of a
+ * row is whole blocks, converted by the type's to_float. */
+#if defined(__x86_64__) || defined(__i386__)
+static void attn_rows_convert(const cllm_tensor *k, const cllm_tensor *v, int64_t k0, int64_t n,
+                              float *kf, float *vf) {
+    const int64_t D = k->ne[0], Dv = v->ne[0], n_head = k->ne[2];
+    const cllm_type_traits *kt = cllm_type_traits_of(k->type), *vt = cllm_type_traits_of(v->type);
+    for (int64_t j = 0; j < n; j++) {
+        for (int64_t g = 0; g < n_head; g++)
+            kt->to_float(cllm_cpu_elem(k, 0, k0 + j, g, 0), kf + (g * n + j) * D, D);
+        for (int64_t g = 0; g < n_head; g++)
+            vt->to_float(cllm_cpu_elem(v, 0, k0 + j, g, 0), vf + (g * n + j) * Dv, Dv);
+    }
+}
+#endif
+
 /* A one-token node's chunks with keys, and where their states lie in its
  * part of the workspace (acc [n_chunks, H, Dv], then max and sum
  * [n_chunks, H] each). */
@@ -321,7 +355,10 @@ static void attn_token_chunk(const attn_token *t, const attn_ws *w, int64_t c, b
     const int64_t k0 = c * ATTN_KC, k1 = CLLM_MIN(t->n_live, k0 + ATTN_KC);
     float *kf = w->rows, *vf = kf ? kf + n_kv_head * (k1 - k0) * q->ne[0] : NULL;
 #if defined(__x86_64__) || defined(__i386__)
-    if (kf) cllm_cpu_attn_rows_avx2(k, v, k0, k1 - k0, kf, vf);
+    if (kf && k->type == CLLM_TYPE_F16 && v->type == CLLM_TYPE_F16)
+        cllm_cpu_attn_rows_avx2(k, v, k0, k1 - k0, kf, vf);
+    else if (kf)
+        attn_rows_convert(k, v, k0, k1 - k0, kf, vf);
 #endif
     if (!kf && prefetch && attn_plain_rows(k) && attn_plain_rows(v)) {
         for (int64_t g = 0; g < n_kv_head; g++)

@@ -8,6 +8,14 @@
 static bool is_f32(const cllm_tensor *t) { return t && t->type == CLLM_TYPE_F32; }
 static bool is_i32(const cllm_tensor *t) { return t && t->type == CLLM_TYPE_I32; }
 static bool is_float(const cllm_tensor *t) { return t && cllm_cpu_is_float(t->type); }
+/* attention's k or v: a float type, or rows of whole Q8_0 / Q4_0 blocks (a
+ * quantized KV cache, read block by block) */
+static bool is_attn_kv(const cllm_tensor *t) {
+    if (is_float(t)) return true;
+    if (!t || (t->type != CLLM_TYPE_Q8_0 && t->type != CLLM_TYPE_Q4_0)) return false;
+    const cllm_type_traits *tt = cllm_type_traits_of(t->type);
+    return t->ne[0] % tt->blck_size == 0 && t->nb[0] == tt->type_size;
+}
 /* An optional mask: absent, F32 or F16. */
 static bool is_mask(const cllm_tensor *t) {
     return !t || t->type == CLLM_TYPE_F32 || t->type == CLLM_TYPE_F16;
@@ -59,7 +67,7 @@ bool cllm_cpu_supports_op(const cllm_tensor *node) {
                node->ne[0] == cllm_get_op_param_i32(node, 0) && node->ne[0] % 2 == 0;
     case CLLM_OP_MUL_MAT: return is_f32(node) && a && is_f32(b) && cllm_cpu_mul_mat_supported(node);
     case CLLM_OP_ATTN:
-        return is_f32(node) && is_f32(a) && is_float(b) && is_float(node->src[2]) &&
+        return is_f32(node) && is_f32(a) && is_attn_kv(b) && is_attn_kv(node->src[2]) &&
                is_mask(node->src[3]);
     case CLLM_OP_COUNT: break;
     }

@@ -99,7 +99,8 @@ typedef struct cli_gen {
     int64_t n_ctx, n_batch;
     int n_threads;
     cllm_sampler_params sp;
-    bool seed_given; /* --seed; else cli_gen_finish draws one */
+    cllm_spec_params spec; /* --spec-type, --draft-max, --draft-min, --spec-ngram-* */
+    bool seed_given;       /* --seed; else cli_gen_finish draws one */
     cllm_type kv_type;
     bool no_mmap, verbose;
     cllm_plan_params fit; /* --mem budgets */

@@ -249,7 +249,7 @@ static void test_models(void) {
     }
     if (CHECK_SANITIZED) return; /* the larger models: in the release run */
     static const char *const fetched[] = {"smollm2", "gemma3"};
-    const int lengths_big[] = {6, 40};
+    const int lengths_big[] = {40};
     for (size_t i = 0; i < N_ELEMS(fetched); i++) {
         char path[4096];
         if (!refs_fetch_model(fetched[i], path, sizeof(path))) continue;
@@ -259,7 +259,7 @@ static void test_models(void) {
             continue;
         }
         /* the repeating prompts, greedy and seeded */
-        const size_t kept = check_model(fetched[i], m, lengths_big, 2, 2, 2);
+        const size_t kept = check_model(fetched[i], m, lengths_big, 1, 2, 2);
         CHECKF(kept > 0, "%s: no draft token was kept", fetched[i]);
         cllm_model_free(m);
     }

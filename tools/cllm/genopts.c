@@ -181,6 +181,13 @@ int cli_gen_option(const char *cmd, cli_gen *g, int argc, char **argv, int *i) {
                   o);
         return 2;
     }
+    if (!strcmp(c, "-md") || !strcmp(c, "--model-draft") || !strcmp(c, "--spec-draft-model")) {
+        cli_error(cmd,
+                  "%s: a draft model is not supported yet; cllm drafts by n-gram lookup in the "
+                  "prompt and output (--spec-type ngram-simple, the default)",
+                  o);
+        return 2;
+    }
     if (!strcmp(c, "--ignore-eos")) {
         g->sp.ignore_eos = true;
         return 1;

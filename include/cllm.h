@@ -1340,10 +1340,11 @@ typedef struct cllm_generate_result {
  * Decodes prompt[0..n_prompt) into sequence 0 of the session (after
  * whatever it holds), then samples, streams (through on_text, which may be
  * NULL) and decodes one token at a time, up to n_predict tokens (n_predict
- * < 0: until an EOG token or a full context). Speculative decoding with
- * the default parameters drafts tokens and verifies them in one pass
- * (cllm_generate_spec): the tokens are those of decoding one at a time. It is one request of a batch
- * engine (cllm_engine, below) over the session, with `smp` as its sampler.
+ * < 0: until an EOG token or a full context). It is one request of a
+ * batch engine (cllm_engine, below) over the session, with `smp` as its
+ * sampler. Speculative decoding with the default parameters drafts tokens
+ * and verifies them in one pass (cllm_generate_spec): the tokens are those
+ * of decoding one at a time.
  * The text comes from the tokenizer of the session's model
  * (CLLM_ERR_UNSUPPORTED if it has none). The prompt goes to the sampler's
  * repetition window (cllm_sampler_accept_prompt), every generated token to

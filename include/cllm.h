@@ -1295,6 +1295,68 @@ const char *cllm_stop_reason_str(cllm_stop_reason r);
  * to stop (cancel) the generation. */
 typedef bool (*cllm_on_text_fn)(int32_t id, const char *text, size_t len, void *user_data);
 
+/* ---- speculative decoding --------------------------------------------- */
+
+/*
+ * Speculative decoding by n-gram lookup (no draft model): before a
+ * sequence's next token is decoded, the engine looks for the longest
+ * recent n-gram of its prompt and output (ngram_max tokens down to
+ * ngram_min) that ends its text and occurred before, and drafts the tokens
+ * that followed it there. The token and its draft are decoded in one
+ * forward pass, each draft token a column of its own computed as it would
+ * be decoded alone; then the sampler samples every position in turn from
+ * the target model's logits, and the draft is kept up to the first sampled
+ * token that differs from it: the rows after it are truncated from the KV
+ * cache. Every sampled token therefore comes from the same logits, sampler
+ * state and random numbers as without speculation: greedy and seeded
+ * output is bit for bit the same, only faster where drafts are accepted
+ * (copying, editing, extraction). (For a draft that puts all its mass on
+ * one token, the accept test of speculative sampling, min(1, p/q), keeps
+ * it with probability p(x) and otherwise samples the rest of p: exactly
+ * what sampling p and comparing does, with the full sampler chain, top-k,
+ * top-p, min-p, grammar included.) Adaptive: after a rejected draft the
+ * next one is shorter, after several in a row drafting pauses for a while,
+ * and a fully accepted draft doubles the next one's length up to
+ * draft_max.
+ */
+typedef enum cllm_spec_type {
+    CLLM_SPEC_NONE = 0,  /* no speculation */
+    CLLM_SPEC_NGRAM = 1, /* n-gram lookup in the prompt and output (default) */
+    CLLM_SPEC_COUNT
+} cllm_spec_type;
+
+/* Tokens drafted at most per step and sequence. */
+#define CLLM_SPEC_MAX_DRAFT 32
+
+typedef struct cllm_spec_params {
+    cllm_spec_type type; /* default CLLM_SPEC_NGRAM */
+    int ngram_max;       /* the longest n-gram looked up, 1 .. 64 (default 4) */
+    int ngram_min;       /* the shortest, 1 .. ngram_max (default 2) */
+    int draft_max;       /* tokens drafted at most, 1 .. CLLM_SPEC_MAX_DRAFT (default 8) */
+    int draft_min;       /* fewer found: no draft, 1 .. draft_max (default 1) */
+} cllm_spec_params;
+
+/* The defaults given beside each field. Pure; thread-safe. */
+cllm_spec_params cllm_spec_default_params(void);
+/* CLLM_ERR_INVALID_ARG naming the first field out of its range. */
+cllm_status cllm_spec_params_check(const cllm_spec_params *p);
+/* "none", "ngram-simple"; "unknown" out of range. */
+const char *cllm_spec_type_str(cllm_spec_type t);
+/* The type named `name` (as cllm_spec_type_str; "ngram" too);
+ * CLLM_ERR_INVALID_ARG naming the choices otherwise (*out untouched). */
+cllm_status cllm_spec_type_parse(const char *name, cllm_spec_type *out);
+
+/*
+ * The n-gram draft of hist[0, n) (a sequence's tokens, the last one the
+ * token about to be decoded): the tokens that followed the most recent
+ * earlier occurrence of its longest final n-gram (p->ngram_max tokens down
+ * to p->ngram_min), at most `max` (and p->draft_max) into draft. Returns
+ * their number; 0 when nothing matches, when fewer than p->draft_min
+ * follow, for CLLM_SPEC_NONE, and for NULL arguments. Pure.
+ */
+int cllm_spec_ngram_draft(const cllm_spec_params *p, const int32_t *hist, size_t n, int max,
+                          int32_t *draft);
+
 typedef struct cllm_generate_result {
     int32_t *ids; /* generated ids (not the prompt; not the final EOG token) */
     size_t n_ids;
@@ -1302,14 +1364,19 @@ typedef struct cllm_generate_result {
     double prompt_ms;     /* decoding the prompt */
     double gen_ms;        /* decoding the generated tokens (sampling excluded) */
     size_t n_gen_decoded; /* generated tokens that went through the model */
+    size_t n_drafted;     /* speculative decoding: draft tokens verified */
+    size_t n_accepted;    /* of those, kept */
 } cllm_generate_result;
 
 /*
  * Decodes prompt[0..n_prompt) into sequence 0 of the session (after
  * whatever it holds), then samples, streams (through on_text, which may be
  * NULL) and decodes one token at a time, up to n_predict tokens (n_predict
- * < 0: until an EOG token or a full context). It is one request of a batch
- * engine (cllm_engine, below) over the session, with `smp` as its sampler.
+ * < 0: until an EOG token or a full context). It is one request of a
+ * batch engine (cllm_engine, below) over the session, with `smp` as its
+ * sampler. Speculative decoding with the default parameters drafts tokens
+ * and verifies them in one pass (cllm_generate_spec): the tokens are those
+ * of decoding one at a time.
  * The text comes from the tokenizer of the session's model
  * (CLLM_ERR_UNSUPPORTED if it has none). The prompt goes to the sampler's
  * repetition window (cllm_sampler_accept_prompt), every generated token to
@@ -1335,6 +1402,17 @@ typedef struct cllm_generate_result {
 cllm_status cllm_generate(cllm_session *s, cllm_sampler *smp, const int32_t *prompt,
                           size_t n_prompt, int n_predict, cllm_on_text_fn on_text, void *user_data,
                           cllm_generate_result *res);
+
+/*
+ * cllm_generate with speculative decoding as `spec` says (NULL: the
+ * defaults, cllm_spec_default_params; cllm_generate is this with NULL).
+ * The output is the same as without speculation, bit for bit; res counts
+ * the draft tokens verified and kept. A spec out of its ranges:
+ * CLLM_ERR_INVALID_ARG.
+ */
+cllm_status cllm_generate_spec(cllm_session *s, cllm_sampler *smp, const int32_t *prompt,
+                               size_t n_prompt, int n_predict, const cllm_spec_params *spec,
+                               cllm_on_text_fn on_text, void *user_data, cllm_generate_result *res);
 
 /* Frees res->ids and zeroes *res; NULL does nothing. */
 void cllm_generate_result_free(cllm_generate_result *res);
@@ -1430,6 +1508,9 @@ typedef struct cllm_request_params {
     /* -1 (default): no log-probabilities; 0: each token's; k in 1 ..
      * CLLM_ENGINE_MAX_TOP_LOGPROBS: and the k most likely tokens' */
     int logprobs;
+    /* speculative decoding (default: cllm_spec_default_params(), n-gram
+     * lookup on; type CLLM_SPEC_NONE turns it off) */
+    cllm_spec_params spec;
 } cllm_request_params;
 
 /* The defaults given beside each field. Pure; thread-safe. */
@@ -1458,6 +1539,8 @@ typedef struct cllm_request_usage {
     double queued_ms;     /* from submit to a sequence */
     double prompt_ms;     /* forward passes that read its prompt (shared with others) */
     double gen_ms;        /* forward passes that decoded its tokens (sampling excluded) */
+    size_t n_drafted;     /* speculative decoding: draft tokens verified */
+    size_t n_accepted;    /* of those, kept (they count in n_gen_decoded) */
 } cllm_request_usage;
 
 typedef struct cllm_event {

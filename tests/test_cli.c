@@ -568,6 +568,23 @@ static void check_llama_habits(const char *model) {
                strstr(o.err, "--mem"),
            "-ngl: rc %d, '%s'", o.rc, show(o.err));
     cli_free(&o);
+    /* speculative decoding: a draft model is refused, the n-gram drafts
+     * give the tokens of --no-spec and are counted */
+    o = cli(NULL, "run -m %s -p Once -md %s", q(model), q(model));
+    CHECKF(o.rc == 2 && one_line(o.err, o.err_len) && strstr(o.err, "draft model"),
+           "-md: rc %d, '%s'", o.rc, show(o.err));
+    cli_free(&o);
+    o = cli(NULL, "run -m %s -p 'a b c a b c a b c' -n 40 --temp 0 --json --no-spec", q(model));
+    cli_out o2 = cli(NULL, "run -m %s -p 'a b c a b c a b c' -n 40 --temp 0 --json", q(model));
+    const char *ids1 = strstr(o.out, "\"generated_ids\""),
+               *ids2 = strstr(o2.out, "\"generated_ids\"");
+    const char *end1 = ids1 ? strchr(ids1, ']') : NULL, *end2 = ids2 ? strchr(ids2, ']') : NULL;
+    CHECKF(o.rc == 0 && o2.rc == 0 && end1 && end2 && end1 - ids1 == end2 - ids2 &&
+               !memcmp(ids1, ids2, (size_t)(end1 - ids1)) &&
+               strstr(o.out, "\"draft_tokens\": 0,") && strstr(o2.out, "\"draft_tokens\": "),
+           "--no-spec vs spec: '%.300s' vs '%.300s'", show(o.out), show(o2.out));
+    cli_free(&o);
+    cli_free(&o2);
     o = cli(NULL, "bench -m %s -s 2", q(model));
     CHECKF(o.rc == 2 && one_line(o.err, o.err_len) && strstr(o.err, "-np"), "bench -s: rc %d, '%s'",
            o.rc, show(o.err));

@@ -437,6 +437,32 @@ CASE(cllm_generate) {
     }
 }
 CASE(cllm_generate_result_free) { cllm_generate_result_free(NULL); }
+CASE(cllm_generate_spec) {
+    const int32_t ids[1] = {1};
+    cllm_generate_result res;
+    REFUSED(cllm_generate_spec(NULL, g_sampler, ids, 1, 1, NULL, NULL, NULL, &res));
+    if (g_session) {
+        REFUSED(cllm_generate_spec(g_session, NULL, ids, 1, 1, NULL, NULL, NULL, &res));
+        REFUSED(cllm_generate_spec(g_session, g_sampler, NULL, 1, 1, NULL, NULL, NULL, &res));
+        REFUSED(cllm_generate_spec(g_session, g_sampler, ids, 1, 1, NULL, NULL, NULL, NULL));
+    }
+}
+CASE(cllm_spec_default_params) { CHECK(cllm_spec_default_params().draft_max > 0); }
+CASE(cllm_spec_params_check) { REFUSED(cllm_spec_params_check(NULL)); }
+CASE(cllm_spec_type_str) { CHECK(cllm_spec_type_str((cllm_spec_type)99) != NULL); }
+CASE(cllm_spec_type_parse) {
+    cllm_spec_type t;
+    REFUSED(cllm_spec_type_parse(NULL, &t));
+    REFUSED(cllm_spec_type_parse("none", NULL));
+}
+CASE(cllm_spec_ngram_draft) {
+    const cllm_spec_params p = cllm_spec_default_params();
+    const int32_t h[3] = {1, 1, 1};
+    int32_t d[4];
+    CHECK(cllm_spec_ngram_draft(NULL, h, 3, 4, d) == 0);
+    CHECK(cllm_spec_ngram_draft(&p, NULL, 3, 4, d) == 0);
+    CHECK(cllm_spec_ngram_draft(&p, h, 3, 4, NULL) == 0);
+}
 
 /* ---- the engine --------------------------------------------------------- */
 
@@ -660,6 +686,12 @@ static const null_case k_cases[] = {
     ENTRY(cllm_stop_reason_str),
     ENTRY(cllm_generate),
     ENTRY(cllm_generate_result_free),
+    ENTRY(cllm_generate_spec),
+    ENTRY(cllm_spec_default_params),
+    ENTRY(cllm_spec_params_check),
+    ENTRY(cllm_spec_type_str),
+    ENTRY(cllm_spec_type_parse),
+    ENTRY(cllm_spec_ngram_draft),
     ENTRY(cllm_request_default_params),
     ENTRY(cllm_engine_new),
     ENTRY(cllm_engine_new_session),

@@ -788,6 +788,14 @@ static void check_smollm2(const char *model) {
            answer ? answer : r.body, ref ? ref : "(none)");
     CHECK(strstr(r.body, "\"object\":\"chat.completion\"") != NULL);
     const long p1 = usage_field(&r, "prompt_tokens");
+    { /* llama-server's timings, with speculative decoding's drafts */
+        json *doc = json_parse(r.body);
+        const json *t = json_get(doc, "timings");
+        CHECKF(t && json_get(t, "predicted_ms") && json_get(t, "draft_n") &&
+                   json_num(json_get(t, "draft_n")) >= json_num(json_get(t, "draft_n_accepted")),
+               "timings: %s", r.body);
+        json_free(doc);
+    }
     resp_free(&r);
     free(ref);
 

@@ -62,6 +62,13 @@ typedef struct engine_slot {
     size_t held_len, held_cap;
     cllm_token_logprob top[CLLM_ENGINE_MAX_TOP_LOGPROBS];
     cllm_request_usage usage;
+    /* speculative decoding: the pending token and its draft, decoded in
+     * one pass ([1 + CLLM_SPEC_MAX_DRAFT]); the length of the next draft
+     * at most (adaptive), the drafts rejected whole in a row, and the
+     * steps to wait before the next draft */
+    int32_t *spec;
+    int n_draft;
+    int spec_cap, spec_miss, spec_wait;
 } engine_slot;
 
 /* What a busy slot decodes in a step: a chunk of its prompt, or the token
@@ -72,6 +79,9 @@ typedef struct engine_work {
     int64_t n;
     bool prompt; /* a prompt chunk */
     bool sample; /* the logits of its last id are sampled afterwards */
+    /* a speculative pass: the logits of each of its ids (n rows), or NULL:
+     * its sequence's last logits */
+    const float *rows;
     cllm_status st;
     char error[256];
 } engine_work;
@@ -91,11 +101,17 @@ struct cllm_engine {
 
     engine_slot *slots;                /* [n_slots] */
     engine_work *work;                 /* [n_slots] scratch of a step */
-    cllm_seq_tokens *items;            /* [n_slots] scratch of a step */
+    cllm_seq_tokens *items;            /* [n_slots + CLLM_MAX_SEQS] scratch of a step */
     engine_req *wait_head, *wait_tail; /* first come, first served */
     int n_waiting, n_running;
     uint64_t next_id, n_started;
     float *embd; /* [n_ctx][n_embd]: an embedding request's vectors (made at its first) */
+    /* speculative decoding: the logits of every item of a pass that
+     * verifies drafts ([spec_rows][n_vocab], grown on demand); off for
+     * good after such a pass failed, and for a pipeline's first stage */
+    float *spec_logits;
+    int spec_rows;
+    bool spec_off;
 };
 
 static const char *const k_stop_names[] = {
@@ -120,6 +136,7 @@ cllm_request_params cllm_request_default_params(void) {
         .stop = NULL,
         .n_stop = 0,
         .logprobs = -1,
+        .spec = cllm_spec_default_params(),
     };
 }
 
@@ -146,8 +163,9 @@ static cllm_status engine_make(const cllm_model *m, cllm_session *s, bool own,
     e->ud = ud;
     e->slots = cllm_calloc((size_t)n, sizeof(*e->slots));
     e->work = cllm_calloc((size_t)n, sizeof(*e->work));
-    e->items = cllm_calloc((size_t)n, sizeof(*e->items));
+    e->items = cllm_calloc((size_t)n + CLLM_MAX_SEQS, sizeof(*e->items));
     if (!e->slots || !e->work || !e->items) goto nomem;
+    e->spec_off = m->partial;
     for (int i = 0; i < n; i++) {
         engine_slot *sl = &e->slots[i];
         e->n_slots = i + 1;
@@ -158,7 +176,9 @@ static cllm_status engine_make(const cllm_model *m, cllm_session *s, bool own,
         sl->first_answer = (size_t)n_ctx;
         sl->read_from = sl->n_cached;
         sl->cached = cllm_malloc((size_t)n_ctx * sizeof(int32_t));
-        if (!sl->cached || cllm_detokenizer_new_tok(m->tok, 0, &sl->detok) != CLLM_OK) goto nomem;
+        sl->spec = cllm_malloc((1 + CLLM_SPEC_MAX_DRAFT) * sizeof(int32_t));
+        if (!sl->cached || !sl->spec || cllm_detokenizer_new_tok(m->tok, 0, &sl->detok) != CLLM_OK)
+            goto nomem;
     }
     e->next_id = 1;
     *out = e;
@@ -214,6 +234,7 @@ void cllm_engine_free(cllm_engine *e) {
         req_free(sl->req);
         cllm_detokenizer_free(sl->detok);
         cllm_free(sl->cached);
+        cllm_free(sl->spec);
         cllm_free(sl->held);
     }
     for (engine_req *r = e->wait_head, *next; r; r = next) {
@@ -225,6 +246,7 @@ void cllm_engine_free(cllm_engine *e) {
     cllm_free(e->work);
     cllm_free(e->items);
     cllm_free(e->embd);
+    cllm_free(e->spec_logits);
     cllm_free(e);
 }
 
@@ -271,6 +293,7 @@ static cllm_status check_request(const cllm_engine *e, const int32_t *prompt, si
         return cllm_error(CLLM_ERR_INVALID_ARG, "engine: logprobs must be in [-1, %d], got %d",
                           CLLM_ENGINE_MAX_TOP_LOGPROBS, p->logprobs);
     }
+    CLLM_TRY(cllm_spec_params_check(&p->spec));
     return check_sampling ? cllm_sampler_params_check(&p->sampling, e->n_vocab) : CLLM_OK;
 }
 
@@ -593,6 +616,9 @@ static void slot_start(cllm_engine *e, engine_slot *sl, engine_req *r, size_t lc
     sl->pending = -1;
     sl->n_gen = 0;
     sl->held_len = 0;
+    sl->n_draft = 0;
+    sl->spec_cap = r->p.spec.draft_max;
+    sl->spec_miss = sl->spec_wait = 0;
     sl->started = ++e->n_started;
     sl->usage = (cllm_request_usage){.started = true,
                                      .n_prompt = r->n_prompt,
@@ -694,13 +720,13 @@ static double slot_logprobs(const cllm_engine *e, engine_slot *sl, const float *
 /* Samples the next token of slot sl from its logits and reports it and its
  * text; ends the request on an end token, a stop string, its length or a
  * full context. */
-static void slot_sample(cllm_engine *e, engine_slot *sl) {
+static void slot_sample(cllm_engine *e, engine_slot *sl, const float *logits) {
     const engine_req *r = sl->req;
     if (r->p.max_tokens == 0) {
         slot_finish(e, sl, CLLM_STOP_LENGTH, CLLM_OK, NULL);
         return;
     }
-    const float *logits = cllm_session_seq_logits(e->s, sl->seq);
+    if (!logits) logits = cllm_session_seq_logits(e->s, sl->seq);
     if (!logits) {
         slot_fail(e, sl, CLLM_ERR_BACKEND, "%s", "no logits after decoding");
         return;
@@ -742,6 +768,124 @@ static void slot_sample(cllm_engine *e, engine_slot *sl) {
     }
 }
 
+/* ---- speculative decoding ------------------------------------------------ */
+
+/* Drafts the tokens that may follow slot sl's pending token (n-gram lookup
+ * in the ids its cache holds, cllm_spec_ngram_draft), at most `budget`:
+ * sl->spec holds the pending token and its draft, sl->n_draft the draft's
+ * length (returned). No draft while the cache holds ids the slot does not
+ * know, while the slot waits after rejected drafts, or where the rows or
+ * the tokens left would not take it. */
+static int slot_draft(cllm_engine *e, engine_slot *sl, int budget) {
+    const engine_req *r = sl->req;
+    sl->n_draft = 0;
+    if (e->spec_off || r->p.spec.type == CLLM_SPEC_NONE || sl->n_known != sl->n_cached) return 0;
+    if (sl->spec_wait > 0) {
+        sl->spec_wait--;
+        return 0;
+    }
+    int64_t max = CLLM_MIN((int64_t)budget, (int64_t)sl->spec_cap);
+    /* the pending token's row and the draft's fit the context (the
+     * pending token has its row: slot_sample checked it) */
+    max = CLLM_MIN(max, e->n_ctx - (int64_t)sl->n_cached - 1);
+    /* a draft past the tokens left is never kept */
+    if (r->p.max_tokens >= 0)
+        max = CLLM_MIN(max, (int64_t)r->p.max_tokens - (int64_t)sl->n_gen - 1);
+    if (max < 1) return 0;
+    sl->cached[sl->n_cached] = sl->pending; /* the row it will have */
+    const int d =
+        cllm_spec_ngram_draft(&r->p.spec, sl->cached, sl->n_cached + 1, (int)max, sl->spec + 1);
+    sl->spec[0] = sl->pending;
+    sl->n_draft = d;
+    return d;
+}
+
+/*
+ * After the pass that decoded slot sl's pending token and its draft
+ * (w->ids, w->n = 1 + draft; w->rows the logits of each, or NULL for the
+ * sequence's last logits without a draft): samples each position in turn,
+ * as decoding one token at a time would, and keeps the draft up to the
+ * first token sampled otherwise, which is the next pending token. The rows
+ * of the draft's tokens not kept leave the cache, which then holds what
+ * decoding one token at a time leaves. The next draft's length adapts.
+ */
+static void slot_verify(cllm_engine *e, engine_slot *sl, const engine_work *w) {
+    const int d = (int)w->n - 1;
+    const int draft_max = sl->req->p.spec.draft_max, draft_min = sl->req->p.spec.draft_min;
+    int kept = 0;
+    sl->usage.n_drafted += (size_t)d; /* before the sampling that may end the request */
+    for (int j = 0;; j++) {           /* row j holds w->ids[j] */
+        if (sl->n_known == sl->n_cached) sl->cached[sl->n_known++] = w->ids[j];
+        if (sl->first_answer > sl->n_cached) sl->first_answer = sl->n_cached;
+        sl->n_cached++;
+        sl->usage.n_gen_decoded++;
+        sl->read_from = sl->n_cached; /* it ends with an answer row */
+        slot_sample(e, sl, w->rows ? w->rows + (size_t)j * (size_t)e->n_vocab : NULL);
+        /* a request cancelled by its token's events (cllm_generate's
+         * callback) ends at the next step, as without a draft */
+        if (!sl->req || sl->req->cancel || j == d || sl->pending != w->ids[j + 1]) break;
+        kept++;
+        sl->usage.n_accepted++;
+    }
+    if (d == 0) return;
+    (void)cllm_session_seq_truncate(e->s, sl->seq, (int64_t)sl->n_cached); /* < n_batch back */
+    if (kept == d) { /* all kept: a longer one next */
+        sl->spec_cap = CLLM_MIN(2 * sl->spec_cap, draft_max);
+        sl->spec_miss = 0;
+    } else if (kept > 0) {
+        sl->spec_cap = CLLM_MIN(kept + 1, draft_max);
+        sl->spec_miss = 0;
+    } else { /* none kept: one token next, and after two in a row a pause */
+        sl->spec_cap = 1;
+        if (++sl->spec_miss >= 2) sl->spec_wait = 1 << CLLM_MIN(sl->spec_miss - 1, 6);
+    }
+    if (sl->spec_cap < draft_min) sl->spec_cap = draft_min;
+}
+
+/*
+ * The pass of a step whose generating slots verify drafts: every slot's
+ * pending token and draft, one token per item (cllm_session_decode_items:
+ * each column computed as it would be decoded alone). Returns the works it
+ * decoded (the generating ones, first in w), or -1 when it could not run
+ * (no sequence changed).
+ */
+static int engine_pass_spec(cllm_engine *e, engine_work *w, int n, int n_gen) {
+    cllm_seq_tokens *items = e->items;
+    int k = 0;
+    int64_t total = 0;
+    for (int i = 0; i < n_gen; i++) {
+        for (int64_t t = 0; t < w[i].n; t++)
+            items[k++] = (cllm_seq_tokens){w[i].slot->seq, w[i].ids + t, 1};
+        total += w[i].n;
+    }
+    (void)n; /* the prompt chunks have passes of their own: the plan measures
+              * the drafts' pass alone (cllm_shape_worst) */
+    const int j = n_gen;
+    CLLM_ASSERT(total <= e->n_batch && k <= cllm_session_max_items(e->s));
+    if (k > e->spec_rows) {
+        float *rows = cllm_realloc(e->spec_logits, (size_t)k * (size_t)e->n_vocab * sizeof(float));
+        if (!rows) return -1;
+        e->spec_logits = rows;
+        e->spec_rows = k;
+    }
+    const double t0 = cllm_time_ms();
+    if (cllm_session_decode_items(e->s, items, k, e->spec_logits) != CLLM_OK) return -1;
+    const double ms = cllm_time_ms() - t0;
+    size_t row = 0;
+    for (int i = 0; i < j; i++) {
+        w[i].st = CLLM_OK;
+        if (i < n_gen) {
+            w[i].rows = e->spec_logits + row * (size_t)e->n_vocab;
+            row += (size_t)w[i].n;
+            w[i].slot->usage.gen_ms += ms;
+        } else {
+            row++;
+            w[i].slot->usage.prompt_ms += ms;
+        }
+    }
+    return j;
+}
+
 /* One forward pass over w[0, n) (items[0, n)); if it fails, each item alone.
  * Each item's request is charged the pass's time. */
 static void engine_pass(cllm_engine *e, engine_work *w, const cllm_seq_tokens *items, int n) {
@@ -779,8 +923,22 @@ static void engine_pass(cllm_engine *e, engine_work *w, const cllm_seq_tokens *i
 static void engine_decode(cllm_engine *e, engine_work *w, int n, int n_gen) {
     cllm_seq_tokens *items = e->items;
     const int64_t min = CLLM_SESSION_MIN_CHUNK, nb = e->n_batch;
-    for (int i = 0; i < n; i++) items[i] = (cllm_seq_tokens){w[i].slot->seq, w[i].ids, w[i].n};
     int i = 0;
+    bool drafts = false;
+    for (int k = 0; k < n_gen; k++) drafts = drafts || w[k].n > 1;
+    if (drafts && (i = engine_pass_spec(e, w, n, n_gen)) < 0) {
+        /* the pass of the drafts could not run (the error was reported
+         * where it failed): decode without them, and draft no more */
+        CLLM_LOG_WARN("engine: speculative decoding off: %s", cllm_last_error());
+        e->spec_off = true;
+        for (int k = 0; k < n_gen; k++) {
+            w[k].ids = &w[k].slot->pending;
+            w[k].n = 1;
+            w[k].slot->n_draft = 0;
+        }
+        i = 0;
+    }
+    for (int k = 0; k < n; k++) items[k] = (cllm_seq_tokens){w[k].slot->seq, w[k].ids, w[k].n};
     while (i < n_gen) { /* a caller's session may batch fewer tokens than it has sequences */
         int j = (int)CLLM_MIN((int64_t)n_gen, i + nb);
         int64_t total = j - i;
@@ -867,6 +1025,17 @@ cllm_status cllm_engine_step(cllm_engine *e) {
             }
         }
     }
+    /* speculative decoding: drafts while one pass takes them beside the
+     * token of every generating slot */
+    int budget = (int)CLLM_MIN((int64_t)cllm_session_max_items(e->s), e->n_batch) - n_gen;
+    for (int i = 0; i < n_gen && budget > 0 && !e->spec_off; i++) {
+        const int d = slot_draft(e, work[i].slot, budget);
+        if (d > 0) {
+            work[i].ids = work[i].slot->spec;
+            work[i].n = 1 + d;
+            budget -= d;
+        }
+    }
     if (n > 0) engine_decode(e, work, n, n_gen);
 
     for (int i = 0; i < n; i++) {
@@ -876,6 +1045,10 @@ cllm_status cllm_engine_step(cllm_engine *e) {
             /* the sequence keeps the rows it had */
             (void)cllm_session_seq_truncate(e->s, sl->seq, (int64_t)sl->n_cached);
             slot_finish(e, sl, CLLM_STOP_ERROR, w->st, w->error);
+            continue;
+        }
+        if (!w->prompt) { /* its token, and its draft if it has one */
+            slot_verify(e, sl, w);
             continue;
         }
         if (sl->n_known == sl->n_cached) {
@@ -896,7 +1069,7 @@ cllm_status cllm_engine_step(cllm_engine *e) {
             sl->usage.n_gen_decoded++;
             sl->read_from = sl->n_cached; /* it ends with an answer row */
         }
-        if (w->sample) slot_sample(e, sl);
+        if (w->sample) slot_sample(e, sl, NULL);
     }
     /* the embedding requests that have a sequence, after the generation */
     for (int i = 0; i < e->n_slots; i++) {

@@ -88,6 +88,8 @@ static void on_event(const cllm_event *ev, void *ud) {
         g->r.prompt_ms = ev->usage.prompt_ms;
         g->r.gen_ms = ev->usage.gen_ms;
         g->r.n_gen_decoded = ev->usage.n_gen_decoded;
+        g->r.n_drafted = ev->usage.n_drafted;
+        g->r.n_accepted = ev->usage.n_accepted;
         if (ev->reason == CLLM_STOP_ERROR) {
             g->status = cllm_error(ev->status, "%s", ev->error ? ev->error : "generation failed");
         }
@@ -98,9 +100,17 @@ static void on_event(const cllm_event *ev, void *ud) {
 cllm_status cllm_generate(cllm_session *s, cllm_sampler *smp, const int32_t *prompt,
                           size_t n_prompt, int n_predict, cllm_on_text_fn on_text, void *user_data,
                           cllm_generate_result *res) {
+    return cllm_generate_spec(s, smp, prompt, n_prompt, n_predict, NULL, on_text, user_data, res);
+}
+
+cllm_status cllm_generate_spec(cllm_session *s, cllm_sampler *smp, const int32_t *prompt,
+                               size_t n_prompt, int n_predict, const cllm_spec_params *spec,
+                               cllm_on_text_fn on_text, void *user_data,
+                               cllm_generate_result *res) {
     if (!res) return cllm_error(CLLM_ERR_INVALID_ARG, "generate: res is NULL");
     memset(res, 0, sizeof(*res));
     if (!s || !smp) return cllm_error(CLLM_ERR_INVALID_ARG, "generate: session or sampler is NULL");
+    if (spec) CLLM_TRY(cllm_spec_params_check(spec));
     if (n_prompt == 0) return cllm_error(CLLM_ERR_INVALID_ARG, "generate: empty prompt");
     if (!prompt) return cllm_error(CLLM_ERR_INVALID_ARG, "generate: prompt is NULL");
     if (cllm_sampler_n_vocab(smp) != cllm_session_n_vocab(s)) {
@@ -131,6 +141,7 @@ cllm_status cllm_generate(cllm_session *s, cllm_sampler *smp, const int32_t *pro
     }
     cllm_request_params rp = cllm_request_default_params();
     rp.max_tokens = n_predict < 0 ? -1 : n_predict;
+    if (spec) rp.spec = *spec;
     cllm_status st = cllm_engine_submit_append(g.e, prompt, n_prompt, &rp, smp, &g, &g.id);
     while (st == CLLM_OK && !g.finished) {
         cllm_engine_step(g.e);

@@ -60,10 +60,14 @@ void cllm_instance_free(cllm_instance *in) {
     memset(in, 0, sizeof(*in));
 }
 
+/* Items a batch of a session of `shape` may hold (its sequences, and the
+ * tokens of speculative drafts as items of their own). */
+static int max_items(const cllm_shape *shape) { return cllm_shape_max_items(shape); }
+
 /* Entries of cllm_instance.kv_writes: per item of a batch, per layer. */
 static size_t kv_writes_count(const cllm_hparams *hp, const cllm_shape *shape) {
     return (size_t)CLLM_KV_WRITES_PER_LAYER * (size_t)CLLM_MAX(hp->n_layer, 1) *
-           (size_t)CLLM_MAX(shape->n_seq, 1);
+           (size_t)max_items(shape);
 }
 
 cllm_tensor *cllm_instance_build(cllm_instance *in, const cllm_batch_shape *b, cllm_graph_io *io) {
@@ -184,11 +188,11 @@ cllm_status cllm_instance_init(cllm_instance *in, const cllm_instance_args *args
     }
     for (int d = 0; d < pl->n_devices; d++) in->bytes[d][CLLM_MEM_WEIGHTS] = wbytes[d];
 
-    /* with several sequences, each layer's attention is built per sequence
-     * (views, the KV writes, the attention, the join): 32 tensors at most */
-    const int n_seq = args->shape.n_seq;
-    const int gsize = args->arch->graph_size(args->hp) +
-                      (n_seq > 1 ? n_seq * (32 * (int)args->hp->n_layer + 8) : 0);
+    /* with several items, each layer's attention is built per item (views,
+     * the KV writes, the attention, the join): 32 tensors at most */
+    in->max_items = max_items(&args->shape);
+    const int gsize =
+        args->arch->graph_size(args->hp) + in->max_items * (32 * (int)args->hp->n_layer + 8);
     in->gctx = cllm_context_new(gsize);
     in->graph = cllm_graph_new(gsize);
     in->kv_writes = cllm_calloc(kv_writes_count(args->hp, &args->shape), sizeof(*in->kv_writes));

@@ -54,6 +54,10 @@ typedef struct cllm_instance {
     /* [max(n_seq, 1)][n_layer][CLLM_KV_WRITES_PER_LAYER]: the KV writes of
      * the graph last built, per item of its batch (cllm_instance_set_write_pos) */
     cllm_tensor **kv_writes;
+    /* items a batch may hold (graph and kv_writes are sized for them):
+     * n_seq, and the tokens of a draft as items of one sequence
+     * (cllm_session_decode_items), at most CLLM_MAX_SEQS */
+    int max_items;
     /* per device: weights (of w under the placement), state, compute and
      * workspace bytes of this instance */
     size_t bytes[CLLM_PLACE_MAX_DEVICES][CLLM_MEM_COUNT];

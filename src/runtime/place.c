@@ -357,6 +357,10 @@ cllm_status cllm_shape_check_within(const cllm_shape *sh, const cllm_shape *plan
                       max);
 }
 
+int cllm_shape_max_items(const cllm_shape *sh) {
+    return CLLM_MIN(CLLM_MAX(sh->n_seq, 1) + CLLM_SPEC_MAX_DRAFT, CLLM_MAX_SEQS);
+}
+
 int cllm_shape_worst(const cllm_shape *sh, cllm_batch_shape out[CLLM_SHAPE_N_WORST]) {
     const int64_t n_first = CLLM_MIN(sh->n_batch, sh->n_ctx);
     out[0] = (cllm_batch_shape){.n_tokens = n_first,
@@ -370,6 +374,18 @@ int cllm_shape_worst(const cllm_shape *sh, cllm_batch_shape out[CLLM_SHAPE_N_WOR
         out[k] = out[0];
         out[k].n_outputs = n_first;
         out[k++].embd = true;
+    }
+    /* speculative drafts: one-token items of the sequences in turn */
+    const int n_items = (int)CLLM_MIN((int64_t)cllm_shape_max_items(sh), sh->n_batch);
+    if (n_items >= 2) {
+        cllm_batch_shape *v = &out[k++];
+        *v = (cllm_batch_shape){.n_seqs = n_items, .n_tokens = n_items, .n_outputs = n_items};
+        for (int i = 0; i < n_items; i++) {
+            v->seqs[i] = (cllm_seq_shape){.seq = i % CLLM_MAX(sh->n_seq, 1),
+                                          .n_tokens = 1,
+                                          .n_past = sh->n_ctx - 1,
+                                          .n_kv = sh->n_ctx};
+        }
     }
     if (sh->n_seq == 1) return k;
     /* all sequences in one batch: one takes the tokens the others leave

@@ -162,14 +162,21 @@ cllm_status cllm_shape_resolve(const cllm_hparams *hp, const cllm_shape_params *
  * otherwise CLLM_ERR_TOO_LARGE naming what exceeds what. */
 cllm_status cllm_shape_check_within(const cllm_shape *sh, const cllm_shape *plan, const char *who);
 
+/* The items a batch of a session of shape sh may hold: its sequences, and
+ * the tokens of speculative drafts as items of one token of their own
+ * (n_seq + CLLM_SPEC_MAX_DRAFT, at most CLLM_MAX_SEQS). */
+int cllm_shape_max_items(const cllm_shape *sh);
+
 /* The worst-case batches the compute memory is planned for: a full batch at
  * a full context, and one token at a full context; with several sequences
  * also a full batch of all of them (one takes what the others leave), the
  * same with the one-token sequences first (a step that a prompt chunk
  * joins), and one token of each, every one at a full context; with
  * embeddings, a full batch at a full context that outputs the hidden state
- * of every row. Returns how many. */
-enum { CLLM_SHAPE_N_WORST = 6 };
+ * of every row; and the pass that verifies speculative drafts: as many
+ * one-token items as a batch holds (cllm_shape_max_items, at most n_batch),
+ * every one at a full context. Returns how many. */
+enum { CLLM_SHAPE_N_WORST = 7 };
 int cllm_shape_worst(const cllm_shape *sh, cllm_batch_shape out[CLLM_SHAPE_N_WORST]);
 
 #endif /* CLLM_RUNTIME_PLACE_H */

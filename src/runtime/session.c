@@ -671,23 +671,31 @@ cllm_status cllm_session_embed(cllm_session *s, const int32_t *tokens, int64_t n
 /* Checks a batch of several sequences (see cllm_session_decode_seqs) and
  * fills its shape. */
 static cllm_status seqs_shape(const cllm_session *s, const cllm_seq_tokens *items, int n,
-                              cllm_batch_shape *shape) {
+                              bool repeats, cllm_batch_shape *shape) {
     const int64_t n_vocab = s->model->hp.n_vocab;
-    if (n < 1 || n > s->shape.n_seq) {
-        return cllm_error(CLLM_ERR_INVALID_ARG, "decode: %d sequences in a batch, outside [1, %d]",
-                          n, s->shape.n_seq);
+    const int max = repeats ? s->in.max_items : s->shape.n_seq;
+    if (n < 1 || n > max) {
+        return cllm_error(CLLM_ERR_INVALID_ARG, "decode: %d %s in a batch, outside [1, %d]", n,
+                          repeats ? "items" : "sequences", max);
     }
     *shape = (cllm_batch_shape){.n_seqs = n, .n_outputs = n};
     bool seen[CLLM_MAX_SEQS] = {false};
+    int64_t added[CLLM_MAX_SEQS] = {0};  /* repeats: tokens of the earlier items */
+    bool multi[CLLM_MAX_SEQS] = {false}; /* repeats: a sequence's item of several tokens */
     for (int i = 0; i < n; i++) {
         const cllm_seq_tokens *it = &items[i];
-        if (it->seq < 0 || it->seq >= s->shape.n_seq || seen[it->seq]) {
+        const bool again = it->seq >= 0 && it->seq < s->shape.n_seq && seen[it->seq];
+        /* an item that repeats a sequence: one token after one-token items */
+        if (again && repeats && it->n_tokens == 1 && !multi[it->seq]) {
+            /* (checked as any other item below) */
+        } else if (it->seq < 0 || it->seq >= s->shape.n_seq || seen[it->seq]) {
             return cllm_error(CLLM_ERR_INVALID_ARG, "decode: item %d names sequence %d (of %d%s)",
                               i, it->seq, s->shape.n_seq,
                               it->seq >= 0 && it->seq < s->shape.n_seq ? ", already in this batch"
                                                                        : "");
         }
         seen[it->seq] = true;
+        if (it->n_tokens != 1) multi[it->seq] = true;
         if (it->n_tokens <= 0 || !it->tokens) {
             return cllm_error(CLLM_ERR_INVALID_ARG, "decode: no tokens for sequence %d", it->seq);
         }
@@ -698,7 +706,8 @@ static cllm_status seqs_shape(const cllm_session *s, const cllm_seq_tokens *item
                                   (long long)j, it->seq, it->tokens[j], (long long)n_vocab);
             }
         }
-        const int64_t past = cllm_session_seq_n_past(s, it->seq);
+        const int64_t past = cllm_session_seq_n_past(s, it->seq) + added[it->seq];
+        added[it->seq] += it->n_tokens;
         if (it->n_tokens > s->params.n_ctx - past) {
             return cllm_error(CLLM_ERR_TOO_LARGE,
                               "context full: sequence %d holds %lld tokens, + %lld new exceed the "
@@ -773,20 +782,33 @@ static cllm_status decode_seqs_linked(cllm_session *s, const cllm_seq_tokens *it
     return CLLM_OK;
 }
 
-cllm_status cllm_session_decode_seqs(cllm_session *s, const cllm_seq_tokens *items, int n) {
+/* cllm_session_decode_seqs, and with `repeats` cllm_session_decode_items
+ * (item_logits: NULL, or where each item's logits go). */
+static cllm_status decode_items(cllm_session *s, const cllm_seq_tokens *items, int n, bool repeats,
+                                float *item_logits) {
     if (!s || !items) return CLLM_NULL_ARG("the session or items");
     for (int i = 0; i < n; i++) {
         if (!items[i].tokens) return CLLM_NULL_ARG("items[i].tokens");
     }
     cllm_batch_shape shape;
-    CLLM_TRY(seqs_shape(s, items, n, &shape));
+    CLLM_TRY(seqs_shape(s, items, n, repeats, &shape));
     const int64_t n_vocab = s->model->hp.n_vocab;
     /* sequence 0 alone: the single-sequence path, which keeps its graph for
      * the next tokens (the same computation: the padded rows are skipped) */
     if (n == 1 && items[0].seq == 0) {
-        return cllm_session_decode(s, items[0].tokens, items[0].n_tokens);
+        CLLM_TRY(cllm_session_decode(s, items[0].tokens, items[0].n_tokens));
+        if (item_logits) {
+            memcpy(item_logits, cllm_session_logits(s), (size_t)n_vocab * sizeof(float));
+        }
+        return CLLM_OK;
     }
-    if (s->model->partial) return decode_seqs_linked(s, items, n);
+    if (s->model->partial) {
+        if (repeats) {
+            return cllm_error(CLLM_ERR_UNSUPPORTED,
+                              "decode: several items of one sequence in a pipeline's batch");
+        }
+        return decode_seqs_linked(s, items, n);
+    }
 
     /* steps of one token per sequence reuse their graph while every
      * sequence's padded cache rows stay the same (as one sequence's do) */
@@ -813,6 +835,9 @@ cllm_status cllm_session_decode_seqs(cllm_session *s, const cllm_seq_tokens *ite
     for (int i = 0; i < n; i++) {
         const cllm_seq_shape *sq = &shape.seqs[i];
         const size_t bytes = (size_t)n_vocab * sizeof(float);
+        if (item_logits)
+            cllm_tensor_get(io.logits, item_logits + (size_t)i * (size_t)n_vocab, (size_t)i * bytes,
+                            bytes);
         if (sq->seq == 0) {
             cllm_tensor_get(io.logits, s->logits, (size_t)i * bytes, bytes);
             s->n_logits = 1;
@@ -826,6 +851,17 @@ cllm_status cllm_session_decode_seqs(cllm_session *s, const cllm_seq_tokens *ite
         }
     }
     return CLLM_OK;
+}
+
+cllm_status cllm_session_decode_seqs(cllm_session *s, const cllm_seq_tokens *items, int n) {
+    return decode_items(s, items, n, false, NULL);
+}
+
+int cllm_session_max_items(const cllm_session *s) { return s->in.max_items; }
+
+cllm_status cllm_session_decode_items(cllm_session *s, const cllm_seq_tokens *items, int n,
+                                      float *item_logits) {
+    return decode_items(s, items, n, true, item_logits);
 }
 
 cllm_memory_report cllm_session_memory_on(const cllm_session *s, const cllm_device *dev) {

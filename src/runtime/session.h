@@ -48,6 +48,21 @@ enum { CLLM_SESSION_MIN_CHUNK = 8 };
  * prompts so, and so does the engine. Pure. */
 int64_t cllm_session_prompt_chunk(int64_t n_batch, int64_t left);
 
+/*
+ * As cllm_session_decode_seqs, but a sequence may come back in later items
+ * of one token each, after items of its own of one token (the tokens that
+ * follow its last one, in order; at most cllm_session_max_items): the
+ * verification pass of speculative decoding (engine.c), where every token
+ * of a draft is a column of its own, computed bit for bit as it would be
+ * decoded alone. item_logits: NULL, or [n][n_vocab] for every item's
+ * logits. A pipeline's first stage refuses repeats (CLLM_ERR_UNSUPPORTED).
+ */
+cllm_status cllm_session_decode_items(cllm_session *s, const cllm_seq_tokens *items, int n,
+                                      float *item_logits);
+/* The items cllm_session_decode_items takes at most: n_seq +
+ * CLLM_SPEC_MAX_DRAFT, at most CLLM_MAX_SEQS. */
+int cllm_session_max_items(const cllm_session *s);
+
 /* Whether s was made with embeddings (cllm_session_params.embeddings) and
  * computes them (not a stage of a pipeline): cllm_session_seq_embed can run. */
 bool cllm_session_has_embeddings(const cllm_session *s);

@@ -489,6 +489,7 @@ static void on_event(const cllm_event *ev, void *ud) {
 static bool generate(chat *c, const int32_t *ids, size_t n_ids, int max_tokens, answer *a) {
     cllm_request_params rp = cllm_request_default_params();
     rp.sampling = c->g->sp;
+    rp.spec = c->g->spec;
     rp.max_tokens = max_tokens;
     a->n_ids = 0;
     a->finished = false;
@@ -521,7 +522,7 @@ static bool generate(chat *c, const int32_t *ids, size_t n_ids, int max_tokens, 
  */
 static bool answer_turn(chat *c) {
     answer a = {0};
-    size_t processed = 0, reused = 0, generated = 0;
+    size_t processed = 0, reused = 0, generated = 0, drafted = 0, kept = 0;
     double prompt_ms = 0, gen_ms = 0;
     int remaining = c->g->n_predict;
     char *text = NULL;      /* the text of the last prompt */
@@ -573,6 +574,8 @@ static bool answer_turn(chat *c) {
         generated += a.usage.n_completion;
         prompt_ms += a.usage.prompt_ms;
         gen_ms += a.usage.gen_ms;
+        drafted += a.usage.n_drafted;
+        kept += a.usage.n_accepted;
         if (remaining >= 0) remaining -= (int)a.usage.n_completion;
         if (a.oom) {
             cli_error("chat", "out of memory for the answer");
@@ -613,11 +616,11 @@ static bool answer_turn(chat *c) {
         fprintf(stderr,
                 "cllm chat: turn %d: %zu prompt tokens processed, %zu reused from the cache, %zu "
                 "generated; prompt %.1f tok/s, generation %.1f tok/s; %zu of %lld context "
-                "tokens used\n",
+                "tokens used; %zu draft tokens verified, %zu kept\n",
                 c->turn, processed, reused, generated,
                 prompt_ms > 0 ? (double)processed / (prompt_ms / 1e3) : 0.0,
                 gen_ms > 0 ? (double)generated / (gen_ms / 1e3) : 0.0, c->n_held,
-                (long long)c->n_ctx);
+                (long long)c->n_ctx, drafted, kept);
     }
     ok = true;
 done:

@@ -261,7 +261,8 @@ static int run(run_args *ap) {
                   n_ids, (long long)n_ctx);
         goto done;
     }
-    if (cllm_generate(s, smp, ids, n_ids, a.g.n_predict, on_text, &sink, &res) != CLLM_OK) {
+    if (cllm_generate_spec(s, smp, ids, n_ids, a.g.n_predict, &a.g.spec, on_text, &sink, &res) !=
+        CLLM_OK) {
         goto fail;
     }
     if (sink.oom) {
@@ -296,8 +297,10 @@ static int run(run_args *ap) {
         fprintf(f,
                 ",\n  \"timings\": {\"prompt_tokens\": %zu, \"prompt_ms\": %.3f, "
                 "\"prompt_tokens_per_s\": %.2f, \"generated_tokens\": %zu, \"generation_ms\": "
-                "%.3f, \"generation_tokens_per_s\": %.2f}",
-                n_ids, res.prompt_ms, pp_tps, res.n_gen_decoded, res.gen_ms, tg_tps);
+                "%.3f, \"generation_tokens_per_s\": %.2f, \"draft_tokens\": %zu, "
+                "\"draft_tokens_accepted\": %zu}",
+                n_ids, res.prompt_ms, pp_tps, res.n_gen_decoded, res.gen_ms, tg_tps, res.n_drafted,
+                res.n_accepted);
         fprintf(f, ",\n  \"memory\": ");
         json_memory(f, &mem);
         /* every device that holds part of the model (the CPU always does) */
@@ -321,6 +324,11 @@ static int run(run_args *ap) {
     } else {
         fprintf(stderr, "\n\nprompt: %zu tokens, %.1f tok/s | generation: %zu tokens, %.1f tok/s\n",
                 n_ids, pp_tps, res.n_gen_decoded, tg_tps);
+        if (a.g.verbose) {
+            fprintf(stderr, "speculative (%s): %zu draft tokens verified, %zu kept (%.0f%%)\n",
+                    cllm_spec_type_str(a.g.spec.type), res.n_drafted, res.n_accepted,
+                    res.n_drafted ? 100.0 * (double)res.n_accepted / (double)res.n_drafted : 0.0);
+        }
     }
     rc = 0;
     if (piped && !cli_pipe_close("run", pipe)) rc = 1;

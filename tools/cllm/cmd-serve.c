@@ -92,6 +92,10 @@ static void serve_usage(FILE *f) {
             "                       file's <arch>.pooling_type, else mean)\n"
             "  --pipe-timeout S     under mpirun: give up when a rank does not answer within\n"
             "                       S seconds (default 120)\n"
+            "  --spec-type none|ngram-simple, --no-spec, --draft-max N, --draft-min N,\n"
+            "  --spec-ngram-size-n N, --spec-ngram-min N\n"
+            "                       speculative decoding of every request, as cllm run\n"
+            "                       (default ngram-simple: the answers are the same)\n"
             "  --verbose            log each request and slot to stderr\n"
             "\n"
             "Under mpirun -np N the model's layers are spread over the N ranks (see cllm\n"
@@ -176,7 +180,8 @@ static int parse_serve_args(int argc, char **argv, serve_args *a) {
                              " --no-mmap --test-device "
                              "--verbose -ngl --n-gpu-layers --gpu-layers --grammar "
                              "--grammar-file --json-schema --chat-template "
-                             "--chat-template-file")) {
+                             "--chat-template-file --spec-type --no-spec --draft-max --draft-min "
+                             "--spec-ngram-size-n --spec-ngram-min")) {
             const int r = cli_gen_option("serve", &a->g, argc, argv, &i);
             if (r != 1) return 2;
             continue;
@@ -333,6 +338,7 @@ static int parse_serve_args(int argc, char **argv, serve_args *a) {
     a->http.chat_template = a->g.chat_template;
     a->g.seed_given = true; /* seeds are per request */
     if (!cli_gen_finish("serve", &a->g)) return 2;
+    d->rp.spec = a->g.spec; /* speculative decoding of every request */
     a->http.verbose = a->g.verbose;
     return 0;
 }

@@ -114,6 +114,7 @@ typedef struct cli_gen {
     int64_t n_ctx, n_batch;
     int n_threads;
     cllm_sampler_params sp;
+    cllm_spec_params spec;    /* --spec-type, --draft-max, --draft-min, --spec-ngram-* */
     bool seed_given;          /* --seed; else cli_gen_finish draws one */
     cllm_type type_k, type_v; /* KV cache types (--cache-type-k/-v) */
     bool no_mmap, verbose;

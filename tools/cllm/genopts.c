@@ -15,6 +15,7 @@ void cli_gen_init(cli_gen *g, int n_predict) {
     g->n_predict = n_predict;
     g->n_batch = 512;
     g->sp = cllm_sampler_default_params();
+    g->spec = cllm_spec_default_params();
     g->type_k = g->type_v = CLLM_TYPE_F16;
     g->fit = cllm_plan_default_params();
 }
@@ -56,22 +57,41 @@ void cli_gen_usage(FILE *f, int n_predict) {
             "  --chat-template NAME a built-in chat format instead of the file's template\n"
             "                       (chatml, llama2, llama3, gemma, zephyr, phi3)\n"
             "  --chat-template-file FILE\n"
-            "                       render this Jinja chat template instead of the "
-            "file's\n" CLI_KV_USAGE
+            "                       render this Jinja chat template instead of the file's\n"
+            "  --spec-type none|ngram-simple\n"
+            "                       speculative decoding: drafts from n-gram lookup in the\n"
+            "                       prompt and output, verified in one pass; the output is\n"
+            "                       the same (default ngram-simple; --no-spec: none)\n"
+            "  --draft-max N        tokens drafted at most per step (default 8, up to 32)\n"
+            "  --draft-min N        draft only N tokens or more (default 1)\n"
+            "  --spec-ngram-size-n N\n"
+            "                       the longest n-gram looked up (default 4)\n"
+            "  --spec-ngram-min N   the shortest n-gram looked up (default 2)\n" CLI_KV_USAGE
             "  --no-mmap            read the weights instead of mapping them\n"
             "  --mem DEVICE=SIZE    place layers on devices within budgets (as cllm plan)\n"
             "  --test-device SPEC   enable the test device (debug; e.g. budget=64MiB,ops=-rope)\n"
-            "  --verbose            print the seed and the tokens processed to stderr\n");
+            "  --verbose            print the seed, the tokens processed and the draft tokens\n"
+            "                       verified and kept to stderr\n");
 }
 
 /* llama.cpp's names for the same options (llama-cli, llama-server), and
  * the name cllm knows each by. */
 static const char *const k_aliases[][2] = {
-    {"--ctx-size", "-c"},    {"--batch-size", "-b"},
-    {"--threads", "-t"},     {"--n-predict", "-n"},
-    {"--predict", "-n"},     {"-s", "--seed"},
-    {"-sys", "--system"},    {"--system-prompt", "--system"},
+    {"--ctx-size", "-c"},
+    {"--batch-size", "-b"},
+    {"--threads", "-t"},
+    {"--n-predict", "-n"},
+    {"--predict", "-n"},
+    {"-s", "--seed"},
+    {"-sys", "--system"},
+    {"--system-prompt", "--system"},
     {"-j", "--json-schema"},
+    {"--spec-draft-n-max", "--draft-max"},
+    {"--draft-n", "--draft-max"},
+    {"--draft", "--draft-max"},
+    {"--spec-draft-n-min", "--draft-min"},
+    {"--draft-n-min", "--draft-min"},
+    {"--spec-ngram-simple-size-n", "--spec-ngram-size-n"},
 };
 
 const char *cli_gen_canonical(const char *o) {
@@ -162,6 +182,13 @@ int cli_gen_option(const char *cmd, cli_gen *g, int argc, char **argv, int *i) {
     }
     const int kv = cli_kv_option(cmd, o, argc, argv, i, &g->type_k, &g->type_v);
     if (kv) return kv;
+    if (!strcmp(c, "-md") || !strcmp(c, "--model-draft") || !strcmp(c, "--spec-draft-model")) {
+        cli_error(cmd,
+                  "%s: a draft model is not supported yet; cllm drafts by n-gram lookup in the "
+                  "prompt and output (--spec-type ngram-simple, the default)",
+                  o);
+        return 2;
+    }
     if (!strcmp(c, "--ignore-eos")) {
         g->sp.ignore_eos = true;
         return 1;
@@ -174,6 +201,10 @@ int cli_gen_option(const char *cmd, cli_gen *g, int argc, char **argv, int *i) {
         g->verbose = true;
         return 1;
     }
+    if (!strcmp(c, "--no-spec")) {
+        g->spec.type = CLLM_SPEC_NONE;
+        return 1;
+    }
     if (cli_is_hf_option(c)) {
         if (!(g->hf = cli_value(cmd, argc, argv, i))) return 2;
         return 1;
@@ -181,7 +212,8 @@ int cli_gen_option(const char *cmd, cli_gen *g, int argc, char **argv, int *i) {
     if (!cli_is_one_of(c, "-m --model --system -n -c -b -t --temp --top-k --top-p --min-p "
                           "--repeat-penalty --repeat-last-n --seed --mem --test-device "
                           "--grammar --grammar-file --json-schema --chat-template "
-                          "--chat-template-file")) {
+                          "--chat-template-file --spec-type --draft-max --draft-min "
+                          "--spec-ngram-size-n --spec-ngram-min")) {
         return 0;
     }
     const char *v = cli_value(cmd, argc, argv, i);
@@ -220,6 +252,17 @@ int cli_gen_option(const char *cmd, cli_gen *g, int argc, char **argv, int *i) {
     } else if (!strcmp(c, "--seed")) {
         ok = cli_int(cmd, o, v, 0, INT64_MAX, &n);
         if (ok) g->sp.seed = (uint64_t)n, g->seed_given = true;
+    } else if (!strcmp(c, "--spec-type")) {
+        ok = cllm_spec_type_parse(v, &g->spec.type) == CLLM_OK;
+        if (!ok) cli_lib_error(cmd);
+    } else if (!strcmp(c, "--draft-max")) {
+        ok = cli_int(cmd, o, v, 1, CLLM_SPEC_MAX_DRAFT, &n) && (g->spec.draft_max = (int)n, true);
+    } else if (!strcmp(c, "--draft-min")) {
+        ok = cli_int(cmd, o, v, 1, CLLM_SPEC_MAX_DRAFT, &n) && (g->spec.draft_min = (int)n, true);
+    } else if (!strcmp(c, "--spec-ngram-size-n")) {
+        ok = cli_int(cmd, o, v, 1, 64, &n) && (g->spec.ngram_max = (int)n, true);
+    } else if (!strcmp(c, "--spec-ngram-min")) {
+        ok = cli_int(cmd, o, v, 1, 64, &n) && (g->spec.ngram_min = (int)n, true);
     } else if (!strcmp(c, "--mem")) {
         if (cllm_plan_parse_mem(&g->fit, v) != CLLM_OK) {
             cli_lib_error(cmd);
@@ -257,6 +300,20 @@ bool cli_gen_finish(const char *cmd, cli_gen *g) {
         return false;
     }
     if (!g->seed_given) g->sp.seed = random_seed();
+    /* the n-gram sizes and draft lengths against each other (a smaller
+     * maximum given alone lowers the default minimum) */
+    const cllm_spec_params def = cllm_spec_default_params();
+    if (g->spec.ngram_min == def.ngram_min && g->spec.ngram_max < def.ngram_min)
+        g->spec.ngram_min = g->spec.ngram_max;
+    if (g->spec.draft_min > g->spec.draft_max) {
+        cli_error(cmd, "--draft-min %d is above --draft-max %d", g->spec.draft_min,
+                  g->spec.draft_max);
+        return false;
+    }
+    if (cllm_spec_params_check(&g->spec) != CLLM_OK) {
+        cli_lib_error(cmd);
+        return false;
+    }
     return true;
 }
 

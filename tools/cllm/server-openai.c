@@ -70,6 +70,17 @@ static json_t *usage_json(const reply *r) {
                      "cached_tokens", (json_int_t)r->job->n_cached);
 }
 
+/* llama.cpp's timings of a reply: its passes, and the draft tokens of
+ * speculative decoding verified and kept. */
+static json_t *timings_json(const reply *r) {
+    const srv_job *j = r->job;
+    return json_pack("{s:I,s:f,s:I,s:f,s:I,s:I}", "prompt_n",
+                     (json_int_t)(r->n_prompt - j->n_cached), "prompt_ms", j->prompt_ms,
+                     "predicted_n", (json_int_t)j->n_completion, "predicted_ms", j->gen_ms,
+                     "draft_n", (json_int_t)j->n_drafted, "draft_n_accepted",
+                     (json_int_t)j->n_accepted);
+}
+
 /* Chat-style logprob entries (stolen) in the shape of the endpoint. */
 static json_t *logprobs_json(const reply *r, json_t *entries, size_t text_offset) {
     if (!entries) return json_null();
@@ -248,6 +259,7 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
                 if (r->include_usage) {
                     json_t *env = envelope(r, true, json_array());
                     json_object_set_new(env, "usage", usage_json(r));
+                    json_object_set_new(env, "timings", timings_json(r));
                     sse_put(r, env);
                 }
             }
@@ -305,6 +317,7 @@ static enum MHD_Result reply_done(srv_wait *w) {
         }
         json_t *env = envelope(r, false, json_pack("[o]", ch));
         json_object_set_new(env, "usage", usage_json(r));
+        json_object_set_new(env, "timings", timings_json(r));
         res = srv_send_json(r->h, r->c, 200, env);
     }
     reply_free(r);

@@ -254,6 +254,8 @@ static void on_event(const cllm_event *ev, void *ud) {
     j->n_completion = ev->usage.n_completion;
     j->prompt_ms = ev->usage.prompt_ms;
     j->gen_ms = ev->usage.gen_ms;
+    j->n_drafted = ev->usage.n_drafted;
+    j->n_accepted = ev->usage.n_accepted;
     if (ev->embd) { /* an embedding's vectors */
         const size_t n = (size_t)ev->n_embd_rows * (size_t)cllm_model_n_embd(e->model);
         j->embd = malloc(n * sizeof(float));
@@ -278,9 +280,10 @@ static void on_event(const cllm_event *ev, void *ud) {
     if (e->verbose) {
         fprintf(stderr,
                 "cllm serve: request %llu: %s: %zu prompt tokens, %zu reused from a cache, %zu "
-                "generated\n",
+                "generated, %zu draft tokens verified, %zu kept\n",
                 (unsigned long long)j->id, cllm_stop_reason_str(ev->reason), ev->usage.n_prompt,
-                ev->usage.n_cached, ev->usage.n_completion);
+                ev->usage.n_cached, ev->usage.n_completion, ev->usage.n_drafted,
+                ev->usage.n_accepted);
     }
     job_done(e, j, why);
     pthread_mutex_unlock(&e->mu);

@@ -97,6 +97,8 @@ typedef struct srv_job {
     size_t n_completion; /* tokens generated */
     double prompt_ms;    /* forward passes that read its prompt (shared with others) */
     double gen_ms;       /* forward passes that decoded its tokens */
+    size_t n_drafted;    /* speculative decoding: draft tokens verified */
+    size_t n_accepted;   /* of those, kept */
     char error[256];     /* with SRV_FINISH_ERROR */
     float *embd;         /* an embedding's vectors (owned), n_embd_rows x n_embd */
     int64_t n_embd_rows;

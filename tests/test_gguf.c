@@ -525,6 +525,10 @@ static void test_writer_roundtrip(void) {
     CHECK(cllm_gguf_writer_set_arr_str_n(w, "a.strnul", strs_n, lens_n, 2) == CLLM_OK);
     CHECK(cllm_gguf_writer_set_arr_str(w, "a.strempty", NULL, 0) == CLLM_OK);
     CHECK(cllm_gguf_writer_set_str(w, "first", "replaced") == CLLM_OK);
+    /* a key removed is not written; the others keep their order */
+    CHECK(cllm_gguf_writer_set_u16(w, "t.gone", 7) == CLLM_OK);
+    CHECK(cllm_gguf_writer_remove(w, "t.gone"));
+    CHECK(!cllm_gguf_writer_remove(w, "t.gone"));
 
     /* bad arguments leave the writer unchanged */
     log_quiet(true);
@@ -599,6 +603,7 @@ static void test_writer_roundtrip(void) {
         CHECK_EQ_INT(cllm_gguf_version(g), 3);
         CHECK_EQ_INT(cllm_gguf_alignment(g), 64);
         CHECK_EQ_INT(cllm_gguf_n_kv(g), 18 + CLLM_ARRAY_SIZE(arrs) + 3);
+        CHECK(cllm_gguf_find_key(g, "t.gone") < 0);
         CHECK(strcmp(cllm_gguf_key(g, 0), "first") == 0);
         CHECK(strcmp(cllm_gguf_val_str(g, 0), "replaced") == 0);
         CHECK(strcmp(cllm_gguf_key(g, 1), "t.u8") == 0);

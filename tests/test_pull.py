@@ -16,6 +16,7 @@ import http.server
 import json
 import os
 import random
+import struct
 import subprocess
 import sys
 import tempfile
@@ -141,6 +142,96 @@ class Handler(http.server.BaseHTTPRequestHandler):
         self.send(404, b"not found")
 
 
+# ---- a split GGUF file, as llama.cpp's gguf-split writes it ----------------
+
+GGUF_SCALAR = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
+
+
+def gguf_parse(b):
+    """(version, [(key, raw bytes of the key/value)], [(name, raw info without
+    the offset, its data)], alignment) of the GGUF image b."""
+    pos = 0
+
+    def take(n):
+        nonlocal pos
+        pos += n
+        return b[pos - n:pos]
+
+    def u32():
+        return struct.unpack("<I", take(4))[0]
+
+    def u64():
+        return struct.unpack("<Q", take(8))[0]
+
+    def string():
+        return take(u64())
+
+    def value(t):
+        if t in GGUF_SCALAR:
+            return take(GGUF_SCALAR[t])
+        if t == 8:
+            return string()
+        at, n = u32(), u64()
+        return [value(at) for _ in range(n)]
+
+    assert take(4) == b"GGUF"
+    version, n_t, n_kv = u32(), u64(), u64()
+    kvs, align = [], 32
+    for _ in range(n_kv):
+        start = pos
+        key = string().decode()
+        t = u32()
+        v = value(t)
+        if key == "general.alignment":
+            align = struct.unpack("<I", v)[0]
+        kvs.append((key, b[start:pos]))
+    infos = []
+    for _ in range(n_t):
+        start = pos
+        name = string().decode()
+        nd = u32()
+        take(8 * nd + 4)
+        info = b[start:pos]
+        infos.append((name, info, u64()))
+    data = (pos + align - 1) // align * align
+    offs = sorted(o for _, _, o in infos) + [len(b) - data]
+    tensors = []
+    for name, info, off in infos:
+        end = offs[offs.index(off) + 1]
+        tensors.append((name, info, b[data + off:data + end]))
+    return version, kvs, tensors, align
+
+
+def gguf_kv(key, fmt, t, v):
+    k = key.encode()
+    return struct.pack("<Q", len(k)) + k + struct.pack("<I", t) + struct.pack(fmt, v)
+
+
+def gguf_split(b, n_parts, count=None, extra=0):
+    """The GGUF image b as n_parts images: the first with all the metadata,
+    each with split.no (0-based), split.count (count, default n_parts) and
+    split.tensors.count (plus extra), the tensors shared out in order."""
+    _, kvs, tensors, align = gguf_parse(b)
+    per = (len(tensors) + n_parts - 1) // n_parts
+    parts = []
+    for k in range(n_parts):
+        mine = tensors[k * per:(k + 1) * per]
+        meta = [raw for _, raw in kvs] if k == 0 else []
+        meta += [gguf_kv("split.no", "<H", 2, k),
+                 gguf_kv("split.count", "<H", 2, count or n_parts),
+                 gguf_kv("split.tensors.count", "<i", 5, len(tensors) + extra)]
+        out = b"GGUF" + struct.pack("<IQQ", 3, len(mine), len(meta)) + b"".join(meta)
+        off, data = 0, b""
+        for name, info, chunk in mine:
+            out += info + struct.pack("<Q", off)
+            chunk += bytes((align - len(chunk) % align) % align)
+            data += chunk
+            off += len(chunk)
+        out += bytes((align - len(out) % align) % align)
+        parts.append(out + data)
+    return parts
+
+
 def cllm(args, env):
     return subprocess.run([CLLM] + args, env=env, capture_output=True, text=True, timeout=120)
 
@@ -162,10 +253,16 @@ def main():
         "sub/tiny-Q5_0.gguf": big[: 1 << 20],
         "mmproj-tiny-Q4_K_M.gguf": b"projector",
     }
+    parts = gguf_split(model, 3)
+    want_n = len(gguf_parse(model)[2])
     HUB.repos["test-user/split-GGUF"] = {
-        "split-Q4_0-00001-of-00002.gguf": big[: 1 << 19],
-        "split-Q4_0-00002-of-00002.gguf": big[1 << 19: 1 << 20],
-    }
+        "split-Q4_0-%05d-of-00003.gguf" % (k + 1): p for k, p in enumerate(parts)}
+    bad_parts = gguf_split(model, 3)
+    bad_parts[1] = gguf_split(model, 3, count=4)[1]  # a part that says 4 parts
+    HUB.repos["test-user/countsplit-GGUF"] = {  # split.tensors.count one too many
+        "cs-%05d-of-00002.gguf" % (k + 1): p for k, p in enumerate(gguf_split(model, 2, extra=1))}
+    HUB.repos["test-user/badsplit-GGUF"] = {
+        "bs-Q4_0-%05d-of-00003.gguf" % (k + 1): p for k, p in enumerate(bad_parts)}
     HUB.repos["test-user/slow-GGUF"] = {"slow-Q4_K_M.gguf": big[: 2 << 20]}
     HUB.slow.add("slow-Q4_K_M.gguf")
     # SHA-256's padding cases: lengths about a 64-byte block's 56-byte mark
@@ -260,16 +357,83 @@ def main():
         check(r.returncode == 1 and "SHA-256" in r.stderr and not os.path.exists(bad) and
               not os.path.exists(bad + ".part"), "a wrong checksum is refused: %r" % r.stderr)
 
-        # split files: every part
+        # split files: every part, joined into one file, the parts removed
+        def tokens(path):
+            r = cllm(["run", "-m", path, "-p", "Once upon", "-n", "8", "--temp", "0"], env)
+            return r.returncode, r.stdout
+
         r = cllm(["pull", "test-user/split-GGUF"], env)
         sdir = os.path.join(cache, "models", "hf", "test-user", "split-GGUF")
-        lines = r.stdout.split()
-        check(r.returncode == 0 and lines == [
-            os.path.join(sdir, "split-Q4_0-00001-of-00002.gguf"),
-            os.path.join(sdir, "split-Q4_0-00002-of-00002.gguf")],
-            "a split file brings all its parts: %r %r" % (r.stdout, r.stderr))
+        joined = os.path.join(sdir, "split-Q4_0.gguf")
+        check(r.returncode == 0 and r.stdout.split() == [joined] and "joined 3 parts" in r.stderr
+              and "removed" in r.stderr,
+              "a split file is pulled and joined: %r %r" % (r.stdout, r.stderr))
+        check(sorted(os.listdir(sdir)) == ["split-Q4_0.gguf"],
+              "the parts are removed once joined: %r" % os.listdir(sdir))
+        want_run = tokens(MODEL)
+        check(want_run[0] == 0 and want_run[1] != "" and tokens(joined) == want_run,
+              "run --temp 0 -n 8: the joined file gives the original's tokens: %r %r"
+              % (want_run, tokens(joined)))
+        n_before = len(HUB.log)
         r = cllm(["info", "-hf", "test-user/split-GGUF"], env)
-        check(r.returncode == 1 and "split" in r.stderr, "-hf of a split file: a clear error")
+        check(r.returncode == 0 and joined in r.stdout and
+              not [p for (_, p, _) in HUB.log[n_before:] if p.startswith("/cdn/")],
+              "-hf of a split file: the joined file, no download again: %r" % r.stderr)
+        os.remove(joined)
+        r = cllm(["pull", "--keep-parts", "test-user/split-GGUF"], env)
+        check(r.returncode == 0 and r.stdout.split() == [joined] and
+              len(os.listdir(sdir)) == 1 + 3 * 2 and "kept" in r.stderr,
+              "--keep-parts keeps the parts (and their checksums): %r %r"
+              % (os.listdir(sdir), r.stderr))
+
+        # a part whose split.count is wrong: refused, naming it, nothing written
+        r = cllm(["pull", "test-user/badsplit-GGUF"], env)
+        bdir = os.path.join(cache, "models", "hf", "test-user", "badsplit-GGUF")
+        check(r.returncode == 1 and "bs-Q4_0-00002-of-00003.gguf" in r.stderr and
+              "split.count 4" in r.stderr and
+              not [f for f in os.listdir(bdir) if "-of-" not in f],
+              "a part with a wrong split.count is refused, nothing joined: %r %r"
+              % (r.stderr, os.listdir(bdir)))
+
+        r = cllm(["pull", "test-user/countsplit-GGUF"], env)
+        cdir = os.path.join(cache, "models", "hf", "test-user", "countsplit-GGUF")
+        check(r.returncode == 1 and "split.tensors.count is %d" % (want_n + 1) in r.stderr and
+              not os.path.exists(os.path.join(cdir, "cs.gguf")),
+              "parts that hold fewer tensors than split.tensors.count: refused: %r" % r.stderr)
+
+        # pull --join: parts already here
+        local = os.path.join(cache, "local")
+        os.mkdir(local)
+        for k, p in enumerate(parts):
+            with open(os.path.join(local, "m-%05d-of-00003.gguf" % (k + 1)), "wb") as f:
+                f.write(p)
+        first = os.path.join(local, "m-00001-of-00003.gguf")
+        r = cllm(["run", "-m", first, "-p", "x", "-n", "1"], env)
+        check(r.returncode == 1 and "split" in r.stderr and "pull --join" in r.stderr,
+              "run -m of a part: says to join the parts: %r" % r.stderr)
+        out = os.path.join(local, "out.gguf")
+        r = cllm(["pull", "--join", "--keep-parts", "-o", out, first], env)
+        check(r.returncode == 0 and r.stdout.strip() == out and len(os.listdir(local)) == 4 and
+              tokens(out) == want_run, "pull --join -o --keep-parts: %r" % r.stderr)
+        r = cllm(["pull", "--join", os.path.join(local, "m-00002-of-00003.gguf")], env)
+        check(r.returncode == 1 and "first part" in r.stderr,
+              "pull --join of a part not the first: refused: %r" % r.stderr)
+        os.remove(os.path.join(local, "m-00003-of-00003.gguf"))
+        r = cllm(["pull", "--join", first], env)
+        check(r.returncode == 1 and "m-00003-of-00003.gguf" in r.stderr and
+              not os.path.exists(os.path.join(local, "m.gguf")) and
+              sorted(os.listdir(local)) == ["m-00001-of-00003.gguf", "m-00002-of-00003.gguf",
+                                            "out.gguf"],
+              "pull --join with a part missing: refused, naming it: %r" % r.stderr)
+        with open(os.path.join(local, "m-00003-of-00003.gguf"), "wb") as f:
+            f.write(parts[2])
+        r = cllm(["pull", "--join", first], env)
+        check(r.returncode == 0 and r.stdout.strip() == os.path.join(local, "m.gguf") and
+              sorted(os.listdir(local)) == ["m.gguf", "out.gguf"] and
+              tokens(os.path.join(local, "m.gguf")) == want_run,
+              "pull --join: m.gguf, the parts removed: %r" % r.stderr)
+        r = cllm(["pull", "-o", out, "test-user/split-GGUF"], env)
+        check(r.returncode == 2 and "--join" in r.stderr, "-o without --join: refused")
 
         # -hf on the commands that take -m
         r = cllm(["info", "-hf", "test-user/tiny-GGUF:Q4_K_M"], env)

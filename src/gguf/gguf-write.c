@@ -396,6 +396,16 @@ fail:
     return st;
 }
 
+bool cllm_gguf_writer_remove(cllm_gguf_writer *w, const char *key) {
+    CLLM_ASSERT(w != NULL && key != NULL);
+    const int64_t j = kv_find(w, key);
+    if (j < 0) return false;
+    wkv_free(&w->kv[j]);
+    memmove(&w->kv[j], &w->kv[j + 1], (w->n_kv - (size_t)j - 1) * sizeof(*w->kv));
+    w->n_kv--;
+    return true;
+}
+
 /* ---- tensors ---- */
 
 cllm_status cllm_gguf_writer_add_tensor(cllm_gguf_writer *w, const char *name, cllm_type type,

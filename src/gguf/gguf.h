@@ -191,6 +191,9 @@ cllm_status cllm_gguf_writer_set_arr_str_n(cllm_gguf_writer *w, const char *key,
  * its order; keys already set are replaced. All or nothing. */
 cllm_status cllm_gguf_writer_copy_kv(cllm_gguf_writer *w, const cllm_gguf *src);
 
+/* Removes `key` (the others keep their order); false if it was not set. */
+bool cllm_gguf_writer_remove(cllm_gguf_writer *w, const char *key);
+
 /* Adds a tensor; `data` (cllm_row_size(type, ne[0]) * rows bytes) must stay
  * valid until cllm_gguf_writer_write returns; NULL writes zeros. Tensors are
  * written in the order added. CLLM_ERR_INVALID_ARG for a bad name (empty,

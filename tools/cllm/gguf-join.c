@@ -126,11 +126,13 @@ bool cli_gguf_join(const char *cmd, const char *first, const char *out, bool kee
         char num[12];
         snprintf(num, sizeof(num), "%05d", k + 1);
         memcpy(p->path + digits, num, 5);
-        if (!strcmp(p->path, out)) {
+        if (!open_part(cmd, p)) goto done;
+        struct stat ps, os;
+        if (!strcmp(p->path, out) || (stat(p->path, &ps) == 0 && stat(out, &os) == 0 &&
+                                      ps.st_dev == os.st_dev && ps.st_ino == os.st_ino)) {
             cli_error(cmd, "the joined file cannot be one of its parts (%s)", out);
             goto done;
         }
-        if (!open_part(cmd, p)) goto done;
         int64_t sno, scount;
         if (!split_key(cmd, p, "split.no", &sno) || !split_key(cmd, p, "split.count", &scount)) {
             goto done;

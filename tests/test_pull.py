@@ -207,15 +207,16 @@ def gguf_kv(key, fmt, t, v):
     return struct.pack("<Q", len(k)) + k + struct.pack("<I", t) + struct.pack(fmt, v)
 
 
-def gguf_split(b, n_parts, count=None, extra=0):
+def gguf_split(b, n_parts, count=None, extra=0, dup=False):
     """The GGUF image b as n_parts images: the first with all the metadata,
     each with split.no (0-based), split.count (count, default n_parts) and
-    split.tensors.count (plus extra), the tensors shared out in order."""
+    split.tensors.count (plus extra), the tensors shared out in order (with
+    dup, the later parts hold the first part's tensors again)."""
     _, kvs, tensors, align = gguf_parse(b)
     per = (len(tensors) + n_parts - 1) // n_parts
     parts = []
     for k in range(n_parts):
-        mine = tensors[k * per:(k + 1) * per]
+        mine = tensors[(0 if dup else k) * per:((0 if dup else k) + 1) * per]
         meta = [raw for _, raw in kvs] if k == 0 else []
         meta += [gguf_kv("split.no", "<H", 2, k),
                  gguf_kv("split.count", "<H", 2, count or n_parts),
@@ -437,6 +438,13 @@ def main():
               sorted(os.listdir(local)) == ["m.gguf", "out.gguf"] and
               tokens(os.path.join(local, "m.gguf")) == want_run,
               "pull --join: m.gguf, the parts removed: %r" % r.stderr)
+        for k, p in enumerate(gguf_split(model, 2, dup=True)):
+            with open(os.path.join(local, "d-%05d-of-00002.gguf" % (k + 1)), "wb") as f:
+                f.write(p)
+        r = cllm(["pull", "--join", os.path.join(local, "d-00001-of-00002.gguf")], env)
+        check(r.returncode == 1 and "d-00002-of-00002.gguf" in r.stderr and "twice" in r.stderr
+              and not os.path.exists(os.path.join(local, "d.gguf")),
+              "pull --join of parts with a tensor name twice: refused: %r" % r.stderr)
         r = cllm(["pull", "-o", out, "test-user/split-GGUF"], env)
         check(r.returncode == 2 and "--join" in r.stderr, "-o without --join: refused")
 

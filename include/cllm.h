@@ -391,6 +391,31 @@ int64_t cllm_gguf_n_tensors(const cllm_gguf *g);
 /* Tensor i in file order, i in [0, n_tensors) (asserted). */
 cllm_tensor_desc cllm_gguf_tensor_desc(const cllm_gguf *g, int64_t i);
 
+/*
+ * Split GGUF files (NAME-00001-of-0000N.gguf ..., as llama.cpp's gguf-split
+ * writes them: each part a GGUF file with split.no (0-based), split.count
+ * and, in the first, split.tensors.count).
+ *
+ * cllm_gguf_split_name: whether `path` ends as a part's name does; then
+ * *no (1-based) and *count. False for any other name and for NULL.
+ * cllm_gguf_split_part: the path of part k (1-based) of the split file whose
+ * first part is `first`, into buf (NUL-terminated); CLLM_ERR_INVALID_ARG
+ * when `first` is no first part, k is out of range or buf too small.
+ * cllm_gguf_join: the split file whose first part is `first` written as one
+ * GGUF file at `out`: the first part's metadata without the split keys,
+ * then every part's tensors in order, aligned as general.alignment says.
+ * Each part must carry split.no and split.count as its name says, the
+ * tensor names must be unique and their number split.tensors.count
+ * (CLLM_ERR_FORMAT naming the part otherwise). `out` is written to a
+ * temporary file beside it, synced and renamed: on failure nothing is left
+ * at `out` (a file already there stays as it was). The parts are only read;
+ * `out` may not be one of them. *n_parts and *n_tensors (each optional)
+ * receive the counts. All three thread-safe.
+ */
+bool cllm_gguf_split_name(const char *path, int *no, int *count);
+cllm_status cllm_gguf_split_part(const char *first, int k, char *buf, size_t size);
+cllm_status cllm_gguf_join(const char *first, const char *out, int *n_parts, int64_t *n_tensors);
+
 /* ======================================================================== */
 /* Memory plans                                                             */
 /* ======================================================================== */

@@ -117,6 +117,24 @@ CASE(cllm_gguf_tensor_desc) {
     const cllm_tensor_desc d = cllm_gguf_tensor_desc(NULL, 0);
     CHECK(d.name == NULL && d.n_dims == 0);
 }
+CASE(cllm_gguf_split_name) {
+    int no = 0, count = 0;
+    CHECK(!cllm_gguf_split_name(NULL, &no, &count));
+    CHECK(!cllm_gguf_split_name("m-00001-of-00002.gguf", NULL, &count));
+    CHECK(!cllm_gguf_split_name("m-00001-of-00002.gguf", &no, NULL));
+    CHECK(cllm_gguf_split_name("m-00001-of-00002.gguf", &no, &count) && no == 1 && count == 2);
+}
+CASE(cllm_gguf_split_part) {
+    char b[64];
+    REFUSED(cllm_gguf_split_part(NULL, 1, b, sizeof(b)));
+    REFUSED(cllm_gguf_split_part("m-00001-of-00002.gguf", 1, NULL, 0));
+    CHECK(cllm_gguf_split_part("m-00001-of-00002.gguf", 2, b, sizeof(b)) == CLLM_OK &&
+          !strcmp(b, "m-00002-of-00002.gguf"));
+}
+CASE(cllm_gguf_join) {
+    REFUSED(cllm_gguf_join(NULL, "out.gguf", NULL, NULL));
+    REFUSED(cllm_gguf_join("m-00001-of-00002.gguf", NULL, NULL, NULL));
+}
 
 /* ---- plans -------------------------------------------------------------- */
 
@@ -600,6 +618,9 @@ static const null_case k_cases[] = {
     ENTRY(cllm_gguf_val_to_str),
     ENTRY(cllm_gguf_n_tensors),
     ENTRY(cllm_gguf_tensor_desc),
+    ENTRY(cllm_gguf_split_name),
+    ENTRY(cllm_gguf_split_part),
+    ENTRY(cllm_gguf_join),
     ENTRY(cllm_plan_default_params),
     ENTRY(cllm_plan_add_budget),
     ENTRY(cllm_plan_parse_mem),

@@ -85,6 +85,13 @@ json_t *srv_error_json(const req_err *er);
 bool srv_job_error(const srv_job *j, req_err *er);
 /* Takes what the job produced (the engine's mutex held). */
 void srv_job_take(srv_job *j, char **text, size_t *len, json_t **lp);
+/* A stream's next output of job j: taken (with *done, whether j ended)
+ * and true; or, when there is none yet and j goes on, the connection c
+ * suspended (*suspended set; the engine's next event resumes it, and a
+ * client gone shows as a write error then) and false. Takes the engine's
+ * mutex. */
+bool srv_job_next(srv_engine *e, srv_job *j, struct MHD_Connection *c, bool *suspended, char **text,
+                  size_t *len, json_t **lp, bool *done);
 /* Job j's wake-ups go to w (before j is submitted). */
 void srv_wait_wake(srv_wait *w, srv_job *j);
 /* Answers w (its jobs submitted) as cn's pending answer: at once when its

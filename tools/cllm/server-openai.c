@@ -210,25 +210,12 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
         }
         if (r->ended) return MHD_CONTENT_READER_END_OF_STREAM;
         r->len = r->pos = 0;
-        srv_engine *e = r->e;
         srv_job *j = r->job;
-        pthread_mutex_lock(&e->mu);
-        if (j->out_len == 0 && !j->logprobs && j->state != SRV_JOB_DONE) {
-            /* nothing yet: no thread waits, the engine's next event resumes
-             * the connection (a client gone shows as a write error then) */
-            r->suspended = true;
-            MHD_suspend_connection(r->c);
-            pthread_mutex_unlock(&e->mu);
-            return 0;
-        }
-        char *text = j->out;
-        const size_t len = j->out_len;
-        json_t *lp = j->logprobs;
-        j->out = NULL;
-        j->out_len = j->out_cap = 0;
-        j->logprobs = NULL;
-        const bool done = j->state == SRV_JOB_DONE;
-        pthread_mutex_unlock(&e->mu);
+        char *text;
+        size_t len;
+        json_t *lp;
+        bool done;
+        if (!srv_job_next(r->e, j, r->c, &r->suspended, &text, &len, &lp, &done)) return 0;
         if (r->tools_on && len > 0) {
             char *nb = realloc(r->held, r->held_len + len + 1);
             if (nb) {
@@ -664,23 +651,12 @@ static ssize_t list_stream_read(void *cls, uint64_t pos, char *buf, size_t max) 
         }
         if (r->ended) return MHD_CONTENT_READER_END_OF_STREAM;
         r->len = r->pos = 0;
-        srv_engine *e = r->e;
         srv_job *j = l->jobs[l->cur];
-        pthread_mutex_lock(&e->mu);
-        if (j->out_len == 0 && !j->logprobs && j->state != SRV_JOB_DONE) {
-            /* nothing yet: suspended until an event of some job (a client
-             * gone shows as a write error then) */
-            r->suspended = true;
-            MHD_suspend_connection(r->c);
-            pthread_mutex_unlock(&e->mu);
-            return 0;
-        }
         char *text;
         size_t len;
         json_t *lp;
-        srv_job_take(j, &text, &len, &lp);
-        const bool done = j->state == SRV_JOB_DONE;
-        pthread_mutex_unlock(&e->mu);
+        bool done;
+        if (!srv_job_next(r->e, j, r->c, &r->suspended, &text, &len, &lp, &done)) return 0;
         if (len > 0 || lp) list_chunk(l, l->cur, text, len, logprobs_json(r, lp, 0), NULL);
         free(text);
         if (!done) continue;

@@ -227,6 +227,21 @@ void srv_job_take(srv_job *j, char **text, size_t *len, json_t **lp) {
     j->logprobs = NULL;
 }
 
+bool srv_job_next(srv_engine *e, srv_job *j, struct MHD_Connection *c, bool *suspended, char **text,
+                  size_t *len, json_t **lp, bool *done) {
+    pthread_mutex_lock(&e->mu);
+    if (j->out_len == 0 && !j->logprobs && j->state != SRV_JOB_DONE) {
+        *suspended = true;
+        MHD_suspend_connection(c);
+        pthread_mutex_unlock(&e->mu);
+        return false;
+    }
+    srv_job_take(j, text, len, lp);
+    *done = j->state == SRV_JOB_DONE;
+    pthread_mutex_unlock(&e->mu);
+    return true;
+}
+
 /* A stream's wake-up (under the engine's mutex): any event resumes it. */
 static void answer_wake(void *arg) {
     answer *a = arg;
@@ -247,23 +262,12 @@ static ssize_t answer_read(void *cls, uint64_t pos, char *buf, size_t max) {
         }
         if (a->ended) return MHD_CONTENT_READER_END_OF_STREAM;
         a->out.len = a->pos = 0;
-        srv_engine *e = a->e;
         srv_job *j = a->job;
-        pthread_mutex_lock(&e->mu);
-        if (j->out_len == 0 && !j->logprobs && j->state != SRV_JOB_DONE) {
-            /* nothing yet: suspended until the engine's next event (a
-             * client gone shows as a write error then) */
-            a->suspended = true;
-            MHD_suspend_connection(a->c);
-            pthread_mutex_unlock(&e->mu);
-            return 0;
-        }
         char *text;
         size_t len;
         json_t *lp;
-        srv_job_take(j, &text, &len, &lp);
-        const bool done = j->state == SRV_JOB_DONE;
-        pthread_mutex_unlock(&e->mu);
+        bool done;
+        if (!srv_job_next(a->e, j, a->c, &a->suspended, &text, &len, &lp, &done)) return 0;
         bool ok = true;
         if (len > 0 || lp) ok = a->w->part(a->ctx, &a->out, text ? text : "", len, lp);
         free(text);

@@ -30,38 +30,14 @@ import time
 import urllib.error
 import urllib.request
 
-SKIP = 77
+import serverlib
+
 NAME = "test_serve_webui"
 KEY = "webui-test-key"
 
 
-def require_data():
-    v = os.environ.get("CLLM_REQUIRE_TEST_DATA", "")
-    return v not in ("", "0")
-
-
 def missing(what):
-    print(f"{NAME}: missing: {what}", file=sys.stderr)
-    sys.exit(1 if require_data() else SKIP)
-
-
-def ensure_venv(venv):
-    """Re-executes this script in a venv that has selenium."""
-    if os.environ.get("CLLM_TEST_IN_VENV") == "1":
-        return
-    py = os.path.join(venv, "bin", "python3")
-    if not os.path.exists(py):
-        r = subprocess.run([sys.executable, "-m", "venv", venv], capture_output=True, text=True)
-        if r.returncode != 0:
-            missing(f"python3 -m venv (apt-get install python3-venv; {r.stderr.strip()[-200:]})")
-    r = subprocess.run([py, "-c", "import selenium"], capture_output=True)
-    if r.returncode != 0:
-        r = subprocess.run([py, "-m", "pip", "install", "--quiet", "selenium"],
-                           capture_output=True, text=True)
-        if r.returncode != 0:
-            missing(f"pip install selenium ({r.stderr.strip()[-300:]})")
-    env = dict(os.environ, CLLM_TEST_IN_VENV="1")
-    os.execve(py, [py] + sys.argv, env)
+    serverlib.missing(NAME, what)
 
 
 def find_browser():
@@ -164,7 +140,7 @@ def main():
     if len(sys.argv) != 3:
         raise SystemExit("usage: test_webui.py CLLM VENV_DIR")
     cllm = os.path.abspath(sys.argv[1])
-    ensure_venv(sys.argv[2])
+    serverlib.ensure_venv(NAME, sys.argv[2], "import selenium", ["selenium"])
     browser, driver_path = find_browser()
     model = fetch_smollm2()
     from selenium import webdriver

@@ -38,12 +38,13 @@ static void check_format(void) {
     CHECK(srv_tools_format("{{ tool.parameters }} \"parameters\"") == SRV_TOOLFMT_GENERIC);
 }
 
-/* Calls read from text: their names joined by ',' into names[], the first
- * call's arguments into args[]; -1 when none, else their count. */
-static int calls_of(srv_tool_format f, const char *text, size_t len, bool start,
-                    size_t *content_len, char names[128], char args[128]) {
+/* Calls read from text (for a request offering `tools`, or NULL): their
+ * names joined by ',' into names[], the first call's arguments into args[];
+ * -1 when none, else their count. */
+static int calls_of(srv_tool_format f, const json_t *tools, const char *text, size_t len,
+                    bool start, size_t *content_len, char names[128], char args[128]) {
     names[0] = args[0] = '\0';
-    json_t *calls = srv_tools_extract(f, text, len, start, content_len);
+    json_t *calls = srv_tools_extract(f, tools, text, len, start, content_len);
     if (!calls) return -1;
     size_t i;
     json_t *c;
@@ -153,7 +154,7 @@ static void check_extract(void) {
         const extract_case *c = &k_cases[i];
         char names[128], args[128];
         size_t n = 12345;
-        const int got = calls_of(c->f, c->text, strlen(c->text), true, &n, names, args);
+        const int got = calls_of(c->f, NULL, c->text, strlen(c->text), true, &n, names, args);
         CHECKF(got == c->n_calls, "case %zu: %d calls, not %d", i, got, c->n_calls);
         if (got < 0 || got != c->n_calls) continue;
         CHECKF(n == strlen(c->content) && !memcmp(c->text, c->content, n),
@@ -168,8 +169,34 @@ static void check_extract(void) {
     char names[128], args[128];
     size_t n = 0;
     static const char call[] = "{\"name\": \"a\", \"arguments\": {}}";
-    CHECK(calls_of(SRV_TOOLFMT_GENERIC, call, strlen(call), false, &n, names, args) < 0);
-    CHECK(calls_of(SRV_TOOLFMT_GENERIC, call, strlen(call), true, &n, names, args) == 1);
+    CHECK(calls_of(SRV_TOOLFMT_GENERIC, NULL, call, strlen(call), false, &n, names, args) < 0);
+    CHECK(calls_of(SRV_TOOLFMT_GENERIC, NULL, call, strlen(call), true, &n, names, args) == 1);
+
+    /* an XML value that reads as JSON stays a string where the tool's
+     * schema types the parameter string, and only there */
+    static const char xml[] = "<tool_call>\n<function=f>\n<parameter=s>\n3\n</parameter>\n"
+                              "<parameter=n>\n3\n</parameter>\n<parameter=u>\ntrue\n"
+                              "</parameter>\n</function>\n</tool_call>";
+    json_t *tools = json_loads(
+        "[{\"type\": \"function\", \"function\": {\"name\": \"g\", \"parameters\": "
+        "{\"properties\": {\"n\": {\"type\": \"string\"}}}}}, {\"type\": \"function\", "
+        "\"function\": {\"name\": \"f\", \"parameters\": {\"type\": \"object\", "
+        "\"properties\": {\"s\": {\"type\": \"string\"}, \"n\": {\"type\": \"integer\"}}}}}]",
+        0, NULL);
+    CHECK(tools != NULL);
+    CHECK(calls_of(SRV_TOOLFMT_XML, tools, xml, strlen(xml), true, &n, names, args) == 1);
+    json_t *want = json_loads("{\"s\": \"3\", \"n\": 3, \"u\": true}", 0, NULL);
+    json_t *have = json_loads(args, 0, NULL);
+    CHECKF(want && have && json_equal(want, have), "typed XML arguments %s", args);
+    json_decref(want);
+    json_decref(have);
+    CHECK(calls_of(SRV_TOOLFMT_XML, NULL, xml, strlen(xml), true, &n, names, args) == 1);
+    want = json_loads("{\"s\": 3, \"n\": 3, \"u\": true}", 0, NULL);
+    have = json_loads(args, 0, NULL);
+    CHECKF(want && have && json_equal(want, have), "untyped XML arguments %s", args);
+    json_decref(want);
+    json_decref(have);
+    json_decref(tools);
 }
 
 /* Streams every case split into pieces of `step` bytes: what may be sent
@@ -189,7 +216,8 @@ static void check_plain(size_t step) {
         }
         char names[128], args[128];
         size_t n = len - sent;
-        const int got = calls_of(c->f, c->text + sent, len - sent, sent == 0, &n, names, args);
+        const int got =
+            calls_of(c->f, NULL, c->text + sent, len - sent, sent == 0, &n, names, args);
         CHECKF(got == c->n_calls, "case %zu streamed by %zu: %d calls", i, step, got);
         const size_t content = sent + (got >= 0 ? n : len - sent);
         const size_t want = c->n_calls >= 0 ? strlen(c->content) : len;

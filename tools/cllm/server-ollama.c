@@ -590,6 +590,7 @@ static int request_tokens(srv_http *h, srv_engine *e, oll_req *q, int32_t **ids,
 typedef struct oll_ctx {
     bool chat, stream, tools_on;
     srv_tool_format tool_format; /* with tools_on */
+    json_t *tools;               /* the request's "tools" (a reference), with tools_on */
     char model[256];             /* as the request named it */
     double t0_ms;                /* when the request arrived */
     size_t n_prompt;
@@ -601,6 +602,7 @@ static void oll_ctx_free(void *p) {
     oll_ctx *x = p;
     free(x->text.data);
     json_decref(x->logprobs);
+    json_decref(x->tools);
     free(x);
 }
 
@@ -671,8 +673,8 @@ static bool oll_end(void *ctx, srv_buf *out, const srv_job *j, const req_err *er
     }
     size_t n = x->text.len;
     json_t *calls = x->tools_on && x->chat
-                        ? srv_tools_extract(x->tool_format, x->text.data ? x->text.data : "",
-                                            x->text.len, true, &n)
+                        ? srv_tools_extract(x->tool_format, x->tools,
+                                            x->text.data ? x->text.data : "", x->text.len, true, &n)
                         : NULL;
     const bool whole_text = !x->stream || x->tools_on;
     json_t *o = oll_object(x, whole_text ? (x->text.data ? x->text.data : "") : "",
@@ -731,6 +733,7 @@ static enum MHD_Result api_generate(srv_http *h, srv_engine *e, struct MHD_Conne
                    .stream = q.stream,
                    .tools_on = q.tools_on,
                    .tool_format = q.tool_format,
+                   .tools = json_incref(json_object_get(q.prompt_req, "tools")),
                    .t0_ms = t0,
                    .n_prompt = n_ids};
     snprintf(x->model, sizeof(x->model), "%s", json_string_value(json_object_get(o, "model")));

@@ -51,6 +51,7 @@ struct reply {
      * (held_sent bytes so far) or, at the end, read as tool calls */
     bool tools_on;
     srv_tool_format tool_format;
+    json_t *tools; /* the request's "tools" (a reference), for the calls' types */
     char *held;
     size_t held_len, held_sent;
     /* a stream's, under the engine's mutex: the connection is suspended
@@ -175,7 +176,7 @@ static void sse_chunk(reply *r, const char *text, size_t len, json_t *lp, const 
 static void sse_tools_end(reply *r, const char *finish) {
     const char *rest = r->held ? r->held + r->held_sent : "";
     size_t n = r->held_len - r->held_sent;
-    json_t *calls = srv_tools_extract(r->tool_format, rest, n, r->held_sent == 0, &n);
+    json_t *calls = srv_tools_extract(r->tool_format, r->tools, rest, n, r->held_sent == 0, &n);
     if (n > 0) sse_chunk(r, rest, n, NULL, NULL);
     if (!calls) {
         sse_chunk(r, NULL, 0, NULL, finish);
@@ -265,6 +266,7 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
 
 static void reply_free(reply *r) {
     if (r->job) srv_job_release(r->e, r->job);
+    json_decref(r->tools);
     free(r->held);
     free(r->buf);
     free(r);
@@ -294,7 +296,8 @@ static enum MHD_Result reply_done(srv_wait *w) {
         j->logprobs = NULL;
         size_t n = j->out_len;
         json_t *calls =
-            r->tools_on ? srv_tools_extract(r->tool_format, j->out, j->out_len, true, &n) : NULL;
+            r->tools_on ? srv_tools_extract(r->tool_format, r->tools, j->out, j->out_len, true, &n)
+                        : NULL;
         json_t *ch = choice_json(r, j->out, n, logprobs_json(r, lp, 0),
                                  calls ? "tool_calls" : finish_str(j->finish), false);
         if (calls) {
@@ -364,6 +367,7 @@ enum MHD_Result srv_completions(srv_http *h, srv_engine *e, struct MHD_Connectio
     size_t n_ids = 0;
     char *text = NULL;
     bool stream = false, usage = false;
+    json_t *tools_arr = NULL; /* a reference, the reply's once it exists */
     if (!o) {
         if (json_error_code(&jerr) == json_error_invalid_utf8) {
             srv_fail(&er, 400, NULL, "invalid_utf8", "the request body is not valid UTF-8");
@@ -408,6 +412,7 @@ enum MHD_Result srv_completions(srv_http *h, srv_engine *e, struct MHD_Connectio
         tool_format = tools.format;
         if (tool_grammar(e->model, o, &tools, &gp, &er) < 0) goto bad;
         tools_on = tools.tools != NULL;
+        tools_arr = json_incref(tools.tools);
         bool bos = false;
         if (srv_chat_prompt(h, e->model, o, &tools, &text, &bos, &er) < 0) goto bad;
         if (srv_tokenize_prompt(h, e->model, e->n_ctx, text, !bos, true, "messages", &ids, &n_ids,
@@ -480,6 +485,7 @@ enum MHD_Result srv_completions(srv_http *h, srv_engine *e, struct MHD_Connectio
                  .include_usage = usage && stream,
                  .tools_on = tools_on,
                  .tool_format = tool_format,
+                 .tools = tools_arr,
                  .created = (long long)time(NULL),
                  .n_prompt = n_ids,
                  .c = c};
@@ -503,6 +509,7 @@ enum MHD_Result srv_completions(srv_http *h, srv_engine *e, struct MHD_Connectio
     if (!srv_engine_submit(e, j)) {
         srv_job_release(e, j); /* never queued: both references */
         srv_job_release(e, j);
+        json_decref(r->tools);
         free(r);
         srv_fail(&er, 503, NULL, "queue_full",
                  "the server is busy: every slot is taken and the queue is full; retry later");
@@ -518,6 +525,7 @@ bad:
     e->stats.rejected++;
     pthread_mutex_unlock(&e->mu);
     json_decref(o);
+    json_decref(tools_arr);
     free(text);
     free(ids);
     srv_gen_params_free(&gp);

@@ -638,11 +638,29 @@ static bool args_calls(const char *s, size_t n, json_t *out) {
     }
 }
 
+/* Whether the schema of parameter `param` of the tool called `fn` in
+ * `tools` (a request's "tools" array, or NULL) says its value is a string
+ * and nothing else. */
+static bool param_is_string(const json_t *tools, const char *fn, const char *param) {
+    size_t i;
+    const json_t *t;
+    json_array_foreach(tools, i, t) {
+        const json_t *f = json_object_get(t, "function");
+        const char *name = json_string_value(json_object_get(f, "name"));
+        if (!name || strcmp(name, fn) != 0) continue;
+        const json_t *props = json_object_get(json_object_get(f, "parameters"), "properties");
+        const json_t *type = json_object_get(json_object_get(props, param), "type");
+        return json_is_string(type) && strcmp(json_string_value(type), "string") == 0;
+    }
+    return false;
+}
+
 /* Appends the call of one XML block's inside s[0, n) to `out`:
  * <function=NAME> and <parameter=P>VALUE</parameter> for each argument
  * (one line end around VALUE dropped; VALUE read as JSON when it is, else
- * as a string), then </function>; false when it is something else. */
-static bool xml_call(const char *s, size_t n, json_t *out) {
+ * as a string; always as a string where `tools` gives the parameter the
+ * type string), then </function>; false when it is something else. */
+static bool xml_call(const json_t *tools, const char *s, size_t n, json_t *out) {
     const char *end = s + n;
     s = skip_space(s, end);
     if (!starts(s, (size_t)(end - s), "<function=")) return false;
@@ -674,9 +692,11 @@ static bool xml_call(const char *s, size_t n, json_t *out) {
         if (v < ve && *v == '\n') v++;
         if (ve > v && ve[-1] == '\n') ve--;
         if (ve > v && ve[-1] == '\r') ve--;
-        json_t *val = json_loadb(v, (size_t)(ve - v), JSON_DECODE_ANY, NULL);
-        if (!val) val = json_stringn(v, (size_t)(ve - v));
         char *key = strndup(s, (size_t)(gt - s));
+        json_t *val = key && !param_is_string(tools, name, key)
+                          ? json_loadb(v, (size_t)(ve - v), JSON_DECODE_ANY, NULL)
+                          : NULL;
+        if (!val) val = json_stringn(v, (size_t)(ve - v));
         if (!val || !key) {
             json_decref(val);
             free(key);
@@ -712,8 +732,8 @@ static bool whole_calls(const char *s, size_t n, json_t *out) {
     return calls_in(s, (size_t)(end - s), out);
 }
 
-json_t *srv_tools_extract(srv_tool_format f, const char *text, size_t len, bool start,
-                          size_t *content_len) {
+json_t *srv_tools_extract(srv_tool_format f, const json_t *tools, const char *text, size_t len,
+                          bool start, size_t *content_len) {
     const char *end = text + len;
     json_t *calls = json_array();
     const char *tag = call_tag(f);
@@ -726,7 +746,7 @@ json_t *srv_tools_extract(srv_tool_format f, const char *text, size_t len, bool 
             p += sizeof(open) - 1;
             const char *q = memmem(p, (size_t)(end - p), close, sizeof(close) - 1);
             const char *stop = q ? q : end;
-            if (!(f == SRV_TOOLFMT_XML && xml_call(p, (size_t)(stop - p), calls)) &&
+            if (!(f == SRV_TOOLFMT_XML && xml_call(tools, p, (size_t)(stop - p), calls)) &&
                 !calls_in(p, (size_t)(stop - p), calls)) {
                 goto none;
             }

@@ -271,15 +271,16 @@ int srv_tools_messages(json_t *msgs, const srv_tools *t, bool template_has_tools
                        srv_tool_err *te);
 /* The tool calls in generated text[0, len) written in format f: the
  * tagged blocks of Hermes, XML (a parameter's value read as JSON when it
- * is, else as a string) or Mistral (text before them is content), or,
+ * is, else as a string, and always as a string where the request's `tools`
+ * array, or NULL, types the parameter so) or Mistral (text before them is content), or,
  * when `start` (text is the answer from its beginning), the whole text as
  * one call or a list of them (a ```json fence around it allowed), or
  * several calls one after another (newer Mistral: name{...} too, its
  * control tokens not in the text). A new array of OpenAI tool_calls
  * (arguments as JSON text, new ids), with the length of the text before
  * them in *content_len; NULL when the text holds no calls. */
-json_t *srv_tools_extract(srv_tool_format f, const char *text, size_t len, bool start,
-                          size_t *content_len);
+json_t *srv_tools_extract(srv_tool_format f, const json_t *tools, const char *text, size_t len,
+                          bool start, size_t *content_len);
 /* How much of an answer's text so far, text[0, len), cannot be part of a
  * call in format f and may be streamed as content now: all of it once it
  * begins with something else than a call (and, for a tagged format, up to

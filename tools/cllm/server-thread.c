@@ -80,8 +80,7 @@ void srv_gen_params_free(srv_gen_params *gp) {
 
 srv_job *srv_job_new(int32_t *prompt, size_t n_prompt, srv_gen_params *gp, double deadline_ms) {
     srv_job *j = calloc(1, sizeof(*j));
-    if (!j || pthread_cond_init(&j->cond, NULL) != 0) {
-        free(j);
+    if (!j) {
         free(prompt);
         srv_gen_params_free(gp);
         return NULL;
@@ -100,14 +99,12 @@ static void job_free(srv_job *j) {
     free(j->embd);
     json_decref(j->logprobs);
     srv_gen_params_free(&j->gp);
-    pthread_cond_destroy(&j->cond);
     free(j);
 }
 
 /* Under the mutex: tells the HTTP side that the job changed (its text, its
  * log-probabilities or its end). */
 static void job_wake(srv_job *j) {
-    pthread_cond_broadcast(&j->cond);
     if (j->wake) j->wake(j->wake_arg);
 }
 

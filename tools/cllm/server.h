@@ -102,11 +102,10 @@ typedef struct srv_job {
     char error[256];     /* with SRV_FINISH_ERROR */
     float *embd;         /* an embedding's vectors (owned), n_embd_rows x n_embd */
     int64_t n_embd_rows;
-    int refs;            /* 2 while both sides hold it */
-    pthread_cond_t cond; /* signalled when something above changed */
+    int refs; /* 2 while both sides hold it */
     /* called (with the mutex held, by the engine thread) when something
-     * above changed, beside the signal: the HTTP side resumes its
-     * connection; NULL: none. srv_job_release clears it. */
+     * above changed: the HTTP side resumes its connection; NULL: none.
+     * srv_job_release clears it. */
     void (*wake)(void *arg);
     void *wake_arg;
     struct srv_job *next;

@@ -65,6 +65,9 @@ def check_chat(client, port, mid):
     check(whole.eval_count and 0 < whole.eval_count <= 16 and whole.prompt_eval_count > 0
           and whole.total_duration > 0 and whole.eval_duration > 0, f"chat counts: {whole}")
     check(whole.model == mid and whole.created_at, "model and created_at")
+    # no "options" at all (what a client sends by default): the slot's context
+    bare = post(port, "/api/chat", {"model": mid, "messages": msgs, "stream": False})
+    check(bare.get("done") and bare["message"]["content"], f"chat without options: {bare}")
     parts, last, n = [], None, 0
     for chunk in client.chat(model=mid, messages=msgs, options=greedy, stream=True):
         n += 1
@@ -205,6 +208,32 @@ def check_tools(client, mid):
     check(r.done and r.message.content is not None, f"tool result: {r}")
 
 
+def check_lazy_tools(client, mid):
+    """Tools offered (Ollama has no tool_choice: auto): the answer is free
+    until a call opens, and the call then follows the tool's schema. Two
+    examples teach the model a call without the required "unit": the call
+    must still carry it (the lazy grammar)."""
+    import json
+    tools = [{"type": "function", "function": {
+        "name": "get_weather", "description": "The weather of a city",
+        "parameters": {"type": "object", "properties": {
+            "city": {"type": "string"}, "unit": {"enum": ["celsius", "fahrenheit"]}},
+            "required": ["city", "unit"], "additionalProperties": False}}}]
+    msgs = []
+    for c in ["Oslo", "Rome"]:
+        msgs += [{"role": "user", "content": f"What is the weather in {c}?"},
+                 {"role": "assistant",
+                  "content": json.dumps({"name": "get_weather", "arguments": {"city": c}})}]
+    msgs.append({"role": "user", "content": "What is the weather in Paris?"})
+    r = client.chat(model=mid, messages=msgs, tools=tools,
+                    options={"temperature": 0, "num_predict": 80})
+    calls = r.message.tool_calls or []
+    args = dict(calls[0].function.arguments) if calls else {}
+    check(len(calls) == 1 and calls[0].function.name == "get_weather"
+          and isinstance(args.get("city"), str) and args.get("unit") in ("celsius", "fahrenheit")
+          and set(args) == {"city", "unit"}, f"tools, lazy grammar: {r.message}")
+
+
 def check_embed(client, port, mid):
     """/api/embed and /api/embeddings give /v1/embeddings' vectors."""
     import math
@@ -246,6 +275,7 @@ def main():
         check_format(client, port, mid)
         check_info(client, port, model, mid)
         check_tools(client, mid)
+        check_lazy_tools(client, mid)
     finally:
         rc = srv.stop()
     check(rc == 0, f"exit status {rc} after SIGTERM")

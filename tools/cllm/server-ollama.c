@@ -259,6 +259,7 @@ static enum MHD_Result api_show(srv_http *h, srv_engine *e, struct MHD_Connectio
  * engine lacks are refused unless they ask for what it does anyway. */
 static int get_options(json_t *o, int64_t n_ctx, srv_gen_params *gp, int64_t *num_ctx,
                        req_err *er) {
+    *num_ctx = n_ctx;
     json_t *opts = json_object_get(o, "options");
     if (!opts || json_is_null(opts)) return 0;
     if (!json_is_object(opts)) return srv_fail(er, 400, NULL, NULL, "'options' must be an object");
@@ -311,7 +312,6 @@ static int get_options(json_t *o, int64_t n_ctx, srv_gen_params *gp, int64_t *nu
     if ((r = srv_get_num(opts, "frequency_penalty", -2, 2, &d, er)) < 0) return -1;
     if (r) sp->frequency_penalty = (float)d;
     /* num_ctx first: repeat_last_n -1 means all of it */
-    *num_ctx = n_ctx;
     if ((r = srv_get_int(opts, "num_ctx", 1, INT32_MAX, &n, er)) < 0) return -1;
     if (r && n > n_ctx) {
         return srv_fail(er, 400, NULL, NULL,
@@ -556,6 +556,18 @@ static int request_tokens(srv_http *h, srv_engine *e, oll_req *q, int32_t **ids,
             return srv_fail(er, 400, NULL, NULL, "%s", te.msg);
         }
         tools.format = q->tool_format = srv_http_tool_format(h, e->model);
+        if (tools.tools && !q->gp.rp.sampling.grammar) {
+            /* as under tool_choice auto on /v1/chat/completions: the opening
+             * of a call turns on the grammar of the tools' calls */
+            if (srv_tools_set_grammar(&tools, e->model, &q->gp, &te) < 0) {
+                if (!te.code) return srv_fail(er, 500, NULL, NULL, "out of memory");
+                return srv_fail(er, 400, NULL, NULL, "%s", te.msg);
+            }
+            if (cllm_sampler_params_check(&q->gp.rp.sampling, cllm_model_n_vocab(e->model)) !=
+                CLLM_OK) {
+                return srv_fail(er, 400, NULL, NULL, "the tools' grammar: %s", cllm_last_error());
+            }
+        }
         char *text = NULL;
         bool bos = false;
         if (srv_chat_prompt(h, e->model, q->prompt_req, &tools, &text, &bos, er) < 0) return -1;

@@ -9,11 +9,16 @@ llama.cpp (embeddings-references.json) rounds as it computes: the matmul
 activations in blocks of 8-bit integers (Q8_0, Q8_1, and Q8_K with one scale
 per 256 values for the K-quants), GELU through an F16 table, K, V and Q in
 F16, and flash attention sums V in F16. On Gemma 3, whose hidden states
-have outliers that those roundings lose, that puts each of its vectors up
-to 0.008 (cosine) away from these; cllm's default path rounds less (8-bit
-activations with a scale per 32 values in its prompt kernels) and stays
-within 0.002, and its F32 path within 1e-6. tests/test_embed.c compares
-cllm with both files.
+have outliers that those roundings lose, that puts its vectors up to 0.0026
+(pooled) and 0.0075 (per token) in cosine away from these; cllm's default
+path rounds less (8-bit activations with a scale per 32 values in its prompt
+kernels) and stays within 0.0008 and 0.003, its F32 path within 1e-6.
+tests/test_embed.c compares cllm with both files.
+
+--llama-rounding writes nothing: it runs the same forward pass with those
+roundings of llama.cpp added (as its CPU code documents them) and prints,
+per vector, the cosine with llama.cpp's (embeddings-references.json) and
+with the exact one, to show where llama.cpp's difference comes from.
 
 The forward pass is written here from the architectures' definitions
 (src/model/llama.c and src/model/gemma3.c say the same in C); the weights
@@ -83,8 +88,57 @@ def tokenize_all(cllm, model, texts):
         p.wait()
 
 
+def f16(a):
+    return a.astype(np.float16).astype(np.float64)
+
+
+def q8_0(x):
+    """x as Q8_0 activations: blocks of 32, q = round(x / d), d = amax / 127
+    kept in F16."""
+    b = x.reshape(-1, 32).astype(np.float32)
+    d = np.abs(b).max(-1, keepdims=True) / np.float32(127)
+    q = np.round(b * np.where(d > 0, 1 / np.where(d > 0, d, 1), 0))
+    return (q * f16(d)).reshape(x.shape)
+
+
+def q8_k(x):
+    """x as Q8_K activations: blocks of 256, one float scale -max / 127 (max:
+    the value of largest magnitude, with its sign)."""
+    b = x.reshape(-1, 256).astype(np.float32)
+    mx = np.take_along_axis(b, np.abs(b).argmax(-1)[:, None], -1)
+    isc = np.where(mx != 0, np.float32(-127) / np.where(mx != 0, mx, 1), 0).astype(np.float32)
+    q = np.minimum(127, np.round(isc * b))
+    d = np.where(isc != 0, 1 / np.where(isc != 0, isc, 1), 0).astype(np.float32)
+    return (q * d).reshape(x.shape).astype(np.float64)
+
+
+def attend_f16(q, k, v, scale):
+    """One head's causal attention as llama.cpp's CPU flash attention with an
+    F16 cache: Q, K, V in F16, an online softmax in float, the weighted sum
+    of V kept in F16 after every step."""
+    n, D = q.shape[0], v.shape[1]
+    qf, kf, vf = (f16(a).astype(np.float32) for a in (q * scale, k, v))
+    o = np.empty((n, D))
+    for i in range(n):
+        m, s, acc = -np.inf, np.float32(0), np.zeros(D, np.float32)
+        for c in range(i + 1):
+            sc = np.float32(qf[i] @ kf[c])
+            ms = vs = np.float32(1)
+            if sc > m:
+                ms = np.float32(np.exp(np.float32(m - sc))) if m > -np.inf else np.float32(0)
+                m = sc
+                acc = (acc * ms).astype(np.float16).astype(np.float32)
+            else:
+                vs = np.float32(np.exp(np.float32(sc - m)))
+            acc = (acc + vf[c] * vs).astype(np.float16).astype(np.float32)
+            s = np.float32(s * ms + vs)
+        o[i] = acc / s
+    return o
+
+
 class Model:
-    def __init__(self, path):
+    def __init__(self, path, llama_rounding=False):
+        self.llama_rounding = llama_rounding
         self.r = GGUFReader(path)
         self.arch = self.field("general.architecture")
         self.tensors = {t.name: t for t in self.r.tensors}
@@ -121,6 +175,19 @@ class Model:
         return np.stack([dequantize(t.data[i], t.tensor_type).astype(np.float64).reshape(-1)
                          for i in ids])
 
+    def mm(self, x, name):
+        """x @ W^T, x rounded as llama.cpp's activations of that weight type
+        with --llama-rounding."""
+        if self.llama_rounding:
+            ty = self.tensors[name].tensor_type.name
+            if ty.endswith("_K"):
+                x = q8_k(x)
+            elif ty in ("Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0"):
+                x = q8_0(x)  # (Q8_1 for Q4_1 / Q5_1: the same values, a sum beside)
+            elif ty not in ("F32", "F16", "BF16"):
+                sys.exit(f"{name}: --llama-rounding does not know the activations of {ty}")
+        return x @ self.w(name).T
+
     def rms(self, x, w):
         return x / np.sqrt((x * x).mean(-1, keepdims=True) + self.eps) * w
 
@@ -148,9 +215,9 @@ class Model:
         for l in range(self.L):
             p = f"blk.{l}."
             h = self.rms(x, self.w(p + "attn_norm.weight"))
-            q = (h @ self.w(p + "attn_q.weight").T).reshape(n, H, D)
-            k = (h @ self.w(p + "attn_k.weight").T).reshape(n, HKV, D)
-            v = (h @ self.w(p + "attn_v.weight").T).reshape(n, HKV, D)
+            q = self.mm(h, p + "attn_q.weight").reshape(n, H, D)
+            k = self.mm(h, p + "attn_k.weight").reshape(n, HKV, D)
+            v = self.mm(h, p + "attn_v.weight").reshape(n, HKV, D)
             base, m = self.base, mask
             if gemma:
                 q = self.rms(q, self.w(p + "attn_q_norm.weight"))
@@ -162,22 +229,28 @@ class Model:
             o = np.empty((n, H, D))
             for hh in range(H):
                 g = hh * HKV // H
+                if self.llama_rounding:  # (short texts: no sliding window)
+                    o[:, hh] = attend_f16(q[:, hh], k[:, g], v[:, g], 1 / math.sqrt(D))
+                    continue
                 s = q[:, hh] @ k[:, g].T / math.sqrt(D) + m
                 s = np.exp(s - s.max(-1, keepdims=True))
                 o[:, hh] = (s / s.sum(-1, keepdims=True)) @ v[:, g]
-            a = o.reshape(n, H * D) @ self.w(p + "attn_output.weight").T
+            a = self.mm(o.reshape(n, H * D), p + "attn_output.weight")
             if gemma:
                 a = self.rms(a, self.w(p + "post_attention_norm.weight"))
             x = x + a
             h = self.rms(x, self.w(p + "ffn_norm.weight"))
-            gate = h @ self.w(p + "ffn_gate.weight").T
-            up = h @ self.w(p + "ffn_up.weight").T
+            gate = self.mm(h, p + "ffn_gate.weight")
+            up = self.mm(h, p + "ffn_up.weight")
             if gemma:  # GELU, tanh form
-                gate = 0.5 * gate * (1 + np.tanh(math.sqrt(2 / math.pi) *
-                                                 (gate + 0.044715 * gate ** 3)))
+                x0 = f16(gate) if self.llama_rounding else gate  # llama.cpp: an F16 table
+                y = 0.5 * x0 * (1 + np.tanh(math.sqrt(2 / math.pi) * (x0 + 0.044715 * x0 ** 3)))
+                if self.llama_rounding:  # (outside [-10, 10]: 0 or x)
+                    y = np.where(gate <= -10, 0, np.where(gate >= 10, gate, f16(y)))
+                gate = y
             else:  # SiLU
                 gate = gate / (1 + np.exp(-gate))
-            f = (gate * up) @ self.w(p + "ffn_down.weight").T
+            f = self.mm(gate * up, p + "ffn_down.weight")
             if gemma:
                 f = self.rms(f, self.w(p + "post_ffw_norm.weight"))
             x = x + f
@@ -189,6 +262,11 @@ def unit(v):
     return [round(float(x), 8) for x in v / np.linalg.norm(v)]
 
 
+def cosine(a, b):
+    a, b = np.asarray(a), np.asarray(b)
+    return float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b)))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cllm", required=True, help="the cllm command (for /tokenize)")
@@ -196,28 +274,42 @@ def main():
                                                    "embeddings-references.json"))
     ap.add_argument("--out", default=os.path.join(ROOT, "tests", "data",
                                                   "embeddings-exact.json"))
+    ap.add_argument("--llama-rounding", action="store_true",
+                    help="compare llama.cpp's roundings with its vectors and the exact ones "
+                         "(--out), write nothing")
     a = ap.parse_args()
     with open(a.refs) as f:
         refs = json.load(f)
+    exact = None
+    if a.llama_rounding:
+        with open(a.out) as f:
+            exact = json.load(f)["cases"]
     cases = {}
     for name in MODELS:
         path = fetch(name)
         items = refs["cases"][name]["embeddings"]
         texts = sorted({it["text"] for it in items})
         ids = dict(zip(texts, tokenize_all(a.cllm, path, texts)))
-        m = Model(path)
+        m = Model(path, a.llama_rounding)
         rows = {t: m.forward(ids[t]) for t in texts}
         out = []
-        for it in items:
+        for i, it in enumerate(items):
             r, p = rows[it["text"]], it["pooling"]
             if p == "none":
                 vecs = [unit(x) for x in r]
             else:
                 vecs = [unit(r.mean(0) if p == "mean" else r[0] if p == "cls" else r[-1])]
+            if exact:
+                ex = exact[name]["embeddings"][i]["vectors"]
+                print(f"{name} {p:4} {it['text'][:24]!r:27} llama.cpp:",
+                      " ".join(f"{cosine(v, w):.5f}" for v, w in zip(vecs, it["vectors"])),
+                      " exact:", " ".join(f"{cosine(v, w):.5f}" for v, w in zip(vecs, ex)))
             out.append({"text": it["text"], "pooling": p, "ids": ids[it["text"]],
                         "vectors": vecs})
         cases[name] = {"file": os.path.basename(path), "embeddings": out}
         print(f"{name}: {len(out)} embeddings", file=sys.stderr)
+    if a.llama_rounding:
+        return
     doc = {
         "about": "embeddings in float64 on the dequantized weights, L2-normalized, made by "
                  "scripts/make-embedding-exact.py",
@@ -227,7 +319,6 @@ def main():
     with open(a.out, "w") as f:
         json.dump(doc, f, indent=1)
         f.write("\n")
-
 
 if __name__ == "__main__":
     main()

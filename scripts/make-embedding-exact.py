@@ -11,9 +11,9 @@ per 256 values for the K-quants), GELU through an F16 table, K, V and Q in
 F16, and flash attention sums V in F16. On Gemma 3, whose hidden states
 have outliers that those roundings lose, that puts its vectors up to 0.0026
 (pooled) and 0.0075 (per token) in cosine away from these; cllm's default
-path rounds less (8-bit activations with a scale per 32 values in its prompt
-kernels) and stays within 0.0008 and 0.003, its F32 path within 1e-6.
-tests/test_embed.c compares cllm with both files.
+path rounds less (8-bit activations with a scale per 16 or 32 values in
+its prompt kernels) and stays within 0.0008 and 0.003, its F32 path within
+1e-6. tests/test_embed.c compares cllm with both files.
 
 --llama-rounding writes nothing: it runs the same forward pass with those
 roundings of llama.cpp added (as its CPU code documents them) and prints,

@@ -15,8 +15,11 @@
  *    0.9926 (per token) from the exact ones there, since it rounds the
  *    activations of the K-quant matmuls to 8 bits with one scale per 256
  *    values (Q8_K), GELU through an F16 table and attention in F16, and this
- *    model's hidden states carry outliers that lose most to that (a numpy
- *    copy of those roundings gives its first two token vectors to 1e-6).
+ *    model's hidden states carry outliers that lose most to that (the
+ *    float64 pass with those roundings, make-embedding-exact.py
+ *    --llama-rounding, gives llama.cpp's first two token vectors to a
+ *    cosine of 1.00000, the later ones to 0.990 - 0.998 only: this model
+ *    turns differences in a float's last bits into such cosines).
  *
  * Measured on an AMD EPYC (Zen 3, AVX2), smallest cosines: exact, default
  * path: SmolLM2 0.99927 pooled, 0.99705 per token; Gemma 3 0.99928, 0.99800.

@@ -1,16 +1,29 @@
 /*
- * Embeddings against llama.cpp on the same files (tests/data/
- * embeddings-references.json, made by scripts/make-embedding-references.py
- * with llama-embedding): SmolLM2-135M-Instruct Q4_1 and Gemma 3 270M
- * Q4_K_M, fetched by scripts/fetch-model. For every text and pooling (mean,
- * cls, last, and none: a vector per token), cllm's vector, normalized as
- * llama.cpp's (Euclidean), has a cosine >= MIN_COSINE with llama.cpp's.
- * The smallest cosine per model is printed. On the AMD EPYC (Zen 3, AVX2)
- * this was written on: SmolLM2 0.9995 pooled (mean, cls, last) and 0.9975
- * for a token's own vector (none); Gemma 3 0.9977 pooled (mean, last) and
- * 0.991 (none), short of the 0.999 asked for. The cause is not
- * established yet (both quantize the activations of these Q4 files, each
- * in kernels of its own).
+ * Embeddings against two references on the same files (SmolLM2-135M-Instruct
+ * Q4_1 and Gemma 3 270M Q4_K_M, fetched by scripts/fetch-model), for the
+ * same texts and poolings (mean, cls, last, and none: a vector per token):
+ *
+ *  - tests/data/embeddings-exact.json (scripts/make-embedding-exact.py): the
+ *    vectors computed in float64 on the dequantized weights, without
+ *    rounding. cllm's default path (8-bit activations, F16 cache) is within
+ *    cosine 0.999 of them pooled and 0.996 per token; with F32 activations
+ *    and an F32 cache within 1e-5 (both measured 1.000000).
+ *  - tests/data/embeddings-references.json (scripts/make-embedding-
+ *    references.py): llama.cpp's llama-embedding. On SmolLM2 cllm is within
+ *    0.999 pooled, 0.997 per token. On Gemma 3 the bound is 0.997 pooled and
+ *    0.99 per token: llama.cpp's own vectors are only 0.9974 (pooled) and
+ *    0.9926 (per token) from the exact ones there, since it rounds the
+ *    activations of the K-quant matmuls to 8 bits with one scale per 256
+ *    values (Q8_K), GELU through an F16 table and attention in F16, and this
+ *    model's hidden states carry outliers that lose most to that (the
+ *    float64 pass with those roundings, make-embedding-exact.py
+ *    --llama-rounding, gives llama.cpp's first two token vectors to a
+ *    cosine of 1.00000, the later ones to 0.990 - 0.998 only: this model
+ *    turns differences in a float's last bits into such cosines).
+ *
+ * Measured on an AMD EPYC (Zen 3, AVX2), smallest cosines: exact, default
+ * path: SmolLM2 0.99927 pooled, 0.99705 per token; Gemma 3 0.99928, 0.99800.
+ * llama.cpp: SmolLM2 0.99950, 0.99748; Gemma 3 0.99766, 0.99139.
  *
  * Also, on the small models of tests/data: the contract of
  * cllm_session_seq_embed (bad arguments, a session made without
@@ -50,9 +63,24 @@ static size_t tokenize(const cllm_model *m, const char *text, int32_t *ids, size
 
 enum { MAX_IDS = 512 };
 
-#define MIN_COSINE 0.99
+/* The smallest cosines a reference asks for, pooled and per token. */
+typedef struct bounds {
+    const char *ref; /* "llama.cpp", "exact" */
+    const char *model;
+    bool f32; /* F32 activations and cache */
+    double pooled, token;
+} bounds;
 
-static void check_model(const json *c, const char *name, const char *path) {
+static const bounds BOUNDS[] = {
+    {"llama.cpp", "smollm2", false, 0.999, 0.997}, {"llama.cpp", "gemma3", false, 0.997, 0.99},
+    {"exact", "smollm2", false, 0.999, 0.996},     {"exact", "gemma3", false, 0.999, 0.996},
+    {"exact", "smollm2", true, 0.99999, 0.99999},  {"exact", "gemma3", true, 0.99999, 0.99999},
+};
+
+/* cllm's vectors of the texts of `c` (one model's case) against the vectors
+ * there, with the session params that `b` says. */
+static void check_model(const json *c, const bounds *b, const char *path) {
+    const char *name = b->model;
     cllm_model *m = NULL;
     cllm_model_params mp = cllm_model_default_params();
     CHECK(cllm_model_load(path, &mp, &m) == CLLM_OK);
@@ -64,12 +92,17 @@ static void check_model(const json *c, const char *name, const char *path) {
     sp.n_ctx = 256;
     sp.n_batch = 64;
     sp.embeddings = true;
+    if (b->f32) {
+        sp.f32_activations = true;
+        sp.type_k = sp.type_v = CLLM_TYPE_F32;
+    }
     cllm_session *s = NULL;
     CHECK(cllm_session_new(m, &sp, &s) == CLLM_OK);
     int32_t *ids = malloc(MAX_IDS * sizeof(int32_t));
     float *out = malloc((size_t)MAX_IDS * (size_t)E * sizeof(float));
+    float *want = malloc((size_t)E * sizeof(float));
     const json *items = json_get(c, "embeddings");
-    double worst = 1.0;
+    double worst[2] = {1.0, 1.0}; /* pooled, per token */
     for (size_t i = 0; s && i < json_len(items); i++) {
         const json *it = json_at(items, i);
         const char *text = json_str(json_get(it, "text"));
@@ -77,10 +110,18 @@ static void check_model(const json *c, const char *name, const char *path) {
         CHECK(cllm_pooling_parse(json_str(json_get(it, "pooling")), &pooling) == CLLM_OK);
         const size_t n = tokenize(m, text, ids, MAX_IDS);
         CHECK(n > 0);
+        const json *want_ids = json_get(it, "ids"); /* the exact file's */
+        if (want_ids) {
+            bool same = json_len(want_ids) == n;
+            for (size_t k = 0; same && k < n; k++)
+                same = (int32_t)json_num(json_at(want_ids, k)) == ids[k];
+            CHECKF(same, "%s: \"%s\": the ids differ from the reference's", name, text);
+        }
         const json *vecs = json_get(it, "vectors");
-        const size_t rows = pooling == CLLM_POOLING_NONE ? n : 1;
-        CHECKF(json_len(vecs) == rows, "%s: \"%s\" %s: %zu vectors from llama.cpp, %zu here", name,
-               text, cllm_pooling_str(pooling), json_len(vecs), rows);
+        const bool none = pooling == CLLM_POOLING_NONE;
+        const size_t rows = none ? n : 1;
+        CHECKF(json_len(vecs) == rows, "%s %s: \"%s\" %s: %zu vectors there, %zu here", b->ref,
+               name, text, cllm_pooling_str(pooling), json_len(vecs), rows);
         if (n == 0 || json_len(vecs) != rows) continue;
         CHECK(cllm_session_embed(s, ids, (int64_t)n, pooling, out) == CLLM_OK);
         for (size_t r = 0; r < rows; r++) {
@@ -89,29 +130,30 @@ static void check_model(const json *c, const char *name, const char *path) {
             if ((int64_t)json_len(ref) != E) continue;
             float *v = out + r * (size_t)E;
             cllm_embd_normalize(v, E, 2);
-            float *want = malloc((size_t)E * sizeof(float));
             for (int64_t k = 0; k < E; k++) want[k] = (float)json_num(json_at(ref, (size_t)k));
             const double cs = cosine(v, want, E);
-            worst = cs < worst ? cs : worst;
-            CHECKF(cs >= MIN_COSINE, "%s: \"%s\" %s row %zu: cosine %.6f", name, text,
-                   cllm_pooling_str(pooling), r, cs);
-            free(want);
+            worst[none] = cs < worst[none] ? cs : worst[none];
+            const double bound = none ? b->token : b->pooled;
+            CHECKF(cs >= bound, "%s %s%s: \"%s\" %s row %zu: cosine %.6f < %g", b->ref, name,
+                   b->f32 ? " (F32)" : "", text, cllm_pooling_str(pooling), r, cs, bound);
         }
     }
-    printf("%s: %zu embeddings, smallest cosine with llama.cpp %.6f\n", name, json_len(items),
-           worst);
+    printf("%s%s against %s: %zu embeddings, smallest cosine %.6f pooled, %.6f per token\n", name,
+           b->f32 ? " (F32 activations and cache)" : "", b->ref, json_len(items), worst[0],
+           worst[1]);
     free(ids);
     free(out);
+    free(want);
     cllm_session_free(s);
     cllm_model_free(m);
 }
 
-static void check_references(void) {
+static void check_references(const char *file_name, const char *ref) {
     char path[1024], file[1024];
     const char *src = getenv("CLLM_SOURCE_DIR");
-    snprintf(file, sizeof(file), "%s/tests/data/embeddings-references.json", src ? src : ".");
+    snprintf(file, sizeof(file), "%s/tests/data/%s", src ? src : ".", file_name);
     char *text = refs_read_file(file, NULL);
-    if (!text) { /* made by scripts/make-embedding-references.py */
+    if (!text) { /* made by scripts/make-embedding-references.py, make-embedding-exact.py */
         check_missing(file);
         return;
     }
@@ -124,7 +166,14 @@ static void check_references(void) {
             check_missing(name);
             continue;
         }
-        check_model(json_get(cases, name), name, path);
+        size_t n_bounds = 0;
+        for (size_t k = 0; k < sizeof(BOUNDS) / sizeof(BOUNDS[0]); k++) {
+            const bounds *b = &BOUNDS[k];
+            if (strcmp(b->ref, ref) != 0 || strcmp(b->model, name) != 0) continue;
+            check_model(json_get(cases, name), b, path);
+            n_bounds++;
+        }
+        CHECKF(n_bounds > 0, "%s: no bounds for %s", ref, name);
     }
     json_free(doc);
     free(text);
@@ -333,6 +382,7 @@ done:
 int main(void) {
     check_contract();
     check_engine();
-    check_references();
+    check_references("embeddings-references.json", "llama.cpp");
+    check_references("embeddings-exact.json", "exact");
     return check_summary("test_embed");
 }

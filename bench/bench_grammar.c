@@ -4,7 +4,12 @@
  * sampling together (the grammar's cost is in the sampling), as mean ±
  * stddev over repetitions after a warm-up, and the time to make a sampler
  * with a grammar (compiling it and laying out the vocabulary's trie).
- * Prints a table; never fails.
+ * Then the same generations token by token, the time of each step split
+ * into the forward pass (cllm_session_decode) and the sampler
+ * (cllm_sampler_sample + cllm_sampler_accept): what the grammar stage and
+ * the sampler's work over the vocabulary cost per token, apart from the
+ * forward pass, and the slowest sampler step (where the grammar had to
+ * mask the whole vocabulary). Prints tables; never fails.
  *
  *     bench_grammar [model.gguf] [repetitions] [threads]
  *
@@ -59,6 +64,48 @@ static bool run_once(const cllm_model *m, cllm_session *s, const int32_t *ids, s
     cllm_generate_result_free(&res);
     cllm_sampler_free(smp);
     return ok && *n_gen > 0;
+}
+
+/* One generation token by token: the forward pass and the sampler timed
+ * apart. Prints a row: tokens, ms per token of each, the slowest sampler
+ * step. */
+static void step_costs(const cllm_model *m, cllm_session *s, const int32_t *ids, size_t n,
+                       const mode *md, int reps) {
+    double dec = 0.0, smp_ms = 0.0, worst = 0.0;
+    size_t tokens = 0;
+    for (int r = 0; r < reps; r++) {
+        cllm_sampler_params sp = cllm_sampler_default_params();
+        sp.seed = (uint64_t)r;
+        sp.grammar = md->grammar;
+        sp.ignore_eos = md->grammar == NULL;
+        cllm_sampler *smp = NULL;
+        if (cllm_session_truncate(s, 0) != CLLM_OK ||
+            cllm_sampler_new_model(&sp, m, &smp) != CLLM_OK ||
+            cllm_session_decode(s, ids, (int64_t)n) != CLLM_OK) {
+            fprintf(stderr, "bench_grammar: %s\n", cllm_last_error());
+            cllm_sampler_free(smp);
+            return;
+        }
+        for (int i = 0; i < 128; i++) {
+            int32_t id;
+            const double t0 = now_ms();
+            if (cllm_sampler_sample(smp, cllm_session_logits(s), &id) != CLLM_OK ||
+                cllm_sampler_accept(smp, id) != CLLM_OK) {
+                break;
+            }
+            const double t1 = now_ms();
+            smp_ms += t1 - t0;
+            worst = fmax(worst, t1 - t0);
+            tokens++;
+            if (cllm_token_is_eog(m, id) || i == 127) break;
+            if (cllm_session_decode(s, &id, 1) != CLLM_OK) break;
+            dec += now_ms() - t1;
+        }
+        cllm_sampler_free(smp);
+    }
+    if (tokens == 0) return;
+    printf("%-14s %8zu %12.3f %12.3f %10.3f\n", md->name, tokens, dec / (double)tokens,
+           smp_ms / (double)tokens, worst);
 }
 
 int main(int argc, char **argv) {
@@ -122,6 +169,11 @@ int main(int argc, char **argv) {
         if (k == 0) base = mean;
         printf("%-14s %10zu %10.1f ± %5.1f %7.2fx\n", modes[k].name, tokens, mean, sd,
                base > 0 ? mean / base : 0.0);
+    }
+    printf("\nper token, the forward pass and the sampler apart (ms):\n");
+    printf("%-14s %8s %12s %12s %10s\n", "mode", "tokens", "decode", "sampler", "slowest");
+    for (size_t k = 0; k < sizeof(modes) / sizeof(modes[0]); k++) {
+        step_costs(m, s, ids, n, &modes[k], reps);
     }
     /* making a sampler with a grammar: compile + the vocabulary's trie */
     double t_new = 0.0;

@@ -767,6 +767,74 @@ static int32_t gather_nucleus(cllm_sampler_cand *c, int32_t n, double sum, doubl
     return m;
 }
 
+/*
+ * Stage 3 straight from the row: c[0, k) = the k best finite logits of
+ * logits[0, n), sorted best first, as copying every finite logit and then
+ * select_top_k would leave them (the same heap, fed in the same order:
+ * ids only grow, so a logit equal to the heap's worst never enters it),
+ * without writing the whole row out. Once the heap is full, blocks of 16
+ * logits are compared with its worst at once and most are passed over.
+ * False, with c undefined, when some logit is NaN or +inf (the caller's
+ * own pass reports it) or when no more than k are finite (no top-k
+ * there).
+ */
+static bool scan_top_k(const float *logits, int32_t n, int32_t k, cllm_sampler_cand *c) {
+    CLLM_ASSERT(k > 0);
+    int32_t h = 0, n_fin = 0, i = 0;
+    for (; i < n && h < k; i++) {
+        const float l = logits[i];
+        if (!(l < INFINITY)) return false;
+        if (l == -INFINITY) continue;
+        c[h++] = (cllm_sampler_cand){.id = i, .p = l};
+    }
+    if (h < k) return false;
+    n_fin = k;
+    for (int32_t j = k / 2 - 1; j >= 0; j--) heap_sift_down(c, k, j);
+#if defined(__SSE2__)
+    const __m128 inf = _mm_set1_ps(INFINITY), ninf = _mm_set1_ps(-INFINITY);
+    for (; i + 16 <= n; i += 16) {
+        const __m128 x0 = _mm_loadu_ps(logits + i), x1 = _mm_loadu_ps(logits + i + 4);
+        const __m128 x2 = _mm_loadu_ps(logits + i + 8), x3 = _mm_loadu_ps(logits + i + 12);
+        const __m128 bad = _mm_or_ps(_mm_or_ps(_mm_cmpnlt_ps(x0, inf), _mm_cmpnlt_ps(x1, inf)),
+                                     _mm_or_ps(_mm_cmpnlt_ps(x2, inf), _mm_cmpnlt_ps(x3, inf)));
+        if (_mm_movemask_ps(bad)) return false;
+        const unsigned masked = (unsigned)_mm_movemask_ps(_mm_cmpeq_ps(x0, ninf)) |
+                                (unsigned)_mm_movemask_ps(_mm_cmpeq_ps(x1, ninf)) << 4 |
+                                (unsigned)_mm_movemask_ps(_mm_cmpeq_ps(x2, ninf)) << 8 |
+                                (unsigned)_mm_movemask_ps(_mm_cmpeq_ps(x3, ninf)) << 12;
+        n_fin += 16 - __builtin_popcount(masked);
+        const __m128 w = _mm_set1_ps(c[0].p);
+        unsigned gt = (unsigned)_mm_movemask_ps(_mm_cmpgt_ps(x0, w)) |
+                      (unsigned)_mm_movemask_ps(_mm_cmpgt_ps(x1, w)) << 4 |
+                      (unsigned)_mm_movemask_ps(_mm_cmpgt_ps(x2, w)) << 8 |
+                      (unsigned)_mm_movemask_ps(_mm_cmpgt_ps(x3, w)) << 12;
+        for (; gt; gt &= gt - 1) {
+            const int32_t id = i + __builtin_ctz(gt);
+            if (logits[id] > c[0].p) { /* the worst may have risen within the block */
+                c[0] = (cllm_sampler_cand){.id = id, .p = logits[id]};
+                heap_sift_down(c, k, 0);
+            }
+        }
+    }
+#endif
+    for (; i < n; i++) {
+        const float l = logits[i];
+        if (!(l < INFINITY)) return false;
+        if (l == -INFINITY) continue;
+        n_fin++;
+        if (l > c[0].p) {
+            c[0] = (cllm_sampler_cand){.id = i, .p = l};
+            heap_sift_down(c, k, 0);
+        }
+    }
+    if (n_fin <= k) return false;
+    for (int32_t end = k - 1; end > 0; end--) { /* heap sort, as select_top_k */
+        cand_swap(&c[0], &c[end]);
+        heap_sift_down(c, end, 0);
+    }
+    return true;
+}
+
 static cllm_status bad_logit(int32_t i, float l) {
     return cllm_error(CLLM_ERR_INVALID_ARG, "sampler: logit of token %d is %s", i,
                       isnan(l) ? "NaN" : "+inf");
@@ -908,25 +976,19 @@ enum { GRAMMAR_PROBE_MIN = 256, GRAMMAR_PROBE_FACTOR = 8 };
  * cannot be told from the candidates tested: fewer than want + 1 allowed
  * among them (with exactly `want` allowed in all the vocabulary the masked
  * path skips top-k), a NaN or +inf logit (the masked path reports it), or
- * no finite logit; the caller then masks the whole row. For greedy
+ * no more finite logits than it would test; the caller then masks the
+ * whole row. For greedy
  * (want 1, exact) the first allowed one is enough.
  */
 static cllm_status grammar_best(cllm_sampler *s, const float *logits, int32_t want, bool exact,
                                 bool *found) {
     cllm_sampler_cand *c = s->cand;
     *found = false;
-    int32_t n = 0;
-    for (int32_t i = 0; i < s->n_vocab; i++) {
-        const float l = logits[i];
-        if (!(l < INFINITY)) return CLLM_OK;
-        if (l != -INFINITY) c[n++] = (cllm_sampler_cand){.id = i, .p = l};
-    }
     const int32_t need = exact ? want : want + 1;
-    int32_t probe = want * GRAMMAR_PROBE_FACTOR;
+    int32_t probe =
+        want > s->n_vocab / GRAMMAR_PROBE_FACTOR ? s->n_vocab : want * GRAMMAR_PROBE_FACTOR;
     if (probe < GRAMMAR_PROBE_MIN) probe = GRAMMAR_PROBE_MIN;
-    if (probe > n) probe = n;
-    if (probe < need) return CLLM_OK;
-    select_top_k(c, n, probe);
+    if (probe >= s->n_vocab || !scan_top_k(logits, s->n_vocab, probe, c)) return CLLM_OK;
     int32_t m = 0;
     for (int32_t i = 0; i < probe && m < need; i++) {
         bool ok;
@@ -986,8 +1048,14 @@ static cllm_status build_dist(cllm_sampler *s, const float *logits, bool masked,
         return CLLM_OK;
     }
 
-    /* Copy the finite logits into c[0, n) and find the largest (the first
-     * in id order): a single pass. */
+    /* Top-k straight from the row where it can (the best is then c[0]) */
+    if (!top_done && prm->top_k > 0 && scan_top_k(logits, n_vocab, prm->top_k, c)) {
+        top_done = true;
+        n = prm->top_k;
+        lmax = c[0].p;
+    }
+    /* Else copy the finite logits into c[0, n) and find the largest (the
+     * first in id order): a single pass. */
     for (int32_t i = 0; i < n_vocab && !top_done; i++) {
         const float l = logits[i];
         if (!(l < INFINITY)) return bad_logit(i, l);

@@ -1164,18 +1164,36 @@ static int32_t draw(cllm_sampler *s, int32_t n, double sum) {
 }
 
 /*
- * With a grammar: the token is drawn as without one, and kept if the
- * grammar allows it (one walk of its bytes), which is what a token of the
- * best candidates usually is; only otherwise is the whole vocabulary masked
- * (one walk of the trie) and the token drawn again from what the grammar
- * allows. Drawing t unconstrained with probability p(t), keeping it when
- * allowed and else drawing from the allowed set renormalised gives each
- * allowed t exactly p(t) / P(allowed): the distribution the mask gives
- * (before truncation: top-k, top-p and min-p apply to the row as it is).
+ * With a grammar, the token is drawn from the distribution of the masked
+ * row: every token the grammar refuses removed first, then top-k, top-p
+ * and min-p on what is left (what cllm_sampler_probs reports).
+ *
+ * With top-k that distribution depends only on the k + 1 best allowed
+ * tokens, which grammar_best finds by testing the best candidates one by
+ * one (a walk of each token's bytes): build_dist gives it directly, and
+ * the whole vocabulary is masked (one walk of the trie) only where fewer
+ * than k + 1 of its best few hundred candidates are allowed.
+ *
+ * Greedy and without top-k: the token is drawn as without a grammar and
+ * kept if the grammar allows it (one walk of its bytes); only otherwise is
+ * the whole vocabulary masked and the token drawn again from the masked
+ * row. Greedy, the best token kept is the best allowed one. Without any
+ * truncation (top-p 1, min-p 0), drawing t with probability p(t), keeping
+ * it when allowed and else drawing from the allowed tokens renormalised
+ * gives each allowed t exactly p(t) / P(allowed), the masked distribution;
+ * with top-p or min-p alone the kept first draw was truncated before the
+ * mask, a mixture close to the masked distribution but not equal to it
+ * (masking the whole vocabulary at every step would make it exact, at a
+ * walk of the trie per token).
  */
 static cllm_status sample_grammar(cllm_sampler *s, const float *logits, int32_t *out_token) {
     int32_t n;
     double sum;
+    if (s->params.top_k > 0 && s->params.temperature != 0.0f) {
+        CLLM_TRY(build_dist(s, logits, true, &n, &sum));
+        *out_token = draw(s, n, sum);
+        return CLLM_OK;
+    }
     uint64_t rng[4];
     memcpy(rng, s->rng, sizeof(rng));
     cllm_status st = build_dist(s, logits, false, &n, &sum);

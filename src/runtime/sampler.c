@@ -960,11 +960,18 @@ static cllm_status apply_grammar(cllm_sampler *s) {
 }
 
 /* How many of the best candidates grammar_best tests before it leaves the
- * work to the whole mask: a multiple of the number it looks for, at least
- * GRAMMAR_PROBE_MIN. A test walks one token's bytes (about a microsecond);
- * the mask walks the whole trie, which where most tokens are allowed (in
- * a JSON string) costs milliseconds. */
-enum { GRAMMAR_PROBE_MIN = 256, GRAMMAR_PROBE_FACTOR = 8 };
+ * work to the whole mask: first twice the number it looks for (at least
+ * GRAMMAR_PROBE_MIN), and where too few of those are allowed
+ * GRAMMAR_PROBE_WIDE times it (at least GRAMMAR_PROBE_WIDE_MIN). A test
+ * walks one token's bytes (about a microsecond); the mask walks the whole
+ * trie, which where most tokens are allowed (in a JSON string) costs
+ * milliseconds. The first probe is small because the heap that finds the
+ * best candidates costs more the larger it is. */
+enum {
+    GRAMMAR_PROBE_MIN = 64,
+    GRAMMAR_PROBE_WIDE = 8,
+    GRAMMAR_PROBE_WIDE_MIN = 256,
+};
 
 /*
  * Stage 5 with stage 3 (top-k) or greedy, without the mask: the best
@@ -985,15 +992,19 @@ static cllm_status grammar_best(cllm_sampler *s, const float *logits, int32_t wa
     cllm_sampler_cand *c = s->cand;
     *found = false;
     const int32_t need = exact ? want : want + 1;
-    int32_t probe =
-        want > s->n_vocab / GRAMMAR_PROBE_FACTOR ? s->n_vocab : want * GRAMMAR_PROBE_FACTOR;
-    if (probe < GRAMMAR_PROBE_MIN) probe = GRAMMAR_PROBE_MIN;
-    if (probe >= s->n_vocab || !scan_top_k(logits, s->n_vocab, probe, c)) return CLLM_OK;
+    const int32_t lim = s->n_vocab / GRAMMAR_PROBE_WIDE; /* no overflow below */
     int32_t m = 0;
-    for (int32_t i = 0; i < probe && m < need; i++) {
-        bool ok;
-        CLLM_TRY(grammar_allows(s, c[i].id, &ok));
-        if (ok) c[m++] = c[i];
+    for (int pass = 0; pass < 2 && m < need; pass++) {
+        int32_t probe = need > lim ? s->n_vocab : need * (pass ? GRAMMAR_PROBE_WIDE : 2);
+        const int32_t lo = pass ? GRAMMAR_PROBE_WIDE_MIN : GRAMMAR_PROBE_MIN;
+        if (probe < lo) probe = lo;
+        if (probe >= s->n_vocab || !scan_top_k(logits, s->n_vocab, probe, c)) return CLLM_OK;
+        m = 0; /* the wider probe tests the narrower one's candidates again */
+        for (int32_t i = 0; i < probe && m < need; i++) {
+            bool ok;
+            CLLM_TRY(grammar_allows(s, c[i].id, &ok));
+            if (ok) c[m++] = c[i];
+        }
     }
     *found = m >= need;
     return CLLM_OK;

@@ -4,7 +4,12 @@
  * sampling together (the grammar's cost is in the sampling), as mean ±
  * stddev over repetitions after a warm-up, and the time to make a sampler
  * with a grammar (compiling it and laying out the vocabulary's trie).
- * Prints a table; never fails.
+ * Then the same generations token by token, the time of each step split
+ * into the forward pass (cllm_session_decode) and the sampler
+ * (cllm_sampler_sample + cllm_sampler_accept): what the grammar stage and
+ * the sampler's work over the vocabulary cost per token, apart from the
+ * forward pass, and the slowest sampler step (where the grammar had to
+ * mask the whole vocabulary). Prints tables; never fails.
  *
  *     bench_grammar [model.gguf] [repetitions] [threads]
  *
@@ -59,6 +64,99 @@ static bool run_once(const cllm_model *m, cllm_session *s, const int32_t *ids, s
     cllm_generate_result_free(&res);
     cllm_sampler_free(smp);
     return ok && *n_gen > 0;
+}
+
+/* One generation token by token: the forward pass and the sampler timed
+ * apart. Prints a row: tokens, ms per token of each, the slowest sampler
+ * step. */
+static void step_costs(const cllm_model *m, cllm_session *s, const int32_t *ids, size_t n,
+                       const mode *md, int reps) {
+    double dec = 0.0, smp_ms = 0.0, worst = 0.0;
+    size_t tokens = 0;
+    for (int r = 0; r < reps; r++) {
+        cllm_sampler_params sp = cllm_sampler_default_params();
+        sp.seed = (uint64_t)r;
+        sp.grammar = md->grammar;
+        sp.ignore_eos = md->grammar == NULL;
+        cllm_sampler *smp = NULL;
+        if (cllm_session_truncate(s, 0) != CLLM_OK ||
+            cllm_sampler_new_model(&sp, m, &smp) != CLLM_OK ||
+            cllm_session_decode(s, ids, (int64_t)n) != CLLM_OK) {
+            fprintf(stderr, "bench_grammar: %s\n", cllm_last_error());
+            cllm_sampler_free(smp);
+            return;
+        }
+        for (int i = 0; i < 128; i++) {
+            int32_t id;
+            const double t0 = now_ms();
+            if (cllm_sampler_sample(smp, cllm_session_logits(s), &id) != CLLM_OK ||
+                cllm_sampler_accept(smp, id) != CLLM_OK) {
+                break;
+            }
+            const double t1 = now_ms();
+            smp_ms += t1 - t0;
+            worst = fmax(worst, t1 - t0);
+            tokens++;
+            if (cllm_token_is_eog(m, id) || i == 127) break;
+            if (cllm_session_decode(s, &id, 1) != CLLM_OK) break;
+            dec += now_ms() - t1;
+        }
+        cllm_sampler_free(smp);
+    }
+    if (tokens == 0) return;
+    printf("%-14s %8zu %12.3f %12.3f %10.3f\n", md->name, tokens, dec / (double)tokens,
+           smp_ms / (double)tokens, worst);
+}
+
+/* A token the grammar refuses on top, inside a JSON string (after
+ * `{"name": "Al`, a newline): the time of cllm_sampler_sample, which draws
+ * it, refuses it and draws again from what the grammar allows, with top-k
+ * 40 (the best allowed candidates tested one by one) and without top-k
+ * (the whole vocabulary masked). Synthetic logits, the same for both. */
+static void redraw_cost(const cllm_model *m, int reps) {
+    const int32_t n_vocab = cllm_model_n_vocab(m);
+    float *logits = malloc((size_t)n_vocab * sizeof(float));
+    int32_t pre[32], nl[4];
+    size_t n_pre = 0, n_nl = 0;
+    const char *text = "{\"name\": \"Al";
+    if (!logits || cllm_tokenize(m, text, strlen(text), false, false, pre, 32, &n_pre) != CLLM_OK ||
+        cllm_tokenize(m, "\n", 1, false, false, nl, 4, &n_nl) != CLLM_OK || n_nl != 1) {
+        fprintf(stderr, "bench_grammar: re-draw: %s\n", cllm_last_error());
+        free(logits);
+        return;
+    }
+    uint64_t x = 42;
+    for (int32_t i = 0; i < n_vocab; i++) { /* a spread like a model's: about N(0, 3) */
+        float u = 0.0f;
+        for (int k = 0; k < 4; k++) {
+            x = x * 6364136223846793005ull + 1442695040888963407ull;
+            u += (float)(x >> 40) / (float)(1u << 24);
+        }
+        logits[i] = (u - 2.0f) * 5.2f;
+    }
+    logits[nl[0]] = 40.0f;
+    printf("\na refused token on top inside a JSON string, one sample (ms):\n");
+    const int top_ks[] = {40, 0};
+    for (int j = 0; j < 2; j++) {
+        cllm_sampler_params sp = cllm_sampler_default_params();
+        sp.grammar = cllm_json_grammar();
+        sp.top_k = top_ks[j];
+        cllm_sampler *smp = NULL;
+        bool ok = cllm_sampler_new_model(&sp, m, &smp) == CLLM_OK;
+        for (size_t i = 0; ok && i < n_pre; i++) ok = cllm_sampler_accept(smp, pre[i]) == CLLM_OK;
+        int32_t id = -1;
+        const int n = reps * 20;
+        const double t0 = now_ms();
+        for (int r = 0; ok && r < n; r++) ok = cllm_sampler_sample(smp, logits, &id) == CLLM_OK;
+        const double t1 = now_ms();
+        if (ok) {
+            printf("top-k %-3d %10.3f\n", top_ks[j], (t1 - t0) / n);
+        } else {
+            fprintf(stderr, "bench_grammar: re-draw: %s\n", cllm_last_error());
+        }
+        cllm_sampler_free(smp);
+    }
+    free(logits);
 }
 
 int main(int argc, char **argv) {
@@ -123,6 +221,12 @@ int main(int argc, char **argv) {
         printf("%-14s %10zu %10.1f ± %5.1f %7.2fx\n", modes[k].name, tokens, mean, sd,
                base > 0 ? mean / base : 0.0);
     }
+    printf("\nper token, the forward pass and the sampler apart (ms):\n");
+    printf("%-14s %8s %12s %12s %10s\n", "mode", "tokens", "decode", "sampler", "slowest");
+    for (size_t k = 0; k < sizeof(modes) / sizeof(modes[0]); k++) {
+        step_costs(m, s, ids, n, &modes[k], reps);
+    }
+    redraw_cost(m, reps);
     /* making a sampler with a grammar: compile + the vocabulary's trie */
     double t_new = 0.0;
     for (int r = 0; r < reps; r++) {

@@ -7,6 +7,7 @@
 #include "runtime/model.h"
 #include "text/grammar.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -384,6 +385,58 @@ static bool accept_text(const cllm_model *m, cllm_sampler *smp, const char *text
     return true;
 }
 
+/* The distribution of a sampled token under a grammar with top-k is the
+ * masked one: the tokens the grammar refuses removed, then top-k. Here
+ * "z" (refused) has the largest logit and top-k 2 leaves "a" and "b": a
+ * draw that truncated before the mask would keep "a" far more often. Also
+ * the same probabilities from the best candidates (the others finite)
+ * and from the whole mask (the others -inf). */
+static void test_masked_top_k(const cllm_model *m) {
+    const char *w;
+    const char *za[] = {"z"}, *aa[] = {"a"}, *ba[] = {"b"}, *ca[] = {"c"};
+    const int32_t z = one_token(m, za, 1, &w), a = one_token(m, aa, 1, &w);
+    const int32_t b = one_token(m, ba, 1, &w), c = one_token(m, ca, 1, &w);
+    CHECK(z >= 0 && a >= 0 && b >= 0 && c >= 0);
+    if (z < 0 || a < 0 || b < 0 || c < 0) return;
+    const int64_t nv = cllm_model_n_vocab(m);
+    float *logits = malloc((size_t)nv * sizeof(float));
+    double pa[2] = {0, 0};
+    for (int masked = 0; masked < 2 && logits; masked++) {
+        for (int64_t i = 0; i < nv; i++) logits[i] = masked ? -INFINITY : -20.0f;
+        logits[z] = 2.0f, logits[a] = 1.5f, logits[b] = 1.0f, logits[c] = 0.5f;
+        cllm_sampler_params sp = cllm_sampler_default_params();
+        sp.grammar = "root ::= \"a\" | \"b\" | \"c\"";
+        sp.temperature = 1.0f, sp.top_k = 2, sp.top_p = 1.0f, sp.min_p = 0.0f;
+        sp.seed = 7;
+        cllm_sampler *smp = NULL;
+        CHECK(cllm_sampler_new_model(&sp, m, &smp) == CLLM_OK);
+        if (!smp) break;
+        const cllm_sampler_cand *cand = NULL;
+        int32_t n = 0;
+        CHECK(cllm_sampler_probs(smp, logits, &cand, &n) == CLLM_OK && n == 2);
+        const double want = exp(0.5) / (exp(0.5) + 1.0); /* "a" among "a" and "b" */
+        CHECKF(n == 2 && cand[0].id == a && cand[1].id == b && fabs(cand[0].p - want) < 1e-5,
+               "masked %d: probs %d: %d %g", masked, n, n > 0 ? cand[0].id : -1,
+               n > 0 ? (double)cand[0].p : 0.0);
+        pa[masked] = n > 0 ? cand[0].p : 0.0;
+        const int draws = 4000;
+        int n_a = 0, other = 0;
+        for (int k = 0; k < draws; k++) {
+            int32_t id = -1;
+            if (cllm_sampler_sample(smp, logits, &id) != CLLM_OK) other++;
+            n_a += id == a;
+            other += id != a && id != b;
+        }
+        /* sd of the frequency: sqrt(0.62 * 0.38 / 4000) = 0.008 */
+        const double f = (double)n_a / draws;
+        CHECKF(other == 0 && fabs(f - want) < 0.04, "masked %d: \"a\" drawn %.3f, want %.3f",
+               masked, f, want);
+        cllm_sampler_free(smp);
+    }
+    CHECK(pa[0] == pa[1]);
+    free(logits);
+}
+
 /* A lazy grammar: free text until a trigger word (across tokens) or token,
  * constrained from the word's first byte on; a token that brings the word
  * with bytes the grammar refuses after it is never drawn. */
@@ -516,6 +569,7 @@ int main(void) {
         } else {
             test_masks(m);
             test_generation(m);
+            test_masked_top_k(m);
             test_lazy(m);
         }
         cllm_model_free(m);

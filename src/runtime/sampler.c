@@ -767,6 +767,74 @@ static int32_t gather_nucleus(cllm_sampler_cand *c, int32_t n, double sum, doubl
     return m;
 }
 
+/*
+ * Stage 3 straight from the row: c[0, k) = the k best finite logits of
+ * logits[0, n), sorted best first, as copying every finite logit and then
+ * select_top_k would leave them (the same heap, fed in the same order:
+ * ids only grow, so a logit equal to the heap's worst never enters it),
+ * without writing the whole row out. Once the heap is full, blocks of 16
+ * logits are compared with its worst at once and most are passed over.
+ * False, with c undefined, when some logit is NaN or +inf (the caller's
+ * own pass reports it) or when no more than k are finite (no top-k
+ * there).
+ */
+static bool scan_top_k(const float *logits, int32_t n, int32_t k, cllm_sampler_cand *c) {
+    CLLM_ASSERT(k > 0);
+    int32_t h = 0, n_fin = 0, i = 0;
+    for (; i < n && h < k; i++) {
+        const float l = logits[i];
+        if (!(l < INFINITY)) return false;
+        if (l == -INFINITY) continue;
+        c[h++] = (cllm_sampler_cand){.id = i, .p = l};
+    }
+    if (h < k) return false;
+    n_fin = k;
+    for (int32_t j = k / 2 - 1; j >= 0; j--) heap_sift_down(c, k, j);
+#if defined(__SSE2__)
+    const __m128 inf = _mm_set1_ps(INFINITY), ninf = _mm_set1_ps(-INFINITY);
+    for (; i + 16 <= n; i += 16) {
+        const __m128 x0 = _mm_loadu_ps(logits + i), x1 = _mm_loadu_ps(logits + i + 4);
+        const __m128 x2 = _mm_loadu_ps(logits + i + 8), x3 = _mm_loadu_ps(logits + i + 12);
+        const __m128 bad = _mm_or_ps(_mm_or_ps(_mm_cmpnlt_ps(x0, inf), _mm_cmpnlt_ps(x1, inf)),
+                                     _mm_or_ps(_mm_cmpnlt_ps(x2, inf), _mm_cmpnlt_ps(x3, inf)));
+        if (_mm_movemask_ps(bad)) return false;
+        const unsigned masked = (unsigned)_mm_movemask_ps(_mm_cmpeq_ps(x0, ninf)) |
+                                (unsigned)_mm_movemask_ps(_mm_cmpeq_ps(x1, ninf)) << 4 |
+                                (unsigned)_mm_movemask_ps(_mm_cmpeq_ps(x2, ninf)) << 8 |
+                                (unsigned)_mm_movemask_ps(_mm_cmpeq_ps(x3, ninf)) << 12;
+        n_fin += 16 - __builtin_popcount(masked);
+        const __m128 w = _mm_set1_ps(c[0].p);
+        unsigned gt = (unsigned)_mm_movemask_ps(_mm_cmpgt_ps(x0, w)) |
+                      (unsigned)_mm_movemask_ps(_mm_cmpgt_ps(x1, w)) << 4 |
+                      (unsigned)_mm_movemask_ps(_mm_cmpgt_ps(x2, w)) << 8 |
+                      (unsigned)_mm_movemask_ps(_mm_cmpgt_ps(x3, w)) << 12;
+        for (; gt; gt &= gt - 1) {
+            const int32_t id = i + __builtin_ctz(gt);
+            if (logits[id] > c[0].p) { /* the worst may have risen within the block */
+                c[0] = (cllm_sampler_cand){.id = id, .p = logits[id]};
+                heap_sift_down(c, k, 0);
+            }
+        }
+    }
+#endif
+    for (; i < n; i++) {
+        const float l = logits[i];
+        if (!(l < INFINITY)) return false;
+        if (l == -INFINITY) continue;
+        n_fin++;
+        if (l > c[0].p) {
+            c[0] = (cllm_sampler_cand){.id = i, .p = l};
+            heap_sift_down(c, k, 0);
+        }
+    }
+    if (n_fin <= k) return false;
+    for (int32_t end = k - 1; end > 0; end--) { /* heap sort, as select_top_k */
+        cand_swap(&c[0], &c[end]);
+        heap_sift_down(c, end, 0);
+    }
+    return true;
+}
+
 static cllm_status bad_logit(int32_t i, float l) {
     return cllm_error(CLLM_ERR_INVALID_ARG, "sampler: logit of token %d is %s", i,
                       isnan(l) ? "NaN" : "+inf");
@@ -891,6 +959,57 @@ static cllm_status apply_grammar(cllm_sampler *s) {
     return CLLM_OK;
 }
 
+/* How many of the best candidates grammar_best tests before it leaves the
+ * work to the whole mask: first twice the number it looks for (at least
+ * GRAMMAR_PROBE_MIN), and where too few of those are allowed
+ * GRAMMAR_PROBE_WIDE times it (at least GRAMMAR_PROBE_WIDE_MIN). A test
+ * walks one token's bytes (about a microsecond); the mask walks the whole
+ * trie, which where most tokens are allowed (in a JSON string) costs
+ * milliseconds. The first probe is small because the heap that finds the
+ * best candidates costs more the larger it is. */
+enum {
+    GRAMMAR_PROBE_MIN = 64,
+    GRAMMAR_PROBE_WIDE = 8,
+    GRAMMAR_PROBE_WIDE_MIN = 256,
+};
+
+/*
+ * Stage 5 with stage 3 (top-k) or greedy, without the mask: the best
+ * `want` candidates the grammar allows are, in order, the first `want`
+ * allowed ones among the best candidates of the unmasked row, so only
+ * those need testing. Leaves in c[0, want) exactly what masking the whole
+ * row and then taking its top `want` leaves (same ids, same order, same
+ * logits; c[0] the largest allowed logit). *found is false when that
+ * cannot be told from the candidates tested: fewer than want + 1 allowed
+ * among them (with exactly `want` allowed in all the vocabulary the masked
+ * path skips top-k), a NaN or +inf logit (the masked path reports it), or
+ * no more finite logits than it would test; the caller then masks the
+ * whole row. For greedy
+ * (want 1, exact) the first allowed one is enough.
+ */
+static cllm_status grammar_best(cllm_sampler *s, const float *logits, int32_t want, bool exact,
+                                bool *found) {
+    cllm_sampler_cand *c = s->cand;
+    *found = false;
+    const int32_t need = exact ? want : want + 1;
+    const int32_t lim = s->n_vocab / GRAMMAR_PROBE_WIDE; /* no overflow below */
+    int32_t m = 0;
+    for (int pass = 0; pass < 2 && m < need; pass++) {
+        int32_t probe = need > lim ? s->n_vocab : need * (pass ? GRAMMAR_PROBE_WIDE : 2);
+        const int32_t lo = pass ? GRAMMAR_PROBE_WIDE_MIN : GRAMMAR_PROBE_MIN;
+        if (probe < lo) probe = lo;
+        if (probe >= s->n_vocab || !scan_top_k(logits, s->n_vocab, probe, c)) return CLLM_OK;
+        m = 0; /* the wider probe tests the narrower one's candidates again */
+        for (int32_t i = 0; i < probe && m < need; i++) {
+            bool ok;
+            CLLM_TRY(grammar_allows(s, c[i].id, &ok));
+            if (ok) c[m++] = c[i];
+        }
+    }
+    *found = m >= need;
+    return CLLM_OK;
+}
+
 /*
  * Stages 1-7. On success c[0, *n_out) hold the surviving candidates with
  * positive weights (unnormalised) and *sum_out their sum, accumulated in
@@ -906,7 +1025,25 @@ static cllm_status build_dist(cllm_sampler *s, const float *logits, bool masked,
         CLLM_TRY(apply_stages(s, logits, repeat));
         logits = s->row;
     }
-    if (masked) {
+    /* the masked top-k (or greedy) from the best candidates, when it can */
+    bool top_done = false;
+    int32_t n = 0;
+    float lmax = -INFINITY;
+    if (masked && (prm->temperature == 0.0f || prm->top_k > 0)) {
+        const bool greedy = prm->temperature == 0.0f;
+        CLLM_TRY(grammar_best(s, logits, greedy ? 1 : prm->top_k, greedy, &top_done));
+        if (top_done && greedy) {
+            c[0].p = 1.0f;
+            *n_out = 1;
+            *sum_out = 1.0;
+            return CLLM_OK;
+        }
+        if (top_done) {
+            n = prm->top_k;
+            lmax = c[0].p;
+        }
+    }
+    if (masked && !top_done) {
         if (logits != s->row) memcpy(s->row, logits, (size_t)n_vocab * sizeof(float));
         CLLM_TRY(apply_grammar(s));
         logits = s->row;
@@ -922,11 +1059,15 @@ static cllm_status build_dist(cllm_sampler *s, const float *logits, bool masked,
         return CLLM_OK;
     }
 
-    /* Copy the finite logits into c[0, n) and find the largest (the first
-     * in id order): a single pass. */
-    int32_t n = 0;
-    float lmax = -INFINITY;
-    for (int32_t i = 0; i < n_vocab; i++) {
+    /* Top-k straight from the row where it can (the best is then c[0]) */
+    if (!top_done && prm->top_k > 0 && scan_top_k(logits, n_vocab, prm->top_k, c)) {
+        top_done = true;
+        n = prm->top_k;
+        lmax = c[0].p;
+    }
+    /* Else copy the finite logits into c[0, n) and find the largest (the
+     * first in id order): a single pass. */
+    for (int32_t i = 0; i < n_vocab && !top_done; i++) {
         const float l = logits[i];
         if (!(l < INFINITY)) return bad_logit(i, l);
         if (l == -INFINITY) continue;
@@ -935,8 +1076,8 @@ static cllm_status build_dist(cllm_sampler *s, const float *logits, bool masked,
     }
     if (n == 0) return cllm_error(CLLM_ERR_INVALID_ARG, "sampler: every logit is -inf");
 
-    bool sorted = false;
-    if (prm->top_k > 0 && prm->top_k < n) {
+    bool sorted = top_done;
+    if (!top_done && prm->top_k > 0 && prm->top_k < n) {
         select_top_k(c, n, prm->top_k);
         n = prm->top_k;
         sorted = true;
@@ -1034,18 +1175,36 @@ static int32_t draw(cllm_sampler *s, int32_t n, double sum) {
 }
 
 /*
- * With a grammar: the token is drawn as without one, and kept if the
- * grammar allows it (one walk of its bytes), which is what a token of the
- * best candidates usually is; only otherwise is the whole vocabulary masked
- * (one walk of the trie) and the token drawn again from what the grammar
- * allows. Drawing t unconstrained with probability p(t), keeping it when
- * allowed and else drawing from the allowed set renormalised gives each
- * allowed t exactly p(t) / P(allowed): the distribution the mask gives
- * (before truncation: top-k, top-p and min-p apply to the row as it is).
+ * With a grammar, the token is drawn from the distribution of the masked
+ * row: every token the grammar refuses removed first, then top-k, top-p
+ * and min-p on what is left (what cllm_sampler_probs reports).
+ *
+ * With top-k that distribution depends only on the k + 1 best allowed
+ * tokens, which grammar_best finds by testing the best candidates one by
+ * one (a walk of each token's bytes): build_dist gives it directly, and
+ * the whole vocabulary is masked (one walk of the trie) only where fewer
+ * than k + 1 of its best few hundred candidates are allowed.
+ *
+ * Greedy and without top-k: the token is drawn as without a grammar and
+ * kept if the grammar allows it (one walk of its bytes); only otherwise is
+ * the whole vocabulary masked and the token drawn again from the masked
+ * row. Greedy, the best token kept is the best allowed one. Without any
+ * truncation (top-p 1, min-p 0), drawing t with probability p(t), keeping
+ * it when allowed and else drawing from the allowed tokens renormalised
+ * gives each allowed t exactly p(t) / P(allowed), the masked distribution;
+ * with top-p or min-p alone the kept first draw was truncated before the
+ * mask, a mixture close to the masked distribution but not equal to it
+ * (masking the whole vocabulary at every step would make it exact, at a
+ * walk of the trie per token).
  */
 static cllm_status sample_grammar(cllm_sampler *s, const float *logits, int32_t *out_token) {
     int32_t n;
     double sum;
+    if (s->params.top_k > 0 && s->params.temperature != 0.0f) {
+        CLLM_TRY(build_dist(s, logits, true, &n, &sum));
+        *out_token = draw(s, n, sum);
+        return CLLM_OK;
+    }
     uint64_t rng[4];
     memcpy(rng, s->rng, sizeof(rng));
     cllm_status st = build_dist(s, logits, false, &n, &sum);

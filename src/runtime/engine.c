@@ -295,8 +295,6 @@ static cllm_status check_request(const cllm_engine *e, const int32_t *prompt, si
                           CLLM_ENGINE_MAX_TOP_LOGPROBS, p->logprobs);
     }
     CLLM_TRY(cllm_spec_params_check(&p->spec));
-    if (p->spec.type == CLLM_SPEC_DRAFT)
-        CLLM_TRY(cllm_draft_fits(p->spec.draft, e->model, e->n_slots));
     return check_sampling ? cllm_sampler_params_check(&p->sampling, e->n_vocab) : CLLM_OK;
 }
 
@@ -306,6 +304,10 @@ static cllm_status submit(cllm_engine *e, const int32_t *prompt, size_t n_prompt
     if (!e || (!prompt && n_prompt > 0)) return CLLM_NULL_ARG("the engine or prompt");
     const cllm_request_params p = params ? *params : cllm_request_default_params();
     CLLM_TRY(check_request(e, prompt, n_prompt, &p, smp == NULL));
+    /* a draft model drafts for every sequence the request may run on
+     * (cllm_generate's: sequence 0) */
+    if (p.spec.type == CLLM_SPEC_DRAFT)
+        CLLM_TRY(cllm_draft_fits(p.spec.draft, e->model, append ? 1 : e->n_slots));
     engine_req *r = cllm_calloc(1, sizeof(*r));
     if (!r) goto nomem;
     r->prompt = cllm_malloc(n_prompt * sizeof(int32_t));

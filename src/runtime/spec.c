@@ -197,6 +197,12 @@ static cllm_status draft_feed(cllm_draft *d, int seq, const int32_t *hist, size_
             k = CLLM_MIN(k, n - at);
             const cllm_seq_tokens it = {seq, hist + at, (int64_t)k};
             CLLM_TRY(cllm_session_decode_seqs(d->s, &it, 1));
+        } else if (n - at <= 4) {
+            /* a few tokens one pass each: the one-token step keeps its
+             * graph (a pass of several items would plan another) */
+            k = 1;
+            const cllm_seq_tokens it = {seq, hist + at, 1};
+            CLLM_TRY(cllm_session_decode_seqs(d->s, &it, 1));
         } else {
             k = CLLM_MIN(n - at, max_items);
             for (size_t j = 0; j < k; j++) items[j] = (cllm_seq_tokens){seq, hist + at + j, 1};

@@ -444,6 +444,7 @@ static int serve(serve_args *ap) {
     /* one draft model for every slot: a sequence of its session each */
     if (!cli_gen_draft("serve", &a.g, m, a.parallel, e.n_ctx)) goto done;
     a.http.defaults.rp.spec = a.g.spec;
+    srv_http_set_spec(h, &a.g.spec);
     print_memory(&e);
     if (!srv_engine_start(&e)) goto done;
     srv_http_ready(h, &e);

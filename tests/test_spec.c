@@ -639,9 +639,42 @@ static double chi2_crit(int k) {
 
 enum { N_SEEDS = 400, POS = 6, N_TOK = 8 };
 
-/* Plain sampling against sampling with drafts (n-gram lookup, or the model
- * drafting for itself with `self_draft`). */
-static void test_distribution(bool self_draft) {
+/* The chi-square test of homogeneity of two histograms of a token: the
+ * tokens seen 10 times or more in both together are bins, the rest one
+ * bin; p < 0.001 fails. */
+static void homogeneity(const int *h0, const int *h1, int64_t nv, const char *what, int n_seeds) {
+    double n0 = 0, n1 = 0;
+    for (int64_t t = 0; t < nv; t++) n0 += h0[t], n1 += h1[t];
+    double chi2 = 0, o0 = 0, o1 = 0;
+    int bins = 0;
+    for (int64_t t = 0; t <= nv; t++) {
+        double a, b;
+        if (t < nv) {
+            a = h0[t], b = h1[t];
+            if (a + b < 10) {
+                o0 += a, o1 += b;
+                continue;
+            }
+        } else {
+            a = o0, b = o1;
+            if (a + b == 0) continue;
+        }
+        const double e0 = (a + b) * n0 / (n0 + n1), e1 = (a + b) * n1 / (n0 + n1);
+        chi2 += (a - e0) * (a - e0) / e0 + (b - e1) * (b - e1) / e1;
+        bins++;
+    }
+    if (bins >= 2 && n0 > 0 && n1 > 0) {
+        const double crit = chi2_crit(bins - 1);
+        printf("distribution (%s): token %d over %d seeds each: chi2 %.2f, %d bins, limit %.2f\n",
+               what, POS, n_seeds, chi2, bins, crit);
+        CHECKF(chi2 < crit, "%s: chi2 %.2f >= %.2f (%d bins)", what, chi2, crit, bins);
+    }
+    CHECKF(bins >= 2, "%s: %d bins", what, bins);
+}
+
+/* Plain sampling against sampling with n-gram drafts and with the model
+ * drafting for itself, each over seeds of its own (independent samples). */
+static void test_distribution(void) {
     const char *const one[] = {"stories260K.gguf", NULL};
     if (!refs_have(one)) return;
     char path[4096];
@@ -652,27 +685,27 @@ static void test_distribution(bool self_draft) {
         return;
     }
     const int64_t nv = cllm_model_n_vocab(m);
-    int *hist[2] = {calloc((size_t)nv, sizeof(int)), calloc((size_t)nv, sizeof(int))};
+    int *hist[3] = {calloc((size_t)nv, sizeof(int)), calloc((size_t)nv, sizeof(int)),
+                    calloc((size_t)nv, sizeof(int))};
     int32_t prompt[MAX_IDS];
     size_t n_prompt = 0;
     const char *text = k_prompts[0];
     CHECK(cllm_tokenize(m, text, strlen(text), true, false, prompt, MAX_IDS, &n_prompt) == CLLM_OK);
     cllm_session *s = new_session(m, 256);
-    cllm_draft *d = self_draft ? new_draft(m, m, 1) : NULL;
-    size_t drafted = 0;
+    cllm_draft *d = new_draft(m, m, 1);
+    size_t drafted[3] = {0};
     const int n_seeds = CHECK_SANITIZED ? 60 : N_SEEDS;
-    for (int spec = 0; spec < 2 && s && hist[0] && hist[1]; spec++) {
+    for (int spec = 0; spec < 3 && s && d && hist[0] && hist[1] && hist[2]; spec++) {
         for (int k = 0; k < n_seeds; k++) {
             cllm_sampler_params sp = cllm_sampler_default_params();
-            sp.temperature = 1.0f; /* with top-k 40, top-p 0.95, min-p 0.05 */
-            /* other seeds for each: two independent samples */
-            sp.seed = (uint64_t)(spec ? 100000 + k : k);
+            sp.temperature = 1.0f;                   /* with top-k 40, top-p 0.95, min-p 0.05 */
+            sp.seed = (uint64_t)(100000 * spec + k); /* other seeds for each */
             cllm_sampler *smp = NULL;
             if (cllm_sampler_new_model(&sp, m, &smp) != CLLM_OK) break;
             cllm_spec_params p = cllm_spec_default_params();
-            if (!spec) p.type = CLLM_SPEC_NONE;
+            if (spec == 0) p.type = CLLM_SPEC_NONE;
             p.ngram_min = 1;
-            if (spec && d) p.type = CLLM_SPEC_DRAFT, p.draft = d;
+            if (spec == 2) p.type = CLLM_SPEC_DRAFT, p.draft = d;
             cllm_session_reset(s);
             cllm_generate_result res = {0};
             if (cllm_generate_spec(s, smp, prompt, n_prompt, N_TOK, &p, NULL, NULL, &res) ==
@@ -680,45 +713,18 @@ static void test_distribution(bool self_draft) {
                 res.n_ids > POS) {
                 hist[spec][res.ids[POS]]++;
             }
-            drafted += res.n_drafted;
+            drafted[spec] += res.n_drafted;
             cllm_generate_result_free(&res);
             cllm_sampler_free(smp);
         }
     }
-    CHECKF(drafted > 0, "no drafts while sampling");
-    /* homogeneity of the two histograms: the tokens seen 10 times or more
-     * in both together are bins, the rest one bin */
-    if (hist[0] && hist[1]) {
-        double n0 = 0, n1 = 0;
-        for (int64_t t = 0; t < nv; t++) n0 += hist[0][t], n1 += hist[1][t];
-        double chi2 = 0, o0 = 0, o1 = 0;
-        int bins = 0;
-        for (int64_t t = 0; t <= nv; t++) {
-            double a, b;
-            if (t < nv) {
-                a = hist[0][t], b = hist[1][t];
-                if (a + b < 10) {
-                    o0 += a, o1 += b;
-                    continue;
-                }
-            } else {
-                a = o0, b = o1;
-                if (a + b == 0) continue;
-            }
-            const double e0 = (a + b) * n0 / (n0 + n1), e1 = (a + b) * n1 / (n0 + n1);
-            chi2 += (a - e0) * (a - e0) / e0 + (b - e1) * (b - e1) / e1;
-            bins++;
-        }
-        if (bins >= 2 && n0 > 0 && n1 > 0) {
-            const double crit = chi2_crit(bins - 1);
-            printf("distribution%s: token %d over %d seeds each: chi2 %.2f, %d bins, limit "
-                   "%.2f\n",
-                   d ? " (draft model)" : "", POS, n_seeds, chi2, bins, crit);
-            CHECKF(chi2 < crit, "chi2 %.2f >= %.2f (%d bins)", chi2, crit, bins);
-        }
-        CHECK(bins >= 2);
+    CHECKF(drafted[1] > 0 && drafted[2] > 0, "no drafts while sampling (%zu n-gram, %zu draft)",
+           drafted[1], drafted[2]);
+    if (hist[0] && hist[1] && hist[2]) {
+        homogeneity(hist[0], hist[1], nv, "n-gram drafts", n_seeds);
+        homogeneity(hist[0], hist[2], nv, "draft model", n_seeds);
     }
-    free(hist[0]), free(hist[1]);
+    free(hist[0]), free(hist[1]), free(hist[2]);
     cllm_draft_free(d);
     cllm_session_free(s);
     cllm_model_free(m);
@@ -729,8 +735,7 @@ int main(int argc, char **argv) {
     test_lookup();
     test_callback();
     test_engine();
-    test_distribution(false);
-    test_distribution(true);
+    test_distribution();
     test_draft(argc > 1 && argv[1][0] ? argv[1] : NULL);
     test_models();
     return check_summary("test_spec");

@@ -1347,8 +1347,26 @@ typedef bool (*cllm_on_text_fn)(int32_t id, const char *text, size_t len, void *
 typedef enum cllm_spec_type {
     CLLM_SPEC_NONE = 0,  /* no speculation */
     CLLM_SPEC_NGRAM = 1, /* n-gram lookup in the prompt and output (default) */
+    CLLM_SPEC_DRAFT = 2, /* a draft model (cllm_spec_params.draft, cllm_draft_new) */
     CLLM_SPEC_COUNT
 } cllm_spec_type;
+
+/*
+ * A draft model for speculative decoding (CLLM_SPEC_DRAFT): a second,
+ * smaller model with the target's vocabulary and a session of its own,
+ * one sequence for each of the target's (sequence i drafts for sequence i
+ * of the engine or cllm_generate that uses it). Before a sequence's next
+ * token is decoded, the draft model catches up with the tokens the
+ * sequence holds (its cache keeps the longest common prefix) and drafts
+ * greedily, one token at a time, its most likely next tokens; the target
+ * verifies them in one pass as it verifies n-gram drafts. A greedy draft is
+ * a draft that puts all its mass on one token, so the test of speculative
+ * sampling (keep it with probability min(1, p/q) = p(x), else sample the
+ * rest of p) is what sampling the target and comparing does: the output is
+ * that of decoding without speculation, bit for bit, greedy and seeded.
+ * Which tokens the draft proposes changes only the speed.
+ */
+typedef struct cllm_draft cllm_draft;
 
 /* Tokens drafted at most per step and sequence. */
 #define CLLM_SPEC_MAX_DRAFT 32
@@ -1359,13 +1377,17 @@ typedef struct cllm_spec_params {
     int ngram_min;       /* the shortest, 1 .. ngram_max (default 2) */
     int draft_max;       /* tokens drafted at most, 1 .. CLLM_SPEC_MAX_DRAFT (default 8) */
     int draft_min;       /* fewer found: no draft, 1 .. draft_max (default 1) */
+    /* CLLM_SPEC_DRAFT: the draft model (borrowed; used by one engine or
+     * cllm_generate at a time); NULL for the other types (default NULL) */
+    cllm_draft *draft;
 } cllm_spec_params;
 
 /* The defaults given beside each field. Pure; thread-safe. */
 cllm_spec_params cllm_spec_default_params(void);
-/* CLLM_ERR_INVALID_ARG naming the first field out of its range. */
+/* CLLM_ERR_INVALID_ARG naming the first field out of its range (a draft
+ * model for CLLM_SPEC_DRAFT and only for it). */
 cllm_status cllm_spec_params_check(const cllm_spec_params *p);
-/* "none", "ngram-simple"; "unknown" out of range. */
+/* "none", "ngram-simple", "draft"; "unknown" out of range. */
 const char *cllm_spec_type_str(cllm_spec_type t);
 /* The type named `name` (as cllm_spec_type_str; "ngram" too);
  * CLLM_ERR_INVALID_ARG naming the choices otherwise (*out untouched). */
@@ -1381,6 +1403,24 @@ cllm_status cllm_spec_type_parse(const char *name, cllm_spec_type *out);
  */
 int cllm_spec_ngram_draft(const cllm_spec_params *p, const int32_t *hist, size_t n, int max,
                           int32_t *draft);
+
+/*
+ * A draft model `draft` for the sessions of `target`: the vocabularies
+ * must be the same (the same number of tokens, the same text of every
+ * token, the same BOS and EOS: CLLM_ERR_INVALID_ARG saying where they
+ * differ otherwise). Its session has params' shape (NULL: the defaults;
+ * n_seq sequences, one for each of the target's, and n_ctx of at least the
+ * target's so that it drafts to the end of the context): its KV cache and
+ * compute are planned and allocated as any session's (cllm_draft_session,
+ * cllm_session_memory). Both models must outlive it; free it with
+ * cllm_draft_free.
+ */
+cllm_status cllm_draft_new(const cllm_model *target, const cllm_model *draft,
+                           const cllm_session_params *params, cllm_draft **out);
+/* NULL does nothing. */
+void cllm_draft_free(cllm_draft *d);
+/* The draft model's session (its memory: cllm_session_memory); NULL for NULL. */
+cllm_session *cllm_draft_session(cllm_draft *d);
 
 typedef struct cllm_generate_result {
     int32_t *ids; /* generated ids (not the prompt; not the final EOG token) */

@@ -568,11 +568,32 @@ static void check_llama_habits(const char *model) {
                strstr(o.err, "--mem"),
            "-ngl: rc %d, '%s'", o.rc, show(o.err));
     cli_free(&o);
-    /* speculative decoding: a draft model is refused, the n-gram drafts
-     * give the tokens of --no-spec and are counted */
-    o = cli(NULL, "run -m %s -p Once -md %s", q(model), q(model));
+    /* speculative decoding: a draft model (here the model drafting for
+     * itself) gives the tokens of --no-spec and keeps every draft token;
+     * -md with speculation off, and type draft without -md, are refused;
+     * the n-gram drafts give the tokens of --no-spec and are counted */
+    o = cli(NULL, "run -m %s -p Once -n 30 --temp 0 --json --no-spec", q(model));
+    cli_out od = cli(NULL, "run -m %s -p Once -n 30 --temp 0 --json -md %s", q(model), q(model));
+    {
+        const char *pa = strstr(o.out, "\"generated_ids\""),
+                   *pb = strstr(od.out, "\"generated_ids\"");
+        const char *ea = pa ? strchr(pa, ']') : NULL, *eb = pb ? strchr(pb, ']') : NULL;
+        const char *dn = strstr(od.out, "\"draft_tokens\": ");
+        const char *dk = strstr(od.out, "\"draft_tokens_accepted\": ");
+        CHECKF(o.rc == 0 && od.rc == 0 && ea && eb && ea - pa == eb - pb &&
+                   !memcmp(pa, pb, (size_t)(ea - pa)) && dn && dk && atoi(dn + 16) > 0 &&
+                   atoi(dn + 16) == atoi(dk + 25),
+               "-md: '%.300s' vs '%.300s'", show(o.out), show(od.out));
+    }
+    cli_free(&o);
+    cli_free(&od);
+    o = cli(NULL, "run -m %s -p Once -md %s --no-spec", q(model), q(model));
     CHECKF(o.rc == 2 && one_line(o.err, o.err_len) && strstr(o.err, "draft model"),
-           "-md: rc %d, '%s'", o.rc, show(o.err));
+           "-md --no-spec: rc %d, '%s'", o.rc, show(o.err));
+    cli_free(&o);
+    o = cli(NULL, "run -m %s -p Once --spec-type draft", q(model));
+    CHECKF(o.rc == 2 && one_line(o.err, o.err_len) && strstr(o.err, "-md"),
+           "--spec-type draft: rc %d, '%s'", o.rc, show(o.err));
     cli_free(&o);
     o = cli(NULL, "run -m %s -p 'a b c a b c a b c' -n 40 --temp 0 --json --no-spec", q(model));
     cli_out o2 = cli(NULL, "run -m %s -p 'a b c a b c a b c' -n 40 --temp 0 --json", q(model));

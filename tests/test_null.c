@@ -481,6 +481,17 @@ CASE(cllm_spec_ngram_draft) {
     CHECK(cllm_spec_ngram_draft(&p, NULL, 3, 4, d) == 0);
     CHECK(cllm_spec_ngram_draft(&p, h, 3, 4, NULL) == 0);
 }
+CASE(cllm_draft_new) {
+    cllm_draft *d = NULL;
+    REFUSED(cllm_draft_new(NULL, g_model, NULL, &d));
+    if (g_model) {
+        REFUSED(cllm_draft_new(g_model, NULL, NULL, &d));
+        REFUSED(cllm_draft_new(g_model, g_model, NULL, NULL));
+    }
+    CHECK(d == NULL);
+}
+CASE(cllm_draft_free) { cllm_draft_free(NULL); }
+CASE(cllm_draft_session) { CHECK(cllm_draft_session(NULL) == NULL); }
 
 /* ---- the engine --------------------------------------------------------- */
 
@@ -713,6 +724,9 @@ static const null_case k_cases[] = {
     ENTRY(cllm_spec_type_str),
     ENTRY(cllm_spec_type_parse),
     ENTRY(cllm_spec_ngram_draft),
+    ENTRY(cllm_draft_new),
+    ENTRY(cllm_draft_free),
+    ENTRY(cllm_draft_session),
     ENTRY(cllm_request_default_params),
     ENTRY(cllm_engine_new),
     ENTRY(cllm_engine_new_session),

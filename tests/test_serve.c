@@ -377,6 +377,39 @@ static char *run_text(const char *args) {
 
 #define STORY_PROMPT "Once upon a time, there was a little girl"
 
+/* -md: one draft model for the slots (here the model drafting for itself):
+ * the greedy answer of cllm run, every draft token kept and counted. */
+static void check_draft_model(const char *model) {
+    server s;
+    const char *args[] = {"-m", model, "-md", model, "--parallel", "2", "-c", "512", NULL};
+    if (!server_start(&s, args)) {
+        CHECKF(false, "the server with -md did not start");
+        return;
+    }
+    char run_args[8192];
+    snprintf(run_args, sizeof(run_args), "-m '%s' --temp 0 -n 24 -p '%s'", model, STORY_PROMPT);
+    char *ref = run_text(run_args);
+    for (int k = 0; k < 2; k++) {
+        const char *req =
+            "{\"prompt\": \"" STORY_PROMPT "\", \"max_tokens\": 24, \"temperature\": 0}";
+        resp r = http(s.port, "POST", "/v1/completions", req);
+        char *whole = whole_text(&r, NULL, 0);
+        CHECKF(r.status == 200 && whole && ref && !strcmp(whole, ref),
+               "-md: server '%s' vs run '%s'", whole ? whole : r.body, ref ? ref : "(none)");
+        json *doc = json_parse(r.body);
+        const json *t = json_get(doc, "timings");
+        const double dn = t && json_get(t, "draft_n") ? json_num(json_get(t, "draft_n")) : -1;
+        const double dk =
+            t && json_get(t, "draft_n_accepted") ? json_num(json_get(t, "draft_n_accepted")) : -1;
+        CHECKF(dn > 0 && dk == dn, "-md: %g drafted, %g kept: %s", dn, dk, r.body);
+        json_free(doc);
+        free(whole);
+        resp_free(&r);
+    }
+    free(ref);
+    CHECK_EQ_INT(server_stop(&s, SIGTERM), 0);
+}
+
 static void check_stories(const char *model) {
     server s;
     /* -c: the context of all slots, 256 each (as llama-server's -c) */
@@ -1743,6 +1776,7 @@ int main(int argc, char **argv) {
         char model[4096];
         refs_model_path(model, sizeof(model), "stories260K.gguf");
         check_stories(model);
+        check_draft_model(model);
         check_hosts(model);
         check_names_cors(model);
         check_structured(model);

@@ -16,7 +16,13 @@
  *  - sampling (temperature, top-k, top-p, min-p): the same tokens for the
  *    same seed; and the distribution of a token after drafts, over many
  *    seeds, matches plain sampling's over other seeds (a chi-square test of
- *    homogeneity, p < 0.001 fails).
+ *    homogeneity, p < 0.001 fails);
+ *  - a draft model (cllm_draft): the model drafting for itself (every
+ *    greedy draft kept) and another with the same vocabulary give the
+ *    output of decoding without speculation, greedy and seeded, alone and
+ *    in the engine's several sequences; the sampled distribution with a
+ *    draft model; a vocabulary that differs and a draft of too few
+ *    sequences refused.
  */
 #include "cllm.h"
 #include "common/check.h"
@@ -26,6 +32,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define N_ELEMS(a) (sizeof(a) / sizeof((a)[0]))
 
@@ -351,7 +358,8 @@ static void on_event(const cllm_event *ev, void *ud) {
 
 /* Requests 0..2 submitted together, request 3 after 5 steps (its prompt
  * joins the others' generation), over 3 sequences. */
-static void run_engine(const cllm_model *m, bool spec, bool sampled, eng_out *o) {
+static void run_engine(const cllm_model *m, const cllm_spec_params *spec, bool sampled,
+                       eng_out *o) {
     memset(o, 0, sizeof(*o));
     cllm_session_params sp = cllm_session_default_params();
     sp.n_ctx = 256;
@@ -375,7 +383,10 @@ static void run_engine(const cllm_model *m, bool spec, bool sampled, eng_out *o)
         rp.max_tokens = ENGINE_TOKENS - 4 * r;
         if (!sampled) rp.sampling.temperature = 0;
         rp.sampling.seed = 99 + (uint64_t)r;
-        if (!spec) rp.spec.type = CLLM_SPEC_NONE;
+        if (spec)
+            rp.spec = *spec;
+        else
+            rp.spec.type = CLLM_SPEC_NONE;
         CHECK(cllm_engine_submit(e, prompt, n, &rp, (void *)(intptr_t)r, NULL) == CLLM_OK);
     }
     for (int k = 0; k < 10000 && (cllm_engine_n_running(e) || cllm_engine_n_waiting(e)); k++)
@@ -396,8 +407,9 @@ static void test_engine(void) {
     }
     eng_out *a = malloc(sizeof(*a)), *b = malloc(sizeof(*b));
     for (int sampled = 0; sampled < 2 && a && b; sampled++) {
-        run_engine(m, false, sampled, a);
-        run_engine(m, true, sampled, b);
+        const cllm_spec_params def = cllm_spec_default_params();
+        run_engine(m, NULL, sampled, a);
+        run_engine(m, &def, sampled, b);
         CHECK_EQ_INT(a->drafted, 0);
         if (!sampled) CHECKF(b->accepted > 0, "no draft token kept in the engine");
         for (int r = 0; r < N_REQ; r++) {
@@ -407,6 +419,211 @@ static void test_engine(void) {
         }
     }
     free(a), free(b);
+    cllm_model_free(m);
+}
+
+/* ---- a draft model ------------------------------------------------------------ */
+
+static cllm_model *load_data_model(const char *file) {
+    const char *const one[] = {file, NULL};
+    if (!refs_have(one)) return NULL;
+    char path[4096];
+    refs_model_path(path, sizeof(path), file);
+    cllm_model *m = NULL;
+    if (cllm_model_load(path, NULL, &m) != CLLM_OK) {
+        CHECKF(false, "%s: %s", file, cllm_last_error());
+        return NULL;
+    }
+    return m;
+}
+
+/* A draft model for target: `draft`'s weights with a session of n_seq
+ * sequences of 512 tokens. */
+static cllm_draft *new_draft(const cllm_model *target, const cllm_model *draft, int n_seq) {
+    cllm_session_params sp = cllm_session_default_params();
+    sp.n_ctx = 512;
+    sp.n_batch = 64;
+    sp.n_threads = 2;
+    sp.n_seq = n_seq;
+    cllm_draft *d = NULL;
+    const cllm_status st = cllm_draft_new(target, draft, &sp, &d);
+    CHECKF(st == CLLM_OK, "draft: %s", cllm_last_error());
+    return st == CLLM_OK ? d : NULL;
+}
+
+/* Greedy and seeded output of target with draft model `dm` drafting, at
+ * several lengths and on every prompt, against decoding without
+ * speculation: the same tokens and the same cache. One draft serves every
+ * run (its cache is reused where the prompt allows). Returns the drafted
+ * and kept tokens of the greedy runs. */
+static void check_draft(const char *name, const cllm_model *target, const cllm_model *dm,
+                        size_t *drafted, size_t *kept) {
+    *drafted = *kept = 0;
+    cllm_draft *d = new_draft(target, dm, 1);
+    int32_t *prompt = malloc(MAX_IDS * sizeof(int32_t));
+    gen_out *a = malloc(sizeof(*a)), *b = malloc(sizeof(*b));
+    const int lengths[] = {60, 7, 1};
+    const int n_len = CHECK_SANITIZED ? 1 : 3;
+    const int64_t nv = cllm_model_n_vocab(target);
+    for (size_t pi = 0; d && prompt && a && b && pi < N_ELEMS(k_prompts); pi++) {
+        size_t n_prompt = 0;
+        if (cllm_tokenize(target, k_prompts[pi], strlen(k_prompts[pi]), true, false, prompt,
+                          MAX_IDS, &n_prompt) != CLLM_OK) {
+            CHECKF(false, "%s: tokenize: %s", name, cllm_last_error());
+            continue;
+        }
+        for (int li = 0; li < n_len; li++) {
+            for (int mode = 0; mode < 2; mode++) {
+                cllm_sampler_params sp = cllm_sampler_default_params();
+                if (mode == 0) sp.temperature = 0;
+                if (mode == 1) sp.seed = 777 + (uint64_t)li;
+                cllm_spec_params spec = cllm_spec_default_params();
+                spec.type = CLLM_SPEC_DRAFT;
+                spec.draft = d;
+                spec.draft_max = 6;
+                if (!run_gen(target, prompt, n_prompt, lengths[li], &sp, NULL, a)) continue;
+                if (!run_gen(target, prompt, n_prompt, lengths[li], &sp, &spec, b)) {
+                    free(a->next);
+                    continue;
+                }
+                CHECKF(same_out(a, b, nv),
+                       "%s: prompt %zu, %d tokens, mode %d: %zu vs %zu tokens (drafted %zu)", name,
+                       pi, lengths[li], mode, a->n, b->n, b->drafted);
+                if (mode == 0) *drafted += b->drafted, *kept += b->accepted;
+                if (getenv("SPEC_DEBUG"))
+                    printf("draft %s p%zu n%d m%d: %zu tokens, drafted %zu kept %zu\n", name, pi,
+                           lengths[li], mode, b->n, b->drafted, b->accepted);
+                free(a->next), free(b->next);
+            }
+        }
+    }
+    free(prompt), free(a), free(b);
+    cllm_draft_free(d);
+}
+
+static bool gen_model(const char *gen, const char *vocab, const char *path, const char *args) {
+    char cmd[8192];
+    snprintf(cmd, sizeof(cmd), "'%s' --vocab '%s' --out '%s' %s >/dev/null", gen, vocab, path,
+             args);
+    const bool ok = system(cmd) == 0;
+    CHECKF(ok, "%s", cmd);
+    return ok;
+}
+
+/* gen: cllm-gen-model (random draft models), or NULL */
+static void test_draft(const char *gen) {
+    cllm_model *m = load_data_model("stories260K.gguf");
+    if (!m) return;
+    /* the parameters: a draft for type draft, and only for it */
+    cllm_spec_params p = cllm_spec_default_params();
+    p.type = CLLM_SPEC_DRAFT;
+    CHECK(cllm_spec_params_check(&p) == CLLM_ERR_INVALID_ARG);
+    cllm_spec_type t = CLLM_SPEC_NONE;
+    CHECK(cllm_spec_type_parse("draft", &t) == CLLM_OK && t == CLLM_SPEC_DRAFT);
+    CHECK(!strcmp(cllm_spec_type_str(CLLM_SPEC_DRAFT), "draft"));
+
+    /* the model drafting for itself: every greedy draft is kept (its
+     * columns compute as the target's do), the output is the same */
+    size_t drafted = 0, kept = 0;
+    check_draft("stories260K for itself", m, m, &drafted, &kept);
+    CHECKF(drafted > 0 && kept == drafted, "drafting for itself: %zu drafted, %zu kept", drafted,
+           kept);
+    cllm_draft *d = new_draft(m, m, 1);
+    if (d) {
+        p.draft = d;
+        CHECK(cllm_spec_params_check(&p) == CLLM_OK);
+        p.type = CLLM_SPEC_NGRAM;
+        CHECK(cllm_spec_params_check(&p) == CLLM_ERR_INVALID_ARG);
+        CHECK(cllm_draft_session(d) != NULL);
+        /* its KV cache as planned, and allocated as planned */
+        const cllm_memory_report r = cllm_session_memory(cllm_draft_session(d));
+        CHECK(r.planned[CLLM_MEM_STATE] > 0);
+        CHECK(r.planned[CLLM_MEM_STATE] == r.allocated[CLLM_MEM_STATE]);
+    }
+
+    /* random models with the target's vocabulary draft (a llama, and a
+     * Gemma 3 whose sliding-window layers cannot keep a cut prefix):
+     * drafts are rejected, the output is the same */
+    cllm_model *other = NULL, *swa = NULL;
+    if (gen) {
+        char dir[512], llama[1024], gemma[1024], vocab[4096];
+        const char *tmp = getenv("TMPDIR");
+        snprintf(dir, sizeof(dir), "%s/cllm-test-spec-XXXXXX", tmp && *tmp ? tmp : P_tmpdir);
+        CHECK(mkdtemp(dir) != NULL);
+        snprintf(llama, sizeof(llama), "%s/draft-llama.gguf", dir);
+        snprintf(gemma, sizeof(gemma), "%s/draft-gemma3.gguf", dir);
+        refs_model_path(vocab, sizeof(vocab), "stories260K.gguf");
+        if (gen_model(gen, vocab, llama,
+                      "--n-embd 64 --n-layer 1 --n-head 2 --n-head-kv 1 --n-ff 128 --n-ctx 512 "
+                      "--type f32 --seed 11") &&
+            cllm_model_load(llama, NULL, &other) != CLLM_OK) {
+            CHECKF(false, "%s", cllm_last_error());
+        }
+        if (gen_model(gen, vocab, gemma,
+                      "--arch gemma3 --n-embd 64 --n-layer 6 --n-head 2 --n-head-kv 1 --n-ff 128 "
+                      "--n-ctx 512 --swa 8 --type f32 --seed 12") &&
+            cllm_model_load(gemma, NULL, &swa) != CLLM_OK) {
+            CHECKF(false, "%s", cllm_last_error());
+        }
+        remove(llama), remove(gemma), remove(dir);
+    }
+    if (other) {
+        check_draft("random llama for stories260K", m, other, &drafted, &kept);
+        CHECKF(drafted > 0, "the random model drafted nothing");
+        CHECKF(kept < drafted, "the random model's drafts were all kept");
+    }
+    if (swa) {
+        check_draft("random gemma3 for stories260K", m, swa, &drafted, &kept);
+        CHECKF(drafted > 0, "the random sliding-window model drafted nothing");
+    }
+
+    /* a vocabulary that is not the target's is refused, saying so */
+    cllm_model *big = load_data_model("llama-2-tiny-random.gguf");
+    if (big) {
+        cllm_draft *bad = NULL;
+        CHECK(cllm_draft_new(m, big, NULL, &bad) == CLLM_ERR_INVALID_ARG && bad == NULL);
+        CHECKF(strstr(cllm_last_error(), "vocabulary") != NULL, "message: %s", cllm_last_error());
+    }
+
+    /* the engine: three sequences share the draft model's session (one
+     * sequence each); a draft of fewer sequences is refused */
+    eng_out *a = malloc(sizeof(*a)), *b = malloc(sizeof(*b));
+    cllm_draft *d3 = new_draft(m, other ? other : m, 3);
+    for (int sampled = 0; sampled < 2 && a && b && d3; sampled++) {
+        cllm_spec_params sp = cllm_spec_default_params();
+        sp.type = CLLM_SPEC_DRAFT;
+        sp.draft = d3;
+        run_engine(m, NULL, sampled, a);
+        run_engine(m, &sp, sampled, b);
+        CHECKF(b->drafted > 0, "engine: nothing drafted");
+        for (int r = 0; r < N_REQ; r++) {
+            CHECKF(a->n[r] == b->n[r] && !memcmp(a->ids[r], b->ids[r], (size_t)a->n[r] * 4),
+                   "engine, %s: request %d differs with a draft model (%d vs %d tokens)",
+                   sampled ? "sampled" : "greedy", r, a->n[r], b->n[r]);
+        }
+    }
+    if (d) {
+        cllm_session_params sp = cllm_session_default_params();
+        sp.n_ctx = 64;
+        sp.n_seq = 2;
+        cllm_engine *e = NULL;
+        if (cllm_engine_new(m, &sp, on_event, b, &e) == CLLM_OK) {
+            cllm_request_params rp = cllm_request_default_params();
+            rp.spec.type = CLLM_SPEC_DRAFT;
+            rp.spec.draft = d; /* one sequence */
+            const int32_t ids[2] = {1, 2};
+            CHECK(cllm_engine_submit(e, ids, 2, &rp, NULL, NULL) == CLLM_ERR_INVALID_ARG);
+            CHECKF(strstr(cllm_last_error(), "sequences") != NULL, "message: %s",
+                   cllm_last_error());
+            cllm_engine_free(e);
+        }
+    }
+    free(a), free(b);
+    cllm_draft_free(d3);
+    cllm_draft_free(d);
+    cllm_model_free(big);
+    cllm_model_free(other);
+    cllm_model_free(swa);
     cllm_model_free(m);
 }
 
@@ -422,6 +639,41 @@ static double chi2_crit(int k) {
 
 enum { N_SEEDS = 400, POS = 6, N_TOK = 8 };
 
+/* The chi-square test of homogeneity of two histograms of a token: the
+ * tokens seen 10 times or more in both together are bins, the rest one
+ * bin; p < 0.001 fails. */
+static void homogeneity(const int *h0, const int *h1, int64_t nv, const char *what, int n_seeds) {
+    double n0 = 0, n1 = 0;
+    for (int64_t t = 0; t < nv; t++) n0 += h0[t], n1 += h1[t];
+    double chi2 = 0, o0 = 0, o1 = 0;
+    int bins = 0;
+    for (int64_t t = 0; t <= nv; t++) {
+        double a, b;
+        if (t < nv) {
+            a = h0[t], b = h1[t];
+            if (a + b < 10) {
+                o0 += a, o1 += b;
+                continue;
+            }
+        } else {
+            a = o0, b = o1;
+            if (a + b == 0) continue;
+        }
+        const double e0 = (a + b) * n0 / (n0 + n1), e1 = (a + b) * n1 / (n0 + n1);
+        chi2 += (a - e0) * (a - e0) / e0 + (b - e1) * (b - e1) / e1;
+        bins++;
+    }
+    if (bins >= 2 && n0 > 0 && n1 > 0) {
+        const double crit = chi2_crit(bins - 1);
+        printf("distribution (%s): token %d over %d seeds each: chi2 %.2f, %d bins, limit %.2f\n",
+               what, POS, n_seeds, chi2, bins, crit);
+        CHECKF(chi2 < crit, "%s: chi2 %.2f >= %.2f (%d bins)", what, chi2, crit, bins);
+    }
+    CHECKF(bins >= 2, "%s: %d bins", what, bins);
+}
+
+/* Plain sampling against sampling with n-gram drafts and with the model
+ * drafting for itself, each over seeds of its own (independent samples). */
 static void test_distribution(void) {
     const char *const one[] = {"stories260K.gguf", NULL};
     if (!refs_have(one)) return;
@@ -433,25 +685,27 @@ static void test_distribution(void) {
         return;
     }
     const int64_t nv = cllm_model_n_vocab(m);
-    int *hist[2] = {calloc((size_t)nv, sizeof(int)), calloc((size_t)nv, sizeof(int))};
+    int *hist[3] = {calloc((size_t)nv, sizeof(int)), calloc((size_t)nv, sizeof(int)),
+                    calloc((size_t)nv, sizeof(int))};
     int32_t prompt[MAX_IDS];
     size_t n_prompt = 0;
     const char *text = k_prompts[0];
     CHECK(cllm_tokenize(m, text, strlen(text), true, false, prompt, MAX_IDS, &n_prompt) == CLLM_OK);
     cllm_session *s = new_session(m, 256);
-    size_t drafted = 0;
+    cllm_draft *d = new_draft(m, m, 1);
+    size_t drafted[3] = {0};
     const int n_seeds = CHECK_SANITIZED ? 60 : N_SEEDS;
-    for (int spec = 0; spec < 2 && s && hist[0] && hist[1]; spec++) {
+    for (int spec = 0; spec < 3 && s && d && hist[0] && hist[1] && hist[2]; spec++) {
         for (int k = 0; k < n_seeds; k++) {
             cllm_sampler_params sp = cllm_sampler_default_params();
-            sp.temperature = 1.0f; /* with top-k 40, top-p 0.95, min-p 0.05 */
-            /* other seeds for each: two independent samples */
-            sp.seed = (uint64_t)(spec ? 100000 + k : k);
+            sp.temperature = 1.0f;                   /* with top-k 40, top-p 0.95, min-p 0.05 */
+            sp.seed = (uint64_t)(100000 * spec + k); /* other seeds for each */
             cllm_sampler *smp = NULL;
             if (cllm_sampler_new_model(&sp, m, &smp) != CLLM_OK) break;
             cllm_spec_params p = cllm_spec_default_params();
-            if (!spec) p.type = CLLM_SPEC_NONE;
+            if (spec == 0) p.type = CLLM_SPEC_NONE;
             p.ngram_min = 1;
+            if (spec == 2) p.type = CLLM_SPEC_DRAFT, p.draft = d;
             cllm_session_reset(s);
             cllm_generate_result res = {0};
             if (cllm_generate_spec(s, smp, prompt, n_prompt, N_TOK, &p, NULL, NULL, &res) ==
@@ -459,54 +713,30 @@ static void test_distribution(void) {
                 res.n_ids > POS) {
                 hist[spec][res.ids[POS]]++;
             }
-            drafted += res.n_drafted;
+            drafted[spec] += res.n_drafted;
             cllm_generate_result_free(&res);
             cllm_sampler_free(smp);
         }
     }
-    CHECKF(drafted > 0, "no drafts while sampling");
-    /* homogeneity of the two histograms: the tokens seen 10 times or more
-     * in both together are bins, the rest one bin */
-    if (hist[0] && hist[1]) {
-        double n0 = 0, n1 = 0;
-        for (int64_t t = 0; t < nv; t++) n0 += hist[0][t], n1 += hist[1][t];
-        double chi2 = 0, o0 = 0, o1 = 0;
-        int bins = 0;
-        for (int64_t t = 0; t <= nv; t++) {
-            double a, b;
-            if (t < nv) {
-                a = hist[0][t], b = hist[1][t];
-                if (a + b < 10) {
-                    o0 += a, o1 += b;
-                    continue;
-                }
-            } else {
-                a = o0, b = o1;
-                if (a + b == 0) continue;
-            }
-            const double e0 = (a + b) * n0 / (n0 + n1), e1 = (a + b) * n1 / (n0 + n1);
-            chi2 += (a - e0) * (a - e0) / e0 + (b - e1) * (b - e1) / e1;
-            bins++;
-        }
-        if (bins >= 2 && n0 > 0 && n1 > 0) {
-            const double crit = chi2_crit(bins - 1);
-            printf("distribution: token %d over %d seeds each: chi2 %.2f, %d bins, limit %.2f\n",
-                   POS, n_seeds, chi2, bins, crit);
-            CHECKF(chi2 < crit, "chi2 %.2f >= %.2f (%d bins)", chi2, crit, bins);
-        }
-        CHECK(bins >= 2);
+    CHECKF(drafted[1] > 0 && drafted[2] > 0, "no drafts while sampling (%zu n-gram, %zu draft)",
+           drafted[1], drafted[2]);
+    if (hist[0] && hist[1] && hist[2]) {
+        homogeneity(hist[0], hist[1], nv, "n-gram drafts", n_seeds);
+        homogeneity(hist[0], hist[2], nv, "draft model", n_seeds);
     }
-    free(hist[0]), free(hist[1]);
+    free(hist[0]), free(hist[1]), free(hist[2]);
+    cllm_draft_free(d);
     cllm_session_free(s);
     cllm_model_free(m);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
     cllm_log_set(quiet, NULL);
     test_lookup();
     test_callback();
     test_engine();
     test_distribution();
+    test_draft(argc > 1 && argv[1][0] ? argv[1] : NULL);
     test_models();
     return check_summary("test_spec");
 }

@@ -12,6 +12,7 @@
 #include "core/hostmem.h"
 #include "runtime/model.h"
 #include "runtime/session.h"
+#include "runtime/spec.h"
 #include "text/tokenizer.h"
 #include "text/unicode.h"
 
@@ -303,6 +304,10 @@ static cllm_status submit(cllm_engine *e, const int32_t *prompt, size_t n_prompt
     if (!e || (!prompt && n_prompt > 0)) return CLLM_NULL_ARG("the engine or prompt");
     const cllm_request_params p = params ? *params : cllm_request_default_params();
     CLLM_TRY(check_request(e, prompt, n_prompt, &p, smp == NULL));
+    /* a draft model drafts for every sequence the request may run on
+     * (cllm_generate's: sequence 0) */
+    if (p.spec.type == CLLM_SPEC_DRAFT)
+        CLLM_TRY(cllm_draft_fits(p.spec.draft, e->model, append ? 1 : e->n_slots));
     engine_req *r = cllm_calloc(1, sizeof(*r));
     if (!r) goto nomem;
     r->prompt = cllm_malloc(n_prompt * sizeof(int32_t));
@@ -771,7 +776,8 @@ static void slot_sample(cllm_engine *e, engine_slot *sl, const float *logits) {
 /* ---- speculative decoding ------------------------------------------------ */
 
 /* Drafts the tokens that may follow slot sl's pending token (n-gram lookup
- * in the ids its cache holds, cllm_spec_ngram_draft), at most `budget`:
+ * in the ids its cache holds, cllm_spec_ngram_draft, or the draft model's
+ * greedy continuation of them, cllm_draft_propose), at most `budget`:
  * sl->spec holds the pending token and its draft, sl->n_draft the draft's
  * length (returned). No draft while the cache holds ids the slot does not
  * know, while the slot waits after rejected drafts, or where the rows or
@@ -793,8 +799,18 @@ static int slot_draft(cllm_engine *e, engine_slot *sl, int budget) {
         max = CLLM_MIN(max, (int64_t)r->p.max_tokens - (int64_t)sl->n_gen - 1);
     if (max < 1) return 0;
     sl->cached[sl->n_cached] = sl->pending; /* the row it will have */
-    const int d =
-        cllm_spec_ngram_draft(&r->p.spec, sl->cached, sl->n_cached + 1, (int)max, sl->spec + 1);
+    int d;
+    if (r->p.spec.type == CLLM_SPEC_DRAFT) {
+        double ms = 0;
+        /* the rows of this request's answer were decoded one token each */
+        const size_t n_chunked = sl->n_cached - CLLM_MIN(sl->usage.n_gen_decoded, sl->n_cached);
+        d = cllm_draft_propose(r->p.spec.draft, sl->seq, sl->cached, sl->n_cached + 1, n_chunked,
+                               (int)max, r->p.spec.draft_min, sl->spec + 1, &ms);
+        sl->usage.gen_ms += ms; /* drafting is part of generating */
+        if (d < 0) d = 0;
+    } else {
+        d = cllm_spec_ngram_draft(&r->p.spec, sl->cached, sl->n_cached + 1, (int)max, sl->spec + 1);
+    }
     sl->spec[0] = sl->pending;
     sl->n_draft = d;
     return d;

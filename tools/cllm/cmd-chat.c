@@ -880,6 +880,7 @@ int cli_cmd_chat(int argc, char **argv) {
     if (!cli_gen_load("chat", &g, &c.m)) goto done;
     if (!cli_gen_engine("chat", &g, c.m, 1, on_event, &c, &c.eng)) goto done;
     c.n_ctx = cllm_session_n_ctx(cllm_engine_session(c.eng));
+    if (!cli_gen_draft("chat", &g, c.m, 1, c.n_ctx)) goto done;
     c.held = malloc((size_t)c.n_ctx * sizeof(*c.held));
     if (g.system) c.system = dup_str(g.system);
     if (!c.held || (g.system && !c.system)) {

@@ -18,6 +18,9 @@ static void plan_usage(FILE *f) {
                "  -hf USER/NAME[:QUANT]\n"
                "                       instead of -m: a model of the Hugging Face hub,\n"
                "                       downloaded when needed (cllm pull --help)\n"
+               "  -md, --model-draft FILE\n"
+               "                       a draft model (speculative decoding): planned too, with\n"
+               "                       the same context, sequences and cache types\n"
                "  -c N                 context size (default: min(model context, 4096))\n"
                "  -b N                 batch size (default 512)\n"
                "  -t N                 threads (default: physical cores)\n" CLI_KV_USAGE
@@ -41,7 +44,7 @@ static void plan_usage(FILE *f) {
 }
 
 int cli_cmd_plan(int argc, char **argv) {
-    const char *path = NULL, *hf = NULL;
+    const char *path = NULL, *hf = NULL, *draft = NULL;
     bool verbose = false, json = false;
     int n_ranks = 0;
     cllm_plan_params fp = cllm_plan_default_params();
@@ -72,7 +75,8 @@ int cli_cmd_plan(int argc, char **argv) {
         if (kv) continue;
         /* the other options take a value */
         if (!cli_is_one_of(o, "-m --model -c -b -t --sessions --seqs --mem --test-device "
-                              "--stream-slots --read-bw --ranks")) {
+                              "--stream-slots --read-bw --ranks -md --model-draft "
+                              "--spec-draft-model")) {
             cli_error("plan", "unknown option '%s' (see cllm plan --help)", o);
             return 2;
         }
@@ -82,6 +86,8 @@ int cli_cmd_plan(int argc, char **argv) {
         bool ok = true;
         if (!strcmp(o, "-m") || !strcmp(o, "--model")) {
             path = v;
+        } else if (cli_is_one_of(o, "-md --model-draft --spec-draft-model")) {
+            draft = v;
         } else if (!strcmp(o, "-c")) {
             ok = cli_int("plan", o, v, 1, 1 << 24, &n) && (fp.n_ctx = n, true);
         } else if (!strcmp(o, "-b")) {
@@ -115,6 +121,10 @@ int cli_cmd_plan(int argc, char **argv) {
     const int mr = cli_model_arg("plan", hf, &path);
     if (mr != 0) return mr;
     if (n_ranks > 0) {
+        if (draft) {
+            cli_error("plan", "-md: a draft model is not supported across ranks (--ranks)");
+            return 2;
+        }
         if (fp.n_seq > 1 || json) {
             cli_error("plan", "--ranks plans sessions of one sequence (--sessions N: N "
                               "concurrent sequences), as text");
@@ -129,16 +139,34 @@ int cli_cmd_plan(int argc, char **argv) {
         }
         return 0;
     }
-    cllm_plan *plan = NULL;
+    cllm_plan *plan = NULL, *dplan = NULL;
     if (cllm_plan_file(path, &fp, &plan) != CLLM_OK) {
         cli_lib_error("plan");
         return 1;
     }
+    /* the draft model's session has the target's shape (cli_gen_draft): the
+     * same context, sequences, batch and cache types */
+    if (draft && cllm_plan_file(draft, &fp, &dplan) != CLLM_OK) {
+        cli_error("plan", "-md %s: %s", draft, cllm_last_error());
+        cllm_plan_free(plan);
+        return 1;
+    }
     if (json) {
+        if (dplan) fputs("{\"model\": ", stdout);
         cllm_plan_print_json(plan, stdout, verbose);
+        if (dplan) {
+            fputs(", \"draft\": ", stdout);
+            cllm_plan_print_json(dplan, stdout, verbose);
+            fputs("}\n", stdout);
+        }
     } else {
         cllm_plan_print(plan, stdout, verbose);
+        if (dplan) {
+            printf("\ndraft model %s (speculative decoding), with the same shape:\n", draft);
+            cllm_plan_print(dplan, stdout, verbose);
+        }
     }
     cllm_plan_free(plan);
+    cllm_plan_free(dplan);
     return 0;
 }

@@ -255,6 +255,11 @@ static int run(run_args *ap) {
     } else if (!cli_gen_session("run", &a.g, m, &s, &smp)) {
         goto done;
     }
+    if (piped && a.g.draft_model) {
+        cli_error("run", "-md: a draft model is not supported across ranks (mpirun)");
+        goto done;
+    }
+    if (!cli_gen_draft("run", &a.g, m, 1, cllm_session_n_ctx(s))) goto done;
     const int64_t n_ctx = cllm_session_n_ctx(s);
     if ((int64_t)n_ids > n_ctx) {
         cli_error("run", "%s: the prompt has %zu tokens, the context only %lld (-c)", a.g.model,
@@ -341,6 +346,8 @@ done:
     free(ids);
     free(prompt);
     cllm_sampler_free(smp);
+    cllm_draft_free(a.g.draft); /* a copy of *ap's options: what it made here */
+    cllm_model_free(a.g.draft_m);
     if (piped) {
         /* the model and session are the pipeline's; a failure on rank 0
          * takes every rank down (MPI_Abort) instead of leaving them waiting */

@@ -92,8 +92,9 @@ static void serve_usage(FILE *f) {
             "                       file's <arch>.pooling_type, else mean)\n"
             "  --pipe-timeout S     under mpirun: give up when a rank does not answer within\n"
             "                       S seconds (default 120)\n"
-            "  --spec-type none|ngram-simple, --no-spec, --draft-max N, --draft-min N,\n"
-            "  --spec-ngram-size-n N, --spec-ngram-min N\n"
+            "  --spec-type none|ngram-simple|draft, --no-spec, --draft-max N, --draft-min N,\n"
+            "  --spec-ngram-size-n N, --spec-ngram-min N,\n"
+            "  -md, --model-draft FILE (a draft model, shared by the slots)\n"
             "                       speculative decoding of every request, as cllm run\n"
             "                       (default ngram-simple: the answers are the same)\n"
             "  --verbose            log each request and slot to stderr\n"
@@ -181,7 +182,8 @@ static int parse_serve_args(int argc, char **argv, serve_args *a) {
                              "--verbose -ngl --n-gpu-layers --gpu-layers --grammar "
                              "--grammar-file --json-schema --chat-template "
                              "--chat-template-file --spec-type --no-spec --draft-max --draft-min "
-                             "--spec-ngram-size-n --spec-ngram-min")) {
+                             "--spec-ngram-size-n --spec-ngram-min -md --model-draft "
+                             "--spec-draft-model")) {
             const int r = cli_gen_option("serve", &a->g, argc, argv, &i);
             if (r != 1) return 2;
             continue;
@@ -435,6 +437,14 @@ static int serve(serve_args *ap) {
     sp.embeddings = a.http.embeddings;
     if (!srv_engine_init(&e, m, pipe, a.parallel, &sp, a.max_queue, a.g.verbose)) goto done;
     engine_ok = true;
+    if (pipe && a.g.draft_model) {
+        cli_error("serve", "-md: a draft model is not supported under mpirun");
+        goto done;
+    }
+    /* one draft model for every slot: a sequence of its session each */
+    if (!cli_gen_draft("serve", &a.g, m, a.parallel, e.n_ctx)) goto done;
+    a.http.defaults.rp.spec = a.g.spec;
+    srv_http_set_spec(h, &a.g.spec);
     print_memory(&e);
     if (!srv_engine_start(&e)) goto done;
     srv_http_ready(h, &e);
@@ -459,6 +469,8 @@ done:
     srv_http_drain(h, 5.0); /* their answers (or errors) go out */
     srv_http_stop(h);
     if (engine_ok) srv_engine_free(&e);
+    cllm_draft_free(a.g.draft); /* a copy of *ap's options: what it made here */
+    cllm_model_free(a.g.draft_m);
     if (pipe) {
         /* the other ranks stop with rank 0; after a failure they are ended */
         if (rc == 0 && !cli_pipe_close("serve", pipe)) rc = 1;

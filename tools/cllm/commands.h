@@ -115,9 +115,13 @@ typedef struct cli_gen {
     int n_threads;
     cllm_sampler_params sp;
     cllm_spec_params spec;    /* --spec-type, --draft-max, --draft-min, --spec-ngram-* */
+    const char *draft_model;  /* -md FILE: a draft model (speculative decoding) */
+    cllm_model *draft_m;      /* it, loaded by cli_gen_draft (owned) */
+    cllm_draft *draft;        /* and its session (owned; spec.draft) */
     bool seed_given;          /* --seed; else cli_gen_finish draws one */
     cllm_type type_k, type_v; /* KV cache types (--cache-type-k/-v) */
     bool no_mmap, verbose;
+    bool spec_type_given; /* --spec-type */
     cllm_plan_params fit; /* --mem budgets */
     bool use_plan;        /* --mem or --test-device: place layers with the fit planner */
     /* --grammar, --grammar-file or --json-schema: the GBNF text (owned) that
@@ -152,6 +156,12 @@ bool cli_gen_load(const char *cmd, cli_gen *g, cllm_model **m);
  * a warning. False after printing the error (nothing left allocated). */
 bool cli_gen_session(const char *cmd, const cli_gen *g, const cllm_model *m, cllm_session **s,
                      cllm_sampler **smp);
+
+/* With -md: loads the draft model and makes its session for a target m
+ * of n_seq sequences of n_ctx tokens (the options' batch, threads and
+ * cache types), into g->spec.draft. True without -md; false after printing
+ * the error (a vocabulary that is not the target's among them). */
+bool cli_gen_draft(const char *cmd, cli_gen *g, const cllm_model *m, int n_seq, int64_t n_ctx);
 
 /* The library's batch engine over n_seq sequences of the options' shape
  * on m (the sampling options checked; events to on_event with user_data); a

@@ -25,6 +25,10 @@ void cli_gen_free(cli_gen *g) {
     free(g->chat_template);
     g->grammar = g->chat_template = NULL;
     g->sp.grammar = NULL;
+    cllm_draft_free(g->draft); /* before its model */
+    cllm_model_free(g->draft_m);
+    g->draft = NULL, g->draft_m = NULL;
+    g->spec.draft = NULL;
 }
 
 void cli_gen_usage(FILE *f, int n_predict) {
@@ -58,10 +62,14 @@ void cli_gen_usage(FILE *f, int n_predict) {
             "                       (chatml, llama2, llama3, gemma, zephyr, phi3)\n"
             "  --chat-template-file FILE\n"
             "                       render this Jinja chat template instead of the file's\n"
-            "  --spec-type none|ngram-simple\n"
+            "  --spec-type none|ngram-simple|draft\n"
             "                       speculative decoding: drafts from n-gram lookup in the\n"
             "                       prompt and output, verified in one pass; the output is\n"
             "                       the same (default ngram-simple; --no-spec: none)\n"
+            "  -md, --model-draft FILE\n"
+            "                       a draft model with the same vocabulary drafts instead\n"
+            "                       (greedy; --spec-type draft); its KV cache is the\n"
+            "                       target's context; the output is the same\n"
             "  --draft-max N        tokens drafted at most per step (default 8, up to 32)\n"
             "  --draft-min N        draft only N tokens or more (default 1)\n"
             "  --spec-ngram-size-n N\n"
@@ -183,11 +191,8 @@ int cli_gen_option(const char *cmd, cli_gen *g, int argc, char **argv, int *i) {
     const int kv = cli_kv_option(cmd, o, argc, argv, i, &g->type_k, &g->type_v);
     if (kv) return kv;
     if (!strcmp(c, "-md") || !strcmp(c, "--model-draft") || !strcmp(c, "--spec-draft-model")) {
-        cli_error(cmd,
-                  "%s: a draft model is not supported yet; cllm drafts by n-gram lookup in the "
-                  "prompt and output (--spec-type ngram-simple, the default)",
-                  o);
-        return 2;
+        if (!(g->draft_model = cli_value(cmd, argc, argv, i))) return 2;
+        return 1;
     }
     if (!strcmp(c, "--ignore-eos")) {
         g->sp.ignore_eos = true;
@@ -255,6 +260,7 @@ int cli_gen_option(const char *cmd, cli_gen *g, int argc, char **argv, int *i) {
     } else if (!strcmp(c, "--spec-type")) {
         ok = cllm_spec_type_parse(v, &g->spec.type) == CLLM_OK;
         if (!ok) cli_lib_error(cmd);
+        g->spec_type_given = true;
     } else if (!strcmp(c, "--draft-max")) {
         ok = cli_int(cmd, o, v, 1, CLLM_SPEC_MAX_DRAFT, &n) && (g->spec.draft_max = (int)n, true);
     } else if (!strcmp(c, "--draft-min")) {
@@ -310,10 +316,28 @@ bool cli_gen_finish(const char *cmd, cli_gen *g) {
                   g->spec.draft_max);
         return false;
     }
+    if (g->draft_model && g->spec.type == CLLM_SPEC_NONE) {
+        cli_error(cmd,
+                  "-md %s: a draft model with speculative decoding off (--no-spec or "
+                  "--spec-type none)",
+                  g->draft_model);
+        return false;
+    }
+    if (g->draft_model && g->spec.type == CLLM_SPEC_NGRAM && g->spec_type_given) {
+        cli_error(cmd, "-md %s: a draft model with --spec-type ngram-simple: choose one",
+                  g->draft_model);
+        return false;
+    }
+    if (!g->draft_model && g->spec.type == CLLM_SPEC_DRAFT) {
+        cli_error(cmd, "--spec-type draft needs a draft model (-md FILE)");
+        return false;
+    }
+    if (g->draft_model) g->spec.type = CLLM_SPEC_NONE; /* checked below without it */
     if (cllm_spec_params_check(&g->spec) != CLLM_OK) {
         cli_lib_error(cmd);
         return false;
     }
+    if (g->draft_model) g->spec.type = CLLM_SPEC_DRAFT; /* spec.draft: cli_gen_draft */
     return true;
 }
 
@@ -403,6 +427,36 @@ bool cli_gen_session(const char *cmd, const cli_gen *g, const cllm_model *m, cll
     report_context(cmd, g, m, cllm_session_n_ctx(s));
     *s_out = s;
     *smp_out = smp;
+    return true;
+}
+
+bool cli_gen_draft(const char *cmd, cli_gen *g, const cllm_model *m, int n_seq, int64_t n_ctx) {
+    if (!g->draft_model) return true;
+    cllm_model_params mp = cllm_model_default_params();
+    mp.use_mmap = !g->no_mmap;
+    if (cllm_model_load(g->draft_model, &mp, &g->draft_m) != CLLM_OK) {
+        cli_lib_error(cmd);
+        return false;
+    }
+    cllm_session_params sp = session_params(g, n_seq);
+    sp.n_ctx = n_ctx; /* the draft drafts to the end of the target's context */
+    if (cllm_draft_new(m, g->draft_m, &sp, &g->draft) != CLLM_OK) {
+        cli_error(cmd, "-md %s: %s", g->draft_model, cllm_last_error());
+        return false;
+    }
+    g->spec.draft = g->draft;
+    g->spec.type = CLLM_SPEC_DRAFT;
+    if (g->verbose) {
+        const cllm_memory_report r = cllm_session_memory(cllm_draft_session(g->draft));
+        fprintf(stderr,
+                "%s: draft model %s: %d sequence(s) of %lld tokens; KV cache %.2f MiB "
+                "planned, %.2f MiB allocated; compute %.2f MiB planned, %.2f MiB allocated\n",
+                cmd, g->draft_model, n_seq, (long long)n_ctx,
+                (double)r.planned[CLLM_MEM_STATE] / 1048576.0,
+                (double)r.allocated[CLLM_MEM_STATE] / 1048576.0,
+                (double)r.planned[CLLM_MEM_COMPUTE] / 1048576.0,
+                (double)r.allocated[CLLM_MEM_COMPUTE] / 1048576.0);
+    }
     return true;
 }
 

@@ -424,6 +424,10 @@ srv_http *srv_http_start(const srv_http_opts *opts, int *port_out) {
     return h;
 }
 
+void srv_http_set_spec(srv_http *h, const cllm_spec_params *spec) {
+    h->o.defaults.rp.spec = *spec; /* no request reads it before srv_http_ready */
+}
+
 void srv_http_ready(srv_http *h, srv_engine *e) { atomic_store(&h->engine, e); }
 
 void srv_http_quiesce(srv_http *h) {

@@ -346,6 +346,9 @@ typedef struct srv_conn srv_conn;
 /* Opens the port (503 on every endpoint until srv_http_ready); *port_out gets
  * the port bound. NULL after printing why. */
 srv_http *srv_http_start(const srv_http_opts *opts, int *port_out);
+/* The speculative decoding of every request (the draft model made once the
+ * engine is known); before srv_http_ready. */
+void srv_http_set_spec(srv_http *h, const cllm_spec_params *spec);
 /* From now on requests go to `e`. */
 void srv_http_ready(srv_http *h, srv_engine *e);
 /* Stops accepting connections (those open finish). */

@@ -356,6 +356,7 @@ bool cllm_cpu_gemm_pack_avx512(cllm_type type, const void *a, size_t stride, int
  * sub-block's scales; 8 rows per 256-bit register at every level. */
 #define CLLM_X16_ROWS       16
 #define CLLM_X16_Q4_K_BYTES (CLLM_X16_ROWS * 144)
+#define CLLM_X16_Q6_K_BYTES (CLLM_X16_ROWS * 210)
 bool cllm_cpu_x16_available(cllm_type type, int64_t K);
 /* 16 rows (stride bytes apart) into one group (16 row sizes) / back. */
 void cllm_cpu_x16_pack(cllm_type type, int64_t K, const void *rows, size_t stride, void *group);

@@ -254,7 +254,7 @@ static void mul_mat_as_rows(cllm_tensor *w, cllm_tensor *plain) {
 
 /*
  * The CPU's weight layout through the device's slots: a matrix flagged
- * CLLM_TENSOR_FLAG_MATMUL_ONLY of Q4_0 / Q4_1 / Q4_K / Q6_K in whole groups of 16
+ * CLLM_TENSOR_FLAG_MATMUL_ONLY of Q4_0 / Q4_1 / Q4_K / Q5_K / Q6_K in whole groups of 16
  * rows is rewritten 16 rows to a group (gemm.h: its unpack gives the file's
  * rows back) in memory the process owns and in a private mapping of a file
  * (which stays as it was); any other weight, or any weight with
@@ -263,7 +263,7 @@ static void mul_mat_as_rows(cllm_tensor *w, cllm_tensor *plain) {
 static void test_weight_layout(void) {
     cllm_device *cpu = cllm_registry_device_by_kind(CLLM_DEVICE_CPU);
     static const cllm_type types[] = {CLLM_TYPE_Q4_0, CLLM_TYPE_Q4_1, CLLM_TYPE_Q4_K,
-                                      CLLM_TYPE_Q6_K, CLLM_TYPE_Q8_0};
+                                      CLLM_TYPE_Q5_K, CLLM_TYPE_Q6_K, CLLM_TYPE_Q8_0};
     const int64_t K = 512;
     for (size_t ti = 0; ti < sizeof(types) / sizeof(types[0]); ti++) {
         const cllm_type type = types[ti];

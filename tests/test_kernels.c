@@ -877,7 +877,7 @@ static void test_gemv(cllm_type t) {
 }
 
 /* Matrices stored 16 rows at a time (gemm.h: CLLM_X16), Q4_0, Q4_1, Q4_K,
- * Q6_K (its columns Q8_K, the type's vec_dot_type):
+ * Q5_K and Q6_K (their columns Q8_K, the types' vec_dot_type):
  * packing and unpacking give back the rows; each row converts to what
  * to_float gives the row; and where the level has the kernels, the group's
  * panel is the bytes cllm_cpu_gemm_pack writes from the rows, and the
@@ -892,10 +892,11 @@ static void x16_quantize_q8_k(cllm_type t, const float *x, void *act, int64_t n)
 }
 
 static void test_x16(cllm_type t) {
-    if (t != CLLM_TYPE_Q4_0 && t != CLLM_TYPE_Q4_1 && t != CLLM_TYPE_Q4_K && t != CLLM_TYPE_Q6_K)
+    if (t != CLLM_TYPE_Q4_0 && t != CLLM_TYPE_Q4_1 && t != CLLM_TYPE_Q4_K && t != CLLM_TYPE_Q5_K &&
+        t != CLLM_TYPE_Q6_K)
         return;
     const int64_t lens[] = {1, 3, 4, 5, 18, 67}, lens_k[] = {1, 2, 3, 11}; /* blocks */
-    const bool q8k = t == CLLM_TYPE_Q6_K;                                  /* columns of Q8_K */
+    const bool q8k = t == CLLM_TYPE_Q5_K || t == CLLM_TYPE_Q6_K;           /* columns of Q8_K */
     const bool q4k = t == CLLM_TYPE_Q4_K || q8k;
     enum { R = 2 * CLLM_X16_ROWS, NC = 6 };
     for (size_t li = 0; li < (q4k ? CLLM_ARRAY_SIZE(lens_k) : CLLM_ARRAY_SIZE(lens)); li++) {

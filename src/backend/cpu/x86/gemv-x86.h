@@ -1006,9 +1006,160 @@ GV_INLINE void gv_gemm_pack_x16_q6k(int64_t K, const char *group, char *panel) {
     }
 }
 
+/* ---- Q5_K, 16 rows in the lanes (gemm.h: CLLM_X16_Q5_K_BYTES) --------------------
+ * Against Q8_K activations. The scales, mins, d and dmin lie where Q4_K's
+ * do (gv_q4k_scales_x16 decodes them); quants part 8c + j (at 768) holds
+ * elements 4j..4j+3 of sub-block 2c in its low nibbles and of 2c + 1 in its
+ * high ones, their fifth bits bits 2c and 2c + 1 of qh part j (at 256).
+ * Each sub-block's 32 products sum in the rows' lanes (vpdpbusd; or
+ * vpmaddubsw summed in s16 four dwords at a time: 8 products of at most 31
+ * x 127 stay below 32,767) and take their scale; the mins meet the column's
+ * sums of 16 in 8 vpmaddwd of each min in both int16 halves. Then one FMA
+ * of the super-block's sums against d and one of its mins against dmin, as
+ * Q4_K's. The same integers and float steps at every level. */
+
+/* Rows 8h..8h+7's 5-bit quants of part (c, j) of a Q5_K group's
+ * super-block p: sub-block 2c (*lo) and 2c + 1 (*hi). */
+GV_INLINE void gv_q5k_quants(const char *p, int h, int c, int j, __m256i *lo, __m256i *hi) {
+    const __m256i m4 = _mm256_set1_epi8(0x0F), b4 = _mm256_set1_epi8(0x10);
+    const __m256i v = _mm256_loadu_si256((const __m256i *)(p + 768 + 64 * (8 * c + j) + 32 * h));
+    const __m256i x = _mm256_srl_epi16(
+        _mm256_loadu_si256((const __m256i *)(p + 256 + 64 * j + 32 * h)), _mm_cvtsi32_si128(2 * c));
+    *lo = _mm256_or_si256(_mm256_and_si256(v, m4), _mm256_and_si256(_mm256_slli_epi16(x, 4), b4));
+    *hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(v, 4), m4),
+                          _mm256_and_si256(_mm256_slli_epi16(x, 3), b4));
+}
+
+/* 16 rows of a Q5_K group against one column of Q8_K: out[0..15]. */
+GV_INLINE void gv_x16_q5k_one(int64_t K, const char *w, const char *act, float *out) {
+    __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+    for (int64_t bi = 0; bi < K / 256; bi++) {
+        const char *p = w + (size_t)bi * CLLM_X16_Q5_K_BYTES;
+        const char *a = act + (size_t)bi * sizeof(cllm_block_q8_K);
+        const char *qs = a + 4;
+        for (size_t l = 0; l < 768; l += 64)
+            _mm_prefetch(p + CLLM_CPU_PREFETCH_AHEAD + l, _MM_HINT_T0);
+        __m256i sc[2][8], mins[2];
+        for (int h = 0; h < 2; h++) {
+            __m256i s03, s47, m03, m47;
+            gv_q4k_scales_x16(p, h, &s03, &s47, &m03, &m47);
+            __m256i mm = _mm256_setzero_si256();
+            for (int s = 0; s < 4; s++) {
+#if GV_VNNI
+                sc[h][s] = _mm256_shuffle_epi8(s03, gv_q4k_ctl(s, -1));
+                sc[h][4 + s] = _mm256_shuffle_epi8(s47, gv_q4k_ctl(s, -1));
+#else
+                sc[h][s] = _mm256_shuffle_epi8(s03, gv_q4k_ctl(s, s));
+                sc[h][4 + s] = _mm256_shuffle_epi8(s47, gv_q4k_ctl(s, s));
+#endif
+                /* m_s against the column's (bsum 2s, bsum 2s + 1) */
+                mm = _mm256_add_epi32(
+                    mm, _mm256_madd_epi16(_mm256_shuffle_epi8(m03, gv_q4k_ctl(s, s)),
+                                          _mm256_set1_epi32(cllm_load_i32(a + 260 + 4 * s))));
+                mm = _mm256_add_epi32(
+                    mm, _mm256_madd_epi16(_mm256_shuffle_epi8(m47, gv_q4k_ctl(s, s)),
+                                          _mm256_set1_epi32(cllm_load_i32(a + 276 + 4 * s))));
+            }
+            mins[h] = mm;
+        }
+        __m256i is[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
+        for (int c = 0; c < 4; c++) {
+            __m256i l[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
+            __m256i t[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
+            for (int j = 0; j < 8; j++) {
+                _mm_prefetch(p + 768 + 64 * (8 * c + j) + CLLM_CPU_PREFETCH_AHEAD, _MM_HINT_T0);
+                const __m256i bl = _mm256_set1_epi32(cllm_load_i32(qs + 64 * c + 4 * j));
+                const __m256i bh = _mm256_set1_epi32(cllm_load_i32(qs + 64 * c + 32 + 4 * j));
+                for (int h = 0; h < 2; h++) {
+                    __m256i ul, uh;
+                    gv_q5k_quants(p, h, c, j, &ul, &uh);
+                    l[h] = gv_x16_dot(l[h], ul, bl);
+                    t[h] = gv_x16_dot(t[h], uh, bh);
+                }
+#if !GV_VNNI
+                if (j % 4 == 3) { /* four dwords summed in s16: into int32 with the scale */
+                    for (int h = 0; h < 2; h++) {
+                        is[h] = _mm256_add_epi32(
+                            is[h], _mm256_add_epi32(_mm256_madd_epi16(l[h], sc[h][2 * c]),
+                                                    _mm256_madd_epi16(t[h], sc[h][2 * c + 1])));
+                        l[h] = t[h] = _mm256_setzero_si256();
+                    }
+                }
+#endif
+            }
+#if GV_VNNI
+            for (int h = 0; h < 2; h++)
+                is[h] = _mm256_add_epi32(
+                    is[h], _mm256_add_epi32(_mm256_mullo_epi32(l[h], sc[h][2 * c]),
+                                            _mm256_mullo_epi32(t[h], sc[h][2 * c + 1])));
+#endif
+        }
+        float d;
+        memcpy(&d, a, 4);
+        const __m256 da = _mm256_set1_ps(d);
+        for (int h = 0; h < 2; h++) {
+            const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p + 192 + 16 * h)));
+            const __m256 mw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p + 224 + 16 * h)));
+            acc[h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is[h]), _mm256_mul_ps(dw, da), acc[h]);
+            acc[h] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(mins[h]), _mm256_mul_ps(mw, da), acc[h]);
+        }
+    }
+    _mm256_storeu_ps(out, acc[0]);
+    _mm256_storeu_ps(out + 8, acc[1]);
+}
+
+/* Q5_K's panel (Q4_K's form: per scale block of 32, 8 steps of 64 bytes of
+ * u, 16 float scales, 16 float offsets) from a group, as Q4_K's with the
+ * fifth bits. */
+GV_INLINE void gv_gemm_pack_x16_q5k(int64_t K, const char *group, char *panel) {
+    for (int64_t b = 0; b < K / 256; b++) {
+        const char *x = group + (size_t)b * CLLM_X16_Q5_K_BYTES;
+        char *o = panel + (size_t)b * 8 * 640;
+        for (size_t l = 0; l < CLLM_X16_Q5_K_BYTES; l += 64)
+            _mm_prefetch(x + CLLM_CPU_PREFETCH_AHEAD + l, _MM_HINT_T0);
+        for (int c = 0; c < 4; c++) {
+            for (int j = 0; j < 8; j++) {
+                for (int h = 0; h < 2; h++) {
+                    __m256i lo, hi;
+                    gv_q5k_quants(x, h, c, j, &lo, &hi);
+                    _mm256_storeu_si256((__m256i *)(o + 640 * (2 * c) + 64 * j + 32 * h), lo);
+                    _mm256_storeu_si256((__m256i *)(o + 640 * (2 * c + 1) + 64 * j + 32 * h), hi);
+                }
+            }
+        }
+        for (int h = 0; h < 2; h++) {
+            __m256i s03, s47, m03, m47;
+            gv_q4k_scales_x16(x, h, &s03, &s47, &m03, &m47);
+            const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(x + 192 + 16 * h)));
+            const __m256 nm =
+                _mm256_xor_ps(/* -dmin (-0 for 0, as the packer's) */
+                              _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(x + 224 + 16 * h))),
+                              _mm256_set1_ps(-0.0f));
+            for (int s = 0; s < 8; s++) {
+                const __m256i ctl = gv_q4k_ctl(s % 4, -1);
+                const __m256i sc = _mm256_shuffle_epi8(s < 4 ? s03 : s47, ctl);
+                const __m256i mn = _mm256_shuffle_epi8(s < 4 ? m03 : m47, ctl);
+                float *ps = (float *)(o + 640 * s + 512) + 8 * h;
+                _mm256_storeu_ps(ps, _mm256_mul_ps(d, _mm256_cvtepi32_ps(sc)));
+                _mm256_storeu_ps(ps + 16, _mm256_mul_ps(nm, _mm256_cvtepi32_ps(mn)));
+            }
+        }
+    }
+}
+
 /* A level's cllm_cpu_gemv_x16: groups of 16 rows x nc columns. */
 GV_INLINE void gv_gemv_x16(cllm_type type, int64_t K, const void *w, int ngroups, const void *act,
                            size_t act_stride, int nc, float *out, size_t out_stride) {
+    if (type == CLLM_TYPE_Q5_K) { /* one column of Q8_K at a time */
+        const size_t gbytes = (size_t)(K / 256) * CLLM_X16_Q5_K_BYTES;
+        for (int gi = 0; gi < ngroups; gi++) {
+            for (int c = 0; c < nc; c++)
+                gv_x16_q5k_one(K, (const char *)w + (size_t)gi * gbytes,
+                               (const char *)act + (size_t)c * act_stride,
+                               out + 16 * gi + (size_t)c * out_stride);
+        }
+        return;
+    }
     if (type == CLLM_TYPE_Q6_K) { /* one column of Q8_K at a time */
         const size_t gbytes = (size_t)(K / 256) * CLLM_X16_Q6_K_BYTES;
         for (int gi = 0; gi < ngroups; gi++) {
@@ -1106,6 +1257,10 @@ GV_INLINE void gv_gemm_pack_x16(cllm_type type, int64_t K, const void *group, vo
     }
     if (type == CLLM_TYPE_Q6_K) {
         gv_gemm_pack_x16_q6k(K, group, panel);
+        return;
+    }
+    if (type == CLLM_TYPE_Q5_K) {
+        gv_gemm_pack_x16_q5k(K, group, panel);
         return;
     }
     const bool q41 = type == CLLM_TYPE_Q4_1;

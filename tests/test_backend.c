@@ -8,6 +8,7 @@
 #include "backend/cpu/repack.h"
 #include "common/check.h"
 
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -196,8 +197,64 @@ static void fill_rows(cllm_type type, int64_t K, int64_t n, char *out, unsigned 
 }
 
 /*
+ * mul_mat of w (stored 16 rows to a group) against 1, 3 (one-column
+ * kernels) and 9 columns (the panel GEMM) equals mul_mat of the same rows
+ * as the file has them (plain): within a bound relative to the largest
+ * result for the one-column kernels (another order of the float sums), bit
+ * for bit for the panels (the same panel, gemm.h).
+ */
+static void mul_mat_as_rows(cllm_tensor *w, cllm_tensor *plain) {
+    cllm_device *cpu = cllm_registry_device_by_kind(CLLM_DEVICE_CPU);
+    cllm_backend *be = NULL;
+    CHECK(cllm_backend_cpu_new(2, &be) == CLLM_OK);
+    const int64_t K = w->ne[0], M = w->ne[1];
+    const int cols[] = {1, 3, 9};
+    for (size_t ci = 0; ci < sizeof(cols) / sizeof(cols[0]); ci++) {
+        const int n = cols[ci];
+        cllm_context *g = cllm_context_new(8);
+        cllm_tensor *act = cllm_tensor_new_2d(g, CLLM_TYPE_F32, K, n);
+        cllm_tensor *y = cllm_mul_mat(g, w, act), *want = cllm_mul_mat(g, plain, act);
+        cllm_buffer *buf = NULL;
+        CHECK(cllm_layout_alloc(g, cllm_device_buffer_type(cpu), CLLM_MEM_COMPUTE, &buf) ==
+              CLLM_OK);
+        float *x = malloc((size_t)(K * n) * sizeof(float));
+        unsigned seed = 99u + (unsigned)n;
+        for (int64_t i = 0; i < K * n; i++) {
+            seed = seed * 1103515245u + 12345u;
+            x[i] = (float)((seed >> 8) & 0xffff) / 32768.0f - 1.0f;
+        }
+        cllm_tensor_set(act, x, 0, (size_t)(K * n) * sizeof(float));
+        cllm_graph *gr = cllm_graph_new(8);
+        cllm_graph_build(gr, y);
+        cllm_graph_build(gr, want);
+        CHECK(cllm_backend_graph_compute(be, gr) == CLLM_OK);
+        float *a = malloc((size_t)(M * n) * sizeof(float)), *b = malloc((size_t)(M * n) * 4);
+        cllm_tensor_get(y, a, 0, (size_t)(M * n) * sizeof(float));
+        cllm_tensor_get(want, b, 0, (size_t)(M * n) * sizeof(float));
+        float amax = 0.0f;
+        for (int64_t i = 0; i < M * n; i++) amax = fmaxf(amax, fabsf(b[i]));
+        for (int64_t i = 0; i < M * n; i++) {
+            if (n >= CLLM_GEMM_MIN_COLS) {
+                CHECKF(memcmp(&a[i], &b[i], sizeof(float)) == 0,
+                       "%s x16 mul_mat %d cols [%lld]: %.9g vs %.9g", cllm_type_name(w->type), n,
+                       (long long)i, a[i], b[i]);
+            } else {
+                CHECKF(fabsf(a[i] - b[i]) <= 1e-5f * amax,
+                       "%s x16 mul_mat %d cols [%lld]: %.9g vs %.9g", cllm_type_name(w->type), n,
+                       (long long)i, a[i], b[i]);
+            }
+        }
+        free(x), free(a), free(b);
+        cllm_graph_free(gr);
+        cllm_buffer_free(buf);
+        cllm_context_free(g);
+    }
+    cllm_backend_free(be);
+}
+
+/*
  * The CPU's weight layout through the device's slots: a matrix flagged
- * CLLM_TENSOR_FLAG_MATMUL_ONLY of Q4_0 / Q4_1 / Q4_K in whole groups of 16
+ * CLLM_TENSOR_FLAG_MATMUL_ONLY of Q4_0 / Q4_1 / Q4_K / Q5_K / Q6_K in whole groups of 16
  * rows is rewritten 16 rows to a group (gemm.h: its unpack gives the file's
  * rows back) in memory the process owns and in a private mapping of a file
  * (which stays as it was); any other weight, or any weight with
@@ -206,7 +263,7 @@ static void fill_rows(cllm_type type, int64_t K, int64_t n, char *out, unsigned 
 static void test_weight_layout(void) {
     cllm_device *cpu = cllm_registry_device_by_kind(CLLM_DEVICE_CPU);
     static const cllm_type types[] = {CLLM_TYPE_Q4_0, CLLM_TYPE_Q4_1, CLLM_TYPE_Q4_K,
-                                      CLLM_TYPE_Q8_0};
+                                      CLLM_TYPE_Q5_K, CLLM_TYPE_Q6_K, CLLM_TYPE_Q8_0};
     const int64_t K = 512;
     for (size_t ti = 0; ti < sizeof(types) / sizeof(types[0]); ti++) {
         const cllm_type type = types[ti];
@@ -255,6 +312,7 @@ static void test_weight_layout(void) {
             cllm_tensor *idx = cllm_tensor_new_1d(g, CLLM_TYPE_I32, 2);
             CHECK(!cllm_device_supports_op(cpu, cllm_get_rows(g, w, idx)));
             cllm_context_free(g);
+            mul_mat_as_rows(w, plain);
         }
 
         /* a private mapping of a file: its pages replaced, the file as it was */

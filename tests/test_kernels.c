@@ -876,19 +876,28 @@ static void test_gemv(cllm_type t) {
     test_gemv_rows(t);
 }
 
-/* Matrices stored 16 rows at a time (gemm.h: CLLM_X16), Q4_0, Q4_1, Q4_K:
+/* Matrices stored 16 rows at a time (gemm.h: CLLM_X16), Q4_0, Q4_1, Q4_K,
+ * Q5_K and Q6_K (their columns Q8_K, the types' vec_dot_type):
  * packing and unpacking give back the rows; each row converts to what
  * to_float gives the row; and where the level has the kernels, the group's
  * panel is the bytes cllm_cpu_gemm_pack writes from the rows, and the
  * one-column kernel gives each (row, column) the dot product within the
  * bound (against the exact sum), each column the same bits whether alone
  * or among 1..6 columns, and the 256-bit kernels the AVX2 one's bits. Two groups, rows of every
- * weight kind, lengths with partial and whole groups of 4 blocks (Q4_K: 1..11
+ * weight kind, lengths with partial and whole groups of 4 blocks (K-quants: 1..11
  * super-blocks). */
+static void x16_quantize_q8_k(cllm_type t, const float *x, void *act, int64_t n) {
+    (void)t;
+    cllm_type_traits_of(CLLM_TYPE_Q8_K)->from_float(x, act, n);
+}
+
 static void test_x16(cllm_type t) {
-    if (t != CLLM_TYPE_Q4_0 && t != CLLM_TYPE_Q4_1 && t != CLLM_TYPE_Q4_K) return;
+    if (t != CLLM_TYPE_Q4_0 && t != CLLM_TYPE_Q4_1 && t != CLLM_TYPE_Q4_K && t != CLLM_TYPE_Q5_K &&
+        t != CLLM_TYPE_Q6_K)
+        return;
     const int64_t lens[] = {1, 3, 4, 5, 18, 67}, lens_k[] = {1, 2, 3, 11}; /* blocks */
-    const bool q4k = t == CLLM_TYPE_Q4_K;
+    const bool q8k = t == CLLM_TYPE_Q5_K || t == CLLM_TYPE_Q6_K;           /* columns of Q8_K */
+    const bool q4k = t == CLLM_TYPE_Q4_K || q8k;
     enum { R = 2 * CLLM_X16_ROWS, NC = 6 };
     for (size_t li = 0; li < (q4k ? CLLM_ARRAY_SIZE(lens_k) : CLLM_ARRAY_SIZE(lens)); li++) {
         const int64_t n = q4k ? lens_k[li] * 256 : lens[li] * 32;
@@ -920,19 +929,23 @@ static void test_x16(cllm_type t) {
                        cllm_type_name(t), (long long)n);
             }
             /* the one-column kernel */
-            const size_t ab = cllm_cpu_gemv_act_size(t, n);
+            const size_t ab = q8k ? cllm_row_size(CLLM_TYPE_Q8_K, n) : cllm_cpu_gemv_act_size(t, n);
             char *act = xmalloc(NC * ab), *act_ref = xmalloc(ab);
             float *y = xmalloc((size_t)n * sizeof(float));
             for (int c = 0; c < NC; c++) {
                 make_acts(c % A_KINDS, f, n);
-                quantize_as_portable(cllm_cpu_gemv_quantize, t, f, n, act + (size_t)c * ab, act_ref,
-                                     ab);
+                quantize_as_portable(q8k ? x16_quantize_q8_k : cllm_cpu_gemv_quantize, t, f, n,
+                                     act + (size_t)c * ab, act_ref, ab);
             }
             float alone[NC][R], got[NC * R];
             for (int c = 0; c < NC; c++) {
                 cllm_cpu_gemv_x16(t, n, wx, R / CLLM_X16_ROWS, act + (size_t)c * ab, ab, 1,
                                   alone[c], R);
-                cllm_cpu_gemv_act_to_float(t, act + (size_t)c * ab, y, n);
+                if (q8k) {
+                    cllm_type_traits_of(CLLM_TYPE_Q8_K)->to_float(act + (size_t)c * ab, y, n);
+                } else {
+                    cllm_cpu_gemv_act_to_float(t, act + (size_t)c * ab, y, n);
+                }
                 for (int r = 0; r < R; r++) {
                     cllm_type_traits_of(t)->to_float(w + (size_t)r * rb, x, n);
                     double want = 0.0;

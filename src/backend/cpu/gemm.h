@@ -353,17 +353,29 @@ bool cllm_cpu_gemm_pack_avx512(cllm_type type, const void *a, size_t stride, int
  * elements 4j..4j+3 of sub-block 2c in its low nibbles and of 2c + 1 in its
  * high ones). The scales then decode for 8 rows per operation, and each
  * sub-block's products sum in the rows' lanes before one multiply by the
- * sub-block's scales; 8 rows per 256-bit register at every level. */
+ * sub-block's scales; 8 rows per 256-bit register at every level.
+ * Q5_K (2,816 bytes per super-block): Q4_K's scale parts, d and dmin at
+ * the same places, then 8 x 64 bytes of qh (part Q: row r's qh[4Q..4Q+3]),
+ * then Q4_K's 32 parts of quants. Q6_K (3,360 bytes): 32 x 64 bytes of ql
+ * (part P: row r's ql[4P..4P+3]), 16 x 64 of qh, 4 x 64 of the int8 scales
+ * (part w: row r's scales[4w..4w+3]), the 16 rows' fp16 d. Their
+ * one-column kernels read the columns as the row kernels do, Q8_K (the
+ * types' vec_dot_type: a matmul's workspace is the same whatever the
+ * layout); the quants of 8 rows unpack with a few AND / shift / OR per
+ * 32 bytes, and each 16- or 32-element sub-block's products sum in the
+ * rows' lanes before one multiply by its scale. */
 #define CLLM_X16_ROWS       16
 #define CLLM_X16_Q4_K_BYTES (CLLM_X16_ROWS * 144)
+#define CLLM_X16_Q5_K_BYTES (CLLM_X16_ROWS * 176)
+#define CLLM_X16_Q6_K_BYTES (CLLM_X16_ROWS * 210)
 bool cllm_cpu_x16_available(cllm_type type, int64_t K);
 /* 16 rows (stride bytes apart) into one group (16 row sizes) / back. */
 void cllm_cpu_x16_pack(cllm_type type, int64_t K, const void *rows, size_t stride, void *group);
 void cllm_cpu_x16_unpack(cllm_type type, int64_t K, const void *group, void *rows, size_t stride);
 /* out[r + 16 g + c * out_stride] = dot(row r of group g, column c) for
  * ngroups groups (16 row sizes apart) x nc columns of the one-column
- * activations (cllm_cpu_gemv_quantize), each column's results the same
- * whatever nc. */
+ * activations (cllm_cpu_gemv_quantize; Q5_K / Q6_K: Q8_K rows), each
+ * column's results the same whatever nc. */
 void cllm_cpu_gemv_x16(cllm_type type, int64_t K, const void *w, int ngroups, const void *act,
                        size_t act_stride, int nc, float *out, size_t out_stride);
 /* Row r (0..15) of a group as F32: what the type's to_float gives the row. */

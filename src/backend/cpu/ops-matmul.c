@@ -107,6 +107,11 @@ static mm_plan mm_make_plan(const cllm_tensor *dst) {
             p.x16_gemm = true;
         } else if (p.gemv && cllm_cpu_x16_available(a->type, K)) {
             p.x16_gemv = true;
+        } else if (p.k && p.k->vec_dot_type == CLLM_TYPE_Q8_K &&
+                   cllm_cpu_x16_available(a->type, K)) {
+            /* (Q6_K: the kernels plan's Q8_K columns, read by its
+             * one-column kernel of 16 rows) */
+            p.x16_gemv = true;
         } else {
             p = mm_make_plan_rows(dst, true);
             p.x16_rows = true;

@@ -14,7 +14,9 @@
 
 bool cllm_cpu_x16_available(cllm_type type, int64_t K) {
 #if defined(__x86_64__) || defined(__i386__)
-    if (type != CLLM_TYPE_Q4_0 && type != CLLM_TYPE_Q4_1 && type != CLLM_TYPE_Q4_K) return false;
+    if (type != CLLM_TYPE_Q4_0 && type != CLLM_TYPE_Q4_1 && type != CLLM_TYPE_Q4_K &&
+        type != CLLM_TYPE_Q5_K && type != CLLM_TYPE_Q6_K)
+        return false;
     return K > 0 && K % cllm_type_traits_of(type)->blck_size == 0 &&
            cllm_cpu_isa_level() >= CLLM_CPU_ISA_AVX2;
 #else
@@ -57,9 +59,47 @@ static inline void x16_block_q4_k(char *group, int64_t b, int r, char *x, bool t
 #undef X16_MOVE
 }
 
+/* Row r's Q5_K super-block b: its scale bytes, d and dmin where Q4_K's
+ * are, its 8 dwords of qh at 256 + 64 Q + 4 r, its 32 dwords of quants at
+ * 768 + 64 P + 4 r. */
+static inline void x16_block_q5_k(char *group, int64_t b, int r, char *x, bool to_group) {
+    char *o = group + (size_t)b * CLLM_X16_Q5_K_BYTES;
+#define X16_MOVE(go, xo, n)                                                                        \
+    (to_group ? memcpy(o + (go), x + (xo), n) : memcpy(x + (xo), o + (go), n))
+    X16_MOVE(192 + 2 * (size_t)r, 0, 2);
+    X16_MOVE(224 + 2 * (size_t)r, 2, 2);
+    for (int w = 0; w < 3; w++) X16_MOVE(64 * (size_t)w + 4 * (size_t)r, 4 + 4 * (size_t)w, 4);
+    for (int q = 0; q < 8; q++)
+        X16_MOVE(256 + 64 * (size_t)q + 4 * (size_t)r, 16 + 4 * (size_t)q, 4);
+    for (int p = 0; p < 32; p++)
+        X16_MOVE(768 + 64 * (size_t)p + 4 * (size_t)r, 48 + 4 * (size_t)p, 4);
+#undef X16_MOVE
+}
+
+/* Row r's Q6_K super-block b: from a group into x (the file's layout), or
+ * back: its 32 dwords of ql at 64 P + 4 r, its 16 dwords of qh at 2048 +
+ * 64 Q + 4 r, its 16 scale bytes as 4 dwords at 3072 + 64 w + 4 r, d at
+ * 3328 + 2 r. */
+static inline void x16_block_q6_k(char *group, int64_t b, int r, char *x, bool to_group) {
+    char *o = group + (size_t)b * CLLM_X16_Q6_K_BYTES;
+#define X16_MOVE(go, xo, n)                                                                        \
+    (to_group ? memcpy(o + (go), x + (xo), n) : memcpy(x + (xo), o + (go), n))
+    for (int p = 0; p < 32; p++) X16_MOVE(64 * (size_t)p + 4 * (size_t)r, 4 * (size_t)p, 4);
+    for (int q = 0; q < 16; q++)
+        X16_MOVE(2048 + 64 * (size_t)q + 4 * (size_t)r, 128 + 4 * (size_t)q, 4);
+    for (int w = 0; w < 4; w++)
+        X16_MOVE(3072 + 64 * (size_t)w + 4 * (size_t)r, 192 + 4 * (size_t)w, 4);
+    X16_MOVE(3328 + 2 * (size_t)r, 208, 2);
+#undef X16_MOVE
+}
+
 /* Row r's block or super-block b (x: the file's layout). */
 static void x16_any_block(cllm_type type, char *group, int64_t b, int r, char *x, bool to_group) {
-    if (type == CLLM_TYPE_Q4_K) {
+    if (type == CLLM_TYPE_Q6_K) {
+        x16_block_q6_k(group, b, r, x, to_group);
+    } else if (type == CLLM_TYPE_Q5_K) {
+        x16_block_q5_k(group, b, r, x, to_group);
+    } else if (type == CLLM_TYPE_Q4_K) {
         x16_block_q4_k(group, b, r, x, to_group);
     } else {
         x16_block(type, group, b, r, x, to_group);
@@ -92,7 +132,7 @@ void cllm_cpu_x16_row_to_float(cllm_type type, int64_t K, const void *group, int
     const cllm_type_traits *tt = cllm_type_traits_of(type);
     const int64_t qk = tt->blck_size;
     for (int64_t b = 0; b < K / qk; b++) { /* the row's block as the file has it */
-        char x[sizeof(cllm_block_q4_K)];
+        char x[sizeof(cllm_block_q6_K)];   /* (the largest of the types) */
         x16_any_block(type, (char *)group, b, r, x, false);
         tt->to_float(x, out + qk * b, qk);
     }
@@ -119,9 +159,10 @@ void cllm_cpu_gemv_x16(cllm_type type, int64_t K, const void *w, int ngroups, co
     CLLM_ASSERT(cllm_cpu_x16_available(type, K));
 #if defined(__x86_64__) || defined(__i386__)
     const cllm_cpu_isa level = cllm_cpu_isa_level();
-    /* (Q4_K: the 256-bit kernel at every level; it reads as fast as the
-     * memory gives with 1 thread) */
-    if (level >= CLLM_CPU_ISA_AVX512 && !cllm_cpu_prefer_256() && type != CLLM_TYPE_Q4_K) {
+    /* (the K-quants: the 256-bit kernel at every level; Q4_K's reads as fast
+     * as the memory gives with 1 thread) */
+    const bool kq = type == CLLM_TYPE_Q4_K || type == CLLM_TYPE_Q5_K || type == CLLM_TYPE_Q6_K;
+    if (level >= CLLM_CPU_ISA_AVX512 && !cllm_cpu_prefer_256() && !kq) {
         cllm_cpu_gemv_x16_avx512(type, K, w, ngroups, act, act_stride, nc, out, out_stride);
     } else if (level >= CLLM_CPU_ISA_AVX512) {
         cllm_cpu_gemv_x16_avx512vl(type, K, w, ngroups, act, act_stride, nc, out, out_stride);

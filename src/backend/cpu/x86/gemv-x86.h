@@ -52,6 +52,7 @@
 #include "backend/cpu/gemm.h" /* cllm_cpu_gemv_q8_scales */
 #include "backend/cpu/isa.h"  /* CLLM_CPU_PREFETCH_AHEAD */
 #include "backend/cpu/x86/vec-avx2.h"
+#include "core/quants.h" /* cllm_block_q8_K */
 
 #include <immintrin.h>
 #include <stdbool.h>
@@ -843,9 +844,332 @@ GV_INLINE void gv_x16_q4k_one(int64_t K, const char *w, const char *act, float *
     _mm256_storeu_ps(out + 8, acc1);
 }
 
+/* ---- Q6_K, 16 rows in the lanes (gemm.h: CLLM_X16_Q6_K_BYTES) --------------------
+ * Against Q8_K activations (the type's vec_dot_type: d, 256 int8 quants,
+ * int16 sums of each 16). Per half n of a super-block and dword Q (0..7) of
+ * its 32 elements per quarter k, the 16 rows' ql dwords Q and Q + 8 and
+ * their qh dword Q give, 8 rows per 256-bit register, the 6-bit quants u
+ * of elements 128 n + 32 k + 4 Q .. + 3 for k = 0..3: (ql Q: low nibbles k
+ * = 0, high k = 2; ql Q + 8: k = 1, 3) | (qh bits 2k, 2k + 1) << 4. Their
+ * products with the column's 4 bytes sum in the rows' lanes (vpdpbusd; or
+ * vpmaddubsw summed in s16 two dwords at a time: 4 products of at most 63 x
+ * 127 stay below 32,767) and take the sub-block's signed scale (vpmaddwd
+ * of the scale in both int16 halves; vpmulld of it as int32); the zero
+ * point 32 meets the column's sums of 16 in 8 vpmaddwd of scale pairs. Then
+ * one FMA of the super-block's int32 sum against d_row * d. The same
+ * integers at every level, the same float steps: the AVX2, AVXVNNI and
+ * AVX-512 (256-bit) kernels agree bit for bit. */
+
+/* The vpshufb control taking, in every dword (row) k of a 128-bit lane,
+ * its byte b0 into the high byte of the low int16 and b1 into the high
+ * byte of the high one (then an arithmetic shift by 8 sign-extends them). */
+GV_INLINE __m256i gv_q6k_ctl(int b0, int b1) {
+#define GV_CTL(k) (0x80 | (4 * (k) + b0) << 8 | 0x80 << 16 | (int)((unsigned)(4 * (k) + b1) << 24))
+    return _mm256_setr_epi32(GV_CTL(0), GV_CTL(1), GV_CTL(2), GV_CTL(3), GV_CTL(0), GV_CTL(1),
+                             GV_CTL(2), GV_CTL(3));
+#undef GV_CTL
+}
+
+/* Rows 8h..8h+7's 6-bit quants of (n, Q) of a Q6_K group's super-block p
+ * (u[k]: quarter k). */
+GV_INLINE void gv_q6k_quants(const char *p, int h, int n, int q, __m256i u[4]) {
+    const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30);
+    const __m256i a = _mm256_loadu_si256((const __m256i *)(p + 64 * (16 * n + q) + 32 * h));
+    const __m256i b = _mm256_loadu_si256((const __m256i *)(p + 64 * (16 * n + q + 8) + 32 * h));
+    const __m256i x = _mm256_loadu_si256((const __m256i *)(p + 2048 + 64 * (8 * n + q) + 32 * h));
+    u[0] = _mm256_or_si256(_mm256_and_si256(a, m4), _mm256_and_si256(_mm256_slli_epi16(x, 4), m30));
+    u[1] = _mm256_or_si256(_mm256_and_si256(b, m4), _mm256_and_si256(_mm256_slli_epi16(x, 2), m30));
+    u[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(a, 4), m4), _mm256_and_si256(x, m30));
+    u[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(b, 4), m4),
+                           _mm256_and_si256(_mm256_srli_epi16(x, 2), m30));
+}
+
+/* Rows 8h..8h+7's scale of sub-block s of a Q6_K group's super-block p,
+ * sign-extended: in both int16 halves of each lane, or (VNNI) the int32. */
+GV_INLINE __m256i gv_q6k_scale(const char *p, int h, int s) {
+    const __m256i w = _mm256_loadu_si256((const __m256i *)(p + 3072 + 64 * (s / 4) + 32 * h));
+#if GV_VNNI
+    return _mm256_srai_epi32(_mm256_shuffle_epi8(w, gv_q6k_ctl(s % 4, s % 4)), 24);
+#else
+    return _mm256_srai_epi16(_mm256_shuffle_epi8(w, gv_q6k_ctl(s % 4, s % 4)), 8);
+#endif
+}
+
+/* 16 rows of a Q6_K group against one column of Q8_K: out[0..15]. */
+GV_INLINE void gv_x16_q6k_one(int64_t K, const char *w, const char *act, float *out) {
+    __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+    for (int64_t bi = 0; bi < K / 256; bi++) {
+        const char *p = w + (size_t)bi * CLLM_X16_Q6_K_BYTES;
+        const char *a = act + (size_t)bi * sizeof(cllm_block_q8_K);
+        const char *qs = a + 4;
+        for (size_t l = 2048 + 1024; l < CLLM_X16_Q6_K_BYTES; l += 64)
+            _mm_prefetch(p + CLLM_CPU_PREFETCH_AHEAD + l, _MM_HINT_T0);
+        __m256i is[2];
+        for (int h = 0; h < 2; h++) { /* -32 sum_s sc_s bsum_s */
+            __m256i m = _mm256_setzero_si256();
+            for (int j = 0; j < 8; j++) {
+                const __m256i sw =
+                    _mm256_loadu_si256((const __m256i *)(p + 3072 + 64 * (j / 2) + 32 * h));
+                const __m256i sp = _mm256_srai_epi16(
+                    _mm256_shuffle_epi8(sw, gv_q6k_ctl(2 * (j % 2), 2 * (j % 2) + 1)), 8);
+                m = _mm256_add_epi32(
+                    m, _mm256_madd_epi16(sp, _mm256_set1_epi32(cllm_load_i32(a + 260 + 4 * j))));
+            }
+            is[h] = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(m, 5));
+        }
+        for (int n = 0; n < 2; n++) {
+            for (int qq = 0; qq < 2; qq++) { /* sub-blocks 8n + 2k + qq */
+                __m256i s[2][4];
+                for (int h = 0; h < 2; h++)
+                    for (int k = 0; k < 4; k++) s[h][k] = _mm256_setzero_si256();
+                for (int q = 4 * qq; q < 4 * qq + 4; q++) {
+                    _mm_prefetch(p + 64 * (16 * n + q) + CLLM_CPU_PREFETCH_AHEAD, _MM_HINT_T0);
+                    _mm_prefetch(p + 64 * (16 * n + q + 8) + CLLM_CPU_PREFETCH_AHEAD, _MM_HINT_T0);
+                    _mm_prefetch(p + 2048 + 64 * (8 * n + q) + CLLM_CPU_PREFETCH_AHEAD,
+                                 _MM_HINT_T0);
+                    __m256i bk[4];
+                    for (int k = 0; k < 4; k++)
+                        bk[k] = _mm256_set1_epi32(cllm_load_i32(qs + 128 * n + 32 * k + 4 * q));
+                    for (int h = 0; h < 2; h++) {
+                        __m256i u[4];
+                        gv_q6k_quants(p, h, n, q, u);
+                        for (int k = 0; k < 4; k++) s[h][k] = gv_x16_dot(s[h][k], u[k], bk[k]);
+                    }
+#if !GV_VNNI
+                    if (q % 2 == 1) { /* two dwords summed in s16: into int32 with the scale */
+                        for (int h = 0; h < 2; h++) {
+                            for (int k = 0; k < 4; k++) {
+                                is[h] = _mm256_add_epi32(
+                                    is[h], _mm256_madd_epi16(
+                                               s[h][k], gv_q6k_scale(p, h, 8 * n + 2 * k + qq)));
+                                s[h][k] = _mm256_setzero_si256();
+                            }
+                        }
+                    }
+#endif
+                }
+#if GV_VNNI
+                for (int h = 0; h < 2; h++)
+                    for (int k = 0; k < 4; k++)
+                        is[h] = _mm256_add_epi32(
+                            is[h],
+                            _mm256_mullo_epi32(s[h][k], gv_q6k_scale(p, h, 8 * n + 2 * k + qq)));
+#endif
+            }
+        }
+        float d;
+        memcpy(&d, a, 4);
+        const __m256 da = _mm256_set1_ps(d);
+        for (int h = 0; h < 2; h++) {
+            const __m256 dw =
+                _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p + 3328 + 16 * h)));
+            acc[h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is[h]), _mm256_mul_ps(dw, da), acc[h]);
+        }
+    }
+    _mm256_storeu_ps(out, acc[0]);
+    _mm256_storeu_ps(out + 8, acc[1]);
+}
+
+/* Q6_K's panel (gemm.h: per scale block of 16, 4 steps of 64 bytes of u,
+ * 16 float scales d * sc: 320 bytes) from a group: the quants of (n, Q) of
+ * quarter k are step Q % 4 of block 8n + 2k + Q / 4; each scale the
+ * portable packer's single product. */
+GV_INLINE void gv_gemm_pack_x16_q6k(int64_t K, const char *group, char *panel) {
+    for (int64_t bi = 0; bi < K / 256; bi++) {
+        const char *x = group + (size_t)bi * CLLM_X16_Q6_K_BYTES;
+        char *o = panel + (size_t)bi * 16 * 320;
+        for (size_t l = 0; l < CLLM_X16_Q6_K_BYTES; l += 64)
+            _mm_prefetch(x + CLLM_CPU_PREFETCH_AHEAD + l, _MM_HINT_T0);
+        for (int n = 0; n < 2; n++) {
+            for (int q = 0; q < 8; q++) {
+                for (int h = 0; h < 2; h++) {
+                    __m256i u[4];
+                    gv_q6k_quants(x, h, n, q, u);
+                    for (int k = 0; k < 4; k++)
+                        _mm256_storeu_si256(
+                            (__m256i *)(o + 320 * (8 * n + 2 * k + q / 4) + 64 * (q % 4) + 32 * h),
+                            u[k]);
+                }
+            }
+        }
+        for (int h = 0; h < 2; h++) {
+            const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(x + 3328 + 16 * h)));
+            for (int s = 0; s < 16; s++) {
+                const __m256i w =
+                    _mm256_loadu_si256((const __m256i *)(x + 3072 + 64 * (s / 4) + 32 * h));
+                const __m256i sc =
+                    _mm256_srai_epi32(_mm256_shuffle_epi8(w, gv_q6k_ctl(s % 4, s % 4)), 24);
+                _mm256_storeu_ps((float *)(o + 320 * s + 256) + 8 * h,
+                                 _mm256_mul_ps(d, _mm256_cvtepi32_ps(sc)));
+            }
+        }
+    }
+}
+
+/* ---- Q5_K, 16 rows in the lanes (gemm.h: CLLM_X16_Q5_K_BYTES) --------------------
+ * Against Q8_K activations. The scales, mins, d and dmin lie where Q4_K's
+ * do (gv_q4k_scales_x16 decodes them); quants part 8c + j (at 768) holds
+ * elements 4j..4j+3 of sub-block 2c in its low nibbles and of 2c + 1 in its
+ * high ones, their fifth bits bits 2c and 2c + 1 of qh part j (at 256).
+ * Each sub-block's 32 products sum in the rows' lanes (vpdpbusd; or
+ * vpmaddubsw summed in s16 four dwords at a time: 8 products of at most 31
+ * x 127 stay below 32,767) and take their scale; the mins meet the column's
+ * sums of 16 in 8 vpmaddwd of each min in both int16 halves. Then one FMA
+ * of the super-block's sums against d and one of its mins against dmin, as
+ * Q4_K's. The same integers and float steps at every level. */
+
+/* Rows 8h..8h+7's 5-bit quants of part (c, j) of a Q5_K group's
+ * super-block p: sub-block 2c (*lo) and 2c + 1 (*hi). */
+GV_INLINE void gv_q5k_quants(const char *p, int h, int c, int j, __m256i *lo, __m256i *hi) {
+    const __m256i m4 = _mm256_set1_epi8(0x0F), b4 = _mm256_set1_epi8(0x10);
+    const __m256i v = _mm256_loadu_si256((const __m256i *)(p + 768 + 64 * (8 * c + j) + 32 * h));
+    const __m256i x = _mm256_srl_epi16(
+        _mm256_loadu_si256((const __m256i *)(p + 256 + 64 * j + 32 * h)), _mm_cvtsi32_si128(2 * c));
+    *lo = _mm256_or_si256(_mm256_and_si256(v, m4), _mm256_and_si256(_mm256_slli_epi16(x, 4), b4));
+    *hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(v, 4), m4),
+                          _mm256_and_si256(_mm256_slli_epi16(x, 3), b4));
+}
+
+/* 16 rows of a Q5_K group against one column of Q8_K: out[0..15]. */
+GV_INLINE void gv_x16_q5k_one(int64_t K, const char *w, const char *act, float *out) {
+    __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+    for (int64_t bi = 0; bi < K / 256; bi++) {
+        const char *p = w + (size_t)bi * CLLM_X16_Q5_K_BYTES;
+        const char *a = act + (size_t)bi * sizeof(cllm_block_q8_K);
+        const char *qs = a + 4;
+        for (size_t l = 0; l < 768; l += 64)
+            _mm_prefetch(p + CLLM_CPU_PREFETCH_AHEAD + l, _MM_HINT_T0);
+        __m256i sc[2][8], mins[2];
+        for (int h = 0; h < 2; h++) {
+            __m256i s03, s47, m03, m47;
+            gv_q4k_scales_x16(p, h, &s03, &s47, &m03, &m47);
+            __m256i mm = _mm256_setzero_si256();
+            for (int s = 0; s < 4; s++) {
+#if GV_VNNI
+                sc[h][s] = _mm256_shuffle_epi8(s03, gv_q4k_ctl(s, -1));
+                sc[h][4 + s] = _mm256_shuffle_epi8(s47, gv_q4k_ctl(s, -1));
+#else
+                sc[h][s] = _mm256_shuffle_epi8(s03, gv_q4k_ctl(s, s));
+                sc[h][4 + s] = _mm256_shuffle_epi8(s47, gv_q4k_ctl(s, s));
+#endif
+                /* m_s against the column's (bsum 2s, bsum 2s + 1) */
+                mm = _mm256_add_epi32(
+                    mm, _mm256_madd_epi16(_mm256_shuffle_epi8(m03, gv_q4k_ctl(s, s)),
+                                          _mm256_set1_epi32(cllm_load_i32(a + 260 + 4 * s))));
+                mm = _mm256_add_epi32(
+                    mm, _mm256_madd_epi16(_mm256_shuffle_epi8(m47, gv_q4k_ctl(s, s)),
+                                          _mm256_set1_epi32(cllm_load_i32(a + 276 + 4 * s))));
+            }
+            mins[h] = mm;
+        }
+        __m256i is[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
+        for (int c = 0; c < 4; c++) {
+            __m256i l[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
+            __m256i t[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
+            for (int j = 0; j < 8; j++) {
+                _mm_prefetch(p + 768 + 64 * (8 * c + j) + CLLM_CPU_PREFETCH_AHEAD, _MM_HINT_T0);
+                const __m256i bl = _mm256_set1_epi32(cllm_load_i32(qs + 64 * c + 4 * j));
+                const __m256i bh = _mm256_set1_epi32(cllm_load_i32(qs + 64 * c + 32 + 4 * j));
+                for (int h = 0; h < 2; h++) {
+                    __m256i ul, uh;
+                    gv_q5k_quants(p, h, c, j, &ul, &uh);
+                    l[h] = gv_x16_dot(l[h], ul, bl);
+                    t[h] = gv_x16_dot(t[h], uh, bh);
+                }
+#if !GV_VNNI
+                if (j % 4 == 3) { /* four dwords summed in s16: into int32 with the scale */
+                    for (int h = 0; h < 2; h++) {
+                        is[h] = _mm256_add_epi32(
+                            is[h], _mm256_add_epi32(_mm256_madd_epi16(l[h], sc[h][2 * c]),
+                                                    _mm256_madd_epi16(t[h], sc[h][2 * c + 1])));
+                        l[h] = t[h] = _mm256_setzero_si256();
+                    }
+                }
+#endif
+            }
+#if GV_VNNI
+            for (int h = 0; h < 2; h++)
+                is[h] = _mm256_add_epi32(
+                    is[h], _mm256_add_epi32(_mm256_mullo_epi32(l[h], sc[h][2 * c]),
+                                            _mm256_mullo_epi32(t[h], sc[h][2 * c + 1])));
+#endif
+        }
+        float d;
+        memcpy(&d, a, 4);
+        const __m256 da = _mm256_set1_ps(d);
+        for (int h = 0; h < 2; h++) {
+            const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p + 192 + 16 * h)));
+            const __m256 mw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p + 224 + 16 * h)));
+            acc[h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is[h]), _mm256_mul_ps(dw, da), acc[h]);
+            acc[h] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(mins[h]), _mm256_mul_ps(mw, da), acc[h]);
+        }
+    }
+    _mm256_storeu_ps(out, acc[0]);
+    _mm256_storeu_ps(out + 8, acc[1]);
+}
+
+/* Q5_K's panel (Q4_K's form: per scale block of 32, 8 steps of 64 bytes of
+ * u, 16 float scales, 16 float offsets) from a group, as Q4_K's with the
+ * fifth bits. */
+GV_INLINE void gv_gemm_pack_x16_q5k(int64_t K, const char *group, char *panel) {
+    for (int64_t b = 0; b < K / 256; b++) {
+        const char *x = group + (size_t)b * CLLM_X16_Q5_K_BYTES;
+        char *o = panel + (size_t)b * 8 * 640;
+        for (size_t l = 0; l < CLLM_X16_Q5_K_BYTES; l += 64)
+            _mm_prefetch(x + CLLM_CPU_PREFETCH_AHEAD + l, _MM_HINT_T0);
+        for (int c = 0; c < 4; c++) {
+            for (int j = 0; j < 8; j++) {
+                for (int h = 0; h < 2; h++) {
+                    __m256i lo, hi;
+                    gv_q5k_quants(x, h, c, j, &lo, &hi);
+                    _mm256_storeu_si256((__m256i *)(o + 640 * (2 * c) + 64 * j + 32 * h), lo);
+                    _mm256_storeu_si256((__m256i *)(o + 640 * (2 * c + 1) + 64 * j + 32 * h), hi);
+                }
+            }
+        }
+        for (int h = 0; h < 2; h++) {
+            __m256i s03, s47, m03, m47;
+            gv_q4k_scales_x16(x, h, &s03, &s47, &m03, &m47);
+            const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(x + 192 + 16 * h)));
+            const __m256 nm =
+                _mm256_xor_ps(/* -dmin (-0 for 0, as the packer's) */
+                              _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(x + 224 + 16 * h))),
+                              _mm256_set1_ps(-0.0f));
+            for (int s = 0; s < 8; s++) {
+                const __m256i ctl = gv_q4k_ctl(s % 4, -1);
+                const __m256i sc = _mm256_shuffle_epi8(s < 4 ? s03 : s47, ctl);
+                const __m256i mn = _mm256_shuffle_epi8(s < 4 ? m03 : m47, ctl);
+                float *ps = (float *)(o + 640 * s + 512) + 8 * h;
+                _mm256_storeu_ps(ps, _mm256_mul_ps(d, _mm256_cvtepi32_ps(sc)));
+                _mm256_storeu_ps(ps + 16, _mm256_mul_ps(nm, _mm256_cvtepi32_ps(mn)));
+            }
+        }
+    }
+}
+
 /* A level's cllm_cpu_gemv_x16: groups of 16 rows x nc columns. */
 GV_INLINE void gv_gemv_x16(cllm_type type, int64_t K, const void *w, int ngroups, const void *act,
                            size_t act_stride, int nc, float *out, size_t out_stride) {
+    if (type == CLLM_TYPE_Q5_K) { /* one column of Q8_K at a time */
+        const size_t gbytes = (size_t)(K / 256) * CLLM_X16_Q5_K_BYTES;
+        for (int gi = 0; gi < ngroups; gi++) {
+            for (int c = 0; c < nc; c++)
+                gv_x16_q5k_one(K, (const char *)w + (size_t)gi * gbytes,
+                               (const char *)act + (size_t)c * act_stride,
+                               out + 16 * gi + (size_t)c * out_stride);
+        }
+        return;
+    }
+    if (type == CLLM_TYPE_Q6_K) { /* one column of Q8_K at a time */
+        const size_t gbytes = (size_t)(K / 256) * CLLM_X16_Q6_K_BYTES;
+        for (int gi = 0; gi < ngroups; gi++) {
+            for (int c = 0; c < nc; c++)
+                gv_x16_q6k_one(K, (const char *)w + (size_t)gi * gbytes,
+                               (const char *)act + (size_t)c * act_stride,
+                               out + 16 * gi + (size_t)c * out_stride);
+        }
+        return;
+    }
     if (type == CLLM_TYPE_Q4_K) { /* one column at a time */
         const size_t gbytes = (size_t)(K / 256) * CLLM_X16_Q4_K_BYTES;
         for (int gi = 0; gi < ngroups; gi++) {
@@ -929,6 +1253,14 @@ GV_INLINE void gv_gemm_pack_x16_q4k(int64_t K, const char *group, char *panel) {
 GV_INLINE void gv_gemm_pack_x16(cllm_type type, int64_t K, const void *group, void *panel) {
     if (type == CLLM_TYPE_Q4_K) {
         gv_gemm_pack_x16_q4k(K, group, panel);
+        return;
+    }
+    if (type == CLLM_TYPE_Q6_K) {
+        gv_gemm_pack_x16_q6k(K, group, panel);
+        return;
+    }
+    if (type == CLLM_TYPE_Q5_K) {
+        gv_gemm_pack_x16_q5k(K, group, panel);
         return;
     }
     const bool q41 = type == CLLM_TYPE_Q4_1;

@@ -45,8 +45,8 @@ static inline size_t cllm_attn_fast_scratch(int64_t D, int64_t Dv) {
  * for each next block of a unit, before they are needed. */
 static inline void cllm_attn_prefetch(const cllm_tensor *k, const cllm_tensor *v, int64_t g,
                                       int64_t j0, int64_t n) {
-    const size_t kbytes = (size_t)k->ne[0] * cllm_type_traits_of(k->type)->type_size;
-    const size_t vbytes = (size_t)v->ne[0] * cllm_type_traits_of(v->type)->type_size;
+    const size_t kbytes = cllm_row_size(k->type, k->ne[0]); /* blocks: a row's blocks */
+    const size_t vbytes = cllm_row_size(v->type, v->ne[0]);
     for (int64_t j = j0; j < j0 + n; j++) {
         const char *kr = cllm_cpu_elem(k, 0, j, g, 0), *vr = cllm_cpu_elem(v, 0, j, g, 0);
         for (size_t o = 0; o < kbytes; o += 64) __builtin_prefetch(kr + o);

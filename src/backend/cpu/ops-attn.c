@@ -3,9 +3,9 @@
  * never stored.
  *   q: [D, n_tokens, n_head, 1] F32; k: [D, n_kv, n_head_kv, 1] and
  *   v: [Dv, n_kv, n_head_kv, 1] F32, F16 or BF16, any strides, or rows of
- *   whole Q8_0 / Q4_0 blocks (a quantized KV cache: each row read through
- *   the type's to_float, a row or a chunk's rows at a time, never the
- *   whole cache);
+ *   whole Q8_0 / Q4_0 blocks (a quantized KV cache: read in place by the
+ *   SIMD kernels, 8 values at a time, else each row through the type's
+ *   to_float, a row or a chunk's rows at a time; never the whole cache);
  *   mask: optional [n_kv, >= n_tokens] F32 or F16. scale: op param 0.
  * For query head h, kv head g = h / (n_head / n_head_kv), token t:
  *   s_j = scale * q[:, t, h] . k[:, j, g] + mask[j, t]
@@ -111,6 +111,10 @@ static bool attn_convertible(const cllm_tensor *t) {
            t->nb[0] == tt->type_size;
 }
 
+/* Rows the SIMD unit kernel reads in place for a batch of tokens (the
+ * 8-value loads of x86/attn-kv.h): plain rows, BF16 or whole blocks. */
+static bool attn_kv_rows(const cllm_tensor *t) { return attn_plain_rows(t) || attn_convertible(t); }
+
 /* One token with F16, BF16 or block caches, at both x86 levels: a chunk's
  * rows are converted whole first (cllm_cpu_attn_rows_avx2 for F16, else
  * attn_rows_convert) for the AVX2 unit kernel. */
@@ -125,13 +129,15 @@ static bool attn_rows_f32(const cllm_tensor *dst) {
 #endif
 }
 
-/* Whether the SIMD unit kernel (attn.h) computes this node: plain rows, or
- * one token's rows converted per chunk. */
+/* Whether the SIMD unit kernel (attn.h) computes this node: plain rows,
+ * one token's rows converted per chunk, or a batch's rows of any cache type
+ * read in place (BF16, Q8_0, Q4_0 too). */
 static bool attn_fast(const cllm_tensor *dst) {
     const cllm_tensor *k = dst->src[1], *v = dst->src[2], *mask = dst->src[3];
 #if defined(__x86_64__) || defined(__i386__)
     return cllm_cpu_isa_level() >= CLLM_CPU_ISA_AVX2 &&
-           ((attn_plain_rows(k) && attn_plain_rows(v)) || attn_rows_f32(dst)) &&
+           ((attn_plain_rows(k) && attn_plain_rows(v)) || attn_rows_f32(dst) ||
+            (!attn_split(dst) && attn_kv_rows(k) && attn_kv_rows(v))) &&
            (!mask || attn_plain_rows(mask)) && k->ne[0] % 16 == 0 && v->ne[0] % 16 == 0 &&
            k->nb[1] <= INT32_MAX / 16;
 #else
@@ -533,7 +539,7 @@ void cllm_cpu_attn(const cllm_cpu_params *params, cllm_tensor *dst) {
      * every head (2 threads: 6 rows against 3, now 5 against 4). */
     const int64_t n_units = n_kv_head * sh.n_chunks * sh.n_blocks;
     /* keys of the next unit asked for ahead (cllm_attn_prefetch): a block's worth */
-    const int64_t n_ahead = attn_plain_rows(k) && attn_plain_rows(v) ? CLLM_MIN(n_kv, 32) : 0;
+    const int64_t n_ahead = attn_kv_rows(k) && attn_kv_rows(v) ? CLLM_MIN(n_kv, 32) : 0;
     for (int64_t r = params->ith; r < n_units; r += params->nth) {
         const int64_t g = (r / sh.n_chunks) % n_kv_head, c = (r % sh.n_chunks + g) % sh.n_chunks;
         const int64_t t0 = (r / (sh.n_chunks * n_kv_head)) * sh.tb;

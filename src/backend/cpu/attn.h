@@ -66,7 +66,8 @@ void cllm_cpu_attn_unit_avx512(const cllm_tensor *dst, const cllm_attn_unit *u, 
 void cllm_cpu_attn_token_avx512(const cllm_tensor *dst, const cllm_attn_unit *u, float *scratch);
 void cllm_cpu_attn_unit_avx2(const cllm_tensor *dst, const cllm_attn_unit *u, float *scratch);
 
-/* Keys k0 .. k0 + n - 1 of every kv head of F16 caches k and v, as F32 in
+/* Keys k0 .. k0 + n - 1 of every kv head of caches k and v (F16, BF16,
+ * Q8_0 or Q4_0, each its own; the values of the type's to_float), as F32 in
  * kf [head][n][D] and vf [head][n][Dv], read row by row: one cache row
  * holds every head, and reading it whole streams from memory several times
  * faster than reading one head's part of many rows. */

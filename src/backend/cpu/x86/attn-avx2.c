@@ -206,11 +206,22 @@ AY_INLINE void ay_rows(int nr, const cllm_attn_unit *u, const int64_t *rows, con
     for (; i < Dv; i += 8) ay_values(nr, 1, acc0 + i, acc1 + i, c0, c1, pw, vf + i, Dv, nk);
 }
 
-/* Row j of kv head g of F16 cache t, n elements (a multiple of 8), as F32. */
-AY_INLINE void ay_row_f32(const cllm_tensor *t, int64_t j, int64_t g, int64_t n, float *out) {
-    const uint16_t *r = (const uint16_t *)cllm_cpu_elem(t, 0, j, g, 0);
-    for (int64_t d = 0; d < n; d += 8)
-        _mm256_storeu_ps(out + d, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(r + d))));
+/* n elements (a multiple of 8) of row r of type T (a constant where
+ * called: the type's branch of cllm_attn_kv8 only), as F32. */
+AY_INLINE void ay_row_as(cllm_type T, const char *r, int64_t n, float *out) {
+    for (int64_t d = 0; d < n; d += 8) _mm256_storeu_ps(out + d, cllm_attn_kv8(T, r, d));
+}
+
+/* Row j of kv head g of cache t (F16, BF16, Q8_0 or Q4_0), n elements, as
+ * F32. */
+static void ay_row_f32(const cllm_tensor *t, int64_t j, int64_t g, int64_t n, float *out) {
+    const char *r = cllm_cpu_elem(t, 0, j, g, 0);
+    switch (t->type) {
+    case CLLM_TYPE_Q8_0: ay_row_as(CLLM_TYPE_Q8_0, r, n, out); break;
+    case CLLM_TYPE_Q4_0: ay_row_as(CLLM_TYPE_Q4_0, r, n, out); break;
+    case CLLM_TYPE_BF16: ay_row_as(CLLM_TYPE_BF16, r, n, out); break;
+    default: ay_row_as(CLLM_TYPE_F16, r, n, out); break;
+    }
 }
 
 void cllm_cpu_attn_rows_avx2(const cllm_tensor *k, const cllm_tensor *v, int64_t k0, int64_t n,

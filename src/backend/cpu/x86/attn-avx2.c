@@ -209,6 +209,17 @@ AY_INLINE void ay_rows(int nr, const cllm_attn_unit *u, const int64_t *rows, con
 /* n elements (a multiple of 8) of row r of type T (a constant where
  * called: the type's branch of cllm_attn_kv8 only), as F32. */
 AY_INLINE void ay_row_as(cllm_type T, const char *r, int64_t n, float *out) {
+    if (T == CLLM_TYPE_Q8_0 || T == CLLM_TYPE_Q4_0) { /* a block's scale once */
+        const size_t bs = T == CLLM_TYPE_Q8_0 ? sizeof(cllm_block_q8_0) : sizeof(cllm_block_q4_0);
+        for (int64_t d = 0; d < n; d += 32, r += bs) {
+            const __m256 s = cllm_attn_kv_scale(r);
+            for (int64_t o = 0; o < 32; o += 8) {
+                _mm256_storeu_ps(out + d + o, T == CLLM_TYPE_Q8_0 ? cllm_attn_q8_0_8(r, o, s)
+                                                                  : cllm_attn_q4_0_8(r, o, s));
+            }
+        }
+        return;
+    }
     for (int64_t d = 0; d < n; d += 8) _mm256_storeu_ps(out + d, cllm_attn_kv8(T, r, d));
 }
 

@@ -26,6 +26,25 @@ static inline __attribute__((always_inline)) __m256 cllm_attn_kv_scale(const cha
     return _mm256_set1_ps(_cvtsh_ss(h));
 }
 
+/* Values o .. o + 7 (o 0, 8, 16 or 24) of the Q8_0 block at b, its scale
+ * s (cllm_attn_kv_scale). */
+static inline __attribute__((always_inline)) __m256 cllm_attn_q8_0_8(const char *b, int64_t o,
+                                                                     __m256 s) {
+    const __m128i q = _mm_loadl_epi64((const __m128i *)(b + 2 + o));
+    return _mm256_mul_ps(s, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q)));
+}
+
+/* The same of a Q4_0 block: element o < 16 is the low nibble of qs[o],
+ * else the high nibble of qs[o - 16]; minus 8. */
+static inline __attribute__((always_inline)) __m256 cllm_attn_q4_0_8(const char *b, int64_t o,
+                                                                     __m256 s) {
+    __m128i q = _mm_loadl_epi64((const __m128i *)(b + 2 + (o & 15)));
+    if (o >= 16) q = _mm_srli_epi16(q, 4);
+    q = _mm_and_si128(q, _mm_set1_epi8(0x0F));
+    const __m256i x = _mm256_sub_epi32(_mm256_cvtepu8_epi32(q), _mm256_set1_epi32(8));
+    return _mm256_mul_ps(s, _mm256_cvtepi32_ps(x));
+}
+
 /* Values d .. d + 7 (d a multiple of 8) of the row at `row`, of type t. */
 static inline __attribute__((always_inline)) __m256 cllm_attn_kv8(cllm_type t, const char *row,
                                                                   int64_t d) {
@@ -37,19 +56,11 @@ static inline __attribute__((always_inline)) __m256 cllm_attn_kv8(cllm_type t, c
     }
     case CLLM_TYPE_Q8_0: {
         const char *b = row + (size_t)(d / CLLM_QK8_0) * sizeof(cllm_block_q8_0);
-        const __m128i q = _mm_loadl_epi64((const __m128i *)(b + 2 + d % CLLM_QK8_0));
-        return _mm256_mul_ps(cllm_attn_kv_scale(b), _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q)));
+        return cllm_attn_q8_0_8(b, d % CLLM_QK8_0, cllm_attn_kv_scale(b));
     }
     case CLLM_TYPE_Q4_0: {
-        /* element o < 16 of a block: the low nibble of qs[o], else the high
-         * nibble of qs[o - 16]; minus 8 */
         const char *b = row + (size_t)(d / CLLM_QK4_0) * sizeof(cllm_block_q4_0);
-        const int64_t o = d % CLLM_QK4_0;
-        __m128i q = _mm_loadl_epi64((const __m128i *)(b + 2 + (o & 15)));
-        if (o >= 16) q = _mm_srli_epi16(q, 4);
-        q = _mm_and_si128(q, _mm_set1_epi8(0x0F));
-        const __m256i x = _mm256_sub_epi32(_mm256_cvtepu8_epi32(q), _mm256_set1_epi32(8));
-        return _mm256_mul_ps(cllm_attn_kv_scale(b), _mm256_cvtepi32_ps(x));
+        return cllm_attn_q4_0_8(b, d % CLLM_QK4_0, cllm_attn_kv_scale(b));
     }
     default: /* F16 */ return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(row + 2 * d)));
     }

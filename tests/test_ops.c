@@ -1331,12 +1331,18 @@ static double *run_attn(const attn_case *c, int nth) {
     }
     cllm_tensor *fused = cllm_attn(ctx, q, k, v, mask, scale);
 
-    /* unfused: softmax(k^T q * scale + mask), then v^T times it, heads next to each other */
-    cllm_tensor *kq = cllm_mul_mat(ctx, k, q);             /* [n_kv, T, H] */
-    cllm_tensor *sm = cllm_soft_max(ctx, kq, mask, scale); /* [n_kv, T, H] */
-    cllm_tensor *vt = cllm_transpose(ctx, v);              /* [n_kv, Dv, Hkv], strided */
-    cllm_tensor *kqv = cllm_mul_mat(ctx, vt, sm);          /* [Dv, T, H] */
-    cllm_tensor *unfused = cllm_cont(ctx, cllm_permute(ctx, kqv, 0, 2, 1, 3)); /* [Dv, H, T] */
+    /* unfused: softmax(k^T q * scale + mask), then v^T times it, heads next
+     * to each other (not for a block cache: its mul_mat rounds q to blocks
+     * too, and v^T is not rows of blocks) */
+    const bool blocks = cllm_type_traits_of(c->kv_type)->blck_size > 1;
+    cllm_tensor *unfused = fused;
+    if (!blocks) {
+        cllm_tensor *kq = cllm_mul_mat(ctx, k, q);                    /* [n_kv, T, H] */
+        cllm_tensor *sm = cllm_soft_max(ctx, kq, mask, scale);        /* [n_kv, T, H] */
+        cllm_tensor *vt = cllm_transpose(ctx, v);                     /* [n_kv, Dv, Hkv], strided */
+        cllm_tensor *kqv = cllm_mul_mat(ctx, vt, sm);                 /* [Dv, T, H] */
+        unfused = cllm_cont(ctx, cllm_permute(ctx, kqv, 0, 2, 1, 3)); /* [Dv, H, T] */
+    }
 
     cllm_buffer *buf = place_all(ctx);
     fill_uniform(kc, -1.0f, 1.0f);
@@ -1358,7 +1364,7 @@ static double *run_attn(const attn_case *c, int nth) {
     double *dq = read_dense(q), *dk = read_dense(k), *dv = read_dense(v);
     double *dm = mask ? read_dense(mask) : NULL;
     cllm_tensor *outs[2] = {fused, unfused};
-    CHECK(compute_n(g_be[nth], outs, 2) == CLLM_OK);
+    CHECK(compute_n(g_be[nth], outs, blocks ? 1 : 2) == CLLM_OK);
     double *got = read_dense(fused), *got_unfused = read_dense(unfused);
     const int64_t one[4] = {Dv, H, T, 1};
     double *want = xmalloc((size_t)nel(one) * sizeof(double));
@@ -1416,6 +1422,13 @@ static void test_attn(void) {
         {CLLM_TYPE_F16, CLLM_TYPE_F32, 48, 80, 1, 33, -1, -1, 5, 1},
         {CLLM_TYPE_F16, CLLM_TYPE_F32, 64, 64, 1, 18, 0, -1, 12, 2},
         {CLLM_TYPE_F16, CLLM_TYPE_F16, 64, 32, 1, 150, -1, 60, 16, 2},
+        /* BF16 and block caches (Q8_0, Q4_0) read in place: batches over
+         * several key blocks with a hole and a dead row, one token */
+        {CLLM_TYPE_Q8_0, CLLM_TYPE_F16, 64, 64, 19, 150, 4, 50, 8, 2},
+        {CLLM_TYPE_Q4_0, CLLM_TYPE_F32, 64, 32, 9, 130, -1, -1, 6, 2},
+        {CLLM_TYPE_BF16, CLLM_TYPE_F32, 32, 48, 12, 100, 3, 20, 8, 2},
+        {CLLM_TYPE_Q8_0, CLLM_TYPE_F32, 64, 64, 1, 150, -1, 20, 8, 2},
+        {CLLM_TYPE_Q4_0, CLLM_TYPE_F16, 128, 64, 1, 77, -1, -1, 9, 3},
     };
     for (size_t c = 0; c < CLLM_ARRAY_SIZE(cases); c++) {
         const attn_case *ac = &cases[c];

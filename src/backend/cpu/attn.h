@@ -45,8 +45,8 @@ static inline size_t cllm_attn_fast_scratch(int64_t D, int64_t Dv) {
  * for each next block of a unit, before they are needed. */
 static inline void cllm_attn_prefetch(const cllm_tensor *k, const cllm_tensor *v, int64_t g,
                                       int64_t j0, int64_t n) {
-    const size_t kbytes = (size_t)k->ne[0] * cllm_type_traits_of(k->type)->type_size;
-    const size_t vbytes = (size_t)v->ne[0] * cllm_type_traits_of(v->type)->type_size;
+    const size_t kbytes = cllm_row_size(k->type, k->ne[0]); /* blocks: a row's blocks */
+    const size_t vbytes = cllm_row_size(v->type, v->ne[0]);
     for (int64_t j = j0; j < j0 + n; j++) {
         const char *kr = cllm_cpu_elem(k, 0, j, g, 0), *vr = cllm_cpu_elem(v, 0, j, g, 0);
         for (size_t o = 0; o < kbytes; o += 64) __builtin_prefetch(kr + o);
@@ -66,7 +66,8 @@ void cllm_cpu_attn_unit_avx512(const cllm_tensor *dst, const cllm_attn_unit *u, 
 void cllm_cpu_attn_token_avx512(const cllm_tensor *dst, const cllm_attn_unit *u, float *scratch);
 void cllm_cpu_attn_unit_avx2(const cllm_tensor *dst, const cllm_attn_unit *u, float *scratch);
 
-/* Keys k0 .. k0 + n - 1 of every kv head of F16 caches k and v, as F32 in
+/* Keys k0 .. k0 + n - 1 of every kv head of caches k and v (F16, BF16,
+ * Q8_0 or Q4_0, each its own; the values of the type's to_float), as F32 in
  * kf [head][n][D] and vf [head][n][Dv], read row by row: one cache row
  * holds every head, and reading it whole streams from memory several times
  * faster than reading one head's part of many rows. */

@@ -3,9 +3,9 @@
  * never stored.
  *   q: [D, n_tokens, n_head, 1] F32; k: [D, n_kv, n_head_kv, 1] and
  *   v: [Dv, n_kv, n_head_kv, 1] F32, F16 or BF16, any strides, or rows of
- *   whole Q8_0 / Q4_0 blocks (a quantized KV cache: each row read through
- *   the type's to_float, a row or a chunk's rows at a time, never the
- *   whole cache);
+ *   whole Q8_0 / Q4_0 blocks (a quantized KV cache: read in place by the
+ *   SIMD kernels, 8 values at a time, else each row through the type's
+ *   to_float, a row or a chunk's rows at a time; never the whole cache);
  *   mask: optional [n_kv, >= n_tokens] F32 or F16. scale: op param 0.
  * For query head h, kv head g = h / (n_head / n_head_kv), token t:
  *   s_j = scale * q[:, t, h] . k[:, j, g] + mask[j, t]
@@ -36,8 +36,8 @@
  * weights streamed since pushed them out). Each chunk leaves its softmax
  * state per query head; after a barrier, the heads' states are combined
  * chunk by chunk in order. Chunks are fixed (ATTN_KC keys from key 0), so
- * the result does not depend on the number of threads. With F16 caches a
- * chunk's rows are first converted to F32 whole, row by row
+ * the result does not depend on the number of threads. With F16, BF16,
+ * Q8_0 or Q4_0 caches a chunk's rows are first converted to F32 whole, row by row
  * (cllm_cpu_attn_rows_avx2), and the unit kernels read them there (the
  * AVX2 one, or at the AVX-512 level cllm_cpu_attn_token_avx512): a kernel
  * that reads one head at a time takes each row in pieces, which streams
@@ -111,9 +111,13 @@ static bool attn_convertible(const cllm_tensor *t) {
            t->nb[0] == tt->type_size;
 }
 
+/* Rows the SIMD unit kernel reads in place for a batch of tokens (the
+ * 8-value loads of x86/attn-kv.h): plain rows, BF16 or whole blocks. */
+static bool attn_kv_rows(const cllm_tensor *t) { return attn_plain_rows(t) || attn_convertible(t); }
+
 /* One token with F16, BF16 or block caches, at both x86 levels: a chunk's
- * rows are converted whole first (cllm_cpu_attn_rows_avx2 for F16, else
- * attn_rows_convert) for the AVX2 unit kernel. */
+ * rows are converted whole first (cllm_cpu_attn_rows_avx2, each type's
+ * 8-value loads) for the unit kernels. */
 static bool attn_rows_f32(const cllm_tensor *dst) {
     const cllm_tensor *k = dst->src[1], *v = dst->src[2];
 #if defined(__x86_64__) || defined(__i386__)
@@ -125,13 +129,15 @@ static bool attn_rows_f32(const cllm_tensor *dst) {
 #endif
 }
 
-/* Whether the SIMD unit kernel (attn.h) computes this node: plain rows, or
- * one token's rows converted per chunk. */
+/* Whether the SIMD unit kernel (attn.h) computes this node: plain rows,
+ * one token's rows converted per chunk, or a batch's rows of any cache type
+ * read in place (BF16, Q8_0, Q4_0 too). */
 static bool attn_fast(const cllm_tensor *dst) {
     const cllm_tensor *k = dst->src[1], *v = dst->src[2], *mask = dst->src[3];
 #if defined(__x86_64__) || defined(__i386__)
     return cllm_cpu_isa_level() >= CLLM_CPU_ISA_AVX2 &&
-           ((attn_plain_rows(k) && attn_plain_rows(v)) || attn_rows_f32(dst)) &&
+           ((attn_plain_rows(k) && attn_plain_rows(v)) || attn_rows_f32(dst) ||
+            (!attn_split(dst) && attn_kv_rows(k) && attn_kv_rows(v))) &&
            (!mask || attn_plain_rows(mask)) && k->ne[0] % 16 == 0 && v->ne[0] % 16 == 0 &&
            k->nb[1] <= INT32_MAX / 16;
 #else
@@ -306,24 +312,6 @@ static void attn_clear_states(int64_t n, int64_t Dv, float *acc, float *mx, floa
     memset(acc, 0, (size_t)(n * Dv) * sizeof(float));
 }
 
-/* Keys k0 .. k0 + n - 1 of every kv head of caches k and v of any type
- * attn_convertible takes, as F32 in kf [head][n][D] and vf [head][n][Dv]
- * (the layout of cllm_cpu_attn_rows_avx2), row by row: a head's part of a
- * row is whole blocks, converted by the type's to_float. */
-#if defined(__x86_64__) || defined(__i386__)
-static void attn_rows_convert(const cllm_tensor *k, const cllm_tensor *v, int64_t k0, int64_t n,
-                              float *kf, float *vf) {
-    const int64_t D = k->ne[0], Dv = v->ne[0], n_head = k->ne[2];
-    const cllm_type_traits *kt = cllm_type_traits_of(k->type), *vt = cllm_type_traits_of(v->type);
-    for (int64_t j = 0; j < n; j++) {
-        for (int64_t g = 0; g < n_head; g++)
-            kt->to_float(cllm_cpu_elem(k, 0, k0 + j, g, 0), kf + (g * n + j) * D, D);
-        for (int64_t g = 0; g < n_head; g++)
-            vt->to_float(cllm_cpu_elem(v, 0, k0 + j, g, 0), vf + (g * n + j) * Dv, Dv);
-    }
-}
-#endif
-
 /* A one-token node's chunks with keys, and where their states lie in its
  * part of the workspace (acc [n_chunks, H, Dv], then max and sum
  * [n_chunks, H] each). */
@@ -355,10 +343,7 @@ static void attn_token_chunk(const attn_token *t, const attn_ws *w, int64_t c, b
     const int64_t k0 = c * ATTN_KC, k1 = CLLM_MIN(t->n_live, k0 + ATTN_KC);
     float *kf = w->rows, *vf = kf ? kf + n_kv_head * (k1 - k0) * q->ne[0] : NULL;
 #if defined(__x86_64__) || defined(__i386__)
-    if (kf && k->type == CLLM_TYPE_F16 && v->type == CLLM_TYPE_F16)
-        cllm_cpu_attn_rows_avx2(k, v, k0, k1 - k0, kf, vf);
-    else if (kf)
-        attn_rows_convert(k, v, k0, k1 - k0, kf, vf);
+    if (kf) cllm_cpu_attn_rows_avx2(k, v, k0, k1 - k0, kf, vf);
 #endif
     if (!kf && prefetch && attn_plain_rows(k) && attn_plain_rows(v)) {
         for (int64_t g = 0; g < n_kv_head; g++)
@@ -533,7 +518,7 @@ void cllm_cpu_attn(const cllm_cpu_params *params, cllm_tensor *dst) {
      * every head (2 threads: 6 rows against 3, now 5 against 4). */
     const int64_t n_units = n_kv_head * sh.n_chunks * sh.n_blocks;
     /* keys of the next unit asked for ahead (cllm_attn_prefetch): a block's worth */
-    const int64_t n_ahead = attn_plain_rows(k) && attn_plain_rows(v) ? CLLM_MIN(n_kv, 32) : 0;
+    const int64_t n_ahead = attn_kv_rows(k) && attn_kv_rows(v) ? CLLM_MIN(n_kv, 32) : 0;
     for (int64_t r = params->ith; r < n_units; r += params->nth) {
         const int64_t g = (r / sh.n_chunks) % n_kv_head, c = (r % sh.n_chunks + g) % sh.n_chunks;
         const int64_t t0 = (r / (sh.n_chunks * n_kv_head)) * sh.tb;

@@ -8,7 +8,10 @@
  * mask and the online softmax update are vector operations (exponential:
  * cllm_exp256), and the weighted values are added with FMAs into the rows'
  * accumulators. Blocks of 32 keys keep two rows' scores in 8 of the 16
- * registers. Compiled for these instructions only; ops-attn.c calls it
+ * registers. Keys and values may be F32, F16, BF16 or the blocks of a
+ * quantized cache (Q8_0, Q4_0), converted where they lie 8 values at a time
+ * (attn-kv.h): no converted copy of the cache, the same values as the
+ * type's to_float. Compiled for these instructions only; ops-attn.c calls it
  * only at the AVX2 level and where the shapes fit (cllm_cpu_attn_fast).
  *
  * A unit of one token (generation: a kv head's few query rows) skips the
@@ -29,6 +32,7 @@ CLLM_X86_TARGET_BEGIN("avx2,fma,f16c")
 #include <immintrin.h>
 #include <math.h>
 
+#include "backend/cpu/x86/attn-kv.h"
 #include "backend/cpu/x86/vec-avx2.h"
 
 #define AY_INLINE static inline __attribute__((always_inline))
@@ -202,11 +206,33 @@ AY_INLINE void ay_rows(int nr, const cllm_attn_unit *u, const int64_t *rows, con
     for (; i < Dv; i += 8) ay_values(nr, 1, acc0 + i, acc1 + i, c0, c1, pw, vf + i, Dv, nk);
 }
 
-/* Row j of kv head g of F16 cache t, n elements (a multiple of 8), as F32. */
-AY_INLINE void ay_row_f32(const cllm_tensor *t, int64_t j, int64_t g, int64_t n, float *out) {
-    const uint16_t *r = (const uint16_t *)cllm_cpu_elem(t, 0, j, g, 0);
-    for (int64_t d = 0; d < n; d += 8)
-        _mm256_storeu_ps(out + d, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(r + d))));
+/* n elements (a multiple of 8) of row r of type T (a constant where
+ * called: the type's branch of cllm_attn_kv8 only), as F32. */
+AY_INLINE void ay_row_as(cllm_type T, const char *r, int64_t n, float *out) {
+    if (T == CLLM_TYPE_Q8_0 || T == CLLM_TYPE_Q4_0) { /* a block's scale once */
+        const size_t bs = T == CLLM_TYPE_Q8_0 ? sizeof(cllm_block_q8_0) : sizeof(cllm_block_q4_0);
+        for (int64_t d = 0; d < n; d += 32, r += bs) {
+            const __m256 s = cllm_attn_kv_scale(r);
+            for (int64_t o = 0; o < 32; o += 8) {
+                _mm256_storeu_ps(out + d + o, T == CLLM_TYPE_Q8_0 ? cllm_attn_q8_0_8(r, o, s)
+                                                                  : cllm_attn_q4_0_8(r, o, s));
+            }
+        }
+        return;
+    }
+    for (int64_t d = 0; d < n; d += 8) _mm256_storeu_ps(out + d, cllm_attn_kv8(T, r, d));
+}
+
+/* Row j of kv head g of cache t (F16, BF16, Q8_0 or Q4_0), n elements, as
+ * F32. */
+static void ay_row_f32(const cllm_tensor *t, int64_t j, int64_t g, int64_t n, float *out) {
+    const char *r = cllm_cpu_elem(t, 0, j, g, 0);
+    switch (t->type) {
+    case CLLM_TYPE_Q8_0: ay_row_as(CLLM_TYPE_Q8_0, r, n, out); break;
+    case CLLM_TYPE_Q4_0: ay_row_as(CLLM_TYPE_Q4_0, r, n, out); break;
+    case CLLM_TYPE_BF16: ay_row_as(CLLM_TYPE_BF16, r, n, out); break;
+    default: ay_row_as(CLLM_TYPE_F16, r, n, out); break;
+    }
 }
 
 void cllm_cpu_attn_rows_avx2(const cllm_tensor *k, const cllm_tensor *v, int64_t k0, int64_t n,
@@ -225,7 +251,8 @@ void cllm_cpu_attn_unit_avx2(const cllm_tensor *dst, const cllm_attn_unit *u, fl
     const cllm_tensor *k = dst->src[1], *v = dst->src[2], *mask = dst->src[3];
     const float scale = cllm_get_op_param_f32(dst, 0);
     const int64_t D = k->ne[0], Dv = v->ne[0], n_kv = u->n_kv, nt = u->nt, nh = u->nh;
-    const size_t kes = k->type == CLLM_TYPE_F32 ? 4 : 2, ves = v->type == CLLM_TYPE_F32 ? 4 : 2;
+    /* (one token reads F16 or F32 keys in place; see direct below) */
+    const size_t kes = k->type == CLLM_TYPE_F32 ? 4 : 2;
     float *kt = scratch;      /* [D][KB] */
     float *vf = kt + D * KB;  /* [KB][Dv] */
     float *mf = vf + KB * Dv; /* [nt][KB] mask (-inf beyond the keys) */
@@ -271,10 +298,8 @@ void cllm_cpu_attn_unit_avx2(const cllm_tensor *dst, const cllm_attn_unit *u, fl
             }
             for (int64_t d = 0; d < D; d += 8) {
                 __m256 r[8];
-                for (int i = 0; i < 8; i++) {
-                    r[i] = rows[i] ? ay_load8(k->type, rows[i] + (size_t)d * kes)
-                                   : _mm256_setzero_ps();
-                }
+                for (int i = 0; i < 8; i++)
+                    r[i] = rows[i] ? cllm_attn_kv8(k->type, rows[i], d) : _mm256_setzero_ps();
                 cllm_transpose8_ps(r);
                 for (int i = 0; i < 8; i++) _mm256_storeu_ps(kt + (d + i) * KB + c, r[i]);
             }
@@ -282,9 +307,8 @@ void cllm_cpu_attn_unit_avx2(const cllm_tensor *dst, const cllm_attn_unit *u, fl
         const float *vb = u->vf ? u->vf + (j0 - u->k0) * Dv : vf; /* [nk][Dv] */
         for (int64_t jj = 0; jj < nk && !u->vf; jj++) {
             const char *vr = cllm_cpu_elem(v, 0, j0 + jj, u->g, 0);
-            for (int64_t i = 0; i < Dv; i += 8) {
-                _mm256_storeu_ps(vf + jj * Dv + i, ay_load8(v->type, vr + (size_t)i * ves));
-            }
+            for (int64_t i = 0; i < Dv; i += 8)
+                _mm256_storeu_ps(vf + jj * Dv + i, cllm_attn_kv8(v->type, vr, i));
         }
 
         /* the query rows of live tokens, two at a time (shared key and

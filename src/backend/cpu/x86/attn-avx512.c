@@ -7,7 +7,9 @@
  * softmax update are vector operations (exponential: exp512 below), and the
  * weighted values are added with FMAs into the row's accumulator. Compiled
  * for these instructions only; ops-attn.c calls it only when the CPU has
- * them and the shapes fit (cllm_cpu_attn_fast).
+ * them and the shapes fit (cllm_cpu_attn_fast). A BF16 or quantized
+ * (Q8_0, Q4_0) cache is read where it lies, 8 values at a time
+ * (attn-kv.h), its keys transposed by 8 x 8 blocks.
  *
  * One token (a generation step) with rows already F32 has its own kernel
  * below (cllm_cpu_attn_token_avx512, attn.h): with one query row per head
@@ -24,6 +26,8 @@ CLLM_X86_TARGET_BEGIN("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq")
 #include <immintrin.h>
 #include <math.h>
 
+#include "backend/cpu/x86/attn-kv.h"
+#include "backend/cpu/x86/vec-avx2.h"
 #include "backend/cpu/x86/vec-avx512.h"
 
 #define AZ_INLINE static inline __attribute__((always_inline))
@@ -159,6 +163,25 @@ void cllm_cpu_attn_unit_avx512(const cllm_tensor *dst, const cllm_attn_unit *u, 
                     _mm512_storeu_ps(kt + (d + 1) * KB + c, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(
                                                                 _mm512_srli_epi32(w, 16))));
                 }
+            } else if (k->type != CLLM_TYPE_F32) {
+                /* BF16 or blocks (a quantized cache), read in place: 8
+                 * values of 8 keys at a time, 8 x 8 transposes */
+                for (int64_t c8 = 0; c8 < 16; c8 += 8) {
+                    const char *rows[8];
+                    for (int i = 0; i < 8; i++) {
+                        rows[i] =
+                            c + c8 + i < nk ? cllm_cpu_elem(k, 0, j0 + c + c8 + i, u->g, 0) : NULL;
+                    }
+                    for (int64_t d = 0; d < D; d += 8) {
+                        __m256 r[8];
+                        for (int i = 0; i < 8; i++)
+                            r[i] =
+                                rows[i] ? cllm_attn_kv8(k->type, rows[i], d) : _mm256_setzero_ps();
+                        cllm_transpose8_ps(r);
+                        for (int i = 0; i < 8; i++)
+                            _mm256_storeu_ps(kt + (d + i) * KB + c + c8, r[i]);
+                    }
+                }
             } else {
                 for (int64_t d = 0; d < D; d++) {
                     _mm512_storeu_ps(
@@ -169,9 +192,16 @@ void cllm_cpu_attn_unit_avx512(const cllm_tensor *dst, const cllm_attn_unit *u, 
         }
         for (int64_t jj = 0; jj < nk; jj++) {
             const char *vr = cllm_cpu_elem(v, 0, j0 + jj, u->g, 0);
-            const size_t es = cllm_type_traits_of(v->type)->type_size;
-            for (int64_t i = 0; i < Dv; i += 16)
-                _mm512_storeu_ps(vf + jj * Dv + i, az_load(v->type, vr + (size_t)i * es, 0xffff));
+            if (v->type == CLLM_TYPE_F16 || v->type == CLLM_TYPE_F32) {
+                const size_t es = cllm_type_traits_of(v->type)->type_size;
+                for (int64_t i = 0; i < Dv; i += 16) {
+                    _mm512_storeu_ps(vf + jj * Dv + i,
+                                     az_load(v->type, vr + (size_t)i * es, 0xffff));
+                }
+            } else { /* BF16 or blocks, in place */
+                for (int64_t i = 0; i < Dv; i += 8)
+                    _mm256_storeu_ps(vf + jj * Dv + i, cllm_attn_kv8(v->type, vr, i));
+            }
         }
 
         /* the query rows of live tokens, two at a time (shared key and

@@ -10,7 +10,13 @@
  *    two-token batches between (another graph in the same node array):
  *    the logits bit for bit those of a session that records every compute
  *    (CLLM_VULKAN_REPLAY=0) and of one that builds every graph anew, and
- *    most computes replayed.
+ *    most computes replayed;
+ *  - asynchronous transfers (docs/vulkan.md, "Submission"): stories260K
+ *    and TinyLLama-v0 split between the device and the CPU, token by token
+ *    with two-token batches between: the logits bit for bit those of a
+ *    session whose device waits for every compute and copies synchronously
+ *    (CLLM_VULKAN_ASYNC=0), and copies queued behind work not waited for
+ *    (the backends count them), so that the test fails if every copy waits.
  * Skipped (77) without a Vulkan device.
  */
 #include "alloc/layout.h"
@@ -31,6 +37,22 @@ static int g_errors;
 /* what the backends said when freed: graphs recorded and replayed */
 static unsigned long long g_recorded, g_replayed, g_nodes_recorded, g_nodes;
 
+/* what they said of their transfers: queued, and queued behind work not
+ * waited for */
+static unsigned long long g_up, g_down, g_up_behind, g_down_behind;
+
+static void on_transfers(const char *msg) {
+    unsigned long long up, down, upb, downb;
+    const char *p = strstr(msg, ": ");
+    if (p && sscanf(p, ": %llu uploads and %llu downloads queued, %llu and %llu of them behind",
+                    &up, &down, &upb, &downb) == 4) {
+        g_up += up;
+        g_down += down;
+        g_up_behind += upb;
+        g_down_behind += downb;
+    }
+}
+
 static void on_log(cllm_log_level level, const char *msg, void *ud) {
     (void)ud;
     if (level == CLLM_LOG_ERROR &&
@@ -48,9 +70,13 @@ static void on_log(cllm_log_level level, const char *msg, void *ud) {
         g_nodes_recorded += nr;
         g_nodes += n;
     }
+    if (level == CLLM_LOG_DEBUG && !strncmp(msg, "vulkan", 6)) on_transfers(msg);
 }
 
-static void counts_reset(void) { g_recorded = g_replayed = g_nodes_recorded = g_nodes = 0; }
+static void counts_reset(void) {
+    g_recorded = g_replayed = g_nodes_recorded = g_nodes = 0;
+    g_up = g_down = g_up_behind = g_down_behind = 0;
+}
 
 static cllm_device *g_vk;
 
@@ -235,6 +261,131 @@ static void test_model(const char *name, const char *path, size_t n_tokens, int 
     cllm_plan_free(plan);
 }
 
+/* ---- models split: asynchronous against synchronous --------------------- */
+
+static size_t plan_total(const cllm_plan_device *d) {
+    size_t n = 0;
+    for (int k = 0; k < CLLM_MEM_COUNT; k++) n += d->bytes[k];
+    return n;
+}
+
+static int vk_index(const cllm_plan *plan) {
+    for (int d = 0; d < plan->n_devices; d++) {
+        if (plan->devices[d].dev == g_vk) return d;
+    }
+    return -1;
+}
+
+/* Some layers on the device, not all: the budget of every layer halved
+ * until the plan splits them. */
+static cllm_plan *plan_split(const char *name, const char *path) {
+    cllm_plan *plan = plan_all(path);
+    const int vk = plan ? vk_index(plan) : -1;
+    if (vk < 0) {
+        CHECKF(false, "%s: no plan on %s", name, cllm_device_name(g_vk));
+        cllm_plan_free(plan);
+        return NULL;
+    }
+    size_t budget = plan_total(&plan->devices[vk]);
+    int on = plan->hp.n_layer;
+    for (int i = 0; i < 8 && on == plan->hp.n_layer; i++) {
+        budget /= 2;
+        cllm_plan_free(plan);
+        cllm_plan_params fp = cllm_plan_default_params();
+        fp.n_ctx = 128;
+        fp.n_batch = 32;
+        fp.n_threads = 2;
+        fp.use_mmap = false;
+        char mem[96];
+        snprintf(mem, sizeof(mem), "%s=%zu", cllm_device_name(g_vk), budget);
+        CHECK(cllm_plan_parse_mem(&fp, mem) == CLLM_OK);
+        plan = NULL;
+        if (cllm_plan_file(path, &fp, &plan) != CLLM_OK) {
+            CHECKF(false, "plan %s: %s", mem, cllm_last_error());
+            return NULL;
+        }
+        const int v = vk_index(plan);
+        on = v >= 0 ? plan->devices[v].n_layers : 0;
+    }
+    CHECKF(on > 0 && on < plan->hp.n_layer, "%s: %d of %d layers on %s", name, on,
+           (int)plan->hp.n_layer, cllm_device_name(g_vk));
+    fprintf(stderr, "%-24s %d of %d layers on %s (%zu bytes)\n", name, on, (int)plan->hp.n_layer,
+            cllm_device_name(g_vk), budget);
+    if (on > 0 && on < plan->hp.n_layer) return plan;
+    cllm_plan_free(plan);
+    return NULL;
+}
+
+/* The first n_tokens tokens of the text through a session with
+ * asynchronous transfers and one without, split between the device and
+ * the CPU. */
+static void test_split(const char *name, const char *path, size_t n_tokens) {
+    cllm_plan *plan = plan_split(name, path);
+    if (!plan) return;
+    run runs[2] = {{0}};
+    bool ok = true;
+    counts_reset();
+    for (int k = 0; k < 2 && ok; k++) {
+        /* read when the session makes its backends */
+        if (k == 1) setenv("CLLM_VULKAN_ASYNC", "0", 1);
+        ok = run_open(&runs[k], path, plan);
+        unsetenv("CLLM_VULKAN_ASYNC");
+    }
+    int32_t ids[128];
+    size_t n = 0;
+    if (ok) {
+        CHECK(cllm_tokenize(runs[0].m, k_text, strlen(k_text), true, false, ids, 128, &n) ==
+              CLLM_OK);
+        if (n > n_tokens) n = n_tokens;
+    }
+    const int64_t n_vocab = ok ? cllm_session_n_vocab(runs[0].s) : 0;
+    int steps = 0, differ = 0;
+    for (size_t i = 0; ok && i + 1 < n;) {
+        const size_t len = i % 9 == 4 && i + 2 < n ? 2 : 1;
+        for (int k = 0; k < 2 && ok; k++) {
+            const cllm_status st = cllm_session_decode(runs[k].s, &ids[i], len);
+            CHECKF(st == CLLM_OK, "%s: step %d: %s", name, steps, cllm_last_error());
+            ok = st == CLLM_OK;
+        }
+        if (ok) {
+            differ += memcmp(cllm_session_logits(runs[0].s), cllm_session_logits(runs[1].s),
+                             (size_t)n_vocab * sizeof(float)) != 0;
+        }
+        i += len;
+        steps++;
+    }
+    for (int k = 0; k < 2; k++) run_close(&runs[k]);
+    fprintf(stderr,
+            "%-24s %d steps split: logits of asynchronous and synchronous transfers differ at %d "
+            "steps; %llu uploads and %llu downloads queued, %llu and %llu behind work not waited "
+            "for\n",
+            name, steps, differ, g_up, g_down, g_up_behind, g_down_behind);
+    CHECK_EQ_INT(differ, 0);
+    /* the synchronous session queues nothing: every queued copy is the
+     * asynchronous one's; a download of the device's split waits only
+     * when the CPU reads it, an upload through the staging buffer is
+     * queued behind the ones before */
+    CHECKF(ok && steps > 0 && g_up + g_down > 0, "%s: no copy queued", name);
+    CHECKF(ok && g_up_behind + g_down_behind > 0,
+           "%s: every copy waited for the device's work before it", name);
+    cllm_plan_free(plan);
+}
+
+static void test_splits(void) {
+    const bool staged = getenv("CLLM_VULKAN_STAGING") != NULL;
+    static const struct {
+        const char *file;
+        size_t n_tokens;
+    } models[] = {{"stories260K.gguf", 16}, {"TinyLLama-v0.Q4_0.gguf", 8}};
+    for (size_t i = 0; i < sizeof(models) / sizeof(models[0]); i++) {
+        const char *const want[] = {models[i].file, NULL};
+        if ((staged && i > 0) || !refs_have(want)) continue;
+        char path[4096];
+        refs_model_path(path, sizeof(path), models[i].file);
+        test_split(models[i].file, path, models[i].n_tokens);
+    }
+}
+
 static void test_models(void) {
     /* TinyLLama-v0 takes about 2 s a token on lavapipe: a few tokens, and
      * not again with staged transfers (stories260K covers those);
@@ -276,8 +427,13 @@ int main(void) {
                       "libvulkan1 and a driver, e.g. mesa-vulkan-drivers)");
         return check_summary("test_vulkan_async");
     }
-    test_moving_views();
-    test_models();
+    /* TEST_VULKAN_ASYNC_ONLY=split: the split models alone */
+    const char *only = getenv("TEST_VULKAN_ASYNC_ONLY");
+    if (!only || strcmp(only, "split") != 0) {
+        test_moving_views();
+        test_models();
+    }
+    test_splits();
     CHECKF(g_errors == 0, "%d errors from the backend or the validation layer", g_errors);
     return check_summary("test_vulkan_async");
 }

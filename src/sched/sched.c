@@ -430,7 +430,7 @@ static cllm_status split_graph(cllm_sched *s, cllm_graph *g) {
     const size_t keys =
         ((size_t)n + (size_t)g->n_leafs) * (1 + CLLM_MAX_SRC * (size_t)s->params.n_copies) + 16;
     CLLM_TRY(map_reset(&s->where, keys));
-    CLLM_TRY(map_reset(&s->written, (size_t)n + 16));
+    CLLM_TRY(map_reset(&s->written, 2 * (size_t)n + 16)); /* nodes and cpy targets */
     int last_of[CLLM_SCHED_MAX_BACKENDS];
     for (int b = 0; b < CLLM_SCHED_MAX_BACKENDS; b++) last_of[b] = -1;
     /* at most one copy per source per backend, bounded by the sources */

@@ -114,8 +114,9 @@ struct cllm_backend_i {
      * after it); the results are there once synchronize returns. */
     cllm_status (*graph_compute)(cllm_backend *be, cllm_graph *g);
     /* (optional) waits for everything queued (compute and transfers) and
-     * completes the transfers' host side; default: nothing (synchronous) */
-    void (*synchronize)(cllm_backend *be);
+     * completes the transfers' host side; an error if the device failed
+     * meanwhile; default: nothing (synchronous) */
+    cllm_status (*synchronize)(cllm_backend *be);
     /* (optional, both or neither) transfers queued after the work queued
      * before them, without waiting for it. set_tensor_async: `size` bytes
      * of host memory `data` into tensor t (in this backend's device memory)

@@ -402,7 +402,7 @@ bool cllm_device_convert_weight(cllm_device *dev, cllm_tensor *t, void *scratch,
 
 void cllm_backend_free(cllm_backend *be) {
     if (!be) return;
-    cllm_backend_synchronize(be); /* queued work may use the workspace */
+    (void)cllm_backend_synchronize(be); /* queued work may use the workspace */
     cllm_buffer_free(be->workspace);
     be->workspace = NULL;
     be->iface.free(be);
@@ -453,7 +453,7 @@ cllm_status cllm_backend_graph_compute_async(cllm_backend *be, cllm_graph *g) {
     }
     /* a new workspace replaces the one that queued work may still use */
     if (cllm_backend_workspace_size(be, g) > cllm_backend_workspace_allocated(be))
-        cllm_backend_synchronize(be);
+        CLLM_TRY(cllm_backend_synchronize(be));
     cllm_status st = cllm_backend_reserve_workspace(be, g);
     if (st != CLLM_OK) return st;
     return be->iface.graph_compute(be, g);
@@ -461,12 +461,12 @@ cllm_status cllm_backend_graph_compute_async(cllm_backend *be, cllm_graph *g) {
 
 cllm_status cllm_backend_graph_compute(cllm_backend *be, cllm_graph *g) {
     const cllm_status st = cllm_backend_graph_compute_async(be, g);
-    cllm_backend_synchronize(be);
-    return st;
+    const cllm_status ss = cllm_backend_synchronize(be);
+    return st != CLLM_OK ? st : ss;
 }
 
-void cllm_backend_synchronize(cllm_backend *be) {
-    if (be->iface.synchronize) be->iface.synchronize(be);
+cllm_status cllm_backend_synchronize(cllm_backend *be) {
+    return be->iface.synchronize ? be->iface.synchronize(be) : CLLM_OK;
 }
 
 bool cllm_backend_has_async(const cllm_backend *be) {
@@ -478,7 +478,7 @@ cllm_status cllm_backend_tensor_set_async(cllm_backend *be, cllm_tensor *t, cons
     check_io(t, offset, size, "tensor_set_async");
     if (!size) return CLLM_OK;
     if (cllm_backend_has_async(be)) return be->iface.set_tensor_async(be, t, data, offset, size);
-    cllm_backend_synchronize(be);
+    CLLM_TRY(cllm_backend_synchronize(be));
     cllm_tensor_set(t, data, offset, size);
     return CLLM_OK;
 }
@@ -488,7 +488,7 @@ cllm_status cllm_backend_tensor_get_async(cllm_backend *be, const cllm_tensor *t
     check_io(t, offset, size, "tensor_get_async");
     if (!size) return CLLM_OK;
     if (cllm_backend_has_async(be)) return be->iface.get_tensor_async(be, t, data, offset, size);
-    cllm_backend_synchronize(be);
+    CLLM_TRY(cllm_backend_synchronize(be));
     cllm_tensor_get(t, data, offset, size);
     return CLLM_OK;
 }

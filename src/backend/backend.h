@@ -230,8 +230,9 @@ size_t cllm_backend_workspace_allocated(const cllm_backend *be);
  */
 cllm_status cllm_backend_graph_compute(cllm_backend *be, cllm_graph *g);
 
-/* Waits for queued work (no-op for synchronous backends). */
-void cllm_backend_synchronize(cllm_backend *be);
+/* Waits for queued work (no-op for synchronous backends); an error
+ * (CLLM_ERR_BACKEND) if it failed. */
+cllm_status cllm_backend_synchronize(cllm_backend *be);
 
 /*
  * Asynchronous work (docs/vulkan.md, "Submission"), for the scheduler.

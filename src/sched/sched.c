@@ -663,7 +663,7 @@ static cllm_status compute_gated(cllm_sched *s, int b, const cllm_graph *sg, int
                 cllm_graph part = {
                     .n_nodes = i + 1 - from, .max_nodes = i + 1 - from, .nodes = sg->nodes + from};
                 CLLM_TRY(cllm_backend_graph_compute(s->backends[b], &part));
-                cllm_backend_synchronize(s->backends[b]);
+                CLLM_TRY(cllm_backend_synchronize(s->backends[b]));
                 from = i + 1;
                 ran = true;
             }
@@ -710,11 +710,11 @@ static cllm_status issue_copy(cllm_sched *s, sched_copy *c) {
         return cllm_backend_tensor_get_async(s->backends[c->from], src, dst->data, 0, n);
     }
     if (c->from >= 0) {
-        cllm_backend_synchronize(s->backends[c->from]);
+        CLLM_TRY(cllm_backend_synchronize(s->backends[c->from]));
     } else {
-        for (int b = 0; b < s->n_backends; b++) cllm_backend_synchronize(s->backends[b]);
+        for (int b = 0; b < s->n_backends; b++) CLLM_TRY(cllm_backend_synchronize(s->backends[b]));
     }
-    cllm_backend_synchronize(s->backends[c->backend]);
+    CLLM_TRY(cllm_backend_synchronize(s->backends[c->backend]));
     return cllm_tensor_copy(src, dst);
 }
 
@@ -749,7 +749,7 @@ static cllm_status run_split(cllm_sched *s, int i, int *gate) {
         CLLM_TRY(cllm_backend_graph_compute_async(be, &part));
     }
     for (int b = 0; b < s->n_backends; b++) {
-        if (wait[b]) cllm_backend_synchronize(s->backends[b]);
+        if (wait[b]) CLLM_TRY(cllm_backend_synchronize(s->backends[b]));
     }
     if (first == sp->n) return CLLM_OK;
     cllm_graph rest = {
@@ -774,7 +774,12 @@ cllm_status cllm_sched_graph_compute(cllm_sched *s, cllm_graph *g) {
         st = run_split(s, i, &gate);
         if (st == CLLM_OK) st = issue_after(s, i);
     }
-    for (int b = 0; b < s->n_backends; b++) cllm_backend_synchronize(s->backends[b]);
+    /* everything queued done (also after a failure: nothing may run on
+     * into memory the caller reuses) */
+    for (int b = 0; b < s->n_backends; b++) {
+        const cllm_status ss = cllm_backend_synchronize(s->backends[b]);
+        if (st == CLLM_OK) st = ss;
+    }
     if (st != CLLM_OK) return st;
     if (gate < s->n_gates) {
         return cllm_error(CLLM_ERR_INVALID_ARG, "sched: gate %d of %d (node %s) was not reached",

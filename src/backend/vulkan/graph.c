@@ -867,19 +867,20 @@ static cllm_status vk_backend_graph_compute(cllm_backend *be, cllm_graph *g) {
 
 /* ---- asynchronous work ------------------------------------------------- */
 
-static void vk_backend_synchronize(cllm_backend *be) {
+static cllm_status vk_backend_synchronize(cllm_backend *be) {
     vk_be *ctx = be->context;
     vk_dev *v = ctx->v;
-    if (ctx->last <= ctx->waited) return;
+    if (ctx->last <= ctx->waited) return CLLM_OK;
     pthread_mutex_lock(&v->lock);
     const VkResult r = vk_async_complete(v, ctx->last);
     pthread_mutex_unlock(&v->lock);
-    if (r != VK_SUCCESS) {
-        cllm_log(CLLM_LOG_ERROR, "%s: waiting for queued work failed: %s", v->name,
-                 vk_result_str(r));
-    }
     ctx->waited = ctx->last;
     ctx->n_waits++;
+    if (r != VK_SUCCESS) {
+        return cllm_error(CLLM_ERR_BACKEND, "%s: waiting for queued work failed: %s", v->name,
+                          vk_result_str(r));
+    }
+    return CLLM_OK;
 }
 
 /* The device buffer of t, or NULL (a tensor of another device's memory). */
@@ -893,7 +894,7 @@ static cllm_status vk_backend_set_tensor_async(cllm_backend *be, cllm_tensor *t,
     vk_dev *v = ctx->v;
     vk_buf *b = async_buf(ctx, t);
     if (!b) {
-        vk_backend_synchronize(be);
+        CLLM_TRY(vk_backend_synchronize(be));
         cllm_tensor_set(t, data, offset, size);
         return CLLM_OK;
     }
@@ -923,7 +924,7 @@ static cllm_status vk_backend_get_tensor_async(cllm_backend *be, const cllm_tens
     vk_dev *v = ctx->v;
     vk_buf *b = async_buf(ctx, t);
     if (!b) {
-        vk_backend_synchronize(be);
+        CLLM_TRY(vk_backend_synchronize(be));
         cllm_tensor_get(t, data, offset, size);
         return CLLM_OK;
     }

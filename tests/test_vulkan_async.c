@@ -10,15 +10,28 @@
  *    two-token batches between (another graph in the same node array):
  *    the logits bit for bit those of a session that records every compute
  *    (CLLM_VULKAN_REPLAY=0) and of one that builds every graph anew, and
- *    most computes replayed.
+ *    most computes replayed;
+ *  - asynchronous transfers (docs/vulkan.md, "Submission"): stories260K
+ *    and TinyLLama-v0 split between the device and the CPU, token by token
+ *    with two-token batches between: the logits bit for bit those of a
+ *    session whose device waits for every compute and copies synchronously
+ *    (CLLM_VULKAN_ASYNC=0), and copies queued behind work not waited for
+ *    (the backends count them), so that the test fails if every copy waits;
+ *  - the scheduler on a graph whose CPU split starts with nodes that do not
+ *    need the device's result: they run while the device computes, the
+ *    download is waited for before the first node that reads it; against
+ *    host maths and bit for bit against CLLM_VULKAN_ASYNC=0.
  * Skipped (77) without a Vulkan device.
  */
 #include "alloc/layout.h"
+#include "backend/cpu/cpu.h"
 #include "common/check.h"
 #include "common/refs.h"
 #include "runtime/fit.h"
 #include "runtime/session.h"
+#include "sched/sched.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,6 +43,22 @@ static int g_errors;
 
 /* what the backends said when freed: graphs recorded and replayed */
 static unsigned long long g_recorded, g_replayed, g_nodes_recorded, g_nodes;
+
+/* what they said of their transfers: queued, and queued behind work not
+ * waited for */
+static unsigned long long g_up, g_down, g_up_behind, g_down_behind;
+
+static void on_transfers(const char *msg) {
+    unsigned long long up, down, upb, downb;
+    const char *p = strstr(msg, ": ");
+    if (p && sscanf(p, ": %llu uploads and %llu downloads queued, %llu and %llu of them behind",
+                    &up, &down, &upb, &downb) == 4) {
+        g_up += up;
+        g_down += down;
+        g_up_behind += upb;
+        g_down_behind += downb;
+    }
+}
 
 static void on_log(cllm_log_level level, const char *msg, void *ud) {
     (void)ud;
@@ -48,9 +77,13 @@ static void on_log(cllm_log_level level, const char *msg, void *ud) {
         g_nodes_recorded += nr;
         g_nodes += n;
     }
+    if (level == CLLM_LOG_DEBUG && !strncmp(msg, "vulkan", 6)) on_transfers(msg);
 }
 
-static void counts_reset(void) { g_recorded = g_replayed = g_nodes_recorded = g_nodes = 0; }
+static void counts_reset(void) {
+    g_recorded = g_replayed = g_nodes_recorded = g_nodes = 0;
+    g_up = g_down = g_up_behind = g_down_behind = 0;
+}
 
 static cllm_device *g_vk;
 
@@ -129,6 +162,138 @@ done:
     cllm_backend_free(be);
     cllm_buffer_free(buf);
     cllm_context_free(ctx);
+}
+
+/* ---- the scheduler: a download waited for at its first reader ----------- */
+
+enum { BK = 96, BM = 40, BRUNS = 3 };
+
+/*
+ * Weights Wd [BK, BM], Wd2 [BM, BM] on the device, Wc [BK, BM] and s [BM]
+ * on the CPU; x [BK] an input, twice (xd read by the device, xh by the
+ * CPU: no copy). a = Wd xd (device, first in the graph); b = Wc xh,
+ * b2 = b * s, c = b2 + a, c2 = c * s (CPU: b and b2 before the first
+ * reader of a); out = Wd2 c2 (device). Splits: device, CPU, device.
+ * res[BRUNS][BM] (out) and c[BRUNS][BM] of BRUNS computes with other
+ * inputs.
+ */
+static void branches_run(bool async, float res[BRUNS][BM], float cval[BRUNS][BM], const float *wd,
+                         const float *wd2, const float *wc, const float *sv) {
+    if (!async) setenv("CLLM_VULKAN_ASYNC", "0", 1);
+    cllm_backend *bes[2] = {NULL, NULL};
+    const cllm_status sb = cllm_device_init_backend(g_vk, NULL, &bes[0]);
+    unsetenv("CLLM_VULKAN_ASYNC");
+    CHECK(sb == CLLM_OK && cllm_backend_cpu_new(1, &bes[1]) == CLLM_OK);
+    cllm_context *wv = cllm_context_new(4), *wcpu = cllm_context_new(4);
+    cllm_tensor *Wd = cllm_tensor_new_2d(wv, CLLM_TYPE_F32, BK, BM);
+    cllm_tensor *Wd2 = cllm_tensor_new_2d(wv, CLLM_TYPE_F32, BM, BM);
+    cllm_tensor *Wc = cllm_tensor_new_2d(wcpu, CLLM_TYPE_F32, BK, BM);
+    cllm_tensor *S = cllm_tensor_new_1d(wcpu, CLLM_TYPE_F32, BM);
+    cllm_buffer *bv = NULL, *bc = NULL;
+    cllm_sched *s = NULL;
+    CHECK(cllm_layout_alloc(wv, cllm_device_buffer_type(g_vk), CLLM_MEM_WEIGHTS, &bv) == CLLM_OK);
+    CHECK(cllm_layout_alloc(wcpu, cllm_device_buffer_type(cllm_cpu_device()), CLLM_MEM_WEIGHTS,
+                            &bc) == CLLM_OK);
+    if (!bv || !bc || !bes[0] || !bes[1] || cllm_sched_new(bes, 2, NULL, &s) != CLLM_OK) {
+        CHECKF(false, "branches: %s", cllm_last_error());
+        goto done;
+    }
+    cllm_tensor_set_all(Wd, wd);
+    cllm_tensor_set_all(Wd2, wd2);
+    cllm_tensor_set_all(Wc, wc);
+    cllm_tensor_set_all(S, sv);
+    for (int pass = 0; pass <= BRUNS; pass++) {
+        /* pass 0: reserve; then one compute per graph, each built anew */
+        cllm_context *ctx = cllm_context_new(16);
+        cllm_graph *g = cllm_graph_new(16);
+        cllm_tensor *xd = cllm_tensor_new_1d(ctx, CLLM_TYPE_F32, BK);
+        cllm_tensor *xh = cllm_tensor_new_1d(ctx, CLLM_TYPE_F32, BK);
+        cllm_tensor_set_input(xd);
+        cllm_tensor_set_input(xh);
+        cllm_tensor *a = cllm_mul_mat(ctx, Wd, xd);
+        cllm_tensor *b2 = cllm_mul(ctx, cllm_mul_mat(ctx, Wc, xh), S);
+        cllm_tensor *c = cllm_add(ctx, b2, a);
+        cllm_tensor *out = cllm_mul_mat(ctx, Wd2, cllm_mul(ctx, c, S));
+        cllm_tensor_set_output(c);
+        cllm_tensor_set_output(out);
+        cllm_graph_build(g, a); /* the device's node first */
+        cllm_graph_build(g, out);
+        cllm_status st = CLLM_OK;
+        if (pass == 0) {
+            st = cllm_sched_reserve(s, g);
+            if (st == CLLM_OK) st = cllm_sched_alloc_buffers(s);
+        } else {
+            st = cllm_sched_alloc_graph(s, g);
+            float xs[BK];
+            for (int k = 0; k < BK; k++) xs[k] = (float)((k * 7 + pass * 3) % 11) * 0.125f - 0.5f;
+            if (st == CLLM_OK) {
+                cllm_tensor_set_all(xd, xs);
+                cllm_tensor_set_all(xh, xs);
+            }
+            if (st == CLLM_OK) st = cllm_sched_graph_compute(s, g);
+            if (st == CLLM_OK) {
+                cllm_tensor_get_all(out, res[pass - 1]);
+                cllm_tensor_get_all(c, cval[pass - 1]);
+            }
+            const int n = cllm_sched_n_splits(s);
+            CHECKF(n == 3 && cllm_sched_get_split(s, 0).backend == 0 &&
+                       cllm_sched_get_split(s, 1).backend == 1 &&
+                       cllm_sched_get_split(s, 2).backend == 0,
+                   "branches: %d splits, not device / CPU / device", n);
+        }
+        CHECKF(st == CLLM_OK, "branches: pass %d: %s", pass, cllm_last_error());
+        cllm_graph_free(g);
+        cllm_context_free(ctx);
+        if (st != CLLM_OK) break;
+    }
+done:
+    cllm_sched_free(s);
+    cllm_buffer_free(bv);
+    cllm_buffer_free(bc);
+    cllm_context_free(wv);
+    cllm_context_free(wcpu);
+    cllm_backend_free(bes[0]);
+    cllm_backend_free(bes[1]);
+}
+
+static void test_branches(void) {
+    static float wd[BM * BK], wd2[BM * BM], wc[BM * BK], sv[BM];
+    for (int i = 0; i < BM * BK; i++) {
+        wd[i] = (float)((i * 13) % 17) * 0.0625f - 0.5f;
+        wc[i] = (float)((i * 5) % 19) * 0.0625f - 0.5f;
+    }
+    for (int i = 0; i < BM * BM; i++) wd2[i] = (float)((i * 3) % 7) * 0.125f - 0.375f;
+    for (int i = 0; i < BM; i++) sv[i] = 0.5f + 0.01f * (float)i;
+    static float out[2][BRUNS][BM], cval[2][BRUNS][BM];
+    counts_reset();
+    branches_run(true, out[0], cval[0], wd, wd2, wc, sv);
+    const unsigned long long down_behind = g_down_behind;
+    branches_run(false, out[1], cval[1], wd, wd2, wc, sv);
+    CHECKF(memcmp(out[0], out[1], sizeof(out[0])) == 0 &&
+               memcmp(cval[0], cval[1], sizeof(cval[0])) == 0,
+           "branches: asynchronous and synchronous results differ");
+    /* c against host maths (every product of the graph in F32) */
+    double worst = 0;
+    for (int r = 0; r < BRUNS; r++) {
+        float xs[BK];
+        for (int k = 0; k < BK; k++) xs[k] = (float)((k * 7 + (r + 1) * 3) % 11) * 0.125f - 0.5f;
+        for (int m = 0; m < BM; m++) {
+            double a = 0, b = 0;
+            for (int k = 0; k < BK; k++) {
+                a += (double)wd[m * BK + k] * xs[k];
+                b += (double)wc[m * BK + k] * xs[k];
+            }
+            const double want = b * sv[m] + a;
+            worst = CLLM_MAX(worst, fabs(want - cval[0][r][m]));
+        }
+    }
+    fprintf(stderr,
+            "branches: device / CPU / device, %d computes: %llu downloads behind the device's "
+            "compute; c within %.2g of host maths\n",
+            BRUNS, down_behind, worst);
+    CHECKF(worst < 1e-3, "branches: c differs from host maths by %g", worst);
+    CHECKF(down_behind >= BRUNS, "branches: %llu of %d downloads queued behind the compute",
+           down_behind, BRUNS);
 }
 
 /* ---- models: replayed against recorded --------------------------------- */
@@ -235,6 +400,131 @@ static void test_model(const char *name, const char *path, size_t n_tokens, int 
     cllm_plan_free(plan);
 }
 
+/* ---- models split: asynchronous against synchronous --------------------- */
+
+static size_t plan_total(const cllm_plan_device *d) {
+    size_t n = 0;
+    for (int k = 0; k < CLLM_MEM_COUNT; k++) n += d->bytes[k];
+    return n;
+}
+
+static int vk_index(const cllm_plan *plan) {
+    for (int d = 0; d < plan->n_devices; d++) {
+        if (plan->devices[d].dev == g_vk) return d;
+    }
+    return -1;
+}
+
+/* Some layers on the device, not all: the budget of every layer halved
+ * until the plan splits them. */
+static cllm_plan *plan_split(const char *name, const char *path) {
+    cllm_plan *plan = plan_all(path);
+    const int vk = plan ? vk_index(plan) : -1;
+    if (vk < 0) {
+        CHECKF(false, "%s: no plan on %s", name, cllm_device_name(g_vk));
+        cllm_plan_free(plan);
+        return NULL;
+    }
+    size_t budget = plan_total(&plan->devices[vk]);
+    int on = plan->hp.n_layer;
+    for (int i = 0; i < 8 && on == plan->hp.n_layer; i++) {
+        budget /= 2;
+        cllm_plan_free(plan);
+        cllm_plan_params fp = cllm_plan_default_params();
+        fp.n_ctx = 128;
+        fp.n_batch = 32;
+        fp.n_threads = 2;
+        fp.use_mmap = false;
+        char mem[96];
+        snprintf(mem, sizeof(mem), "%s=%zu", cllm_device_name(g_vk), budget);
+        CHECK(cllm_plan_parse_mem(&fp, mem) == CLLM_OK);
+        plan = NULL;
+        if (cllm_plan_file(path, &fp, &plan) != CLLM_OK) {
+            CHECKF(false, "plan %s: %s", mem, cllm_last_error());
+            return NULL;
+        }
+        const int v = vk_index(plan);
+        on = v >= 0 ? plan->devices[v].n_layers : 0;
+    }
+    CHECKF(on > 0 && on < plan->hp.n_layer, "%s: %d of %d layers on %s", name, on,
+           (int)plan->hp.n_layer, cllm_device_name(g_vk));
+    fprintf(stderr, "%-24s %d of %d layers on %s (%zu bytes)\n", name, on, (int)plan->hp.n_layer,
+            cllm_device_name(g_vk), budget);
+    if (on > 0 && on < plan->hp.n_layer) return plan;
+    cllm_plan_free(plan);
+    return NULL;
+}
+
+/* The first n_tokens tokens of the text through a session with
+ * asynchronous transfers and one without, split between the device and
+ * the CPU. */
+static void test_split(const char *name, const char *path, size_t n_tokens) {
+    cllm_plan *plan = plan_split(name, path);
+    if (!plan) return;
+    run runs[2] = {{0}};
+    bool ok = true;
+    counts_reset();
+    for (int k = 0; k < 2 && ok; k++) {
+        /* read when the session makes its backends */
+        if (k == 1) setenv("CLLM_VULKAN_ASYNC", "0", 1);
+        ok = run_open(&runs[k], path, plan);
+        unsetenv("CLLM_VULKAN_ASYNC");
+    }
+    int32_t ids[128];
+    size_t n = 0;
+    if (ok) {
+        CHECK(cllm_tokenize(runs[0].m, k_text, strlen(k_text), true, false, ids, 128, &n) ==
+              CLLM_OK);
+        if (n > n_tokens) n = n_tokens;
+    }
+    const int64_t n_vocab = ok ? cllm_session_n_vocab(runs[0].s) : 0;
+    int steps = 0, differ = 0;
+    for (size_t i = 0; ok && i + 1 < n;) {
+        const size_t len = i % 9 == 4 && i + 2 < n ? 2 : 1;
+        for (int k = 0; k < 2 && ok; k++) {
+            const cllm_status st = cllm_session_decode(runs[k].s, &ids[i], len);
+            CHECKF(st == CLLM_OK, "%s: step %d: %s", name, steps, cllm_last_error());
+            ok = st == CLLM_OK;
+        }
+        if (ok) {
+            differ += memcmp(cllm_session_logits(runs[0].s), cllm_session_logits(runs[1].s),
+                             (size_t)n_vocab * sizeof(float)) != 0;
+        }
+        i += len;
+        steps++;
+    }
+    for (int k = 0; k < 2; k++) run_close(&runs[k]);
+    fprintf(stderr,
+            "%-24s %d steps split: logits of asynchronous and synchronous transfers differ at %d "
+            "steps; %llu uploads and %llu downloads queued, %llu and %llu behind work not waited "
+            "for\n",
+            name, steps, differ, g_up, g_down, g_up_behind, g_down_behind);
+    CHECK_EQ_INT(differ, 0);
+    /* the synchronous session queues nothing: every queued copy is the
+     * asynchronous one's; a download of the device's split waits only
+     * when the CPU reads it, an upload through the staging buffer is
+     * queued behind the ones before */
+    CHECKF(ok && steps > 0 && g_up + g_down > 0, "%s: no copy queued", name);
+    CHECKF(ok && g_up_behind + g_down_behind > 0,
+           "%s: every copy waited for the device's work before it", name);
+    cllm_plan_free(plan);
+}
+
+static void test_splits(void) {
+    const bool staged = getenv("CLLM_VULKAN_STAGING") != NULL;
+    static const struct {
+        const char *file;
+        size_t n_tokens;
+    } models[] = {{"stories260K.gguf", 16}, {"TinyLLama-v0.Q4_0.gguf", 8}};
+    for (size_t i = 0; i < sizeof(models) / sizeof(models[0]); i++) {
+        const char *const want[] = {models[i].file, NULL};
+        if ((staged && i > 0) || !refs_have(want)) continue;
+        char path[4096];
+        refs_model_path(path, sizeof(path), models[i].file);
+        test_split(models[i].file, path, models[i].n_tokens);
+    }
+}
+
 static void test_models(void) {
     /* TinyLLama-v0 takes about 2 s a token on lavapipe: a few tokens, and
      * not again with staged transfers (stories260K covers those);
@@ -276,8 +566,14 @@ int main(void) {
                       "libvulkan1 and a driver, e.g. mesa-vulkan-drivers)");
         return check_summary("test_vulkan_async");
     }
-    test_moving_views();
-    test_models();
+    /* TEST_VULKAN_ASYNC_ONLY=split: the split models alone */
+    const char *only = getenv("TEST_VULKAN_ASYNC_ONLY");
+    if (!only || strcmp(only, "split") != 0) {
+        test_moving_views();
+        test_models();
+    }
+    test_branches();
+    test_splits();
     CHECKF(g_errors == 0, "%d errors from the backend or the validation layer", g_errors);
     return check_summary("test_vulkan_async");
 }

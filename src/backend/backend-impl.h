@@ -108,10 +108,27 @@ struct cllm_backend_i {
     void (*free)(cllm_backend *be);
     /* (optional) workspace bytes needed to compute g; default: 0 */
     size_t (*get_workspace_size)(cllm_backend *be, const cllm_graph *g);
-    /* Computes the graph. be->workspace holds at least get_workspace_size bytes. */
+    /* Computes the graph. be->workspace holds at least get_workspace_size bytes.
+     * A backend with `synchronize` may return before the work is done (it is
+     * queued: the next compute, set_tensor_async and get_tensor_async come
+     * after it); the results are there once synchronize returns. */
     cllm_status (*graph_compute)(cllm_backend *be, cllm_graph *g);
-    /* (optional) default: nothing (synchronous) */
-    void (*synchronize)(cllm_backend *be);
+    /* (optional) waits for everything queued (compute and transfers) and
+     * completes the transfers' host side; an error if the device failed
+     * meanwhile; default: nothing (synchronous) */
+    cllm_status (*synchronize)(cllm_backend *be);
+    /* (optional, both or neither) transfers queued after the work queued
+     * before them, without waiting for it. set_tensor_async: `size` bytes
+     * of host memory `data` into tensor t (in this backend's device memory)
+     * at `offset`; `data` may be reused as soon as it returns.
+     * get_tensor_async: t's bytes into host memory `data`, which holds them
+     * once synchronize returns (the backend may write it at any time from
+     * the call until then, so the caller touches it not before). NULL: the
+     * synchronous cllm_tensor_set / cllm_tensor_get after synchronize. */
+    cllm_status (*set_tensor_async)(cllm_backend *be, cllm_tensor *t, const void *data,
+                                    size_t offset, size_t size);
+    cllm_status (*get_tensor_async)(cllm_backend *be, const cllm_tensor *t, void *data,
+                                    size_t offset, size_t size);
 };
 
 struct cllm_backend {
@@ -158,7 +175,7 @@ struct cllm_backend_reg {
  * was not bumped. The backends built into the library are compiled with it
  * and not checked; cllm_registry_add checks what a program adds.
  */
-#define CLLM_BACKEND_API_VERSION 2
+#define CLLM_BACKEND_API_VERSION 3
 
 /* The sizes of every struct a backend and the library share (the registry
  * entry's own size is reg_size). */

@@ -402,6 +402,7 @@ bool cllm_device_convert_weight(cllm_device *dev, cllm_tensor *t, void *scratch,
 
 void cllm_backend_free(cllm_backend *be) {
     if (!be) return;
+    (void)cllm_backend_synchronize(be); /* queued work may use the workspace */
     cllm_buffer_free(be->workspace);
     be->workspace = NULL;
     be->iface.free(be);
@@ -433,7 +434,7 @@ cllm_status cllm_backend_reserve_workspace_bytes(cllm_backend *be, size_t need) 
     return CLLM_OK;
 }
 
-cllm_status cllm_backend_graph_compute(cllm_backend *be, cllm_graph *g) {
+cllm_status cllm_backend_graph_compute_async(cllm_backend *be, cllm_graph *g) {
     for (int i = 0; i < g->n_nodes; i++) {
         const cllm_tensor *t = g->nodes[i];
         if (!t->data || !t->buffer || t->buffer->is_measure) {
@@ -450,13 +451,46 @@ cllm_status cllm_backend_graph_compute(cllm_backend *be, cllm_graph *g) {
             }
         }
     }
+    /* a new workspace replaces the one that queued work may still use */
+    if (cllm_backend_workspace_size(be, g) > cllm_backend_workspace_allocated(be))
+        CLLM_TRY(cllm_backend_synchronize(be));
     cllm_status st = cllm_backend_reserve_workspace(be, g);
     if (st != CLLM_OK) return st;
     return be->iface.graph_compute(be, g);
 }
 
-void cllm_backend_synchronize(cllm_backend *be) {
-    if (be->iface.synchronize) be->iface.synchronize(be);
+cllm_status cllm_backend_graph_compute(cllm_backend *be, cllm_graph *g) {
+    const cllm_status st = cllm_backend_graph_compute_async(be, g);
+    const cllm_status ss = cllm_backend_synchronize(be);
+    return st != CLLM_OK ? st : ss;
+}
+
+cllm_status cllm_backend_synchronize(cllm_backend *be) {
+    return be->iface.synchronize ? be->iface.synchronize(be) : CLLM_OK;
+}
+
+bool cllm_backend_has_async(const cllm_backend *be) {
+    return be->iface.set_tensor_async && be->iface.get_tensor_async;
+}
+
+cllm_status cllm_backend_tensor_set_async(cllm_backend *be, cllm_tensor *t, const void *data,
+                                          size_t offset, size_t size) {
+    check_io(t, offset, size, "tensor_set_async");
+    if (!size) return CLLM_OK;
+    if (cllm_backend_has_async(be)) return be->iface.set_tensor_async(be, t, data, offset, size);
+    CLLM_TRY(cllm_backend_synchronize(be));
+    cllm_tensor_set(t, data, offset, size);
+    return CLLM_OK;
+}
+
+cllm_status cllm_backend_tensor_get_async(cllm_backend *be, const cllm_tensor *t, void *data,
+                                          size_t offset, size_t size) {
+    check_io(t, offset, size, "tensor_get_async");
+    if (!size) return CLLM_OK;
+    if (cllm_backend_has_async(be)) return be->iface.get_tensor_async(be, t, data, offset, size);
+    CLLM_TRY(cllm_backend_synchronize(be));
+    cllm_tensor_get(t, data, offset, size);
+    return CLLM_OK;
 }
 
 /* ---- copies between buffers ------------------------------------------ */

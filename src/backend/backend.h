@@ -230,8 +230,30 @@ size_t cllm_backend_workspace_allocated(const cllm_backend *be);
  */
 cllm_status cllm_backend_graph_compute(cllm_backend *be, cllm_graph *g);
 
-/* Waits for queued work (no-op for synchronous backends). */
-void cllm_backend_synchronize(cllm_backend *be);
+/* Waits for queued work (no-op for synchronous backends); an error
+ * (CLLM_ERR_BACKEND) if it failed. */
+cllm_status cllm_backend_synchronize(cllm_backend *be);
+
+/*
+ * Asynchronous work (docs/vulkan.md, "Submission"), for the scheduler.
+ * cllm_backend_graph_compute_async: as cllm_backend_graph_compute, but a
+ * backend that queues its work (it has `synchronize`) may return before it
+ * is done; its results are there after cllm_backend_synchronize.
+ * cllm_backend_has_async: whether the backend queues transfers itself
+ * (set_tensor_async and get_tensor_async, backend-impl.h).
+ * cllm_backend_tensor_set_async: `size` bytes of `data` into t (in this
+ * backend's memory) at `offset`, after the work queued before; `data` may
+ * be reused on return. cllm_backend_tensor_get_async: t's bytes into
+ * `data`, which holds them once cllm_backend_synchronize returns and may be
+ * written at any time until then. Without the backend's slots both wait
+ * for its queue and copy at once.
+ */
+cllm_status cllm_backend_graph_compute_async(cllm_backend *be, cllm_graph *g);
+bool cllm_backend_has_async(const cllm_backend *be);
+cllm_status cllm_backend_tensor_set_async(cllm_backend *be, cllm_tensor *t, const void *data,
+                                          size_t offset, size_t size);
+cllm_status cllm_backend_tensor_get_async(cllm_backend *be, const cllm_tensor *t, void *data,
+                                          size_t offset, size_t size);
 
 /*
  * Copies the bytes of src (cllm_nbytes, from its data pointer) into dst,

@@ -13,6 +13,16 @@ typedef struct sched_copy {
     void *dst0_data;   /* instance 0's placement, restored between rotations */
     int backend;
     int split;
+    /* asynchronous copies (docs/vulkan.md, "Submission"): `from`, the
+     * backend whose memory holds src (-1: none of ours); issued after split
+     * `issue_after` (-1: before the first) once src is final there and the
+     * consumer's backend has no split left before `split` (so nothing
+     * between uses dst's bytes); `first_reader`: the first node of `split`
+     * that reads it, before which a download is waited for */
+    int from;
+    int issue_after;
+    int first_reader;
+    bool waits; /* this run: a download from `from`, waited for at first_reader */
 } sched_copy;
 
 typedef struct sched_split {
@@ -21,6 +31,7 @@ typedef struct sched_split {
     int first_copy; /* copies [first_copy, first_copy + n_copies) run before it */
     int n_copies;
     size_t copy_bytes;
+    int prev_same; /* the split before it on the same backend (-1: none) */
 } sched_split;
 
 typedef struct rewire {
@@ -50,6 +61,7 @@ struct cllm_sched {
     cllm_context *cctx; /* copy tensors */
     int cctx_cap;
     ptr_map where;         /* tensor -> backend (nodes, planned leafs) */
+    ptr_map written;       /* root tensor -> the last split so far that writes it */
     ptr_map planned_leafs; /* leafs planned last time (data there is ours) */
 
     sched_copy *copies;
@@ -180,6 +192,7 @@ void cllm_sched_free(cllm_sched *s) {
     cllm_galloc_free(s->galloc);
     cllm_context_free(s->cctx);
     map_free(&s->where);
+    map_free(&s->written);
     map_free(&s->planned_leafs);
     cllm_free(s->copies);
     cllm_free(s->splits);
@@ -354,11 +367,14 @@ static bool can_read(const cllm_sched *s, int b, cllm_tensor *t) {
     return rb == b || (rb >= 0 && cllm_device_supports_buft(dev_of(s, b), s->bufts[rb]));
 }
 
-/* The copy of `src` on backend b, made before split `split` if new. */
-static cllm_status get_copy(cllm_sched *s, cllm_tensor *src, int b, int split, cllm_tensor **out) {
+/* The copy of `src` on backend b (s->copies[*k]), made before split
+ * `split` if new. */
+static cllm_status get_copy(cllm_sched *s, cllm_tensor *src, int b, int split, cllm_tensor **out,
+                            int *k_out) {
     for (int k = 0; k < s->n_copies; k++) {
         if (s->copies[k].src == src && s->copies[k].backend == b) {
             *out = s->copies[k].dst[0];
+            *k_out = k;
             return CLLM_OK;
         }
     }
@@ -367,7 +383,14 @@ static cllm_status get_copy(cllm_sched *s, cllm_tensor *src, int b, int split, c
     if (cllm_context_n_tensors(s->cctx) + nc > s->cctx_cap) {
         return cllm_error(CLLM_ERR_NOMEM, "sched: more copies than planned (%d)", s->cctx_cap);
     }
-    sched_copy c = {.src = src, .backend = b, .split = split};
+    cllm_tensor *r = root_of(src);
+    const int ready = map_get(&s->written, r, -1);
+    sched_copy c = {.src = src,
+                    .backend = b,
+                    .split = split,
+                    .from = is_static(s, r) ? backend_of_static(s, r) : map_get(&s->where, r, -1),
+                    .issue_after = CLLM_MAX(ready, s->splits[split].prev_same),
+                    .first_reader = -1};
     c.dst = cllm_calloc((size_t)nc, sizeof(*c.dst));
     if (!c.dst) return cllm_error(CLLM_ERR_NOMEM, "sched: out of host memory");
     for (int i = 0; i < nc; i++) {
@@ -383,6 +406,7 @@ static cllm_status get_copy(cllm_sched *s, cllm_tensor *src, int b, int split, c
         c.dst[i] = d;
         map_set(&s->where, d, b);
     }
+    *k_out = s->n_copies;
     s->copies[s->n_copies++] = c;
     *out = c.dst[0];
     return CLLM_OK;
@@ -406,6 +430,9 @@ static cllm_status split_graph(cllm_sched *s, cllm_graph *g) {
     const size_t keys =
         ((size_t)n + (size_t)g->n_leafs) * (1 + CLLM_MAX_SRC * (size_t)s->params.n_copies) + 16;
     CLLM_TRY(map_reset(&s->where, keys));
+    CLLM_TRY(map_reset(&s->written, 2 * (size_t)n + 16)); /* nodes and cpy targets */
+    int last_of[CLLM_SCHED_MAX_BACKENDS];
+    for (int b = 0; b < CLLM_SCHED_MAX_BACKENDS; b++) last_of[b] = -1;
     /* at most one copy per source per backend, bounded by the sources */
     const int cap = (int)CLLM_MIN((int64_t)(n * CLLM_MAX_SRC + 16) * s->params.n_copies,
                                   (int64_t)INT32_MAX / 2);
@@ -428,8 +455,11 @@ static cllm_status split_graph(cllm_sched *s, cllm_graph *g) {
         if (b != cur) {
             CLLM_TRY(
                 grow((void **)&s->splits, &s->cap_splits, s->n_splits + 1, sizeof(*s->splits)));
-            s->splits[s->n_splits++] =
-                (sched_split){.backend = b, .first = s->n_split_nodes, .first_copy = s->n_copies};
+            s->splits[s->n_splits++] = (sched_split){.backend = b,
+                                                     .first = s->n_split_nodes,
+                                                     .first_copy = s->n_copies,
+                                                     .prev_same = last_of[b]};
+            last_of[b] = s->n_splits - 1;
             cur = b;
         }
         sched_split *sp = &s->splits[s->n_splits - 1];
@@ -439,11 +469,15 @@ static cllm_status split_graph(cllm_sched *s, cllm_graph *g) {
             if (can_read(s, b, src)) continue;
             const int before = s->n_copies;
             cllm_tensor *c = NULL;
-            CLLM_TRY(get_copy(s, src, b, s->n_splits - 1, &c));
+            int k = 0;
+            CLLM_TRY(get_copy(s, src, b, s->n_splits - 1, &c, &k));
+            sp = &s->splits[s->n_splits - 1];
             if (s->n_copies > before) {
                 sp->n_copies++;
                 sp->copy_bytes += cllm_nbytes(src);
             }
+            sched_copy *ck = &s->copies[k];
+            if (ck->split == s->n_splits - 1 && ck->first_reader < 0) ck->first_reader = sp->n;
             CLLM_TRY(
                 grow((void **)&s->rewires, &s->cap_rewires, s->n_rewires + 1, sizeof(*s->rewires)));
             s->rewires[s->n_rewires++] = (rewire){.node = t, .j = j, .orig = src};
@@ -451,6 +485,10 @@ static cllm_status split_graph(cllm_sched *s, cllm_graph *g) {
         }
         s->split_nodes[s->n_split_nodes++] = t;
         sp->n++;
+        /* what the split writes: the node, and a cpy's destination */
+        map_set(&s->written, root_of(t), s->n_splits - 1);
+        if (t->op == CLLM_OP_CPY && t->src[1])
+            map_set(&s->written, root_of(t->src[1]), s->n_splits - 1);
     }
     return CLLM_OK;
 }
@@ -625,7 +663,7 @@ static cllm_status compute_gated(cllm_sched *s, int b, const cllm_graph *sg, int
                 cllm_graph part = {
                     .n_nodes = i + 1 - from, .max_nodes = i + 1 - from, .nodes = sg->nodes + from};
                 CLLM_TRY(cllm_backend_graph_compute(s->backends[b], &part));
-                cllm_backend_synchronize(s->backends[b]);
+                CLLM_TRY(cllm_backend_synchronize(s->backends[b]));
                 from = i + 1;
                 ran = true;
             }
@@ -642,6 +680,84 @@ static cllm_status compute_gated(cllm_sched *s, int b, const cllm_graph *sg, int
     return CLLM_OK;
 }
 
+/* ---- running ------------------------------------------------------------ */
+
+/* Whether copy c is queued by a backend (an upload into a backend with
+ * asynchronous transfers from host memory, or a download from one into
+ * host memory) rather than made at once. */
+static bool copy_is_async(const cllm_sched *s, const sched_copy *c) {
+    const cllm_buffer *sb = c->src->buffer, *db = c->dst[0]->buffer;
+    if (cllm_buffer_type_is_host(sb->buft) && !sb->is_measure &&
+        cllm_backend_has_async(s->backends[c->backend]))
+        return true;
+    return cllm_buffer_type_is_host(db->buft) && !db->is_measure && c->from >= 0 &&
+           cllm_backend_has_async(s->backends[c->from]);
+}
+
+/* Issues copy c: queued where a backend can (copy_is_async), else made now,
+ * after both sides' queued work. */
+static cllm_status issue_copy(cllm_sched *s, sched_copy *c) {
+    cllm_tensor *src = c->src, *dst = c->dst[0];
+    const size_t n = cllm_nbytes(src);
+    c->waits = false;
+    if (n == 0 || src->data == dst->data) return CLLM_OK;
+    if (copy_is_async(s, c)) {
+        if (cllm_buffer_type_is_host(src->buffer->buft) && !src->buffer->is_measure &&
+            cllm_backend_has_async(s->backends[c->backend])) {
+            return cllm_backend_tensor_set_async(s->backends[c->backend], dst, src->data, 0, n);
+        }
+        c->waits = true;
+        return cllm_backend_tensor_get_async(s->backends[c->from], src, dst->data, 0, n);
+    }
+    if (c->from >= 0) {
+        CLLM_TRY(cllm_backend_synchronize(s->backends[c->from]));
+    } else {
+        for (int b = 0; b < s->n_backends; b++) CLLM_TRY(cllm_backend_synchronize(s->backends[b]));
+    }
+    CLLM_TRY(cllm_backend_synchronize(s->backends[c->backend]));
+    return cllm_tensor_copy(src, dst);
+}
+
+/* The queued copies to issue after split e (-1: before the first). */
+static cllm_status issue_after(cllm_sched *s, int e) {
+    for (int k = 0; k < s->n_copies; k++) {
+        sched_copy *c = &s->copies[k];
+        if (c->issue_after == e && c->split > e && copy_is_async(s, c)) CLLM_TRY(issue_copy(s, c));
+    }
+    return CLLM_OK;
+}
+
+/* Split i: the copies not queued before made, then its nodes, waiting for
+ * the downloads into it only before the first node that reads one. */
+static cllm_status run_split(cllm_sched *s, int i, int *gate) {
+    const sched_split *sp = &s->splits[i];
+    int first = sp->n;
+    bool wait[CLLM_SCHED_MAX_BACKENDS] = {false};
+    for (int k = sp->first_copy; k < sp->first_copy + sp->n_copies; k++) {
+        sched_copy *c = &s->copies[k];
+        if (!copy_is_async(s, c)) CLLM_TRY(issue_copy(s, c)); /* the others: queued before */
+        if (c->waits) {
+            wait[c->from] = true;
+            if (c->first_reader >= 0) first = CLLM_MIN(first, c->first_reader);
+        }
+    }
+    cllm_backend *be = s->backends[sp->backend];
+    cllm_graph sg = split_view(s, i);
+    if (s->n_gates) first = 0;
+    if (first > 0) {
+        cllm_graph part = {.n_nodes = first, .max_nodes = first, .nodes = sg.nodes};
+        CLLM_TRY(cllm_backend_graph_compute_async(be, &part));
+    }
+    for (int b = 0; b < s->n_backends; b++) {
+        if (wait[b]) CLLM_TRY(cllm_backend_synchronize(s->backends[b]));
+    }
+    if (first == sp->n) return CLLM_OK;
+    cllm_graph rest = {
+        .n_nodes = sp->n - first, .max_nodes = sp->n - first, .nodes = sg.nodes + first};
+    if (s->n_gates) return compute_gated(s, sp->backend, &rest, gate);
+    return cllm_backend_graph_compute_async(be, &rest);
+}
+
 cllm_status cllm_sched_graph_compute(cllm_sched *s, cllm_graph *g) {
     if (!g || g != s->g) {
         return cllm_error(CLLM_ERR_INVALID_ARG, "sched: compute of a graph not allocated");
@@ -651,20 +767,20 @@ cllm_status cllm_sched_graph_compute(cllm_sched *s, cllm_graph *g) {
     for (int k = 0; k < s->n_copies; k++) {
         sched_copy *c = &s->copies[k];
         c->dst[0]->data = inst == 0 ? c->dst0_data : c->dst[inst]->data;
+        c->waits = false;
     }
-    for (int i = 0; i < s->n_splits; i++) {
-        const sched_split *sp = &s->splits[i];
-        for (int k = sp->first_copy; k < sp->first_copy + sp->n_copies; k++) {
-            CLLM_TRY(cllm_tensor_copy(s->copies[k].src, s->copies[k].dst[0]));
-        }
-        cllm_graph sg = split_view(s, i);
-        if (s->n_gates) {
-            CLLM_TRY(compute_gated(s, sp->backend, &sg, &gate));
-        } else {
-            CLLM_TRY(cllm_backend_graph_compute(s->backends[sp->backend], &sg));
-        }
+    cllm_status st = issue_after(s, -1);
+    for (int i = 0; i < s->n_splits && st == CLLM_OK; i++) {
+        st = run_split(s, i, &gate);
+        if (st == CLLM_OK) st = issue_after(s, i);
     }
-    for (int b = 0; b < s->n_backends; b++) cllm_backend_synchronize(s->backends[b]);
+    /* everything queued done (also after a failure: nothing may run on
+     * into memory the caller reuses) */
+    for (int b = 0; b < s->n_backends; b++) {
+        const cllm_status ss = cllm_backend_synchronize(s->backends[b]);
+        if (st == CLLM_OK) st = ss;
+    }
+    if (st != CLLM_OK) return st;
     if (gate < s->n_gates) {
         return cllm_error(CLLM_ERR_INVALID_ARG, "sched: gate %d of %d (node %s) was not reached",
                           gate, s->n_gates, label(s->gates[gate].node));

@@ -284,7 +284,9 @@ static const struct cllm_backend_i k_cpu_backend_iface = {
     .free = cpu_backend_free,
     .get_workspace_size = cpu_backend_workspace_size,
     .graph_compute = cpu_backend_graph_compute,
-    .synchronize = NULL, /* compute is synchronous */
+    .synchronize = NULL,      /* compute is synchronous */
+    .set_tensor_async = NULL, /* cllm_tensor_set */
+    .get_tensor_async = NULL, /* cllm_tensor_get */
 };
 
 cllm_status cllm_backend_cpu_new(int n_threads, cllm_backend **out) {

@@ -307,7 +307,9 @@ static const struct cllm_backend_i k_test_backend_iface = {
     .free = test_backend_free,
     .get_workspace_size = test_backend_workspace_size,
     .graph_compute = test_backend_graph_compute,
-    .synchronize = NULL, /* compute is synchronous */
+    .synchronize = NULL,      /* compute is synchronous */
+    .set_tensor_async = NULL, /* cllm_tensor_set */
+    .get_tensor_async = NULL, /* cllm_tensor_get */
 };
 
 /* ---- device ------------------------------------------------------------ */

@@ -85,11 +85,208 @@ static void record_fill(VkCommandBuffer cb, void *arg) {
     vkCmdFillBuffer(cb, f->b, 0, f->size, f->word);
 }
 
+/* ---- asynchronous transfers -------------------------------------------- */
+
+VkResult vk_async_init(vk_dev *v) {
+    if (!v->timeline) return VK_SUCCESS;
+    const VkCommandBufferAllocateInfo cai = {.sType =
+                                                 VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO,
+                                             .commandPool = v->xfer_pool,
+                                             .level = VK_COMMAND_BUFFER_LEVEL_PRIMARY,
+                                             .commandBufferCount = VK_ASYNC_CBS};
+    return vkAllocateCommandBuffers(v->d, &cai, v->async_cbs);
+}
+
+VkResult vk_wait_value(vk_dev *v, uint64_t value) {
+    if (!v->timeline || value == 0) return VK_SUCCESS;
+    const VkSemaphoreWaitInfo wi = {.sType = VK_STRUCTURE_TYPE_SEMAPHORE_WAIT_INFO,
+                                    .semaphoreCount = 1,
+                                    .pSemaphores = &v->timeline,
+                                    .pValues = &value};
+    return vkWaitSemaphores(v->d, &wi, UINT64_MAX);
+}
+
+/* Waits for the oldest queued transfer and completes it. */
+static VkResult pend_complete_oldest(vk_dev *v) {
+    vk_pending *p = &v->pend[v->pend_first];
+    const VkResult r = vk_wait_value(v, p->value);
+    if (r != VK_SUCCESS) return r;
+    if (p->host) memcpy(p->host, p->from, p->size);
+    v->pend_first = (v->pend_first + 1) % VK_PENDING;
+    v->n_pend--;
+    return VK_SUCCESS;
+}
+
+VkResult vk_async_complete(vk_dev *v, uint64_t value) {
+    VkResult r = vk_wait_value(v, value);
+    while (r == VK_SUCCESS && v->n_pend && v->pend[v->pend_first].value <= value) {
+        r = pend_complete_oldest(v);
+    }
+    return r;
+}
+
+/* Every queued transfer completed (before the staging buffer is used
+ * whole). */
+static VkResult pend_drain(vk_dev *v) {
+    VkResult r = VK_SUCCESS;
+    while (r == VK_SUCCESS && v->n_pend) r = pend_complete_oldest(v);
+    if (r == VK_SUCCESS) v->ring_head = 0;
+    return r;
+}
+
+static VkResult pend_push(vk_dev *v, const vk_pending *p) {
+    VkResult r = VK_SUCCESS;
+    if (v->n_pend == VK_PENDING) r = pend_complete_oldest(v);
+    if (r == VK_SUCCESS) v->pend[(v->pend_first + v->n_pend++) % VK_PENDING] = *p;
+    return r;
+}
+
+/* `size` bytes of the staging buffer (at most all of it) that no queued
+ * transfer uses: those that do are waited for, oldest first. */
+static VkResult ring_alloc(vk_dev *v, size_t size, size_t *off) {
+    size_t at = (v->ring_head + 63) & ~(size_t)63;
+    if (at + size > VK_STAGING_BYTES) at = 0;
+    for (;;) {
+        bool busy = false;
+        for (int i = 0; i < v->n_pend && !busy; i++) {
+            const vk_pending *p = &v->pend[(v->pend_first + i) % VK_PENDING];
+            busy = p->staged && p->off < at + size && at < p->off + p->size;
+        }
+        if (!busy) break;
+        const VkResult r = pend_complete_oldest(v);
+        if (r != VK_SUCCESS) return r;
+    }
+    *off = at;
+    v->ring_head = at + size;
+    return VK_SUCCESS;
+}
+
+/* Queues a copy of `size` bytes between buffers, signalling the next
+ * timeline value (*value). */
+static VkResult submit_copy(vk_dev *v, VkBuffer src, size_t src_off, VkBuffer dst, size_t dst_off,
+                            size_t size, uint64_t *value) {
+    const int i = v->async_cb_next;
+    v->async_cb_next = (i + 1) % VK_ASYNC_CBS;
+    VkResult r = vk_wait_value(v, v->async_cb_value[i]); /* its last use */
+    const VkCommandBuffer cb = v->async_cbs[i];
+    if (r == VK_SUCCESS) r = vkResetCommandBuffer(cb, 0);
+    const VkCommandBufferBeginInfo bi = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO,
+                                         .flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT};
+    if (r == VK_SUCCESS) r = vkBeginCommandBuffer(cb, &bi);
+    if (r != VK_SUCCESS) return r;
+    /* after what ran before on the queue: its writes, and its reads of
+     * what the copy overwrites (an execution dependency) */
+    const VkMemoryBarrier before = {
+        .sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER,
+        .srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_WRITE_BIT,
+        .dstAccessMask = VK_ACCESS_TRANSFER_READ_BIT | VK_ACCESS_TRANSFER_WRITE_BIT};
+    vkCmdPipelineBarrier(cb, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT,
+                         VK_PIPELINE_STAGE_TRANSFER_BIT, 0, 1, &before, 0, NULL, 0, NULL);
+    const VkBufferCopy region = {.srcOffset = src_off, .dstOffset = dst_off, .size = size};
+    vkCmdCopyBuffer(cb, src, dst, 1, &region);
+    /* for the dispatches, the transfers and the host after it */
+    const VkMemoryBarrier after = {.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER,
+                                   .srcAccessMask = VK_ACCESS_TRANSFER_WRITE_BIT,
+                                   .dstAccessMask =
+                                       VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT |
+                                       VK_ACCESS_TRANSFER_READ_BIT | VK_ACCESS_TRANSFER_WRITE_BIT |
+                                       VK_ACCESS_HOST_READ_BIT};
+    vkCmdPipelineBarrier(cb, VK_PIPELINE_STAGE_TRANSFER_BIT,
+                         VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT |
+                             VK_PIPELINE_STAGE_HOST_BIT,
+                         0, 1, &after, 0, NULL, 0, NULL);
+    if ((r = vkEndCommandBuffer(cb)) != VK_SUCCESS) return r;
+    const uint64_t val = v->tl_last + 1;
+    const VkTimelineSemaphoreSubmitInfo ti = {.sType =
+                                                  VK_STRUCTURE_TYPE_TIMELINE_SEMAPHORE_SUBMIT_INFO,
+                                              .signalSemaphoreValueCount = 1,
+                                              .pSignalSemaphoreValues = &val};
+    const VkSubmitInfo si = {.sType = VK_STRUCTURE_TYPE_SUBMIT_INFO,
+                             .pNext = &ti,
+                             .commandBufferCount = 1,
+                             .pCommandBuffers = &cb,
+                             .signalSemaphoreCount = 1,
+                             .pSignalSemaphores = &v->timeline};
+    if ((r = vkQueueSubmit(v->queue, 1, &si, VK_NULL_HANDLE)) != VK_SUCCESS) return r;
+    v->tl_last = val;
+    v->async_cb_value[i] = val;
+    *value = val;
+    return VK_SUCCESS;
+}
+
+VkResult vk_async_upload(vk_dev *v, vk_buf *b, size_t off, const void *data, size_t size,
+                         uint64_t after, uint64_t *value) {
+    if (b->map) {
+        /* the host writes device memory: what was queued before may still
+         * read or write these bytes */
+        const VkResult r = vk_async_complete(v, after);
+        if (r == VK_SUCCESS) memcpy((char *)b->map + off, data, size);
+        *value = after;
+        return r;
+    }
+    /* through the staging buffer, in pieces of half of it (one is copied
+     * while the next is written) */
+    VkResult r = VK_SUCCESS;
+    for (size_t done = 0; done < size && r == VK_SUCCESS;) {
+        const size_t n = CLLM_MIN(size - done, VK_STAGING_BYTES / 2);
+        size_t at = 0;
+        r = ring_alloc(v, n, &at);
+        if (r != VK_SUCCESS) break;
+        memcpy((char *)v->staging_map + at, (const char *)data + done, n);
+        r = submit_copy(v, v->staging, at, b->b, off + done, n, value);
+        const vk_pending p = {.value = *value,
+                              .off = at,
+                              .size = n,
+                              .staged = true,
+                              .from = (char *)v->staging_map + at};
+        if (r == VK_SUCCESS) r = pend_push(v, &p);
+        done += n;
+    }
+    return r;
+}
+
+VkResult vk_async_download(vk_dev *v, vk_buf *b, size_t off, void *data, size_t size,
+                           uint64_t *value) {
+    if (b->map) {
+        /* copied from the mapped memory once everything queued is done */
+        const vk_pending p = {.value = v->tl_last,
+                              .off = 0,
+                              .size = size,
+                              .host = data,
+                              .from = (char *)b->map + off};
+        *value = v->tl_last;
+        return pend_push(v, &p);
+    }
+    VkResult r = VK_SUCCESS;
+    for (size_t done = 0; done < size && r == VK_SUCCESS;) {
+        const size_t n = CLLM_MIN(size - done, VK_STAGING_BYTES / 2);
+        size_t at = 0;
+        r = ring_alloc(v, n, &at);
+        if (r == VK_SUCCESS) r = submit_copy(v, b->b, off + done, v->staging, at, n, value);
+        const vk_pending p = {.value = *value,
+                              .off = at,
+                              .size = n,
+                              .staged = true,
+                              .host = (char *)data + done,
+                              .from = (char *)v->staging_map + at};
+        if (r == VK_SUCCESS) r = pend_push(v, &p);
+        done += n;
+    }
+    return r;
+}
+
 /* Copies `size` bytes between host memory and byte `off` of buffer b
  * through the staging buffer, in pieces. Device errors are logged (the
  * buffer interface's set and get return nothing). */
 static void staging_copy(vk_dev *v, vk_buf *b, size_t off, void *host, size_t size, bool upload) {
     pthread_mutex_lock(&v->lock);
+    /* the staging bytes of queued transfers are theirs until they are done */
+    const VkResult rd = pend_drain(v);
+    if (rd != VK_SUCCESS) {
+        cllm_log(CLLM_LOG_ERROR, "%s: waiting for transfers failed: %s", v->name,
+                 vk_result_str(rd));
+        size = 0;
+    }
     for (size_t done = 0; done < size;) {
         const size_t n = CLLM_MIN(size - done, VK_STAGING_BYTES);
         copy_args c = {.region = {.size = n}};

@@ -60,6 +60,7 @@ typedef struct vk_rec {
     int n_segs;
     VkCommandBuffer *cbs; /* [n_cbs]: one per segment, allocated as needed */
     int n_cbs, cap_cbs;
+    uint64_t busy; /* the timeline value after which its command buffers are free */
 } vk_rec;
 
 /* Recordings kept per backend: the scheduler passes one node array per
@@ -74,7 +75,17 @@ typedef struct vk_be {
     vk_dev *v;
     VkCommandPool pool;
     VkCommandBuffer cb; /* the command buffer record_node records into */
-    VkFence fence;
+    VkFence fence;      /* a device without timeline semaphores: compute waits for it */
+    /* asynchronous work (CLLM_VULKAN_ASYNC=0: off): compute returns once
+     * submitted, transfers are queued; `last`: the timeline value after
+     * which all that this backend queued is done; `waited`: the last value
+     * synchronize waited for */
+    bool async;
+    uint64_t last, waited;
+    /* counts, logged when the backend is freed: transfers queued, of them
+     * those queued while its earlier work was not waited for (overlap),
+     * and the waits of synchronize that had work to wait for */
+    uint64_t n_up, n_down, n_up_behind, n_down_behind, n_waits;
     /* ranges read and written since the last barrier */
     vk_range *reads, *writes;
     int n_reads, n_writes, cap;
@@ -579,14 +590,30 @@ static VkResult record_seg(vk_be *be, vk_rec *rec, int s) {
 }
 
 /* Submits n command buffers; the last submission of a graph signals the
- * fence, which then covers every earlier one on the queue. */
-static VkResult submit(vk_be *be, const VkCommandBuffer *cbs, int n, bool last) {
-    const VkSubmitInfo si = {.sType = VK_STRUCTURE_TYPE_SUBMIT_INFO,
-                             .commandBufferCount = (uint32_t)n,
-                             .pCommandBuffers = cbs};
+ * next timeline value (rec->busy, be->last), or without timeline
+ * semaphores the fence, which then covers every earlier one on the queue. */
+static VkResult submit(vk_be *be, vk_rec *rec, const VkCommandBuffer *cbs, int n, bool last) {
     vk_dev *v = be->v;
     pthread_mutex_lock(&v->lock);
-    const VkResult r = vkQueueSubmit(v->queue, 1, &si, last ? be->fence : VK_NULL_HANDLE);
+    const uint64_t val = v->tl_last + 1;
+    const bool signal = last && v->timeline;
+    const VkTimelineSemaphoreSubmitInfo ti = {.sType =
+                                                  VK_STRUCTURE_TYPE_TIMELINE_SEMAPHORE_SUBMIT_INFO,
+                                              .signalSemaphoreValueCount = 1,
+                                              .pSignalSemaphoreValues = &val};
+    const VkSubmitInfo si = {.sType = VK_STRUCTURE_TYPE_SUBMIT_INFO,
+                             .pNext = signal ? &ti : NULL,
+                             .commandBufferCount = (uint32_t)n,
+                             .pCommandBuffers = cbs,
+                             .signalSemaphoreCount = signal ? 1 : 0,
+                             .pSignalSemaphores = signal ? &v->timeline : NULL};
+    const VkResult r =
+        vkQueueSubmit(v->queue, 1, &si, last && !v->timeline ? be->fence : VK_NULL_HANDLE);
+    if (r == VK_SUCCESS && signal) {
+        v->tl_last = val;
+        rec->busy = val;
+        be->last = val;
+    }
     pthread_mutex_unlock(&v->lock);
     return r;
 }
@@ -598,7 +625,7 @@ static VkResult record_all(vk_be *be, vk_rec *rec, bool *submitted) {
     VkResult r = rec_reserve_cbs(be, rec, rec->n_segs);
     for (int s = 0; s < rec->n_segs && r == VK_SUCCESS; s++) {
         r = record_seg(be, rec, s);
-        if (r == VK_SUCCESS) r = submit(be, &rec->cbs[s], 1, s == rec->n_segs - 1);
+        if (r == VK_SUCCESS) r = submit(be, rec, &rec->cbs[s], 1, s == rec->n_segs - 1);
         if (r == VK_SUCCESS) *submitted = true;
     }
     return r;
@@ -610,7 +637,7 @@ static VkResult replay(vk_be *be, vk_rec *rec, bool *submitted) {
     for (int s = 0; s < rec->n_segs && r == VK_SUCCESS; s++) {
         if (rec->segs[s].dynamic) r = record_seg(be, rec, s);
     }
-    if (r == VK_SUCCESS) r = submit(be, rec->cbs, rec->n_segs, true);
+    if (r == VK_SUCCESS) r = submit(be, rec, rec->cbs, rec->n_segs, true);
     if (r == VK_SUCCESS) *submitted = true;
     return r;
 }
@@ -678,6 +705,19 @@ static const char *vk_backend_get_name(const cllm_backend *be) { return dev_of(b
 static void vk_backend_free(cllm_backend *be) {
     vk_be *ctx = be->context;
     vk_dev *v = ctx->v;
+    if (v->timeline) {
+        pthread_mutex_lock(&v->lock);
+        (void)vk_async_complete(v, ctx->last); /* its command buffers are free */
+        pthread_mutex_unlock(&v->lock);
+    }
+    if (ctx->n_up + ctx->n_down) {
+        cllm_log(CLLM_LOG_DEBUG,
+                 "%s: %llu uploads and %llu downloads queued, %llu and %llu of them behind work "
+                 "not waited for; %llu waits",
+                 v->name, (unsigned long long)ctx->n_up, (unsigned long long)ctx->n_down,
+                 (unsigned long long)ctx->n_up_behind, (unsigned long long)ctx->n_down_behind,
+                 (unsigned long long)ctx->n_waits);
+    }
     if (ctx->n_recorded + ctx->n_replayed) {
         cllm_log(CLLM_LOG_DEBUG,
                  "%s: %llu graphs recorded, %llu replayed; %llu of %llu nodes recorded in %.3f ms; "
@@ -776,6 +816,12 @@ static cllm_status vk_backend_graph_compute(cllm_backend *be, cllm_graph *g) {
     }
     vk_rec *rec = rec_for(ctx, g);
     rec->used = ++ctx->n_computes;
+    /* its command buffers, submitted before, may still run */
+    VkResult r = vk_wait_value(v, rec->busy);
+    if (r != VK_SUCCESS) {
+        rec->valid = false;
+        return cllm_error(CLLM_ERR_BACKEND, "%s: waiting failed: %s", v->name, vk_result_str(r));
+    }
     const vk_plan plan = plan_of(ctx, rec, n_work);
     const bool again = plan == VK_REPLAY;
     if (!rec_reserve(rec, n_work)) {
@@ -790,11 +836,16 @@ static cllm_status vk_backend_graph_compute(cllm_backend *be, cllm_graph *g) {
     memcpy(rec->sig, ctx->cur_sig, (size_t)n_work * sizeof(*rec->sig));
 
     bool submitted = false;
-    VkResult r = again ? replay(ctx, rec, &submitted) : record_all(ctx, rec, &submitted);
-    if (r == VK_SUCCESS) {
+    r = again ? replay(ctx, rec, &submitted) : record_all(ctx, rec, &submitted);
+    if (r == VK_SUCCESS && !v->timeline) {
         r = vkWaitForFences(v->d, 1, &ctx->fence, VK_TRUE, UINT64_MAX);
         vkResetFences(v->d, 1, &ctx->fence);
-    } else if (submitted) {
+    } else if (r == VK_SUCCESS && !ctx->async) {
+        pthread_mutex_lock(&v->lock);
+        r = vk_async_complete(v, ctx->last);
+        pthread_mutex_unlock(&v->lock);
+        ctx->waited = ctx->last;
+    } else if (r != VK_SUCCESS && submitted) {
         /* what went to the queue must be done before its command buffers
          * are recorded again */
         pthread_mutex_lock(&v->lock);
@@ -814,12 +865,94 @@ static cllm_status vk_backend_graph_compute(cllm_backend *be, cllm_graph *g) {
     return CLLM_OK;
 }
 
+/* ---- asynchronous work ------------------------------------------------- */
+
+static cllm_status vk_backend_synchronize(cllm_backend *be) {
+    vk_be *ctx = be->context;
+    vk_dev *v = ctx->v;
+    if (ctx->last <= ctx->waited) return CLLM_OK;
+    pthread_mutex_lock(&v->lock);
+    const VkResult r = vk_async_complete(v, ctx->last);
+    pthread_mutex_unlock(&v->lock);
+    ctx->waited = ctx->last;
+    ctx->n_waits++;
+    if (r != VK_SUCCESS) {
+        return cllm_error(CLLM_ERR_BACKEND, "%s: waiting for queued work failed: %s", v->name,
+                          vk_result_str(r));
+    }
+    return CLLM_OK;
+}
+
+/* The device buffer of t, or NULL (a tensor of another device's memory). */
+static vk_buf *async_buf(const vk_be *ctx, const cllm_tensor *t) {
+    return in_device(ctx->v, t) ? t->buffer->context : NULL;
+}
+
+static cllm_status vk_backend_set_tensor_async(cllm_backend *be, cllm_tensor *t, const void *data,
+                                               size_t offset, size_t size) {
+    vk_be *ctx = be->context;
+    vk_dev *v = ctx->v;
+    vk_buf *b = async_buf(ctx, t);
+    if (!b) {
+        CLLM_TRY(vk_backend_synchronize(be));
+        cllm_tensor_set(t, data, offset, size);
+        return CLLM_OK;
+    }
+    pthread_mutex_lock(&v->lock);
+    const bool behind = ctx->last > ctx->waited;
+    uint64_t value = 0;
+    const VkResult r =
+        vk_async_upload(v, b, vk_tensor_offset(t) + offset, data, size, ctx->last, &value);
+    pthread_mutex_unlock(&v->lock);
+    if (r != VK_SUCCESS) {
+        return cllm_error(CLLM_ERR_BACKEND, "%s: an upload of %s failed: %s", v->name, t->name,
+                          vk_result_str(r));
+    }
+    ctx->n_up++;
+    if (b->map) {
+        ctx->waited = CLLM_MAX(ctx->waited, value); /* it waited, then wrote */
+    } else {
+        ctx->n_up_behind += behind;
+        ctx->last = CLLM_MAX(ctx->last, value);
+    }
+    return CLLM_OK;
+}
+
+static cllm_status vk_backend_get_tensor_async(cllm_backend *be, const cllm_tensor *t, void *data,
+                                               size_t offset, size_t size) {
+    vk_be *ctx = be->context;
+    vk_dev *v = ctx->v;
+    vk_buf *b = async_buf(ctx, t);
+    if (!b) {
+        CLLM_TRY(vk_backend_synchronize(be));
+        cllm_tensor_get(t, data, offset, size);
+        return CLLM_OK;
+    }
+    pthread_mutex_lock(&v->lock);
+    const bool behind = ctx->last > ctx->waited;
+    uint64_t value = 0;
+    VkResult r = vk_async_download(v, b, vk_tensor_offset(t) + offset, data, size, &value);
+    /* from mapped memory after what was waited for already: at once */
+    if (r == VK_SUCCESS && value <= ctx->waited) r = vk_async_complete(v, value);
+    pthread_mutex_unlock(&v->lock);
+    if (r != VK_SUCCESS) {
+        return cllm_error(CLLM_ERR_BACKEND, "%s: a download of %s failed: %s", v->name, t->name,
+                          vk_result_str(r));
+    }
+    ctx->n_down++;
+    ctx->n_down_behind += behind;
+    ctx->last = CLLM_MAX(ctx->last, value);
+    return CLLM_OK;
+}
+
 static const struct cllm_backend_i k_vk_backend_iface = {
     .get_name = vk_backend_get_name,
     .free = vk_backend_free,
     .get_workspace_size = vk_backend_get_workspace_size,
     .graph_compute = vk_backend_graph_compute,
-    .synchronize = NULL, /* compute waits for its fence */
+    .synchronize = vk_backend_synchronize,
+    .set_tensor_async = vk_backend_set_tensor_async,
+    .get_tensor_async = vk_backend_get_tensor_async,
 };
 
 cllm_status vk_backend_new(vk_dev *v, cllm_backend **out) {
@@ -840,6 +973,15 @@ cllm_status vk_backend_new(vk_dev *v, cllm_backend **out) {
     const VkFenceCreateInfo fci = {.sType = VK_STRUCTURE_TYPE_FENCE_CREATE_INFO};
     if (r == VK_SUCCESS) r = vkCreateFence(v->d, &fci, NULL, &ctx->fence);
     be->iface = k_vk_backend_iface;
+    /* without timeline semaphores, or CLLM_VULKAN_ASYNC=0: compute waits,
+     * transfers are the buffers' own (synchronous) */
+    const char *async = getenv("CLLM_VULKAN_ASYNC");
+    ctx->async = v->timeline && !(async && !strcmp(async, "0"));
+    if (!ctx->async) {
+        be->iface.synchronize = NULL;
+        be->iface.set_tensor_async = NULL;
+        be->iface.get_tensor_async = NULL;
+    }
     be->device = &v->dev;
     be->context = ctx;
     if (r != VK_SUCCESS) {

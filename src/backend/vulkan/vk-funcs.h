@@ -60,11 +60,16 @@
     X(vkCreateFence)                                                                               \
     X(vkDestroyFence)                                                                              \
     X(vkWaitForFences)                                                                             \
-    X(vkResetFences)
+    X(vkResetFences)                                                                               \
+    X(vkCreateSemaphore)                                                                           \
+    X(vkDestroySemaphore)
 
-/* Extension functions (NULL where the extension is absent). */
+/* Extension functions (NULL where the extension is absent), and those of
+ * Vulkan 1.2 (timeline semaphores: used only where the device has them). */
 #define VK_EXT_FUNCS(X)                                                                            \
     X(vkCmdPushDescriptorSetKHR)                                                                   \
+    X(vkWaitSemaphores)                                                                            \
+    X(vkGetSemaphoreCounterValue)                                                                  \
     X(vkCreateDebugUtilsMessengerEXT)                                                              \
     X(vkDestroyDebugUtilsMessengerEXT)
 

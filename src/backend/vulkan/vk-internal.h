@@ -104,6 +104,23 @@ typedef struct vk_push {
 } vk_push;
 _Static_assert(sizeof(vk_push) == 128, "push constants: 128 bytes");
 
+/* Command buffers of queued transfers, reused round robin. */
+#define VK_ASYNC_CBS 16
+/* Transfers queued and not yet completed on the host side, at most. */
+#define VK_PENDING 64
+
+/* A queued transfer (buffer.c): done once the timeline reaches `value`;
+ * a staged one holds staging bytes [off, off + size) until then; a
+ * download's host copy (`size` bytes from `from` to `host`) is made when it
+ * is completed. */
+typedef struct vk_pending {
+    uint64_t value;
+    size_t off, size;
+    bool staged;
+    void *host;       /* a download's destination (NULL: an upload) */
+    const void *from; /* its source: the staging bytes or mapped memory */
+} vk_pending;
+
 typedef struct vk_dev {
     cllm_device dev;
     cllm_buffer_type buft;
@@ -137,6 +154,17 @@ typedef struct vk_dev {
     VkBuffer staging;
     VkDeviceMemory staging_mem;
     void *staging_map;
+    /* asynchronous work (buffer.c): the timeline semaphore every queued
+     * graph and transfer signals (VK_NULL_HANDLE: the device has none, and
+     * everything waits as it goes), under `lock` */
+    VkSemaphore timeline;
+    uint64_t tl_last; /* the last value a submission signals */
+    VkCommandBuffer async_cbs[VK_ASYNC_CBS];
+    uint64_t async_cb_value[VK_ASYNC_CBS]; /* when each is free again */
+    int async_cb_next;
+    vk_pending pend[VK_PENDING]; /* a ring, oldest first */
+    int pend_first, n_pend;
+    size_t ring_head; /* where the next staging region starts */
     VkDescriptorSetLayout dsl;
     VkPipelineLayout layout;
     VkPipeline pipes[VK_PIPE_COUNT];
@@ -170,6 +198,25 @@ void vk_mem_init(vk_dev *v);
  * on devices devs[0..n): test knobs (docs/vulkan.md, Memory; int8=1 where
  * the device has integer dot products). */
 cllm_status vk_mem_set_params(vk_dev *devs, int n, const char *params);
+
+/* Asynchronous transfers, with v->lock held (docs/vulkan.md,
+ * "Submission"). vk_async_init: the transfers' command buffers.
+ * vk_wait_value: waits until the timeline reaches `value`.
+ * vk_async_complete: waits for `value` and completes every transfer queued
+ * up to it (downloads copied to the host). vk_async_upload / download:
+ * `size` bytes between host memory and byte `off` of buffer b, queued
+ * after everything before on the device; *value: the timeline value after
+ * which they are done (the upload's source may be reused at once; the
+ * download's destination is written when completed). `after`: what the
+ * caller queued and has not waited for (a mapped upload waits for it,
+ * since it writes device memory from the host). */
+VkResult vk_async_init(vk_dev *v);
+VkResult vk_wait_value(vk_dev *v, uint64_t value);
+VkResult vk_async_complete(vk_dev *v, uint64_t value);
+VkResult vk_async_upload(vk_dev *v, vk_buf *b, size_t off, const void *data, size_t size,
+                         uint64_t after, uint64_t *value);
+VkResult vk_async_download(vk_dev *v, vk_buf *b, size_t off, void *data, size_t size,
+                           uint64_t *value);
 
 /* ---- ops.c ------------------------------------------------------------- */
 

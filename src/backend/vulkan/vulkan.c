@@ -318,6 +318,16 @@ static bool device_init(vk_dev *v, VkPhysicalDevice pd, int index) {
     const char *int8 = getenv("CLLM_VULKAN_INT8");
     v->int8 = v->has_int8 && !(int8 && !strcmp(int8, "0"));
     if (!push && !why) why = "no VK_KHR_push_descriptor";
+    /* timeline semaphores (Vulkan 1.2): asynchronous transfers and compute */
+    VkPhysicalDeviceTimelineSemaphoreFeatures tl = {
+        .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_TIMELINE_SEMAPHORE_FEATURES};
+    if (v->props.apiVersion >= VK_API_VERSION_1_2 && vkWaitSemaphores &&
+        vkGetSemaphoreCounterValue) {
+        VkPhysicalDeviceFeatures2 f2 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2,
+                                        .pNext = &tl};
+        vkGetPhysicalDeviceFeatures2(pd, &f2);
+    }
+    const bool has_timeline = tl.timelineSemaphore;
 
     uint32_t n_q = 0;
     vkGetPhysicalDeviceQueueFamilyProperties(pd, &n_q, NULL);
@@ -378,11 +388,18 @@ static bool device_init(vk_dev *v, VkPhysicalDevice pd, int index) {
     uint32_t n_exts = 1;
     if (v->has_budget) exts[n_exts++] = VK_EXT_MEMORY_BUDGET_EXTENSION_NAME;
     if (v->has_int8) exts[n_exts++] = VK_KHR_SHADER_INTEGER_DOT_PRODUCT_EXTENSION_NAME;
-    const VkPhysicalDeviceShaderIntegerDotProductFeatures dot_on = {
+    VkPhysicalDeviceTimelineSemaphoreFeatures tl_on = {
+        .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_TIMELINE_SEMAPHORE_FEATURES,
+        .timelineSemaphore = VK_TRUE};
+    VkPhysicalDeviceShaderIntegerDotProductFeatures dot_on = {
         .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_INTEGER_DOT_PRODUCT_FEATURES,
+        .pNext = has_timeline ? &tl_on : NULL,
         .shaderIntegerDotProduct = VK_TRUE};
+    const void *features = v->has_int8    ? (const void *)&dot_on
+                           : has_timeline ? (const void *)&tl_on
+                                          : NULL;
     const VkDeviceCreateInfo dci = {.sType = VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO,
-                                    .pNext = v->has_int8 ? &dot_on : NULL,
+                                    .pNext = features,
                                     .queueCreateInfoCount = 1,
                                     .pQueueCreateInfos = &qci,
                                     .enabledExtensionCount = n_exts,
@@ -408,6 +425,16 @@ static bool device_init(vk_dev *v, VkPhysicalDevice pd, int index) {
     if (r == VK_SUCCESS) r = vkAllocateCommandBuffers(v->d, &cai, &v->xfer_cb);
     const VkFenceCreateInfo fci = {.sType = VK_STRUCTURE_TYPE_FENCE_CREATE_INFO};
     if (r == VK_SUCCESS) r = vkCreateFence(v->d, &fci, NULL, &v->xfer_fence);
+    if (r == VK_SUCCESS && has_timeline) {
+        const VkSemaphoreTypeCreateInfo sti = {.sType =
+                                                   VK_STRUCTURE_TYPE_SEMAPHORE_TYPE_CREATE_INFO,
+                                               .semaphoreType = VK_SEMAPHORE_TYPE_TIMELINE,
+                                               .initialValue = 0};
+        const VkSemaphoreCreateInfo sci = {.sType = VK_STRUCTURE_TYPE_SEMAPHORE_CREATE_INFO,
+                                           .pNext = &sti};
+        r = vkCreateSemaphore(v->d, &sci, NULL, &v->timeline);
+    }
+    if (r == VK_SUCCESS) r = vk_async_init(v);
     if (r == VK_SUCCESS && !v->mapped) {
         const VkBufferCreateInfo bci = {.sType = VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO,
                                         .size = VK_STAGING_BYTES,

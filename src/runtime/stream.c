@@ -301,8 +301,8 @@ static void pool_run(rd_pool *pool, int fd, bool direct, rd_piece *p, int n) {
 static int split_pieces(rd_piece *p, uint64_t off, size_t len, size_t need, char *dst,
                         size_t piece) {
     int n = 0;
-    for (size_t at = 0; at < len; at += piece, n++) {
-        const size_t l = CLLM_MIN(piece, len - at);
+    for (size_t at = 0, l = 0; at < len; at += l, n++) {
+        l = CLLM_MIN(piece, len - at);
         p[n] = (rd_piece){.off = off + at,
                           .len = l,
                           .need = need > at ? CLLM_MIN(need - at, l) : 0,
@@ -356,6 +356,7 @@ struct cllm_stream {
     char read_err[512]; /* its message */
     uint64_t bytes_read;
     double wait_s;
+    double read_s; /* the I/O thread's time in reads */
 
     /* the pass in progress */
     cllm_sched_gate *gates;
@@ -377,9 +378,16 @@ static bool read_layer(cllm_stream *st, const cllm_stream_layer *sl, char *slot,
             const cllm_stream_run *run = &lay->runs[r];
             n += split_pieces(st->pieces + n, run->file_off, run->len,
                               (size_t)(run->need_end - run->file_off), slot + run->slot_off,
-                              st->piece);
+                              st->direct ? st->piece : run->len);
         }
-        pool_run(&st->pool, st->fd, st->direct, st->pieces, n);
+        if (st->direct) {
+            pool_run(&st->pool, st->fd, true, st->pieces, n);
+        } else {
+            /* buffered: one reader, whole runs, so that the kernel's
+             * readahead runs ahead of it (several readers, each dropping
+             * what it read, measured at half the rate: bench_read) */
+            for (int i = 0; i < n; i++) read_piece(st->fd, false, &st->pieces[i]);
+        }
         bool refused = false;
         int e = 0;
         uint64_t got = 0;
@@ -499,7 +507,9 @@ static void *io_main(void *arg) {
         char *slot = (char *)st->ring + (size_t)s * lay->slot_bytes;
         uint64_t n_read = 0;
         err[0] = '\0';
+        const double t_read = now_s();
         bool ok = read_layer(st, sl, slot, &n_read, err, sizeof(err));
+        const double dt_read = now_s() - t_read;
         /* a file overwritten in place reads other bytes: refused, as a
          * truncated one (written back as it was, it reads well again) */
         if (ok && !same_as_first(st, j, slot)) {
@@ -520,6 +530,7 @@ static void *io_main(void *arg) {
         pthread_mutex_lock(&st->mu);
         st->reading = false;
         st->bytes_read += n_read;
+        st->read_s += dt_read;
         st->direct_seen = st->direct;
         if (st->gen == gen) {
             st->slot_layer[s] = j;
@@ -709,6 +720,14 @@ void cllm_stream_stats(const cllm_stream *st, uint64_t *bytes_read, double *wait
     pthread_mutex_unlock(&m->mu);
 }
 
+double cllm_stream_read_seconds(const cllm_stream *st) {
+    cllm_stream *m = (cllm_stream *)st;
+    pthread_mutex_lock(&m->mu);
+    const double t = m->read_s;
+    pthread_mutex_unlock(&m->mu);
+    return t;
+}
+
 /* The gate callback: wait for streamed layer j, or release its slot. */
 static cllm_status gate(void *user, int j, bool after) {
     cllm_stream *st = user;
@@ -893,8 +912,14 @@ cllm_status cllm_stream_probe_read(const char *path, size_t max_bytes, size_t ch
         const uint64_t off = (n_chunks / want) * c * CHUNK;
         const size_t len = (size_t)CLLM_MIN((uint64_t)CHUNK, size > off ? size - off : 0);
         if (!len) break;
-        const int n = split_pieces(pieces, off, len, len, buf, piece);
-        pool_run(&pool, fd, dio, pieces, n);
+        /* buffered, as the stream reads: one reader, whole chunks */
+        const bool serial = !dio && queue_depth <= 0;
+        const int n = split_pieces(pieces, off, len, len, buf, serial ? len : piece);
+        if (serial) {
+            for (int i = 0; i < n; i++) read_piece(fd, false, &pieces[i]);
+        } else {
+            pool_run(&pool, fd, dio, pieces, n);
+        }
         for (int i = 0; i < n; i++) {
             if (pieces[i].err == EINVAL && dio) {
                 /* direct I/O refused: buffered from here, this chunk again */

@@ -37,10 +37,11 @@
  * Reading. With O_DIRECT where the file system takes it (no page cache at
  * all); else pread() followed by posix_fadvise(DONTNEED), which drops the
  * pages read from the cache (the file opened with POSIX_FADV_SEQUENTIAL, so
- * the kernel's readahead runs ahead of the reads). A layer's runs are
- * split into pieces (CLLM_STREAM_PIECE bytes) that a pool of readers reads
- * at once (CLLM_STREAM_QD in flight: the I/O thread and QD - 1 others), as
- * a device with a queue of its own is fastest when it is kept full. A read error or a file that is
+ * the kernel's readahead runs ahead of the reads, each run read whole by
+ * the I/O thread). With direct I/O a layer's runs are split into pieces
+ * (CLLM_STREAM_PIECE bytes) that a pool of readers reads at once
+ * (CLLM_STREAM_QD in flight: the I/O thread and QD - 1 others), as a
+ * device with a queue of its own is fastest when it is kept full. A read error or a file that is
  * now shorter is returned from the wait as CLLM_ERR_IO naming the layer; the pass stops,
  * cllm_stream_end(st, false) resets the ring, and the next pass opens the
  * path again and reads from layer 0 (so a restored file works again, whether
@@ -151,6 +152,9 @@ void cllm_stream_end(cllm_stream *st, cllm_sched *sched, bool ok);
 /* Totals since the stream was made: bytes read from the file, and seconds
  * the executor waited for a layer. */
 void cllm_stream_stats(const cllm_stream *st, uint64_t *bytes_read, double *wait_s);
+/* Seconds the I/O thread spent reading (bytes_read over it: the rate its
+ * reads achieved, waits for a free slot left out). Thread-safe. */
+double cllm_stream_read_seconds(const cllm_stream *st);
 
 /*
  * Reads `size` bytes at file offset `off` of `fd` (opened with O_DIRECT)
@@ -173,7 +177,8 @@ cllm_status cllm_stream_probe_read_bw(const char *path, size_t max_bytes, size_t
                                       double *bytes_per_s, bool *direct);
 /* The same with the reads in flight and the piece size given (0: those of
  * the stream), and buffered reads (the page cache, with readahead) when
- * `buffered`: for benchmarks. */
+ * `buffered` (queue_depth 0: as the stream reads buffered, one reader and
+ * whole chunks): for benchmarks. */
 cllm_status cllm_stream_probe_read(const char *path, size_t max_bytes, size_t chunk,
                                    int queue_depth, size_t piece, bool buffered,
                                    double *bytes_per_s, bool *direct);

@@ -8,7 +8,7 @@
  * through cllm_stream_probe_read, the probe that sets the plan's bound.
  *
  *   bench_read FILE [-s MiB read per run (256)] [-c chunk MiB (32)]
- *                   [-p piece KiB (the stream's)] [-r rounds (3)]
+ *                   [-p piece KiB (4096; the stream's own)] [-r rounds (3)]
  *                   [-b budget MiB (0: none)] [-n tokens (8)]
  *
  * The chunk is what a ring slot takes (a streamed layer); the runs of one
@@ -128,21 +128,24 @@ int main(int argc, char **argv) {
     }
     const size_t piece = piece_kib << 10;
     const size_t chunk = chunk_mib << 20;
+    /* the queue depths in pieces of -p, else 4 MiB (the largest request
+     * of many block devices: max_sectors_kb) */
+    const size_t sweep_piece = piece ? piece : (size_t)4 << 20;
     rd_case cases[MAX_CASES];
     int n = 0;
     static const int qds[] = {1, 2, 4, 8, 16, 32};
     static char names[6][32];
     for (int i = 0; i < 6; i++) {
         snprintf(names[i], sizeof(names[i]), "direct qd %d", qds[i]);
-        cases[n++] = (rd_case){.name = names[i], .qd = qds[i], .piece = piece};
+        cases[n++] = (rd_case){.name = names[i], .qd = qds[i], .piece = sweep_piece};
     }
     /* one read per chunk, no pieces: as the stream read before it had pieces */
     cases[n++] = (rd_case){.name = "direct, one read per chunk", .qd = 1, .piece = chunk};
     /* one read per chunk, no pieces: plain sequential reads with readahead */
     cases[n++] =
         (rd_case){.name = "buffered sequential", .qd = 1, .piece = chunk, .buffered = true};
-    cases[n++] =
-        (rd_case){.name = "buffered, pieces at qd 8", .qd = 8, .piece = piece, .buffered = true};
+    cases[n++] = (rd_case){
+        .name = "buffered, pieces at qd 8", .qd = 8, .piece = sweep_piece, .buffered = true};
     cases[n++] = (rd_case){.name = "the stream's method", .qd = 0, .piece = piece};
     const int model_case = budget_mib ? n : -1;
     int n_streamed = 0;
@@ -170,10 +173,10 @@ int main(int argc, char **argv) {
             cases[c].mbs[r] = bps / 1e6;
         }
     }
-    printf("%s: %zu MiB per run in chunks of %zu MiB, pieces of %zu KiB (stream default: qd %d, "
-           "%zu KiB), %d rounds\n",
-           path, mib, chunk_mib, (piece ? piece : CLLM_STREAM_PIECE) >> 10, CLLM_STREAM_QD,
-           CLLM_STREAM_PIECE >> 10, rounds);
+    printf("%s: %zu MiB per run in chunks of %zu MiB, qd rows in pieces of %zu KiB, the "
+           "stream's in %zu KiB at qd %d, %d rounds\n",
+           path, mib, chunk_mib, sweep_piece >> 10, (piece ? piece : CLLM_STREAM_PIECE) >> 10,
+           CLLM_STREAM_QD, rounds);
     if (budget_mib) {
         printf("model run: budget %zu MiB, %d layers streamed, %d tokens\n", budget_mib, n_streamed,
                n_tokens);

@@ -40,12 +40,13 @@
  * the kernel's readahead runs ahead of the reads, each run read whole by
  * the I/O thread). With direct I/O a layer's runs are split into pieces
  * (CLLM_STREAM_PIECE bytes) that a pool of readers reads at once
- * (CLLM_STREAM_QD in flight: the I/O thread and QD - 1 others). The
- * defaults read each run whole, its runs at once: on the one machine
- * measured (a virtual disk, bench/results/2026-12-07-zen3-reads.md) one
- * large direct read, which the kernel already splits into requests in
- * flight together, was no slower than 4 MiB pieces at 8 in flight. A read
- * error or a file that is now shorter is returned from the wait as CLLM_ERR_IO naming the layer;
+ * (CLLM_STREAM_QD in flight: the I/O thread and QD - 1 others). On the one
+ * machine measured (a virtual disk, bench/results/2026-12-07-zen3-reads.md)
+ * 4 MiB pieces at 8 in flight gave the I/O thread 1.10x the rate of whole
+ * runs with the CPUs less loaded, 0.93x with them loaded far beyond their
+ * count: the kernel already splits one large direct read into requests in
+ * flight together, so the gain is small there. A read error or a file that
+ * is now shorter is returned from the wait as CLLM_ERR_IO naming the layer;
  * the pass stops, cllm_stream_end(st, false) resets the ring, and the next pass opens the path
  * again and reads from layer 0 (so a restored file works again, whether written back in place or
  * renamed over the path). The bytes of each layer are summed at its first read and every later read
@@ -67,9 +68,9 @@
 #define CLLM_STREAM_MAX_SLOTS 64
 #define CLLM_STREAM_MAX_QD    32 /* reads in flight at most */
 /* The defaults of the reads (bench_read's figures, bench/results): reads
- * in flight, and bytes per read (a run of a layer is rarely larger). */
-#define CLLM_STREAM_QD    4
-#define CLLM_STREAM_PIECE ((size_t)64 << 20)
+ * in flight, and bytes per read. */
+#define CLLM_STREAM_QD    8
+#define CLLM_STREAM_PIECE ((size_t)4 << 20)
 
 /* A run of file bytes read with one call into a slot. */
 typedef struct cllm_stream_run {

@@ -17,7 +17,11 @@
  *    CLLM_ERR_IO from decode (and from cllm_model_check), and decodes again
  *    once the file is restored (in place, or renamed over);
  *  - refuses a budget too small for the ring, the state and the compute
- *    with an error that says so.
+ *    with an error that says so;
+ *  - reads the same bytes with several reads in flight in pieces that no
+ *    run is a multiple of (cllm_stream_reads_set): streamed == resident
+ *    again, and a truncated file fails the same way; the probe reads the
+ *    file at those settings, direct and buffered.
  * With "layouts" as argv[2], only the first check, on the models whose
  * matrices the CPU repacks: SmolLM2 (Q4_1, scripts/fetch-model) and
  * random-weight Q4_0 and Q4_K models; CTest runs it at every kernel level
@@ -407,6 +411,22 @@ static void check_too_small(const char *path) {
     CHECK(cllm_plan_file(path, &fp, &plan) == CLLM_ERR_INVALID_ARG);
 }
 
+/* Several reads in flight, in pieces of 3 blocks (12 KiB: runs are whole
+ * blocks, not whole pieces, so every run ends on a short piece). */
+static void check_reads(const char *path) {
+    cllm_stream_reads_set(3, 3 * CLLM_STREAM_BLOCK);
+    check_model(path);
+    check_truncated(path);
+    for (int buffered = 0; buffered < 2; buffered++) {
+        double bw = 0;
+        CHECKF(cllm_stream_probe_read(path, (size_t)1 << 20, (size_t)1 << 20, 3,
+                                      3 * CLLM_STREAM_BLOCK, buffered, &bw, NULL) == CLLM_OK &&
+                   bw > 0,
+               "probe: %s", cllm_last_error());
+    }
+    cllm_stream_reads_set(0, 0);
+}
+
 /* Streamed == resident on the models whose matrices the CPU stores its
  * own way at levels from AVX2 on (the file comment). */
 static void check_layouts(void) {
@@ -481,6 +501,7 @@ int main(int argc, char **argv) {
             g_slots = 2;
             check_truncated(small);
             check_too_small(small);
+            check_reads(small);
         }
         char gpt2[512];
         snprintf(gpt2, sizeof(gpt2), "%s/small-gpt2.gguf", g_dir);

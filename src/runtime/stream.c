@@ -161,6 +161,158 @@ static int ev_cmp(const void *a, const void *b) {
     return x->j < y->j ? -1 : x->j > y->j;
 }
 
+/* ---- reads in pieces, several in flight ----------------------------------- */
+
+/* The queue depth and piece size of the reads made next (process-wide; 0:
+ * the defaults). Read when a stream or a probe starts. */
+static int g_reads_qd;
+static size_t g_reads_piece;
+
+void cllm_stream_reads_set(int queue_depth, size_t piece) {
+    g_reads_qd = queue_depth;
+    g_reads_piece = piece;
+}
+
+static int reads_qd(int qd) {
+    if (qd <= 0) qd = g_reads_qd > 0 ? g_reads_qd : CLLM_STREAM_QD;
+    return CLLM_MIN(qd, CLLM_STREAM_MAX_QD);
+}
+
+static size_t reads_piece(size_t piece) {
+    if (!piece) piece = g_reads_piece ? g_reads_piece : CLLM_STREAM_PIECE;
+    return cllm_align_up(CLLM_MAX(piece, CLLM_STREAM_BLOCK), CLLM_STREAM_BLOCK);
+}
+
+/* One read of a run's bytes: [off, off + len) into dst; the first `need`
+ * bytes must be there (the rest may lie past the end of the file). */
+typedef struct rd_piece {
+    uint64_t off;
+    size_t len, need;
+    char *dst;
+    size_t got; /* out */
+    int err;    /* out: an errno, or 0 */
+} rd_piece;
+
+/* A pool of qd - 1 reader threads; the thread that runs a job reads too. */
+typedef struct rd_pool {
+    pthread_mutex_t mu;
+    pthread_cond_t cv, done_cv;
+    pthread_t th[CLLM_STREAM_MAX_QD];
+    int n_th;
+    bool stop;
+    /* the job, under mu */
+    rd_piece *p;
+    int n, next, n_done;
+    int fd;
+    bool direct;
+} rd_pool;
+
+static void read_piece(int fd, bool direct, rd_piece *p) {
+    size_t got = 0;
+    p->err = 0;
+    while (got < p->len) {
+        const ssize_t n = pread(fd, p->dst + got, p->len - got, (off_t)(p->off + got));
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) {
+            p->err = errno;
+            break;
+        }
+        if (n == 0) break;
+        got += (size_t)n;
+        if (direct && (size_t)n % CLLM_STREAM_BLOCK) break; /* end of file */
+    }
+    p->got = got;
+    /* the pages read leave the cache (a layer is read again a pass later,
+     * and the budget counts no cache) */
+    if (!direct && got) posix_fadvise(fd, (off_t)p->off, (off_t)got, POSIX_FADV_DONTNEED);
+}
+
+/* Under mu: reads pieces of the job until none is left. */
+static void pool_work_locked(rd_pool *pool) {
+    while (pool->next < pool->n) {
+        rd_piece *p = &pool->p[pool->next++];
+        const int fd = pool->fd;
+        const bool direct = pool->direct;
+        pthread_mutex_unlock(&pool->mu);
+        read_piece(fd, direct, p);
+        pthread_mutex_lock(&pool->mu);
+        if (++pool->n_done == pool->n) pthread_cond_broadcast(&pool->done_cv);
+    }
+}
+
+static void *pool_main(void *arg) {
+    rd_pool *pool = arg;
+    pthread_mutex_lock(&pool->mu);
+    while (!pool->stop) {
+        if (pool->next >= pool->n) {
+            pthread_cond_wait(&pool->cv, &pool->mu);
+            continue;
+        }
+        pool_work_locked(pool);
+    }
+    pthread_mutex_unlock(&pool->mu);
+    return NULL;
+}
+
+static void pool_stop(rd_pool *pool) {
+    pthread_mutex_lock(&pool->mu);
+    pool->stop = true;
+    pthread_cond_broadcast(&pool->cv);
+    pthread_mutex_unlock(&pool->mu);
+    for (int i = 0; i < pool->n_th; i++) pthread_join(pool->th[i], NULL);
+    pthread_mutex_destroy(&pool->mu);
+    pthread_cond_destroy(&pool->cv);
+    pthread_cond_destroy(&pool->done_cv);
+}
+
+/* Starts qd - 1 readers (fewer if threads cannot be made: the reads are
+ * then shared among fewer). */
+static void pool_start(rd_pool *pool, int qd) {
+    memset(pool, 0, sizeof(*pool));
+    pthread_mutex_init(&pool->mu, NULL);
+    pthread_cond_init(&pool->cv, NULL);
+    pthread_cond_init(&pool->done_cv, NULL);
+    for (int i = 0; i < qd - 1; i++) {
+        if (pthread_create(&pool->th[pool->n_th], NULL, pool_main, pool) != 0) break;
+        pool->n_th++;
+    }
+}
+
+/* Reads the n pieces p with fd, every reader of the pool at once, and
+ * returns when all are read (each with its got and err). */
+static void pool_run(rd_pool *pool, int fd, bool direct, rd_piece *p, int n) {
+    if (n <= 0) return;
+    pthread_mutex_lock(&pool->mu);
+    pool->p = p;
+    pool->n = n;
+    pool->next = pool->n_done = 0;
+    pool->fd = fd;
+    pool->direct = direct;
+    pthread_cond_broadcast(&pool->cv);
+    pool_work_locked(pool);
+    while (pool->n_done < pool->n) pthread_cond_wait(&pool->done_cv, &pool->mu);
+    pool->p = NULL;
+    pool->n = pool->next = pool->n_done = 0;
+    pthread_mutex_unlock(&pool->mu);
+}
+
+/* Splits [off, off + len) (into dst; `need` bytes of it required) into
+ * pieces of at most `piece` bytes at p; returns how many. */
+static int split_pieces(rd_piece *p, uint64_t off, size_t len, size_t need, char *dst,
+                        size_t piece) {
+    int n = 0;
+    for (size_t at = 0, l = 0; at < len; at += l, n++) {
+        l = CLLM_MIN(piece, len - at);
+        p[n] = (rd_piece){.off = off + at,
+                          .len = l,
+                          .need = need > at ? CLLM_MIN(need - at, l) : 0,
+                          .dst = dst + at};
+    }
+    return n;
+}
+
+static int n_pieces(size_t len, size_t piece) { return (int)((len + piece - 1) / piece); }
+
 struct cllm_stream {
     const cllm_stream_layout *lay;
     const cllm_weights *w;
@@ -168,6 +320,10 @@ struct cllm_stream {
     char *path;
     int fd;
     bool direct;
+    rd_pool pool; /* the I/O thread's readers */
+    bool pool_started;
+    size_t piece;     /* bytes per read */
+    rd_piece *pieces; /* a layer's reads */
     void *ring;
     cllm_buffer *buf;
     tensor_layer *tl; /* streamed weights by address, for the gates */
@@ -200,6 +356,7 @@ struct cllm_stream {
     char read_err[512]; /* its message */
     uint64_t bytes_read;
     double wait_s;
+    double read_s; /* the I/O thread's time in reads */
 
     /* the pass in progress */
     cllm_sched_gate *gates;
@@ -209,46 +366,72 @@ struct cllm_stream {
     int n_released;
 };
 
-/* Reads run r into dst: O_DIRECT, or pread + DONTNEED; adds the bytes read
- * to *n_read. False with the reason in err. */
-static bool read_run(cllm_stream *st, const cllm_stream_run *r, char *dst, uint64_t *n_read,
-                     char *err, size_t err_size) {
-    size_t got = 0;
-    while (got < r->len) {
-        const ssize_t n = pread(st->fd, dst + got, r->len - got, (off_t)(r->file_off + got));
-        if (n < 0 && errno == EINTR) continue;
-        if (n < 0 && errno == EINVAL && st->direct) {
+/* Reads streamed layer sl into slot, its runs split into pieces that the
+ * pool's readers read at once: O_DIRECT, or pread + DONTNEED; adds the
+ * bytes read to *n_read. False with the reason in err. */
+static bool read_layer(cllm_stream *st, const cllm_stream_layer *sl, char *slot, uint64_t *n_read,
+                       char *err, size_t err_size) {
+    const cllm_stream_layout *lay = st->lay;
+    for (;;) {
+        int n = 0;
+        for (int r = sl->first_run; r < sl->first_run + sl->n_runs; r++) {
+            const cllm_stream_run *run = &lay->runs[r];
+            n += split_pieces(st->pieces + n, run->file_off, run->len,
+                              (size_t)(run->need_end - run->file_off), slot + run->slot_off,
+                              st->direct ? st->piece : run->len);
+        }
+        if (st->direct) {
+            pool_run(&st->pool, st->fd, true, st->pieces, n);
+        } else {
+            /* buffered: one reader, whole runs, so that the kernel's
+             * readahead runs ahead of it (several readers, each dropping
+             * what it read, measured at half the rate: bench_read) */
+            for (int i = 0; i < n; i++) read_piece(st->fd, false, &st->pieces[i]);
+        }
+        bool refused = false;
+        int e = 0;
+        uint64_t got = 0;
+        const rd_piece *short_p = NULL;
+        for (int i = 0; i < n; i++) {
+            const rd_piece *p = &st->pieces[i];
+            got += p->got;
+            if (p->err == EINVAL && st->direct) {
+                refused = true;
+            } else if (p->err) {
+                if (!e) e = p->err;
+            } else if (p->got < p->need && !short_p) {
+                short_p = p;
+            }
+        }
+        if (refused) {
             /* the file system refuses direct I/O after all: fall back */
             const int fd = open(st->path, O_RDONLY | O_CLOEXEC);
             if (fd < 0) {
                 snprintf(err, err_size, "%s", strerror(errno));
                 return false;
             }
+            posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
             close(st->fd);
             st->fd = fd;
             st->direct = false;
             continue;
         }
-        if (n < 0) {
-            snprintf(err, err_size, "%s", strerror(errno));
+        if (e) {
+            snprintf(err, err_size, "%s", strerror(e));
             return false;
         }
-        if (n == 0) break;
-        got += (size_t)n;
-        if (st->direct && (size_t)n % CLLM_STREAM_BLOCK) break; /* end of file */
+        if (short_p) {
+            struct stat sb;
+            const long long size = fstat(st->fd, &sb) == 0 ? (long long)sb.st_size : -1;
+            snprintf(err, err_size,
+                     "the file ends at byte %lld but the layer's weights reach byte %llu (was it "
+                     "truncated or replaced?)",
+                     size, (unsigned long long)(short_p->off + short_p->need));
+            return false;
+        }
+        *n_read += got;
+        return true;
     }
-    if (!st->direct) posix_fadvise(st->fd, (off_t)r->file_off, (off_t)r->len, POSIX_FADV_DONTNEED);
-    if (r->file_off + got < r->need_end) {
-        struct stat sb;
-        const long long size = fstat(st->fd, &sb) == 0 ? (long long)sb.st_size : -1;
-        snprintf(err, err_size,
-                 "the file ends at byte %lld but the layer's weights reach byte %llu (was it "
-                 "truncated or replaced?)",
-                 size, (unsigned long long)r->need_end);
-        return false;
-    }
-    *n_read += got;
-    return true;
 }
 
 /* Opens the path again (direct I/O when it can); keeps the old descriptor
@@ -258,6 +441,7 @@ static void reopen_file(cllm_stream *st) {
     bool direct = fd >= 0;
     if (fd < 0) fd = open(st->path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) return;
+    if (!direct) posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
     close(st->fd);
     st->fd = fd;
     st->direct = direct;
@@ -321,13 +505,11 @@ static void *io_main(void *arg) {
 
         const cllm_stream_layer *sl = &lay->layers[j];
         char *slot = (char *)st->ring + (size_t)s * lay->slot_bytes;
-        bool ok = true;
         uint64_t n_read = 0;
         err[0] = '\0';
-        for (int r = sl->first_run; r < sl->first_run + sl->n_runs && ok; r++) {
-            ok = read_run(st, &lay->runs[r], slot + lay->runs[r].slot_off, &n_read, err,
-                          sizeof(err));
-        }
+        const double t_read = now_s();
+        bool ok = read_layer(st, sl, slot, &n_read, err, sizeof(err));
+        const double dt_read = now_s() - t_read;
         /* a file overwritten in place reads other bytes: refused, as a
          * truncated one (written back as it was, it reads well again) */
         if (ok && !same_as_first(st, j, slot)) {
@@ -348,6 +530,7 @@ static void *io_main(void *arg) {
         pthread_mutex_lock(&st->mu);
         st->reading = false;
         st->bytes_read += n_read;
+        st->read_s += dt_read;
         st->direct_seen = st->direct;
         if (st->gen == gen) {
             st->slot_layer[s] = j;
@@ -394,7 +577,18 @@ cllm_status cllm_stream_new(const char *path, cllm_device *dev, const cllm_weigh
     st->tl = cllm_malloc((size_t)CLLM_MAX(lay->n_weights, 1) * sizeof(*st->tl));
     st->sums = cllm_calloc((size_t)lay->n_layers, sizeof(*st->sums));
     st->summed = cllm_calloc((size_t)lay->n_layers, sizeof(*st->summed));
-    if (!st->path || !st->ring || !st->tl || !st->sums || !st->summed) {
+    st->piece = reads_piece(0);
+    int max_pieces = 1;
+    for (int j = 0; j < lay->n_layers; j++) {
+        const cllm_stream_layer *sl = &lay->layers[j];
+        int n = 0;
+        for (int r = sl->first_run; r < sl->first_run + sl->n_runs; r++) {
+            n += n_pieces(lay->runs[r].len, st->piece);
+        }
+        max_pieces = CLLM_MAX(max_pieces, n);
+    }
+    st->pieces = cllm_malloc((size_t)max_pieces * sizeof(*st->pieces));
+    if (!st->path || !st->ring || !st->tl || !st->sums || !st->summed || !st->pieces) {
         cllm_error(rc, "stream: out of host memory for a ring of %zu bytes", lay->ring_bytes);
         goto fail;
     }
@@ -425,11 +619,16 @@ cllm_status cllm_stream_new(const char *path, cllm_device *dev, const cllm_weigh
     }
     st->fd = open(path, O_RDONLY | O_CLOEXEC | O_DIRECT);
     st->direct = st->direct_seen = st->fd >= 0;
-    if (st->fd < 0) st->fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (st->fd < 0) {
+        st->fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (st->fd >= 0) posix_fadvise(st->fd, 0, 0, POSIX_FADV_SEQUENTIAL);
+    }
     if (st->fd < 0) {
         rc = cllm_error(CLLM_ERR_IO, "%s: %s", path, strerror(errno));
         goto fail;
     }
+    pool_start(&st->pool, reads_qd(0));
+    st->pool_started = true;
     pthread_mutex_init(&st->mu, NULL);
     pthread_cond_init(&st->cv, NULL);
     pthread_mutex_init(&st->pass_mu, NULL);
@@ -449,6 +648,7 @@ fail:
         cllm_tensor *t = cllm_context_tensor(w->ctx, i);
         t->buffer = NULL, t->data = NULL, t->layout = 0;
     }
+    if (st->pool_started) pool_stop(&st->pool);
     if (st->fd >= 0) close(st->fd);
     cllm_buffer_free(st->buf);
     cllm_free(st->scratch);
@@ -456,6 +656,7 @@ fail:
     cllm_free(st->tl);
     cllm_free(st->sums);
     cllm_free(st->summed);
+    cllm_free(st->pieces);
     cllm_free(st->path);
     cllm_free(st);
     return rc;
@@ -474,7 +675,9 @@ void cllm_stream_free(cllm_stream *st) {
         pthread_cond_destroy(&st->cv);
         pthread_mutex_destroy(&st->pass_mu);
     }
+    if (st->pool_started) pool_stop(&st->pool);
     if (st->fd >= 0) close(st->fd);
+    cllm_free(st->pieces);
     cllm_buffer_free(st->buf);
     cllm_free(st->scratch);
     cllm_free(st->ring);
@@ -515,6 +718,14 @@ void cllm_stream_stats(const cllm_stream *st, uint64_t *bytes_read, double *wait
     if (bytes_read) *bytes_read = m->bytes_read;
     if (wait_s) *wait_s = m->wait_s;
     pthread_mutex_unlock(&m->mu);
+}
+
+double cllm_stream_read_seconds(const cllm_stream *st) {
+    cllm_stream *m = (cllm_stream *)st;
+    pthread_mutex_lock(&m->mu);
+    const double t = m->read_s;
+    pthread_mutex_unlock(&m->mu);
+    return t;
 }
 
 /* The gate callback: wait for streamed layer j, or release its slot. */
@@ -662,11 +873,13 @@ int cllm_stream_read_direct(int fd, void *bounce, size_t bounce_size, uint64_t o
 
 /* ---- read bandwidth ------------------------------------------------------ */
 
-cllm_status cllm_stream_probe_read_bw(const char *path, size_t max_bytes, size_t chunk,
-                                      double *bytes_per_s, bool *direct) {
+cllm_status cllm_stream_probe_read(const char *path, size_t max_bytes, size_t chunk,
+                                   int queue_depth, size_t piece, bool buffered,
+                                   double *bytes_per_s, bool *direct) {
     const size_t CHUNK = cllm_align_up(CLLM_MAX(CLLM_MIN(chunk, (size_t)64 << 20), (size_t)1 << 20),
                                        CLLM_STREAM_BLOCK);
-    int fd = open(path, O_RDONLY | O_CLOEXEC | O_DIRECT);
+    piece = reads_piece(piece);
+    int fd = buffered ? -1 : open(path, O_RDONLY | O_CLOEXEC | O_DIRECT);
     bool dio = fd >= 0;
     if (fd < 0) fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) return cllm_error(CLLM_ERR_IO, "%s: %s", path, strerror(errno));
@@ -677,43 +890,72 @@ cllm_status cllm_stream_probe_read_bw(const char *path, size_t max_bytes, size_t
     }
     const uint64_t size = (uint64_t)sb.st_size / CLLM_STREAM_BLOCK * CLLM_STREAM_BLOCK;
     void *buf = cllm_aligned_alloc(CLLM_STREAM_BLOCK, CHUNK);
-    if (!buf) {
+    rd_piece *pieces = cllm_malloc((size_t)n_pieces(CHUNK, piece) * sizeof(*pieces));
+    if (!buf || !pieces) {
         close(fd);
+        cllm_free(buf);
+        cllm_free(pieces);
         return cllm_error(CLLM_ERR_NOMEM, "stream: out of host memory");
     }
+    rd_pool pool;
+    pool_start(&pool, reads_qd(queue_depth));
     const uint64_t n_chunks = CLLM_MAX(size / CHUNK, 1);
     const uint64_t want = CLLM_MAX(CLLM_MIN((uint64_t)max_bytes / CHUNK, n_chunks), 1);
     uint64_t total = 0;
     cllm_status rc = CLLM_OK;
-    if (!dio) posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+    if (!dio)
+        posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED),
+            posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
     const double t0 = now_s();
-    for (uint64_t c = 0; c < want; c++) {
+    for (uint64_t c = 0; c < want && rc == CLLM_OK; c++) {
+        /* chunks spread over the file, each read in pieces as a slot is */
         const uint64_t off = (n_chunks / want) * c * CHUNK;
         const size_t len = (size_t)CLLM_MIN((uint64_t)CHUNK, size > off ? size - off : 0);
         if (!len) break;
-        ssize_t n = pread(fd, buf, len, (off_t)off);
-        if (n < 0 && errno == EINVAL && dio) {
-            close(fd);
-            fd = open(path, O_RDONLY | O_CLOEXEC);
-            dio = false;
-            if (fd < 0) break;
-            posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
-            n = pread(fd, buf, len, (off_t)off);
+        /* buffered, as the stream reads: one reader, whole chunks */
+        const bool serial = !dio && queue_depth <= 0;
+        const int n = split_pieces(pieces, off, len, len, buf, serial ? len : piece);
+        if (serial) {
+            for (int i = 0; i < n; i++) read_piece(fd, false, &pieces[i]);
+        } else {
+            pool_run(&pool, fd, dio, pieces, n);
         }
-        if (n <= 0) {
-            rc = cllm_error(CLLM_ERR_IO, "%s: read-bandwidth probe: %s", path,
-                            n == 0 ? "unexpected end of file" : strerror(errno));
-            break;
+        for (int i = 0; i < n; i++) {
+            if (pieces[i].err == EINVAL && dio) {
+                /* direct I/O refused: buffered from here, this chunk again */
+                close(fd);
+                fd = open(path, O_RDONLY | O_CLOEXEC);
+                dio = false;
+                if (fd < 0) {
+                    rc = cllm_error(CLLM_ERR_IO, "%s: %s", path, strerror(errno));
+                    break;
+                }
+                posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+                posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
+                c--;
+                break;
+            }
+            if (pieces[i].err || pieces[i].got < pieces[i].need) {
+                rc = cllm_error(CLLM_ERR_IO, "%s: read-bandwidth probe: %s", path,
+                                pieces[i].err ? strerror(pieces[i].err) : "unexpected end of file");
+                break;
+            }
+            total += pieces[i].got;
         }
-        total += (uint64_t)n;
     }
     const double dt = now_s() - t0;
+    pool_stop(&pool);
     if (!dio && fd >= 0) posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
     if (fd >= 0) close(fd);
     cllm_free(buf);
+    cllm_free(pieces);
     if (rc != CLLM_OK) return rc;
-    if (fd < 0) return cllm_error(CLLM_ERR_IO, "%s: %s", path, strerror(errno));
     *bytes_per_s = dt > 0 ? (double)total / dt : 0;
     if (direct) *direct = dio;
     return CLLM_OK;
+}
+
+cllm_status cllm_stream_probe_read_bw(const char *path, size_t max_bytes, size_t chunk,
+                                      double *bytes_per_s, bool *direct) {
+    return cllm_stream_probe_read(path, max_bytes, chunk, 0, 0, false, bytes_per_s, direct);
 }

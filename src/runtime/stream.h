@@ -36,14 +36,22 @@
  *
  * Reading. With O_DIRECT where the file system takes it (no page cache at
  * all); else pread() followed by posix_fadvise(DONTNEED), which drops the
- * pages read from the cache. A read error or a file that is now shorter is
- * returned from the wait as CLLM_ERR_IO naming the layer; the pass stops,
- * cllm_stream_end(st, false) resets the ring, and the next pass opens the
- * path again and reads from layer 0 (so a restored file works again, whether
- * written back in place or renamed over the path). The bytes of each layer
- * are summed at its first read and every later read must give the same
- * sum: a file overwritten in place fails the same way, never computes with
- * other weights.
+ * pages read from the cache (the file opened with POSIX_FADV_SEQUENTIAL, so
+ * the kernel's readahead runs ahead of the reads, each run read whole by
+ * the I/O thread). With direct I/O a layer's runs are split into pieces
+ * (CLLM_STREAM_PIECE bytes) that a pool of readers reads at once
+ * (CLLM_STREAM_QD in flight: the I/O thread and QD - 1 others). On the one
+ * machine measured (a virtual disk, bench/results/2026-12-07-zen3-reads.md)
+ * 4 MiB pieces at 8 in flight gave the I/O thread 1.10x the rate of whole
+ * runs with the CPUs less loaded, 0.93x with them loaded far beyond their
+ * count: the kernel already splits one large direct read into requests in
+ * flight together, so the gain is small there. A read error or a file that
+ * is now shorter is returned from the wait as CLLM_ERR_IO naming the layer;
+ * the pass stops, cllm_stream_end(st, false) resets the ring, and the next pass opens the path
+ * again and reads from layer 0 (so a restored file works again, whether written back in place or
+ * renamed over the path). The bytes of each layer are summed at its first read and every later read
+ * must give the same sum: a file overwritten in place fails the same way, never computes with other
+ * weights.
  *
  * Thread safety: one pass at a time; cllm_stream_begin takes a lock that
  * cllm_stream_end releases, so sessions of one model take turns.
@@ -58,6 +66,11 @@
 
 #define CLLM_STREAM_BLOCK     ((size_t)4096) /* alignment of direct I/O */
 #define CLLM_STREAM_MAX_SLOTS 64
+#define CLLM_STREAM_MAX_QD    32 /* reads in flight at most */
+/* The defaults of the reads (bench_read's figures, bench/results): reads
+ * in flight, and bytes per read. */
+#define CLLM_STREAM_QD    8
+#define CLLM_STREAM_PIECE ((size_t)4 << 20)
 
 /* A run of file bytes read with one call into a slot. */
 typedef struct cllm_stream_run {
@@ -142,6 +155,9 @@ void cllm_stream_end(cllm_stream *st, cllm_sched *sched, bool ok);
 /* Totals since the stream was made: bytes read from the file, and seconds
  * the executor waited for a layer. */
 void cllm_stream_stats(const cllm_stream *st, uint64_t *bytes_read, double *wait_s);
+/* Seconds the I/O thread spent reading (bytes_read over it: the rate its
+ * reads achieved, waits for a free slot left out). Thread-safe. */
+double cllm_stream_read_seconds(const cllm_stream *st);
 
 /*
  * Reads `size` bytes at file offset `off` of `fd` (opened with O_DIRECT)
@@ -153,13 +169,27 @@ int cllm_stream_read_direct(int fd, void *bounce, size_t bounce_size, uint64_t o
                             void *dst);
 
 /*
- * Measures the read bandwidth of `path` (bytes/s): up to `max_bytes` read
- * with direct I/O in reads of `chunk` bytes (what a slot takes: 1 .. 64
- * MiB) spread over the file (pread + posix_fadvise(DONTNEED) where direct
- * I/O is refused, after dropping the file from the cache). CLLM_ERR_IO with
- * the reason.
+ * Measures the read bandwidth of `path` (bytes/s) as the I/O thread reads:
+ * up to `max_bytes` read with direct I/O in chunks of `chunk` bytes (what a
+ * slot takes: 1 .. 64 MiB) spread over the file, each split into the
+ * stream's pieces read by its number of readers (pread +
+ * posix_fadvise(DONTNEED) where direct I/O is refused, after dropping the
+ * file from the cache). CLLM_ERR_IO with the reason.
  */
 cllm_status cllm_stream_probe_read_bw(const char *path, size_t max_bytes, size_t chunk,
                                       double *bytes_per_s, bool *direct);
+/* The same with the reads in flight and the piece size given (0: those of
+ * the stream), and buffered reads (the page cache, with readahead) when
+ * `buffered` (queue_depth 0: as the stream reads buffered, one reader and
+ * whole chunks): for benchmarks. */
+cllm_status cllm_stream_probe_read(const char *path, size_t max_bytes, size_t chunk,
+                                   int queue_depth, size_t piece, bool buffered,
+                                   double *bytes_per_s, bool *direct);
+
+/* The reads in flight (1 .. CLLM_STREAM_MAX_QD) and bytes per read (a
+ * multiple of CLLM_STREAM_BLOCK) of streams and probes started from now on,
+ * process-wide; 0 for the defaults (CLLM_STREAM_QD, CLLM_STREAM_PIECE). For
+ * tests and benchmarks; call it before loading. */
+void cllm_stream_reads_set(int queue_depth, size_t piece);
 
 #endif /* CLLM_RUNTIME_STREAM_H */

@@ -55,22 +55,6 @@ void *cllm_aligned_alloc_huge(size_t align, size_t size) {
     return p;
 }
 
-void cllm_host_zero(void *p, size_t size) {
-    char *b = p, *e = b + size;
-#if defined(__linux__) && defined(MADV_DONTNEED)
-    /* private anonymous memory (malloc's), so dropped pages come back zero */
-    const uintptr_t page = 4096;
-    char *lo = (char *)(((uintptr_t)b + page - 1) & ~(page - 1));
-    char *hi = (char *)((uintptr_t)e & ~(page - 1));
-    if (hi > lo && madvise(lo, (size_t)(hi - lo), MADV_DONTNEED) == 0) {
-        memset(b, 0, (size_t)(lo - b));
-        memset(hi, 0, (size_t)(e - hi));
-        return;
-    }
-#endif
-    memset(b, 0, size);
-}
-
 char *cllm_strdup(const char *s) {
     const size_t n = strlen(s) + 1;
     char *d = cllm_malloc(n);

@@ -62,13 +62,6 @@ void *cllm_aligned_alloc(size_t align, size_t size);
 #define CLLM_HOST_HUGE ((size_t)2 << 20)
 void *cllm_aligned_alloc_huge(size_t align, size_t size);
 
-/* Sets size bytes at p, memory from the functions above, to zero: whole
- * pages are given back to the system (Linux: madvise MADV_DONTNEED), which
- * maps them again zeroed when they are next touched, so that a large
- * buffer cleared and then only partly used (a KV cache) costs neither the
- * writes nor the pages it never touches; the rest is written. */
-void cllm_host_zero(void *p, size_t size);
-
 /* A copy of the NUL-terminated string s. */
 char *cllm_strdup(const char *s);
 

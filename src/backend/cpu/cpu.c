@@ -47,12 +47,7 @@ static void cpu_buffer_get_tensor(cllm_buffer *buf, const cllm_tensor *t, void *
 
 static void cpu_buffer_clear(cllm_buffer *buf, uint8_t value) {
     cpu_buffer_ctx *ctx = buf->context;
-    if (!ctx->data) return;
-    if (value == 0 && ctx->owned) {
-        cllm_host_zero(ctx->data, buf->size); /* pages not written until touched */
-    } else {
-        memset(ctx->data, value, buf->size);
-    }
+    if (ctx->data) memset(ctx->data, value, buf->size);
 }
 
 static const struct cllm_buffer_i k_cpu_buffer_iface = {

@@ -351,10 +351,10 @@ static void test_weight_layout_threaded(void) {
     }
 }
 
-/* Clearing to zero: a buffer of several pages (whole pages given back to
- * the system, head and tail written) reads zero in every byte, also after
- * a second clear of pages already touched; a buffer over the caller's
- * memory is written, its bytes around it untouched. */
+/* Clearing to zero: a buffer of several pages (huge ones and a ragged
+ * tail) reads zero in every byte, also after a second clear of pages
+ * already touched; a buffer over the caller's memory is written, its bytes
+ * around it untouched. */
 static void test_clear_zero(void) {
     cllm_device *cpu = cllm_cpu_device();
     cllm_buffer_type *buft = cllm_device_buffer_type(cpu);

@@ -354,6 +354,96 @@ static void test_weight_layout(void) {
     }
 }
 
+/* A mapped matrix large enough to be repacked by several threads (each a
+ * share of its groups; an odd count of groups) holds what one thread's
+ * repack in place makes of it, and the file stays as it was. */
+static void test_weight_layout_threaded(void) {
+    cllm_device *cpu = cllm_cpu_device();
+    static const cllm_type types[] = {CLLM_TYPE_Q4_0, CLLM_TYPE_Q4_K};
+    const int64_t K = 512, rows = 259 * CLLM_X16_ROWS;
+    for (size_t ti = 0; ti < sizeof(types) / sizeof(types[0]); ti++) {
+        const cllm_type type = types[ti];
+        if (!cllm_cpu_x16_available(type, K)) continue; /* below AVX2: nothing repacked */
+        const size_t rb = cllm_row_size(type, K), n = (size_t)rows * rb;
+        CHECK(n >= ((size_t)1 << 20)); /* repack.c: REPACK_THREADED_MIN */
+        char *file = malloc(n);
+        fill_rows(type, K, rows, file, 31u + (unsigned)ti);
+        cllm_context *ctx = cllm_context_new(4);
+        cllm_tensor *w = cllm_tensor_new_2d(ctx, type, K, rows);
+        cllm_tensor *mw = cllm_tensor_new_2d(ctx, type, K, rows);
+        w->flags |= CLLM_TENSOR_FLAG_MATMUL_ONLY;
+        mw->flags |= CLLM_TENSOR_FLAG_MATMUL_ONLY;
+        cllm_buffer *buf = NULL;
+        CHECK(cllm_buffer_type_alloc(cllm_device_buffer_type(cpu), n, CLLM_MEM_WEIGHTS, &buf) ==
+              CLLM_OK);
+        cllm_buffer_place_tensor(buf, w, 0);
+        cllm_tensor_set(w, file, 0, n);
+        size_t scratch = 0;
+        CHECK(cllm_device_init_weight(cpu, w, &scratch));
+        void *tmp = malloc(scratch);
+        CHECK(cllm_device_convert_weight(cpu, w, tmp, false));
+
+        char path[] = "/tmp/cllm-test-backend-XXXXXX";
+        const int fd = mkstemp(path);
+        CHECK(fd >= 0 && write(fd, file, n) == (ssize_t)n);
+        void *map = mmap(NULL, n, PROT_READ, MAP_PRIVATE, fd, 0);
+        CHECK(map != MAP_FAILED);
+        cllm_buffer *mbuf = NULL;
+        CHECK(cllm_device_buffer_from_host_ptr(cpu, map, n, CLLM_MEM_WEIGHTS, &mbuf) == CLLM_OK);
+        cllm_buffer_place_tensor(mbuf, mw, 0);
+        CHECK(cllm_device_init_weight(cpu, mw, &scratch));
+        CHECK(cllm_device_convert_weight(cpu, mw, tmp, true));
+        CHECK(memcmp(mw->data, w->data, n) == 0);
+        CHECK(memcmp(mw->data, file, n) != 0); /* rewritten */
+        char *again = malloc(n);
+        CHECK(pread(fd, again, n, 0) == (ssize_t)n && memcmp(again, file, n) == 0);
+        free(again);
+        cllm_buffer_free(mbuf);
+        munmap(map, n);
+        close(fd);
+        unlink(path);
+        free(tmp);
+        cllm_buffer_free(buf);
+        cllm_context_free(ctx);
+        free(file);
+    }
+}
+
+/* Clearing to zero: a buffer of several pages (huge ones and a ragged
+ * tail) reads zero in every byte, also after a second clear of pages
+ * already touched; a buffer over the caller's memory is written, its bytes
+ * around it untouched. */
+static void test_clear_zero(void) {
+    cllm_device *cpu = cllm_cpu_device();
+    cllm_buffer_type *buft = cllm_device_buffer_type(cpu);
+    const size_t n = (size_t)3 << 20 | 4097; /* huge pages and a ragged tail */
+    cllm_buffer *b = NULL;
+    CHECK(cllm_buffer_type_alloc(buft, n, CLLM_MEM_STATE, &b) == CLLM_OK);
+    for (int round = 0; round < 2; round++) {
+        unsigned char *p = cllm_buffer_base(b);
+        memset(p, 0x5a, n);
+        cllm_buffer_clear(b, 0);
+        size_t bad = 0;
+        for (size_t i = 0; i < n; i++) bad += p[i] != 0;
+        CHECK(bad == 0);
+    }
+    cllm_buffer_free(b);
+
+    const size_t m = (size_t)64 << 10;
+    unsigned char *mem = aligned_alloc(4096, m + 8192);
+    memset(mem, 0x77, m + 8192);
+    cllm_buffer *w = NULL;
+    CHECK(cllm_device_buffer_from_host_ptr(cpu, mem + 4096, m, CLLM_MEM_STATE, &w) == CLLM_OK);
+    cllm_buffer_clear(w, 0);
+    size_t bad = 0;
+    for (size_t i = 0; i < m + 8192; i++) {
+        bad += mem[i] != (i >= 4096 && i < 4096 + m ? 0 : 0x77);
+    }
+    CHECK(bad == 0);
+    cllm_buffer_free(w);
+    free(mem);
+}
+
 static void test_status_strings(void) {
     for (int s = 0; s < CLLM_STATUS_COUNT; s++) CHECK(strlen(cllm_status_str(s)) > 0);
     CHECK(strcmp(cllm_status_str((cllm_status)999), "unknown status") == 0);
@@ -367,6 +457,8 @@ int main(void) {
     test_backend_params();
     test_device_props();
     test_weight_layout();
+    test_weight_layout_threaded();
+    test_clear_zero();
     test_status_strings();
     return check_summary("test_backend");
 }

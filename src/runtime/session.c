@@ -143,12 +143,18 @@ static cllm_status prepare_graph(cllm_session *s, const cllm_batch_shape *shape)
 
 /* Fills row t of the masks of a batch's sequence whose tokens end at
  * position `end` (exclusive): the causal one over n_kv rows and, for the
- * sliding-window layers, theirs over their ring. */
+ * sliding-window layers, theirs over their ring. A mask that no layer reads
+ * (the causal one of a Gemma 3 whose layers all slide) is not placed in the
+ * graph's memory, and not written. */
 static void fill_masks(cllm_session *s, cllm_tensor *mask, cllm_tensor *swa_mask, int64_t t,
                        int64_t pos, int64_t end) {
-    const int64_t n_kv = mask->ne[0];
-    cllm_fill_mask_row(s->mask_row, n_kv, pos, 0);
-    cllm_tensor_set(mask, s->mask_row, (size_t)t * mask->nb[1], (size_t)n_kv * sizeof(float));
+    if (mask && !mask->data) mask = NULL;
+    if (swa_mask && !swa_mask->data) swa_mask = NULL;
+    if (mask) {
+        const int64_t n_kv = mask->ne[0];
+        cllm_fill_mask_row(s->mask_row, n_kv, pos, 0);
+        cllm_tensor_set(mask, s->mask_row, (size_t)t * mask->nb[1], (size_t)n_kv * sizeof(float));
+    }
     if (swa_mask) {
         const int64_t n = swa_mask->ne[0];
         cllm_fill_swa_row(s->mask_row, n, s->in.kv.n_ring, end, pos, s->model->hp.n_swa);

@@ -16,15 +16,35 @@
 
 static const char *const k_level_names[CLLM_LOG_COUNT] = {"debug", "info", "warning", "error"};
 
+/* "cllm NAME: WHAT" and `msg` escaped, as one write: under mpirun every
+ * rank's stderr meets in one stream, and a line written piece by piece
+ * interleaves with another rank's. */
+static void put_line(const char *name, const char *what, const char *msg) {
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    if (f) {
+        fprintf(f, "cllm %s: %s", name, what);
+        cllm_escape_fputs(f, msg, strlen(msg), CLLM_ESCAPE_TEXT);
+        fputc('\n', f);
+    }
+    if (f && fclose(f) == 0) {
+        fwrite(text, 1, len, stderr);
+    } else { /* no memory for the line: piece by piece */
+        fprintf(stderr, "cllm %s: %s", name, what);
+        cllm_escape_fputs(stderr, msg, strlen(msg), CLLM_ESCAPE_TEXT);
+        fputc('\n', stderr);
+    }
+    free(text);
+}
+
 /* The library's messages: errors are left to the command, which prints
  * cllm_last_error() once when the call fails; the other levels as the
  * default logger prints them. */
 static void cli_log(cllm_log_level level, const char *msg, void *ud) {
     (void)ud;
     if (level >= CLLM_LOG_ERROR || level < cllm_log_get_level()) return;
-    fprintf(stderr, "cllm %s: ", k_level_names[level]);
-    cllm_escape_fputs(stderr, msg, strlen(msg), CLLM_ESCAPE_TEXT);
-    fputc('\n', stderr);
+    put_line(k_level_names[level], "", msg);
 }
 
 void cli_init_log(void) { cllm_log_set(cli_log, NULL); }
@@ -32,9 +52,7 @@ void cli_init_log(void) { cllm_log_set(cli_log, NULL); }
 static void say(const char *cmd, const char *what, const char *fmt, va_list ap) {
     char msg[2048];
     vsnprintf(msg, sizeof(msg), fmt, ap);
-    fprintf(stderr, "cllm %s: %s", cmd, what);
-    cllm_escape_fputs(stderr, msg, strlen(msg), CLLM_ESCAPE_TEXT);
-    fputc('\n', stderr);
+    put_line(cmd, what, msg);
 }
 
 void cli_error(const char *cmd, const char *fmt, ...) {

@@ -10,6 +10,12 @@
  *    tests/data/models and on random-weight models written by cllm-gen-model
  *    (argv[1]);
  *  - allocates what it planned, kind by kind;
+ *  - under a budget half a layer short of the model, streams layers in
+ *    part (some of their weights resident) and reads strictly fewer bytes
+ *    per token than whole layers at the same budget (CLLM_STREAM_SPLIT=0),
+ *    streamed == resident again (also in the "layouts" run below: the
+ *    resident weights of a streamed layer repacked at load, the streamed
+ *    ones after each read);
  *  - keeps the process's peak resident memory (VmHWM) within the budget plus
  *    a stated allowance, on a model twice the budget's size (a child
  *    process, so that nothing else the test did counts);

@@ -313,7 +313,9 @@ static void pool_run(rd_pool *pool, int fd, bool direct, rd_piece *p, int n) {
     pool->next = pool->n_done = 0;
     pool->fd = fd;
     pool->direct = direct;
-    pthread_cond_broadcast(&pool->cv);
+    /* as many readers as there are pieces besides the one this thread
+     * reads: a layer of one piece (a small streamed part) wakes none */
+    for (int i = 0; i < CLLM_MIN(n - 1, pool->n_th); i++) pthread_cond_signal(&pool->cv);
     pool_work_locked(pool);
     while (pool->n_done < pool->n) pthread_cond_wait(&pool->done_cv, &pool->mu);
     pool->p = NULL;

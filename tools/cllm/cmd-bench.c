@@ -318,14 +318,32 @@ static bool fill_cache(cllm_session *s, const int32_t *fill, int64_t depth, int 
     return true;
 }
 
-/* One timed run after the cache is filled with fill[0..depth), untimed:
+/* Every sequence's cache back to fill[0..depth): cut back to it when the
+ * cache holds it (*held: the depth filled, -1 when it holds something
+ * else), else filled again from empty. */
+static bool set_depth(cllm_session *s, const int32_t *fill, int64_t depth, int n_seqs,
+                      int64_t n_batch, int64_t *held) {
+    if (*held == depth && depth > 0) {
+        bool cut = true;
+        for (int k = 0; cut && k < n_seqs; k++)
+            cut = (n_seqs == 1 ? cllm_session_truncate(s, depth)
+                               : cllm_session_seq_truncate(s, k, depth)) == CLLM_OK;
+        if (cut) return true; /* else (a sliding window's ring): from empty */
+    }
+    *held = -1;
+    cllm_session_reset(s);
+    if (!fill_cache(s, fill, depth, n_seqs, n_batch)) return false;
+    *held = depth;
+    return true;
+}
+
+/* One timed run after the cache is set to fill[0..depth), untimed:
  * pp decodes ids[0..n) at once, tg one at a time (with n_seqs > 1, one
  * token of each sequence per pass, each its own ids). Returns tokens/s of
  * all sequences, or -1 on error. */
 static double run_once(cllm_session *s, const int32_t *ids, int64_t n, bool batch, int n_seqs,
-                       const int32_t *fill, int64_t depth, int64_t n_batch) {
-    cllm_session_reset(s);
-    if (!fill_cache(s, fill, depth, n_seqs, n_batch)) return -1;
+                       const int32_t *fill, int64_t depth, int64_t n_batch, int64_t *held) {
+    if (!set_depth(s, fill, depth, n_seqs, n_batch, held)) return -1;
     const double t0 = cllm_time_ms();
     if (batch) {
         if (cllm_session_decode(s, ids, n) != CLLM_OK) return -1;
@@ -370,14 +388,16 @@ static void csv_field(const char *s, const char *sep) {
 }
 
 static bool run_test(cllm_session *s, const int32_t *ids, int64_t n, bool batch, int n_seqs,
-                     int reps, const int32_t *fill, int64_t n_batch, bench_result *r) {
+                     int reps, const int32_t *fill, int64_t n_batch, int64_t *held,
+                     bench_result *r) {
     /* warm-up: the whole batch for pp; a few tokens for tg */
-    if (run_once(s, ids, batch ? n : BENCH_MIN(n, 16), batch, n_seqs, fill, r->depth, n_batch) < 0)
+    if (run_once(s, ids, batch ? n : BENCH_MIN(n, 16), batch, n_seqs, fill, r->depth, n_batch,
+                 held) < 0)
         return false;
     double *x = malloc((size_t)reps * sizeof(*x));
     if (!x) return false;
     for (int i = 0; i < reps; i++) {
-        x[i] = run_once(s, ids, n, batch, n_seqs, fill, r->depth, n_batch);
+        x[i] = run_once(s, ids, n, batch, n_seqs, fill, r->depth, n_batch, held);
         if (x[i] < 0) {
             free(x);
             return false;
@@ -480,7 +500,9 @@ int cli_cmd_bench(int argc, char **argv) {
             *r = (bench_result){
                 .test_kind = pp ? "pp" : "tg", .n = n, .threads = a.threads[ti], .depth = depth};
             r->n_seqs = pp ? 1 : a.n_seqs;
-            if (!run_test(s, ids + n_fill, n, pp, r->n_seqs, a.reps, ids, sp.n_batch, r)) goto fail;
+            int64_t held = -1; /* each test fills its depth once */
+            if (!run_test(s, ids + n_fill, n, pp, r->n_seqs, a.reps, ids, sp.n_batch, &held, r))
+                goto fail;
             n_res++;
             if (a.output == BENCH_MD) {
                 printf("| %s | %s | %.2f GiB | %d | %s | %.2f ± %.2f |\n", base_t,

@@ -620,6 +620,11 @@ static void check_llama_habits(const char *model) {
                "bench --mem -np 2: rc %d, '%.400s'", o.rc, show(o.out));
     }
     cli_free(&o);
+    /* -d: the cache filled once per test, cut back to the depth before each run */
+    o = cli(NULL, "bench -m %s -p 8 -n 4 -d 24 -r 3 -t 1 -np 2", q(model));
+    CHECKF(o.rc == 0 && strstr(o.out, "pp8 @ d24") && strstr(o.out, "tg4x2 @ d24"),
+           "bench -d 24 -np 2: rc %d, '%s' '%s'", o.rc, show(o.out), show(o.err));
+    cli_free(&o);
     o = cli(NULL, "bench -m %s -s 2", q(model));
     CHECKF(o.rc == 2 && one_line(o.err, o.err_len) && strstr(o.err, "-np"), "bench -s: rc %d, '%s'",
            o.rc, show(o.err));

@@ -350,14 +350,32 @@ static bool fill_cache(cllm_session *s, const int32_t *fill, int64_t depth, int 
     return true;
 }
 
-/* One timed run after the cache is filled with fill[0..depth), untimed:
+/* Every sequence's cache back to fill[0..depth): cut back to it when the
+ * cache holds it (*held: the depth filled, -1 when it holds something
+ * else), else filled again from empty. */
+static bool set_depth(cllm_session *s, const int32_t *fill, int64_t depth, int n_seqs,
+                      int64_t n_batch, int64_t *held) {
+    if (*held == depth && depth > 0) {
+        bool cut = true;
+        for (int k = 0; cut && k < n_seqs; k++)
+            cut = (n_seqs == 1 ? cllm_session_truncate(s, depth)
+                               : cllm_session_seq_truncate(s, k, depth)) == CLLM_OK;
+        if (cut) return true; /* else (a sliding window's ring): from empty */
+    }
+    *held = -1;
+    cllm_session_reset(s);
+    if (!fill_cache(s, fill, depth, n_seqs, n_batch)) return false;
+    *held = depth;
+    return true;
+}
+
+/* One timed run after the cache is set to fill[0..depth), untimed:
  * pp decodes ids[0..n) at once, tg one at a time (with n_seqs > 1, one
  * token of each sequence per pass, each its own ids). Returns tokens/s of
  * all sequences, or -1 on error. */
 static double run_once(cllm_session *s, const int32_t *ids, int64_t n, bool batch, int n_seqs,
-                       const int32_t *fill, int64_t depth, int64_t n_batch) {
-    cllm_session_reset(s);
-    if (!fill_cache(s, fill, depth, n_seqs, n_batch)) return -1;
+                       const int32_t *fill, int64_t depth, int64_t n_batch, int64_t *held) {
+    if (!set_depth(s, fill, depth, n_seqs, n_batch, held)) return -1;
     const double t0 = cllm_time_ms();
     if (batch) {
         if (cllm_session_decode(s, ids, n) != CLLM_OK) return -1;
@@ -448,12 +466,12 @@ static double run_spec_once(cllm_session *s, cllm_sampler *smp, const int32_t *b
 
 static bool run_test(const cllm_model *m, cllm_session *s, cllm_sampler *smp, const int32_t *ids,
                      int64_t n, bool batch, int n_seqs, int reps, const int32_t *fill,
-                     int64_t n_batch, bench_result *r) {
+                     int64_t n_batch, int64_t *held, bench_result *r) {
     uint64_t n_tok = 0, drafted = 0, kept = 0;
     /* warm-up: the whole batch for pp; a few tokens for tg */
     const double w = r->spec ? run_spec_once(s, smp, ids, BENCH_MIN(n, 16), &n_tok, &drafted, &kept)
                              : run_once(s, ids, batch ? n : BENCH_MIN(n, 16), batch, n_seqs, fill,
-                                        r->depth, n_batch);
+                                        r->depth, n_batch, held);
     if (w < 0) return false;
     n_tok = drafted = kept = 0;
     double *x = malloc((size_t)reps * sizeof(*x));
@@ -461,18 +479,22 @@ static bool run_test(const cllm_model *m, cllm_session *s, cllm_sampler *smp, co
     const cllm_stream_usage u0 = stream_now(m);
     for (int i = 0; i < reps; i++) {
         x[i] = r->spec ? run_spec_once(s, smp, ids, n, &n_tok, &drafted, &kept)
-                       : run_once(s, ids, n, batch, n_seqs, fill, r->depth, n_batch);
+                       : run_once(s, ids, n, batch, n_seqs, fill, r->depth, n_batch, held);
         if (x[i] < 0) {
             free(x);
             return false;
         }
     }
     const cllm_stream_usage u1 = stream_now(m);
-    /* a depth's filling and tg+ngram's prompt are passes of their own:
-     * left out (a pp test's tokens are all read in its passes) */
+    /* tg+ngram's prompt is a pass of its own: left out. A depth is
+     * filled again, in passes that read too, only where the cache could
+     * not be cut back to it: then the test's bytes are not told apart
+     * (the passes are not the test's alone) */
+    const uint64_t test_passes =
+        (uint64_t)reps * (uint64_t)(batch ? (n + n_batch - 1) / n_batch : n);
     if (r->spec) {
         stream_per_token(&u0, &u1, (double)n_tok, (uint64_t)reps, r);
-    } else if (!r->depth) {
+    } else if (u1.passes - u0.passes == test_passes) {
         stream_per_token(&u0, &u1, (double)n * (batch ? 1 : n_seqs) * reps, 0, r);
     }
     r->drafted = drafted, r->accepted = kept;
@@ -594,7 +616,9 @@ int cli_cmd_bench(int argc, char **argv) {
                                 .depth = depth,
                                 .spec = spec};
             r->n_seqs = pp || spec ? 1 : a.n_seqs;
-            if (!run_test(m, s, smp, ids + n_fill, n, pp, r->n_seqs, a.reps, ids, sp.n_batch, r))
+            int64_t held = -1; /* each test fills its depth once */
+            if (!run_test(m, s, smp, ids + n_fill, n, pp, r->n_seqs, a.reps, ids, sp.n_batch, &held,
+                          r))
                 goto fail;
             n_res++;
             if (a.output == BENCH_MD) {
@@ -604,7 +628,7 @@ int cli_cmd_bench(int argc, char **argv) {
                 if (streams && (r->stream_bpt > 0 || r->passes_pt > 0)) {
                     printf(" %.2f MiB | %.3f |", r->stream_bpt / (1 << 20), r->passes_pt);
                 } else if (streams) {
-                    printf(" - | - |"); /* after a depth: its filling's passes read too */
+                    printf(" - | - |"); /* a depth filled again: its passes read too */
                 }
                 printf("\n");
             } else if (a.output == BENCH_CSV) {

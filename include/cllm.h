@@ -586,6 +586,28 @@ void cllm_model_free(cllm_model *m);
  */
 cllm_status cllm_model_check(const cllm_model *m);
 
+/*
+ * What reading the streamed layers (docs/streaming.md) has cost so far,
+ * totals since the model was loaded. A forward pass reads every streamed
+ * layer once, whatever the number of tokens it computes: the sequences of
+ * a step (cllm_session_decode_seqs, the engine's slots) and the drafted
+ * tokens of speculative decoding share its reads, so bytes_read over the
+ * tokens generated falls as more of them share a pass.
+ */
+typedef struct cllm_stream_usage {
+    int n_layers;            /* streamed layers; 0: nothing is streamed (all below 0) */
+    int n_slots;             /* slots of the ring; n_layers <= n_slots: each layer read once */
+    uint64_t bytes_per_pass; /* bytes a pass reads (the layers' runs, block-aligned) */
+    uint64_t bytes_read;     /* read from the file, the reads ahead of the next pass included */
+    uint64_t passes;         /* forward passes that read the streamed layers and ended well */
+    double wait_s;           /* seconds the passes waited for a layer's read */
+    double read_s;           /* seconds the I/O thread spent reading */
+} cllm_stream_usage;
+
+/* Fills *out (all zero for a model that streams nothing). CLLM_OK, or
+ * CLLM_ERR_INVALID_ARG for NULL. Thread-safe. */
+cllm_status cllm_model_stream_usage(const cllm_model *m, cllm_stream_usage *out);
+
 int32_t cllm_model_n_vocab(const cllm_model *m);     /* rows of the output logits */
 int64_t cllm_model_n_ctx_train(const cllm_model *m); /* context length trained for */
 int64_t cllm_model_n_layer(const cllm_model *m);

@@ -606,6 +606,25 @@ static void check_llama_habits(const char *model) {
            "--no-spec vs spec: '%.300s' vs '%.300s'", show(o.out), show(o2.out));
     cli_free(&o);
     cli_free(&o2);
+    /* streamed layers: bench reports a pass's bytes, and per token the
+     * passes (2 sequences: half a pass each) and the bytes they read */
+    o = cli(NULL, "bench -m %s --mem cpu=1400KiB -p 0 -n 8 -r 1 -t 1 -np 2 -o json", q(model));
+    {
+        const char *pass = strstr(o.out, "\"stream_bytes_per_pass\": ");
+        const char *bpt = strstr(o.out, "\"stream_bytes_per_token\": ");
+        const char *ppt = strstr(o.out, "\"stream_passes_per_token\": ");
+        const double per_pass = pass ? atof(pass + 25) : 0, per_tok = bpt ? atof(bpt + 26) : 0;
+        CHECKF(o.rc == 0 && strstr(o.out, "\"test\": \"tg8x2\"") && per_pass > 0 && ppt &&
+                   atof(ppt + 27) == 0.5 && per_tok >= 0.25 * per_pass &&
+                   per_tok <= 0.75 * per_pass,
+               "bench --mem -np 2: rc %d, '%.400s'", o.rc, show(o.out));
+    }
+    cli_free(&o);
+    /* -d: the cache filled once per test, cut back to the depth before each run */
+    o = cli(NULL, "bench -m %s -p 8 -n 4 -d 24 -r 3 -t 1 -np 2", q(model));
+    CHECKF(o.rc == 0 && strstr(o.out, "pp8 @ d24") && strstr(o.out, "tg4x2 @ d24"),
+           "bench -d 24 -np 2: rc %d, '%s' '%s'", o.rc, show(o.out), show(o.err));
+    cli_free(&o);
     o = cli(NULL, "bench -m %s -s 2", q(model));
     CHECKF(o.rc == 2 && one_line(o.err, o.err_len) && strstr(o.err, "-np"), "bench -s: rc %d, '%s'",
            o.rc, show(o.err));

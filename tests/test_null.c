@@ -176,6 +176,15 @@ CASE(cllm_model_load) {
 }
 CASE(cllm_model_free) { cllm_model_free(NULL); }
 CASE(cllm_model_check) { REFUSED(cllm_model_check(NULL)); }
+CASE(cllm_model_stream_usage) {
+    cllm_stream_usage u;
+    REFUSED(cllm_model_stream_usage(NULL, &u));
+    if (g_model) {
+        REFUSED(cllm_model_stream_usage(g_model, NULL));
+        CHECK(cllm_model_stream_usage(g_model, &u) == CLLM_OK && u.n_layers == 0 &&
+              u.bytes_read == 0 && u.passes == 0); /* resident: nothing streamed */
+    }
+}
 CASE(cllm_file_write) {
     REFUSED(cllm_file_write(NULL, "x", 1));
     REFUSED(cllm_file_write("x.bin", NULL, 1));
@@ -644,6 +653,7 @@ static const null_case k_cases[] = {
     ENTRY(cllm_model_load),
     ENTRY(cllm_model_free),
     ENTRY(cllm_model_check),
+    ENTRY(cllm_model_stream_usage),
     ENTRY(cllm_file_write),
     ENTRY(cllm_model_n_vocab),
     ENTRY(cllm_model_n_ctx_train),

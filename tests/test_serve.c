@@ -624,6 +624,45 @@ static void check_stories(const char *model) {
     resp_free(&r);
     CHECK(metric(s.port, "cllm_requests_rejected_total ") >= 15);
     CHECK(metric(s.port, "cllm_memory_bytes{kind=\"state\",what=\"allocated\"} ") > 0);
+    /* resident: nothing streamed */
+    CHECK(metric(s.port, "cllm_stream_layers ") == 0 &&
+          metric(s.port, "cllm_stream_passes_total ") == 0 &&
+          metric(s.port, "cllm_stream_read_bytes_total ") == 0);
+    CHECK_EQ_INT(server_stop(&s, SIGINT), 0);
+}
+
+/* Streamed layers (--mem below the model's size): /metrics counts their
+ * reads, one read of each per pass, and the answer is the resident one. */
+static void check_stream_metrics(const char *model) {
+    server s;
+    const char *args[] = {"-m",  model,   "--parallel",  "2",         "-c",
+                          "256", "--mem", "cpu=1400KiB", "--metrics", NULL};
+    if (!server_start(&s, args)) {
+        CHECKF(false, "the server did not start");
+        return;
+    }
+    char run_args[8192];
+    snprintf(run_args, sizeof(run_args), "-m '%s' --temp 0 -n 24 -p '%s'", model, STORY_PROMPT);
+    char *ref = run_text(run_args);
+    const char *req = "{\"prompt\": \"" STORY_PROMPT "\", \"max_tokens\": 24, \"temperature\": 0}";
+    resp r = http(s.port, "POST", "/v1/completions", req);
+    char finish[32];
+    char *whole = whole_text(&r, finish, sizeof(finish));
+    CHECKF(r.status == 200 && whole && ref && !strcmp(whole, ref), "streamed '%s' vs run '%s'",
+           whole ? whole : "(none)", ref ? ref : "(none)");
+    free(whole);
+    free(ref);
+    resp_free(&r);
+    const double layers = metric(s.port, "cllm_stream_layers ");
+    const double pass = metric(s.port, "cllm_stream_pass_bytes ");
+    const double passes = metric(s.port, "cllm_stream_passes_total ");
+    const double bytes = metric(s.port, "cllm_stream_read_bytes_total ");
+    const double gen = metric(s.port, "cllm_completion_tokens_total ");
+    /* a pass for the prompt and at most one per token after the first */
+    CHECKF(layers >= 1 && pass > 0 && gen == 24 && passes >= 1 && passes <= gen &&
+               bytes >= passes * pass && metric(s.port, "cllm_stream_wait_seconds_total ") >= 0,
+           "streamed: %g layers, %g bytes a pass, %g passes, %g bytes read, %g tokens", layers,
+           pass, passes, bytes, gen);
     CHECK_EQ_INT(server_stop(&s, SIGINT), 0);
 }
 
@@ -1776,6 +1815,7 @@ int main(int argc, char **argv) {
         char model[4096];
         refs_model_path(model, sizeof(model), "stories260K.gguf");
         check_stories(model);
+        check_stream_metrics(model);
         check_draft_model(model);
         check_hosts(model);
         check_names_cors(model);

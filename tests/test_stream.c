@@ -61,11 +61,15 @@ static void quiet(cllm_log_level level, const char *msg, void *ud) {
 }
 
 static int g_slots = 2; /* ring slots of the plans made next */
+/* the sessions those plans are for */
+static int g_seqs = 1;
+static int64_t g_ctx = N_CTX, g_batch = N_BATCH;
 
 static cllm_plan_params plan_params(size_t budget) {
     cllm_plan_params fp = cllm_plan_default_params();
-    fp.n_ctx = N_CTX;
-    fp.n_batch = N_BATCH;
+    fp.n_ctx = g_ctx;
+    fp.n_batch = g_batch;
+    fp.n_seq = g_seqs;
     fp.n_threads = 2;
     fp.use_mmap = false;
     fp.stream_slots = g_slots;
@@ -460,6 +464,252 @@ done:
 }
 
 /* A budget that cannot hold even the ring, the state and the compute. */
+/* ---- one read, many tokens ------------------------------------------------ */
+
+#define OR_CTX   128
+#define OR_BATCH 16
+#define OR_SEQS  4
+#define OR_STEPS 8
+#define OR_GEN   80 /* stories260K keeps 14 of 38 draft tokens */
+
+static cllm_stream_usage usage_of(const cllm_model *m) {
+    cllm_stream_usage u;
+    memset(&u, 0, sizeof(u));
+    CHECK(cllm_model_stream_usage(m, &u) == CLLM_OK);
+    return u;
+}
+
+static cllm_session *or_session(const cllm_model *m, int n_seq) {
+    cllm_session_params sp = cllm_session_default_params();
+    sp.n_ctx = OR_CTX;
+    sp.n_batch = OR_BATCH;
+    sp.n_threads = 2;
+    sp.n_seq = n_seq;
+    cllm_session *s = NULL;
+    CHECKF(cllm_session_new(m, &sp, &s) == CLLM_OK, "session: %s", cllm_last_error());
+    return s;
+}
+
+/* The passes and bytes from u0 to u1 are those of `passes` passes that
+ * each read every streamed layer once (the reads ahead of the next pass,
+ * at most a ring's worth of layers, are counted when they complete, so a
+ * pass of slack either way). */
+static void check_reads_of(const cllm_stream_usage *u0, const cllm_stream_usage *u1,
+                           uint64_t passes, const char *what) {
+    const uint64_t bytes = u1->bytes_read - u0->bytes_read;
+    CHECKF(u1->passes - u0->passes == passes, "%s: %llu passes, expected %llu", what,
+           (unsigned long long)(u1->passes - u0->passes), (unsigned long long)passes);
+    CHECKF(bytes + u1->bytes_per_pass >= passes * u1->bytes_per_pass &&
+               bytes <= (passes + 1) * u1->bytes_per_pass,
+           "%s: %llu bytes read in %llu passes of %llu bytes", what, (unsigned long long)bytes,
+           (unsigned long long)passes, (unsigned long long)u1->bytes_per_pass);
+}
+
+/* Greedy steps of sequences [0, n_seq) of s, every one in each pass (one
+ * decode_seqs of n_seq items), after a prompt of 5 ids each; each step's
+ * logits of each sequence into lg[(step * OR_SEQS + k) * nv]. */
+static bool or_steps(cllm_session *s, int n_seq, float *lg, cllm_stream_usage *u0,
+                     cllm_stream_usage *u1, const cllm_model *m) {
+    const int64_t nv = cllm_session_n_vocab(s);
+    int32_t tok[OR_SEQS];
+    for (int k = 0; k < n_seq; k++) {
+        int32_t prompt[5];
+        for (int i = 0; i < 5; i++) prompt[i] = 1 + (int32_t)((k * 101 + i * 37 + 11) % (nv - 1));
+        const cllm_seq_tokens it = {k, prompt, 5};
+        if (cllm_session_decode_seqs(s, &it, 1) != CLLM_OK) return false;
+        tok[k] = argmax(cllm_session_seq_logits(s, k), nv);
+    }
+    *u0 = usage_of(m);
+    for (int t = 0; t < OR_STEPS; t++) {
+        cllm_seq_tokens items[OR_SEQS];
+        for (int k = 0; k < n_seq; k++) items[k] = (cllm_seq_tokens){k, &tok[k], 1};
+        if (cllm_session_decode_seqs(s, items, n_seq) != CLLM_OK) return false;
+        for (int k = 0; k < n_seq; k++) {
+            const float *l = cllm_session_seq_logits(s, k);
+            memcpy(lg + ((size_t)t * OR_SEQS + (size_t)k) * (size_t)nv, l,
+                   (size_t)nv * sizeof(float));
+            tok[k] = argmax(l, nv);
+        }
+    }
+    *u1 = usage_of(m);
+    return true;
+}
+
+/* cllm_generate_spec greedy on `m` (spec NULL: none); the ids into *res,
+ * the stream's usage around it into u0, u1. */
+static bool or_generate(const cllm_model *m, const int32_t *prompt, size_t n_prompt,
+                        const cllm_spec_params *spec, cllm_generate_result *res,
+                        cllm_stream_usage *u0, cllm_stream_usage *u1) {
+    cllm_session *s = or_session(m, 1);
+    cllm_sampler_params sp = cllm_sampler_default_params();
+    sp.temperature = 0;
+    cllm_sampler *smp = NULL;
+    cllm_spec_params off = cllm_spec_default_params();
+    off.type = CLLM_SPEC_NONE;
+    bool ok = s && cllm_sampler_new_model(&sp, m, &smp) == CLLM_OK;
+    *u0 = usage_of(m);
+    ok = ok && cllm_generate_spec(s, smp, prompt, n_prompt, OR_GEN, spec ? spec : &off, NULL, NULL,
+                                  res) == CLLM_OK;
+    *u1 = usage_of(m);
+    CHECKF(ok, "generate: %s", cllm_last_error());
+    cllm_sampler_free(smp);
+    cllm_session_free(s);
+    return ok;
+}
+
+/*
+ * One streamed read serves every token of a pass: the sequences of a step
+ * and the drafted tokens of speculative decoding. On a model whose
+ * streamed layers outnumber the ring's slots (each pass reads them all):
+ *  - steps of 4 sequences and of 1 each count one pass and one read of
+ *    every streamed layer (cllm_model_stream_usage), so the bytes streamed
+ *    per generated token fall 4 times; each sequence's logits are those of
+ *    the resident model decoding it alone, bit for bit;
+ *  - greedy generation with n-gram drafts on a prompt that repeats keeps
+ *    drafts, takes fewer passes and fewer bytes per generated token than
+ *    without, and generates the same ids (as the resident model does).
+ */
+static void check_one_read(const char *path) {
+    g_seqs = OR_SEQS, g_ctx = OR_CTX, g_batch = OR_BATCH;
+    cllm_plan *plan = smallest_plan(path);
+    g_seqs = 1, g_ctx = N_CTX, g_batch = N_BATCH;
+    cllm_model_params mp = cllm_model_default_params();
+    mp.progress = false;
+    cllm_model *res = NULL, *str = NULL;
+    CHECKF(cllm_model_load(path, &mp, &res) == CLLM_OK, "%s: %s", path, cllm_last_error());
+    mp.plan = plan;
+    mp.use_mmap = plan ? plan->use_mmap : false;
+    if (plan)
+        CHECKF(cllm_model_load(path, &mp, &str) == CLLM_OK, "%s: %s", path, cllm_last_error());
+    if (!res || !str) goto done;
+    const cllm_stream_usage u = usage_of(str);
+    CHECKF(u.n_layers == plan->n_streamed && u.n_slots == plan->stream_slots &&
+               u.n_layers > u.n_slots && u.bytes_per_pass == plan->stream_bytes,
+           "%s: %d layers streamed through %d slots, %llu bytes a pass (plan %llu)", path,
+           u.n_layers, u.n_slots, (unsigned long long)u.bytes_per_pass,
+           (unsigned long long)plan->stream_bytes);
+    if (u.n_layers <= u.n_slots) goto done;
+    const cllm_stream_usage ur = usage_of(res);
+    CHECK(ur.n_layers == 0 && ur.bytes_read == 0 && ur.passes == 0);
+
+    /* 4 sequences a pass against 1 */
+    const int64_t nv = vocab_of(res);
+    const size_t n_lg = (size_t)OR_STEPS * OR_SEQS * (size_t)nv;
+    float *lg_str = calloc(n_lg, sizeof(float));
+    float *lg_one = calloc(n_lg, sizeof(float));
+    cllm_session *s4 = or_session(str, OR_SEQS); /* the plan's one session */
+    cllm_stream_usage a0, a1, b0, b1, r0, r1;
+    if (lg_str && lg_one && s4 && or_steps(s4, OR_SEQS, lg_str, &a0, &a1, str) &&
+        (cllm_session_reset(s4), or_steps(s4, 1, lg_one, &b0, &b1, str))) {
+        check_reads_of(&a0, &a1, OR_STEPS, "4 sequences a pass");
+        check_reads_of(&b0, &b1, OR_STEPS, "1 sequence a pass");
+        const double per4 = (double)(a1.bytes_read - a0.bytes_read) / (OR_STEPS * OR_SEQS);
+        const double per1 = (double)(b1.bytes_read - b0.bytes_read) / OR_STEPS;
+        fprintf(stderr, "%s: %.0f bytes streamed per token with 4 sequences, %.0f with 1\n", path,
+                per4, per1);
+        CHECKF(per4 * 2 < per1, "%s: %.0f bytes per token with 4 sequences, %.0f with 1", path,
+               per4, per1);
+        /* each sequence as the resident model decodes it alone */
+        for (int k = 0; k < OR_SEQS; k++) {
+            cllm_session *r = or_session(res, OR_SEQS);
+            float *lg = calloc(n_lg, sizeof(float));
+            bool ok = r && lg;
+            /* sequence k alone: its prompt and steps as sequence 0 of
+             * or_steps would give them, decoded as sequence k */
+            if (ok) {
+                int32_t prompt[5];
+                for (int i = 0; i < 5; i++)
+                    prompt[i] = 1 + (int32_t)((k * 101 + i * 37 + 11) % (nv - 1));
+                const cllm_seq_tokens it = {k, prompt, 5};
+                ok = cllm_session_decode_seqs(r, &it, 1) == CLLM_OK;
+                int32_t tok = ok ? argmax(cllm_session_seq_logits(r, k), nv) : 0;
+                for (int t = 0; ok && t < OR_STEPS; t++) {
+                    const cllm_seq_tokens one = {k, &tok, 1};
+                    ok = cllm_session_decode_seqs(r, &one, 1) == CLLM_OK;
+                    if (!ok) break;
+                    const float *l = cllm_session_seq_logits(r, k);
+                    memcpy(lg + (size_t)t * (size_t)nv, l, (size_t)nv * sizeof(float));
+                    tok = argmax(l, nv);
+                }
+            }
+            CHECKF(ok, "resident sequence %d: %s", k, cllm_last_error());
+            for (int t = 0; ok && t < OR_STEPS; t++) {
+                CHECKF(!memcmp(lg + (size_t)t * (size_t)nv,
+                               lg_str + ((size_t)t * OR_SEQS + (size_t)k) * (size_t)nv,
+                               (size_t)nv * sizeof(float)),
+                       "%s: sequence %d, step %d: streamed with 4 a pass differs from resident "
+                       "alone",
+                       path, k, t);
+                if (k == 0) {
+                    CHECKF(!memcmp(lg + (size_t)t * (size_t)nv,
+                                   lg_one + (size_t)t * OR_SEQS * (size_t)nv,
+                                   (size_t)nv * sizeof(float)),
+                           "%s: step %d: streamed alone differs from resident alone", path, t);
+                }
+            }
+            free(lg);
+            cllm_session_free(r);
+        }
+    } else {
+        CHECKF(false, "%s: steps of several sequences: %s", path, cllm_last_error());
+    }
+    cllm_session_free(s4);
+    free(lg_str), free(lg_one);
+
+    /* n-gram drafts on a prompt that repeats */
+    static const char text[] = "Tom had a red ball. Tom had a red ball. Tom had a red ball. Tom "
+                               "had a red ball. Tom had a";
+    int32_t prompt[128];
+    size_t n_prompt = 0;
+    if (cllm_tokenize(str, text, strlen(text), true, false, prompt, 128, &n_prompt) != CLLM_OK) {
+        CHECKF(false, "%s: tokenize: %s", path, cllm_last_error());
+        goto done;
+    }
+    cllm_generate_result g_res = {0}, g_off = {0}, g_spec = {0};
+    const cllm_spec_params spec = cllm_spec_default_params();
+    if (or_generate(res, prompt, n_prompt, NULL, &g_res, &r0, &r1) &&
+        or_generate(str, prompt, n_prompt, NULL, &g_off, &a0, &a1) &&
+        or_generate(str, prompt, n_prompt, &spec, &g_spec, &b0, &b1)) {
+        CHECKF(g_res.n_ids == g_off.n_ids && g_res.n_ids == g_spec.n_ids && g_res.n_ids > 0 &&
+                   !memcmp(g_res.ids, g_off.ids, g_res.n_ids * sizeof(int32_t)) &&
+                   !memcmp(g_res.ids, g_spec.ids, g_res.n_ids * sizeof(int32_t)),
+               "%s: %zu ids resident, %zu streamed, %zu streamed with drafts: they differ", path,
+               g_res.n_ids, g_off.n_ids, g_spec.n_ids);
+        const uint64_t p_off = a1.passes - a0.passes, p_spec = b1.passes - b0.passes;
+        const double n = (double)g_spec.n_ids;
+        const double by_off = (double)(a1.bytes_read - a0.bytes_read) / n;
+        const double by_spec = (double)(b1.bytes_read - b0.bytes_read) / n;
+        fprintf(stderr,
+                "%s: %zu ids, %zu of %zu draft tokens kept: %llu passes and %.0f bytes per "
+                "token with drafts, %llu and %.0f without\n",
+                path, g_spec.n_ids, g_spec.n_accepted, g_spec.n_drafted, (unsigned long long)p_spec,
+                by_spec, (unsigned long long)p_off, by_off);
+        CHECKF(g_spec.n_accepted > 0 && g_off.n_drafted == 0, "%s: %zu draft tokens kept", path,
+               g_spec.n_accepted);
+        /* a pass per generated token that went through the model after the
+         * prompt's; with drafts, one pass for each kept token less */
+        const uint64_t prompt_passes = (n_prompt + OR_BATCH - 1) / OR_BATCH;
+        CHECKF(p_off == prompt_passes + g_off.n_gen_decoded &&
+                   p_spec == prompt_passes + g_spec.n_gen_decoded - g_spec.n_accepted &&
+                   p_spec < p_off,
+               "%s: %llu passes with drafts (%zu tokens decoded, %zu kept), %llu without (%zu "
+               "decoded; %llu of the prompt)",
+               path, (unsigned long long)p_spec, g_spec.n_gen_decoded, g_spec.n_accepted,
+               (unsigned long long)p_off, g_off.n_gen_decoded, (unsigned long long)prompt_passes);
+        check_reads_of(&a0, &a1, p_off, "generation without drafts");
+        check_reads_of(&b0, &b1, p_spec, "generation with drafts");
+        CHECKF(by_spec < by_off, "%s: %.0f bytes per token with drafts, %.0f without", path,
+               by_spec, by_off);
+    }
+    cllm_generate_result_free(&g_res);
+    cllm_generate_result_free(&g_off);
+    cllm_generate_result_free(&g_spec);
+done:
+    cllm_model_free(str);
+    cllm_model_free(res);
+    cllm_plan_free(plan);
+}
+
 static void check_too_small(const char *path) {
     cllm_plan_params fp = plan_params((size_t)1 << 20);
     cllm_plan *plan = (cllm_plan *)0x1;
@@ -560,6 +810,7 @@ int main(int argc, char **argv) {
             continue;
         }
         check_model(path);
+        if (i == 0) check_one_read(path); /* stories260K */
     }
     if (!g_gen) {
         check_missing("cllm-gen-model (argv[1])");

@@ -460,3 +460,16 @@ cllm_status cllm_model_check(const cllm_model *m) {
     /* streamed layers: their reads check sizes and sums (stream.h) */
     return m->stream ? cllm_stream_check(m->stream) : CLLM_OK;
 }
+
+cllm_status cllm_model_stream_usage(const cllm_model *m, cllm_stream_usage *out) {
+    if (!m || !out) return CLLM_NULL_ARG("m or out");
+    memset(out, 0, sizeof(*out));
+    if (!m->stream) return CLLM_OK;
+    out->n_layers = m->stream_lay.n_layers;
+    out->n_slots = m->stream_lay.n_slots;
+    out->bytes_per_pass = m->stream_lay.read_bytes;
+    cllm_stream_stats(m->stream, &out->bytes_read, &out->wait_s);
+    out->passes = cllm_stream_passes(m->stream);
+    out->read_s = cllm_stream_read_seconds(m->stream);
+    return CLLM_OK;
+}

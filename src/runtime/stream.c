@@ -382,6 +382,7 @@ struct cllm_stream {
     bool read_failed;   /* the last pass failed on a read; until one succeeds */
     char read_err[512]; /* its message */
     uint64_t bytes_read;
+    uint64_t passes; /* passes that read every streamed layer (ended well) */
     double wait_s;
     double read_s; /* the I/O thread's time in reads */
 
@@ -747,6 +748,14 @@ void cllm_stream_stats(const cllm_stream *st, uint64_t *bytes_read, double *wait
     pthread_mutex_unlock(&m->mu);
 }
 
+uint64_t cllm_stream_passes(const cllm_stream *st) {
+    cllm_stream *m = (cllm_stream *)st;
+    pthread_mutex_lock(&m->mu);
+    const uint64_t n = m->passes;
+    pthread_mutex_unlock(&m->mu);
+    return n;
+}
+
 double cllm_stream_read_seconds(const cllm_stream *st) {
     cllm_stream *m = (cllm_stream *)st;
     pthread_mutex_lock(&m->mu);
@@ -875,6 +884,7 @@ void cllm_stream_end(cllm_stream *st, cllm_sched *sched, bool ok) {
     pthread_mutex_lock(&st->mu);
     if (!ok || st->n_released != st->lay->n_layers) reset_locked(st);
     if (ok) st->read_failed = false;
+    if (ok && st->n_released == st->lay->n_layers) st->passes++;
     pthread_mutex_unlock(&st->mu);
     pthread_mutex_unlock(&st->pass_mu);
 }

@@ -157,6 +157,10 @@ void cllm_stream_end(cllm_stream *st, cllm_sched *sched, bool ok);
 /* Totals since the stream was made: bytes read from the file, and seconds
  * the executor waited for a layer. */
 void cllm_stream_stats(const cllm_stream *st, uint64_t *bytes_read, double *wait_s);
+/* Forward passes that read every streamed layer and ended well, since the
+ * stream was made: one per pass whatever the number of tokens (columns)
+ * in it. Thread-safe. */
+uint64_t cllm_stream_passes(const cllm_stream *st);
 /* Seconds the I/O thread spent reading (bytes_read over it: the rate its
  * reads achieved, waits for a free slot left out). Thread-safe. */
 double cllm_stream_read_seconds(const cllm_stream *st);

@@ -8,14 +8,23 @@
  *    with -np S, S sequences step together, one token each per forward pass
  *    (tg<N>x<S>: tokens/s of all of them, the throughput a server's slots
  *    share);
+ *  - with --spec, tg<N>+ngram: N tokens generated greedily with n-gram
+ *    speculative decoding (cllm_generate_spec, the default drafts) after a
+ *    prompt that is a block of the fixed ids twice: a copying workload,
+ *    where the drafts are kept; tokens/s of the generation alone, and the
+ *    draft tokens kept;
  *  - with -d D (a list, as llama-bench's -d), each test again after D
  *    tokens are already in the cache (of every sequence): the cache is
  *    filled untimed before each run, then the test is timed ("pp512 @ d4096");
- * each as mean +- stddev over r repetitions after one warm-up. Token ids are
- * fixed pseudo-random ids fed straight to cllm_session_decode: neither
- * tokenization nor sampling is timed. The header names the commit (env
- * CLLM_COMMIT, else `git rev-parse` of the source tree the binary sits in),
- * the CPU and the kernel features in use.
+ * each as mean +- stddev over r repetitions after one warm-up. When the
+ * model streams layers (--mem below its size), each test also reports the
+ * bytes streamed per token it generated or read: a pass reads every
+ * streamed layer once, however many tokens (sequences, drafts) it holds.
+ * Token ids are fixed pseudo-random ids fed straight to
+ * cllm_session_decode: neither tokenization nor sampling is timed (but
+ * tg+ngram's greedy sampling and drafting, as generation pays them). The header names the commit
+ * (env CLLM_COMMIT, else `git rev-parse` of the source tree the binary sits in), the CPU and the
+ * kernel features in use.
  */
 #include "cllm.h"
 #include "commands.h"
@@ -42,6 +51,7 @@ typedef struct bench_args {
     int n_threads_list;
     int reps;
     int n_seqs;                       /* sequences of the tg test */
+    bool spec;                        /* --spec: the tg+ngram test too */
     int64_t depths[BENCH_MAX_DEPTHS]; /* -d: tokens in the cache before each test */
     int n_depths;
     cllm_type type_k, type_v; /* KV cache types */
@@ -52,33 +62,38 @@ typedef struct bench_args {
 } bench_args;
 
 static void bench_usage(FILE *f) {
-    fprintf(f, "usage: cllm bench -m FILE [options]\n"
-               "\n"
-               "Tokens/s of prompt processing (pp: a batch of -p tokens) and generation (tg: -n\n"
-               "tokens one at a time), mean +- stddev over -r repetitions after a warm-up, for\n"
-               "each thread count. Fixed pseudo-random token ids: neither tokenization nor\n"
-               "sampling is timed.\n"
-               "\n"
-               "  -m FILE                 the model (GGUF)\n"
-               "  -hf USER/NAME[:QUANT]   instead of -m: a model of the Hugging Face hub,\n"
-               "                          downloaded when needed (cllm pull --help)\n"
-               "  -p, --n-prompt N        prompt tokens (default 512; 0: no pp test)\n"
-               "  -n, --n-gen N           generated tokens (default 128; 0: no tg test)\n"
-               "  -t, --threads N[,N...]  thread counts (default: physical cores)\n"
-               "  -r, --repetitions N     repetitions (default 5)\n"
-               "  -b, --batch-size N      batch size (default 512)\n"
-               "  -d, --n-depth N[,N...]  tokens already in the cache when a test starts\n"
-               "                          (default 0): filled untimed, then the test timed\n"
-               "  -c, --ctx-size N        context (default: max(p, n) + the largest -d,\n"
-               "                          rounded up to 256)\n"
-               "  -np, --seqs N           sequences that generate together in tg, one token\n"
-               "                          each per forward pass (default 1; tokens/s of "
-               "all)\n" CLI_KV_USAGE "  -o, --output md|csv|json   output format (default md)\n"
-               "  --mem DEVICE=SIZE       load with a plan within budgets (as cllm plan; the\n"
-               "                          layers that do not fit are streamed)\n"
-               "  --no-mmap               read the weights into memory (on huge pages where\n"
-               "                          the system gives them) instead of mapping the file\n"
-               "  -h, --help              this help\n");
+    fprintf(f,
+            "usage: cllm bench -m FILE [options]\n"
+            "\n"
+            "Tokens/s of prompt processing (pp: a batch of -p tokens) and generation (tg: -n\n"
+            "tokens one at a time), mean +- stddev over -r repetitions after a warm-up, for\n"
+            "each thread count. Fixed pseudo-random token ids: neither tokenization nor\n"
+            "sampling is timed.\n"
+            "\n"
+            "  -m FILE                 the model (GGUF)\n"
+            "  -hf USER/NAME[:QUANT]   instead of -m: a model of the Hugging Face hub,\n"
+            "                          downloaded when needed (cllm pull --help)\n"
+            "  -p, --n-prompt N        prompt tokens (default 512; 0: no pp test)\n"
+            "  -n, --n-gen N           generated tokens (default 128; 0: no tg test)\n"
+            "  -t, --threads N[,N...]  thread counts (default: physical cores)\n"
+            "  -r, --repetitions N     repetitions (default 5)\n"
+            "  -b, --batch-size N      batch size (default 512)\n"
+            "  -d, --n-depth N[,N...]  tokens already in the cache when a test starts\n"
+            "                          (default 0): filled untimed, then the test timed\n"
+            "  -c, --ctx-size N        context (default: max(p, n) + the largest -d,\n"
+            "                          rounded up to 256)\n"
+            "  -np, --seqs N           sequences that generate together in tg, one token\n"
+            "                          each per forward pass (default 1; tokens/s of "
+            "all)\n"
+            "  --spec                  also tg<N>+ngram: N tokens generated greedily with\n"
+            "                          n-gram speculative decoding after a prompt that\n"
+            "                          repeats a block of ids (a copying workload)\n" CLI_KV_USAGE
+            "  -o, --output md|csv|json   output format (default md)\n"
+            "  --mem DEVICE=SIZE       load with a plan within budgets (as cllm plan; the\n"
+            "                          layers that do not fit are streamed)\n"
+            "  --no-mmap               read the weights into memory (on huge pages where\n"
+            "                          the system gives them) instead of mapping the file\n"
+            "  -h, --help              this help\n");
 }
 
 /* "1,2,4" -> threads[] */
@@ -139,11 +154,16 @@ static int64_t max_depth(const bench_args *a) {
     return d;
 }
 
+/* The ids of the block that the tg+ngram test's prompt repeats twice. */
+#define SPEC_BLOCK 48
+
 /* The context of the sessions: -c, else the largest test after the largest
- * depth, rounded up to 256. */
+ * depth (or tg+ngram's prompt and tokens), rounded up to 256. */
 static int64_t bench_ctx(const bench_args *a) {
     if (a->n_ctx) return a->n_ctx;
-    return (BENCH_MAX(a->n_prompt, a->n_gen) + max_depth(a) + 255) / 256 * 256;
+    int64_t n = BENCH_MAX(a->n_prompt, a->n_gen) + max_depth(a);
+    if (a->spec) n = BENCH_MAX(n, 2 * SPEC_BLOCK + a->n_gen);
+    return (n + 255) / 256 * 256;
 }
 
 /* The batch of the sessions: the prompt's (at most -b), one token of each
@@ -151,6 +171,8 @@ static int64_t bench_ctx(const bench_args *a) {
 static int64_t bench_batch(const bench_args *a) {
     int64_t b = BENCH_MIN(a->n_batch, BENCH_MAX(a->n_prompt, 1));
     if (max_depth(a) > 0) b = BENCH_MAX(b, BENCH_MIN(a->n_batch, max_depth(a)));
+    /* tg+ngram: the prompt in one pass, and room for a draft */
+    if (a->spec) b = BENCH_MAX(b, 2 * SPEC_BLOCK);
     return BENCH_MAX(b, a->n_seqs);
 }
 
@@ -177,6 +199,10 @@ static int parse_bench_args(int argc, char **argv, bench_args *a) {
         }
         if (!strcmp(o, "--no-mmap")) {
             a->no_mmap = true;
+            continue;
+        }
+        if (!strcmp(o, "--spec")) {
+            a->spec = true;
             continue;
         }
         if (!strcmp(o, "-s")) {
@@ -294,6 +320,12 @@ typedef struct bench_result {
     int n_seqs;      /* tg: sequences stepping together */
     int64_t depth;   /* tokens in the cache before the test (-d) */
     double mean, sd; /* tokens/s */
+    bool spec;       /* tg+ngram */
+    /* streamed layers: bytes read and passes per token over the timed
+     * runs (tg+ngram: the prompt's pass left out); draft tokens verified
+     * and kept (tg+ngram) */
+    double stream_bpt, passes_pt;
+    uint64_t drafted, accepted;
 } bench_result;
 
 static void mean_sd(const double *x, int n, double *mean, double *sd) {
@@ -318,14 +350,32 @@ static bool fill_cache(cllm_session *s, const int32_t *fill, int64_t depth, int 
     return true;
 }
 
-/* One timed run after the cache is filled with fill[0..depth), untimed:
+/* Every sequence's cache back to fill[0..depth): cut back to it when the
+ * cache holds it (*held: the depth filled, -1 when it holds something
+ * else), else filled again from empty. */
+static bool set_depth(cllm_session *s, const int32_t *fill, int64_t depth, int n_seqs,
+                      int64_t n_batch, int64_t *held) {
+    if (*held == depth && depth > 0) {
+        bool cut = true;
+        for (int k = 0; cut && k < n_seqs; k++)
+            cut = (n_seqs == 1 ? cllm_session_truncate(s, depth)
+                               : cllm_session_seq_truncate(s, k, depth)) == CLLM_OK;
+        if (cut) return true; /* else (a sliding window's ring): from empty */
+    }
+    *held = -1;
+    cllm_session_reset(s);
+    if (!fill_cache(s, fill, depth, n_seqs, n_batch)) return false;
+    *held = depth;
+    return true;
+}
+
+/* One timed run after the cache is set to fill[0..depth), untimed:
  * pp decodes ids[0..n) at once, tg one at a time (with n_seqs > 1, one
  * token of each sequence per pass, each its own ids). Returns tokens/s of
  * all sequences, or -1 on error. */
 static double run_once(cllm_session *s, const int32_t *ids, int64_t n, bool batch, int n_seqs,
-                       const int32_t *fill, int64_t depth, int64_t n_batch) {
-    cllm_session_reset(s);
-    if (!fill_cache(s, fill, depth, n_seqs, n_batch)) return -1;
+                       const int32_t *fill, int64_t depth, int64_t n_batch, int64_t *held) {
+    if (!set_depth(s, fill, depth, n_seqs, n_batch, held)) return -1;
     const double t0 = cllm_time_ms();
     if (batch) {
         if (cllm_session_decode(s, ids, n) != CLLM_OK) return -1;
@@ -350,7 +400,9 @@ static const char *test_name(const bench_result *r) {
     char *b = ring[next++ % 4];
     char depth[32] = "";
     if (r->depth > 0) snprintf(depth, sizeof(depth), " @ d%lld", (long long)r->depth);
-    if (r->n_seqs > 1) {
+    if (r->spec) {
+        snprintf(b, sizeof(ring[0]), "%s%lld+ngram", r->test_kind, (long long)r->n);
+    } else if (r->n_seqs > 1) {
         snprintf(b, sizeof(ring[0]), "%s%lldx%d%s", r->test_kind, (long long)r->n, r->n_seqs,
                  depth);
     } else {
@@ -369,20 +421,83 @@ static void csv_field(const char *s, const char *sep) {
     printf("\"%s", sep);
 }
 
-static bool run_test(cllm_session *s, const int32_t *ids, int64_t n, bool batch, int n_seqs,
-                     int reps, const int32_t *fill, int64_t n_batch, bench_result *r) {
+/* The streamed layers' reads so far (zeros without). */
+static cllm_stream_usage stream_now(const cllm_model *m) {
+    cllm_stream_usage u;
+    if (cllm_model_stream_usage(m, &u) != CLLM_OK) memset(&u, 0, sizeof(u));
+    return u;
+}
+
+/* Bytes streamed and passes from u0 to u1, over `tokens` tokens, less
+ * `skip_passes` passes (a prompt's), into r. */
+static void stream_per_token(const cllm_stream_usage *u0, const cllm_stream_usage *u1,
+                             double tokens, uint64_t skip_passes, bench_result *r) {
+    if (!u1->n_layers || tokens <= 0) return;
+    uint64_t passes = u1->passes - u0->passes;
+    double bytes = (double)(u1->bytes_read - u0->bytes_read);
+    skip_passes = BENCH_MIN(skip_passes, passes);
+    passes -= skip_passes;
+    if (u1->n_layers > u1->n_slots) bytes -= (double)skip_passes * (double)u1->bytes_per_pass;
+    r->stream_bpt = BENCH_MAX(bytes, 0.0) / tokens;
+    r->passes_pt = (double)passes / tokens;
+}
+
+/* One timed tg+ngram run: the block of ids twice as the prompt, then n
+ * tokens generated greedily with n-gram drafts. Tokens/s of the
+ * generation, or -1 on error; the tokens generated, drafted and kept are
+ * added to *n_tok, *drafted and *kept. */
+static double run_spec_once(cllm_session *s, cllm_sampler *smp, const int32_t *block, int64_t n,
+                            uint64_t *n_tok, uint64_t *drafted, uint64_t *kept) {
+    int32_t prompt[2 * SPEC_BLOCK];
+    for (int i = 0; i < 2 * SPEC_BLOCK; i++) prompt[i] = block[i % SPEC_BLOCK];
+    cllm_session_reset(s);
+    cllm_sampler_reset(smp);
+    cllm_generate_result res = {0};
+    if (cllm_generate_spec(s, smp, prompt, 2 * SPEC_BLOCK, (int)n, NULL, NULL, NULL, &res) !=
+        CLLM_OK)
+        return -1;
+    const double tps = res.gen_ms > 0 ? (double)res.n_ids * 1000.0 / res.gen_ms : 0.0;
+    *n_tok += res.n_ids;
+    *drafted += res.n_drafted;
+    *kept += res.n_accepted;
+    cllm_generate_result_free(&res);
+    return tps;
+}
+
+static bool run_test(const cllm_model *m, cllm_session *s, cllm_sampler *smp, const int32_t *ids,
+                     int64_t n, bool batch, int n_seqs, int reps, const int32_t *fill,
+                     int64_t n_batch, int64_t *held, bench_result *r) {
+    uint64_t n_tok = 0, drafted = 0, kept = 0;
     /* warm-up: the whole batch for pp; a few tokens for tg */
-    if (run_once(s, ids, batch ? n : BENCH_MIN(n, 16), batch, n_seqs, fill, r->depth, n_batch) < 0)
-        return false;
+    const double w = r->spec ? run_spec_once(s, smp, ids, BENCH_MIN(n, 16), &n_tok, &drafted, &kept)
+                             : run_once(s, ids, batch ? n : BENCH_MIN(n, 16), batch, n_seqs, fill,
+                                        r->depth, n_batch, held);
+    if (w < 0) return false;
+    n_tok = drafted = kept = 0;
     double *x = malloc((size_t)reps * sizeof(*x));
     if (!x) return false;
+    const cllm_stream_usage u0 = stream_now(m);
     for (int i = 0; i < reps; i++) {
-        x[i] = run_once(s, ids, n, batch, n_seqs, fill, r->depth, n_batch);
+        x[i] = r->spec ? run_spec_once(s, smp, ids, n, &n_tok, &drafted, &kept)
+                       : run_once(s, ids, n, batch, n_seqs, fill, r->depth, n_batch, held);
         if (x[i] < 0) {
             free(x);
             return false;
         }
     }
+    const cllm_stream_usage u1 = stream_now(m);
+    /* tg+ngram's prompt is a pass of its own: left out. A depth is
+     * filled again, in passes that read too, only where the cache could
+     * not be cut back to it: then the test's bytes are not told apart
+     * (the passes are not the test's alone) */
+    const uint64_t test_passes =
+        (uint64_t)reps * (uint64_t)(batch ? (n + n_batch - 1) / n_batch : n);
+    if (r->spec) {
+        stream_per_token(&u0, &u1, (double)n_tok, (uint64_t)reps, r);
+    } else if (u1.passes - u0.passes == test_passes) {
+        stream_per_token(&u0, &u1, (double)n * (batch ? 1 : n_seqs) * reps, 0, r);
+    }
+    r->drafted = drafted, r->accepted = kept;
     mean_sd(x, reps, &r->mean, &r->sd);
     free(x);
     return true;
@@ -397,8 +512,9 @@ int cli_cmd_bench(int argc, char **argv) {
     cllm_model *m = NULL;
     cllm_plan *plan = NULL;
     cllm_session *s = NULL;
+    cllm_sampler *smp = NULL;
     int32_t *ids = NULL;
-    bench_result res[2 * BENCH_MAX_THREADS * BENCH_MAX_DEPTHS];
+    bench_result res[(2 * BENCH_MAX_DEPTHS + 1) * BENCH_MAX_THREADS];
     int n_res = 0;
 
     cllm_model_params mp = cllm_model_default_params();
@@ -423,7 +539,8 @@ int cli_cmd_bench(int argc, char **argv) {
     const model_desc d = describe(m);
     const int64_t n_vocab = cllm_model_n_vocab(m);
     /* the cache's tokens (the largest depth), then the tests' */
-    const int64_t n_fill = max_depth(&a), n_ids = n_fill + BENCH_MAX(a.n_prompt, a.n_gen);
+    const int64_t n_fill = max_depth(&a),
+                  n_ids = n_fill + BENCH_MAX(BENCH_MAX(a.n_prompt, a.n_gen), SPEC_BLOCK);
     ids = malloc((size_t)n_ids * sizeof(*ids));
     if (!ids) {
         cli_error("bench", "out of memory for %lld token ids", (long long)n_ids);
@@ -443,6 +560,14 @@ int cli_cmd_bench(int argc, char **argv) {
             cpu = cllm_device_description(cllm_device_get(i));
     }
     const char *features = cllm_cpu_features();
+    /* a model that streams layers: each test's bytes streamed per token */
+    const cllm_stream_usage su = stream_now(m);
+    const bool streams = su.n_layers > 0;
+    if (a.spec) {
+        cllm_sampler_params spp = cllm_sampler_default_params();
+        spp.temperature = 0; /* greedy: the copy is what the drafts predict */
+        if (cllm_sampler_new_model(&spp, m, &smp) != CLLM_OK) goto fail;
+    }
     const char *base = strrchr(a.model, '/') ? strrchr(a.model, '/') + 1 : a.model;
     /* the names as a terminal shows them (a file name may hold any byte) */
     char commit_t[4 * sizeof(commit)], cpu_t[512], base_t[4 * 256 + 1];
@@ -455,12 +580,19 @@ int cli_cmd_bench(int argc, char **argv) {
         printf("model: %s, %.2f GiB, %.2f B params, %s, KV cache %s/%s (K/V)\n\n", base_t,
                (double)d.bytes / (1u << 30), (double)d.params / 1e9, cllm_type_name(d.type),
                cllm_type_name(a.type_k), cllm_type_name(a.type_v));
-        printf("| model | type | size | threads | test | t/s |\n");
-        printf("| --- | --- | ---: | ---: | ---: | ---: |\n");
+        if (streams) {
+            char c[32];
+            printf("streamed: %d layers, %s per pass through a ring of %d slots\n\n", su.n_layers,
+                   cllm_format_size((size_t)su.bytes_per_pass, c, sizeof(c)), su.n_slots);
+        }
+        printf("| model | type | size | threads | test | t/s |%s\n",
+               streams ? " streamed/token | passes/token |" : "");
+        printf("| --- | --- | ---: | ---: | ---: | ---: |%s\n", streams ? " ---: | ---: |" : "");
         fflush(stdout);
     } else if (a.output == BENCH_CSV) {
         printf("commit,cpu,features,model,type,size_bytes,params,threads,test,n,tps_mean,"
-               "tps_stddev,n_depth,type_k,type_v\n");
+               "tps_stddev,n_depth,type_k,type_v,stream_bytes_per_token,stream_passes_per_token,"
+               "draft_tokens,draft_tokens_accepted\n");
     }
 
     for (int ti = 0; ti < a.n_threads_list; ti++) {
@@ -471,30 +603,45 @@ int cli_cmd_bench(int argc, char **argv) {
         sp.n_seq = a.n_seqs;
         sp.type_k = a.type_k, sp.type_v = a.type_v;
         if (cllm_session_new(m, &sp, &s) != CLLM_OK) goto fail;
-        for (int k = 0; k < 2 * a.n_depths; k++) {
-            const bool pp = k % 2 == 0;
-            const int64_t depth = a.depths[k / 2];
+        for (int k = 0; k < 2 * a.n_depths + (a.spec ? 1 : 0); k++) {
+            const bool spec = k == 2 * a.n_depths; /* tg+ngram, last */
+            const bool pp = !spec && k % 2 == 0;
+            const int64_t depth = spec ? 0 : a.depths[k / 2];
             const int64_t n = pp ? a.n_prompt : a.n_gen;
             if (n == 0) continue;
             bench_result *r = &res[n_res];
-            *r = (bench_result){
-                .test_kind = pp ? "pp" : "tg", .n = n, .threads = a.threads[ti], .depth = depth};
-            r->n_seqs = pp ? 1 : a.n_seqs;
-            if (!run_test(s, ids + n_fill, n, pp, r->n_seqs, a.reps, ids, sp.n_batch, r)) goto fail;
+            *r = (bench_result){.test_kind = pp ? "pp" : "tg",
+                                .n = n,
+                                .threads = a.threads[ti],
+                                .depth = depth,
+                                .spec = spec};
+            r->n_seqs = pp || spec ? 1 : a.n_seqs;
+            int64_t held = -1; /* each test fills its depth once */
+            if (!run_test(m, s, smp, ids + n_fill, n, pp, r->n_seqs, a.reps, ids, sp.n_batch, &held,
+                          r))
+                goto fail;
             n_res++;
             if (a.output == BENCH_MD) {
-                printf("| %s | %s | %.2f GiB | %d | %s | %.2f ± %.2f |\n", base_t,
+                printf("| %s | %s | %.2f GiB | %d | %s | %.2f ± %.2f |", base_t,
                        cllm_type_name(d.type), (double)d.bytes / (1u << 30), r->threads,
                        test_name(r), r->mean, r->sd);
+                if (streams && (r->stream_bpt > 0 || r->passes_pt > 0)) {
+                    printf(" %.2f MiB | %.3f |", r->stream_bpt / (1 << 20), r->passes_pt);
+                } else if (streams) {
+                    printf(" - | - |"); /* a depth filled again: its passes read too */
+                }
+                printf("\n");
             } else if (a.output == BENCH_CSV) {
                 csv_field(commit_t, ",");
                 csv_field(cpu_t, ",");
                 csv_field(features, ",");
                 csv_field(base_t, ",");
-                printf("%s,%llu,%llu,%d,%s,%lld,%.3f,%.3f,%lld,%s,%s\n", cllm_type_name(d.type),
-                       (unsigned long long)d.bytes, (unsigned long long)d.params, r->threads,
-                       test_name(r), (long long)n, r->mean, r->sd, (long long)r->depth,
-                       cllm_type_name(a.type_k), cllm_type_name(a.type_v));
+                printf("%s,%llu,%llu,%d,%s,%lld,%.3f,%.3f,%lld,%s,%s,%.0f,%.4f,%llu,%llu\n",
+                       cllm_type_name(d.type), (unsigned long long)d.bytes,
+                       (unsigned long long)d.params, r->threads, test_name(r), (long long)n,
+                       r->mean, r->sd, (long long)r->depth, cllm_type_name(a.type_k),
+                       cllm_type_name(a.type_v), r->stream_bpt, r->passes_pt,
+                       (unsigned long long)r->drafted, (unsigned long long)r->accepted);
             }
             fflush(stdout);
         }
@@ -502,6 +649,13 @@ int cli_cmd_bench(int argc, char **argv) {
         s = NULL;
     }
 
+    for (int i = 0, first = 1; i < n_res && a.output == BENCH_MD; i++) {
+        if (!res[i].spec) continue;
+        printf("%s%s, %d threads: %llu of %llu draft tokens kept\n", first ? "\n" : "",
+               test_name(&res[i]), res[i].threads, (unsigned long long)res[i].accepted,
+               (unsigned long long)res[i].drafted);
+        first = 0;
+    }
     if (a.output == BENCH_JSON) {
         printf("{\"commit\": ");
         cli_json_str(stdout, commit, strlen(commit));
@@ -512,14 +666,20 @@ int cli_cmd_bench(int argc, char **argv) {
         printf(", \"model\": ");
         cli_json_str(stdout, base, strlen(base));
         printf(", \"type\": \"%s\", \"size_bytes\": %llu, \"params\": %llu, \"type_k\": \"%s\", "
-               "\"type_v\": \"%s\", \"results\": [",
+               "\"type_v\": \"%s\", \"stream_layers\": %d, \"stream_bytes_per_pass\": %llu, "
+               "\"results\": [",
                cllm_type_name(d.type), (unsigned long long)d.bytes, (unsigned long long)d.params,
-               cllm_type_name(a.type_k), cllm_type_name(a.type_v));
+               cllm_type_name(a.type_k), cllm_type_name(a.type_v), su.n_layers,
+               (unsigned long long)su.bytes_per_pass);
         for (int i = 0; i < n_res; i++) {
             printf("%s{\"threads\": %d, \"test\": \"%s\", \"n\": %lld, \"seqs\": %d, "
-                   "\"depth\": %lld, \"tps_mean\": %.3f, \"tps_stddev\": %.3f}",
+                   "\"depth\": %lld, \"tps_mean\": %.3f, \"tps_stddev\": %.3f, "
+                   "\"stream_bytes_per_token\": %.0f, \"stream_passes_per_token\": %.4f, "
+                   "\"draft_tokens\": %llu, \"draft_tokens_accepted\": %llu}",
                    i ? ", " : "", res[i].threads, test_name(&res[i]), (long long)res[i].n,
-                   res[i].n_seqs, (long long)res[i].depth, res[i].mean, res[i].sd);
+                   res[i].n_seqs, (long long)res[i].depth, res[i].mean, res[i].sd,
+                   res[i].stream_bpt, res[i].passes_pt, (unsigned long long)res[i].drafted,
+                   (unsigned long long)res[i].accepted);
         }
         printf("]}\n");
     }
@@ -528,6 +688,7 @@ int cli_cmd_bench(int argc, char **argv) {
 fail:
     cli_lib_error("bench");
 done:
+    cllm_sampler_free(smp);
     cllm_session_free(s);
     free(ids);
     cllm_model_free(m);

@@ -45,11 +45,12 @@ static enum MHD_Result models(srv_http *h, struct MHD_Connection *c, const char 
 
 static enum MHD_Result metrics(const srv_http *h, srv_engine *e, struct MHD_Connection *c) {
     const cllm_memory_report mem = srv_engine_memory(e);
+    const cllm_stream_usage su = srv_engine_stream(e);
     pthread_mutex_lock(&e->mu);
     const srv_stats st = e->stats;
     const int queued = e->n_queued, busy = e->n_busy;
     pthread_mutex_unlock(&e->mu);
-    char buf[4096];
+    char buf[8192];
     int n = snprintf(
         buf, sizeof(buf),
         "# HELP cllm_requests_total Completion requests accepted, by endpoint.\n"
@@ -87,6 +88,25 @@ static enum MHD_Result metrics(const srv_http *h, srv_engine *e, struct MHD_Conn
                       "cllm_memory_bytes{kind=\"%s\",what=\"allocated\"} %zu\n",
                       cllm_mem_kind_str((cllm_mem_kind)k), mem.planned[k],
                       cllm_mem_kind_str((cllm_mem_kind)k), mem.allocated[k]);
+    }
+    /* streamed layers: bytes read over cllm_completion_tokens_total is what
+     * a generated token costs in reads (docs/streaming.md) */
+    if (n > 0 && (size_t)n < sizeof(buf)) {
+        n += snprintf(
+            buf + n, sizeof(buf) - (size_t)n,
+            "# HELP cllm_stream_layers Layers streamed from the file (0: all resident).\n"
+            "# TYPE cllm_stream_layers gauge\ncllm_stream_layers %d\n"
+            "# HELP cllm_stream_pass_bytes Bytes a forward pass reads of the streamed layers.\n"
+            "# TYPE cllm_stream_pass_bytes gauge\ncllm_stream_pass_bytes %llu\n"
+            "# HELP cllm_stream_read_bytes_total Bytes of streamed layers read from the file.\n"
+            "# TYPE cllm_stream_read_bytes_total counter\ncllm_stream_read_bytes_total %llu\n"
+            "# HELP cllm_stream_passes_total Forward passes that read the streamed layers (one "
+            "per step, whatever its slots and drafted tokens).\n"
+            "# TYPE cllm_stream_passes_total counter\ncllm_stream_passes_total %llu\n"
+            "# HELP cllm_stream_wait_seconds_total Seconds passes waited for a streamed layer.\n"
+            "# TYPE cllm_stream_wait_seconds_total counter\ncllm_stream_wait_seconds_total %.6f\n",
+            su.n_layers, (unsigned long long)su.bytes_per_pass, (unsigned long long)su.bytes_read,
+            (unsigned long long)su.passes, su.wait_s);
     }
     if (n < 0 || (size_t)n >= sizeof(buf)) return MHD_NO;
     return srv_send_raw(h, c, 200, "text/plain; version=0.0.4", buf, (size_t)n, NULL);

@@ -398,6 +398,13 @@ cllm_memory_report srv_engine_memory(const srv_engine *e) {
     return cllm_session_memory(cllm_engine_session(e->eng));
 }
 
+cllm_stream_usage srv_engine_stream(const srv_engine *e) {
+    cllm_stream_usage u;
+    if (cllm_model_stream_usage(cllm_session_model(cllm_engine_session(e->eng)), &u) != CLLM_OK)
+        memset(&u, 0, sizeof(u));
+    return u;
+}
+
 bool srv_engine_start(srv_engine *e) {
     if (pthread_create(&e->thread, NULL, engine_main, e) != 0) {
         fprintf(stderr, "cllm serve: cannot start the engine thread\n");

@@ -165,6 +165,8 @@ void srv_engine_stop(srv_engine *e);
 void srv_engine_free(srv_engine *e);
 /* Memory of all slots together (weights once). */
 cllm_memory_report srv_engine_memory(const srv_engine *e);
+/* The streamed layers' reads so far (all zero when nothing is streamed). */
+cllm_stream_usage srv_engine_stream(const srv_engine *e);
 
 /* A new job owning `prompt` and the strings of `gp`; NULL when out of memory
  * (then they are freed). */

@@ -10,6 +10,12 @@
  *    tests/data/models and on random-weight models written by cllm-gen-model
  *    (argv[1]);
  *  - allocates what it planned, kind by kind;
+ *  - under a budget half a layer short of the model, streams layers in
+ *    part (some of their weights resident) and reads strictly fewer bytes
+ *    per token than whole layers at the same budget (CLLM_STREAM_SPLIT=0),
+ *    streamed == resident again (also in the "layouts" run below: the
+ *    resident weights of a streamed layer repacked at load, the streamed
+ *    ones after each read);
  *  - keeps the process's peak resident memory (VmHWM) within the budget plus
  *    a stated allowance, on a model twice the budget's size (a child
  *    process, so that nothing else the test did counts);
@@ -148,17 +154,17 @@ static float *run(const cllm_model *m) {
 
 static int64_t vocab_of(const cllm_model *m) { return m->hp.n_vocab; }
 
-/* Streamed (ring of 2, every layer that streaming can take) == resident
- * (mapped), bit for bit; planned == allocated per kind. */
-static void check_model(const char *path) {
+/* Streamed with `plan` == resident (mapped), bit for bit; planned ==
+ * allocated per kind. Frees the plan. */
+static void check_plan(const char *path, cllm_plan *plan) {
     cllm_model_params mp = cllm_model_default_params();
     mp.progress = false;
     cllm_model *res = NULL;
     if (cllm_model_load(path, &mp, &res) != CLLM_OK) {
         CHECKF(false, "%s: %s", path, cllm_last_error());
+        cllm_plan_free(plan);
         return;
     }
-    cllm_plan *plan = smallest_plan(path);
     cllm_model *str = NULL;
     if (plan) {
         mp.plan = plan;
@@ -166,12 +172,8 @@ static void check_model(const char *path) {
         CHECKF(cllm_model_load(path, &mp, &str) == CLLM_OK, "%s: %s", path, cllm_last_error());
     }
     if (plan && str) {
-        const int n_layer = (int)plan->hp.n_layer;
-        /* a model of one layer gains nothing from streaming it */
-        CHECKF(n_layer == 1 || plan->n_streamed >= CLLM_MIN(3, n_layer),
-               "%s: %d of %d layers streamed", path, plan->n_streamed, n_layer);
-        fprintf(stderr, "%s: %d of %d layers streamed, ring of %d\n", path, plan->n_streamed,
-                n_layer, plan->stream_slots);
+        fprintf(stderr, "%s: %d of %lld layers streamed (%d in part), ring of %d\n", path,
+                plan->n_streamed, (long long)plan->hp.n_layer, plan->n_partial, plan->stream_slots);
         CHECK(plan->stream_slots == CLLM_MIN(g_slots, plan->n_streamed));
         CHECK((str->stream != NULL) == (plan->n_streamed > 0));
         CHECK(str->stream_lay.n_slots == plan->stream_slots);
@@ -201,6 +203,72 @@ static void check_model(const char *path) {
     cllm_model_free(str);
     cllm_model_free(res);
     cllm_plan_free(plan);
+}
+
+/* Streamed (ring of 2, every layer that streaming can take) == resident. */
+static void check_model(const char *path) {
+    cllm_plan *plan = smallest_plan(path);
+    if (plan) {
+        const int n_layer = (int)plan->hp.n_layer;
+        /* a model of one layer gains nothing from streaming it */
+        CHECKF(n_layer == 1 || plan->n_streamed >= CLLM_MIN(3, n_layer),
+               "%s: %d of %d layers streamed", path, plan->n_streamed, n_layer);
+    }
+    check_plan(path, plan);
+}
+
+/* A budget half a layer short of holding every layer: whole layers would
+ * stream three (the ring's two and one more) and leave most of the budget
+ * unused; layers streamed in part read strictly fewer bytes per token,
+ * within the budget, and compute the resident logits bit for bit. The
+ * bytes of whole layers the plan reports are those of the plan made with
+ * CLLM_STREAM_SPLIT=0. */
+static void check_split(const char *path) {
+    cllm_plan_params fp = plan_params(0);
+    cllm_plan *all = NULL;
+    if (cllm_plan_file(path, &fp, &all) != CLLM_OK) {
+        CHECKF(false, "%s: %s", path, cllm_last_error());
+        return;
+    }
+    size_t layer = 0; /* layer 0's weights */
+    for (int i = 0; i < all->n_tensors; i++) {
+        const cllm_plan_tensor *t = &all->tensors[i];
+        if (!t->state && i < cllm_context_n_tensors(all->weights->ctx) &&
+            cllm_weights_group(all->weights, i) == 0) {
+            layer += t->bytes;
+        }
+    }
+    const size_t budget = cllm_plan_device_total(all, all->n_devices - 1) - layer / 2;
+    cllm_plan_free(all);
+    fp = plan_params(budget);
+    cllm_plan *split = NULL, *whole = NULL;
+    CHECKF(cllm_plan_file(path, &fp, &split) == CLLM_OK, "%s: %s", path, cllm_last_error());
+    CHECK(setenv("CLLM_STREAM_SPLIT", "0", 1) == 0);
+    CHECKF(cllm_plan_file(path, &fp, &whole) == CLLM_OK, "%s: %s", path, cllm_last_error());
+    CHECK(unsetenv("CLLM_STREAM_SPLIT") == 0);
+    if (split && whole) {
+        fprintf(stderr,
+                "%s split: budget %zu, %d layers streamed (%d in part), %zu bytes per token, "
+                "resident %zu of %zu; whole layers: %d streamed, %zu bytes per token, "
+                "resident %zu\n",
+                path, budget, split->n_streamed, split->n_partial, split->stream_bytes,
+                split->resident_bytes, split->weight_bytes, whole->n_streamed, whole->stream_bytes,
+                whole->resident_bytes);
+        CHECK(whole->n_partial == 0 && whole->n_streamed >= 3);
+        CHECK(split->n_partial > 0);
+        CHECK(split->stream_bytes_whole == whole->stream_bytes);
+        CHECKF(split->stream_bytes < whole->stream_bytes,
+               "%s: %zu bytes per token in part, %zu with whole layers", path, split->stream_bytes,
+               whole->stream_bytes);
+        CHECK(split->resident_bytes > whole->resident_bytes);
+        CHECK(cllm_plan_device_total(split, split->n_devices - 1) <= budget);
+        /* every streamed tensor marked so in the map, the others not */
+        int n_str = 0;
+        for (int i = 0; i < split->n_tensors; i++) n_str += split->tensors[i].streamed;
+        CHECK(n_str > 0);
+    }
+    cllm_plan_free(whole);
+    check_plan(path, split);
 }
 
 static bool gen_model(const char *out, const char *shape) {
@@ -696,7 +764,10 @@ static void check_layouts(void) {
     };
     for (size_t i = 0; i < sizeof(shapes) / sizeof(shapes[0]); i++) {
         snprintf(path, sizeof(path), "%s/layout-%zu.gguf", g_dir, i);
-        if (gen_model(path, shapes[i])) check_model(path);
+        if (gen_model(path, shapes[i])) {
+            check_model(path);
+            check_split(path); /* resident weights of streamed layers repacked too */
+        }
         unlink(path);
     }
 }
@@ -747,6 +818,7 @@ int main(int argc, char **argv) {
         if (gen_model(small, "--n-embd 128 --n-layer 6 --n-head 4 --n-head-kv 2 --n-ff 512 "
                              "--n-ctx 256 --type q8_0 --seed 3 --arch llama")) {
             check_model(small);
+            check_split(small);
             g_slots = 3; /* and a ring of 3 */
             check_model(small);
             g_slots = 2;

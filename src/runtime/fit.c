@@ -29,6 +29,7 @@ typedef struct fit_ctx {
 typedef struct probe_result {
     size_t bytes[CLLM_PLACE_MAX_DEVICES][CLLM_MEM_COUNT];
     size_t ring_bytes, slot_bytes, stream_bytes; /* with streamed layers */
+    size_t stream_tensor_bytes;                  /* the streamed weights' own bytes */
     uint64_t stream_lo, stream_hi;               /* the file bytes they span */
     int n_slots;
 } probe_result;
@@ -226,6 +227,7 @@ static cllm_status probe(fit_ctx *f, probe_result *r) {
     r->slot_bytes = lay.slot_bytes;
     r->n_slots = lay.n_slots;
     r->stream_bytes = lay.read_bytes;
+    r->stream_tensor_bytes = lay.tensor_bytes;
     for (int i = 0; i < lay.n_runs; i++) {
         const cllm_stream_run *run = &lay.runs[i];
         r->stream_lo = i ? CLLM_MIN(r->stream_lo, run->file_off) : run->file_off;
@@ -311,39 +313,299 @@ static cllm_status place(fit_ctx *f, probe_result *r) {
 
 /* ---- streaming ----------------------------------------------------------- */
 
+/*
+ * Streaming in part. Whole layers waste the budget: the ring holds K times
+ * the largest streamed layer, and what the resident layers leave over is
+ * less than a layer, unused. A streamed layer may instead keep some of its
+ * weights resident and stream only the rest, which is all its slot then
+ * holds. Every byte of weights is either resident or streamed, so
+ *
+ *     streamed per token = weights - (budget left to weights) + ring + slack
+ *
+ * (the ring K x the largest slot, the slack the budget left unused): the
+ * fewer bytes a slot holds, and the closer the plan comes to the budget,
+ * the fewer bytes are read per token. For a cap S, each of the first n CPU
+ * layers streams the largest of its weights that fit within S together
+ * (largest first) and keeps the others resident, n the fewest that fit the
+ * budget; the last of them streams only what the budget needs (a smaller
+ * cap). The search tries the caps that the layers' weights make (each
+ * weight's size, and the sums of each layer's largest ones) and keeps the
+ * split that reads the fewest bytes. Candidates are laid out exactly
+ * (cllm_place_weights and the ring's layout; the state, compute and
+ * workspace do not depend on which weights are streamed, and no probe is
+ * needed); the split chosen is probed as every plan is, and kept only when
+ * it fits and reads fewer bytes than whole layers. CLLM_STREAM_SPLIT=0 in
+ * the environment streams whole layers only (for comparisons).
+ */
+
+#define SPLIT_MAX_CAPS 48
+
+typedef struct split_ctx {
+    int m;        /* the CPU's layers 0 .. m-1 */
+    int *first;   /* [m + 1]: layer l's weights are idx[first[l] .. first[l + 1]) */
+    int *idx;     /* weight indices, each layer's largest first */
+    size_t *size; /* their bytes in the file */
+    size_t *caps; /* candidate caps, ascending */
+    int n_caps;
+    size_t wbudget; /* the CPU's budget less its state, compute and workspace */
+} split_ctx;
+
+typedef struct split_cost {
+    size_t weights; /* the CPU's weights with the ring */
+    size_t read;    /* bytes read per pass */
+    int n_str;      /* streamed layers */
+} split_cost;
+
+static void split_ctx_free(split_ctx *sc) {
+    cllm_free(sc->first);
+    cllm_free(sc->idx);
+    cllm_free(sc->size);
+    cllm_free(sc->caps);
+}
+
+static bool split_enabled(void) {
+    const char *e = getenv("CLLM_STREAM_SPLIT");
+    return !e || strcmp(e, "0") != 0;
+}
+
+typedef struct wsize {
+    int i;
+    size_t size;
+} wsize;
+
+static int wsize_cmp(const void *a, const void *b) {
+    const wsize *x = a, *y = b;
+    if (x->size != y->size) return x->size > y->size ? -1 : 1;
+    return x->i < y->i ? -1 : x->i > y->i; /* creation order among equals */
+}
+
+static int size_cmp(const void *a, const void *b) {
+    const size_t x = *(const size_t *)a, y = *(const size_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+static cllm_status split_ctx_init(fit_ctx *f, int m, split_ctx *sc) {
+    memset(sc, 0, sizeof(*sc));
+    sc->m = m;
+    const int n_w = cllm_context_n_tensors(f->w->ctx);
+    wsize *ws = cllm_malloc((size_t)CLLM_MAX(n_w, 1) * sizeof(*ws));
+    sc->first = cllm_calloc((size_t)m + 1, sizeof(int));
+    sc->idx = cllm_malloc((size_t)CLLM_MAX(n_w, 1) * sizeof(int));
+    sc->size = cllm_malloc((size_t)CLLM_MAX(n_w, 1) * sizeof(size_t));
+    sc->caps = cllm_malloc((size_t)CLLM_MAX(2 * n_w, 1) * sizeof(size_t));
+    if (!ws || !sc->first || !sc->idx || !sc->size || !sc->caps) {
+        cllm_free(ws);
+        split_ctx_free(sc);
+        return cllm_error(CLLM_ERR_NOMEM, "plan: out of host memory");
+    }
+    int n = 0, n_caps = 0;
+    for (int l = 0; l < m; l++) {
+        const int at = n;
+        for (int i = 0; i < n_w; i++) {
+            if (cllm_weights_group(f->w, i) != l) continue;
+            const cllm_tensor *t = cllm_context_tensor(f->w->ctx, i);
+            const cllm_gguf_tensor_info *ti =
+                cllm_gguf_tensor(f->g, cllm_gguf_find_tensor(f->g, t->name));
+            ws[n++] = (wsize){i, ti->size};
+        }
+        qsort(ws + at, (size_t)(n - at), sizeof(*ws), wsize_cmp);
+        size_t sum = 0;
+        for (int k = at; k < n; k++) {
+            sc->idx[k] = ws[k].i;
+            sc->size[k] = ws[k].size;
+            sum += ws[k].size;
+            sc->caps[n_caps++] = ws[k].size;
+            sc->caps[n_caps++] = sum;
+        }
+        sc->first[l + 1] = n;
+    }
+    cllm_free(ws);
+    qsort(sc->caps, (size_t)n_caps, sizeof(size_t), size_cmp);
+    int u = 0;
+    for (int k = 0; k < n_caps; k++) {
+        if (sc->caps[k] && (u == 0 || sc->caps[k] != sc->caps[u - 1])) sc->caps[u++] = sc->caps[k];
+    }
+    if (u > SPLIT_MAX_CAPS) {
+        /* evenly spread, the largest (whole layers) kept */
+        for (int k = 0; k < SPLIT_MAX_CAPS; k++) {
+            sc->caps[k] = sc->caps[(size_t)k * (size_t)(u - 1) / (SPLIT_MAX_CAPS - 1)];
+        }
+        u = SPLIT_MAX_CAPS;
+    }
+    sc->n_caps = u;
+    return CLLM_OK;
+}
+
+/* Marks layers 0 .. n-1 streamed, each streaming the largest of its weights
+ * that fit within cap together (the last layer: within last_cap) and
+ * keeping the others resident; a layer none of whose weights fits stays
+ * resident. */
+static cllm_status split_mark(fit_ctx *f, const split_ctx *sc, size_t cap, int n, size_t last_cap) {
+    cllm_placement *pl = &f->pl;
+    CLLM_TRY(cllm_placement_set_streamed(pl, 0, 0));
+    cllm_placement_clear_kept(pl);
+    for (int l = 0; l < n; l++) {
+        const size_t c = l == n - 1 ? last_cap : cap;
+        size_t sum = 0;
+        bool any = false, all = true;
+        for (int k = sc->first[l]; k < sc->first[l + 1]; k++) {
+            if (sum + sc->size[k] <= c) {
+                sum += sc->size[k];
+                any = true;
+            } else {
+                all = false;
+            }
+        }
+        if (!any) continue;
+        CLLM_TRY(cllm_placement_set_streamed(pl, l, 1));
+        if (all) continue;
+        sum = 0;
+        for (int k = sc->first[l]; k < sc->first[l + 1]; k++) {
+            if (sum + sc->size[k] <= c) {
+                sum += sc->size[k];
+            } else {
+                CLLM_TRY(cllm_placement_set_kept(pl, f->w, sc->idx[k], true));
+            }
+        }
+    }
+    return CLLM_OK;
+}
+
+/* The CPU's weights and the bytes read per pass of the placement marked,
+ * laid out as a probe would (without the probe's graphs). */
+static cllm_status split_eval(fit_ctx *f, split_cost *c) {
+    const int cpu = cllm_placement_cpu(&f->pl);
+    size_t wb[CLLM_PLACE_MAX_DEVICES];
+    CLLM_TRY(cllm_place_weights(&f->pl, f->w, wb, NULL));
+    cllm_stream_layout lay;
+    CLLM_TRY(cllm_stream_layout_init(&lay, f->g, f->w, &f->pl, f->p.stream_slots));
+    c->weights = wb[cpu] + lay.ring_bytes;
+    c->read = lay.read_bytes;
+    c->n_str = lay.n_layers;
+    cllm_stream_layout_free(&lay);
+    return CLLM_OK;
+}
+
+static bool split_better(const split_cost *a, const split_cost *b) {
+    return a->read < b->read || (a->read == b->read && a->n_str < b->n_str);
+}
+
+/* The split that reads the fewest bytes within sc->wbudget, marked in
+ * f->pl; *found false when none fits (the marks are then undefined). */
+static cllm_status split_search(fit_ctx *f, const split_ctx *sc, bool *found) {
+    *found = false;
+    split_cost best = {0}, c;
+    size_t best_cap = 0, best_last = 0;
+    int best_n = 0;
+    for (int ci = 0; ci < sc->n_caps; ci++) {
+        const size_t cap = sc->caps[ci];
+        CLLM_TRY(split_mark(f, sc, cap, sc->m, cap));
+        CLLM_TRY(split_eval(f, &c));
+        if (c.n_str == 0 || c.weights > sc->wbudget) continue;
+        /* the fewest layers at this cap (0 streamed does not fit: else no
+         * layer would be streamed) */
+        int lo = 0, hi = sc->m;
+        while (hi - lo > 1) {
+            const int mid = lo + (hi - lo) / 2;
+            CLLM_TRY(split_mark(f, sc, cap, mid, cap));
+            CLLM_TRY(split_eval(f, &c));
+            if (c.n_str > 0 && c.weights <= sc->wbudget) {
+                hi = mid;
+            } else {
+                lo = mid;
+            }
+        }
+        CLLM_TRY(split_mark(f, sc, cap, hi, cap));
+        CLLM_TRY(split_eval(f, &c));
+        if (c.weights > sc->wbudget) continue; /* (not monotonic after all) */
+        split_cost here = c;
+        size_t last = cap;
+        /* the last layer streams no more than the budget needs */
+        for (int cj = 0; cj < ci; cj++) {
+            CLLM_TRY(split_mark(f, sc, cap, hi, sc->caps[cj]));
+            CLLM_TRY(split_eval(f, &c));
+            if (c.n_str > 0 && c.weights <= sc->wbudget && split_better(&c, &here)) {
+                here = c;
+                last = sc->caps[cj];
+            }
+        }
+        if (!*found || split_better(&here, &best)) {
+            *found = true;
+            best = here;
+            best_cap = cap;
+            best_n = hi;
+            best_last = last;
+        }
+    }
+    if (*found) CLLM_TRY(split_mark(f, sc, best_cap, best_n, best_last));
+    return CLLM_OK;
+}
+
 /* The CPU's layers (those place() left it, 0 .. m-1) do not fit: stream the
  * first s of them, the fewest that make the CPU fit (bisection; a probe
- * each), reading the rest. *fitted false when even all m streamed do not
- * fit (r then holds that probe). */
-static cllm_status stream_fit(fit_ctx *f, probe_result *r, bool *fitted) {
+ * each), reading the rest; then, unless CLLM_STREAM_SPLIT=0, the split of
+ * layers in part that reads the fewest bytes (above), when it reads fewer.
+ * *fitted false when nothing fits (r then holds the probe of every layer
+ * streamed whole). *whole: the bytes read per pass with whole layers (0
+ * when they do not fit). */
+static cllm_status stream_fit(fit_ctx *f, probe_result *r, bool *fitted, size_t *whole) {
     cllm_placement *pl = &f->pl;
     const int cpu = cllm_placement_cpu(pl);
     int m = 0;
     while (m < pl->n_layer && pl->layer_device[m] == cpu) m++;
     *fitted = false;
+    *whole = 0;
     if (m == 0) return CLLM_OK;
     f->p.use_mmap = false; /* resident weights read: exactly what is counted */
     CLLM_TRY(cllm_placement_set_streamed(pl, 0, 0));
+    cllm_placement_clear_kept(pl);
     CLLM_TRY(cllm_placement_set_streamed(pl, 0, m));
     CLLM_TRY(probe(f, r));
-    if (!fits(f, r, cpu)) return CLLM_OK;
-    int lo = 0, hi = m; /* lo streamed does not fit, hi does */
-    probe_result rr;
-    while (hi - lo > 1) {
-        const int mid = lo + (hi - lo) / 2;
-        CLLM_TRY(cllm_placement_set_streamed(pl, 0, 0));
-        CLLM_TRY(cllm_placement_set_streamed(pl, 0, mid));
-        CLLM_TRY(probe(f, &rr));
-        if (fits(f, &rr, cpu)) {
-            hi = mid;
-        } else {
-            lo = mid;
+    const probe_result all = *r;
+    int hi = 0; /* whole layers streamed in the plan that fits, 0 if none */
+    if (fits(f, r, cpu)) {
+        int lo = 0; /* lo streamed does not fit, hi does */
+        hi = m;
+        probe_result rr;
+        while (hi - lo > 1) {
+            const int mid = lo + (hi - lo) / 2;
+            CLLM_TRY(cllm_placement_set_streamed(pl, 0, 0));
+            CLLM_TRY(cllm_placement_set_streamed(pl, 0, mid));
+            CLLM_TRY(probe(f, &rr));
+            if (fits(f, &rr, cpu)) {
+                hi = mid;
+            } else {
+                lo = mid;
+            }
         }
+        CLLM_TRY(cllm_placement_set_streamed(pl, 0, 0));
+        CLLM_TRY(cllm_placement_set_streamed(pl, 0, hi));
+        CLLM_TRY(probe(f, r));
+        *fitted = fits(f, r, cpu);
+        if (*fitted) *whole = r->stream_bytes;
     }
+    const size_t fixed = total_of(&all, cpu) - all.bytes[cpu][CLLM_MEM_WEIGHTS];
+    if (!split_enabled() || fixed >= f->budget[cpu]) return CLLM_OK;
+    split_ctx sc;
+    CLLM_TRY(split_ctx_init(f, m, &sc));
+    sc.wbudget = f->budget[cpu] - fixed;
+    bool found = false;
+    cllm_status st = split_search(f, &sc, &found);
+    split_ctx_free(&sc);
+    CLLM_TRY(st);
+    probe_result rs;
+    if (found) CLLM_TRY(probe(f, &rs));
+    if (found && fits(f, &rs, cpu) && (!*fitted || rs.stream_bytes < r->stream_bytes)) {
+        *r = rs;
+        *fitted = true;
+        return CLLM_OK;
+    }
+    /* whole layers after all */
     CLLM_TRY(cllm_placement_set_streamed(pl, 0, 0));
-    CLLM_TRY(cllm_placement_set_streamed(pl, 0, hi));
-    CLLM_TRY(probe(f, r));
-    *fitted = fits(f, r, cpu);
+    cllm_placement_clear_kept(pl);
+    CLLM_TRY(cllm_placement_set_streamed(pl, 0, hi ? hi : m));
+    if (*fitted) return probe(f, r);
+    *r = all;
     return CLLM_OK;
 }
 
@@ -468,7 +730,7 @@ cllm_status cllm_plan_new(const cllm_gguf *g, const cllm_plan_params *params, cl
     const int cpu = cllm_placement_cpu(&f.pl);
     if (!fits(&f, &r, cpu) && f.p.stream_slots > 0) {
         bool fitted = false;
-        if ((st = stream_fit(&f, &r, &fitted)) != CLLM_OK) goto fail;
+        if ((st = stream_fit(&f, &r, &fitted, &plan->stream_bytes_whole)) != CLLM_OK) goto fail;
         if (!fitted) {
             st = stream_short_error(&f, &r);
             goto fail;
@@ -505,6 +767,9 @@ cllm_status cllm_plan_new(const cllm_gguf *g, const cllm_plan_params *params, cl
         plan->stream_bytes = r.stream_bytes;
         plan->stream_file_lo = r.stream_lo;
         plan->stream_file_hi = r.stream_hi;
+        for (int l = 0; l < f.pl.n_layer; l++) {
+            plan->n_partial += cllm_placement_layer_partial(&f.pl, f.w, l);
+        }
         plan->read_bw = f.p.read_bw;
         if (plan->read_bw <= 0) {
             /* best effort: a plan from metadata in memory has no file to probe */
@@ -521,6 +786,7 @@ cllm_status cllm_plan_new(const cllm_gguf *g, const cllm_plan_params *params, cl
     plan->place = f.pl; /* moved */
     f.pl.layer_device = NULL;
     f.pl.streamed = NULL;
+    f.pl.keep = NULL;
     plan->layer_device = plan->place.layer_device;
     plan->output_device = plan->place.output_device;
     plan->input_device = cpu;
@@ -542,7 +808,9 @@ cllm_status cllm_plan_new(const cllm_gguf *g, const cllm_plan_params *params, cl
             .device = d,
             .bytes = cllm_buffer_type_alloc_size(cllm_placement_buft(&plan->place, d), t),
             .streamed = cllm_placement_weight_streamed(&plan->place, f.w, i)};
+        if (d != CLLM_PLACE_NONE) plan->weight_bytes += cllm_nbytes(t);
     }
+    plan->resident_bytes = plan->weight_bytes - r.stream_tensor_bytes;
     for (int i = 0; i < n_kv; i++) {
         const cllm_tensor *t = cllm_context_tensor(plan->kv.ctx, i);
         const int d = cllm_place_kv_device(&plan->place, t, i); /* K, V per layer */
@@ -589,22 +857,27 @@ static void layer_ranges(const cllm_plan *plan, FILE *f, bool json) {
     bool first = true;
     for (int l = 0; l < n;) {
         const unsigned char *str = plan->place.streamed;
+        const bool part = cllm_placement_layer_partial(&plan->place, plan->weights, l);
         int e = l;
         while (e + 1 < n && plan->layer_device[e + 1] == plan->layer_device[l] &&
-               (!str || str[e + 1] == str[l])) {
+               (!str || str[e + 1] == str[l]) &&
+               cllm_placement_layer_partial(&plan->place, plan->weights, e + 1) == part) {
             e++;
         }
         char name[64];
         esc(plan->devices[plan->layer_device[l]].name, name, sizeof(name), json);
         const bool streamed = str && str[l];
+        const char *how = part ? " (streamed in part)" : streamed ? " (streamed)" : "";
         if (json) {
-            fprintf(f, "%s{\"first\": %d, \"last\": %d, \"device\": \"%s\", \"streamed\": %s}",
-                    first ? "" : ", ", l, e, name, streamed ? "true" : "false");
+            fprintf(f,
+                    "%s{\"first\": %d, \"last\": %d, \"device\": \"%s\", \"streamed\": %s, "
+                    "\"in_part\": %s}",
+                    first ? "" : ", ", l, e, name, streamed ? "true" : "false",
+                    part ? "true" : "false");
         } else if (l == e) {
-            fprintf(f, "%s%d %s%s", first ? "" : ", ", l, name, streamed ? " (streamed)" : "");
+            fprintf(f, "%s%d %s%s", first ? "" : ", ", l, name, how);
         } else {
-            fprintf(f, "%s%d-%d %s%s", first ? "" : ", ", l, e, name,
-                    streamed ? " (streamed)" : "");
+            fprintf(f, "%s%d-%d %s%s", first ? "" : ", ", l, e, name, how);
         }
         first = false;
         l = e + 1;
@@ -621,16 +894,33 @@ static double stream_bound(const cllm_plan *plan) {
     return plan->read_bw > 0 && plan->stream_bytes ? plan->read_bw / (double)plan->stream_bytes : 0;
 }
 
+/* Percent of the weights' bytes held resident. */
+static double resident_pct(const cllm_plan *plan) {
+    return plan->weight_bytes ? 100.0 * (double)plan->resident_bytes / (double)plan->weight_bytes
+                              : 100.0;
+}
+
 static void print_stream(const cllm_plan *plan, FILE *f) {
-    char a[32], b[32], c[32];
+    char a[32], b[32], c[32], d[32];
+    char part[64] = "";
+    if (plan->n_partial) {
+        snprintf(part, sizeof(part), " (%d in part: their other weights resident)",
+                 plan->n_partial);
+    }
     fprintf(f,
-            "\n  streamed: %d of %lld layers, read per pass through a ring of %d slots x %s = %s "
-            "(counted as cpu weights)\n",
-            plan->n_streamed, (long long)plan->hp.n_layer, plan->stream_slots,
+            "\n  streamed: %d of %lld layers%s, read per pass through a ring of %d slots x %s = "
+            "%s (counted as cpu weights)\n",
+            plan->n_streamed, (long long)plan->hp.n_layer, part, plan->stream_slots,
             cllm_format_size(plan->slot_bytes, a, sizeof(a)),
             cllm_format_size(plan->ring_bytes, b, sizeof(b)));
+    fprintf(f, "  resident weights: %s of %s (%.1f%%)\n",
+            cllm_format_size(plan->resident_bytes, c, sizeof(c)),
+            cllm_format_size(plan->weight_bytes, d, sizeof(d)), resident_pct(plan));
     fprintf(f, "  read per token (and per prompt batch): %s",
             cllm_format_size(plan->stream_bytes, c, sizeof(c)));
+    if (plan->n_partial && plan->stream_bytes_whole) {
+        fprintf(f, " (whole layers: %s)", cllm_format_size(plan->stream_bytes_whole, d, sizeof(d)));
+    }
     if (plan->read_bw > 0) {
         fprintf(f, "; read bandwidth %.0f MB/s (%s) -> generation bound %.2f tokens/s\n",
                 plan->read_bw / 1e6,
@@ -763,14 +1053,17 @@ void cllm_plan_print_json(const cllm_plan *plan, FILE *f, bool verbose) {
             plan->n_probes);
     if (plan->n_streamed) {
         fprintf(f,
-                ",\n \"stream\": {\"layers\": %d, \"slots\": %d, \"slot_bytes\": %zu, "
-                "\"ring_bytes\": %zu, \"bytes_per_token\": %zu, \"read_bw\": %.0f, "
-                "\"read_bw_measured\": %s, \"tokens_per_s_bound\": %.4f, \"file_range\": "
-                "[%llu, %llu]}",
-                plan->n_streamed, plan->stream_slots, plan->slot_bytes, plan->ring_bytes,
-                plan->stream_bytes, plan->read_bw, plan->read_bw_probed ? "true" : "false",
-                stream_bound(plan), (unsigned long long)plan->stream_file_lo,
-                (unsigned long long)plan->stream_file_hi);
+                ",\n \"stream\": {\"layers\": %d, \"layers_in_part\": %d, \"slots\": %d, "
+                "\"slot_bytes\": %zu, \"ring_bytes\": %zu, \"bytes_per_token\": %zu, "
+                "\"bytes_per_token_whole_layers\": %zu, \"weight_bytes\": %zu, "
+                "\"resident_weight_bytes\": %zu, \"resident_fraction\": %.4f, "
+                "\"read_bw\": %.0f, \"read_bw_measured\": %s, \"tokens_per_s_bound\": %.4f, "
+                "\"file_range\": [%llu, %llu]}",
+                plan->n_streamed, plan->n_partial, plan->stream_slots, plan->slot_bytes,
+                plan->ring_bytes, plan->stream_bytes, plan->stream_bytes_whole, plan->weight_bytes,
+                plan->resident_bytes, resident_pct(plan) / 100.0, plan->read_bw,
+                plan->read_bw_probed ? "true" : "false", stream_bound(plan),
+                (unsigned long long)plan->stream_file_lo, (unsigned long long)plan->stream_file_hi);
     }
     if (verbose) {
         fprintf(f, ",\n \"tensors\": [");

@@ -84,7 +84,11 @@ struct cllm_plan {
     int n_streamed;
     int stream_slots;
     size_t slot_bytes, ring_bytes;
-    size_t stream_bytes;                     /* read from the file per forward pass */
+    size_t stream_bytes;       /* read from the file per forward pass */
+    size_t stream_bytes_whole; /* the same with whole layers streamed (0: they do not fit) */
+    int n_partial;             /* streamed layers that keep some weights resident */
+    size_t weight_bytes;       /* the weights' own bytes (this host's) */
+    size_t resident_bytes;     /* those not streamed */
     uint64_t stream_file_lo, stream_file_hi; /* the file bytes the streamed layers span */
     double read_bw;                          /* bytes/s: given, or measured (read_bw_probed) */
     bool read_bw_probed, read_bw_direct;

@@ -55,7 +55,8 @@ static uint64_t resident_bytes(const cllm_model *m) {
 static cllm_status init_placement(cllm_model *m, const cllm_plan *plan, bool use_mmap,
                                   const cllm_placement *placed) {
     if (placed) {
-        if (placed->n_layer != (int)m->hp.n_layer) {
+        if (placed->n_layer != (int)m->hp.n_layer ||
+            (placed->keep && placed->n_keep != cllm_context_n_tensors(m->weights->ctx))) {
             return cllm_error(CLLM_ERR_INVALID_ARG, "%s: the placement is not one for this model",
                               m->path);
         }
@@ -71,6 +72,9 @@ static cllm_status init_placement(cllm_model *m, const cllm_plan *plan, bool use
         return cllm_error(CLLM_ERR_INVALID_ARG,
                           "%s: the plan was made for %s weights, the load asks for %s", m->path,
                           plan->use_mmap ? "mapped" : "read", use_mmap ? "mapped" : "read");
+    }
+    if (pp->keep && pp->n_keep != cllm_context_n_tensors(m->weights->ctx)) {
+        return cllm_error(CLLM_ERR_INVALID_ARG, "%s: the plan is not one for this model", m->path);
     }
     CLLM_TRY(cllm_placement_copy(&m->place, pp));
     m->has_limit = true;

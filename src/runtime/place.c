@@ -46,6 +46,7 @@ cllm_status cllm_placement_copy(cllm_placement *dst, const cllm_placement *src) 
     *dst = *src;
     dst->layer_device = NULL;
     dst->streamed = NULL;
+    dst->keep = NULL;
     CLLM_TRY(placement_layers(dst, src->n_layer));
     memcpy(dst->layer_device, src->layer_device, (size_t)src->n_layer * sizeof(int));
     dst->output_device = src->output_device;
@@ -57,6 +58,14 @@ cllm_status cllm_placement_copy(cllm_placement *dst, const cllm_placement *src) 
         }
         memcpy(dst->streamed, src->streamed, (size_t)src->n_layer);
     }
+    if (src->keep) {
+        dst->keep = cllm_malloc((size_t)CLLM_MAX(src->n_keep, 1));
+        if (!dst->keep) {
+            cllm_placement_free(dst);
+            return cllm_error(CLLM_ERR_NOMEM, "out of host memory");
+        }
+        memcpy(dst->keep, src->keep, (size_t)src->n_keep);
+    }
     return CLLM_OK;
 }
 
@@ -66,6 +75,9 @@ void cllm_placement_free(cllm_placement *pl) {
     pl->layer_device = NULL;
     cllm_free(pl->streamed);
     pl->streamed = NULL;
+    cllm_free(pl->keep);
+    pl->keep = NULL;
+    pl->n_keep = 0;
 }
 
 cllm_status cllm_placement_set_streamed(cllm_placement *pl, int first, int n) {
@@ -81,7 +93,32 @@ cllm_status cllm_placement_set_streamed(cllm_placement *pl, int first, int n) {
 
 bool cllm_placement_weight_streamed(const cllm_placement *pl, const cllm_weights *w, int i) {
     const int g = cllm_weights_group(w, i);
-    return pl->streamed && g >= 0 && g < pl->n_layer && pl->streamed[g];
+    return pl->streamed && g >= 0 && g < pl->n_layer && pl->streamed[g] &&
+           !(pl->keep && i < pl->n_keep && pl->keep[i]);
+}
+
+cllm_status cllm_placement_set_kept(cllm_placement *pl, const cllm_weights *w, int i, bool keep) {
+    const int n = cllm_context_n_tensors(w->ctx);
+    if (!pl->keep) {
+        if (!keep) return CLLM_OK;
+        pl->keep = cllm_calloc((size_t)CLLM_MAX(n, 1), 1);
+        if (!pl->keep) return cllm_error(CLLM_ERR_NOMEM, "out of host memory");
+        pl->n_keep = n;
+    }
+    if (i >= 0 && i < pl->n_keep) pl->keep[i] = keep;
+    return CLLM_OK;
+}
+
+void cllm_placement_clear_kept(cllm_placement *pl) {
+    if (pl->keep) memset(pl->keep, 0, (size_t)pl->n_keep);
+}
+
+bool cllm_placement_layer_partial(const cllm_placement *pl, const cllm_weights *w, int l) {
+    if (!pl->streamed || !pl->keep || l < 0 || l >= pl->n_layer || !pl->streamed[l]) return false;
+    for (int i = 0; i < pl->n_keep && i < cllm_context_n_tensors(w->ctx); i++) {
+        if (pl->keep[i] && cllm_weights_group(w, i) == l) return true;
+    }
+    return false;
 }
 
 int cllm_placement_n_streamed(const cllm_placement *pl) {

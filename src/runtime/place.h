@@ -51,6 +51,12 @@ typedef struct cllm_placement {
      * with their device's weights but read per pass into a ring of slots
      * (runtime/stream.h); their KV cache stays on their device (the CPU) */
     unsigned char *streamed;
+    /* [n_keep], or NULL when none: per weight of the model (creation order),
+     * 1 for a weight of a streamed layer that stays resident all the same
+     * (laid out with the CPU's weights): the layer streams only the rest of
+     * its weights. A streamed layer keeps at least one weight streamed. */
+    unsigned char *keep;
+    int n_keep;
 } cllm_placement;
 
 /* Keeps only layers [begin, end) here (a stage of a pipeline): the other
@@ -76,8 +82,16 @@ static inline int cllm_placement_cpu(const cllm_placement *pl) { return pl->n_de
 /* Marks layers [first, first + n) streamed (allocating pl->streamed on first
  * use; n = 0 clears every mark). CLLM_ERR_NOMEM. */
 cllm_status cllm_placement_set_streamed(cllm_placement *pl, int first, int n);
-/* Whether the i-th weight of w belongs to a streamed layer. */
+/* Whether the i-th weight of w is streamed: it belongs to a streamed layer
+ * and is not one that layer keeps resident (pl->keep). */
 bool cllm_placement_weight_streamed(const cllm_placement *pl, const cllm_weights *w, int i);
+/* Keeps weight i of w resident (keep true) or streams it with its layer;
+ * allocates pl->keep (every weight of w) on first use. CLLM_ERR_NOMEM. */
+cllm_status cllm_placement_set_kept(cllm_placement *pl, const cllm_weights *w, int i, bool keep);
+/* Clears every kept weight (pl->keep stays allocated). */
+void cllm_placement_clear_kept(cllm_placement *pl);
+/* Whether layer l is streamed and keeps some of its weights resident. */
+bool cllm_placement_layer_partial(const cllm_placement *pl, const cllm_weights *w, int l);
 int cllm_placement_n_streamed(const cllm_placement *pl);
 
 /* The device index of the i-th weight of w (creation order), from the layer

@@ -78,37 +78,61 @@ cllm_status cllm_stream_layout_init(cllm_stream_layout *lay, const cllm_gguf *g,
             lay->layers[lay->n_layers++].layer = l;
         }
     }
+    /* the streamed weights of each streamed layer, in one pass (a planner
+     * lays out many candidate splits): spans[at[j] .. at[j + 1]) */
     for (int i = 0; i < n_w; i++) lay->weight_layer[i] = -1;
     const uint64_t data = cllm_gguf_data_offset(g);
+    int *at = cllm_calloc((size_t)lay->n_layers + 2, sizeof(int));
+    if (!at) {
+        cllm_free(spans);
+        cllm_free(layer_index);
+        cllm_stream_layout_free(lay);
+        return cllm_error(CLLM_ERR_NOMEM, "stream: out of host memory");
+    }
+    for (int i = 0; i < n_w; i++) {
+        /* (a weight its streamed layer keeps resident is the CPU's) */
+        if (!cllm_placement_weight_streamed(pl, w, i)) continue;
+        at[layer_index[cllm_weights_group(w, i)] + 2]++;
+    }
+    for (int j = 0; j < lay->n_layers; j++) at[j + 2] += at[j + 1];
+    for (int i = 0; i < n_w; i++) {
+        if (!cllm_placement_weight_streamed(pl, w, i)) continue;
+        const int j = layer_index[cllm_weights_group(w, i)];
+        const cllm_tensor *t = cllm_context_tensor(w->ctx, i);
+        const cllm_gguf_tensor_info *ti = cllm_gguf_tensor(g, cllm_gguf_find_tensor(g, t->name));
+        spans[at[j + 1]++] = (span){.off = data + ti->offset, .size = ti->size, .weight = i};
+        lay->weight_layer[i] = j;
+        lay->layers[j].bytes += ti->size;
+    }
     for (int j = 0; j < lay->n_layers; j++) {
         cllm_stream_layer *sl = &lay->layers[j];
-        int n = 0;
-        for (int i = 0; i < n_w; i++) {
-            if (cllm_weights_group(w, i) != sl->layer) continue;
-            const cllm_tensor *t = cllm_context_tensor(w->ctx, i);
-            const cllm_gguf_tensor_info *ti =
-                cllm_gguf_tensor(g, cllm_gguf_find_tensor(g, t->name));
-            spans[n++] = (span){.off = data + ti->offset, .size = ti->size, .weight = i};
-            lay->weight_layer[i] = j;
-            sl->bytes += ti->size;
+        span *sp = spans + at[j];
+        const int n = at[j + 1] - at[j];
+        if (n == 0) {
+            cllm_free(at);
+            cllm_free(spans);
+            cllm_free(layer_index);
+            cllm_stream_layout_free(lay);
+            return cllm_error(CLLM_ERR_INVALID_ARG,
+                              "stream: streamed layer %d keeps every weight resident", sl->layer);
         }
-        qsort(spans, (size_t)n, sizeof(*spans), span_cmp);
+        qsort(sp, (size_t)n, sizeof(*sp), span_cmp);
         sl->first_run = lay->n_runs;
         size_t slot_off = 0;
         for (int a = 0; a < n;) {
-            uint64_t end = spans[a].off + spans[a].size;
+            uint64_t end = sp[a].off + sp[a].size;
             int b = a + 1;
-            while (b < n && spans[b].off <= end + RUN_GAP) {
-                end = CLLM_MAX(end, spans[b].off + spans[b].size);
+            while (b < n && sp[b].off <= end + RUN_GAP) {
+                end = CLLM_MAX(end, sp[b].off + sp[b].size);
                 b++;
             }
             cllm_stream_run *r = &lay->runs[lay->n_runs++];
-            r->file_off = spans[a].off / CLLM_STREAM_BLOCK * CLLM_STREAM_BLOCK;
+            r->file_off = sp[a].off / CLLM_STREAM_BLOCK * CLLM_STREAM_BLOCK;
             r->len = (size_t)(cllm_align_up((size_t)end, CLLM_STREAM_BLOCK) - r->file_off);
             r->slot_off = slot_off;
             r->need_end = end;
             for (int c = a; c < b; c++) {
-                lay->weight_off[spans[c].weight] = slot_off + (size_t)(spans[c].off - r->file_off);
+                lay->weight_off[sp[c].weight] = slot_off + (size_t)(sp[c].off - r->file_off);
             }
             slot_off += r->len;
             lay->read_bytes += r->len;
@@ -120,6 +144,7 @@ cllm_status cllm_stream_layout_init(cllm_stream_layout *lay, const cllm_gguf *g,
     }
     lay->n_slots = lay->n_layers ? CLLM_MIN(n_slots, lay->n_layers) : 0;
     lay->ring_bytes = (size_t)lay->n_slots * lay->slot_bytes;
+    cllm_free(at);
     cllm_free(spans);
     cllm_free(layer_index);
     return CLLM_OK;
@@ -288,7 +313,9 @@ static void pool_run(rd_pool *pool, int fd, bool direct, rd_piece *p, int n) {
     pool->next = pool->n_done = 0;
     pool->fd = fd;
     pool->direct = direct;
-    pthread_cond_broadcast(&pool->cv);
+    /* as many readers as there are pieces besides the one this thread
+     * reads: a layer of one piece (a small streamed part) wakes none */
+    for (int i = 0; i < CLLM_MIN(n - 1, pool->n_th); i++) pthread_cond_signal(&pool->cv);
     pool_work_locked(pool);
     while (pool->n_done < pool->n) pthread_cond_wait(&pool->done_cv, &pool->mu);
     pool->p = NULL;

@@ -17,9 +17,11 @@
  * Slots. Streamed layer j (the j-th streamed layer in model order) always
  * lives in slot j % n_slots, so its tensors keep one address for the life of
  * the model and a graph built once runs again unchanged. A slot is as large
- * as the largest streamed layer: the layer's tensors, grouped into runs of
+ * as the largest streamed layer: the layer's streamed tensors (all of them,
+ * or the ones that pl->keep does not keep resident), grouped into runs of
  * adjacent file bytes, each run read as whole 4 KiB blocks (direct I/O needs
- * block-aligned offsets, lengths and addresses).
+ * block-aligned offsets, lengths and addresses). The gates follow the
+ * streamed tensors only: a layer's resident ones are read as any others.
  *
  * Order. The I/O thread reads streamed layers 0, 1, .., n-1, 0, 1, .. into
  * their slots, each one as soon as the slot's previous layer has been

@@ -1,11 +1,12 @@
 /*
  * The panel GEMM kernels (gemm.h) for AVX2: the panels of the AVX-512 level,
- * 8 of its 16 weight rows in the 8 int32 lanes of a ymm register (the first
- * or second 32 bytes of each 64-byte step). Panels of more than 8 rows go
- * both halves at once, 3 columns at a time (gy_tile16: each activation
- * broadcast serves two vpmaddubsw); Q8_0 and panels of up to 8 rows half a
- * panel at a time, 4 columns at a time (gy_tile). Both sum every lane the
- * same way, so a row's result does not depend on the panel's height.
+ * with 8 of their 16 weight rows in the 8 int32 lanes of a ymm register
+ * (the first or second 32 bytes of each 64-byte step). Panels of more than
+ * 8 rows go both halves at once, 3 columns at a time (gy_tile16: each
+ * activation broadcast serves two vpmaddubsw); Q8_0 and panels of up to 8
+ * rows half a panel at a time, 4 columns at a time (gy_tile). Both sum
+ * every lane the same way, so a row's result does not depend on the
+ * panel's height.
  *
  * AVX2 has no u8 x s8 -> s32 dot product, so a step is vpmaddubsw (pairs of
  * u8 x s8 products, summed to saturating s16) and vpmaddwd against ones (s16

@@ -1,7 +1,12 @@
 /*
  * The panel GEMM kernels (gemm.h) for AVX2: the panels of the AVX-512 level,
- * read half a panel at a time (8 of its 16 weight rows in the 8 int32 lanes
- * of a ymm register; the first or second 32 bytes of each 64-byte step).
+ * with 8 of their 16 weight rows in the 8 int32 lanes of a ymm register
+ * (the first or second 32 bytes of each 64-byte step). Panels of more than
+ * 8 rows go both halves at once, 3 columns at a time (gy_tile16: each
+ * activation broadcast serves two vpmaddubsw); Q8_0 and panels of up to 8
+ * rows half a panel at a time, 4 columns at a time (gy_tile). Both sum
+ * every lane the same way, so a row's result does not depend on the
+ * panel's height.
  *
  * AVX2 has no u8 x s8 -> s32 dot product, so a step is vpmaddubsw (pairs of
  * u8 x s8 products, summed to saturating s16) and vpmaddwd against ones (s16
@@ -47,6 +52,11 @@ CLLM_X86_TARGET_BEGIN("avx2,fma,f16c")
 #define GY_INLINE static inline __attribute__((always_inline))
 #define GY_COLS   4 /* 4 int32 + 4 float accumulators, weights, ones, activations: 13 of 16 */
 #define GY_F_COLS 6 /* 12 float accumulators, 2 weight registers, 1 broadcast: 15 of 16 */
+/* gy_tile16: 4 registers a column (6 with int32 sums between groups: the
+ * float sums then spill, once per block), 2 of weights, the broadcast,
+ * ones. 3 measured faster than 2 and 4 (Zen 3: Q5_K 200 GOP/s against 152
+ * and 194, Q4_K 218 against 179 and 222) */
+#define GY2_COLS 3
 
 /* v, opaque to the optimiser: keeps a sum's order, which gcc otherwise
  * reassociates into a tree that holds every product live at once (more than
@@ -126,6 +136,99 @@ GY_INLINE void gy_tile(int spb, int g, bool off, bool sgn, int nc, int64_t nb, c
     for (int j = 0; j < nc; j++) cllm_store8(out + (size_t)j * ldo + 8 * h, f[j], nr, m);
 }
 
+/* All 16 rows of the panel (both halves) x nc columns over all nb blocks:
+ * gy_tile's arithmetic lane for lane (the same integer sums, the same float
+ * steps per block, so the same bits), but each activation broadcast and
+ * each column's d and d * s serve both halves. gy_tile reloads them per
+ * half, and its loads (a broadcast per step and column, the weights, the
+ * scales) were what bounded it: on Zen 3 about 0.6 vpmaddubsw per cycle
+ * of the 2 the core issues. zs: add the block's -z * s (z != 0: the forms
+ * without an offset; for the others it is 0). Registers: per column two
+ * s16 sums and two float accumulators, and with g < spb two int32 sums
+ * (GY2_COLS of each), then two weight rows and the broadcast. */
+GY_INLINE void gy_tile16(int spb, int g, bool off, bool zs, int nc, int64_t nb, const char *panel,
+                         size_t bb, const char *act, size_t astride, size_t ab, float *out,
+                         size_t ldo, int nr) {
+    const int bs = 4 * spb;
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256 f[GY2_COLS][2];
+#pragma GCC unroll 4
+    for (int j = 0; j < nc; j++) f[j][0] = f[j][1] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const char *pb = panel + (size_t)b * bb;
+        const char *ax = act + (size_t)b * ab;
+        __m256i acc[GY2_COLS][2];
+#pragma GCC unroll 4
+        for (int t0 = 0; t0 < spb; t0 += g) {
+            __m256i p[GY2_COLS][2];
+            {
+                const __m256i w0 = _mm256_loadu_si256((const __m256i *)(pb + 64 * t0));
+                const __m256i w1 = _mm256_loadu_si256((const __m256i *)(pb + 64 * t0 + 32));
+#pragma GCC unroll 4
+                for (int j = 0; j < nc; j++) {
+                    const __m256i a = _mm256_set1_epi32(cllm_load_i32(ax + j * astride + 4 * t0));
+                    p[j][0] = _mm256_maddubs_epi16(w0, a);
+                    p[j][1] = _mm256_maddubs_epi16(w1, a);
+                }
+            }
+#pragma GCC unroll 8
+            for (int t = t0 + 1; t < t0 + g; t++) {
+                const __m256i w0 = _mm256_loadu_si256((const __m256i *)(pb + 64 * t));
+                const __m256i w1 = _mm256_loadu_si256((const __m256i *)(pb + 64 * t + 32));
+#pragma GCC unroll 4
+                for (int j = 0; j < nc; j++) {
+                    const __m256i a = _mm256_set1_epi32(cllm_load_i32(ax + j * astride + 4 * t));
+                    p[j][0] = _mm256_add_epi16(p[j][0], _mm256_maddubs_epi16(w0, a));
+                    p[j][1] = _mm256_add_epi16(p[j][1], _mm256_maddubs_epi16(w1, a));
+                    GY_KEEP(p[j][0]);
+                    GY_KEEP(p[j][1]);
+                }
+            }
+#pragma GCC unroll 4
+            for (int j = 0; j < nc; j++) {
+                for (int h = 0; h < 2; h++) {
+                    const __m256i q = _mm256_madd_epi16(p[j][h], ones);
+                    if (t0 == 0) {
+                        acc[j][h] =
+                            zs ? _mm256_add_epi32(
+                                     q, _mm256_set1_epi32(cllm_load_i32(ax + j * astride + bs + 8)))
+                               : q;
+                    } else {
+                        acc[j][h] = _mm256_add_epi32(acc[j][h], q);
+                    }
+                }
+            }
+        }
+        const char *ps = pb + 64 * spb;
+        const __m256 sc0 = _mm256_loadu_ps((const float *)ps);
+        const __m256 sc1 = _mm256_loadu_ps((const float *)(ps + 32));
+#pragma GCC unroll 4
+        for (int j = 0; j < nc; j++) {
+            const __m256 dj = _mm256_set1_ps(cllm_load_f32(ax + j * astride + bs));
+            f[j][0] =
+                _mm256_fmadd_ps(sc0, _mm256_mul_ps(_mm256_cvtepi32_ps(acc[j][0]), dj), f[j][0]);
+            f[j][1] =
+                _mm256_fmadd_ps(sc1, _mm256_mul_ps(_mm256_cvtepi32_ps(acc[j][1]), dj), f[j][1]);
+        }
+        if (off) {
+            const __m256 o0 = _mm256_loadu_ps((const float *)(ps + 64));
+            const __m256 o1 = _mm256_loadu_ps((const float *)(ps + 96));
+#pragma GCC unroll 4
+            for (int j = 0; j < nc; j++) {
+                const __m256 ds = _mm256_set1_ps(cllm_load_f32(ax + j * astride + bs + 4));
+                f[j][0] = _mm256_fmadd_ps(o0, ds, f[j][0]);
+                f[j][1] = _mm256_fmadd_ps(o1, ds, f[j][1]);
+            }
+        }
+    }
+    const __m256i m1 = cllm_lanes8(nr - 8);
+#pragma GCC unroll 4
+    for (int j = 0; j < nc; j++) {
+        _mm256_storeu_ps(out + (size_t)j * ldo, f[j][0]);
+        cllm_store8(out + (size_t)j * ldo + 8, f[j][1], nr - 8, m1);
+    }
+}
+
 /* Steps a group sums in s16: the most that fit, 2 * umax * 127 per step
  * (umax = 15: 8, a whole 32-element block; 31: 4; 63: 2), a power of two
  * dividing spb. */
@@ -162,6 +265,32 @@ void cllm_cpu_gemm_avx2(const cllm_gemm_form *fm, int64_t K, const void *panel_,
     CLLM_ASSERT(sgn || g >= 2); /* umax <= 63 */
     const int64_t nb = K / bs;
     const size_t bb = cllm_gemm_scales_at(fm) + 64 + (off ? 64 : 0), ab = (size_t)bs + 16;
+    if (!sgn && nrows > 8) {
+        /* both halves at once, GY2_COLS columns at a time */
+        const int cols = GY2_COLS;
+        for (int j0 = 0; j0 < ncols; j0 += cols) {
+            const int nc = ncols - j0 < cols ? ncols - j0 : cols;
+            const char *a = (const char *)act + (size_t)j0 * astride;
+            float *o = out + (size_t)j0 * ldo;
+#define GY_TILE16(n, S, G, OFF)                                                                    \
+    gy_tile16(S, G, OFF, !(OFF), n, nb, panel, bb, a, astride, ab, o, ldo, nrows)
+#define GY_FORM16_CASE(S, G, OFF)                                                                  \
+    if (spb == (S) && g == (G) && off == (OFF)) {                                                  \
+        if (nc == 1)                                                                               \
+            GY_TILE16(1, S, G, OFF);                                                               \
+        else if (nc == 2)                                                                          \
+            GY_TILE16(2, S, G, OFF);                                                               \
+        else                                                                                       \
+            GY_TILE16(3, S, G, OFF);                                                               \
+        continue;                                                                                  \
+    }
+            GY_FORMS(GY_FORM16_CASE)
+#undef GY_FORM16_CASE
+#undef GY_TILE16
+            CLLM_ASSERT(!"gemm form without an AVX2 tile");
+        }
+        return;
+    }
     for (int j0 = 0; j0 < ncols; j0 += GY_COLS) {
         const int nc = ncols - j0 < GY_COLS ? ncols - j0 : GY_COLS;
         const char *a = (const char *)act + (size_t)j0 * astride;

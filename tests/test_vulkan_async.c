@@ -327,21 +327,24 @@ static void run_close(run *r) {
     r->m = NULL;
 }
 
-/* Every layer on the device. */
-static cllm_plan *plan_all(const char *path) {
+/* The plan with `budget` bytes of the device, or NULL (checked). */
+static cllm_plan *plan_budget(const char *path, size_t budget) {
     cllm_plan_params fp = cllm_plan_default_params();
     fp.n_ctx = 128;
     fp.n_batch = 32;
     fp.n_threads = 2;
     fp.use_mmap = false;
     char mem[96];
-    snprintf(mem, sizeof(mem), "%s=%zu", cllm_device_name(g_vk), (size_t)2 << 30);
+    snprintf(mem, sizeof(mem), "%s=%zu", cllm_device_name(g_vk), budget);
     CHECK(cllm_plan_parse_mem(&fp, mem) == CLLM_OK);
     cllm_plan *plan = NULL;
     const cllm_status st = cllm_plan_file(path, &fp, &plan);
     CHECKF(st == CLLM_OK, "plan %s: %s", mem, cllm_last_error());
     return st == CLLM_OK ? plan : NULL;
 }
+
+/* Every layer on the device. */
+static cllm_plan *plan_all(const char *path) { return plan_budget(path, (size_t)2 << 30); }
 
 enum { VARIANTS = 3 }; /* replayed, recorded every time, graphs built every time */
 
@@ -430,19 +433,8 @@ static cllm_plan *plan_split(const char *name, const char *path) {
     for (int i = 0; i < 8 && on == plan->hp.n_layer; i++) {
         budget /= 2;
         cllm_plan_free(plan);
-        cllm_plan_params fp = cllm_plan_default_params();
-        fp.n_ctx = 128;
-        fp.n_batch = 32;
-        fp.n_threads = 2;
-        fp.use_mmap = false;
-        char mem[96];
-        snprintf(mem, sizeof(mem), "%s=%zu", cllm_device_name(g_vk), budget);
-        CHECK(cllm_plan_parse_mem(&fp, mem) == CLLM_OK);
-        plan = NULL;
-        if (cllm_plan_file(path, &fp, &plan) != CLLM_OK) {
-            CHECKF(false, "plan %s: %s", mem, cllm_last_error());
-            return NULL;
-        }
+        plan = plan_budget(path, budget);
+        if (!plan) return NULL;
         const int v = vk_index(plan);
         on = v >= 0 ? plan->devices[v].n_layers : 0;
     }

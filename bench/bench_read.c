@@ -78,7 +78,7 @@ static double io_thread_rate(const char *path, size_t budget, int n_tokens, int 
         tok = 1 + (int32_t)((t * 37 + 11) % 1000);
     }
     uint64_t bytes = 0;
-    cllm_stream_stats(m->stream, &bytes, NULL);
+    cllm_stream_stats(m->stream, &bytes, NULL, NULL);
     const double sec = cllm_stream_read_seconds(m->stream);
     rate = sec > 0 ? (double)bytes / sec : 0;
 done:

@@ -602,6 +602,8 @@ typedef struct cllm_stream_usage {
     uint64_t passes;         /* forward passes that read the streamed layers and ended well */
     double wait_s;           /* seconds the passes waited for a layer's read */
     double read_s;           /* seconds the I/O thread spent reading */
+    uint64_t bytes_cached;   /* of bytes_read, copied from the page cache, where another
+                                process's reads left the file (a warm cache) */
 } cllm_stream_usage;
 
 /* Fills *out (all zero for a model that streams nothing). CLLM_OK, or

@@ -42,6 +42,7 @@
 #include "runtime/stream.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -55,6 +56,8 @@
 
 static const char *g_gen;
 static char g_dir[256];
+/* the streamed model's reads in the last check_plan: bytes, of them cached */
+static uint64_t g_last_read, g_last_cached;
 
 static void quiet(cllm_log_level level, const char *msg, void *ud) {
     (void)level, (void)msg, (void)ud;
@@ -194,9 +197,11 @@ static void check_plan(const char *path, cllm_plan *plan) {
             CHECK(cllm_plan_device_total(plan, plan->n_devices - 1) <= pd->budget);
         }
         cllm_session_free(s);
-        uint64_t bytes = 0;
-        if (str->stream) cllm_stream_stats(str->stream, &bytes, NULL);
-        CHECK(bytes >= str->stream_lay.tensor_bytes);
+        uint64_t bytes = 0, cached = 0;
+        if (str->stream) cllm_stream_stats(str->stream, &bytes, &cached, NULL);
+        CHECK(bytes >= str->stream_lay.tensor_bytes && cached <= bytes);
+        g_last_read = bytes;
+        g_last_cached = cached;
         free(a);
         free(b);
     }
@@ -731,6 +736,34 @@ static void check_too_small(const char *path) {
 
 /* Several reads in flight, in pieces of 3 blocks (12 KiB: runs are whole
  * blocks, not whole pieces, so every run ends on a short piece). */
+/* Streamed layers are copied from the page cache where another reader left
+ * the file there (a warm cache), and read from storage where it did not:
+ * the resident logits either way (check_model), the bytes found in the
+ * cache counted as such. The other checks run with CLLM_STREAM_PAGE_CACHE=0
+ * (main), so that they read from storage although the test just wrote the
+ * file. */
+static void check_page_cache(const char *path) {
+    /* the file in the page cache (this process wrote it: it may ask
+     * mincore where cachestat is missing) */
+    const int fd = open(path, O_RDONLY | O_CLOEXEC);
+    CHECK(fd >= 0);
+    if (fd >= 0) {
+        char buf[1 << 16];
+        while (read(fd, buf, sizeof(buf)) > 0) {
+        }
+        close(fd);
+    }
+    CHECK(unsetenv("CLLM_STREAM_PAGE_CACHE") == 0);
+    check_model(path);
+    fprintf(stderr, "%s: page cache on: %llu of %llu bytes read were cached\n", path,
+            (unsigned long long)g_last_cached, (unsigned long long)g_last_read);
+    CHECKF(g_last_cached > 0, "%s: a file in the page cache was read from storage", path);
+    CHECK(setenv("CLLM_STREAM_PAGE_CACHE", "0", 1) == 0);
+    check_model(path);
+    CHECKF(g_last_cached == 0, "%s: CLLM_STREAM_PAGE_CACHE=0, but %llu bytes were cached", path,
+           (unsigned long long)g_last_cached);
+}
+
 static void check_reads(const char *path) {
     cllm_stream_reads_set(3, 3 * CLLM_STREAM_BLOCK);
     check_model(path);
@@ -785,6 +818,8 @@ int main(int argc, char **argv) {
         rmdir(g_dir);
         return check_summary("test_stream (layouts)");
     }
+    /* reads from storage (check_page_cache reads from the page cache) */
+    CHECK(setenv("CLLM_STREAM_PAGE_CACHE", "0", 1) == 0);
     char small[512], big[512];
     snprintf(small, sizeof(small), "%s/small-q8.gguf", g_dir);
     snprintf(big, sizeof(big), "%s/big-q8.gguf", g_dir);
@@ -825,6 +860,7 @@ int main(int argc, char **argv) {
             check_truncated(small);
             check_too_small(small);
             check_reads(small);
+            check_page_cache(small);
         }
         char gpt2[512];
         snprintf(gpt2, sizeof(gpt2), "%s/small-gpt2.gguf", g_dir);

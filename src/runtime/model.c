@@ -468,7 +468,7 @@ cllm_status cllm_model_stream_usage(const cllm_model *m, cllm_stream_usage *out)
     out->n_layers = m->stream_lay.n_layers;
     out->n_slots = m->stream_lay.n_slots;
     out->bytes_per_pass = m->stream_lay.read_bytes;
-    cllm_stream_stats(m->stream, &out->bytes_read, &out->wait_s);
+    cllm_stream_stats(m->stream, &out->bytes_read, &out->bytes_cached, &out->wait_s);
     out->passes = cllm_stream_passes(m->stream);
     out->read_s = cllm_stream_read_seconds(m->stream);
     return CLLM_OK;

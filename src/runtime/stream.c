@@ -9,7 +9,9 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -214,8 +216,9 @@ typedef struct rd_piece {
     uint64_t off;
     size_t len, need;
     char *dst;
-    size_t got; /* out */
-    int err;    /* out: an errno, or 0 */
+    size_t got;    /* out */
+    size_t cached; /* out: of got, copied from the page cache (read_piece) */
+    int err;       /* out: an errno, or 0 */
 } rd_piece;
 
 /* A pool of qd - 1 reader threads; the thread that runs a job reads too. */
@@ -228,12 +231,69 @@ typedef struct rd_pool {
     /* the job, under mu */
     rd_piece *p;
     int n, next, n_done;
-    int fd;
+    int fd, fd_cached;
     bool direct;
 } rd_pool;
 
-static void read_piece(int fd, bool direct, rd_piece *p) {
+#if !defined(__NR_cachestat) && (defined(__x86_64__) || defined(__aarch64__))
+#define __NR_cachestat 451 /* Linux 6.5; the same number on these architectures */
+#endif
+
+/* Whether the page cache holds every page of [off, off + len) of fd:
+ * cachestat(2) (Linux 6.5 on), else mincore(2) over a mapping of the range,
+ * which reports the page cache only to the file's owner or a writer (to
+ * others nothing is cached, and storage serves every read). Neither reads
+ * the file or starts a readahead (a read with RWF_NOWAIT does start one). */
+static bool all_cached(int fd, uint64_t off, size_t len) {
+    const size_t page = 4096;
+    const uint64_t first = off / page * page;
+    const size_t n_pages = (size_t)((off + len - first + page - 1) / page);
+#ifdef __NR_cachestat
+    struct {
+        uint64_t off, len;
+    } range = {first, (uint64_t)n_pages * page};
+    struct {
+        uint64_t nr_cache, nr_dirty, nr_writeback, nr_evicted, nr_recently_evicted;
+    } cs;
+    if (syscall(__NR_cachestat, fd, &range, &cs, 0) == 0) return cs.nr_cache >= n_pages;
+    if (errno != ENOSYS) return false;
+#endif
+    void *map = mmap(NULL, n_pages * page, PROT_READ, MAP_SHARED, fd, (off_t)first);
+    if (map == MAP_FAILED) return false;
+    unsigned char vec[1024];
+    bool all = true;
+    for (size_t at = 0; all && at < n_pages; at += sizeof(vec)) {
+        const size_t n = CLLM_MIN(sizeof(vec), n_pages - at);
+        all = mincore((char *)map + at * page, n * page, vec) == 0;
+        for (size_t k = 0; all && k < n; k++) all = vec[k] & 1;
+    }
+    munmap(map, n_pages * page);
+    return all;
+}
+
+/* Copies the piece from the page cache with fd_cached (a buffered
+ * descriptor without readahead) where the cache holds all of its required
+ * bytes: pages another process read (a warm cache, charged to whoever read
+ * them) are copied at memory speed and left where they are. Returns the
+ * bytes copied (0: read it from storage), rounded down to a block where
+ * direct reads go on from there. */
+static size_t read_cached(int fd_cached, bool direct, rd_piece *p) {
+    if (fd_cached < 0 || !p->need || !all_cached(fd_cached, p->off, p->need)) return 0;
     size_t got = 0;
+    while (got < p->len) {
+        const ssize_t n = pread(fd_cached, p->dst + got, p->len - got, (off_t)(p->off + got));
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) break; /* the end of the file, or an error storage reports again */
+        got += (size_t)n;
+    }
+    return direct ? got / CLLM_STREAM_BLOCK * CLLM_STREAM_BLOCK : got;
+}
+
+/* Reads piece p: first what the page cache holds (fd_cached >= 0), then
+ * the rest from fd. */
+static void read_piece(int fd, bool direct, int fd_cached, rd_piece *p) {
+    size_t got = read_cached(fd_cached, direct, p);
+    p->cached = got;
     p->err = 0;
     while (got < p->len) {
         const ssize_t n = pread(fd, p->dst + got, p->len - got, (off_t)(p->off + got));
@@ -248,18 +308,21 @@ static void read_piece(int fd, bool direct, rd_piece *p) {
     }
     p->got = got;
     /* the pages read leave the cache (a layer is read again a pass later,
-     * and the budget counts no cache) */
-    if (!direct && got) posix_fadvise(fd, (off_t)p->off, (off_t)got, POSIX_FADV_DONTNEED);
+     * and the budget counts no cache); those found there stay */
+    if (!direct && got > p->cached) {
+        posix_fadvise(fd, (off_t)(p->off + p->cached), (off_t)(got - p->cached),
+                      POSIX_FADV_DONTNEED);
+    }
 }
 
 /* Under mu: reads pieces of the job until none is left. */
 static void pool_work_locked(rd_pool *pool) {
     while (pool->next < pool->n) {
         rd_piece *p = &pool->p[pool->next++];
-        const int fd = pool->fd;
+        const int fd = pool->fd, fd_cached = pool->fd_cached;
         const bool direct = pool->direct;
         pthread_mutex_unlock(&pool->mu);
-        read_piece(fd, direct, p);
+        read_piece(fd, direct, fd_cached, p);
         pthread_mutex_lock(&pool->mu);
         if (++pool->n_done == pool->n) pthread_cond_broadcast(&pool->done_cv);
     }
@@ -303,15 +366,17 @@ static void pool_start(rd_pool *pool, int qd) {
     }
 }
 
-/* Reads the n pieces p with fd, every reader of the pool at once, and
- * returns when all are read (each with its got and err). */
-static void pool_run(rd_pool *pool, int fd, bool direct, rd_piece *p, int n) {
+/* Reads the n pieces p with fd (and fd_cached, see read_piece), every reader
+ * of the pool at once, and returns when all are read (each with its got and
+ * err). */
+static void pool_run(rd_pool *pool, int fd, bool direct, int fd_cached, rd_piece *p, int n) {
     if (n <= 0) return;
     pthread_mutex_lock(&pool->mu);
     pool->p = p;
     pool->n = n;
     pool->next = pool->n_done = 0;
     pool->fd = fd;
+    pool->fd_cached = fd_cached;
     pool->direct = direct;
     /* as many readers as there are pieces besides the one this thread
      * reads: a layer of one piece (a small streamed part) wakes none */
@@ -340,12 +405,20 @@ static int split_pieces(rd_piece *p, uint64_t off, size_t len, size_t need, char
 
 static int n_pieces(size_t len, size_t piece) { return (int)((len + piece - 1) / piece); }
 
+/* Streamed layers are copied from the page cache where it holds them
+ * (read_cached) unless CLLM_STREAM_PAGE_CACHE=0: to measure storage alone. */
+static bool page_cache_on(void) {
+    const char *e = getenv("CLLM_STREAM_PAGE_CACHE");
+    return !(e && !strcmp(e, "0"));
+}
+
 struct cllm_stream {
     const cllm_stream_layout *lay;
     const cllm_weights *w;
     cllm_device *dev; /* the ring's */
     char *path;
     int fd;
+    int fd_cached; /* buffered, for what the page cache holds (read_cached); -1: none */
     bool direct;
     rd_pool pool; /* the I/O thread's readers */
     bool pool_started;
@@ -382,7 +455,8 @@ struct cllm_stream {
     bool read_failed;   /* the last pass failed on a read; until one succeeds */
     char read_err[512]; /* its message */
     uint64_t bytes_read;
-    uint64_t passes; /* passes that read every streamed layer (ended well) */
+    uint64_t bytes_cached; /* of bytes_read, copied from the page cache */
+    uint64_t passes;       /* passes that read every streamed layer (ended well) */
     double wait_s;
     double read_s; /* the I/O thread's time in reads */
 
@@ -395,10 +469,12 @@ struct cllm_stream {
 };
 
 /* Reads streamed layer sl into slot, its runs split into pieces that the
- * pool's readers read at once: O_DIRECT, or pread + DONTNEED; adds the
- * bytes read to *n_read. False with the reason in err. */
+ * pool's readers read at once: what the page cache holds copied from it,
+ * the rest with O_DIRECT, or pread + DONTNEED; adds the bytes read to
+ * *n_read, those of them found in the page cache to *n_cached. False with
+ * the reason in err. */
 static bool read_layer(cllm_stream *st, const cllm_stream_layer *sl, char *slot, uint64_t *n_read,
-                       char *err, size_t err_size) {
+                       uint64_t *n_cached, char *err, size_t err_size) {
     const cllm_stream_layout *lay = st->lay;
     for (;;) {
         int n = 0;
@@ -409,20 +485,21 @@ static bool read_layer(cllm_stream *st, const cllm_stream_layer *sl, char *slot,
                               st->direct ? st->piece : run->len);
         }
         if (st->direct) {
-            pool_run(&st->pool, st->fd, true, st->pieces, n);
+            pool_run(&st->pool, st->fd, true, st->fd_cached, st->pieces, n);
         } else {
             /* buffered: one reader, whole runs, so that the kernel's
              * readahead runs ahead of it (several readers, each dropping
              * what it read, measured at half the rate: bench_read) */
-            for (int i = 0; i < n; i++) read_piece(st->fd, false, &st->pieces[i]);
+            for (int i = 0; i < n; i++) read_piece(st->fd, false, st->fd_cached, &st->pieces[i]);
         }
         bool refused = false;
         int e = 0;
-        uint64_t got = 0;
+        uint64_t got = 0, cached = 0;
         const rd_piece *short_p = NULL;
         for (int i = 0; i < n; i++) {
             const rd_piece *p = &st->pieces[i];
             got += p->got;
+            cached += p->cached;
             if (p->err == EINVAL && st->direct) {
                 refused = true;
             } else if (p->err) {
@@ -458,8 +535,17 @@ static bool read_layer(cllm_stream *st, const cllm_stream_layer *sl, char *slot,
             return false;
         }
         *n_read += got;
+        *n_cached += cached;
         return true;
     }
+}
+
+/* The descriptor for what the page cache holds (read_cached): buffered,
+ * with no readahead, so that a page evicted between the check and the read
+ * is read alone. */
+static void open_cached(cllm_stream *st) {
+    st->fd_cached = open(st->path, O_RDONLY | O_CLOEXEC);
+    if (st->fd_cached >= 0) posix_fadvise(st->fd_cached, 0, 0, POSIX_FADV_RANDOM);
 }
 
 /* Opens the path again (direct I/O when it can); keeps the old descriptor
@@ -473,6 +559,10 @@ static void reopen_file(cllm_stream *st) {
     close(st->fd);
     st->fd = fd;
     st->direct = direct;
+    if (st->fd_cached >= 0) { /* the same file as fd, or none */
+        close(st->fd_cached);
+        open_cached(st);
+    }
 }
 
 /* A sum of n bytes (n a multiple of 8 or not), four lanes so that the
@@ -533,10 +623,10 @@ static void *io_main(void *arg) {
 
         const cllm_stream_layer *sl = &lay->layers[j];
         char *slot = (char *)st->ring + (size_t)s * lay->slot_bytes;
-        uint64_t n_read = 0;
+        uint64_t n_read = 0, n_cached = 0;
         err[0] = '\0';
         const double t_read = now_s();
-        bool ok = read_layer(st, sl, slot, &n_read, err, sizeof(err));
+        bool ok = read_layer(st, sl, slot, &n_read, &n_cached, err, sizeof(err));
         const double dt_read = now_s() - t_read;
         /* a file overwritten in place reads other bytes: refused, as a
          * truncated one (written back as it was, it reads well again) */
@@ -558,6 +648,7 @@ static void *io_main(void *arg) {
         pthread_mutex_lock(&st->mu);
         st->reading = false;
         st->bytes_read += n_read;
+        st->bytes_cached += n_cached;
         st->read_s += dt_read;
         st->direct_seen = st->direct;
         if (st->gen == gen) {
@@ -594,7 +685,7 @@ cllm_status cllm_stream_new(const char *path, cllm_device *dev, const cllm_weigh
     cllm_stream *st = cllm_calloc(1, sizeof(*st));
     if (!st) return cllm_error(CLLM_ERR_NOMEM, "stream: out of host memory");
     cllm_status rc = CLLM_ERR_NOMEM;
-    st->fd = -1;
+    st->fd = st->fd_cached = -1;
     st->lay = lay;
     st->w = w;
     st->dev = dev;
@@ -655,6 +746,7 @@ cllm_status cllm_stream_new(const char *path, cllm_device *dev, const cllm_weigh
         rc = cllm_error(CLLM_ERR_IO, "%s: %s", path, strerror(errno));
         goto fail;
     }
+    if (page_cache_on()) open_cached(st);
     pool_start(&st->pool, reads_qd(0));
     st->pool_started = true;
     pthread_mutex_init(&st->mu, NULL);
@@ -678,6 +770,7 @@ fail:
     }
     if (st->pool_started) pool_stop(&st->pool);
     if (st->fd >= 0) close(st->fd);
+    if (st->fd_cached >= 0) close(st->fd_cached);
     cllm_buffer_free(st->buf);
     cllm_free(st->scratch);
     cllm_free(st->ring);
@@ -705,6 +798,7 @@ void cllm_stream_free(cllm_stream *st) {
     }
     if (st->pool_started) pool_stop(&st->pool);
     if (st->fd >= 0) close(st->fd);
+    if (st->fd_cached >= 0) close(st->fd_cached);
     cllm_free(st->pieces);
     cllm_buffer_free(st->buf);
     cllm_free(st->scratch);
@@ -740,10 +834,12 @@ bool cllm_stream_direct_io(const cllm_stream *st) {
     return direct;
 }
 
-void cllm_stream_stats(const cllm_stream *st, uint64_t *bytes_read, double *wait_s) {
+void cllm_stream_stats(const cllm_stream *st, uint64_t *bytes_read, uint64_t *bytes_cached,
+                       double *wait_s) {
     cllm_stream *m = (cllm_stream *)st;
     pthread_mutex_lock(&m->mu);
     if (bytes_read) *bytes_read = m->bytes_read;
+    if (bytes_cached) *bytes_cached = m->bytes_cached;
     if (wait_s) *wait_s = m->wait_s;
     pthread_mutex_unlock(&m->mu);
 }
@@ -953,9 +1049,9 @@ cllm_status cllm_stream_probe_read(const char *path, size_t max_bytes, size_t ch
         const bool serial = !dio && queue_depth <= 0;
         const int n = split_pieces(pieces, off, len, len, buf, serial ? len : piece);
         if (serial) {
-            for (int i = 0; i < n; i++) read_piece(fd, false, &pieces[i]);
+            for (int i = 0; i < n; i++) read_piece(fd, false, -1, &pieces[i]);
         } else {
-            pool_run(&pool, fd, dio, pieces, n);
+            pool_run(&pool, fd, dio, -1, pieces, n);
         }
         for (int i = 0; i < n; i++) {
             if (pieces[i].err == EINVAL && dio) {

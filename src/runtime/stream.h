@@ -154,9 +154,11 @@ cllm_status cllm_stream_begin(cllm_stream *st, cllm_sched *sched, const cllm_gra
  * stopped halfway) the ring is reset and the next pass reads from layer 0. */
 void cllm_stream_end(cllm_stream *st, cllm_sched *sched, bool ok);
 
-/* Totals since the stream was made: bytes read from the file, and seconds
- * the executor waited for a layer. */
-void cllm_stream_stats(const cllm_stream *st, uint64_t *bytes_read, double *wait_s);
+/* Totals since the stream was made: bytes read from the file, those of
+ * them copied from the page cache, and seconds the executor waited for a
+ * layer. */
+void cllm_stream_stats(const cllm_stream *st, uint64_t *bytes_read, uint64_t *bytes_cached,
+                       double *wait_s);
 /* Forward passes that read every streamed layer and ended well, since the
  * stream was made: one per pass whatever the number of tokens (columns)
  * in it. Thread-safe. */

@@ -649,6 +649,16 @@ int cli_cmd_bench(int argc, char **argv) {
         s = NULL;
     }
 
+    /* where the streamed bytes came from over the whole run */
+    const cllm_stream_usage su_end = stream_now(m);
+    if (streams && a.output == BENCH_MD) {
+        char rd[32], ca[32];
+        printf("\nstreamed: %s read, %s of it (%.0f %%) copied from the page cache\n",
+               cllm_format_size((size_t)su_end.bytes_read, rd, sizeof(rd)),
+               cllm_format_size((size_t)su_end.bytes_cached, ca, sizeof(ca)),
+               su_end.bytes_read ? 100.0 * (double)su_end.bytes_cached / (double)su_end.bytes_read
+                                 : 0.0);
+    }
     for (int i = 0, first = 1; i < n_res && a.output == BENCH_MD; i++) {
         if (!res[i].spec) continue;
         printf("%s%s, %d threads: %llu of %llu draft tokens kept\n", first ? "\n" : "",
@@ -667,10 +677,11 @@ int cli_cmd_bench(int argc, char **argv) {
         cli_json_str(stdout, base, strlen(base));
         printf(", \"type\": \"%s\", \"size_bytes\": %llu, \"params\": %llu, \"type_k\": \"%s\", "
                "\"type_v\": \"%s\", \"stream_layers\": %d, \"stream_bytes_per_pass\": %llu, "
-               "\"results\": [",
+               "\"stream_bytes_read\": %llu, \"stream_bytes_cached\": %llu, \"results\": [",
                cllm_type_name(d.type), (unsigned long long)d.bytes, (unsigned long long)d.params,
                cllm_type_name(a.type_k), cllm_type_name(a.type_v), su.n_layers,
-               (unsigned long long)su.bytes_per_pass);
+               (unsigned long long)su.bytes_per_pass, (unsigned long long)su_end.bytes_read,
+               (unsigned long long)su_end.bytes_cached);
         for (int i = 0; i < n_res; i++) {
             printf("%s{\"threads\": %d, \"test\": \"%s\", \"n\": %lld, \"seqs\": %d, "
                    "\"depth\": %lld, \"tps_mean\": %.3f, \"tps_stddev\": %.3f, "

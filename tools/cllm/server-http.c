@@ -100,13 +100,15 @@ static enum MHD_Result metrics(const srv_http *h, srv_engine *e, struct MHD_Conn
             "# TYPE cllm_stream_pass_bytes gauge\ncllm_stream_pass_bytes %llu\n"
             "# HELP cllm_stream_read_bytes_total Bytes of streamed layers read from the file.\n"
             "# TYPE cllm_stream_read_bytes_total counter\ncllm_stream_read_bytes_total %llu\n"
+            "# HELP cllm_stream_cached_bytes_total Of those, bytes copied from the page cache.\n"
+            "# TYPE cllm_stream_cached_bytes_total counter\ncllm_stream_cached_bytes_total %llu\n"
             "# HELP cllm_stream_passes_total Forward passes that read the streamed layers (one "
             "per step, whatever its slots and drafted tokens).\n"
             "# TYPE cllm_stream_passes_total counter\ncllm_stream_passes_total %llu\n"
             "# HELP cllm_stream_wait_seconds_total Seconds passes waited for a streamed layer.\n"
             "# TYPE cllm_stream_wait_seconds_total counter\ncllm_stream_wait_seconds_total %.6f\n",
             su.n_layers, (unsigned long long)su.bytes_per_pass, (unsigned long long)su.bytes_read,
-            (unsigned long long)su.passes, su.wait_s);
+            (unsigned long long)su.bytes_cached, (unsigned long long)su.passes, su.wait_s);
     }
     if (n < 0 || (size_t)n >= sizeof(buf)) return MHD_NO;
     return srv_send_raw(h, c, 200, "text/plain; version=0.0.4", buf, (size_t)n, NULL);

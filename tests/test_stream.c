@@ -734,8 +734,6 @@ static void check_too_small(const char *path) {
     CHECK(cllm_plan_file(path, &fp, &plan) == CLLM_ERR_INVALID_ARG);
 }
 
-/* Several reads in flight, in pieces of 3 blocks (12 KiB: runs are whole
- * blocks, not whole pieces, so every run ends on a short piece). */
 /* Streamed layers are copied from the page cache where another reader left
  * the file there (a warm cache), and read from storage where it did not:
  * the resident logits either way (check_model), the bytes found in the
@@ -764,6 +762,8 @@ static void check_page_cache(const char *path) {
            (unsigned long long)g_last_cached);
 }
 
+/* Several reads in flight, in pieces of 3 blocks (12 KiB: runs are whole
+ * blocks, not whole pieces, so every run ends on a short piece). */
 static void check_reads(const char *path) {
     cllm_stream_reads_set(3, 3 * CLLM_STREAM_BLOCK);
     check_model(path);

@@ -4,7 +4,8 @@
  * 64 activation columns, with the packing and the activation quantization
  * timed apart. Prints GOP/s (2 * rows * K * columns per second) of the
  * kernel as the median and the best of the repetitions (each ~2 ms after a
- * warm-up), and ns per packed panel and per quantized column (float
+ * warm-up), the median of two panels at once (cllm_cpu_gemm2, quantized
+ * weights: 0 for float ones), and ns per packed panel and per quantized column (float
  * weights: per column copied into the level's column groups, as mul_mat
  * does). The quantized panel (36 KiB for Q4_0) and columns stay in L2, so
  * this measures the arithmetic more than memory; the float panel (256 KiB)
@@ -73,11 +74,11 @@ typedef struct bench_case {
     char *act;      /* quantized columns (float: grouped, as mul_mat groups them) */
     int group;      /* float: columns per group (cllm_cpu_gemm_f_group) */
     size_t act_row; /* bytes of one */
-    float *out;     /* rows x B_COLS */
+    float *out;     /* rows x B_COLS (two panels: 2 * rows x B_COLS) */
     volatile float sink;
 } bench_case;
 
-enum { OP_GEMM, OP_PACK, OP_QUANT };
+enum { OP_GEMM, OP_GEMM2, OP_PACK, OP_QUANT };
 
 static void run_op(bench_case *c, int op) {
     switch (op) {
@@ -90,6 +91,10 @@ static void run_op(bench_case *c, int op) {
             cllm_cpu_gemm(c->t, B_K, c->panel, c->act, c->act_row, B_COLS, c->out, (size_t)c->rows,
                           c->rows);
         }
+        break;
+    case OP_GEMM2: /* the panel as both of a pair (quantized only) */
+        cllm_cpu_gemm2(c->t, B_K, c->panel, c->panel, c->act, c->act_row, B_COLS, c->out,
+                       (size_t)(2 * c->rows), c->rows);
         break;
     case OP_PACK:
         if (c->flt) {
@@ -246,8 +251,8 @@ int main(int argc, char **argv) {
 #if defined(__x86_64__) || defined(__i386__)
     if (best >= CLLM_CPU_ISA_AVX2) print_fma_peak(reps);
 #endif
-    printf("%-6s %-7s %16s %16s %14s %14s\n", "type", "level", "GOP/s median", "GOP/s best",
-           "pack ns/panel", "quant ns/col");
+    printf("%-6s %-7s %16s %16s %16s %14s %14s\n", "type", "level", "GOP/s median", "GOP/s best",
+           "2 panels median", "pack ns/panel", "quant ns/col");
 
     const int max_rows = CLLM_GEMM_F_ROWS;
     float *f = malloc((size_t)B_K * sizeof(float) * (max_rows + B_COLS));
@@ -279,21 +284,23 @@ int main(int argc, char **argv) {
             c.group = c.flt ? cllm_cpu_gemm_f_group() : 0;
             c.act_row = c.flt ? B_K * sizeof(float) : cllm_cpu_gemm_act_size(t, B_K);
             c.act = malloc(c.act_row * (B_COLS + CLLM_GEMM_F_GROUP_AVX2)); /* whole groups */
-            c.out = malloc(sizeof(float) * (size_t)c.rows * B_COLS);
+            c.out = malloc(sizeof(float) * (size_t)(2 * c.rows) * B_COLS);
             if (!c.panel || !c.out || !c.act || (!c.flt && !c.scratch)) return 0;
             run_op(&c, OP_PACK);
             for (int j = 0; !c.flt && j < B_COLS; j++)
                 cllm_cpu_gemm_quantize(t, c.x + (size_t)j * B_K, c.act + (size_t)j * c.act_row,
                                        B_K);
             if (c.flt) run_op(&c, OP_QUANT);
-            double gm, gb, pm, pb, qm, qb;
+            double gm, gb, g2m = 0.0, g2b, pm, pb, qm, qb;
             measure(&c, OP_GEMM, reps, &gm, &gb);
+            if (!c.flt) measure(&c, OP_GEMM2, reps, &g2m, &g2b);
             measure(&c, OP_PACK, reps, &pm, &pb);
             measure(&c, OP_QUANT, reps, &qm, &qb);
             if (c.flt) qm /= B_COLS;
             const double ops = 2.0 * c.rows * B_K * B_COLS;
-            printf("%-6s %-7s %16.1f %16.1f %14.0f %14.0f\n", cllm_type_name(t),
-                   level_name((cllm_cpu_isa)l), ops / gm, ops / gb, pm, qm);
+            printf("%-6s %-7s %16.1f %16.1f %16.1f %14.0f %14.0f\n", cllm_type_name(t),
+                   level_name((cllm_cpu_isa)l), ops / gm, ops / gb, c.flt ? 0.0 : 2.0 * ops / g2m,
+                   pm, qm);
             free(c.panel);
             free(c.scratch);
             free(c.act);

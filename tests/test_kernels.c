@@ -487,7 +487,7 @@ static void test_gemm(cllm_type t) {
     if (!cllm_cpu_gemm_supports(t, qk)) return;
     CHECK(!cllm_cpu_gemm_supports(t, qk + 1));
     const bool fast = cllm_cpu_gemm_available(t, qk);
-    enum { R = CLLM_GEMM_ROWS, C = 19, LDO = R + 3 };
+    enum { R = CLLM_GEMM_ROWS, C = 19, LDO = R + 3, LDO2 = 2 * R + 3 };
     const int64_t lens[] = {1, 3};
     int fails = 0;
     for (size_t li = 0; li < CLLM_ARRAY_SIZE(lens); li++) {
@@ -497,6 +497,7 @@ static void test_gemm(cllm_type t) {
         char *act = xmalloc(as * C), *wz_act = xmalloc(as);
         const size_t panel_size = cllm_cpu_gemm_panel_size(t, n);
         char *panel = xmalloc(panel_size), *panel_ref = xmalloc(panel_size);
+        char *panel_full = xmalloc(panel_size);
         char *scratch = xmalloc(cllm_cpu_gemm_pack_scratch(t, n));
         float *f = xmalloc((size_t)n * sizeof(float)), *x = xmalloc((size_t)n * sizeof(float));
         float *z = xmalloc((size_t)n * sizeof(float)), *y = xmalloc((size_t)n * C * sizeof(float));
@@ -526,6 +527,7 @@ static void test_gemm(cllm_type t) {
                         scale[r][c] = sc;
                     }
                 }
+                cllm_cpu_gemm_pack(t, w, wbytes, R, n, panel_full, scratch);
                 for (size_t hi = 0; hi < CLLM_ARRAY_SIZE(k_heights) && k_heights[hi] <= R; hi++) {
                     const int nr = k_heights[hi];
                     cllm_cpu_gemm_pack(t, w, wbytes, nr, n, panel, scratch);
@@ -565,13 +567,36 @@ static void test_gemm(cllm_type t) {
                                 }
                             }
                         }
+                        /* two panels at once (a full one, then this one): each
+                         * panel's rows the bits of cllm_cpu_gemm on it alone */
+                        if (!fast) continue;
+                        float two[C * LDO2], full[C * LDO], one[C * LDO];
+                        for (int i = 0; i < C * LDO2; i++) two[i] = NAN;
+                        cllm_cpu_gemm2(t, n, panel_full, panel, act, as, nc, two, LDO2, nr);
+                        cllm_cpu_gemm(t, n, panel_full, act, as, nc, full, LDO, R);
+                        cllm_cpu_gemm(t, n, panel, act, as, nc, one, LDO, nr);
+                        for (int c = 0; c < C; c++) {
+                            for (int r = 0; r < LDO2; r++) {
+                                const float got = two[c * LDO2 + r];
+                                if (c >= nc || r >= R + nr) {
+                                    CHECK(isnan(got));
+                                    continue;
+                                }
+                                const float want1 =
+                                    r < R ? full[c * LDO + r] : one[c * LDO + r - R];
+                                CHECKF(memcmp(&got, &want1, sizeof got) == 0,
+                                       "%s gemm2 n=%lld w%d a%d %dx%d (%d,%d): %.9g vs %.9g",
+                                       cllm_type_name(t), (long long)n, wk, ak, nr, nc, r, c, got,
+                                       want1);
+                            }
+                        }
                     }
                 }
                 if (fails > 20) break;
             }
         }
-        free(w), free(act), free(panel), free(panel_ref), free(scratch), free(f), free(x), free(z),
-            free(y);
+        free(w), free(act), free(panel), free(panel_ref), free(panel_full), free(scratch), free(f),
+            free(x), free(z), free(y);
         free(wz), free(wz_act);
     }
 }

@@ -164,3 +164,17 @@ void cllm_cpu_gemm(cllm_type type, int64_t K, const void *panel, const void *act
     (void)f;
     cllm_cpu_gemm_ref(type, K, panel, act, act_stride, ncols, out, ldo, nrows);
 }
+
+void cllm_cpu_gemm2(cllm_type type, int64_t K, const void *panel0, const void *panel1,
+                    const void *act, size_t act_stride, int ncols, float *out, size_t ldo,
+                    int nrows1) {
+#if defined(__x86_64__) || defined(__i386__)
+    if (cllm_cpu_isa_level() >= CLLM_CPU_ISA_AVX512) {
+        const cllm_gemm_form f = cllm_cpu_gemm_form(type);
+        cllm_cpu_gemm2_avx512(&f, K, panel0, panel1, act, act_stride, ncols, out, ldo, nrows1);
+        return;
+    }
+#endif
+    cllm_cpu_gemm(type, K, panel0, act, act_stride, ncols, out, ldo, CLLM_GEMM_ROWS);
+    cllm_cpu_gemm(type, K, panel1, act, act_stride, ncols, out + CLLM_GEMM_ROWS, ldo, nrows1);
+}

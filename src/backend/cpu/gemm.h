@@ -100,6 +100,15 @@ void cllm_cpu_gemm_pack_portable(cllm_type type, const void *a, size_t stride, i
 void cllm_cpu_gemm(cllm_type type, int64_t K, const void *panel, const void *act, size_t act_stride,
                    int ncols, float *out, size_t ldo, int nrows);
 
+/* Two panels at once: panel0 holds rows 0..15 (all present), panel1 rows
+ * 16..16 + nrows1 - 1 of a group of 32, written to out[r + j * ldo] for r in
+ * 0..16 + nrows1 - 1. The same bits as cllm_cpu_gemm on each panel (which is
+ * what runs where the level has no two-panel kernel); at the AVX-512 level
+ * each activation load serves both panels (gemm-avx512.c). */
+void cllm_cpu_gemm2(cllm_type type, int64_t K, const void *panel0, const void *panel1,
+                    const void *act, size_t act_stride, int ncols, float *out, size_t ldo,
+                    int nrows1);
+
 /* The same in portable C: the reference the fast kernel is tested against. */
 void cllm_cpu_gemm_ref(cllm_type type, int64_t K, const void *panel, const void *act,
                        size_t act_stride, int ncols, float *out, size_t ldo, int nrows);
@@ -128,6 +137,9 @@ static inline size_t cllm_gemm_scales_at(const cllm_gemm_form *f) {
 
 void cllm_cpu_gemm_avx512(const cllm_gemm_form *f, int64_t K, const void *panel, const void *act,
                           size_t act_stride, int ncols, float *out, size_t ldo, int nrows);
+void cllm_cpu_gemm2_avx512(const cllm_gemm_form *f, int64_t K, const void *panel0,
+                           const void *panel1, const void *act, size_t act_stride, int ncols,
+                           float *out, size_t ldo, int nrows1);
 void cllm_cpu_gemm_avx2(const cllm_gemm_form *f, int64_t K, const void *panel, const void *act,
                         size_t act_stride, int ncols, float *out, size_t ldo, int nrows);
 

@@ -10,7 +10,9 @@
  *    at least CLLM_GEMM_MIN_COLS columns: prompt processing): b's rows are
  *    quantized into the GEMM's activation form in the shared workspace;
  *    each thread packs 16 weight rows at a time into its panel (once per
- *    tile) and runs them against all the tile's columns.
+ *    tile), two groups of 16 into two panels where its tile has them (the
+ *    tiles are pairs of groups when there are enough: cllm_cpu_gemm2, whose
+ *    activation loads serve both), and runs them against the tile's columns.
  *  - gemm_f (the same for F16 / BF16 weights, 32 rows per panel): b's rows
  *    read in place as F32 (gathered into the workspace if strided), or
  *    copied into the workspace in the column groups the level's kernel
@@ -46,7 +48,7 @@
  *
  * Work split: the outputs of all batches form a grid of tiles (a range of
  * weight rows x a range of columns), about two per thread (the panel plan:
- * groups of 16 rows, mm_make_gemm_tiles): whole columns when there are
+ * one or two groups of 16 rows, mm_make_gemm_tiles): whole columns when there are
  * enough weight rows, column ranges too otherwise, so small matrices still
  * use every thread. Thread ith starts with tile ith; when b is converted
  * (there is a barrier anyway) the remaining tiles are handed out through an
@@ -140,7 +142,8 @@ static mm_plan mm_make_plan_rows(const cllm_tensor *dst, bool converted) {
         p.b_row_size = cllm_cpu_gemm_act_size(a->type, K);
         p.counter_bytes = CLLM_CPU_WS_ALIGN;
         p.shared_bytes = cllm_cpu_ws_round((size_t)cllm_nrows(b) * p.b_row_size);
-        p.panel_bytes = cllm_cpu_ws_round(cllm_cpu_gemm_panel_size(a->type, K));
+        /* two panels: groups of 32 rows go through cllm_cpu_gemm2 */
+        p.panel_bytes = 2 * cllm_cpu_ws_round(cllm_cpu_gemm_panel_size(a->type, K));
         p.thread_bytes = p.panel_bytes + cllm_cpu_ws_round(cllm_cpu_gemm_pack_scratch(a->type, K)) +
                          (b_rows ? 0 : cllm_cpu_ws_round((size_t)K * sizeof(float)));
         return p;
@@ -418,11 +421,28 @@ static void mm_prefetch_rows(const char *w, size_t bytes) {
 
 /* The panel plan on rows [m0, m1) x columns [n0, n1) of batch (i2, i3):
  * groups of CLLM_GEMM_ROWS (float weights: CLLM_GEMM_F_ROWS) weight rows
- * packed into `panel` (skipped when the thread packed that very group for
- * its previous tile: *packed), then run against the tile's columns. */
+ * packed into a panel (skipped when the thread packed that very group into
+ * it for its previous tile: packed[]), then run against the tile's columns;
+ * quantized weights two groups at a time where the tile has them (the
+ * second panel follows the first, cllm_cpu_gemm2). */
+static void mm_pack_gemm(const cllm_tensor *a, const mm_plan *p, const char *arow, int nr,
+                         char *panel, char *scratch, const char **packed) {
+    const int64_t K = a->ne[0];
+    if (*packed == arow) return;
+    if (p->gemm_f) {
+        cllm_cpu_gemm_f_pack(a->type, arow, a->nb[1], nr, K, (float *)panel);
+    } else if (p->x16_gemm) { /* (whole groups: the tiles' rows) */
+        mm_prefetch_rows(arow, CLLM_X16_ROWS * a->nb[1]);
+        cllm_cpu_gemm_pack_x16(a->type, K, arow, panel);
+    } else {
+        cllm_cpu_gemm_pack(a->type, arow, a->nb[1], nr, K, panel, scratch);
+    }
+    *packed = arow;
+}
+
 static void mm_tile_gemm(const cllm_tensor *a, const cllm_tensor *b, cllm_tensor *dst,
                          const mm_plan *p, const char *wb, char *panel, char *scratch,
-                         const char **packed, int64_t i2, int64_t i3, int64_t m0, int64_t m1,
+                         const char *packed[2], int64_t i2, int64_t i3, int64_t m0, int64_t m1,
                          int64_t n0, int64_t n1) {
     const int64_t K = a->ne[0], N = b->ne[1], B2 = b->ne[2];
     const int64_t r2 = B2 / a->ne[2], r3 = b->ne[3] / a->ne[3];
@@ -437,24 +457,21 @@ static void mm_tile_gemm(const cllm_tensor *a, const cllm_tensor *b, cllm_tensor
     }
     const size_t ldo = dst->nb[1] / sizeof(float);
     const int64_t rows = p->gemm_f ? CLLM_GEMM_F_ROWS : CLLM_GEMM_ROWS;
+    char *panel1 = panel + p->panel_bytes / 2;
     for (int64_t m = m0; m < m1; m += rows) {
         const int nr = (int)CLLM_MIN(rows, m1 - m);
         const char *arow = cllm_cpu_elem(a, 0, m, i2 / r2, i3 / r3);
         float *out = (float *)cllm_cpu_elem(dst, m, n0, i2, i3);
-        if (*packed != arow) {
-            if (p->gemm_f) {
-                cllm_cpu_gemm_f_pack(a->type, arow, a->nb[1], nr, K, (float *)panel);
-            } else if (p->x16_gemm) { /* (whole groups: the tiles' rows) */
-                mm_prefetch_rows(arow, CLLM_X16_ROWS * a->nb[1]);
-                cllm_cpu_gemm_pack_x16(a->type, K, arow, panel);
-            } else {
-                cllm_cpu_gemm_pack(a->type, arow, a->nb[1], nr, K, panel, scratch);
-            }
-            *packed = arow;
-        }
+        mm_pack_gemm(a, p, arow, nr, panel, scratch, &packed[0]);
         if (p->gemm_f) {
             cllm_cpu_gemm_f(K, (const float *)panel, (const float *)b0, by, group, (int)(n1 - n0),
                             out, ldo, nr);
+        } else if (m + rows < m1) {
+            const int nr1 = (int)CLLM_MIN(rows, m1 - m - rows);
+            mm_pack_gemm(a, p, cllm_cpu_elem(a, 0, m + rows, i2 / r2, i3 / r3), nr1, panel1,
+                         scratch, &packed[1]);
+            cllm_cpu_gemm2(a->type, K, panel, panel1, b0, by, (int)(n1 - n0), out, ldo, nr1);
+            m += rows;
         } else {
             cllm_cpu_gemm(a->type, K, panel, b0, by, (int)(n1 - n0), out, ldo, nr);
         }
@@ -505,10 +522,14 @@ typedef struct mm_tiles {
 /* The panel plan's grid: whole groups of weight rows x all columns, the
  * columns split (by multiples of `unit`) only when there are few groups. */
 static mm_tiles mm_make_gemm_tiles(int64_t M, int64_t N, int64_t batches, int nth, int64_t rows,
-                                   int64_t unit) {
+                                   int64_t unit, bool pairs) {
     mm_tiles t = {.tm = rows, .tn = N};
-    const int64_t groups = (M + rows - 1) / rows;
+    int64_t groups = (M + rows - 1) / rows;
     const int64_t target = 4 * (int64_t)nth;
+    if (pairs && groups * batches >= 2 * target) { /* tiles of two groups (cllm_cpu_gemm2) */
+        t.tm = 2 * rows;
+        groups = (groups + 1) / 2;
+    }
     if (groups * batches < target) {
         const int64_t chunks = (N + unit - 1) / unit;
         const int64_t nt = CLLM_MIN(chunks, (target + groups * batches - 1) / (groups * batches));
@@ -557,12 +578,12 @@ static void mm_run(const cllm_cpu_params *params, cllm_tensor *dst) {
     /* column splits of grouped columns (gemm_f) keep whole groups: 24 = 4 groups of 6 */
     const int64_t unit = p.gemm_f && p.f_group > 1 ? 4 * (int64_t)p.f_group : 8;
     const bool x16 = p.x16_gemv || p.x16_gemm; /* tiles of whole groups of 16 rows */
-    const mm_tiles t = p.gemm
-                           ? mm_make_gemm_tiles(M, N, B2 * B3, params->nth,
-                                                p.gemm_f ? CLLM_GEMM_F_ROWS : CLLM_GEMM_ROWS, unit)
-                           : mm_make_tiles(M, N, B2 * B3, params->nth, x16 ? CLLM_X16_ROWS : 1);
-    char *panel = NULL, *scratch = NULL; /* gemm: thread slice = panel, scratch, F32 row */
-    const char *packed = NULL;
+    const mm_tiles t =
+        p.gemm ? mm_make_gemm_tiles(M, N, B2 * B3, params->nth,
+                                    p.gemm_f ? CLLM_GEMM_F_ROWS : CLLM_GEMM_ROWS, unit, !p.gemm_f)
+               : mm_make_tiles(M, N, B2 * B3, params->nth, x16 ? CLLM_X16_ROWS : 1);
+    char *panel = NULL, *scratch = NULL;  /* gemm: thread slice = panel, scratch, F32 row */
+    const char *packed[2] = {NULL, NULL}; /* the groups in the panels (mm_tile_gemm) */
     if (p.gemm) {
         panel = (char *)f32;
         scratch = panel + p.panel_bytes;
@@ -588,7 +609,7 @@ static void mm_run(const cllm_cpu_params *params, cllm_tensor *dst) {
         } else if (p.gemv) {
             mm_tile_gemv(a, b, dst, &p, wb, i2, i3, m0, m1, n0, n1);
         } else if (p.gemm) {
-            mm_tile_gemm(a, b, dst, &p, wb, panel, scratch, &packed, i2, i3, m0, m1, n0, n1);
+            mm_tile_gemm(a, b, dst, &p, wb, panel, scratch, packed, i2, i3, m0, m1, n0, n1);
         } else if (p.k) {
             mm_tile_kernels(a, b, dst, &p, wb, i2, i3, m0, m1, n0, n1);
         } else {

@@ -4,7 +4,8 @@
  * block and column: BS / 4 vpdpbusd (each 16 rows x 4 elements, the
  * activation's 4 bytes broadcast from memory), then one conversion, one
  * multiply by the activation's scale and one FMA with the 16 weight scales
- * (and one more FMA for types with an offset). Compiled for these
+ * (and one more FMA for types with an offset); gz_tile2 runs two panels
+ * (32 rows) at once, so each broadcast serves two vpdpbusd. Compiled for these
  * instructions only; gemm.c calls it only when the CPU has them.
  */
 #include "backend/cpu/x86/target.h"
@@ -125,6 +126,108 @@ static void gz_run(int bs, bool off, int64_t K, const char *panel, const char *a
 void cllm_cpu_gemm_avx512(const cllm_gemm_form *f, int64_t K, const void *panel, const void *act,
                           size_t act_stride, int ncols, float *out, size_t ldo, int nrows) {
     gz_run(f->bs, f->offset, K, panel, act, act_stride, ncols, out, ldo, nrows);
+}
+
+/* ---- two panels ----------------------------------------------------------------
+ * 32 rows (two panels) x up to GZ2_COLS columns: each activation broadcast
+ * feeds one vpdpbusd per panel, so a vpdpbusd waits on 1/2 + 1/nc loads
+ * instead of gz_tile's 1 + 1/nc (with 12 columns gz_tile was bound by the
+ * load ports, not by vpdpbusd). 12 int32 + 12 float accumulators, the two
+ * weight registers and a broadcast: 27 of 32 registers. Every lane is summed
+ * as gz_tile sums it: the same bits. */
+#define GZ2_COLS 6
+
+GZ_INLINE void gz_tile2(int spb, bool off, int nc, int64_t nb, const char *panel0,
+                        const char *panel1, size_t bb, const char *act, size_t astride, size_t ab,
+                        float *out, size_t ldo, __mmask16 m1) {
+    const int bs = 4 * spb;
+    __m512 f0[GZ2_COLS], f1[GZ2_COLS];
+#pragma GCC unroll 6
+    for (int j = 0; j < nc; j++) f0[j] = f1[j] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const char *pb0 = panel0 + (size_t)b * bb, *pb1 = panel1 + (size_t)b * bb;
+        const char *ax = act + (size_t)b * ab;
+        __m512i a0[GZ2_COLS], a1[GZ2_COLS];
+#pragma GCC unroll 6
+        for (int j = 0; j < nc; j++)
+            a0[j] = a1[j] = _mm512_set1_epi32(gz_i32(ax + j * astride + bs + 8));
+#pragma GCC unroll 8
+        for (int t = 0; t < spb; t++) {
+            const __m512i w0 = _mm512_loadu_si512(pb0 + 64 * t);
+            const __m512i w1 = _mm512_loadu_si512(pb1 + 64 * t);
+#pragma GCC unroll 6
+            for (int j = 0; j < nc; j++) {
+                const __m512i x = _mm512_set1_epi32(gz_i32(ax + j * astride + 4 * t));
+                a0[j] = _mm512_dpbusd_epi32(a0[j], w0, x);
+                a1[j] = _mm512_dpbusd_epi32(a1[j], w1, x);
+            }
+        }
+        const __m512 sc0 = _mm512_loadu_ps(pb0 + 64 * spb), sc1 = _mm512_loadu_ps(pb1 + 64 * spb);
+#pragma GCC unroll 6
+        for (int j = 0; j < nc; j++) {
+            const __m512 dj = _mm512_set1_ps(gz_f32(ax + j * astride + bs));
+            f0[j] = _mm512_fmadd_ps(sc0, _mm512_mul_ps(_mm512_cvtepi32_ps(a0[j]), dj), f0[j]);
+            f1[j] = _mm512_fmadd_ps(sc1, _mm512_mul_ps(_mm512_cvtepi32_ps(a1[j]), dj), f1[j]);
+        }
+        if (off) {
+            const __m512 o0 = _mm512_loadu_ps(pb0 + 64 * spb + 64);
+            const __m512 o1 = _mm512_loadu_ps(pb1 + 64 * spb + 64);
+#pragma GCC unroll 6
+            for (int j = 0; j < nc; j++) {
+                const __m512 e = _mm512_set1_ps(gz_f32(ax + j * astride + bs + 4));
+                f0[j] = _mm512_fmadd_ps(o0, e, f0[j]);
+                f1[j] = _mm512_fmadd_ps(o1, e, f1[j]);
+            }
+        }
+    }
+#pragma GCC unroll 6
+    for (int j = 0; j < nc; j++) {
+        _mm512_storeu_ps(out + (size_t)j * ldo, f0[j]);
+        _mm512_mask_storeu_ps(out + (size_t)j * ldo + 16, m1, f1[j]);
+    }
+}
+
+#define GZ2_BY_COLS(nc, CALL, ...)                                                                 \
+    switch (nc) {                                                                                  \
+    case 1: CALL(1, __VA_ARGS__); break;                                                           \
+    case 2: CALL(2, __VA_ARGS__); break;                                                           \
+    case 3: CALL(3, __VA_ARGS__); break;                                                           \
+    case 4: CALL(4, __VA_ARGS__); break;                                                           \
+    case 5: CALL(5, __VA_ARGS__); break;                                                           \
+    default: CALL(6, __VA_ARGS__); break;                                                          \
+    }
+_Static_assert(GZ2_COLS == 6, "GZ2_BY_COLS covers 1..6 columns");
+
+#define GZ_TILE2(n, spb, off)                                                                      \
+    gz_tile2(spb, off, n, nb, panel0, panel1, bb, a, astride, ab, o, ldo, m)
+
+void cllm_cpu_gemm2_avx512(const cllm_gemm_form *f, int64_t K, const void *panel0,
+                           const void *panel1, const void *act, size_t act_stride, int ncols,
+                           float *out, size_t ldo, int nrows1) {
+    const int bs = f->bs;
+    const bool off = f->offset;
+    const int64_t nb = K / bs;
+    const size_t bb = (size_t)(bs / 4) * 64 + 64 + (off ? 64 : 0), ab = (size_t)bs + 16;
+    const size_t astride = act_stride;
+    const __mmask16 m = cllm_lanes16(nrows1);
+    for (int j0 = 0; j0 < ncols; j0 += GZ2_COLS) {
+        const int nc = ncols - j0 < GZ2_COLS ? ncols - j0 : GZ2_COLS;
+        const char *a = (const char *)act + (size_t)j0 * astride;
+        float *o = out + (size_t)j0 * ldo;
+        if (bs == 32) {
+            if (off) {
+                GZ2_BY_COLS(nc, GZ_TILE2, 8, true)
+            } else {
+                GZ2_BY_COLS(nc, GZ_TILE2, 8, false)
+            }
+        } else {
+            if (off) {
+                GZ2_BY_COLS(nc, GZ_TILE2, 4, true)
+            } else {
+                GZ2_BY_COLS(nc, GZ_TILE2, 4, false)
+            }
+        }
+    }
 }
 
 /* ---- activations --------------------------------------------------------------

@@ -96,6 +96,21 @@ GZ_INLINE void gz_tile(int spb, bool off, int nc, int64_t nb, const char *panel,
     }
 _Static_assert(GZ_COLS == 12, "GZ_BY_COLS covers 1..12 columns");
 
+/* BY_COLS(nc, TILE, steps per block, offset) for the form: blocks of 32
+ * (8 steps) or 16 (4), with or without an offset, each a constant. */
+#define GZ_BY_FORM(bs, off, BY_COLS, nc, TILE)                                                     \
+    if ((bs) == 32) {                                                                              \
+        if (off) {                                                                                 \
+            BY_COLS(nc, TILE, 8, true)                                                             \
+        } else {                                                                                   \
+            BY_COLS(nc, TILE, 8, false)                                                            \
+        }                                                                                          \
+    } else if (off) {                                                                              \
+        BY_COLS(nc, TILE, 4, true)                                                                 \
+    } else {                                                                                       \
+        BY_COLS(nc, TILE, 4, false)                                                                \
+    }
+
 #define GZ_TILE(n, spb, off) gz_tile(spb, off, n, nb, panel, bb, a, astride, ab, o, ldo, m)
 
 static void gz_run(int bs, bool off, int64_t K, const char *panel, const char *act, size_t astride,
@@ -107,19 +122,7 @@ static void gz_run(int bs, bool off, int64_t K, const char *panel, const char *a
         const int nc = ncols - j0 < GZ_COLS ? ncols - j0 : GZ_COLS;
         const char *a = act + (size_t)j0 * astride;
         float *o = out + (size_t)j0 * ldo;
-        if (bs == 32) {
-            if (off) {
-                GZ_BY_COLS(nc, GZ_TILE, 8, true)
-            } else {
-                GZ_BY_COLS(nc, GZ_TILE, 8, false)
-            }
-        } else {
-            if (off) {
-                GZ_BY_COLS(nc, GZ_TILE, 4, true)
-            } else {
-                GZ_BY_COLS(nc, GZ_TILE, 4, false)
-            }
-        }
+        GZ_BY_FORM(bs, off, GZ_BY_COLS, nc, GZ_TILE)
     }
 }
 
@@ -202,31 +205,18 @@ _Static_assert(GZ2_COLS == 6, "GZ2_BY_COLS covers 1..6 columns");
     gz_tile2(spb, off, n, nb, panel0, panel1, bb, a, astride, ab, o, ldo, m)
 
 void cllm_cpu_gemm2_avx512(const cllm_gemm_form *f, int64_t K, const void *panel0,
-                           const void *panel1, const void *act, size_t act_stride, int ncols,
+                           const void *panel1, const void *act, size_t astride, int ncols,
                            float *out, size_t ldo, int nrows1) {
     const int bs = f->bs;
     const bool off = f->offset;
     const int64_t nb = K / bs;
     const size_t bb = (size_t)(bs / 4) * 64 + 64 + (off ? 64 : 0), ab = (size_t)bs + 16;
-    const size_t astride = act_stride;
     const __mmask16 m = cllm_lanes16(nrows1);
     for (int j0 = 0; j0 < ncols; j0 += GZ2_COLS) {
         const int nc = ncols - j0 < GZ2_COLS ? ncols - j0 : GZ2_COLS;
         const char *a = (const char *)act + (size_t)j0 * astride;
         float *o = out + (size_t)j0 * ldo;
-        if (bs == 32) {
-            if (off) {
-                GZ2_BY_COLS(nc, GZ_TILE2, 8, true)
-            } else {
-                GZ2_BY_COLS(nc, GZ_TILE2, 8, false)
-            }
-        } else {
-            if (off) {
-                GZ2_BY_COLS(nc, GZ_TILE2, 4, true)
-            } else {
-                GZ2_BY_COLS(nc, GZ_TILE2, 4, false)
-            }
-        }
+        GZ_BY_FORM(bs, off, GZ2_BY_COLS, nc, GZ_TILE2)
     }
 }
 

@@ -16,6 +16,12 @@
  * as alone: ns per weight row and column, for 1 and 4 columns, 64 rows of
  * K = 2048 (in L2), median of the repetitions.
  *
+ * Then the 16-row one-column kernels (cllm_cpu_gemv_x16) of each type
+ * that has them: ns per weight row with 64 rows of K = 2048 in L2, and GB/s
+ * of weights streamed from memory by one call over 256 MiB of groups (on
+ * huge pages where the system gives them), one thread: what a generated
+ * token's matrix multiplies read, against bench_bandwidth's figure.
+ *
  * On x86 with AVX2 it first prints the core's F32 FMA peak: 10 independent
  * chains of 256-bit FMAs, all in registers (the ceiling of the float panel
  * kernel, and of any F16 prompt computed in F32).
@@ -29,6 +35,7 @@
 #include "backend/cpu/gemm.h"
 #include "backend/cpu/kernels.h"
 #include "core/common.h"
+#include "core/hostmem.h"
 #include "core/types.h"
 
 #include <stdint.h>
@@ -232,6 +239,67 @@ static void bench_gemv(const cllm_type *types, int n_types, const char *only, co
     cllm_cpu_set_isa_limit(CLLM_CPU_ISA_COUNT);
 }
 
+/* The 16-row kernels of generation (cllm_cpu_gemv_x16), one column: ns
+ * per weight row with 64 rows in L2 (the arithmetic), and GB/s of weights
+ * over X16_MIB of groups read once per call (memory, as a token reads
+ * them), medians of the repetitions. */
+#define X16_MIB 256
+static void bench_x16(const char *only, const float *f, cllm_cpu_isa best, int reps) {
+    static const cllm_type types[] = {CLLM_TYPE_Q4_0, CLLM_TYPE_Q4_1, CLLM_TYPE_Q4_K,
+                                      CLLM_TYPE_Q5_K, CLLM_TYPE_Q6_K};
+    printf("%-6s %-7s %16s %16s\n", "type", "level", "x16 ns/row L2", "x16 GB/s memory");
+    for (size_t ti = 0; ti < CLLM_ARRAY_SIZE(types); ti++) {
+        const cllm_type t = types[ti];
+        if (only && strcmp(only, cllm_type_name(t)) != 0) continue;
+        if (!cllm_cpu_x16_available(t, B_K)) continue;
+        const bool q8k = t == CLLM_TYPE_Q5_K || t == CLLM_TYPE_Q6_K;
+        const size_t row = cllm_row_size(t, B_K), gbytes = CLLM_X16_ROWS * row;
+        const int ngroups = (int)(((size_t)X16_MIB << 20) / gbytes);
+        /* on huge pages where the system gives them, as weights are */
+        char *rows = malloc(gbytes), *w = cllm_aligned_alloc_huge(64, gbytes * (size_t)ngroups);
+        float *out = malloc(sizeof(float) * CLLM_X16_ROWS * (size_t)ngroups);
+        if (!rows || !w || !out) return;
+        for (int r = 0; r < CLLM_X16_ROWS; r++)
+            cllm_type_traits_of(t)->from_float(f + (size_t)r * B_K, rows + (size_t)r * row, B_K);
+        for (int g = 0; g < ngroups; g++)
+            cllm_cpu_x16_pack(t, B_K, rows, row, w + (size_t)g * gbytes);
+        for (int l = 1; l <= (int)best; l++) {
+            if (cllm_cpu_set_isa_limit((cllm_cpu_isa)l) != (cllm_cpu_isa)l) continue;
+            if (!cllm_cpu_x16_available(t, B_K)) continue;
+            const size_t ab =
+                q8k ? cllm_row_size(CLLM_TYPE_Q8_K, B_K) : cllm_cpu_gemv_act_size(t, B_K);
+            char *act = malloc(ab);
+            if (!act) break;
+            if (q8k) {
+                cllm_type_traits_of(CLLM_TYPE_Q8_K)->from_float(f + (size_t)32 * B_K, act, B_K);
+            } else {
+                cllm_cpu_gemv_quantize(t, f + (size_t)32 * B_K, act, B_K);
+            }
+            double v[64], m[64];
+            const int n = reps > 64 ? 64 : reps;
+            for (int r = -1; r < n; r++) { /* r = -1: warm-up */
+                double t0 = now_ns();
+                for (int it = 0; it < 50; it++)
+                    cllm_cpu_gemv_x16(t, B_K, w, 4, act, ab, 1, out, 64);
+                const double l2 = (now_ns() - t0) / (50.0 * 64);
+                t0 = now_ns();
+                cllm_cpu_gemv_x16(t, B_K, w, ngroups, act, ab, 1, out, (size_t)ngroups * 16);
+                const double mem = (double)gbytes * ngroups / (now_ns() - t0);
+                if (r >= 0) v[r] = l2, m[r] = mem;
+            }
+            qsort(v, (size_t)n, sizeof(double), cmp_double);
+            qsort(m, (size_t)n, sizeof(double), cmp_double);
+            printf("%-6s %-7s %16.1f %16.2f\n", cllm_type_name(t), level_name((cllm_cpu_isa)l),
+                   v[n / 2], m[n / 2]);
+            free(act);
+        }
+        free(rows);
+        cllm_free(w);
+        free(out);
+    }
+    cllm_cpu_set_isa_limit(CLLM_CPU_ISA_COUNT);
+}
+
 static const char *level_name(cllm_cpu_isa l) { return cllm_cpu_isa_name(l); }
 
 int main(int argc, char **argv) {
@@ -311,6 +379,7 @@ int main(int argc, char **argv) {
     static const cllm_type gemv_types[] = {CLLM_TYPE_Q4_0, CLLM_TYPE_Q4_1, CLLM_TYPE_Q4_K};
     bench_gemv(gemv_types, (int)CLLM_ARRAY_SIZE(gemv_types), argc > 2 ? argv[2] : NULL, f, best,
                reps);
+    bench_x16(argc > 2 ? argv[2] : NULL, f, best, reps);
     free(f);
     free(w);
     return 0;

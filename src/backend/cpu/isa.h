@@ -18,6 +18,15 @@
 #ifndef CLLM_CPU_PREFETCH_AHEAD
 #define CLLM_CPU_PREFETCH_AHEAD 8192
 #endif
+/* The cache those prefetches fill (a hint of <immintrin.h>): the L2 (T1).
+ * Into the L1 (T0), on an Intel core each one holds one of the L1's few
+ * miss buffers for the whole trip from memory, and the 4-bit kernels,
+ * which ask for lines fastest, were held to about two thirds of the
+ * memory's bandwidth (bench_gemm's x16 figures; bench/results/code-notes.md).
+ * AMD cores before Zen 4 fill the L1 whatever the hint. */
+#ifndef CLLM_CPU_PREFETCH_HINT
+#define CLLM_CPU_PREFETCH_HINT _MM_HINT_T1
+#endif
 
 /* Instruction-set levels, in increasing order. A CPU has every level up to
  * its best one, except that an AVX-512 CPU may lack AVX-VNNI (AMD Zen 4,

@@ -747,8 +747,8 @@ GY_INLINE void gy_gemv_q4_k_n(int nc, int64_t K, const void *row, const char *ac
     for (int j = 0; j < nc; j++) acc[j] = _mm256_setzero_ps(), accm[j] = _mm_setzero_ps();
     for (int64_t sb = 0; sb < K / 256; sb++) {
         const cllm_block_q4_K *b = x + sb;
-        _mm_prefetch((const char *)b + CLLM_CPU_PREFETCH_AHEAD, _MM_HINT_T0);
-        _mm_prefetch((const char *)b + CLLM_CPU_PREFETCH_AHEAD + 64, _MM_HINT_T0);
+        _mm_prefetch((const char *)b + CLLM_CPU_PREFETCH_AHEAD, CLLM_CPU_PREFETCH_HINT);
+        _mm_prefetch((const char *)b + CLLM_CPU_PREFETCH_AHEAD + 64, CLLM_CPU_PREFETCH_HINT);
         gy_q4k_sb(nc, b, act + (size_t)sb * 288, act_stride, acc, accm);
     }
     for (int j = 0; j < nc; j++)
@@ -770,7 +770,7 @@ static void gy_gemv_q4_k_2r(int64_t K, const char *row, size_t row_stride, const
     __m128 accm0 = _mm_setzero_ps(), accm1 = accm0;
     for (int64_t sb = 0; sb < K / 256; sb++) {
         const char *pf = row + 2 * (size_t)sb * sizeof(cllm_block_q4_K) + CLLM_CPU_PREFETCH_AHEAD;
-        for (int l = 0; l < 5; l++) _mm_prefetch(pf + 64 * l, _MM_HINT_T0);
+        for (int l = 0; l < 5; l++) _mm_prefetch(pf + 64 * l, CLLM_CPU_PREFETCH_HINT);
         const char *a = act + (size_t)sb * 288;
         gy_q4k_sb(1, x0 + sb, a, 0, &acc0, &accm0);
         gy_q4k_sb(1, x1 + sb, a, 0, &acc1, &accm1);

@@ -424,8 +424,8 @@ GZ_INLINE void gz_gemv_n(bool q41, int nc, int64_t K, const char *row, const cha
     int64_t gi = 0;
     for (; gi + 2 <= ng; gi += 2) {
         const char *p = row + (size_t)gi * gb;
-        _mm_prefetch(p + CLLM_CPU_PREFETCH_AHEAD, _MM_HINT_T0);
-        _mm_prefetch(p + CLLM_CPU_PREFETCH_AHEAD + 64, _MM_HINT_T0);
+        _mm_prefetch(p + CLLM_CPU_PREFETCH_AHEAD, CLLM_CPU_PREFETCH_HINT);
+        _mm_prefetch(p + CLLM_CPU_PREFETCH_AHEAD + 64, CLLM_CPU_PREFETCH_HINT);
         const char *p1 = p + gb;
         gz_gemv_n_group(q41, nc, _mm512_loadu_si512(p),
                         _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)(p + 64))), act,
@@ -543,8 +543,8 @@ static void gz_gemv_q4k(int64_t K, const char *row, const char *act, float *out)
     __m128 am = _mm_setzero_ps();
     for (int64_t sb = 0; sb < K / 256; sb++) {
         const char *b = row + (size_t)sb * 144;
-        _mm_prefetch(b + CLLM_CPU_PREFETCH_AHEAD, _MM_HINT_T0);
-        _mm_prefetch(b + CLLM_CPU_PREFETCH_AHEAD + 64, _MM_HINT_T0);
+        _mm_prefetch(b + CLLM_CPU_PREFETCH_AHEAD, CLLM_CPU_PREFETCH_HINT);
+        _mm_prefetch(b + CLLM_CPU_PREFETCH_AHEAD + 64, CLLM_CPU_PREFETCH_HINT);
         gz_q4k_sb(b, act + (size_t)sb * 288, &a0, &a1, &am);
     }
     const __m512 t = gz_q4k_total(a0, a1, am);
@@ -564,7 +564,7 @@ static void gz_gemv_q4k_2r(int64_t K, const char *row, size_t row_stride, const 
     __m128 am = _mm_setzero_ps(), bm = am;
     for (int64_t sb = 0; sb < K / 256; sb++) {
         const char *pf = row + 2 * (size_t)sb * 144 + CLLM_CPU_PREFETCH_AHEAD;
-        for (int l = 0; l < 5; l++) _mm_prefetch(pf + 64 * l, _MM_HINT_T0);
+        for (int l = 0; l < 5; l++) _mm_prefetch(pf + 64 * l, CLLM_CPU_PREFETCH_HINT);
         const char *in = act + (size_t)sb * 288;
         gz_q4k_sb(row + (size_t)sb * 144, in, &a0, &a1, &am);
         gz_q4k_sb(row1 + (size_t)sb * 144, in, &b0, &b1, &bm);
@@ -717,9 +717,9 @@ GZ_INLINE void gw_gemv_n2(bool q41, int nc, int64_t K, const char *row, size_t r
         const char *x0 = row + (size_t)b * bsz, *y0 = row1 + (size_t)b * bsz;
         const char *g = act + (size_t)(b / 4) * group;
         const char *pf = row + 2 * (size_t)b * bsz + CLLM_CPU_PREFETCH_AHEAD;
-        _mm_prefetch(pf, _MM_HINT_T0);
-        _mm_prefetch(pf + 64, _MM_HINT_T0);
-        _mm_prefetch(pf + 128, _MM_HINT_T0);
+        _mm_prefetch(pf, CLLM_CPU_PREFETCH_HINT);
+        _mm_prefetch(pf + 64, CLLM_CPU_PREFETCH_HINT);
+        _mm_prefetch(pf + 128, CLLM_CPU_PREFETCH_HINT);
         gw_pair(q41, nc, x0, y0, bsz, true, g, act_stride, pk + 32 * b, &a0, &m0);
         gw_pair(q41, nc, x0 + 2 * bsz, y0 + 2 * bsz, bsz, true, g + 32, act_stride,
                 pk + 32 * b + 64, &a1, &m1);
@@ -782,7 +782,7 @@ GZ_INLINE void gw_gemv_q8_n2(int nc, int64_t K, const char *row, size_t row_stri
     for (; b + 4 <= nb; b += 4) {
         const char *x0 = row + (size_t)b * 34, *y0 = row1 + (size_t)b * 34, *g = act + 32 * b;
         const char *pf = row + 2 * (size_t)b * 34 + CLLM_CPU_PREFETCH_AHEAD;
-        for (int l = 0; l < 5; l++) _mm_prefetch(pf + 64 * l, _MM_HINT_T0);
+        for (int l = 0; l < 5; l++) _mm_prefetch(pf + 64 * l, CLLM_CPU_PREFETCH_HINT);
         gw_pair_q8(nc, x0, y0, true, g, act_stride, pk + 16 * b, &a0);
         gw_pair_q8(nc, x0 + 68, y0 + 68, true, g + 64, act_stride, pk + 16 * b + 32, &a1);
     }
@@ -1109,7 +1109,7 @@ GZ_INLINE void gx_gemv(bool q41, int nc, int64_t K, const char *w, const char *a
     for (int64_t b = 0; b < nb; b++) {
         const char *p = w + (size_t)b * bb;
         for (size_t l = 0; l < bb; l += 64)
-            _mm_prefetch(p + CLLM_CPU_PREFETCH_AHEAD + l, _MM_HINT_T0);
+            _mm_prefetch(p + CLLM_CPU_PREFETCH_AHEAD + l, CLLM_CPU_PREFETCH_HINT);
         __m512i lo[4], hi[4];
         for (int j = 0; j < 4; j++) {
             const __m512i v = _mm512_loadu_si512(p + 64 * j);

@@ -287,8 +287,8 @@ GV_INLINE void gv_gemv_n(enum gv_kind kind, int nc, int64_t K, const char *row, 
     int64_t b = 0;
     for (; b + 4 <= nb; b += 4) {
         const char *x0 = row + (size_t)b * bsz, *g = act + (size_t)(b / 4) * group;
-        _mm_prefetch(x0 + CLLM_CPU_PREFETCH_AHEAD, _MM_HINT_T0);
-        _mm_prefetch(x0 + CLLM_CPU_PREFETCH_AHEAD + 64, _MM_HINT_T0);
+        _mm_prefetch(x0 + CLLM_CPU_PREFETCH_AHEAD, CLLM_CPU_PREFETCH_HINT);
+        _mm_prefetch(x0 + CLLM_CPU_PREFETCH_AHEAD + 64, CLLM_CPU_PREFETCH_HINT);
         if (pk) { /* (two copies of the loop body, each with its source of scales) */
             gv_pair(kind, nc, x0, bsz, true, g, act_stride, pk + 32 * b, &a0, &m0);
             gv_pair(kind, nc, x0 + 2 * bsz, bsz, true, g + 32, act_stride, pk + 32 * b + 64, &a1,
@@ -382,9 +382,9 @@ GV_INLINE void gv_gemv_2r(bool q41, int64_t K, const char *row, size_t row_strid
         const char *x0 = row + (size_t)b * bsz, *y0 = row1 + (size_t)b * bsz;
         const char *g = act + (size_t)(b / 4) * group;
         const char *pf = row + 2 * (size_t)b * bsz + CLLM_CPU_PREFETCH_AHEAD;
-        _mm_prefetch(pf, _MM_HINT_T0);
-        _mm_prefetch(pf + 64, _MM_HINT_T0);
-        _mm_prefetch(pf + 128, _MM_HINT_T0);
+        _mm_prefetch(pf, CLLM_CPU_PREFETCH_HINT);
+        _mm_prefetch(pf + 64, CLLM_CPU_PREFETCH_HINT);
+        _mm_prefetch(pf + 128, CLLM_CPU_PREFETCH_HINT);
         gv_pair_2r(q41, x0, y0, bsz, true, g, &a0, &m0);
         gv_pair_2r(q41, x0 + 2 * bsz, y0 + 2 * bsz, bsz, true, g + 32, &a1, &m1);
     }
@@ -486,9 +486,9 @@ GV_INLINE void gv_gemv_q8_n(int nc, int64_t K, const char *row, const char *act,
     int64_t b = 0;
     for (; b + 4 <= nb; b += 4) {
         const char *x0 = row + (size_t)b * 34, *g = act + 32 * b, *s0 = sc + 4 * b;
-        _mm_prefetch(x0 + CLLM_CPU_PREFETCH_AHEAD, _MM_HINT_T0);
-        _mm_prefetch(x0 + CLLM_CPU_PREFETCH_AHEAD + 64, _MM_HINT_T0);
-        _mm_prefetch(x0 + CLLM_CPU_PREFETCH_AHEAD + 128, _MM_HINT_T0);
+        _mm_prefetch(x0 + CLLM_CPU_PREFETCH_AHEAD, CLLM_CPU_PREFETCH_HINT);
+        _mm_prefetch(x0 + CLLM_CPU_PREFETCH_AHEAD + 64, CLLM_CPU_PREFETCH_HINT);
+        _mm_prefetch(x0 + CLLM_CPU_PREFETCH_AHEAD + 128, CLLM_CPU_PREFETCH_HINT);
         if (pk) { /* (two copies of the loop body, each with its source of scales) */
             gv_pair_q8(nc, x0, true, g, s0, act_stride, pk + 16 * b, &a0);
             gv_pair_q8(nc, x0 + 68, true, g + 64, s0 + 8, act_stride, pk + 16 * b + 32, &a1);
@@ -618,7 +618,7 @@ GV_INLINE void gv_x16_half(bool q41, int nc, int64_t K, const char *w, int h, co
         const char *p = w + (size_t)b * bb;
         if (h == 0) {
             for (size_t l = 0; l < bb; l += 64)
-                _mm_prefetch(p + CLLM_CPU_PREFETCH_AHEAD + l, _MM_HINT_T0);
+                _mm_prefetch(p + CLLM_CPU_PREFETCH_AHEAD + l, CLLM_CPU_PREFETCH_HINT);
         }
         __m256i lo[4], hi[4];
         for (int j = 0; j < 4; j++) {
@@ -685,7 +685,7 @@ GV_INLINE void gv_x16_one(bool q41, int64_t K, const char *w, const char *act, f
     for (int64_t b = 0; b < nb; b++) {
         const char *p = w + (size_t)b * bb;
         for (size_t l = 0; l < bb; l += 64)
-            _mm_prefetch(p + CLLM_CPU_PREFETCH_AHEAD + l, _MM_HINT_T0);
+            _mm_prefetch(p + CLLM_CPU_PREFETCH_AHEAD + l, CLLM_CPU_PREFETCH_HINT);
         const char *g = act + (size_t)(b / 4) * 320 + 16 * (size_t)(b % 4);
         int32_t a4[8];
         memcpy(a4, g, 16);
@@ -774,7 +774,7 @@ GV_INLINE void gv_x16_q4k_one(int64_t K, const char *w, const char *act, float *
         const char *p = w + (size_t)b * CLLM_X16_Q4_K_BYTES;
         const char *a = act + (size_t)b * 288;
         for (size_t l = 0; l < 256; l += 64)
-            _mm_prefetch(p + CLLM_CPU_PREFETCH_AHEAD + l, _MM_HINT_T0);
+            _mm_prefetch(p + CLLM_CPU_PREFETCH_AHEAD + l, CLLM_CPU_PREFETCH_HINT);
         __m256i sc[2][8], mins[2];
         for (int h = 0; h < 2; h++) {
             __m256i s03, s47, m03, m47;
@@ -805,7 +805,7 @@ GV_INLINE void gv_x16_q4k_one(int64_t K, const char *w, const char *act, float *
             const char *al = a + 32 * pos[2 * c], *ah = a + 32 * pos[2 * c + 1];
             __m256i l0 = _mm256_setzero_si256(), h0 = l0, l1 = l0, h1 = l0;
             for (int j = 0; j < 8; j++) {
-                _mm_prefetch(q + 64 * j + CLLM_CPU_PREFETCH_AHEAD, _MM_HINT_T0);
+                _mm_prefetch(q + 64 * j + CLLM_CPU_PREFETCH_AHEAD, CLLM_CPU_PREFETCH_HINT);
                 const __m256i v0 = _mm256_loadu_si256((const __m256i *)(q + 64 * j));
                 const __m256i v1 = _mm256_loadu_si256((const __m256i *)(q + 64 * j + 32));
                 const __m256i bl = _mm256_set1_epi32(cllm_load_i32(al + 4 * j));
@@ -903,7 +903,7 @@ GV_INLINE void gv_x16_q6k_one(int64_t K, const char *w, const char *act, float *
         const char *a = act + (size_t)bi * sizeof(cllm_block_q8_K);
         const char *qs = a + 4;
         for (size_t l = 2048 + 1024; l < CLLM_X16_Q6_K_BYTES; l += 64)
-            _mm_prefetch(p + CLLM_CPU_PREFETCH_AHEAD + l, _MM_HINT_T0);
+            _mm_prefetch(p + CLLM_CPU_PREFETCH_AHEAD + l, CLLM_CPU_PREFETCH_HINT);
         __m256i is[2];
         for (int h = 0; h < 2; h++) { /* -32 sum_s sc_s bsum_s */
             __m256i m = _mm256_setzero_si256();
@@ -923,8 +923,10 @@ GV_INLINE void gv_x16_q6k_one(int64_t K, const char *w, const char *act, float *
                 for (int h = 0; h < 2; h++)
                     for (int k = 0; k < 4; k++) s[h][k] = _mm256_setzero_si256();
                 for (int q = 4 * qq; q < 4 * qq + 4; q++) {
-                    _mm_prefetch(p + 64 * (16 * n + q) + CLLM_CPU_PREFETCH_AHEAD, _MM_HINT_T0);
-                    _mm_prefetch(p + 64 * (16 * n + q + 8) + CLLM_CPU_PREFETCH_AHEAD, _MM_HINT_T0);
+                    _mm_prefetch(p + 64 * (16 * n + q) + CLLM_CPU_PREFETCH_AHEAD,
+                                 CLLM_CPU_PREFETCH_HINT);
+                    _mm_prefetch(p + 64 * (16 * n + q + 8) + CLLM_CPU_PREFETCH_AHEAD,
+                                 CLLM_CPU_PREFETCH_HINT);
                     _mm_prefetch(p + 2048 + 64 * (8 * n + q) + CLLM_CPU_PREFETCH_AHEAD,
                                  _MM_HINT_T0);
                     __m256i bk[4];
@@ -979,7 +981,7 @@ GV_INLINE void gv_gemm_pack_x16_q6k(int64_t K, const char *group, char *panel) {
         const char *x = group + (size_t)bi * CLLM_X16_Q6_K_BYTES;
         char *o = panel + (size_t)bi * 16 * 320;
         for (size_t l = 0; l < CLLM_X16_Q6_K_BYTES; l += 64)
-            _mm_prefetch(x + CLLM_CPU_PREFETCH_AHEAD + l, _MM_HINT_T0);
+            _mm_prefetch(x + CLLM_CPU_PREFETCH_AHEAD + l, CLLM_CPU_PREFETCH_HINT);
         for (int n = 0; n < 2; n++) {
             for (int q = 0; q < 8; q++) {
                 for (int h = 0; h < 2; h++) {
@@ -1038,7 +1040,7 @@ GV_INLINE void gv_x16_q5k_one(int64_t K, const char *w, const char *act, float *
         const char *a = act + (size_t)bi * sizeof(cllm_block_q8_K);
         const char *qs = a + 4;
         for (size_t l = 0; l < 768; l += 64)
-            _mm_prefetch(p + CLLM_CPU_PREFETCH_AHEAD + l, _MM_HINT_T0);
+            _mm_prefetch(p + CLLM_CPU_PREFETCH_AHEAD + l, CLLM_CPU_PREFETCH_HINT);
         __m256i sc[2][8], mins[2];
         for (int h = 0; h < 2; h++) {
             __m256i s03, s47, m03, m47;
@@ -1067,7 +1069,8 @@ GV_INLINE void gv_x16_q5k_one(int64_t K, const char *w, const char *act, float *
             __m256i l[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
             __m256i t[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
             for (int j = 0; j < 8; j++) {
-                _mm_prefetch(p + 768 + 64 * (8 * c + j) + CLLM_CPU_PREFETCH_AHEAD, _MM_HINT_T0);
+                _mm_prefetch(p + 768 + 64 * (8 * c + j) + CLLM_CPU_PREFETCH_AHEAD,
+                             CLLM_CPU_PREFETCH_HINT);
                 const __m256i bl = _mm256_set1_epi32(cllm_load_i32(qs + 64 * c + 4 * j));
                 const __m256i bh = _mm256_set1_epi32(cllm_load_i32(qs + 64 * c + 32 + 4 * j));
                 for (int h = 0; h < 2; h++) {
@@ -1116,7 +1119,7 @@ GV_INLINE void gv_gemm_pack_x16_q5k(int64_t K, const char *group, char *panel) {
         const char *x = group + (size_t)b * CLLM_X16_Q5_K_BYTES;
         char *o = panel + (size_t)b * 8 * 640;
         for (size_t l = 0; l < CLLM_X16_Q5_K_BYTES; l += 64)
-            _mm_prefetch(x + CLLM_CPU_PREFETCH_AHEAD + l, _MM_HINT_T0);
+            _mm_prefetch(x + CLLM_CPU_PREFETCH_AHEAD + l, CLLM_CPU_PREFETCH_HINT);
         for (int c = 0; c < 4; c++) {
             for (int j = 0; j < 8; j++) {
                 for (int h = 0; h < 2; h++) {
@@ -1219,7 +1222,7 @@ GV_INLINE void gv_gemm_pack_x16_q4k(int64_t K, const char *group, char *panel) {
         const char *x = group + (size_t)b * CLLM_X16_Q4_K_BYTES;
         char *o = panel + (size_t)b * 8 * 640;
         for (size_t l = 0; l < CLLM_X16_Q4_K_BYTES; l += 64)
-            _mm_prefetch(x + CLLM_CPU_PREFETCH_AHEAD + l, _MM_HINT_T0);
+            _mm_prefetch(x + CLLM_CPU_PREFETCH_AHEAD + l, CLLM_CPU_PREFETCH_HINT);
         for (int c = 0; c < 4; c++) {
             for (int k = 0; k < 16; k++) { /* step k / 2, half k % 2 */
                 const __m256i v = _mm256_loadu_si256((const __m256i *)(x + 256 + 512 * c + 32 * k));
@@ -1270,7 +1273,7 @@ GV_INLINE void gv_gemm_pack_x16(cllm_type type, int64_t K, const void *group, vo
         const char *x = (const char *)group + (size_t)b * bb;
         char *o = (char *)panel + (size_t)b * pb;
         for (size_t l = 0; l < bb; l += 64)
-            _mm_prefetch(x + CLLM_CPU_PREFETCH_AHEAD + l, _MM_HINT_T0);
+            _mm_prefetch(x + CLLM_CPU_PREFETCH_AHEAD + l, CLLM_CPU_PREFETCH_HINT);
         for (int j = 0; j < 8; j++) { /* part j / 2, half j % 2 */
             const __m256i v = _mm256_loadu_si256((const __m256i *)(x + 32 * j));
             _mm256_storeu_si256((__m256i *)(o + 32 * j), _mm256_and_si256(v, m4));

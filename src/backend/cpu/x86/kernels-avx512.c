@@ -42,11 +42,11 @@ KX_INLINE void kz_dot_half(int t, int nc, bool alone, int64_t n, float *out, con
         const float *y0 = (const float *)y;
         for (; i + 64 <= n; i += 64) {
             const char *ahead = (const char *)(x + u * i) + CLLM_CPU_PREFETCH_AHEAD;
-            _mm_prefetch(ahead, _MM_HINT_T0);
-            _mm_prefetch(ahead + 64, _MM_HINT_T0);
+            _mm_prefetch(ahead, CLLM_CPU_PREFETCH_HINT);
+            _mm_prefetch(ahead + 64, CLLM_CPU_PREFETCH_HINT);
             if (t == KX_F32) {
-                _mm_prefetch(ahead + 128, _MM_HINT_T0);
-                _mm_prefetch(ahead + 192, _MM_HINT_T0);
+                _mm_prefetch(ahead + 128, CLLM_CPU_PREFETCH_HINT);
+                _mm_prefetch(ahead + 192, CLLM_CPU_PREFETCH_HINT);
             }
             acc[0] = _mm512_fmadd_ps(kz_load16_half(t, x + u * i, 0xffff), _mm512_loadu_ps(y0 + i),
                                      acc[0]);

@@ -295,9 +295,9 @@ KX_INLINE void kx_dot32(int t, int nc, int64_t nb, float *out, const void *vx, c
              * memory (kernels.h: CLLM_CPU_PREFETCH_AHEAD) */
             const char *ahead =
                 (const char *)vx + (size_t)i * kx_bytes32(t) + CLLM_CPU_PREFETCH_AHEAD;
-            _mm_prefetch(ahead, _MM_HINT_T0);
-            _mm_prefetch(ahead + 64, _MM_HINT_T0);
-            _mm_prefetch(ahead + 128, _MM_HINT_T0);
+            _mm_prefetch(ahead, CLLM_CPU_PREFETCH_HINT);
+            _mm_prefetch(ahead + 64, CLLM_CPU_PREFETCH_HINT);
+            _mm_prefetch(ahead + 128, CLLM_CPU_PREFETCH_HINT);
             for (int j = 0; j < 4; j++)
                 a[j % KX_ACCS] = kx_step32(t, vx, y0 + i + j, i + j, a[j % KX_ACCS]);
         }
@@ -413,9 +413,9 @@ KX_INLINE void kx_dot32_cols(int t, int nc, int64_t nb, float *out, const void *
         if (t == KX_Q4_0) {
             _mm_prefetch(ahead + 1024, _MM_HINT_T0);
         } else {
-            _mm_prefetch(ahead + CLLM_CPU_PREFETCH_AHEAD, _MM_HINT_T0);
-            _mm_prefetch(ahead + CLLM_CPU_PREFETCH_AHEAD + 64, _MM_HINT_T0);
-            _mm_prefetch(ahead + CLLM_CPU_PREFETCH_AHEAD + 128, _MM_HINT_T0);
+            _mm_prefetch(ahead + CLLM_CPU_PREFETCH_AHEAD, CLLM_CPU_PREFETCH_HINT);
+            _mm_prefetch(ahead + CLLM_CPU_PREFETCH_AHEAD + 64, CLLM_CPU_PREFETCH_HINT);
+            _mm_prefetch(ahead + CLLM_CPU_PREFETCH_AHEAD + 128, CLLM_CPU_PREFETCH_HINT);
         }
         for (int j = 0; j < 4; j++) kx_step32_cols(t, nc, vx, y, by, i + j, j % KX_ACCS, acc);
     }
@@ -797,8 +797,8 @@ KX_INLINE void kx_dot_half(int t, int nc, bool alone, int64_t n, float *out, con
         const float *y0 = (const float *)y;
         for (; i + 32 <= n; i += 32) {
             const char *ahead = (const char *)(x + u * i) + CLLM_CPU_PREFETCH_AHEAD;
-            _mm_prefetch(ahead, _MM_HINT_T0);
-            if (t == KX_F32) _mm_prefetch(ahead + 64, _MM_HINT_T0);
+            _mm_prefetch(ahead, CLLM_CPU_PREFETCH_HINT);
+            if (t == KX_F32) _mm_prefetch(ahead + 64, CLLM_CPU_PREFETCH_HINT);
             acc[0] = _mm256_fmadd_ps(kx_load8_half(t, x + u * i), _mm256_loadu_ps(y0 + i), acc[0]);
             a1 =
                 _mm256_fmadd_ps(kx_load8_half(t, x + u * (i + 8)), _mm256_loadu_ps(y0 + i + 8), a1);

@@ -162,6 +162,33 @@ static void check_q8_activations(const char *file) {
     cllm_model_free(m);
 }
 
+/* Loading a good file and starting a session logs nothing at warning level
+ * or above: an optional key the file lacks (split.count, ...) is not an
+ * error a library user should see on stderr. */
+static int g_loud;
+static void count_loud(cllm_log_level level, const char *msg, void *ud) {
+    (void)msg, (void)ud;
+    if (level >= CLLM_LOG_WARN) g_loud++;
+}
+
+static void test_quiet_load(const char *file) {
+    char path[4096];
+    cllm_model *m = NULL;
+    cllm_session *s = NULL;
+    g_loud = 0;
+    cllm_log_set(count_loud, NULL);
+    const cllm_status st = cllm_model_load(refs_model_path(path, sizeof(path), file), NULL, &m);
+    cllm_session_params sp = cllm_session_default_params();
+    sp.n_ctx = 64;
+    const cllm_status ss = st == CLLM_OK ? cllm_session_new(m, &sp, &s) : st;
+    const int loud = g_loud;
+    cllm_log_set(quiet, NULL);
+    CHECKF(st == CLLM_OK && ss == CLLM_OK, "%s: %s", file, cllm_last_error());
+    CHECKF(loud == 0, "%s: %d warning or error messages while loading", file, loud);
+    cllm_session_free(s);
+    cllm_model_free(m);
+}
+
 /* Two sessions on one model, interleaved, give the same tokens as one alone. */
 static void test_shared_model(void) {
     char path[4096];
@@ -297,6 +324,9 @@ int main(void) {
      * in test_reference */
     check_q8_activations("TinyLLama-v0.Q4_0.gguf");
 
+    static const char *const good[] = {"stories260K.gguf", "tinyllamas-stories-260k-f32.gguf",
+                                       "llama-2-tiny-random.gguf", "TinyLLama-v0.Q4_0.gguf"};
+    for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) test_quiet_load(good[i]);
     test_shared_model();
     test_context_full();
     test_bad_files();

@@ -339,7 +339,8 @@ static cllm_status model_load(const char *path, const cllm_model_params *params,
     }
     if ((st = cllm_gguf_open(path, &m->gguf)) != CLLM_OK) goto fail;
     int64_t n_split = 0; /* a part of a split file: its tensors are not all here */
-    if (cllm_gguf_get_i64(m->gguf, "split.count", &n_split) == CLLM_OK && n_split > 1) {
+    if (cllm_gguf_find_key(m->gguf, "split.count") >= 0 &&
+        cllm_gguf_get_i64(m->gguf, "split.count", &n_split) == CLLM_OK && n_split > 1) {
         st = cllm_error(CLLM_ERR_UNSUPPORTED,
                         "%s is one of the %lld parts of a split GGUF file: join them into one "
                         "file first (cllm pull --join FIRST-PART)",

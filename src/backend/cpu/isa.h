@@ -23,7 +23,8 @@
  * miss buffers for the whole trip from memory, and the 4-bit kernels,
  * which ask for lines fastest, were held to about two thirds of the
  * memory's bandwidth (bench_gemm's x16 figures; bench/results/code-notes.md).
- * AMD cores before Zen 4 fill the L1 whatever the hint. */
+ * AMD documents its cores before Zen 4 as filling the L1 whatever the
+ * hint (Zen 4 and later fill the L2, as Intel's do). */
 #ifndef CLLM_CPU_PREFETCH_HINT
 #define CLLM_CPU_PREFETCH_HINT _MM_HINT_T1
 #endif

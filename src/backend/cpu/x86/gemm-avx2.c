@@ -14,7 +14,7 @@
  *  - every form but Q8_0 has u <= umax <= 63 (gemm.h), so a pair is at
  *    most 2 * umax * 127 and as many steps as fit add up in s16 before one
  *    vpmaddwd (gy_group: a whole 32-element block for 4-bit weights, 4
- *    steps for 5-bit, 2 for Q6_K). The sums are kept in order (GY_KEEP):
+ *    steps for 5-bit, 2 for Q6_K). The sums are kept in order (CLLM_X86_KEEP):
  *    left to itself, gcc reassociated them into trees that held every
  *    product live at once and spilled the accumulators to the stack;
  *  - Q8_0 (u = q + 128, z = 128) would overflow: at this level its panel
@@ -58,11 +58,6 @@ CLLM_X86_TARGET_BEGIN("avx2,fma,f16c")
  * and 194, Q4_K 218 against 179 and 222) */
 #define GY2_COLS 3
 
-/* v, opaque to the optimiser: keeps a sum's order, which gcc otherwise
- * reassociates into a tree that holds every product live at once (more than
- * the 16 registers there are: the accumulators spill). No instruction. */
-#define GY_KEEP(v) __asm__("" : "+x"(v))
-
 /* Rows 8h..8h+7 of the panel x nc columns over all nb blocks; spb = BS / 4
  * steps per block, summed in s16 by groups of g steps (g divides spb; see
  * gy_group). sgn: Q8_0's signed steps. */
@@ -93,7 +88,7 @@ GY_INLINE void gy_tile(int spb, int g, bool off, bool sgn, int nc, int64_t nb, c
                         _mm256_set1_epi32(cllm_load_i32(ax + j * astride + 4 * t)), w);
                     acc[j] = _mm256_add_epi32(acc[j],
                                               _mm256_madd_epi16(_mm256_maddubs_epi16(wa, a), ones));
-                    GY_KEEP(acc[j]);
+                    CLLM_X86_KEEP(acc[j]);
                 }
             }
         } else {
@@ -117,7 +112,7 @@ GY_INLINE void gy_tile(int spb, int g, bool off, bool sgn, int nc, int64_t nb, c
                         p[j] = _mm256_add_epi16(
                             p[j], _mm256_maddubs_epi16(w, _mm256_set1_epi32(cllm_load_i32(
                                                               ax + j * astride + 4 * t))));
-                        GY_KEEP(p[j]);
+                        CLLM_X86_KEEP(p[j]);
                     }
                 }
 #pragma GCC unroll 4
@@ -180,8 +175,8 @@ GY_INLINE void gy_tile16(int spb, int g, bool off, bool zs, int nc, int64_t nb, 
                     const __m256i a = _mm256_set1_epi32(cllm_load_i32(ax + j * astride + 4 * t));
                     p[j][0] = _mm256_add_epi16(p[j][0], _mm256_maddubs_epi16(w0, a));
                     p[j][1] = _mm256_add_epi16(p[j][1], _mm256_maddubs_epi16(w1, a));
-                    GY_KEEP(p[j][0]);
-                    GY_KEEP(p[j][1]);
+                    CLLM_X86_KEEP(p[j][0]);
+                    CLLM_X86_KEEP(p[j][1]);
                 }
             }
 #pragma GCC unroll 4

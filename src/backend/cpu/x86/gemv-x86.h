@@ -49,8 +49,9 @@
 #define GV_DPBUSD(acc, u, s) _mm256_dpbusd_epi32(acc, u, s)
 #endif
 
-#include "backend/cpu/gemm.h" /* cllm_cpu_gemv_q8_scales */
-#include "backend/cpu/isa.h"  /* CLLM_CPU_PREFETCH_AHEAD */
+#include "backend/cpu/gemm.h"       /* cllm_cpu_gemv_q8_scales */
+#include "backend/cpu/isa.h"        /* CLLM_CPU_PREFETCH_AHEAD */
+#include "backend/cpu/x86/target.h" /* CLLM_X86_KEEP */
 #include "backend/cpu/x86/vec-avx2.h"
 #include "core/quants.h" /* cllm_block_q8_K */
 
@@ -60,10 +61,6 @@
 #include <string.h>
 
 #define GV_INLINE static inline __attribute__((always_inline))
-/* Keeps v in a register as it is: without it GCC reassociates a chain of
- * s16 adds of vpmaddubsw products into a tree over the whole unrolled
- * loop, which spills the products to the stack. */
-#define GV_KEEP(v) __asm__("" : "+x"(v))
 /* Columns at once: one lane of each 128-bit half per column. */
 #define GV_COLS 4
 
@@ -819,10 +816,10 @@ GV_INLINE void gv_x16_q4k_one(int64_t K, const char *w, const char *act, float *
                 const __m256i t1 = _mm256_and_si256(_mm256_srli_epi16(v1, 4), m4);
                 l0 = gv_x16_dot(l0, u0, bl), l1 = gv_x16_dot(l1, u1, bl);
                 h0 = gv_x16_dot(h0, t0, bh), h1 = gv_x16_dot(h1, t1, bh);
-                GV_KEEP(l0);
-                GV_KEEP(l1);
-                GV_KEEP(h0);
-                GV_KEEP(h1);
+                CLLM_X86_KEEP(l0);
+                CLLM_X86_KEEP(l1);
+                CLLM_X86_KEEP(h0);
+                CLLM_X86_KEEP(h1);
             }
 #if GV_VNNI
             is0 = _mm256_add_epi32(is0, _mm256_add_epi32(_mm256_mullo_epi32(l0, sc[0][2 * c]),

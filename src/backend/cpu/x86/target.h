@@ -28,4 +28,10 @@
 #define CLLM_X86_TARGET_END CLLM_X86_PRAGMA(GCC pop_options)
 #endif
 
+/* v (a vector in a register), opaque to the optimiser: keeps a chain of
+ * integer adds in its order, which gcc otherwise reassociates into a tree
+ * that holds every product live at once (more than the 16 registers of
+ * AVX2: they spill to the stack). No instruction. */
+#define CLLM_X86_KEEP(v) __asm__("" : "+x"(v))
+
 #endif /* CLLM_BACKEND_CPU_X86_TARGET_H */
